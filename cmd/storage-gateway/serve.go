@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/internal/version"
+)
+
+// startTimeout bounds connecting to Postgres and migrating at start.
+const startTimeout = time.Minute
+
+func newServeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gateway's HTTP API until SIGTERM or SIGINT",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, logger, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, logger)
+		},
+	}
+}
+
+// serve runs until ctx ends, then shuts down in dependency order: stop
+// accepting HTTP, close NATS, close the database.
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	logger.Info("starting", "version", version.Get().Version)
+
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	pool, err := postgres.Open(startCtx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	migrator, err := postgres.NewMigrator(pool, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = migrator.Close() }()
+	if cfg.MigrateOnStart {
+		applied, err := migrator.Up(startCtx)
+		if err != nil {
+			return err
+		}
+		logger.Info("schema migrated", "applied", applied)
+	}
+
+	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
+	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
+		natsOpts.EmbeddedListen = cfg.EmbeddedNATSListen
+	}
+	nc, err := events.ConnectNATS(natsOpts, logger)
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	handler := api.New(api.Options{
+		Logger:  logger,
+		Metrics: registry,
+		Readiness: []api.Check{
+			{Name: "postgres", Check: pool.Ping},
+			{Name: "migrations", Check: migrator.CheckCurrent},
+			{Name: "nats", Check: nc.Check},
+		},
+	})
+
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		shutdownNATS(ctx, cfg, nc)
+		return fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
+
+	select {
+	case err := <-served:
+		shutdownNATS(ctx, cfg, nc)
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+
+	logger.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancelShutdown()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Warn("http shutdown incomplete", "error", err)
+	}
+	nc.Close(shutdownCtx)
+	logger.Info("stopped")
+	return nil
+}
+
+func shutdownNATS(ctx context.Context, cfg config.Config, nc *events.NATS) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	nc.Close(c)
+}
+
+func natsDescription(cfg config.Config, nc *events.NATS) string {
+	if cfg.NATSURL != "" {
+		return nc.Conn.ConnectedUrlRedacted()
+	}
+	if addr := nc.EmbeddedAddr(); addr != "" {
+		return "embedded, nats://" + addr
+	}
+	return "embedded, in-process only"
+}

@@ -1,0 +1,76 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// problemContentType is the RFC 9457 media type for error bodies.
+const problemContentType = "application/problem+json"
+
+// problemTypes maps HTTP status codes to the AEP-style problem types the
+// contract allows; anything unlisted is INTERNAL.
+var problemTypes = map[int]ProblemType{
+	http.StatusBadRequest:            INVALIDARGUMENT,
+	http.StatusUnauthorized:          UNAUTHENTICATED,
+	http.StatusForbidden:             PERMISSIONDENIED,
+	http.StatusNotFound:              NOTFOUND,
+	http.StatusMethodNotAllowed:      NOTFOUND,
+	http.StatusConflict:              ALREADYEXISTS,
+	http.StatusRequestEntityTooLarge: INVALIDARGUMENT,
+	http.StatusUnsupportedMediaType:  INVALIDARGUMENT,
+	http.StatusUnprocessableEntity:   FAILEDPRECONDITION,
+	http.StatusTooManyRequests:       UNAVAILABLE,
+	http.StatusServiceUnavailable:    UNAVAILABLE,
+}
+
+// problemHandler turns every error a handler or middleware returns into one
+// problem+json response. Unexpected errors are logged with the request id and
+// answered with a generic INTERNAL problem that leaks nothing.
+func problemHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := toProblem(err)
+		if p.Type == INTERNAL {
+			logger.ErrorContext(c.Request().Context(), "request failed",
+				"error", err,
+				"path", c.Request().URL.Path,
+				"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		}
+		instance := c.Request().URL.Path
+		p.Instance = &instance
+		body, _ := json.Marshal(p)
+		c.Response().Header().Set(echo.HeaderContentType, problemContentType)
+		c.Response().WriteHeader(p.Status)
+		if c.Request().Method != http.MethodHead {
+			_, _ = c.Response().Write(body)
+		}
+	}
+}
+
+func toProblem(err error) Problem {
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		typ, ok := problemTypes[he.Code]
+		if !ok || he.Code >= http.StatusInternalServerError && he.Code != http.StatusServiceUnavailable {
+			return internalProblem()
+		}
+		detail := http.StatusText(he.Code)
+		if msg, ok := he.Message.(string); ok && msg != "" {
+			detail = msg
+		}
+		return Problem{Type: typ, Title: http.StatusText(he.Code), Status: he.Code, Detail: &detail}
+	}
+	return internalProblem()
+}
+
+func internalProblem() Problem {
+	detail := "an unexpected error occurred"
+	return Problem{Type: INTERNAL, Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError, Detail: &detail}
+}

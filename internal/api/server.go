@@ -1,0 +1,127 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo-contrib/echoprometheus"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+//go:embed openapi.yaml
+var openAPIDocument []byte
+
+// Check is one readiness dependency check. It returns nil when the dependency
+// is usable; the error text is shown to operators, so it must hold no secrets.
+type Check struct {
+	Name  string
+	Check func(context.Context) error
+}
+
+// Options configures the HTTP server.
+type Options struct {
+	Logger *slog.Logger
+	// Metrics receives the HTTP request metrics and is exposed on /metrics.
+	Metrics *prometheus.Registry
+	// Readiness lists the checks behind /readyz, run concurrently.
+	Readiness []Check
+	// ReadinessTimeout bounds each readiness check.
+	ReadinessTimeout time.Duration
+}
+
+// New builds the gateway's HTTP handler: generated routes, /metrics, request
+// IDs, access logs, panic recovery and problem+json errors.
+func New(opts Options) *echo.Echo {
+	if opts.ReadinessTimeout <= 0 {
+		opts.ReadinessTimeout = 2 * time.Second
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = problemHandler(opts.Logger)
+
+	e.Use(middleware.RequestID())
+	e.Use(accessLog(opts.Logger))
+	e.Use(middleware.Recover())
+	e.Use(echoprometheus.NewMiddlewareWithConfig(echoprometheus.MiddlewareConfig{
+		Namespace:  "storage_gateway",
+		Registerer: opts.Metrics,
+		Skipper:    func(c echo.Context) bool { return c.Path() == "/metrics" },
+	}))
+	e.GET("/metrics", echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}))
+
+	RegisterHandlers(e, NewStrictHandler(&handlers{opts: opts}, nil))
+	return e
+}
+
+// probePaths are polled constantly; their access logs go to debug level.
+var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+func accessLog(logger *slog.Logger) echo.MiddlewareFunc {
+	return middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogMethod:    true,
+		LogURIPath:   true,
+		LogStatus:    true,
+		LogLatency:   true,
+		LogRequestID: true,
+		LogError:     true,
+		HandleError:  true,
+		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			level := slog.LevelInfo
+			if probePaths[v.URIPath] {
+				level = slog.LevelDebug
+			}
+			logger.LogAttrs(c.Request().Context(), level, "request",
+				slog.String("method", v.Method),
+				slog.String("path", v.URIPath),
+				slog.Int("status", v.Status),
+				slog.Duration("latency", v.Latency),
+				slog.String("request_id", v.RequestID),
+			)
+			return nil
+		},
+	})
+}
+
+// handlers implements the generated StrictServerInterface.
+type handlers struct{ opts Options }
+
+func (h *handlers) GetHealthz(context.Context, GetHealthzRequestObject) (GetHealthzResponseObject, error) {
+	return GetHealthz200JSONResponse{Status: Ok}, nil
+}
+
+func (h *handlers) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetReadyzResponseObject, error) {
+	results := make([]ReadinessCheck, len(h.opts.Readiness))
+	var wg sync.WaitGroup
+	for i, c := range h.opts.Readiness {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, h.opts.ReadinessTimeout)
+			defer cancel()
+			results[i] = ReadinessCheck{Name: c.Name, Ok: true}
+			if err := c.Check(cctx); err != nil {
+				msg := err.Error()
+				results[i].Ok, results[i].Message = false, &msg
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range results {
+		if !r.Ok {
+			return GetReadyz503JSONResponse{Status: NotReady, Checks: results}, nil
+		}
+	}
+	return GetReadyz200JSONResponse{Status: Ready, Checks: results}, nil
+}
+
+func (h *handlers) GetOpenAPI(context.Context, GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error) {
+	return GetOpenAPI200ApplicationyamlResponse{
+		Body:          bytes.NewReader(openAPIDocument),
+		ContentLength: int64(len(openAPIDocument)),
+	}, nil
+}

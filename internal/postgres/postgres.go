@@ -1,0 +1,81 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Open connects a pool and verifies the server answers within the context's
+// deadline, so a bad URL fails at start rather than on the first request.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("parse database URL: invalid connection string")
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "storage-gateway"
+	cfg.HealthCheckPeriod = 15 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create database pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database %s: %w", describe(cfg.ConnConfig), safeErr(err))
+	}
+	return pool, nil
+}
+
+// EnsureDatabase creates the database named in url if it does not exist yet, by
+// connecting to the server's maintenance database "postgres" with the same
+// credentials. It exists so `make run` works on a fresh machine.
+func EnsureDatabase(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return errors.New("parse database URL: invalid connection string")
+	}
+	name := cfg.Database
+	if name == "" || name == "postgres" {
+		return nil
+	}
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to maintenance database on %s: %w", describe(cfg), safeErr(err))
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %q: %w", name, safeErr(err))
+	}
+	return nil
+}
+
+// describe names the server and database without credentials.
+func describe(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s:%d/%s", c.Host, c.Port, c.Database)
+}
+
+// safeErr keeps the Postgres error text (it never contains the password) but
+// drops wrapped connection strings that pgconn may include.
+func safeErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Errorf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return errors.Unwrap(connErr)
+	}
+	return err
+}
