@@ -8,8 +8,11 @@ set -euo pipefail
 k8s_version=v1.36.3
 etcd_version=v3.6.7
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# The key includes a hash of the tools modules so a changed pin rebuilds.
-key=$(cat "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum "$0" | sha256sum | cut -c1-12)
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=36 -X $pkg.gitTreeState=clean"
+# The cache key hashes the tools modules and the link flags, so a changed pin
+# or flag rebuilds while edits elsewhere in this script do not.
+key=$( { cat "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum; echo "$ldflags"; } | sha256sum | cut -c1-12)
 dir=${SG_K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/storage-gateway/k8s/$k8s_version-$key}
 
 if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
@@ -20,8 +23,6 @@ flock 9
 if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=36 -X $pkg.gitTreeState=clean"
 
 start=$(date +%s)
 echo "building Kubernetes $k8s_version and etcd $etcd_version control plane into $dir (first time only, ~10 min on 2 cores)" >&2

@@ -1,0 +1,57 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// binDirEnv names a directory that already holds etcd, kube-apiserver and
+// kube-controller-manager (the Makefile exports it after building them).
+const binDirEnv = "SG_K8S_BIN_DIR"
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// ControlPlaneBinaries returns the directory holding the control-plane
+// binaries, building them with test/tools/build-control-plane.sh on first use
+// (minutes on a fresh machine, instant once cached).
+func ControlPlaneBinaries(ctx context.Context) (string, error) {
+	binOnce.Do(func() { binDir, binErr = findOrBuild(ctx) })
+	return binDir, binErr
+}
+
+func findOrBuild(ctx context.Context) (string, error) {
+	if dir := os.Getenv(binDirEnv); dir != "" {
+		if err := checkBinaries(dir); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", binDirEnv, dir, err)
+		}
+		return dir, nil
+	}
+	script := filepath.Join(RepoRoot(), "test", "tools", "build-control-plane.sh")
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build control plane: %w\n%s", err, stderr.String())
+	}
+	dir := strings.TrimSpace(stdout.String())
+	return dir, checkBinaries(dir)
+}
+
+func checkBinaries(dir string) error {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("missing executable %s in %s", name, dir)
+		}
+	}
+	return nil
+}

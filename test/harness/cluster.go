@@ -1,0 +1,367 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Names of what the harness creates for the gateway in every cluster.
+const (
+	GatewayNamespace      = "storage-gateway-system"
+	GatewayServiceAccount = "storage-gateway"
+	gatewayRole           = "storage-gateway"
+)
+
+// gatewayTokenTTL is how long the gateway's ServiceAccount token lives; long
+// enough for a `make run` session.
+const gatewayTokenTTL = 7 * 24 * time.Hour
+
+// volumeControllers are the kube-controller-manager controllers a storage
+// fleet needs: binding, expansion, protection finalizers and quota usage.
+var volumeControllers = "persistentvolume-binder-controller,persistentvolume-expander-controller," +
+	"persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,resourcequota-controller"
+
+// Cluster is one running harness cluster.
+type Cluster struct {
+	// Spec is the cluster file it was started from.
+	Spec Spec
+
+	env     *envtest.Environment
+	workDir string
+	admin   *rest.Config
+	client  kubernetes.Interface
+	proxy   *proxy
+
+	gatewayToken string
+	caData       []byte
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	kcm     *exec.Cmd
+	kcmDone chan struct{}
+}
+
+// Name is the environment id from the cluster file.
+func (c *Cluster) Name() string { return c.Spec.Environment.ID }
+
+// AdminConfig is a system:masters client configuration that talks to the API
+// server directly (not through the cuttable proxy).
+func (c *Cluster) AdminConfig() *rest.Config { return rest.CopyConfig(c.admin) }
+
+// AdminClient is a typed clientset for AdminConfig.
+func (c *Cluster) AdminClient() kubernetes.Interface { return c.client }
+
+// ServerURL is the API server address the gateway must use: the proxy, so a
+// test can make the cluster unreachable.
+func (c *Cluster) ServerURL() string { return "https://" + c.proxy.addr() }
+
+// CAData is the PEM bundle that verifies the API server's certificate.
+func (c *Cluster) CAData() []byte { return c.caData }
+
+// GatewayToken is the least-privilege ServiceAccount token for the gateway.
+func (c *Cluster) GatewayToken() string { return c.gatewayToken }
+
+// GatewayKubeconfig is a kubeconfig for the gateway: ServerURL, CAData and
+// GatewayToken, one context, nothing else.
+func (c *Cluster) GatewayKubeconfig() ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[c.Name()] = &clientcmdapi.Cluster{Server: c.ServerURL(), CertificateAuthorityData: c.caData}
+	cfg.AuthInfos[GatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: c.gatewayToken}
+	cfg.Contexts[c.Name()] = &clientcmdapi.Context{Cluster: c.Name(), AuthInfo: GatewayServiceAccount, Namespace: c.Spec.Environment.Namespace}
+	cfg.CurrentContext = c.Name()
+	return clientcmd.Write(*cfg)
+}
+
+// AdminKubeconfig is a kubeconfig for AdminConfig (direct, not proxied).
+func (c *Cluster) AdminKubeconfig() ([]byte, error) { return c.env.KubeConfig, nil }
+
+// GatewayConfig is a client configuration equivalent to GatewayKubeconfig.
+func (c *Cluster) GatewayConfig() *rest.Config {
+	return &rest.Config{
+		Host:            c.ServerURL(),
+		BearerToken:     c.gatewayToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.caData},
+	}
+}
+
+// SetReachable cuts (false) or restores (true) the gateway's network path to
+// the API server. The cluster itself keeps running.
+func (c *Cluster) SetReachable(reachable bool) { c.proxy.setCut(!reachable) }
+
+// RestartAPIServer stops and starts kube-apiserver in place: same address,
+// certificates, users and data, so every credential stays valid.
+func (c *Cluster) RestartAPIServer() error {
+	apiServer := c.env.ControlPlane.GetAPIServer()
+	if err := apiServer.Stop(); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	if err := apiServer.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// Start brings up one cluster from spec: etcd and kube-apiserver, the
+// namespaces, RBAC and token for the gateway, the spec's objects,
+// kube-controller-manager, and the provisioner and resizer for its drivers.
+func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
+	quietKubernetesLogs()
+	bins, err := ControlPlaneBinaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	workDir, err := os.MkdirTemp("", "sg-harness-"+spec.Environment.ID+"-")
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(workDir, "apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Spec: spec, workDir: workDir}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+
+	// A fixed cert dir keeps certificates and the service-account signing
+	// key across RestartAPIServer.
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory:    bins,
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  20 * time.Second,
+	}
+	c.env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
+	// Close open watches promptly on SIGTERM; otherwise graceful shutdown
+	// waits for every controller's watch stream and a restart takes minutes.
+	c.env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "2s")
+	c.admin, err = c.env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane for %s: %w", spec.Environment.ID, err)
+	}
+	c.client, err = kubernetes.NewForConfig(c.admin)
+	if err != nil {
+		return nil, err
+	}
+	c.caData = c.admin.CAData
+	apiURL, err := url.Parse(c.admin.Host)
+	if err != nil {
+		return nil, err
+	}
+	c.proxy, err = newProxy(apiURL.Host)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := c.applyObjects(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.grantGateway(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startControllerManager(bins); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.wg.Go(func() { runProvisioners(runCtx, c.client, spec.Cluster.Drivers) })
+	c.wg.Go(func() { runResizer(runCtx, c.client, spec.Cluster.Drivers) })
+	return c, nil
+}
+
+// StartAll starts one cluster per spec concurrently. On error every cluster
+// already started is stopped.
+func StartAll(ctx context.Context, specs []Spec) ([]*Cluster, error) {
+	clusters := make([]*Cluster, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		wg.Go(func() { clusters[i], errs[i] = Start(ctx, s) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range clusters {
+			if c != nil {
+				c.Stop()
+			}
+		}
+		return nil, err
+	}
+	return clusters, nil
+}
+
+// applyObjects creates the namespaces and every object in the cluster file.
+func (c *Cluster) applyObjects(ctx context.Context) error {
+	for _, ns := range append(c.Spec.Environment.Namespaces(), GatewayNamespace) {
+		if err := createIgnoreExisting(ctx, c.client.CoreV1().Namespaces().Create,
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
+	cl, err := client.New(c.admin, client.Options{})
+	if err != nil {
+		return err
+	}
+	for i := range c.Spec.Cluster.Objects {
+		obj := c.Spec.Cluster.Objects[i].DeepCopy()
+		if err := cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// grantGateway creates the gateway's ServiceAccount with least privilege:
+// claims, their events and quotas in the environment's namespaces; read-only
+// storage classes, CSI drivers and capacities cluster-wide. It then mints a
+// token through the TokenRequest API.
+func (c *Cluster) grantGateway(ctx context.Context) error {
+	rbac := c.client.RbacV1()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: GatewayNamespace}}
+	if err := createIgnoreExisting(ctx, c.client.CoreV1().ServiceAccounts(GatewayNamespace).Create, sa); err != nil {
+		return err
+	}
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: GatewayServiceAccount, Namespace: GatewayNamespace}}
+	read := []string{"get", "list", "watch"}
+
+	clusterRole := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayRole},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"storage.k8s.io"},
+			Resources: []string{"storageclasses", "csidrivers", "csistoragecapacities"},
+			Verbs:     read,
+		}},
+	}
+	if err := createIgnoreExisting(ctx, rbac.ClusterRoles().Create, clusterRole); err != nil {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: gatewayRole},
+		Subjects:   subject,
+	}
+	if err := createIgnoreExisting(ctx, rbac.ClusterRoleBindings().Create, binding); err != nil {
+		return err
+	}
+	for _, ns := range c.Spec.Environment.Namespaces() {
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"},
+					Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+				{APIGroups: []string{""}, Resources: []string{"events", "resourcequotas"}, Verbs: read},
+				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: read},
+			},
+		}
+		if err := createIgnoreExisting(ctx, rbac.Roles(ns).Create, role); err != nil {
+			return err
+		}
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: gatewayRole},
+			Subjects:   subject,
+		}
+		if err := createIgnoreExisting(ctx, rbac.RoleBindings(ns).Create, rb); err != nil {
+			return err
+		}
+	}
+	ttl := int64(gatewayTokenTTL / time.Second)
+	tr, err := c.client.CoreV1().ServiceAccounts(GatewayNamespace).CreateToken(ctx, GatewayServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for %s: %w", GatewayServiceAccount, err)
+	}
+	c.gatewayToken = tr.Status.Token
+	return nil
+}
+
+// startControllerManager runs kube-controller-manager with the volume
+// controllers and a one-second binder resync, logging to the work directory.
+func (c *Cluster) startControllerManager(bins string) error {
+	kubeconfig := filepath.Join(c.workDir, "admin.kubeconfig")
+	if err := os.WriteFile(kubeconfig, c.env.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(c.workDir, "kube-controller-manager.log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(bins, "kube-controller-manager"),
+		"--kubeconfig="+kubeconfig,
+		"--controllers="+volumeControllers,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--pvclaimbinder-sync-period=1s",
+		"--resource-quota-sync-period=5s",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return fmt.Errorf("start kube-controller-manager: %w", err)
+	}
+	c.kcm, c.kcmDone = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(c.kcmDone) }()
+	return nil
+}
+
+// Stop tears the cluster down and removes its work directory. It is safe to
+// call more than once and on a partly started cluster.
+func (c *Cluster) Stop() {
+	if c.cancel != nil {
+		c.cancel()
+		c.wg.Wait()
+		c.cancel = nil
+	}
+	if c.kcm != nil {
+		_ = c.kcm.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.kcmDone:
+		case <-time.After(10 * time.Second):
+			_ = c.kcm.Process.Kill()
+			<-c.kcmDone
+		}
+		c.kcm = nil
+	}
+	if c.proxy != nil {
+		c.proxy.close()
+		c.proxy = nil
+	}
+	if c.env != nil {
+		_ = c.env.Stop()
+		c.env = nil
+	}
+	if c.workDir != "" {
+		_ = os.RemoveAll(c.workDir)
+		c.workDir = ""
+	}
+}
+
+func createIgnoreExisting[T any](ctx context.Context, create func(context.Context, T, metav1.CreateOptions) (T, error), obj T) error {
+	if _, err := create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
