@@ -49,10 +49,17 @@ func New(opts Options) *echo.Echo {
 	e.Use(middleware.RequestID())
 	e.Use(accessLog(opts.Logger))
 	e.Use(middleware.Recover())
+	// Label values must stay bounded whatever clients send: the route
+	// template, never the raw path of an unmatched request or the Host header.
 	e.Use(echoprometheus.NewMiddlewareWithConfig(echoprometheus.MiddlewareConfig{
-		Namespace:  "storage_gateway",
-		Registerer: opts.Metrics,
-		Skipper:    func(c echo.Context) bool { return c.Path() == "/metrics" },
+		Namespace:                 "storage_gateway",
+		Subsystem:                 "http",
+		Registerer:                opts.Metrics,
+		Skipper:                   func(c echo.Context) bool { return c.Path() == "/metrics" },
+		DoNotUseRequestPathFor404: true,
+		LabelFuncs: map[string]echoprometheus.LabelValueFunc{
+			"host": func(echo.Context, error) string { return "" },
+		},
 	}))
 	e.GET("/metrics", echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}))
 

@@ -92,6 +92,8 @@ func startEmbedded(opts NATSOptions, logger *slog.Logger) (*server.Server, error
 		}
 		if port == 0 {
 			port = server.RANDOM_PORT
+		} else if err := checkFree(opts.EmbeddedListen); err != nil {
+			return nil, err
 		}
 		sopts.Host, sopts.Port = host, port
 	}
@@ -107,6 +109,16 @@ func startEmbedded(opts NATSOptions, logger *slog.Logger) (*server.Server, error
 	}
 	logger.Info("embedded NATS started", "jetstream_store", opts.EmbeddedStoreDir, "listen", listenDescription(srv))
 	return srv, nil
+}
+
+// checkFree fails fast when the listen address is taken; the server itself
+// would only log it and never become ready.
+func checkFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("embedded NATS listen address %s: %w", addr, err)
+	}
+	return ln.Close()
 }
 
 func listenDescription(srv *server.Server) string {

@@ -1,0 +1,105 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/config"
+)
+
+func TestDefaults(t *testing.T) {
+	cfg, err := config.FromMap(map[string]string{"HOME": "/home/op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ListenAddr != ":8080" || !cfg.MigrateOnStart || cfg.NATSURL != "" || cfg.ShutdownTimeout != 30*time.Second {
+		t.Fatalf("unexpected defaults: %+v", cfg)
+	}
+	if cfg.EmbeddedNATSListen != "127.0.0.1:4223" {
+		t.Fatalf("embedded NATS must default to loopback off 4222, got %q", cfg.EmbeddedNATSListen)
+	}
+	if cfg.StateDir != "/home/op/.local/state/storage-gateway" {
+		t.Fatalf("state dir %q", cfg.StateDir)
+	}
+	if cfg.EmbeddedNATSDir() != "/home/op/.local/state/storage-gateway/nats" {
+		t.Fatalf("NATS store %q", cfg.EmbeddedNATSDir())
+	}
+}
+
+func TestStateDirFollowsXDG(t *testing.T) {
+	cfg, err := config.FromMap(map[string]string{"HOME": "/home/op", "XDG_STATE_HOME": "/xdg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StateDir != "/xdg/storage-gateway" {
+		t.Fatalf("state dir %q", cfg.StateDir)
+	}
+}
+
+func TestValidValues(t *testing.T) {
+	cfg, err := config.FromMap(map[string]string{
+		"SG_LISTEN_ADDR":          "127.0.0.1:9999",
+		"SG_DATABASE_URL":         "host=db user=sg dbname=sg",
+		"SG_NATS_URL":             "nats://a:4222, tls://b:4222",
+		"SG_STATE_DIR":            "/var/lib/sg",
+		"SG_LOG_LEVEL":            "DEBUG",
+		"SG_SHUTDOWN_TIMEOUT":     "5s",
+		"SG_MIGRATE_ON_START":     "false",
+		"SG_EMBEDDED_NATS_LISTEN": "off",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MigrateOnStart || cfg.ShutdownTimeout != 5*time.Second || cfg.StateDir != "/var/lib/sg" {
+		t.Fatalf("values not applied: %+v", cfg)
+	}
+}
+
+// TestInvalidValuesNameTheVariable checks every problem is reported with the
+// variable's name and without echoing the value (which may be a secret).
+func TestInvalidValuesNameTheVariable(t *testing.T) {
+	const secret = "s3cr3t-value"
+	cases := []struct {
+		name, variable, value string
+	}{
+		{"listen without port", "SG_LISTEN_ADDR", "localhost" + secret},
+		{"listen port not a number", "SG_LISTEN_ADDR", ":http" + secret},
+		{"database URL garbage", "SG_DATABASE_URL", "postgres://u:" + secret + "@h:notaport/db"},
+		{"NATS scheme", "SG_NATS_URL", "http://u:" + secret + "@nats:4222"},
+		{"NATS without host", "SG_NATS_URL", "nats://"},
+		{"embedded listen", "SG_EMBEDDED_NATS_LISTEN", "nowhere" + secret},
+		{"log level", "SG_LOG_LEVEL", "loud" + secret},
+		{"shutdown timeout unparsable", "SG_SHUTDOWN_TIMEOUT", "soon" + secret},
+		{"shutdown timeout zero", "SG_SHUTDOWN_TIMEOUT", "0s"},
+		{"migrate flag", "SG_MIGRATE_ON_START", "perhaps" + secret},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.FromMap(map[string]string{"HOME": "/h", tc.variable: tc.value})
+			if err == nil {
+				t.Fatalf("%s=%q accepted", tc.variable, tc.value)
+			}
+			if !strings.Contains(err.Error(), tc.variable) {
+				t.Errorf("error %q does not name %s", err, tc.variable)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error %q echoes the value", err)
+			}
+		})
+	}
+}
+
+func TestAllProblemsReportedTogether(t *testing.T) {
+	_, err := config.FromMap(map[string]string{"HOME": "/h", "SG_LISTEN_ADDR": "x", "SG_LOG_LEVEL": "x"})
+	if err == nil || !strings.Contains(err.Error(), "SG_LISTEN_ADDR") || !strings.Contains(err.Error(), "SG_LOG_LEVEL") {
+		t.Fatalf("want both problems in one error, got %v", err)
+	}
+}
+
+func TestStateDirRequiredWithoutHome(t *testing.T) {
+	_, err := config.FromMap(map[string]string{})
+	if err == nil || !strings.Contains(err.Error(), "SG_STATE_DIR") {
+		t.Fatalf("want SG_STATE_DIR error without HOME, got %v", err)
+	}
+}

@@ -1,0 +1,171 @@
+// Command fleet starts harness clusters (environments/local-*.yaml by default),
+// writes a gateway and an admin kubeconfig for each into -out, and then either
+// waits for SIGINT/SIGTERM or runs the command after "--" (the gateway, in
+// `make run`) until it exits. Clusters are torn down either way.
+//
+//	go run ./test/harness/cmd/fleet -out /tmp/clusters -- storage-gateway serve
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/test/harness"
+)
+
+func main() {
+	code, err := run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func run() (int, error) {
+	out := flag.String("out", filepath.Join(os.TempDir(), "storage-gateway-clusters"), "directory for the kubeconfig files")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: fleet [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
+		flag.PrintDefaults()
+	}
+	args, command := splitCommand(os.Args[1:])
+	if err := flag.CommandLine.Parse(args); err != nil {
+		return 2, err
+	}
+	specFiles := flag.Args()
+
+	specs, err := loadSpecs(specFiles)
+	if err != nil {
+		return 2, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "fleet: starting %d cluster(s) (the first run builds Kubernetes, ~10 min)\n", len(specs))
+	clusters, err := harness.StartAll(ctx, specs)
+	if err != nil {
+		return 1, err
+	}
+	defer func() {
+		for _, c := range clusters {
+			c.Stop()
+		}
+		fmt.Fprintln(os.Stderr, "fleet: clusters stopped")
+	}()
+	if err := writeKubeconfigs(*out, clusters); err != nil {
+		return 1, err
+	}
+	printSummary(clusters, *out, time.Since(start))
+
+	if len(command) == 0 {
+		<-ctx.Done()
+		return 0, nil
+	}
+	return runChild(ctx, command, *out)
+}
+
+// splitCommand separates fleet's own arguments from the command after "--"
+// (done before flag parsing, which would swallow the "--").
+func splitCommand(args []string) (own, command []string) {
+	if i := slices.Index(args, "--"); i >= 0 {
+		return args[:i], args[i+1:]
+	}
+	return args, nil
+}
+
+func loadSpecs(files []string) ([]harness.Spec, error) {
+	if len(files) == 0 {
+		return harness.LocalSpecs()
+	}
+	specs := make([]harness.Spec, 0, len(files))
+	for _, f := range files {
+		s, err := harness.LoadSpec(f)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
+
+// writeKubeconfigs stores <id>.kubeconfig (the gateway's least-privilege
+// token) and <id>.admin.kubeconfig per cluster, readable by the owner only.
+// They are throwaway credentials of local test clusters.
+func writeKubeconfigs(dir string, clusters []*harness.Cluster) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, c := range clusters {
+		gw, err := c.GatewayKubeconfig()
+		if err != nil {
+			return err
+		}
+		admin, err := c.AdminKubeconfig()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.Name()+".kubeconfig"), gw, 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.Name()+".admin.kubeconfig"), admin, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printSummary(clusters []*harness.Cluster, dir string, took time.Duration) {
+	fmt.Fprintf(os.Stderr, "fleet: %d cluster(s) ready in %s\n", len(clusters), took.Round(100*time.Millisecond))
+	w := tabwriter.NewWriter(os.Stderr, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  ENVIRONMENT\tAPI SERVER (gateway path)\tGATEWAY KUBECONFIG\tADMIN KUBECONFIG")
+	for _, c := range clusters {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", c.Name(), c.ServerURL(),
+			filepath.Join(dir, c.Name()+".kubeconfig"), filepath.Join(dir, c.Name()+".admin.kubeconfig"))
+	}
+	_ = w.Flush()
+}
+
+// runChild runs the command with SG_LOCAL_CLUSTERS_DIR pointing at the
+// kubeconfigs, forwards shutdown signals to it and returns its exit code.
+func runChild(ctx context.Context, command []string, dir string) (int, error) {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "SG_LOCAL_CLUSTERS_DIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return 1, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return exitCode(err)
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		return exitCode(<-done)
+	}
+}
+
+func exitCode(err error) (int, error) {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), nil
+	}
+	if err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
