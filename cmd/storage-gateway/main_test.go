@@ -1,0 +1,320 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+)
+
+// binary is the gateway built once for these tests, run as a real process.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sg-cmd-test-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "storage-gateway")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// gateway is one running `storage-gateway serve` process.
+type gateway struct {
+	cmd  *exec.Cmd
+	addr string
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan error
+}
+
+// startGateway runs serve with env (plus a private state dir and a random
+// port) and waits until it logs its listen address.
+func startGateway(t *testing.T, env map[string]string) *gateway {
+	t.Helper()
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0", "SG_EMBEDDED_NATS_LISTEN=off", "SG_LOG_LEVEL=debug"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{cmd: cmd, done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			g.mu.Lock()
+			g.logs.WriteString(line + "\n")
+			g.mu.Unlock()
+			var entry struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "listening" {
+				listening <- entry.Addr
+			}
+		}
+		g.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("gateway logs:\n%s", g.logOutput())
+		}
+	})
+	select {
+	case g.addr = <-listening:
+	case err := <-g.done:
+		t.Fatalf("gateway exited before listening (%v):\n%s", err, g.logOutput())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gateway did not listen within 60s:\n%s", g.logOutput())
+	}
+	return g
+}
+
+func (g *gateway) logOutput() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.logs.String()
+}
+
+func (g *gateway) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + g.addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// waitReady polls /readyz until it answers want, returning the last body.
+func (g *gateway) waitReady(t *testing.T, want int, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, body := g.get(t, "/readyz")
+		if code == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d %s, want %d within %s", code, body, want, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func failedChecks(t *testing.T, body string) []string {
+	t.Helper()
+	var r struct {
+		Checks []struct {
+			Name string
+			OK   bool `json:"ok"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			failed = append(failed, c.Name)
+		}
+	}
+	return failed
+}
+
+func TestServeWithEmbeddedNATSIsReadyAndStopsGracefully(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": db.URL})
+
+	if code, body := g.get(t, "/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+	g.waitReady(t, 200, 10*time.Second)
+	if code, body := g.get(t, "/metrics"); code != 200 || !strings.Contains(body, "storage_gateway_http_requests_total") || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics = %d, missing gateway or runtime metrics", code)
+	}
+	if code, body := g.get(t, "/api/v1alpha1/openapi.yaml"); code != 200 || !strings.HasPrefix(body, "openapi: ") {
+		t.Fatalf("openapi.yaml = %d", code)
+	}
+
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, g.logOutput())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("gateway did not stop within 20s of SIGTERM")
+	}
+	if !strings.Contains(g.logOutput(), `"msg":"stopped"`) {
+		t.Fatalf("no clean stop logged:\n%s", g.logOutput())
+	}
+	if _, err := net.DialTimeout("tcp", g.addr, time.Second); err == nil {
+		t.Fatal("port still open after shutdown")
+	}
+}
+
+func TestServeIsNotReadyUntilMigrated(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": db.URL, "SG_MIGRATE_ON_START": "false"})
+
+	body := g.waitReady(t, 503, 10*time.Second)
+	if failed := failedChecks(t, body); strings.Join(failed, ",") != "migrations" {
+		t.Fatalf("failed checks %v, want only migrations: %s", failed, body)
+	}
+	migrate := exec.Command(binary, "migrate")
+	migrate.Env = []string{"HOME=" + t.TempDir(), "SG_DATABASE_URL=" + db.URL}
+	out, err := migrate.CombinedOutput()
+	if err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "schema version") {
+		t.Fatalf("migrate output %q", out)
+	}
+	// Without a restart, the running gateway notices the schema is current.
+	g.waitReady(t, 200, 10*time.Second)
+}
+
+func TestServeReadinessFollowsPostgres(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": db.URL})
+	g.waitReady(t, 200, 10*time.Second)
+
+	db.Drop(t)
+	body := g.waitReady(t, 503, 10*time.Second)
+	if failed := failedChecks(t, body); len(failed) == 0 || failed[0] != "postgres" {
+		t.Fatalf("failed checks %v after the database vanished", failed)
+	}
+	if code, _ := g.get(t, "/healthz"); code != 200 {
+		t.Fatalf("liveness must not follow dependencies, got %d", code)
+	}
+}
+
+// TestServeReadinessFollowsExternalNATS runs an external NATS server that the
+// test can stop and restart on the same port.
+func TestServeReadinessFollowsExternalNATS(t *testing.T) {
+	port := freePort(t)
+	storeDir := t.TempDir()
+	startNATS := func() *natsserver.Server {
+		s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("test NATS did not start")
+		}
+		return s
+	}
+	ns := startNATS()
+	defer func() { ns.Shutdown() }()
+
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": pgtest.NewDatabase(t).URL, "SG_NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", port)})
+	g.waitReady(t, 200, 10*time.Second)
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	body := g.waitReady(t, 503, 10*time.Second)
+	if failed := failedChecks(t, body); strings.Join(failed, ",") != "nats" {
+		t.Fatalf("failed checks %v, want only nats", failed)
+	}
+	ns = startNATS()
+	g.waitReady(t, 200, 15*time.Second)
+}
+
+func TestServeWithUnreachableExternalNATSStillStarts(t *testing.T) {
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": pgtest.NewDatabase(t).URL, "SG_NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))})
+	body := g.waitReady(t, 503, 10*time.Second)
+	if failed := failedChecks(t, body); strings.Join(failed, ",") != "nats" {
+		t.Fatalf("failed checks %v, want only nats", failed)
+	}
+}
+
+func TestBadConfigurationExitsWithClearMessage(t *testing.T) {
+	const secret = "pa55w0rd-xyz"
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_LISTEN_ADDR=nowhere", "SG_NATS_URL=http://u:" + secret + "@x:1"}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit %v, want status 1\n%s", err, out)
+	}
+	for _, want := range []string{"SG_LISTEN_ADDR", "SG_NATS_URL"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("message does not name %s: %s", want, out)
+		}
+	}
+	if strings.Contains(string(out), secret) {
+		t.Fatalf("message echoes a secret: %s", out)
+	}
+}
+
+func TestUnreachableDatabaseFailsStartWithoutLeakingPassword(t *testing.T) {
+	const secret = "pa55w0rd-xyz"
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_DATABASE_URL=postgres://sg:" + secret + "@127.0.0.1:1/sg?connect_timeout=2"}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatal("started without a database")
+	}
+	if !strings.Contains(string(out), "127.0.0.1:1/sg") || strings.Contains(string(out), secret) {
+		t.Fatalf("want the server named and the password absent: %s", out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(binary, "version", "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Version   string `json:"version"`
+		GoVersion string `json:"go_version"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Version == "" || !strings.HasPrefix(v.GoVersion, "go1.") {
+		t.Fatalf("version output %q (%v)", out, err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+)
+
+// syncBuffer collects a process's output from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestMakeRun runs the README's quick start, `make run`, and checks that the
+// gateway becomes ready with both local clusters up, that the clusters answer
+// with the credentials it wrote, and that Ctrl-C stops everything.
+func TestMakeRun(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	state := t.TempDir()
+	port := freePort(t)
+
+	cmd := exec.Command("make", "run")
+	cmd.Dir = harness.RepoRoot()
+	cmd.Env = append(os.Environ(),
+		"SG_DATABASE_URL="+db.URL,
+		"SG_STATE_DIR="+state,
+		fmt.Sprintf("SG_LISTEN_ADDR=127.0.0.1:%d", port),
+		"SG_EMBEDDED_NATS_LISTEN=127.0.0.1:0",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, as a terminal gives it
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if t.Failed() {
+			t.Logf("make run output:\n%s", out.String())
+		}
+	})
+
+	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+	deadline := time.Now().Add(10 * time.Minute) // includes compiling on a cold cache
+	for {
+		if resp, err := http.Get(ready); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("make run exited early: %v", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not answer 200")
+		}
+	}
+
+	// Both local clusters run and the gateway kubeconfigs work.
+	specs, err := harness.LocalSpecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []string
+	for _, s := range specs {
+		path := filepath.Join(state, "clusters", s.Environment.ID+".kubeconfig")
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		classes, err := cs.StorageV1().StorageClasses().List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(classes.Items) == 0 {
+			t.Fatalf("%s: list storage classes with the gateway kubeconfig: %d classes, err %v", s.Environment.ID, len(classes.Items), err)
+		}
+		servers = append(servers, cfg.Host)
+	}
+
+	// Ctrl-C: the whole group gets SIGINT; gateway and clusters stop.
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("make run did not stop within 90s of Ctrl-C")
+	}
+	for _, addr := range append(servers, fmt.Sprintf("http://127.0.0.1:%d", port)) {
+		u, err := url.Parse(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", u.Host); err == nil {
+			_ = conn.Close()
+			t.Errorf("%s still accepts connections after Ctrl-C", addr)
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
