@@ -84,7 +84,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		},
 	})
 
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.ListenAddr)
 	if err != nil {
 		shutdownNATS(ctx, cfg, nc)
 		return fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)

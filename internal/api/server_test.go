@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -22,7 +21,7 @@ import (
 func newServer(t *testing.T, checks ...api.Check) *echo.Echo {
 	t.Helper()
 	e := api.New(api.Options{
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:           slog.New(slog.DiscardHandler),
 		Metrics:          prometheus.NewRegistry(),
 		Readiness:        checks,
 		ReadinessTimeout: 200 * time.Millisecond,
@@ -30,17 +29,17 @@ func newServer(t *testing.T, checks ...api.Check) *echo.Echo {
 	return e
 }
 
-func do(t *testing.T, h http.Handler, method, path string) *httptest.ResponseRecorder {
+func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	return rec
 }
 
 func ok(context.Context) error { return nil }
 
 func TestHealthz(t *testing.T) {
-	rec := do(t, newServer(t, api.Check{Name: "db", Check: func(context.Context) error { return errors.New("down") }}), http.MethodGet, "/healthz")
+	rec := get(t, newServer(t, api.Check{Name: "db", Check: func(context.Context) error { return errors.New("down") }}), "/healthz")
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
 		t.Fatalf("healthz must not depend on checks: %d %s", rec.Code, rec.Body)
 	}
@@ -61,7 +60,7 @@ func TestReadyzReportsEveryCheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			rec := do(t, newServer(t, tc.checks...), http.MethodGet, "/readyz")
+			rec := get(t, newServer(t, tc.checks...), "/readyz")
 			if time.Since(start) > 2*time.Second {
 				t.Fatalf("readyz took %s", time.Since(start))
 			}
@@ -102,7 +101,7 @@ func TestReadyzReportsEveryCheck(t *testing.T) {
 }
 
 func TestUnknownRouteIsProblemJSON(t *testing.T) {
-	rec := do(t, newServer(t), http.MethodGet, "/api/v1alpha1/nope")
+	rec := get(t, newServer(t), "/api/v1alpha1/nope")
 	if rec.Code != http.StatusNotFound {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -124,7 +123,7 @@ func TestUnknownRouteIsProblemJSON(t *testing.T) {
 func TestPanicsBecomeOpaqueInternalProblems(t *testing.T) {
 	e := newServer(t)
 	e.GET("/boom", func(echo.Context) error { panic("database password is hunter2") })
-	rec := do(t, e, http.MethodGet, "/boom")
+	rec := get(t, e, "/boom")
 	if rec.Code != http.StatusInternalServerError {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -142,11 +141,11 @@ func TestPanicsBecomeOpaqueInternalProblems(t *testing.T) {
 
 func TestMetricsCountRequestsWithBoundedLabels(t *testing.T) {
 	e := newServer(t)
-	do(t, e, http.MethodGet, "/healthz")
+	get(t, e, "/healthz")
 	for _, p := range []string{"/a", "/b", "/c"} {
-		do(t, e, http.MethodGet, p)
+		get(t, e, p)
 	}
-	rec := do(t, e, http.MethodGet, "/metrics")
+	rec := get(t, e, "/metrics")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -162,7 +161,7 @@ func TestMetricsCountRequestsWithBoundedLabels(t *testing.T) {
 }
 
 func TestServesItsOwnContract(t *testing.T) {
-	rec := do(t, newServer(t), http.MethodGet, "/api/v1alpha1/openapi.yaml")
+	rec := get(t, newServer(t), "/api/v1alpha1/openapi.yaml")
 	want, err := os.ReadFile("openapi.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -114,7 +114,7 @@ func startEmbedded(opts NATSOptions, logger *slog.Logger) (*server.Server, error
 // checkFree fails fast when the listen address is taken; the server itself
 // would only log it and never become ready.
 func checkFree(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("embedded NATS listen address %s: %w", addr, err)
 	}

@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/events"
 )
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var discard = slog.New(slog.DiscardHandler)
 
 // systemNATS is the machine's NATS server (JetStream on), as in CI.
 const systemNATS = "nats://127.0.0.1:4222"

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,7 +13,7 @@ import (
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 )
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var discard = slog.New(slog.DiscardHandler)
 
 func open(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()

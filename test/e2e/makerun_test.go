@@ -130,7 +130,8 @@ func TestMakeRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-done:
+	case err := <-done:
+		t.Logf("make run ended after Ctrl-C: %v", err)
 	case <-time.After(90 * time.Second):
 		t.Fatal("make run did not stop within 90s of Ctrl-C")
 	}

@@ -55,11 +55,10 @@ type Cluster struct {
 	gatewayToken string
 	caData       []byte
 
+	// cancel stops the controller manager, provisioner and resizer; wg
+	// waits for them.
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	kcm     *exec.Cmd
-	kcmDone chan struct{}
 }
 
 // Name is the environment id from the cluster file.
@@ -181,11 +180,12 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	if err := c.grantGateway(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.startControllerManager(bins); err != nil {
-		return nil, err
-	}
+	// Everything that runs beside the control plane ends with runCtx.
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	if err := c.startControllerManager(runCtx, bins); err != nil {
+		return nil, err
+	}
 	c.wg.Go(func() { runProvisioners(runCtx, c.client, spec.Cluster.Drivers) })
 	c.wg.Go(func() { runResizer(runCtx, c.client, spec.Cluster.Drivers) })
 	return c, nil
@@ -299,7 +299,7 @@ func (c *Cluster) grantGateway(ctx context.Context) error {
 
 // startControllerManager runs kube-controller-manager with the volume
 // controllers and a one-second binder resync, logging to the work directory.
-func (c *Cluster) startControllerManager(bins string) error {
+func (c *Cluster) startControllerManager(ctx context.Context, bins string) error {
 	kubeconfig := filepath.Join(c.workDir, "admin.kubeconfig")
 	if err := os.WriteFile(kubeconfig, c.env.KubeConfig, 0o600); err != nil {
 		return err
@@ -308,7 +308,7 @@ func (c *Cluster) startControllerManager(bins string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(bins, "kube-controller-manager"),
+	cmd := exec.CommandContext(ctx, filepath.Join(bins, "kube-controller-manager"),
 		"--kubeconfig="+kubeconfig,
 		"--controllers="+volumeControllers,
 		"--leader-elect=false",
@@ -317,13 +317,15 @@ func (c *Cluster) startControllerManager(bins string) error {
 		"--resource-quota-sync-period=5s",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// On cancel: SIGTERM, then SIGKILL if it has not exited within 10 s.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return fmt.Errorf("start kube-controller-manager: %w", err)
 	}
-	c.kcm, c.kcmDone = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(c.kcmDone) }()
+	c.wg.Go(func() { _ = cmd.Wait(); _ = logFile.Close() })
 	return nil
 }
 
@@ -334,16 +336,6 @@ func (c *Cluster) Stop() {
 		c.cancel()
 		c.wg.Wait()
 		c.cancel = nil
-	}
-	if c.kcm != nil {
-		_ = c.kcm.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.kcmDone:
-		case <-time.After(10 * time.Second):
-			_ = c.kcm.Process.Kill()
-			<-c.kcmDone
-		}
-		c.kcm = nil
 	}
 	if c.proxy != nil {
 		c.proxy.close()

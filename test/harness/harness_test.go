@@ -104,7 +104,7 @@ func TestEveryClassReachesItsExpectedPhase(t *testing.T) {
 					}
 				case sc.Parameters[ParamFailTimes] != "":
 					n, _ := strconv.Atoi(sc.Parameters[ParamFailTimes])
-					bound := waitForPhase(t, c, pvc, corev1.ClaimBound)
+					bound := waitForBound(t, c, pvc)
 					if got := countEvents(t, c, bound, "ProvisioningFailed"); got < n {
 						t.Fatalf("claim bound after %d ProvisioningFailed events, want %d first", got, n)
 					}
@@ -112,12 +112,12 @@ func TestEveryClassReachesItsExpectedPhase(t *testing.T) {
 				case sc.Parameters[ParamDelay] != "":
 					delay, _ := time.ParseDuration(sc.Parameters[ParamDelay])
 					start := time.Now()
-					waitForPhase(t, c, pvc, corev1.ClaimBound)
+					waitForBound(t, c, pvc)
 					if took := time.Since(start); took < delay {
 						t.Fatalf("slow class bound after %s, before its %s delay", took, delay)
 					}
 				default:
-					bound := waitForPhase(t, c, pvc, corev1.ClaimBound)
+					bound := waitForBound(t, c, pvc)
 					waitForEvent(t, c, bound, "ProvisioningSucceeded")
 					pv, err := c.AdminClient().CoreV1().PersistentVolumes().Get(ctx, bound.Spec.VolumeName, metav1.GetOptions{})
 					if err != nil {
@@ -163,7 +163,7 @@ func TestDriversRefuseModesTheyLack(t *testing.T) {
 	t.Run("block on a block-capable driver", func(t *testing.T) {
 		t.Parallel()
 		pvc := create(t, east, newClaim("block-on-block", "block", corev1.ReadWriteOnce, &block, "1Gi"))
-		bound := waitForPhase(t, east, pvc, corev1.ClaimBound)
+		bound := waitForBound(t, east, pvc)
 		if bound.Spec.VolumeMode == nil || *bound.Spec.VolumeMode != block {
 			t.Fatalf("bound claim volume mode %v, want Block", bound.Spec.VolumeMode)
 		}
@@ -175,7 +175,7 @@ func TestExpansionCompletes(t *testing.T) {
 		t.Run(c.Name(), func(t *testing.T) {
 			t.Parallel()
 			sc := defaultClass(t, c)
-			pvc := waitForPhase(t, c, create(t, c, newClaim("grow", sc, widestAccessMode(t, c, provisionerOf(t, c, sc)), nil, "1Gi")), corev1.ClaimBound)
+			pvc := waitForBound(t, c, create(t, c, newClaim("grow", sc, widestAccessMode(t, c, provisionerOf(t, c, sc)), nil, "1Gi")))
 
 			// Watch every revision of the claim, so a short Resizing phase is seen.
 			claims := c.AdminClient().CoreV1().PersistentVolumeClaims(pvc.Namespace)
@@ -230,7 +230,7 @@ func TestExpansionCompletes(t *testing.T) {
 
 func TestNonExpandableClassRefusesGrowth(t *testing.T) {
 	east := cluster(t, "local-east")
-	pvc := waitForPhase(t, east, create(t, east, newClaim("fixed", "archive", corev1.ReadWriteOnce, nil, "1Gi")), corev1.ClaimBound)
+	pvc := waitForBound(t, east, create(t, east, newClaim("fixed", "archive", corev1.ReadWriteOnce, nil, "1Gi")))
 	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}`)
 	_, err := east.AdminClient().CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(t.Context(), pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
@@ -364,9 +364,9 @@ func TestUnreachableAndBack(t *testing.T) {
 		t.Fatalf("admin path broken while the gateway path is cut: %v", err)
 	}
 	c.SetReachable(true)
-	poll(t, 15*time.Second, func() (error, bool) {
+	poll(t, 15*time.Second, func() (string, bool) {
 		_, err := gw.Discovery().ServerVersion()
-		return err, err == nil
+		return fmt.Sprint(err), err == nil
 	})
 }
 
@@ -393,7 +393,7 @@ func TestRestartAPIServer(t *testing.T) {
 		t.Fatalf("admin credentials after restart: %v", err)
 	}
 	// Controllers reconnect: a new claim still binds.
-	waitForPhase(t, c, create(t, c, newClaim("after-restart", "standard", corev1.ReadWriteOnce, nil, "1Gi")), corev1.ClaimBound)
+	waitForBound(t, c, create(t, c, newClaim("after-restart", "standard", corev1.ReadWriteOnce, nil, "1Gi")))
 }
 
 // BenchmarkClusterStart reports how long one harness cluster takes to start
@@ -473,11 +473,11 @@ func getClaim(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim) *core
 	return got
 }
 
-func waitForPhase(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+func waitForBound(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	return poll(t, 60*time.Second, func() (*corev1.PersistentVolumeClaim, bool) {
 		got := getClaim(t, c, pvc)
-		return got, got.Status.Phase == phase
+		return got, got.Status.Phase == corev1.ClaimBound
 	})
 }
 

@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // proxy is a TCP relay in front of an API server. The gateway reaches the
@@ -22,7 +24,7 @@ type proxy struct {
 }
 
 func newProxy(target string) (*proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +54,7 @@ func (p *proxy) acceptLoop() {
 
 func (p *proxy) relay(client net.Conn) {
 	defer p.drop(client)
-	server, err := net.Dial("tcp", p.target)
+	server, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", p.target)
 	if err != nil {
 		return
 	}

@@ -139,27 +139,22 @@ func printSummary(clusters []*harness.Cluster, dir string, took time.Duration) {
 }
 
 // runChild runs the command with SG_LOCAL_CLUSTERS_DIR pointing at the
-// kubeconfigs, forwards shutdown signals to it and returns its exit code.
+// kubeconfigs until it exits or ctx ends (then it gets SIGTERM, and SIGKILL
+// 30 s later), and returns its exit code.
 func runChild(ctx context.Context, command []string, dir string) (int, error) {
-	cmd := exec.Command(command[0], command[1:]...)
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "SG_LOCAL_CLUSTERS_DIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		return 1, err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return exitCode(err)
-	case <-ctx.Done():
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		return exitCode(<-done)
-	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	return exitCode(cmd.Run())
 }
 
 func exitCode(err error) (int, error) {
+	if errors.Is(err, context.Canceled) {
+		return 0, nil // stopped on our signal and exited cleanly
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil
