@@ -21,6 +21,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/ports"
 )
 
 // binary is the gateway built once for these tests, run as a real process.
@@ -226,7 +227,7 @@ func TestServeReadinessFollowsPostgres(t *testing.T) {
 // TestServeReadinessFollowsExternalNATS runs an external NATS server that the
 // test can stop and restart on the same port.
 func TestServeReadinessFollowsExternalNATS(t *testing.T) {
-	port := freePort(t)
+	port := ports.Free(t)
 	storeDir := t.TempDir()
 	startNATS := func() *natsserver.Server {
 		s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true})
@@ -256,7 +257,7 @@ func TestServeReadinessFollowsExternalNATS(t *testing.T) {
 }
 
 func TestServeWithUnreachableExternalNATSStillStarts(t *testing.T) {
-	g := startGateway(t, map[string]string{"SG_DATABASE_URL": pgtest.NewDatabase(t).URL, "SG_NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))})
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": pgtest.NewDatabase(t).URL, "SG_NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", ports.Free(t))})
 	body := g.waitReady(t, 503, 10*time.Second)
 	if failed := failedChecks(t, body); strings.Join(failed, ",") != "nats" {
 		t.Fatalf("failed checks %v, want only nats", failed)
@@ -307,14 +308,4 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal(out, &v); err != nil || v.Version == "" || !strings.HasPrefix(v.GoVersion, "go1.") {
 		t.Fatalf("version output %q (%v)", out, err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/ports"
 )
 
 // syncBuffer collects a process's output from several goroutines.
@@ -47,7 +48,7 @@ func (s *syncBuffer) String() string {
 func TestMakeRun(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	state := t.TempDir()
-	port := freePort(t)
+	port := ports.Free(t)
 
 	cmd := exec.Command("make", "run")
 	cmd.Dir = harness.RepoRoot()
@@ -145,14 +146,4 @@ func TestMakeRun(t *testing.T) {
 			t.Errorf("%s still accepts connections after Ctrl-C", addr)
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -84,11 +85,17 @@ func (c *Cluster) GatewayToken() string { return c.gatewayToken }
 // GatewayKubeconfig is a kubeconfig for the gateway: ServerURL, CAData and
 // GatewayToken, one context, nothing else.
 func (c *Cluster) GatewayKubeconfig() ([]byte, error) {
+	return TokenKubeconfig(c.Name(), c.ServerURL(), c.caData, c.gatewayToken, c.Spec.Environment.Namespace)
+}
+
+// TokenKubeconfig renders a minimal kubeconfig: one cluster, one bearer token,
+// one context — what the gateway accepts and no more.
+func TokenKubeconfig(name, server string, caData []byte, token, namespace string) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[c.Name()] = &clientcmdapi.Cluster{Server: c.ServerURL(), CertificateAuthorityData: c.caData}
-	cfg.AuthInfos[GatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: c.gatewayToken}
-	cfg.Contexts[c.Name()] = &clientcmdapi.Context{Cluster: c.Name(), AuthInfo: GatewayServiceAccount, Namespace: c.Spec.Environment.Namespace}
-	cfg.CurrentContext = c.Name()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caData}
+	cfg.AuthInfos[GatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: GatewayServiceAccount, Namespace: namespace}
+	cfg.CurrentContext = name
 	return clientcmd.Write(*cfg)
 }
 
@@ -174,10 +181,10 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	if err := c.applyObjects(ctx); err != nil {
+	if c.gatewayToken, err = GrantGateway(ctx, c.client, spec.Environment.Namespaces()); err != nil {
 		return nil, err
 	}
-	if err := c.grantGateway(ctx); err != nil {
+	if err := c.applyObjects(ctx); err != nil {
 		return nil, err
 	}
 	// Everything that runs beside the control plane ends with runCtx.
@@ -212,14 +219,9 @@ func StartAll(ctx context.Context, specs []Spec) ([]*Cluster, error) {
 	return clusters, nil
 }
 
-// applyObjects creates the namespaces and every object in the cluster file.
+// applyObjects creates every object in the cluster file (after GrantGateway
+// made the namespaces they may live in).
 func (c *Cluster) applyObjects(ctx context.Context) error {
-	for _, ns := range append(c.Spec.Environment.Namespaces(), GatewayNamespace) {
-		if err := createIgnoreExisting(ctx, c.client.CoreV1().Namespaces().Create,
-			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return fmt.Errorf("namespace %s: %w", ns, err)
-		}
-	}
 	cl, err := client.New(c.admin, client.Options{})
 	if err != nil {
 		return err
@@ -233,15 +235,22 @@ func (c *Cluster) applyObjects(ctx context.Context) error {
 	return nil
 }
 
-// grantGateway creates the gateway's ServiceAccount with least privilege:
-// claims, their events and quotas in the environment's namespaces; read-only
-// storage classes, CSI drivers and capacities cluster-wide. It then mints a
-// token through the TokenRequest API.
-func (c *Cluster) grantGateway(ctx context.Context) error {
-	rbac := c.client.RbacV1()
+// GrantGateway prepares any cluster (harness or kind) for the gateway: the
+// namespaces, a ServiceAccount with least privilege — claims, their events
+// and quotas in the given namespaces; read-only storage classes, CSI drivers
+// and capacities cluster-wide — and a token minted through the TokenRequest
+// API, which it returns. It is idempotent.
+func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces []string) (string, error) {
+	for _, ns := range append(slices.Clone(namespaces), GatewayNamespace) {
+		if err := createIgnoreExisting(ctx, client.CoreV1().Namespaces().Create,
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return "", fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
+	rbac := client.RbacV1()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: GatewayNamespace}}
-	if err := createIgnoreExisting(ctx, c.client.CoreV1().ServiceAccounts(GatewayNamespace).Create, sa); err != nil {
-		return err
+	if err := createIgnoreExisting(ctx, client.CoreV1().ServiceAccounts(GatewayNamespace).Create, sa); err != nil {
+		return "", err
 	}
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: GatewayServiceAccount, Namespace: GatewayNamespace}}
 	read := []string{"get", "list", "watch"}
@@ -255,7 +264,7 @@ func (c *Cluster) grantGateway(ctx context.Context) error {
 		}},
 	}
 	if err := createIgnoreExisting(ctx, rbac.ClusterRoles().Create, clusterRole); err != nil {
-		return err
+		return "", err
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: gatewayRole},
@@ -263,9 +272,9 @@ func (c *Cluster) grantGateway(ctx context.Context) error {
 		Subjects:   subject,
 	}
 	if err := createIgnoreExisting(ctx, rbac.ClusterRoleBindings().Create, binding); err != nil {
-		return err
+		return "", err
 	}
-	for _, ns := range c.Spec.Environment.Namespaces() {
+	for _, ns := range namespaces {
 		role := &rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
 			Rules: []rbacv1.PolicyRule{
@@ -276,7 +285,7 @@ func (c *Cluster) grantGateway(ctx context.Context) error {
 			},
 		}
 		if err := createIgnoreExisting(ctx, rbac.Roles(ns).Create, role); err != nil {
-			return err
+			return "", err
 		}
 		rb := &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
@@ -284,17 +293,16 @@ func (c *Cluster) grantGateway(ctx context.Context) error {
 			Subjects:   subject,
 		}
 		if err := createIgnoreExisting(ctx, rbac.RoleBindings(ns).Create, rb); err != nil {
-			return err
+			return "", err
 		}
 	}
 	ttl := int64(gatewayTokenTTL / time.Second)
-	tr, err := c.client.CoreV1().ServiceAccounts(GatewayNamespace).CreateToken(ctx, GatewayServiceAccount,
+	tr, err := client.CoreV1().ServiceAccounts(GatewayNamespace).CreateToken(ctx, GatewayServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("token for %s: %w", GatewayServiceAccount, err)
+		return "", fmt.Errorf("token for %s: %w", GatewayServiceAccount, err)
 	}
-	c.gatewayToken = tr.Status.Token
-	return nil
+	return tr.Status.Token, nil
 }
 
 // startControllerManager runs kube-controller-manager with the volume
