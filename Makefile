@@ -39,6 +39,9 @@ run: build ## run the gateway (embedded NATS) with two local clusters
 	$(BIN) migrate --create-database
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GO) run ./test/harness/cmd/fleet -out $(STATE_DIR)/clusters -- $(BIN) serve
 
+kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
+	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind
+
 test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2e)
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GO) test $(GO_TEST_FLAGS) ./...
 
