@@ -100,7 +100,7 @@ func TokenKubeconfig(name, server string, caData []byte, token, namespace string
 }
 
 // AdminKubeconfig is a kubeconfig for AdminConfig (direct, not proxied).
-func (c *Cluster) AdminKubeconfig() ([]byte, error) { return c.env.KubeConfig, nil }
+func (c *Cluster) AdminKubeconfig() []byte { return c.env.KubeConfig }
 
 // GatewayConfig is a client configuration equivalent to GatewayKubeconfig.
 func (c *Cluster) GatewayConfig() *rest.Config {

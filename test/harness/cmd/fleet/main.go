@@ -113,10 +113,7 @@ func writeKubeconfigs(dir string, clusters []*harness.Cluster) error {
 		if err != nil {
 			return err
 		}
-		admin, err := c.AdminKubeconfig()
-		if err != nil {
-			return err
-		}
+		admin := c.AdminKubeconfig()
 		if err := os.WriteFile(filepath.Join(dir, c.Name()+".kubeconfig"), gw, 0o600); err != nil {
 			return err
 		}
