@@ -39,7 +39,7 @@ func newServeCommand() *cobra.Command {
 }
 
 // serve runs until ctx ends, then shuts down in dependency order: stop
-// accepting HTTP, close NATS, close the database.
+// accepting HTTP, drain NATS, close the database (the last two deferred).
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting", "version", version.Get().Version)
 
@@ -71,6 +71,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Every exit path drains NATS within the shutdown bound, before the
+	// database pool (deferred earlier) closes.
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		nc.Close(closeCtx)
+		logger.Info("stopped")
+	}()
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -86,7 +94,6 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.ListenAddr)
 	if err != nil {
-		shutdownNATS(ctx, cfg, nc)
 		return fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
 	}
 	srv := &http.Server{
@@ -100,7 +107,6 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	select {
 	case err := <-served:
-		shutdownNATS(ctx, cfg, nc)
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
@@ -111,15 +117,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Warn("http shutdown incomplete", "error", err)
 	}
-	nc.Close(shutdownCtx)
-	logger.Info("stopped")
 	return nil
-}
-
-func shutdownNATS(ctx context.Context, cfg config.Config, nc *events.NATS) {
-	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	nc.Close(c)
 }
 
 func natsDescription(cfg config.Config, nc *events.NATS) string {

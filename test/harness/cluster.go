@@ -54,7 +54,6 @@ type Cluster struct {
 	proxy   *proxy
 
 	gatewayToken string
-	caData       []byte
 
 	// cancel stops the controller manager, provisioner and resizer; wg
 	// waits for them.
@@ -77,7 +76,7 @@ func (c *Cluster) AdminClient() kubernetes.Interface { return c.client }
 func (c *Cluster) ServerURL() string { return "https://" + c.proxy.addr() }
 
 // CAData is the PEM bundle that verifies the API server's certificate.
-func (c *Cluster) CAData() []byte { return c.caData }
+func (c *Cluster) CAData() []byte { return c.admin.CAData }
 
 // GatewayToken is the least-privilege ServiceAccount token for the gateway.
 func (c *Cluster) GatewayToken() string { return c.gatewayToken }
@@ -85,7 +84,7 @@ func (c *Cluster) GatewayToken() string { return c.gatewayToken }
 // GatewayKubeconfig is a kubeconfig for the gateway: ServerURL, CAData and
 // GatewayToken, one context, nothing else.
 func (c *Cluster) GatewayKubeconfig() ([]byte, error) {
-	return TokenKubeconfig(c.Name(), c.ServerURL(), c.caData, c.gatewayToken, c.Spec.Environment.Namespace)
+	return TokenKubeconfig(c.Name(), c.ServerURL(), c.CAData(), c.gatewayToken, c.Spec.Environment.Namespace)
 }
 
 // TokenKubeconfig renders a minimal kubeconfig: one cluster, one bearer token,
@@ -107,7 +106,7 @@ func (c *Cluster) GatewayConfig() *rest.Config {
 	return &rest.Config{
 		Host:            c.ServerURL(),
 		BearerToken:     c.gatewayToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.caData},
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData()},
 	}
 }
 
@@ -171,7 +170,6 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.caData = c.admin.CAData
 	apiURL, err := url.Parse(c.admin.Host)
 	if err != nil {
 		return nil, err
