@@ -36,7 +36,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newMigrateCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newKeysCommand(), newVersionCommand())
 	return root
 }
 

@@ -42,6 +42,10 @@ func newServeCommand() *cobra.Command {
 // accepting HTTP, drain NATS, close the database (the last two deferred).
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting", "version", version.Get().Version)
+	keys, err := loadKeyRing(cfg)
+	if err != nil {
+		return err
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
@@ -62,6 +66,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		logger.Info("schema migrated", "applied", applied)
 	}
+	registry := newEnvironmentService(cfg, pool, keys, logger)
+	if err := registry.CheckKeys(startCtx); err != nil {
+		return err
+	}
 
 	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
 	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
@@ -80,11 +88,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		logger.Info("stopped")
 	}()
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler := api.New(api.Options{
-		Logger:  logger,
-		Metrics: registry,
+		Logger:       logger,
+		Metrics:      metrics,
+		Environments: registry,
 		Readiness: []api.Check{
 			{Name: "postgres", Check: pool.Ping},
 			{Name: "migrations", Check: migrator.CheckCurrent},
@@ -104,6 +113,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
+
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	probing := make(chan struct{})
+	go func() {
+		defer close(probing)
+		registry.RunProbes(probeCtx, cfg.ProbeInterval)
+	}()
+	defer func() { stopProbes(); <-probing }()
 
 	select {
 	case err := <-served:

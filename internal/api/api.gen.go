@@ -15,10 +15,80 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
+	"github.com/oapi-codegen/runtime"
 )
+
+// Defines values for AccessMode.
+const (
+	ReadOnlyMany  AccessMode = "ReadOnlyMany"
+	ReadWriteMany AccessMode = "ReadWriteMany"
+	ReadWriteOnce AccessMode = "ReadWriteOnce"
+)
+
+// Valid indicates whether the value is a known member of the AccessMode enum.
+func (e AccessMode) Valid() bool {
+	switch e {
+	case ReadOnlyMany:
+		return true
+	case ReadWriteMany:
+		return true
+	case ReadWriteOnce:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ConnectionInfoAuthType.
+const (
+	ClientCertificate ConnectionInfoAuthType = "client_certificate"
+	Token             ConnectionInfoAuthType = "token"
+)
+
+// Valid indicates whether the value is a known member of the ConnectionInfoAuthType enum.
+func (e ConnectionInfoAuthType) Valid() bool {
+	switch e {
+	case ClientCertificate:
+		return true
+	case Token:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EnvironmentState.
+const (
+	DEGRADED     EnvironmentState = "DEGRADED"
+	PENDING      EnvironmentState = "PENDING"
+	READY        EnvironmentState = "READY"
+	UNAUTHORIZED EnvironmentState = "UNAUTHORIZED"
+	UNREACHABLE  EnvironmentState = "UNREACHABLE"
+)
+
+// Valid indicates whether the value is a known member of the EnvironmentState enum.
+func (e EnvironmentState) Valid() bool {
+	switch e {
+	case DEGRADED:
+		return true
+	case PENDING:
+		return true
+	case READY:
+		return true
+	case UNAUTHORIZED:
+		return true
+	case UNREACHABLE:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for LivenessStatus.
 const (
@@ -89,6 +159,167 @@ func (e ReadinessStatus) Valid() bool {
 	}
 }
 
+// Defines values for VolumeMode.
+const (
+	Block      VolumeMode = "Block"
+	Filesystem VolumeMode = "Filesystem"
+)
+
+// Valid indicates whether the value is a known member of the VolumeMode enum.
+func (e VolumeMode) Valid() bool {
+	switch e {
+	case Block:
+		return true
+	case Filesystem:
+		return true
+	default:
+		return false
+	}
+}
+
+// AccessMode defines model for AccessMode.
+type AccessMode string
+
+// ClusterCredentials Explicit credentials instead of a kubeconfig: server, optional CA and
+// either a bearer token or a client certificate and key. PEM values are
+// base64-encoded, as in a kubeconfig.
+type ClusterCredentials struct {
+	CertificateAuthorityData *[]byte `json:"certificate_authority_data,omitempty"`
+	ClientCertificateData    *[]byte `json:"client_certificate_data,omitempty"`
+	ClientKeyData            *[]byte `json:"client_key_data,omitempty"`
+
+	// InsecureSkipTlsVerify Only accepted when the operator sets SG_ALLOW_INSECURE_CLUSTERS.
+	InsecureSkipTlsVerify *bool `json:"insecure_skip_tls_verify,omitempty"`
+
+	// Server Example: https://api.prod-east.example.com:6443
+	Server        string  `json:"server"`
+	TlsServerName *string `json:"tls_server_name,omitempty"`
+	Token         *string `json:"token,omitempty"`
+}
+
+// ConnectionInfo How the gateway connects; never the credentials themselves.
+type ConnectionInfo struct {
+	AuthType ConnectionInfoAuthType `json:"auth_type"`
+
+	// CaSha256 SHA-256 of the CA certificate (DER, hex); empty when system roots are used.
+	CaSha256              string    `json:"ca_sha256"`
+	CredentialsUpdateTime time.Time `json:"credentials_update_time"`
+	InsecureSkipTlsVerify *bool     `json:"insecure_skip_tls_verify,omitempty"`
+
+	// KeyId The key-ring key the credentials are sealed with.
+	KeyId         string  `json:"key_id"`
+	Server        string  `json:"server"`
+	TlsServerName *string `json:"tls_server_name,omitempty"`
+}
+
+// ConnectionInfoAuthType defines model for ConnectionInfo.AuthType.
+type ConnectionInfoAuthType string
+
+// DCMRegistration defines model for DCMRegistration.
+type DCMRegistration struct {
+	Message    *string `json:"message,omitempty"`
+	ProviderId *string `json:"provider_id,omitempty"`
+	State      *string `json:"state,omitempty"`
+}
+
+// DCMSettings defines model for DCMSettings.
+type DCMSettings struct {
+	// ProviderName DCM provider name; defaults to storage-gateway-{id}.
+	ProviderName *string `json:"provider_name,omitempty"`
+
+	// Register Register this environment as a DCM storage provider.
+	Register *bool `json:"register,omitempty"`
+}
+
+// Environment defines model for Environment.
+type Environment struct {
+	AllowedNamespaces []string `json:"allowed_namespaces"`
+
+	// Connection How the gateway connects; never the credentials themselves.
+	Connection ConnectionInfo `json:"connection"`
+	CreateTime time.Time      `json:"create_time"`
+	Dcm        DCMSettings    `json:"dcm"`
+
+	// Defaults Applied to volumes whose request leaves the setting open.
+	Defaults    EnvironmentDefaults `json:"defaults"`
+	Description string              `json:"description"`
+	DisplayName string              `json:"display_name"`
+	Id          string              `json:"id"`
+	Labels      map[string]string   `json:"labels"`
+	Namespace   string              `json:"namespace"`
+
+	// Path Example: environments/prod-east
+	Path       string            `json:"path"`
+	Region     string            `json:"region"`
+	Status     EnvironmentStatus `json:"status"`
+	UpdateTime time.Time         `json:"update_time"`
+	Zone       string            `json:"zone"`
+}
+
+// EnvironmentDefaults Applied to volumes whose request leaves the setting open.
+type EnvironmentDefaults struct {
+	AccessMode   *AccessMode `json:"access_mode,omitempty"`
+	StorageClass *string     `json:"storage_class,omitempty"`
+	VolumeMode   *VolumeMode `json:"volume_mode,omitempty"`
+}
+
+// EnvironmentInput A registration. Exactly one of `kubeconfig` and `credentials`. The
+// namespace defaults to the one the selected kubeconfig context names.
+type EnvironmentInput struct {
+	// AllowedNamespaces Extra namespaces a volume may target through provider hints.
+	AllowedNamespaces *[]string `json:"allowed_namespaces,omitempty"`
+
+	// Credentials Explicit credentials instead of a kubeconfig: server, optional CA and
+	// either a bearer token or a client certificate and key. PEM values are
+	// base64-encoded, as in a kubeconfig.
+	Credentials *ClusterCredentials `json:"credentials,omitempty"`
+	Dcm         *DCMSettings        `json:"dcm,omitempty"`
+
+	// Defaults Applied to volumes whose request leaves the setting open.
+	Defaults    *EnvironmentDefaults `json:"defaults,omitempty"`
+	Description *string              `json:"description,omitempty"`
+	DisplayName *string              `json:"display_name,omitempty"`
+
+	// Kubeconfig Inline kubeconfig YAML. Exec plugins, auth providers, file paths, proxies and impersonation are refused.
+	Kubeconfig *string `json:"kubeconfig,omitempty"`
+
+	// KubeconfigContext Context to use when the kubeconfig has several and no current-context.
+	KubeconfigContext *string            `json:"kubeconfig_context,omitempty"`
+	Labels            *map[string]string `json:"labels,omitempty"`
+
+	// Namespace Default namespace for volumes.
+	Namespace *string `json:"namespace,omitempty"`
+	Region    *string `json:"region,omitempty"`
+	Zone      *string `json:"zone,omitempty"`
+}
+
+// EnvironmentList defines model for EnvironmentList.
+type EnvironmentList struct {
+	Environments []Environment `json:"environments"`
+
+	// NextPageToken Absent on the last page.
+	NextPageToken *string `json:"next_page_token,omitempty"`
+}
+
+// EnvironmentPatch JSON merge patch over the fields of EnvironmentInput (read-only fields
+// are refused).
+type EnvironmentPatch map[string]interface{}
+
+// EnvironmentState defines model for EnvironmentState.
+type EnvironmentState string
+
+// EnvironmentStatus defines model for EnvironmentStatus.
+type EnvironmentStatus struct {
+	DcmRegistration   *DCMRegistration `json:"dcm_registration,omitempty"`
+	KubernetesVersion *string          `json:"kubernetes_version,omitempty"`
+	LastProbeTime     *time.Time       `json:"last_probe_time,omitempty"`
+	LastReadyTime     *time.Time       `json:"last_ready_time,omitempty"`
+	Message           string           `json:"message"`
+	State             EnvironmentState `json:"state"`
+	StorageClassCount *int             `json:"storage_class_count,omitempty"`
+	VolumeCount       int              `json:"volume_count"`
+}
+
 // Liveness defines model for Liveness.
 type Liveness struct {
 	Status LivenessStatus `json:"status"`
@@ -100,6 +331,9 @@ type LivenessStatus string
 // Problem RFC 9457 problem details.
 type Problem struct {
 	Detail *string `json:"detail,omitempty"`
+
+	// Field The request field (dotted JSON path) the problem is about, when there is one.
+	Field *string `json:"field,omitempty"`
 
 	// Instance The request path the problem occurred on.
 	Instance *string     `json:"instance,omitempty"`
@@ -132,8 +366,2060 @@ type ReadinessCheck struct {
 	Ok   bool   `json:"ok"`
 }
 
+// ResourceID Example: prod-east
+type ResourceID = string
+
+// VolumeMode defines model for VolumeMode.
+type VolumeMode string
+
+// EnvironmentID Example: prod-east
+type EnvironmentID = ResourceID
+
+// MaxPageSize defines model for MaxPageSize.
+type MaxPageSize = int
+
+// PageToken defines model for PageToken.
+type PageToken = string
+
+// ListEnvironmentsParams defines parameters for ListEnvironments.
+type ListEnvironmentsParams struct {
+	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
+	MaxPageSize *MaxPageSize `form:"max_page_size,omitempty" json:"max_page_size,omitempty"`
+
+	// PageToken The opaque next_page_token of the previous page.
+	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
+
+	// LabelSelector Comma-separated key=value pairs; all must match.
+	LabelSelector *string           `form:"label_selector,omitempty" json:"label_selector,omitempty"`
+	Region        *string           `form:"region,omitempty" json:"region,omitempty"`
+	State         *EnvironmentState `form:"state,omitempty" json:"state,omitempty"`
+}
+
+// CreateEnvironmentParams defines parameters for CreateEnvironment.
+type CreateEnvironmentParams struct {
+	// Id The environment id (AEP-122).
+	Id ResourceID `form:"id" json:"id"`
+}
+
+// DeleteEnvironmentParams defines parameters for DeleteEnvironment.
+type DeleteEnvironmentParams struct {
+	Force *bool `form:"force,omitempty" json:"force,omitempty"`
+}
+
+// CreateEnvironmentJSONRequestBody defines body for CreateEnvironment for application/json ContentType.
+type CreateEnvironmentJSONRequestBody = EnvironmentInput
+
+// UpdateEnvironmentJSONRequestBody defines body for UpdateEnvironment for application/json ContentType.
+type UpdateEnvironmentJSONRequestBody = EnvironmentPatch
+
+// UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody defines body for UpdateEnvironment for application/merge-patch+json ContentType.
+type UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody = EnvironmentPatch
+
+// RequestEditorFn is the function signature for the RequestEditor callback function
+type RequestEditorFn func(ctx context.Context, req *http.Request) error
+
+// Doer performs HTTP requests.
+//
+// The standard http.Client implements this interface.
+type HttpRequestDoer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// Client which conforms to the OpenAPI3 specification for this service.
+type Client struct {
+	// The endpoint of the server conforming to this interface, with scheme,
+	// https://api.deepmap.com for example. This can contain a path relative
+	// to the server, such as https://api.deepmap.com/dev-test, and all the
+	// paths in the swagger spec will be appended to the server.
+	Server string
+
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// ClientOption allows setting custom parameters during construction
+type ClientOption func(*Client) error
+
+// Creates a new Client, with reasonable defaults
+func NewClient(server string, opts ...ClientOption) (*Client, error) {
+	// create a client with sane default values
+	client := Client{
+		Server: server,
+	}
+	// mutate client and add all optional params
+	for _, o := range opts {
+		if err := o(&client); err != nil {
+			return nil, err
+		}
+	}
+	// ensure the server URL always has a trailing slash
+	if !strings.HasSuffix(client.Server, "/") {
+		client.Server += "/"
+	}
+	// create httpClient, if not already present
+	if client.Client == nil {
+		client.Client = &http.Client{}
+	}
+	return &client, nil
+}
+
+// WithHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithHTTPClient(doer HttpRequestDoer) ClientOption {
+	return func(c *Client) error {
+		c.Client = doer
+		return nil
+	}
+}
+
+// WithRequestEditorFn allows setting up a callback function, which will be
+// called right before sending the request. This can be used to mutate the request.
+func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
+	return func(c *Client) error {
+		c.RequestEditors = append(c.RequestEditors, fn)
+		return nil
+	}
+}
+
+// The interface specification for the client above.
+type ClientInterface interface {
+
+	// ListEnvironments List environments
+	//
+	// Corresponds with GET /api/v1alpha1/environments (the `ListEnvironments` operationId).
+	ListEnvironments(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateEnvironmentWithBody Register an environment
+	//
+	// Validates the input, probes the cluster (GET /version, then
+	// SelfSubjectAccessReviews for every permission the gateway needs) and
+	// stores the environment with its credentials sealed. Replaying an
+	// identical registration answers 200 with the stored environment.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironmentWithBody(ctx context.Context, params *CreateEnvironmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateEnvironment Register an environment
+	//
+	// Validates the input, probes the cluster (GET /version, then
+	// SelfSubjectAccessReviews for every permission the gateway needs) and
+	// stores the environment with its credentials sealed. Replaying an
+	// identical registration answers 200 with the stored environment.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironment(ctx context.Context, params *CreateEnvironmentParams, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteEnvironment Delete an environment
+	//
+	// Refuses (409) while the environment has volumes. `force=true` forgets
+	// the environment and its volume records; PVCs in the cluster are never
+	// deleted.
+	//
+	// Corresponds with DELETE /api/v1alpha1/environments/{environment_id} (the `DeleteEnvironment` operationId).
+	DeleteEnvironment(ctx context.Context, environmentId EnvironmentID, params *DeleteEnvironmentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvironment Get an environment
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id} (the `GetEnvironment` operationId).
+	GetEnvironment(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateEnvironmentWithBody Update an environment (JSON merge patch)
+	//
+	// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+	// `credentials` rotates the credentials; new credentials or namespaces
+	// are probed first and nothing changes when the probe fails. `null`
+	// resets a field to its default.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+	UpdateEnvironmentWithBody(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateEnvironment Update an environment (JSON merge patch)
+	//
+	// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+	// `credentials` rotates the credentials; new credentials or namespaces
+	// are probed first and nothing changes when the probe fails. `null`
+	// resets a field to its default.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+	UpdateEnvironment(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateEnvironmentWithApplicationMergePatchPlusJSONBody Update an environment (JSON merge patch)
+	//
+	// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+	// `credentials` rotates the credentials; new credentials or namespaces
+	// are probed first and nothing changes when the probe fails. `null`
+	// resets a field to its default.
+	//
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+	UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// VerifyEnvironment Probe an environment now
+	//
+	// Re-probes the cluster with the stored credentials and returns the environment with the new status.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:verify (the `VerifyEnvironment` operationId).
+	VerifyEnvironment(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOpenAPI This OpenAPI document
+	//
+	// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
+	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetHealthz Liveness
+	//
+	// Answers 200 while the process is serving HTTP. Never touches dependencies.
+	//
+	// Corresponds with GET /healthz (the `GetHealthz` operationId).
+	GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetReadyz Readiness
+	//
+	// 200 when every dependency check passes: Postgres reachable, schema
+	// migrations current, NATS connected. 503 otherwise, with each check's result.
+	//
+	// Corresponds with GET /readyz (the `GetReadyz` operationId).
+	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListEnvironments List environments
+//
+// Corresponds with GET /api/v1alpha1/environments (the `ListEnvironments` operationId).
+func (c *Client) ListEnvironments(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEnvironmentsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateEnvironmentWithBody Register an environment
+//
+// Validates the input, probes the cluster (GET /version, then
+// SelfSubjectAccessReviews for every permission the gateway needs) and
+// stores the environment with its credentials sealed. Replaying an
+// identical registration answers 200 with the stored environment.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+func (c *Client) CreateEnvironmentWithBody(ctx context.Context, params *CreateEnvironmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnvironmentRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateEnvironment Register an environment
+//
+// Validates the input, probes the cluster (GET /version, then
+// SelfSubjectAccessReviews for every permission the gateway needs) and
+// stores the environment with its credentials sealed. Replaying an
+// identical registration answers 200 with the stored environment.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+func (c *Client) CreateEnvironment(ctx context.Context, params *CreateEnvironmentParams, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnvironmentRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteEnvironment Delete an environment
+//
+// Refuses (409) while the environment has volumes. `force=true` forgets
+// the environment and its volume records; PVCs in the cluster are never
+// deleted.
+//
+// Corresponds with DELETE /api/v1alpha1/environments/{environment_id} (the `DeleteEnvironment` operationId).
+func (c *Client) DeleteEnvironment(ctx context.Context, environmentId EnvironmentID, params *DeleteEnvironmentParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteEnvironmentRequest(c.Server, environmentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvironment Get an environment
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id} (the `GetEnvironment` operationId).
+func (c *Client) GetEnvironment(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvironmentRequest(c.Server, environmentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateEnvironmentWithBody Update an environment (JSON merge patch)
+//
+// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+// `credentials` rotates the credentials; new credentials or namespaces
+// are probed first and nothing changes when the probe fails. `null`
+// resets a field to its default.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+func (c *Client) UpdateEnvironmentWithBody(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateEnvironmentRequestWithBody(c.Server, environmentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateEnvironment Update an environment (JSON merge patch)
+//
+// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+// `credentials` rotates the credentials; new credentials or namespaces
+// are probed first and nothing changes when the probe fails. `null`
+// resets a field to its default.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+func (c *Client) UpdateEnvironment(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateEnvironmentRequest(c.Server, environmentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateEnvironmentWithApplicationMergePatchPlusJSONBody Update an environment (JSON merge patch)
+//
+// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+// `credentials` rotates the credentials; new credentials or namespaces
+// are probed first and nothing changes when the probe fails. `null`
+// resets a field to its default.
+//
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+func (c *Client) UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateEnvironmentRequestWithApplicationMergePatchPlusJSONBody(c.Server, environmentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// VerifyEnvironment Probe an environment now
+//
+// Re-probes the cluster with the stored credentials and returns the environment with the new status.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:verify (the `VerifyEnvironment` operationId).
+func (c *Client) VerifyEnvironment(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewVerifyEnvironmentRequest(c.Server, environmentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOpenAPI This OpenAPI document
+//
+// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
+func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenAPIRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetHealthz Liveness
+//
+// Answers 200 while the process is serving HTTP. Never touches dependencies.
+//
+// Corresponds with GET /healthz (the `GetHealthz` operationId).
+func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetReadyz Readiness
+//
+// 200 when every dependency check passes: Postgres reachable, schema
+// migrations current, NATS connected. 503 otherwise, with each check's result.
+//
+// Corresponds with GET /readyz (the `GetReadyz` operationId).
+func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewListEnvironmentsRequest constructs an http.Request for the ListEnvironments method
+func NewListEnvironmentsRequest(server string, params *ListEnvironmentsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MaxPageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_page_size", *params.MaxPageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_token", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.LabelSelector != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "label_selector", *params.LabelSelector, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Region != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "region", *params.Region, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateEnvironmentRequest calls the generic CreateEnvironment builder with application/json body
+func NewCreateEnvironmentRequest(server string, params *CreateEnvironmentParams, body CreateEnvironmentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateEnvironmentRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateEnvironmentRequestWithBody constructs an http.Request for the CreateEnvironment method, with any body, and a specified content type
+func NewCreateEnvironmentRequestWithBody(server string, params *CreateEnvironmentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "id", params.Id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteEnvironmentRequest constructs an http.Request for the DeleteEnvironment method
+func NewDeleteEnvironmentRequest(server string, environmentId EnvironmentID, params *DeleteEnvironmentParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvironmentRequest constructs an http.Request for the GetEnvironment method
+func NewGetEnvironmentRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateEnvironmentRequest calls the generic UpdateEnvironment builder with application/json body
+func NewUpdateEnvironmentRequest(server string, environmentId EnvironmentID, body UpdateEnvironmentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateEnvironmentRequestWithBody(server, environmentId, "application/json", bodyReader)
+}
+
+// NewUpdateEnvironmentRequestWithApplicationMergePatchPlusJSONBody calls the generic UpdateEnvironment builder with application/merge-patch+json body
+func NewUpdateEnvironmentRequestWithApplicationMergePatchPlusJSONBody(server string, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateEnvironmentRequestWithBody(server, environmentId, "application/merge-patch+json", bodyReader)
+}
+
+// NewUpdateEnvironmentRequestWithBody constructs an http.Request for the UpdateEnvironment method, with any body, and a specified content type
+func NewUpdateEnvironmentRequestWithBody(server string, environmentId EnvironmentID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewVerifyEnvironmentRequest constructs an http.Request for the VerifyEnvironment method
+func NewVerifyEnvironmentRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s:verify", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOpenAPIRequest constructs an http.Request for the GetOpenAPI method
+func NewGetOpenAPIRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/openapi.yaml")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetHealthzRequest constructs an http.Request for the GetHealthz method
+func NewGetHealthzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetReadyzRequest constructs an http.Request for the GetReadyz method
+func NewGetReadyzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range c.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClientWithResponses builds on ClientInterface to offer response payloads
+type ClientWithResponses struct {
+	ClientInterface
+}
+
+// NewClientWithResponses creates a new ClientWithResponses, which wraps
+// Client with return type handling
+func NewClientWithResponses(server string, opts ...ClientOption) (*ClientWithResponses, error) {
+	client, err := NewClient(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &ClientWithResponses{client}, nil
+}
+
+// WithBaseURL overrides the baseURL.
+func WithBaseURL(baseURL string) ClientOption {
+	return func(c *Client) error {
+		newBaseURL, err := url.Parse(baseURL)
+		if err != nil {
+			return err
+		}
+		c.Server = newBaseURL.String()
+		return nil
+	}
+}
+
+// ClientWithResponsesInterface is the interface specification for the client with responses above.
+type ClientWithResponsesInterface interface {
+
+	// ListEnvironmentsWithResponse List environments
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments (the `ListEnvironments` operationId).
+	ListEnvironmentsWithResponse(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error)
+
+	// CreateEnvironmentWithBodyWithResponse Register an environment
+	//
+	// Validates the input, probes the cluster (GET /version, then
+	// SelfSubjectAccessReviews for every permission the gateway needs) and
+	// stores the environment with its credentials sealed. Replaying an
+	// identical registration answers 200 with the stored environment.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironmentWithBodyWithResponse(ctx context.Context, params *CreateEnvironmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error)
+
+	// CreateEnvironmentWithResponse Register an environment
+	//
+	// Validates the input, probes the cluster (GET /version, then
+	// SelfSubjectAccessReviews for every permission the gateway needs) and
+	// stores the environment with its credentials sealed. Replaying an
+	// identical registration answers 200 with the stored environment.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironmentWithResponse(ctx context.Context, params *CreateEnvironmentParams, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error)
+
+	// DeleteEnvironmentWithResponse Delete an environment
+	//
+	// Refuses (409) while the environment has volumes. `force=true` forgets
+	// the environment and its volume records; PVCs in the cluster are never
+	// deleted.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1alpha1/environments/{environment_id} (the `DeleteEnvironment` operationId).
+	DeleteEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, params *DeleteEnvironmentParams, reqEditors ...RequestEditorFn) (*DeleteEnvironmentResponse, error)
+
+	// GetEnvironmentWithResponse Get an environment
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id} (the `GetEnvironment` operationId).
+	GetEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error)
+
+	// UpdateEnvironmentWithBodyWithResponse Update an environment (JSON merge patch)
+	//
+	// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+	// `credentials` rotates the credentials; new credentials or namespaces
+	// are probed first and nothing changes when the probe fails. `null`
+	// resets a field to its default.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+	UpdateEnvironmentWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error)
+
+	// UpdateEnvironmentWithResponse Update an environment (JSON merge patch)
+	//
+	// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+	// `credentials` rotates the credentials; new credentials or namespaces
+	// are probed first and nothing changes when the probe fails. `null`
+	// resets a field to its default.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+	UpdateEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error)
+
+	// UpdateEnvironmentWithApplicationMergePatchPlusJSONBodyWithResponse Update an environment (JSON merge patch)
+	//
+	// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+	// `credentials` rotates the credentials; new credentials or namespaces
+	// are probed first and nothing changes when the probe fails. `null`
+	// resets a field to its default.
+	//
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+	UpdateEnvironmentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error)
+
+	// VerifyEnvironmentWithResponse Probe an environment now
+	//
+	// Re-probes the cluster with the stored credentials and returns the environment with the new status.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:verify (the `VerifyEnvironment` operationId).
+	VerifyEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*VerifyEnvironmentResponse, error)
+
+	// GetOpenAPIWithResponse This OpenAPI document
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
+	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
+
+	// GetHealthzWithResponse Liveness
+	//
+	// Answers 200 while the process is serving HTTP. Never touches dependencies.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /healthz (the `GetHealthz` operationId).
+	GetHealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthzResponse, error)
+
+	// GetReadyzWithResponse Readiness
+	//
+	// 200 when every dependency check passes: Postgres reachable, schema
+	// migrations current, NATS connected. 503 otherwise, with each check's result.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /readyz (the `GetReadyz` operationId).
+	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
+}
+
+type ListEnvironmentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EnvironmentList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEnvironmentsResponse) GetJSON200() *EnvironmentList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEnvironmentsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEnvironmentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEnvironmentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEnvironmentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEnvironmentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Environment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON201() *Environment {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type VerifyEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r VerifyEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r VerifyEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r VerifyEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r VerifyEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r VerifyEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r VerifyEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetOpenAPIResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// YAML200 the response for an HTTP 200 `application/yaml` response
+	YAML200 *string
+}
+
+// GetYAML200 returns the response for an HTTP 200 `application/yaml` response
+func (r GetOpenAPIResponse) GetYAML200() *string {
+	return r.YAML200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenAPIResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenAPIResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenAPIResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenAPIResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetHealthzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Liveness
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetHealthzResponse) GetJSON200() *Liveness {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetHealthzResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetHealthzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetHealthzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetHealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetReadyzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Readiness
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Readiness
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetReadyzResponse) GetJSON200() *Readiness {
+	return r.JSON200
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetReadyzResponse) GetJSON503() *Readiness {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetReadyzResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReadyzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReadyzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListEnvironmentsWithResponse List environments
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments (the `ListEnvironments` operationId).
+func (c *ClientWithResponses) ListEnvironmentsWithResponse(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error) {
+	rsp, err := c.ListEnvironments(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEnvironmentsResponse(rsp)
+}
+
+// CreateEnvironmentWithBodyWithResponse Register an environment
+//
+// Validates the input, probes the cluster (GET /version, then
+// SelfSubjectAccessReviews for every permission the gateway needs) and
+// stores the environment with its credentials sealed. Replaying an
+// identical registration answers 200 with the stored environment.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+func (c *ClientWithResponses) CreateEnvironmentWithBodyWithResponse(ctx context.Context, params *CreateEnvironmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error) {
+	rsp, err := c.CreateEnvironmentWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnvironmentResponse(rsp)
+}
+
+// CreateEnvironmentWithResponse Register an environment
+//
+// Validates the input, probes the cluster (GET /version, then
+// SelfSubjectAccessReviews for every permission the gateway needs) and
+// stores the environment with its credentials sealed. Replaying an
+// identical registration answers 200 with the stored environment.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments (the `CreateEnvironment` operationId).
+func (c *ClientWithResponses) CreateEnvironmentWithResponse(ctx context.Context, params *CreateEnvironmentParams, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error) {
+	rsp, err := c.CreateEnvironment(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnvironmentResponse(rsp)
+}
+
+// DeleteEnvironmentWithResponse Delete an environment
+//
+// Refuses (409) while the environment has volumes. `force=true` forgets
+// the environment and its volume records; PVCs in the cluster are never
+// deleted.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1alpha1/environments/{environment_id} (the `DeleteEnvironment` operationId).
+func (c *ClientWithResponses) DeleteEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, params *DeleteEnvironmentParams, reqEditors ...RequestEditorFn) (*DeleteEnvironmentResponse, error) {
+	rsp, err := c.DeleteEnvironment(ctx, environmentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteEnvironmentResponse(rsp)
+}
+
+// GetEnvironmentWithResponse Get an environment
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id} (the `GetEnvironment` operationId).
+func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error) {
+	rsp, err := c.GetEnvironment(ctx, environmentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvironmentResponse(rsp)
+}
+
+// UpdateEnvironmentWithBodyWithResponse Update an environment (JSON merge patch)
+//
+// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+// `credentials` rotates the credentials; new credentials or namespaces
+// are probed first and nothing changes when the probe fails. `null`
+// resets a field to its default.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+func (c *ClientWithResponses) UpdateEnvironmentWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error) {
+	rsp, err := c.UpdateEnvironmentWithBody(ctx, environmentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateEnvironmentResponse(rsp)
+}
+
+// UpdateEnvironmentWithResponse Update an environment (JSON merge patch)
+//
+// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+// `credentials` rotates the credentials; new credentials or namespaces
+// are probed first and nothing changes when the probe fails. `null`
+// resets a field to its default.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+func (c *ClientWithResponses) UpdateEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error) {
+	rsp, err := c.UpdateEnvironment(ctx, environmentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateEnvironmentResponse(rsp)
+}
+
+// UpdateEnvironmentWithApplicationMergePatchPlusJSONBodyWithResponse Update an environment (JSON merge patch)
+//
+// RFC 7386 merge patch over the writable fields. A new `kubeconfig` or
+// `credentials` rotates the credentials; new credentials or namespaces
+// are probed first and nothing changes when the probe fails. `null`
+// resets a field to its default.
+//
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
+func (c *ClientWithResponses) UpdateEnvironmentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error) {
+	rsp, err := c.UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx, environmentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateEnvironmentResponse(rsp)
+}
+
+// VerifyEnvironmentWithResponse Probe an environment now
+//
+// Re-probes the cluster with the stored credentials and returns the environment with the new status.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:verify (the `VerifyEnvironment` operationId).
+func (c *ClientWithResponses) VerifyEnvironmentWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*VerifyEnvironmentResponse, error) {
+	rsp, err := c.VerifyEnvironment(ctx, environmentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseVerifyEnvironmentResponse(rsp)
+}
+
+// GetOpenAPIWithResponse This OpenAPI document
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
+func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error) {
+	rsp, err := c.GetOpenAPI(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenAPIResponse(rsp)
+}
+
+// GetHealthzWithResponse Liveness
+//
+// Answers 200 while the process is serving HTTP. Never touches dependencies.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /healthz (the `GetHealthz` operationId).
+func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthzResponse, error) {
+	rsp, err := c.GetHealthz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetHealthzResponse(rsp)
+}
+
+// GetReadyzWithResponse Readiness
+//
+// 200 when every dependency check passes: Postgres reachable, schema
+// migrations current, NATS connected. 503 otherwise, with each check's result.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /readyz (the `GetReadyz` operationId).
+func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error) {
+	rsp, err := c.GetReadyz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReadyzResponse(rsp)
+}
+
+// ParseListEnvironmentsResponse parses an HTTP response from a ListEnvironmentsWithResponse call
+func ParseListEnvironmentsResponse(rsp *http.Response) (*ListEnvironmentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEnvironmentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EnvironmentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateEnvironmentResponse parses an HTTP response from a CreateEnvironmentWithResponse call
+func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteEnvironmentResponse parses an HTTP response from a DeleteEnvironmentWithResponse call
+func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvironmentResponse parses an HTTP response from a GetEnvironmentWithResponse call
+func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateEnvironmentResponse parses an HTTP response from a UpdateEnvironmentWithResponse call
+func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseVerifyEnvironmentResponse parses an HTTP response from a VerifyEnvironmentWithResponse call
+func ParseVerifyEnvironmentResponse(rsp *http.Response) (*VerifyEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &VerifyEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenAPIResponse parses an HTTP response from a GetOpenAPIWithResponse call
+func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenAPIResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
+		var dest string
+		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.YAML200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
+func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetHealthzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Liveness
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetReadyzResponse parses an HTTP response from a GetReadyzWithResponse call
+func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReadyzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Readiness
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Readiness
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// ListEnvironments List environments
+	// (GET /api/v1alpha1/environments)
+	ListEnvironments(ctx echo.Context, params ListEnvironmentsParams) error
+	// CreateEnvironment Register an environment
+	// (POST /api/v1alpha1/environments)
+	CreateEnvironment(ctx echo.Context, params CreateEnvironmentParams) error
+	// DeleteEnvironment Delete an environment
+	// (DELETE /api/v1alpha1/environments/{environment_id})
+	DeleteEnvironment(ctx echo.Context, environmentId EnvironmentID, params DeleteEnvironmentParams) error
+	// GetEnvironment Get an environment
+	// (GET /api/v1alpha1/environments/{environment_id})
+	GetEnvironment(ctx echo.Context, environmentId EnvironmentID) error
+	// UpdateEnvironment Update an environment (JSON merge patch)
+	// (PATCH /api/v1alpha1/environments/{environment_id})
+	UpdateEnvironment(ctx echo.Context, environmentId EnvironmentID) error
+	// VerifyEnvironment Probe an environment now
+	// (POST /api/v1alpha1/environments/{environment_id}:verify)
+	VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error
 	// GetOpenAPI This OpenAPI document
 	// (GET /api/v1alpha1/openapi.yaml)
 	GetOpenAPI(ctx echo.Context) error
@@ -148,6 +2434,143 @@ type ServerInterface interface {
 // ServerInterfaceWrapper converts echo contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler ServerInterface
+}
+
+// ListEnvironments converts echo context to params.
+func (w *ServerInterfaceWrapper) ListEnvironments(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListEnvironmentsParams
+	// ------------- Optional query parameter "max_page_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max_page_size", ctx.QueryParams(), &params.MaxPageSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter max_page_size: %s", err))
+	}
+
+	// ------------- Optional query parameter "page_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "page_token", ctx.QueryParams(), &params.PageToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter page_token: %s", err))
+	}
+
+	// ------------- Optional query parameter "label_selector" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "label_selector", ctx.QueryParams(), &params.LabelSelector, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter label_selector: %s", err))
+	}
+
+	// ------------- Optional query parameter "region" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "region", ctx.QueryParams(), &params.Region, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter region: %s", err))
+	}
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", ctx.QueryParams(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter state: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListEnvironments(ctx, params)
+	return err
+}
+
+// CreateEnvironment converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateEnvironment(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateEnvironmentParams
+	// ------------- Required query parameter "id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "id", ctx.QueryParams(), &params.Id, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateEnvironment(ctx, params)
+	return err
+}
+
+// DeleteEnvironment converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteEnvironment(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteEnvironmentParams
+	// ------------- Optional query parameter "force" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "force", ctx.QueryParams(), &params.Force, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter force: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteEnvironment(ctx, environmentId, params)
+	return err
+}
+
+// GetEnvironment converts echo context to params.
+func (w *ServerInterfaceWrapper) GetEnvironment(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetEnvironment(ctx, environmentId)
+	return err
+}
+
+// UpdateEnvironment converts echo context to params.
+func (w *ServerInterfaceWrapper) UpdateEnvironment(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.UpdateEnvironment(ctx, environmentId)
+	return err
+}
+
+// VerifyEnvironment converts echo context to params.
+func (w *ServerInterfaceWrapper) VerifyEnvironment(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.VerifyEnvironment(ctx, environmentId)
+	return err
 }
 
 // GetOpenAPI converts echo context to params.
@@ -227,7 +2650,339 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/healthz", wrapper.GetHealthz, options.OperationMiddlewares["getHealthz"]...)
 	router.GET(options.BaseURL+"/readyz", wrapper.GetReadyz, options.OperationMiddlewares["getReadyz"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/openapi.yaml", wrapper.GetOpenAPI, options.OperationMiddlewares["getOpenAPI"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments", wrapper.ListEnvironments, options.OperationMiddlewares["listEnvironments"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments", wrapper.CreateEnvironment, options.OperationMiddlewares["createEnvironment"]...)
+	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.DeleteEnvironment, options.OperationMiddlewares["deleteEnvironment"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.GetEnvironment, options.OperationMiddlewares["getEnvironment"]...)
+	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.UpdateEnvironment, options.OperationMiddlewares["updateEnvironment"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:verify", wrapper.VerifyEnvironment, options.OperationMiddlewares["verifyEnvironment"]...)
 
+}
+
+type ProblemApplicationProblemPlusJSONResponse Problem
+
+type ListEnvironmentsRequestObject struct {
+	Params ListEnvironmentsParams
+}
+
+type ListEnvironmentsResponseObject interface {
+	VisitListEnvironmentsResponse(w http.ResponseWriter) error
+}
+
+type ListEnvironments200JSONResponse EnvironmentList
+
+func (response ListEnvironments200JSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironments400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListEnvironments400ApplicationProblemPlusJSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironmentRequestObject struct {
+	Params CreateEnvironmentParams
+	Body   *CreateEnvironmentJSONRequestBody
+}
+
+type CreateEnvironmentResponseObject interface {
+	VisitCreateEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type CreateEnvironment200JSONResponse Environment
+
+func (response CreateEnvironment200JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment201JSONResponse Environment
+
+func (response CreateEnvironment201JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateEnvironment400ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment409ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment422ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironmentRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	Params        DeleteEnvironmentParams
+}
+
+type DeleteEnvironmentResponseObject interface {
+	VisitDeleteEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type DeleteEnvironment204Response struct {
+}
+
+func (response DeleteEnvironment204Response) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteEnvironment404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteEnvironment404ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment409ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteEnvironment409ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+}
+
+type GetEnvironmentResponseObject interface {
+	VisitGetEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type GetEnvironment200JSONResponse Environment
+
+func (response GetEnvironment200JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironment404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetEnvironment404ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironmentRequestObject struct {
+	EnvironmentId                     EnvironmentID `json:"environment_id"`
+	JSONBody                          *UpdateEnvironmentJSONRequestBody
+	ApplicationMergePatchPlusJSONBody *UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody
+}
+
+type UpdateEnvironmentResponseObject interface {
+	VisitUpdateEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type UpdateEnvironment200JSONResponse Environment
+
+func (response UpdateEnvironment200JSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateEnvironment400ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment404ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment409ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment409ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment422ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment422ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyEnvironmentRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+}
+
+type VerifyEnvironmentResponseObject interface {
+	VisitVerifyEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type VerifyEnvironment200JSONResponse Environment
+
+func (response VerifyEnvironment200JSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyEnvironment404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response VerifyEnvironment404ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type GetOpenAPIRequestObject struct {
@@ -315,6 +3070,24 @@ func (response GetReadyz503JSONResponse) VisitGetReadyzResponse(w http.ResponseW
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+	// ListEnvironments List environments
+	// (GET /api/v1alpha1/environments)
+	ListEnvironments(ctx context.Context, request ListEnvironmentsRequestObject) (ListEnvironmentsResponseObject, error)
+	// CreateEnvironment Register an environment
+	// (POST /api/v1alpha1/environments)
+	CreateEnvironment(ctx context.Context, request CreateEnvironmentRequestObject) (CreateEnvironmentResponseObject, error)
+	// DeleteEnvironment Delete an environment
+	// (DELETE /api/v1alpha1/environments/{environment_id})
+	DeleteEnvironment(ctx context.Context, request DeleteEnvironmentRequestObject) (DeleteEnvironmentResponseObject, error)
+	// GetEnvironment Get an environment
+	// (GET /api/v1alpha1/environments/{environment_id})
+	GetEnvironment(ctx context.Context, request GetEnvironmentRequestObject) (GetEnvironmentResponseObject, error)
+	// UpdateEnvironment Update an environment (JSON merge patch)
+	// (PATCH /api/v1alpha1/environments/{environment_id})
+	UpdateEnvironment(ctx context.Context, request UpdateEnvironmentRequestObject) (UpdateEnvironmentResponseObject, error)
+	// VerifyEnvironment Probe an environment now
+	// (POST /api/v1alpha1/environments/{environment_id}:verify)
+	VerifyEnvironment(ctx context.Context, request VerifyEnvironmentRequestObject) (VerifyEnvironmentResponseObject, error)
 	// GetOpenAPI This OpenAPI document
 	// (GET /api/v1alpha1/openapi.yaml)
 	GetOpenAPI(ctx context.Context, request GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error)
@@ -336,6 +3109,230 @@ func NewStrictHandler(ssi StrictServerInterface, middlewares []StrictMiddlewareF
 type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
+}
+
+// ListEnvironments operation middleware
+func (sh *strictHandler) ListEnvironments(ctx echo.Context, params ListEnvironmentsParams) error {
+	var request ListEnvironmentsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListEnvironments(ctx.Request().Context(), request.(ListEnvironmentsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListEnvironments")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListEnvironmentsResponseObject); ok {
+		return validResponse.VisitListEnvironmentsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateEnvironment operation middleware
+func (sh *strictHandler) CreateEnvironment(ctx echo.Context, params CreateEnvironmentParams) error {
+	var request CreateEnvironmentRequestObject
+
+	request.Params = params
+
+	var body CreateEnvironmentJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateEnvironment(ctx.Request().Context(), request.(CreateEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateEnvironment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateEnvironmentResponseObject); ok {
+		return validResponse.VisitCreateEnvironmentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteEnvironment operation middleware
+func (sh *strictHandler) DeleteEnvironment(ctx echo.Context, environmentId EnvironmentID, params DeleteEnvironmentParams) error {
+	var request DeleteEnvironmentRequestObject
+
+	request.EnvironmentId = environmentId
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteEnvironment(ctx.Request().Context(), request.(DeleteEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteEnvironment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteEnvironmentResponseObject); ok {
+		return validResponse.VisitDeleteEnvironmentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetEnvironment operation middleware
+func (sh *strictHandler) GetEnvironment(ctx echo.Context, environmentId EnvironmentID) error {
+	var request GetEnvironmentRequestObject
+
+	request.EnvironmentId = environmentId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetEnvironment(ctx.Request().Context(), request.(GetEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetEnvironment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetEnvironmentResponseObject); ok {
+		return validResponse.VisitGetEnvironmentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// UpdateEnvironment operation middleware
+func (sh *strictHandler) UpdateEnvironment(ctx echo.Context, environmentId EnvironmentID) error {
+	var request UpdateEnvironmentRequestObject
+
+	request.EnvironmentId = environmentId
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/json") {
+		var body UpdateEnvironmentJSONRequestBody
+		var err error
+		if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = binder.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.JSONBody = &body
+
+	}
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/merge-patch+json") {
+		var body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody
+		var err error
+		if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = binder.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.ApplicationMergePatchPlusJSONBody = &body
+
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateEnvironment(ctx.Request().Context(), request.(UpdateEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateEnvironment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(UpdateEnvironmentResponseObject); ok {
+		return validResponse.VisitUpdateEnvironmentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// VerifyEnvironment operation middleware
+func (sh *strictHandler) VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error {
+	var request VerifyEnvironmentRequestObject
+
+	request.EnvironmentId = environmentId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.VerifyEnvironment(ctx.Request().Context(), request.(VerifyEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "VerifyEnvironment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(VerifyEnvironmentResponseObject); ok {
+		return validResponse.VisitVerifyEnvironmentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
 }
 
 // GetOpenAPI operation middleware
@@ -412,24 +3409,66 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"vFXfj9tEEP5XRgMSIFwn7VEhwpO5uK1F6kQ5XwH1Tqc9exJvz941O+uEUOV/R7vOr7vkAjzAUybe2W9m",
-	"vvlm9jPmum60ImUZB5+R85Jq4c2RXJAi9nZjdEPGSuqcrLCtt0i1NQ4+on7A2wDtqiEcIFsj1RzX6wAN",
-	"/d5KQ4Xz2dza++n7T5RbXAc4Mfq+otohFsS5kY2VWuEAp28u4YfvXn8PTecBBVkhKw4xeJJTd+CsJ1kE",
-	"KBVboXI6hs9KApcisYVG2BJsSbtQOs9bY6gArVy4I9g9C5sjqSzNybgzK21FJ5PpPuyZS9IP0SgZ3kXT",
-	"t9fv4zTDANNxdvdmfJ0OMcBoNI2j4W938a/JVXaFAU7i6fvk6ioZp3fDOE1i53SdRtfZuzjNksso81+S",
-	"NIunaTTqDj9EySj6aRRjgG+iZBQP7ybT+HKcDpMsGad/3zl/ui0qONfIKYlCnhZNXlL+4C1pqfbGl4Zm",
-	"OMAvensN9jYC7O2QLt29PXMojBGrx/xvuTQkihUGqLS96+x/Kspgm97ZorpUjiqriVnMT8jrl3LlFeWx",
-	"YSZkRcWPIO6ZlIVlSQr0w0lpKVGfgGs027khDqCWcyPcVwZtQAnrB4L+EHXjZLfzPIWtHw50ea91RUId",
-	"0eITCB6P9ZaQtR+pmT5OcKwI5sLSUri6hQUmsyCGhgxLtq7qha7amhi+/rm9J6PIEsPkwyV/A1pBLdQK",
-	"8qplS4Zv1EwbGF6+DyErJUOh87Z2EJI7UrWyRuR24P/5SMadzUmREZYKmBldg7ThjYqN0YZBGIKnG+Xb",
-	"T6zVDpzDG4UBVjInxb4FXSswakRe0otXYf9gvJGtNmJOLzZFY4ALV6onY/FSVE0pXnrOG1KikTjAi7Af",
-	"XrjlJWzpxdMTjextfXsbx3Alar/L5mTdj1Ob73dS4ADfkh03pKJJgq5r3GjFnRJf9ft+1LRyZDtTNE0l",
-	"c3+3twXtRuzEdnKdPV6Qm1hwsW/BOcZDLyamvDXSrnDw8TZAbutamJUHlLxD3OI5mYo5+4dkWynjrcPp",
-	"lSQqW/55QMbjDCPFSzIMr/p9WJayou0Oz4nZZefylGoO77JsEkJKLmmr27wkhoIaUgWpXJKfoCOe322i",
-	"/yuenaIe83xu0e2e2WfoPyhFVHJB5/ndoZ2h1K/G5xntmCQFjqrVnqPVZo81gpl4AJPNkgFDIi/FfUUB",
-	"dEXdqIMF5R9RZQNIo+zKTa2i3FIRwuv+BWhbkllKpgCW0pbgkLowXzlcbivbTeRRZ6ZdEf9hY/Zv2YnO",
-	"+PBgdTcGoRvy1/2L/yd2ZKEiwRa0ouP2dM/MeZXs4Z+Tib/sBtydfcbWVDjAHq5vdxeeymarvMDpoUMH",
-	"oYpHuxqkZapmbtQ2e/Ug6vp2/VcAAAD//w==",
+	"1Fv/U+O4kv9XVL5XdVDPhAwwvJ1QW1fZJMvkDgKVMLP3bpgLwu7EWmzJK8lAZor//aol2/EXJcDszt6+",
+	"34gtt1qtT3/6i8RXLxBJKjhwrbzeVy+lkiagQZpfI37PpOAJcD0e4gPGvZ6XUh15vsdpAl7Pg/WYOQs9",
+	"35PwW8YkhF5Pywx8TwURJBS//puEhdfz/m1/Pee+fav2p6BEJgMYD72nJ987p4+XdAkz9gXwyxBUIFmq",
+	"mUAF8A1R7AuQnRAWNIs1eds9ITGVS5DknsYZKEIlkFg8gISQaEHedLvd3Y7n2yX8loFcrdeQ0Md5Spcw",
+	"R6FeVeWEcZZkidfr+p5epTiYcQ1LkEZN1ORK3AFvK3kVAREp/S0DwuFRW/kaxxKxIDoCkkq4ZyJTBF9t",
+	"Um39WV0v+ngGfKkjr/eme3BUKqe0ZHzpPaFyElQquAKzlZdS3MaQ4J+B4Bq4xj9pmsYsoKjyfmpH/P1X",
+	"JcxyXrZvhVwzY90C058H5N3R23+QXDIJQVMWq44xXS4A5feDAJQ6F6HZa+Bo70/eFGj4i2QaLniAm4K/",
+	"L3i8Oqd8lf80r83vzy0L+N4gzpQGOZAQAteMxmYyGoYMFaTxpRQpSM3QQAsaK2guYPSI1mGaBGsRhHGl",
+	"gYa4iZTcZbcQCL5gyx5RIO9B+kSkVjwZ9Anl4TUHpiOQhJJboBIkyUGAT4KYAdckQDUWuBGAn5A7WHXI",
+	"5ei8guVrfksVHB/tAQ9ECKFPKOpS06FzjSBJK8v66lVEz2mmIyGZXs1Dqs3OLoRMqPZ63u1Ko40rsDp+",
+	"+/bw2GFVq/K8Kvdbpfneg93feGXJYi3+DlZ/qFjGFQSZhLm6Y+lcx2p+D5ItVm2/xc8IDQJINYTkIQJu",
+	"nBVtSrWQRIFWZHY675+dXfwyH09mo8GH6Wg+OPswuxpNZ+jHuTq3QsRAORrNYsOg+5EmaYyvI61T1dvf",
+	"pynrpFKEe0CV7uTvO4FIesdHR4f19R50j35w7Amux04xt7RRI4iDt4eubwraqlLJ8eEPR8+b86lK8p+K",
+	"xa1dUNz+CoE2Lig4hwAtO+YL0Tb2e/FgrLukGh7oigR2vDohHO7RVSKoOZ+OIFEQ34PqtJCO6J5bDdYk",
+	"UjBnG7VOygjoXEX04O1xW9XZ+/7ewdvjgrwH/ZrX7gxHU59E8Lh7QiBJ9coiR62UhoRIIbSNSJmCsAKR",
+	"yszrVc6zNES30sxuZYl/fLpnnjoEbEN4G5DoXyx0R607WO2hVPyjtQO4CAU0Rt9gOnKuZY32lyC1Gbmc",
+	"4KpujV/Z6nIlmy3owuVwcD6FJVNaUrvwrw0wJaAUXYJzDakU9ywEmRuwvXyN8HKuzKXIDLRmfPl8cKpr",
+	"WGpR2LG+kcPBOSmGEBxyQvJcSWE6pLSQdAl7uePtfWXhU6fBrS7WkMZqdnNzeUWe1wj++UCiI6ZIJUnE",
+	"uEUJqpfrUKrpok6XzSpZaXvjaIxJX2isolIa2KdMQ6LcgLQPqJR0ZfywZKznMp8Gt1kffr3fhkHy3ExV",
+	"kJgsy+7jc59V7DQsPmkmaQ6LhEylMV1t8k/f2wD7mN7CthRrs/HXW1vumtvxsPCoxdAKrtR+GUS9DcDd",
+	"sGD01+w11pzZD55875uY+ovgLyA+w2l5qVXbkvoOlnYvl5hPUDWm73KLCpAsCmvgL81Sh3V9yZ+3e+ew",
+	"AtRXpN19LEps1XYv4iwBRR4ioYCgeUBpEgO9B5MMYDaGfoHpGXekBKawmCd5ZbFteys1iIGEoaZ5EFOl",
+	"XpROWU1fNNVHM9RO9Qy/jXma6deaj8hKaOuQ0SMNdLwiggMmLzfreuHGFBs3lcB50yFXEVzzEia1oGHy",
+	"YA654WMIMENeiyOmsHzUJtwoVzHiJudm0aUlJesRhOYoIAldEY01viY6kiJbRusIFzGuTU74Cqav14Vb",
+	"qb5dSf5LMvd6r9p2H/OYcahu5z/752cIHwhIGmdLxpVPMPMqra58smAxEGQp5ePjR4YbxkPCkhSkEtxg",
+	"0CSNEhZF8vstBdxar3kOs/YSBjn+tMA8e127VdYUUUUUlhY0NnpyQYJMSuB6LxfbUNDh7S71/vDg18jm",
+	"8jbX2i8XQhbs2HllvNscf7ZR0RlTjnSrGoBridYL4e1yzEa7rG2N/q3CRFLY3Y2p0mULbXtMrWn7TPC6",
+	"pDqINm+oK+f9z9nFhCQgl8YlgoiIooZdMIhDhfTbJHeyI4GGe4LHq3zUNa+4y66l0W2Kzopyo6h5L0eT",
+	"4Xhy6vnedNQf/tPzveHodNofjoae732YTEf9wfv+T2cj86v/4er9xXT8P6OhsyBuZz0tCIRBMpeNYuoZ",
+	"TqzVXrlzSw4aTNGqNgEXd3qeSnH72ozLfIh2Xr3yw21lYFnmvSJrbCcX80Bkto5ptpfLnGLjiGapbCZY",
+	"K90Q4ML7GbsHDsqxq+ukuICVuHMgxKFC5natSgP6pW3iZvpgXzg3w7iOu51RZI1mCNkJhca0xfgqBq7d",
+	"vBdv52aK0FuRab+MHhLwoeDQ2dB10ZS7KLs6Nc5Tm0YEJuqERHB3B6W0fhsVmukYtkSU9Y6NJx/7Z+Ph",
+	"vD89/XA+mlx5vje5uJr/fPFhglTQPzP8MB/993h2NfN873I0PR/PZuOLyXw4moxzvkCGGE2uxoP+lXky",
+	"nlyNppP+mX35sT8+y8nk5/74bDScX05Hg4vJcHw1vpg8j5i8i2MX5W8D0BRoyNxgDSII7l4ef0pJA/zO",
+	"FYLa6DfsgUWVyJnkxc7gF+ptXZRVZVsfqg6vX6K8N4ffkQVlMYQnhNrIaLAr7pzQcreLUqH0UoLyScKW",
+	"lpgVEZJwatPqdcldjHTJFneubmPDLHkRW6OTqkHKc8BapV8t7lOqNUhU+38/0b0v3b13n3fyP/Y+f+36",
+	"x2+eiue7//E3l6KVEqyyxz+zGGzH1vO9n2IROBnPeL2rmX3B141sHVFtT4QUwUyYKY0bU9SzO/9VRjxy",
+	"+XGgdjGZSShfkcCWGuqaY4Y3HJxjRcYUCUWQmfYZs4UvZquSBrqXV2MSUw2myBI4SIoMt5AiIUx3rvlI",
+	"SiFt67ZJtua0rxSeF20xC4ArY5r8FLKf0iCCvYNOt8JAXqOJiAGniN7e/RsapxF9Y2CRAqcp83reYafb",
+	"Ocz7Ggbf+zRl+8XY/WY2uQQT9+zZCxN8HHo9DxPRUXWgXzu1/uT2/fWQ/erZ8pP/7PD1GS8OblYcSUL3",
+	"FOBwUwzD6kdzZkdSyqQ6ITSOSZIpTRJMCOuepBnIHxHXvmIafszB7ToENtXF3JbcQm46CD7qvjt2cNJX",
+	"p8iyWeQU5ej9bhJUZB0vOy5u50NPnxsn1Qfd7pZT6tedTjfrF8cpNXotVg+YnFfx5xMhQ3N74HZFWNhB",
+	"IB9Z1VwzlkuonIj7nsqShMpVjtqafKQlulTtsuTJNxzb5pePNGaYrVoCYFg9mKL7Nn+SUwfZOR1dkf3c",
+	"FX18xa/5DOLFLDM0a1tdU7hn8KBMIYkF8Qp5KmEKP6qdyXGAUO3ao2z0+Hy2akv/gemIMK1qJ0X2lKhD",
+	"ppDGdMX4klB+zZl5H9C41qUilKsHkIocdLtWmmE1nC2szmT5qc4HA9OerNaULUJoZ2ZV7VlIdvqjy703",
+	"Bwcbb4j8UTdbPlspoPRPIlx9D5zbluFTPermXYo/w89cPtbnZNO+xyaZIvDIlFYnhJkAJ0FnkkNIMh5E",
+	"lC/But9B982fpXFxfAXf4vg4/t3rxh8cfCuxlAdtlFdRvZlenvwtUXf/a/0+15OloRi0I2mcmh6FIjtH",
+	"3Xe75CFiMbSoIaKq7FORm4WQAfyIaLxB4lmCVte8+YnpH+riMyIhEDJUJyZRIozXuA5zGnNV4JpbLUMX",
+	"RQzNq60U4XJ6o20ttJVHnnnnvZXqtoPZkaubZzW1SDn6jsiqIcVO+2Kc+O706xR03ZD/X6TSoPFvsGbN",
+	"OqegX2Ga12Wc9XuUCJK06C62eyH/OPzh2N1FfJBM09u4aCd2SJ9weKif6Ah5zWsnOkQKXSYNlRcn5ttq",
+	"wBaycuxiu5AmuwjJgkml8365jjCUW1pW6x67GWnqUPRznsXxzTWXYG5L0bz3ooXx69yJXI76wRwuNvH1",
+	"XeOl7fMiFqrijP33jP3//rtF/5VCMXqNPcINHd7z2ih39FeNihZIDYcmO80O/e4fFSZ768tWv5sanMn/",
+	"FPYcqX4zVa7d1OJhnkhtSNjxIXKA7VN1Ws740SzpL0n2hC50TorGKifkxq7ihkQiDu2CJSikmd8ZFy4N",
+	"sTWAxMXDK5CT9z86K5rEG9sap6AvUuD9y/HrzFwIXZvZ0bBqGzOfixyuO0vbGkn5nW0IMsn0yut9+ly1",
+	"kelQFRILeRUDlSstzBMBjXX0pWKMZsFQKQfLvDKVAitX1A71xDj0/urqskMm9rKoyIIIML6kwEPgAQMH",
+	"qk9Bv89n/45wLg9WNpi/shQas3vYbt9S2haTmjpqs0WtJYHntX5po1XeQU6pUqB65DJv7xIJNIgw2/CJ",
+	"XdQ1r7SG80Nzn0z6V7Pi2i5W+2+7h0ToCOQDU+BbokFJdpp/V4VXOoL/KeipXcR33Jj1KYKz6sNaVAvr",
+	"BoY53nYP/5y5++Zek9Lmhk1re2yDfztK1uI3waS8m2tDUyZjr+ftm6iTf9CETYE8H/FgpZvAUm1BY1IH",
+	"8aKzLpwqs7Z7pvZgzPQAVkQsyo432aFhwvhuhwwa943NdQtzRG663Sv7/xD5LWSqEVJ5dmp4oOge+CQW",
+	"yyWEmNhCEAkIsXoE0wy3+Gv/C5Pynj4//V8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/dcm-project/storage-gateway/internal/fault"
 )
 
 // problemContentType is the RFC 9457 media type for error bodies.
@@ -54,7 +56,32 @@ func problemHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
+// faultStatus maps a use case's error kind to its HTTP status and problem type.
+var faultStatus = map[fault.Kind]struct {
+	status int
+	typ    ProblemType
+}{
+	fault.InvalidArgument:    {http.StatusBadRequest, INVALIDARGUMENT},
+	fault.NotFound:           {http.StatusNotFound, NOTFOUND},
+	fault.AlreadyExists:      {http.StatusConflict, ALREADYEXISTS},
+	fault.Conflict:           {http.StatusConflict, FAILEDPRECONDITION},
+	fault.FailedPrecondition: {http.StatusUnprocessableEntity, FAILEDPRECONDITION},
+	fault.Unavailable:        {http.StatusServiceUnavailable, UNAVAILABLE},
+}
+
 func toProblem(err error) Problem {
+	if fe, ok := fault.As(err); ok {
+		if m, ok := faultStatus[fe.Kind]; ok {
+			p := Problem{Type: m.typ, Title: http.StatusText(m.status), Status: m.status, Detail: &fe.Detail}
+			if fe.Field != "" {
+				field := fe.Field
+				p.Field = &field
+				detail := fe.Error()
+				p.Detail = &detail
+			}
+			return p
+		}
+	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		typ, ok := problemTypes[he.Code]

@@ -12,6 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dcm-project/storage-gateway/internal/environments"
 )
 
 //go:embed openapi.yaml
@@ -33,7 +35,13 @@ type Options struct {
 	Readiness []Check
 	// ReadinessTimeout bounds each readiness check.
 	ReadinessTimeout time.Duration
+	// Environments serves the environment registry.
+	Environments *environments.Service
 }
+
+// maxBodySize bounds request bodies: a 64 KiB kubeconfig JSON-escaped, with
+// room for the rest of an environment.
+const maxBodySize = "512K"
 
 // New builds the gateway's HTTP handler: generated routes, /metrics, request
 // IDs, access logs, panic recovery and problem+json errors.
@@ -49,6 +57,7 @@ func New(opts Options) *echo.Echo {
 	e.Use(middleware.RequestID())
 	e.Use(accessLog(opts.Logger))
 	e.Use(middleware.Recover())
+	e.Use(middleware.BodyLimit(maxBodySize))
 	// Label values must stay bounded whatever clients send: the route
 	// template, never the raw path of an unmatched request or the Host header.
 	e.Use(echoprometheus.NewMiddlewareWithConfig(echoprometheus.MiddlewareConfig{
@@ -63,7 +72,10 @@ func New(opts Options) *echo.Echo {
 	}))
 	e.GET("/metrics", echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}))
 
-	RegisterHandlers(e, NewStrictHandler(&handlers{opts: opts}, nil))
+	api := e.Group("", requestValidator())
+	RegisterHandlersWithOptions(api, NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{
+		OperationMiddlewares: map[string][]echo.MiddlewareFunc{"updateEnvironment": {mergePatchAsJSON}},
+	})
 	return e
 }
 

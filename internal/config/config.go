@@ -18,6 +18,8 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/egress"
 )
 
 // EmbeddedNATSListenOff disables the embedded NATS server's TCP listener; the
@@ -45,6 +47,18 @@ type Config struct {
 	LogLevel string `env:"SG_LOG_LEVEL" envDefault:"info"`
 	// ShutdownTimeout bounds graceful shutdown after SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `env:"SG_SHUTDOWN_TIMEOUT" envDefault:"30s"`
+	// KeyRingFile is the JSON key ring that seals cluster credentials at rest.
+	// `serve` refuses to run without it.
+	KeyRingFile string `env:"SG_KEY_RING_FILE"`
+	// AllowedClusterCIDRs are the private ranges cluster API servers may live
+	// in; loopback, link-local and metadata addresses are refused regardless.
+	AllowedClusterCIDRs string `env:"SG_ALLOWED_CLUSTER_CIDRS" envDefault:"10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"`
+	// AllowInsecureClusters accepts clusters registered without TLS verification.
+	AllowInsecureClusters bool `env:"SG_ALLOW_INSECURE_CLUSTERS" envDefault:"false"`
+	// ProbeTimeout bounds one cluster probe (version + access reviews).
+	ProbeTimeout time.Duration `env:"SG_PROBE_TIMEOUT" envDefault:"10s"`
+	// ProbeInterval is how often every environment is re-probed.
+	ProbeInterval time.Duration `env:"SG_PROBE_INTERVAL" envDefault:"60s"`
 }
 
 // Load reads the configuration from the process environment and validates it.
@@ -131,6 +145,15 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		add("SG_SHUTDOWN_TIMEOUT", "must be a positive duration, e.g. 30s")
 	}
+	if _, err := egress.ParseCIDRs(c.AllowedClusterCIDRs); err != nil {
+		add("SG_ALLOWED_CLUSTER_CIDRS", "must be a comma-separated list of CIDRs: "+err.Error())
+	}
+	if c.ProbeTimeout <= 0 {
+		add("SG_PROBE_TIMEOUT", "must be a positive duration, e.g. 10s")
+	}
+	if c.ProbeInterval < time.Second {
+		add("SG_PROBE_INTERVAL", "must be a duration of at least 1s, e.g. 60s")
+	}
 	if len(problems) > 0 {
 		return errors.New("invalid configuration: " + strings.Join(problems, "; "))
 	}
@@ -150,6 +173,13 @@ func (c Config) SlogLevel() (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, errors.New("must be one of debug, info, warn, error")
+}
+
+// EgressPolicy is the dial policy for cluster connections (the CIDR list was
+// validated by Validate).
+func (c Config) EgressPolicy() egress.Policy {
+	allowed, _ := egress.ParseCIDRs(c.AllowedClusterCIDRs)
+	return egress.Policy{Allowed: allowed}
 }
 
 // EmbeddedNATSDir is where the embedded NATS server keeps its JetStream store.

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+)
+
+// newKeysCommand groups key-ring maintenance. Rotation is: keys add NEW →
+// keys promote NEW → restart the gateways → keys rewrap → keys retire OLD.
+func newKeysCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "Manage the key ring that seals cluster credentials",
+		Long: "keys manages the key ring file (SG_KEY_RING_FILE, or --file). To rotate:\n" +
+			"  keys add k2, keys promote k2, restart the gateways, keys rewrap, keys retire k1.",
+	}
+	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv("SG_KEY_RING_FILE"), "key ring file (default $SG_KEY_RING_FILE)")
+	path := func() (string, error) {
+		if file == "" {
+			return "", errors.New("no key ring file: set SG_KEY_RING_FILE or --file")
+		}
+		return file, nil
+	}
+	cmd.AddCommand(
+		newKeysInitCommand(path),
+		newKeysAddCommand(path),
+		newKeysPromoteCommand(path),
+		newKeysListCommand(path),
+		newKeysRewrapCommand(path),
+		newKeysRetireCommand(path),
+	)
+	return cmd
+}
+
+func newKeysInitCommand(path func() (string, error)) *cobra.Command {
+	var id string
+	var ifMissing bool
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create a key ring file with one fresh primary key (mode 0600)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := path()
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(p); err == nil {
+				if ifMissing {
+					return nil
+				}
+				return fmt.Errorf("%s exists; refusing to overwrite a key ring", p)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			ring, err := secrets.NewKeyRing(id)
+			if err != nil {
+				return err
+			}
+			if err := ring.WriteFile(p); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "created key ring %s with primary key %s\n", p, id)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "k1", "id of the first key")
+	cmd.Flags().BoolVar(&ifMissing, "if-missing", false, "do nothing when the file exists")
+	return cmd
+}
+
+// editRing loads the ring, applies change and writes it back atomically.
+func editRing(path func() (string, error), change func(*secrets.KeyRing) error) error {
+	p, err := path()
+	if err != nil {
+		return err
+	}
+	ring, err := secrets.LoadKeyRing(p)
+	if err != nil {
+		return err
+	}
+	if err := change(ring); err != nil {
+		return err
+	}
+	return ring.WriteFile(p)
+}
+
+func newKeysAddCommand(path func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "add ID",
+		Short: "Add a fresh random key (not yet primary)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := editRing(path, func(r *secrets.KeyRing) error { return r.Add(args[0]) }); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "added key %s; promote it with `keys promote %s`\n", args[0], args[0])
+			return err
+		},
+	}
+}
+
+func newKeysPromoteCommand(path func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "promote ID",
+		Short: "Make a key the primary: new credentials are sealed with it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := editRing(path, func(r *secrets.KeyRing) error { return r.Promote(args[0]) }); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "key %s is primary; restart the gateways, then run `keys rewrap`\n", args[0])
+			return err
+		},
+	}
+}
+
+func newKeysListCommand(path func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List keys and how many environments each one seals",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withRegistry(cmd, path, func(reg *registry) error {
+				usage, err := reg.service.KeyUsage(cmd.Context())
+				if err != nil {
+					return err
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "KEY\tPRIMARY\tENVIRONMENTS")
+				for _, id := range reg.keys.IDs() {
+					fmt.Fprintf(w, "%s\t%t\t%d\n", id, id == reg.keys.Primary(), usage[id])
+				}
+				return w.Flush()
+			})
+		},
+	}
+}
+
+func newKeysRewrapCommand(path func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rewrap",
+		Short: "Re-seal every credential with the primary key",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withRegistry(cmd, path, func(reg *registry) error {
+				n, err := reg.service.Rewrap(cmd.Context())
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d environment(s) with key %s\n", n, reg.keys.Primary())
+				return err
+			})
+		},
+	}
+}
+
+func newKeysRetireCommand(path func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retire ID",
+		Short: "Remove a key; refused while it is primary or any credential uses it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return withRegistry(cmd, path, func(reg *registry) error {
+				usage, err := reg.service.KeyUsage(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if n := usage[id]; n > 0 {
+					return fmt.Errorf("key %s still seals %d environment(s); run `keys rewrap` first", id, n)
+				}
+				if err := reg.keys.Remove(id); err != nil {
+					return err
+				}
+				if err := reg.keys.WriteFile(reg.keyFile); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "retired key %s\n", id)
+				return err
+			})
+		},
+	}
+}

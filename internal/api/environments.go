@@ -1,0 +1,230 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+)
+
+func (h *handlers) CreateEnvironment(ctx context.Context, req CreateEnvironmentRequestObject) (CreateEnvironmentResponseObject, error) {
+	if req.Body == nil {
+		return nil, fault.Invalid("body", "a JSON environment is required")
+	}
+	env, created, err := h.opts.Environments.Register(ctx, registration(req.Params.Id, *req.Body))
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		return CreateEnvironment201JSONResponse(toEnvironment(env)), nil
+	}
+	return CreateEnvironment200JSONResponse(toEnvironment(env)), nil
+}
+
+func (h *handlers) ListEnvironments(ctx context.Context, req ListEnvironmentsRequestObject) (ListEnvironmentsResponseObject, error) {
+	labels, err := parseLabelSelector(deref(req.Params.LabelSelector))
+	if err != nil {
+		return nil, err
+	}
+	page, err := h.opts.Environments.List(ctx, environments.ListQuery{
+		Labels:      labels,
+		Region:      deref(req.Params.Region),
+		State:       clusters.State(deref(req.Params.State)),
+		MaxPageSize: deref(req.Params.MaxPageSize),
+		PageToken:   deref(req.Params.PageToken),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := ListEnvironments200JSONResponse{Environments: make([]Environment, 0, len(page.Environments))}
+	for _, e := range page.Environments {
+		out.Environments = append(out.Environments, toEnvironment(e))
+	}
+	if page.NextPageToken != "" {
+		out.NextPageToken = &page.NextPageToken
+	}
+	return out, nil
+}
+
+func (h *handlers) GetEnvironment(ctx context.Context, req GetEnvironmentRequestObject) (GetEnvironmentResponseObject, error) {
+	env, err := h.opts.Environments.Get(ctx, req.EnvironmentId)
+	if err != nil {
+		return nil, err
+	}
+	return GetEnvironment200JSONResponse(toEnvironment(env)), nil
+}
+
+func (h *handlers) UpdateEnvironment(ctx context.Context, req UpdateEnvironmentRequestObject) (UpdateEnvironmentResponseObject, error) {
+	body := req.JSONBody
+	if body == nil {
+		body = req.ApplicationMergePatchPlusJSONBody
+	}
+	if body == nil {
+		return nil, echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be application/merge-patch+json or application/json")
+	}
+	patch, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	env, err := h.opts.Environments.Update(ctx, req.EnvironmentId, patch)
+	if err != nil {
+		return nil, err
+	}
+	return UpdateEnvironment200JSONResponse(toEnvironment(env)), nil
+}
+
+func (h *handlers) DeleteEnvironment(ctx context.Context, req DeleteEnvironmentRequestObject) (DeleteEnvironmentResponseObject, error) {
+	if err := h.opts.Environments.Delete(ctx, req.EnvironmentId, deref(req.Params.Force)); err != nil {
+		return nil, err
+	}
+	return DeleteEnvironment204Response{}, nil
+}
+
+func (h *handlers) VerifyEnvironment(ctx context.Context, req VerifyEnvironmentRequestObject) (VerifyEnvironmentResponseObject, error) {
+	env, err := h.opts.Environments.Verify(ctx, req.EnvironmentId)
+	if err != nil {
+		return nil, err
+	}
+	return VerifyEnvironment200JSONResponse(toEnvironment(env)), nil
+}
+
+// mergePatchAsJSON lets the generated PATCH binding decode RFC 7386 bodies:
+// echo's binder only recognises application/json, and a merge patch is JSON.
+func mergePatchAsJSON(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if strings.HasPrefix(c.Request().Header.Get(echo.HeaderContentType), "application/merge-patch+json") {
+			c.Request().Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		}
+		return next(c)
+	}
+}
+
+// parseLabelSelector reads "k=v,k2=v2" (equality only).
+func parseLabelSelector(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	labels := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || k == "" {
+			return nil, fault.Invalid("label_selector", "must be comma-separated key=value pairs")
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}
+
+func registration(id string, in EnvironmentInput) environments.Registration {
+	reg := environments.Registration{
+		ID: id,
+		Spec: environments.Spec{
+			DisplayName:       deref(in.DisplayName),
+			Description:       deref(in.Description),
+			Labels:            deref(in.Labels),
+			Region:            deref(in.Region),
+			Zone:              deref(in.Zone),
+			Namespace:         deref(in.Namespace),
+			AllowedNamespaces: deref(in.AllowedNamespaces),
+			DCM:               environments.DCMSettings{Register: true},
+		},
+		Credentials: environments.Credentials{KubeconfigContext: deref(in.KubeconfigContext)},
+	}
+	if d := in.Defaults; d != nil {
+		reg.Spec.Defaults = environments.Defaults{
+			StorageClass: deref(d.StorageClass),
+			AccessMode:   string(deref(d.AccessMode)),
+			VolumeMode:   string(deref(d.VolumeMode)),
+		}
+	}
+	if d := in.Dcm; d != nil {
+		if d.Register != nil {
+			reg.Spec.DCM.Register = *d.Register
+		}
+		reg.Spec.DCM.ProviderName = deref(d.ProviderName)
+	}
+	if in.Kubeconfig != nil {
+		reg.Credentials.Kubeconfig = []byte(*in.Kubeconfig)
+	}
+	if c := in.Credentials; c != nil {
+		reg.Credentials.Explicit = environments.ExplicitCredentials{
+			Server:                   c.Server,
+			CertificateAuthorityData: deref(c.CertificateAuthorityData),
+			TLSServerName:            deref(c.TlsServerName),
+			InsecureSkipTLSVerify:    deref(c.InsecureSkipTlsVerify),
+			Token:                    deref(c.Token),
+			ClientCertificateData:    deref(c.ClientCertificateData),
+			ClientKeyData:            deref(c.ClientKeyData),
+		}.Connection()
+	}
+	return reg
+}
+
+func toEnvironment(e environments.Environment) Environment {
+	c, st := e.Connection, e.Status
+	out := Environment{
+		Id:                e.ID,
+		Path:              "environments/" + e.ID,
+		DisplayName:       e.Spec.DisplayName,
+		Description:       e.Spec.Description,
+		Labels:            e.Spec.Labels,
+		Region:            e.Spec.Region,
+		Zone:              e.Spec.Zone,
+		Namespace:         e.Spec.Namespace,
+		AllowedNamespaces: e.Spec.AllowedNamespaces,
+		Defaults: EnvironmentDefaults{
+			StorageClass: optional(e.Spec.Defaults.StorageClass),
+			AccessMode:   (*AccessMode)(optional(e.Spec.Defaults.AccessMode)),
+			VolumeMode:   (*VolumeMode)(optional(e.Spec.Defaults.VolumeMode)),
+		},
+		Dcm: DCMSettings{Register: &e.Spec.DCM.Register, ProviderName: &e.Spec.DCM.ProviderName},
+		Connection: ConnectionInfo{
+			Server:                c.Server,
+			TlsServerName:         optional(c.TLSServerName),
+			CaSha256:              c.CASHA256,
+			InsecureSkipTlsVerify: &c.Insecure,
+			AuthType:              ConnectionInfoAuthType(c.AuthType),
+			KeyId:                 c.KeyID,
+			CredentialsUpdateTime: c.CredentialsUpdateTime,
+		},
+		Status: EnvironmentStatus{
+			State:             EnvironmentState(st.State),
+			Message:           st.Message,
+			KubernetesVersion: optional(st.KubernetesVersion),
+			LastProbeTime:     st.LastProbeTime,
+			LastReadyTime:     st.LastReadyTime,
+			StorageClassCount: st.StorageClassCount,
+			VolumeCount:       st.VolumeCount,
+		},
+		CreateTime: e.CreateTime,
+		UpdateTime: e.UpdateTime,
+	}
+	if r := st.DCMRegistration; r != (environments.DCMRegistration{}) {
+		out.Status.DcmRegistration = &DCMRegistration{State: optional(r.State), ProviderId: optional(r.ProviderID), Message: optional(r.Message)}
+	}
+	return out
+}
+
+// deref returns the value behind p, or the zero value for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// optional maps the zero value to nil so empty fields are omitted.
+func optional[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}

@@ -1,0 +1,71 @@
+package clusters
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/version"
+)
+
+// ClientOptions are the operator's settings for every cluster connection.
+type ClientOptions struct {
+	// Egress decides which resolved addresses may be dialled.
+	Egress egress.Policy
+	// Timeout bounds each request (0 = none, for watches).
+	Timeout time.Duration
+	// QPS and Burst rate-limit requests to one cluster.
+	QPS   float32
+	Burst int
+}
+
+// Client is a typed clientset plus the HTTP client beneath it, so its idle
+// connections can be released when the caller is done.
+type Client struct {
+	kubernetes.Interface
+	http *http.Client
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// NewClient builds a clientset from allow-listed settings only. Proxies from
+// the process environment are ignored (the egress check must see the real
+// destination) and redirects are refused, so a bearer token never leaves for
+// another host.
+func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) {
+	cfg := &rest.Config{
+		Host:        conn.Server,
+		BearerToken: conn.Token,
+		TLSClientConfig: rest.TLSClientConfig{
+			Insecure:   conn.Insecure,
+			ServerName: conn.TLSServerName,
+			CAData:     conn.CAData,
+			CertData:   conn.ClientCertData,
+			KeyData:    conn.ClientKeyData,
+		},
+		UserAgent: "storage-gateway/" + version.Get().Version,
+		Timeout:   opts.Timeout,
+		QPS:       opts.QPS,
+		Burst:     opts.Burst,
+		Dial:      opts.Egress.DialContext,
+		Proxy:     func(*http.Request) (*url.URL, error) { return nil, nil },
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build cluster client: %w", err)
+	}
+	httpClient.CheckRedirect = egress.NoRedirects
+	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		httpClient.CloseIdleConnections()
+		return nil, fmt.Errorf("build cluster client: %w", err)
+	}
+	return &Client{Interface: cs, http: httpClient}, nil
+}

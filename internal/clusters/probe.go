@@ -1,0 +1,215 @@
+package clusters
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+)
+
+// State is an environment's health as the probe sees it.
+type State string
+
+// The states of SPEC.md §2.1.
+const (
+	StatePending      State = "PENDING"
+	StateReady        State = "READY"
+	StateDegraded     State = "DEGRADED"
+	StateUnreachable  State = "UNREACHABLE"
+	StateUnauthorized State = "UNAUTHORIZED"
+)
+
+// Permission is one access the gateway needs in a cluster.
+type Permission struct {
+	Verb, Group, Resource, Namespace string
+}
+
+func (p Permission) String() string {
+	res := p.Resource
+	if p.Group != "" {
+		res += "." + p.Group
+	}
+	if p.Namespace == "" {
+		return p.Verb + " " + res
+	}
+	return p.Verb + " " + res + " in namespace " + p.Namespace
+}
+
+// RequiredPermissions lists what the gateway needs: full PVC lifecycle in each
+// namespace it may place volumes in, and read access to StorageClasses.
+func RequiredPermissions(namespaces []string) []Permission {
+	var perms []Permission
+	for _, ns := range namespaces {
+		for _, verb := range []string{"create", "get", "list", "watch", "patch", "delete"} {
+			perms = append(perms, Permission{Verb: verb, Resource: "persistentvolumeclaims", Namespace: ns})
+		}
+	}
+	for _, verb := range []string{"get", "list", "watch"} {
+		perms = append(perms, Permission{Verb: verb, Group: "storage.k8s.io", Resource: "storageclasses"})
+	}
+	return perms
+}
+
+// ProbeResult is what one probe learned. Message is written by the gateway
+// (never copied from the API server) and safe to show to any admin.
+type ProbeResult struct {
+	State             State
+	Message           string
+	KubernetesVersion string
+	// StorageClassCount is nil when the classes could not be listed.
+	StorageClassCount *int
+	// Missing lists the permissions the credentials lack.
+	Missing []Permission
+	Time    time.Time
+}
+
+// Prober checks that a cluster is reachable with the given credentials and
+// that they grant what the gateway needs.
+type Prober struct {
+	Client ClientOptions
+	// Timeout bounds the whole probe.
+	Timeout time.Duration
+}
+
+// Probe runs GET /version, then one SelfSubjectAccessReview per required
+// permission, then counts StorageClasses. It never returns an error: every
+// failure becomes a state and a message.
+func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespaces []string) ProbeResult {
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	res := ProbeResult{Time: time.Now().UTC()}
+
+	opts := p.Client
+	opts.Timeout = p.Timeout
+	client, err := NewClient(conn, opts)
+	if err != nil {
+		res.State, res.Message = StateUnreachable, "the connection settings cannot be used: "+err.Error()
+		return res
+	}
+	defer client.Close()
+
+	info, err := client.Discovery().ServerVersion()
+	if err != nil {
+		res.State, res.Message = classify(ctx, err, p.Timeout)
+		return res
+	}
+	res.KubernetesVersion = info.GitVersion
+
+	missing, err := missingPermissions(ctx, client, RequiredPermissions(namespaces))
+	if err != nil {
+		res.State, res.Message = classify(ctx, err, p.Timeout)
+		return res
+	}
+	if len(missing) > 0 {
+		res.Missing = missing
+		res.State, res.Message = StateUnauthorized, describeMissing(missing)
+		return res
+	}
+	if classes, err := client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{}); err == nil {
+		n := len(classes.Items)
+		res.StorageClassCount = &n
+	}
+	res.State = StateReady
+	res.Message = "reachable; all required permissions granted"
+	return res
+}
+
+// missingPermissions asks the cluster, concurrently, which permissions the
+// credentials lack. The order of the result follows perms.
+func missingPermissions(ctx context.Context, client *Client, perms []Permission) ([]Permission, error) {
+	allowed := make([]bool, len(perms))
+	errs := make([]error, len(perms))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, perm := range perms {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: perm.Namespace, Verb: perm.Verb, Group: perm.Group, Resource: perm.Resource,
+				},
+			}}
+			got, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			allowed[i] = got.Status.Allowed
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var missing []Permission
+	for i, ok := range allowed {
+		if !ok {
+			missing = append(missing, perms[i])
+		}
+	}
+	return missing, nil
+}
+
+func describeMissing(missing []Permission) string {
+	names := make([]string, len(missing))
+	for i, m := range missing {
+		names[i] = m.String()
+	}
+	return "the credentials lack required permissions: " + strings.Join(names, ", ")
+}
+
+// classify turns a request error into a state and a message of the gateway's
+// own words: API server bodies are never repeated, since they can reflect
+// attacker-chosen content from a hostile endpoint.
+func classify(ctx context.Context, err error, timeout time.Duration) (State, string) {
+	var denied *egress.DeniedError
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var certInvalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	var netErr net.Error
+	var status apierrors.APIStatus
+	switch {
+	case errors.As(err, &denied):
+		return StateUnreachable, denied.Error()
+	case errors.Is(err, egress.ErrRedirect):
+		return StateUnreachable, "the API server answered with a redirect; redirects are never followed"
+	case errors.As(err, &unknownCA), errors.As(err, &verify):
+		return StateUnreachable, "TLS verification failed: the server certificate is not signed by the configured certificate authority"
+	case errors.As(err, &hostname):
+		return StateUnreachable, "TLS verification failed: the server certificate does not match the server name"
+	case errors.As(err, &certInvalid):
+		return StateUnreachable, "TLS verification failed: the server certificate is invalid or expired"
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.As(err, &netErr) && netErr.Timeout():
+		return StateUnreachable, fmt.Sprintf("the API server did not answer within %s", timeout)
+	case errors.As(err, &status):
+		return classifyStatus(status.Status().Code)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return StateUnreachable, "connection refused by the API server address"
+	}
+	return StateUnreachable, "the API server could not be reached"
+}
+
+func classifyStatus(code int32) (State, string) {
+	switch code {
+	case 401:
+		return StateUnauthorized, "the API server rejected the credentials (401 Unauthorized)"
+	case 403:
+		return StateUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and create selfsubjectaccessreviews.authorization.k8s.io"
+	}
+	return StateUnreachable, fmt.Sprintf("the API server answered with HTTP status %d", code)
+}

@@ -1,0 +1,117 @@
+package environments
+
+import (
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+)
+
+// Spec is everything an admin sets about an environment except credentials.
+// The JSON names are the API's; merge patches are applied to this document.
+type Spec struct {
+	DisplayName       string            `json:"display_name"`
+	Description       string            `json:"description"`
+	Labels            map[string]string `json:"labels"`
+	Region            string            `json:"region"`
+	Zone              string            `json:"zone"`
+	Namespace         string            `json:"namespace"`
+	AllowedNamespaces []string          `json:"allowed_namespaces"`
+	Defaults          Defaults          `json:"defaults"`
+	DCM               DCMSettings       `json:"dcm"`
+}
+
+// Defaults apply to volumes whose request leaves the setting open.
+type Defaults struct {
+	StorageClass string `json:"storage_class"`
+	AccessMode   string `json:"access_mode"`
+	VolumeMode   string `json:"volume_mode"`
+}
+
+// DCMSettings control the environment's registration as a DCM provider.
+type DCMSettings struct {
+	Register     bool   `json:"register"`
+	ProviderName string `json:"provider_name"`
+}
+
+// Namespaces is the default namespace followed by the extra allowed ones: every
+// namespace the gateway may place volumes in and so needs permissions in.
+func (s Spec) Namespaces() []string {
+	return append([]string{s.Namespace}, s.AllowedNamespaces...)
+}
+
+// Credentials is how an admin supplies access to a cluster: an inline
+// kubeconfig (with an optional context selection) or explicit settings.
+// Exactly one of Kubeconfig and Explicit is set.
+type Credentials struct {
+	Kubeconfig        []byte
+	KubeconfigContext string
+	Explicit          *kubeconfig.Connection
+}
+
+func (c Credentials) empty() bool { return c.Kubeconfig == nil && c.Explicit == nil }
+
+// Registration is a request to register an environment.
+type Registration struct {
+	ID          string
+	Spec        Spec
+	Credentials Credentials
+}
+
+// Environment is the registry's view of one environment. It holds no secret:
+// Connection describes the credentials without containing them.
+type Environment struct {
+	ID         string
+	Spec       Spec
+	Connection ConnectionInfo
+	Status     Status
+	CreateTime time.Time
+	UpdateTime time.Time
+
+	generation int64
+}
+
+// ConnectionInfo describes where and how the gateway connects.
+type ConnectionInfo struct {
+	Server                string
+	TLSServerName         string
+	CASHA256              string
+	Insecure              bool
+	AuthType              string
+	KeyID                 string
+	CredentialsUpdateTime time.Time
+}
+
+// Status is the latest probe result plus counts.
+type Status struct {
+	State             clusters.State
+	Message           string
+	KubernetesVersion string
+	LastProbeTime     *time.Time
+	LastReadyTime     *time.Time
+	StorageClassCount *int
+	VolumeCount       int
+	DCMRegistration   DCMRegistration
+}
+
+// DCMRegistration is the state of the environment's provider registration.
+type DCMRegistration struct {
+	State      string `json:"state,omitempty"`
+	ProviderID string `json:"provider_id,omitempty"`
+	Message    string `json:"message,omitempty"`
+}
+
+// ListQuery filters and pages a list of environments.
+type ListQuery struct {
+	Labels      map[string]string
+	Region      string
+	State       clusters.State
+	MaxPageSize int
+	PageToken   string
+}
+
+// Page is one page of a list.
+type Page struct {
+	Environments  []Environment
+	NextPageToken string
+}

@@ -1,0 +1,498 @@
+package environments_test
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"maps"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// registration is a valid registration of the harness cluster.
+func registration(t *testing.T, id string) environments.Registration {
+	t.Helper()
+	kc, err := cluster.GatewayKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := cluster.Spec.Environment
+	return environments.Registration{
+		ID: id,
+		Spec: environments.Spec{
+			DisplayName:       env.DisplayName,
+			Labels:            map[string]string{"site": "east", "tier": "dev"},
+			Region:            env.Region,
+			Zone:              env.Zone,
+			AllowedNamespaces: env.AllowedNamespaces,
+			DCM:               environments.DCMSettings{Register: true},
+		},
+		Credentials: environments.Credentials{Kubeconfig: kc},
+	}
+}
+
+// tokenConnection is explicit credentials for the harness cluster.
+func tokenConnection(token string) *kubeconfig.Connection {
+	return &kubeconfig.Connection{Server: cluster.ServerURL(), CAData: cluster.CAData(), Token: token}
+}
+
+func wantKind(t *testing.T, err error, kind fault.Kind, detail string) *fault.Error {
+	t.Helper()
+	fe, ok := fault.As(err)
+	if !ok || fe.Kind != kind {
+		t.Fatalf("error = %v, want kind %d", err, kind)
+	}
+	if !strings.Contains(fe.Error(), detail) {
+		t.Fatalf("error %q does not mention %q", fe.Error(), detail)
+	}
+	return fe
+}
+
+// assertNoSecret fails if secret appears in the registry's logs, stored rows
+// or any of the given texts.
+func assertNoSecret(t *testing.T, reg *registrytest.Registry, secret string, texts ...string) {
+	t.Helper()
+	for i, s := range append([]string{reg.Logs.String(), reg.DumpTable(t, "environments")}, texts...) {
+		if strings.Contains(s, secret) {
+			t.Fatalf("secret found in text %d", i)
+		}
+	}
+}
+
+func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	in := registration(t, "east")
+
+	env, created, err := reg.Service.Register(ctx, in)
+	if err != nil || !created {
+		t.Fatalf("Register: created=%v err=%v", created, err)
+	}
+	if env.Status.State != clusters.StateReady || env.Status.KubernetesVersion != "v1.36.3" {
+		t.Fatalf("status = %+v, want READY on v1.36.3", env.Status)
+	}
+	if env.Status.StorageClassCount == nil || *env.Status.StorageClassCount < 5 || env.Status.LastReadyTime == nil {
+		t.Fatalf("status = %+v, want storage classes counted and a ready time", env.Status)
+	}
+	if env.Spec.Namespace != "dcm-volumes" {
+		t.Fatalf("namespace = %q, want the kubeconfig context's dcm-volumes", env.Spec.Namespace)
+	}
+	if env.Spec.DCM.ProviderName != "storage-gateway-east" {
+		t.Fatalf("provider name = %q", env.Spec.DCM.ProviderName)
+	}
+	c := env.Connection
+	if c.Server != cluster.ServerURL() || c.AuthType != kubeconfig.AuthToken || c.KeyID != "k1" || len(c.CASHA256) != 64 {
+		t.Fatalf("connection = %+v", c)
+	}
+
+	again, created, err := reg.Service.Register(ctx, in)
+	if err != nil || created || again.ID != "east" || !again.CreateTime.Equal(env.CreateTime) {
+		t.Fatalf("identical replay: created=%v err=%v", created, err)
+	}
+
+	changed := in
+	changed.Spec.Region = "elsewhere"
+	_, _, err = reg.Service.Register(ctx, changed)
+	wantKind(t, err, fault.AlreadyExists, "different specification")
+
+	otherToken, err := cluster.NewGatewayToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated := in
+	rotated.Credentials = environments.Credentials{Explicit: tokenConnection(otherToken)}
+	rotated.Spec.Namespace = "dcm-volumes"
+	_, _, err = reg.Service.Register(ctx, rotated)
+	wantKind(t, err, fault.AlreadyExists, "credentials")
+
+	assertNoSecret(t, reg, cluster.GatewayToken(), fmt.Sprintf("%+v", env), err.Error())
+	assertNoSecret(t, reg, otherToken)
+}
+
+func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{ProbeTimeout: 2 * time.Second})
+	readClasses := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}}}
+	noPVCs, err := cluster.RestrictedToken(ctx, "no-pvcs", readClasses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA := httptest.NewTLSServer(http.NotFoundHandler())
+	defer otherCA.Close()
+	wrongCA := otherCA.Certificate().Raw
+
+	tests := []struct {
+		name   string
+		conn   *kubeconfig.Connection
+		policy *egress.Policy
+		want   string
+		cut    bool
+	}{
+		{name: "token without PVC rights", conn: tokenConnection(noPVCs),
+			want: "(UNAUTHORIZED): the credentials lack required permissions: create persistentvolumeclaims in namespace dcm-volumes"},
+		{name: "unknown token", conn: tokenConnection("not-a-valid-token-canary-4711"),
+			want: "(UNAUTHORIZED): the API server rejected the credentials (401 Unauthorized)"},
+		{name: "wrong CA", conn: &kubeconfig.Connection{Server: cluster.ServerURL(), CAData: pemCert(wrongCA), Token: cluster.GatewayToken()},
+			want: "(UNREACHABLE): TLS verification failed"},
+		{name: "unreachable cluster", conn: tokenConnection(cluster.GatewayToken()), cut: true,
+			want: "(UNREACHABLE): the API server did not answer within 2s"},
+		{name: "loopback under the production policy", conn: tokenConnection(cluster.GatewayToken()), policy: &egress.Policy{},
+			want: "(UNREACHABLE): egress: connection to 127.0.0.1 refused: loopback address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := reg
+			if tt.policy != nil {
+				r = registrytest.New(t, registrytest.Options{Egress: tt.policy})
+			}
+			if tt.cut {
+				cluster.SetReachable(false)
+				defer cluster.SetReachable(true)
+			}
+			in := registration(t, "probe-fails")
+			in.Credentials = environments.Credentials{Explicit: tt.conn}
+			in.Spec.Namespace = "dcm-volumes"
+			start := time.Now()
+			_, _, err := r.Service.Register(ctx, in)
+			wantKind(t, err, fault.FailedPrecondition, tt.want)
+			if elapsed := time.Since(start); elapsed > 4*time.Second {
+				t.Fatalf("probe took %s; the timeout is 2s", elapsed)
+			}
+			_, err = r.Service.Get(ctx, "probe-fails")
+			wantKind(t, err, fault.NotFound, "not found")
+			assertNoSecret(t, r, tt.conn.Token, err.Error())
+		})
+	}
+}
+
+func TestProbeNeverFollowsRedirects(t *testing.T) {
+	var targetHits atomic.Int32
+	target := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { targetHits.Add(1) }))
+	defer target.Close()
+	redirector := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+
+	token := "redirect-canary-token-0123456789"
+	conn := kubeconfig.Connection{Server: redirector.URL, CAData: pemCert(redirector.Certificate().Raw), Token: token}
+	prober := clusters.Prober{Client: clusters.ClientOptions{Egress: registrytest.Loopback}, Timeout: 5 * time.Second}
+	res := prober.Probe(context.Background(), conn, []string{"dcm"})
+	if res.State != clusters.StateUnreachable || !strings.Contains(res.Message, "redirect") {
+		t.Fatalf("probe = %+v, want UNREACHABLE because of a redirect", res)
+	}
+	if n := targetHits.Load(); n != 0 {
+		t.Fatalf("redirect target received %d requests; the token must never leave for it", n)
+	}
+	if strings.Contains(res.Message, token) || strings.Contains(res.Message, target.URL) {
+		t.Fatal("probe message leaks the token or the redirect target")
+	}
+}
+
+func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	env, _, err := reg.Service.Register(ctx, registration(t, "east"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A spec-only patch changes what it names, resets nulls and keeps the rest.
+	got, err := reg.Service.Update(ctx, "east", []byte(`{"display_name":"East (renamed)","labels":{"tier":null,"team":"storage"},"defaults":{"storage_class":"standard"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.DisplayName != "East (renamed)" || !maps.Equal(got.Spec.Labels, map[string]string{"site": "east", "team": "storage"}) ||
+		got.Spec.Defaults.StorageClass != "standard" || got.Spec.Region != env.Spec.Region {
+		t.Fatalf("after patch: %+v", got.Spec)
+	}
+	if !got.Connection.CredentialsUpdateTime.Equal(env.Connection.CredentialsUpdateTime) {
+		t.Fatal("a spec-only patch must not touch the credentials")
+	}
+
+	bad := []struct{ patch, field string }{
+		{`{"id":"other"}`, "id"},
+		{`{"status":{"state":"READY"}}`, "status"},
+		{`{"namespace":null}`, "namespace"},
+		{`{"nmespace":"typo"}`, "nmespace"},
+		{`{"labels":"x"}`, "labels"},
+		{`{"defaults":{"access_mode":"ReadWriteSometimes"}}`, "defaults.access_mode"},
+		{`[1,2]`, "body"},
+		{`{"credentials":{"server":"http://example.com","token":"t"}}`, "credentials.server"},
+		{`{"kubeconfig_context":"east"}`, "kubeconfig_context"},
+	}
+	for _, b := range bad {
+		_, err := reg.Service.Update(ctx, "east", []byte(b.patch))
+		if fe := wantKind(t, err, fault.InvalidArgument, ""); fe.Field != b.field {
+			t.Errorf("patch %s: field %q, want %q", b.patch, fe.Field, b.field)
+		}
+	}
+
+	// Rotation: a failing probe changes nothing; a good one replaces the credentials.
+	_, err = reg.Service.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
+		"server": cluster.ServerURL(), "certificate_authority_data": cluster.CAData(), "token": "revoked-canary-token"}}))
+	wantKind(t, err, fault.FailedPrecondition, "401")
+	fresh, err := cluster.NewGatewayToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := reg.Service.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
+		"server": cluster.ServerURL(), "certificate_authority_data": cluster.CAData(), "token": fresh}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rotated.Connection.CredentialsUpdateTime.After(env.Connection.CredentialsUpdateTime) || rotated.Status.State != clusters.StateReady {
+		t.Fatalf("rotation did not take: %+v", rotated.Connection)
+	}
+	// Namespaces the credentials cannot serve are refused after a probe.
+	_, err = reg.Service.Update(ctx, "east", []byte(`{"allowed_namespaces":["kube-system"]}`))
+	wantKind(t, err, fault.FailedPrecondition, "create persistentvolumeclaims in namespace kube-system")
+	assertNoSecret(t, reg, fresh)
+	assertNoSecret(t, reg, "revoked-canary-token")
+}
+
+func TestVerifyRecordsReachability(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{ProbeTimeout: 2 * time.Second})
+	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+		t.Fatal(err)
+	}
+	cluster.SetReachable(false)
+	env, err := reg.Service.Verify(ctx, "east")
+	cluster.SetReachable(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Status.State != clusters.StateUnreachable || env.Status.LastProbeTime == nil || !env.Status.LastProbeTime.After(*env.Status.LastReadyTime) {
+		t.Fatalf("cut cluster: status %+v", env.Status)
+	}
+	list, err := reg.Service.List(ctx, environments.ListQuery{State: clusters.StateUnreachable})
+	if err != nil || len(list.Environments) != 1 {
+		t.Fatalf("list UNREACHABLE = %d, %v", len(list.Environments), err)
+	}
+	reg.Service.ProbeAll(ctx)
+	env, err = reg.Service.Get(ctx, "east")
+	if err != nil || env.Status.State != clusters.StateReady {
+		t.Fatalf("after recovery: %+v, %v", env.Status, err)
+	}
+}
+
+func TestDeleteRefusesWhileVolumesExistUnlessForced(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('east', 'v1', 'dcm-volumes', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	env, _ := reg.Service.Get(ctx, "east")
+	if env.Status.VolumeCount != 1 {
+		t.Fatalf("volume_count = %d, want 1", env.Status.VolumeCount)
+	}
+	wantKind(t, reg.Service.Delete(ctx, "east", false), fault.Conflict, "still has 1 volume")
+	if err := reg.Service.Delete(ctx, "east", true); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := reg.Pool.QueryRow(ctx, `SELECT count(*) FROM volumes`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("volume records left: %d, %v", left, err)
+	}
+	wantKind(t, reg.Service.Delete(ctx, "east", false), fault.NotFound, "not found")
+}
+
+func TestListPagesAndFilters(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	for i := range 5 {
+		in := registration(t, fmt.Sprintf("env-%d", i))
+		in.Spec.Region = []string{"north", "south"}[i%2]
+		in.Spec.Labels = map[string]string{"parity": []string{"even", "odd"}[i%2], "n": fmt.Sprint(i)}
+		if _, _, err := reg.Service.Register(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	q := environments.ListQuery{MaxPageSize: 2}
+	for pages := 0; ; pages++ {
+		page, err := reg.Service.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Environments {
+			ids = append(ids, e.ID)
+		}
+		if page.NextPageToken == "" {
+			if pages != 2 {
+				t.Fatalf("%d pages, want 3 of at most 2", pages+1)
+			}
+			break
+		}
+		q.PageToken = page.NextPageToken
+	}
+	if !slices.Equal(ids, []string{"env-0", "env-1", "env-2", "env-3", "env-4"}) {
+		t.Fatalf("paged ids = %v", ids)
+	}
+
+	page, err := reg.Service.List(ctx, environments.ListQuery{Region: "south", Labels: map[string]string{"parity": "odd"}})
+	if err != nil || len(page.Environments) != 2 || page.Environments[0].ID != "env-1" {
+		t.Fatalf("filtered list = %+v, %v", page.Environments, err)
+	}
+	first, _ := reg.Service.List(ctx, environments.ListQuery{MaxPageSize: 1})
+	_, err = reg.Service.List(ctx, environments.ListQuery{Region: "north", PageToken: first.NextPageToken})
+	wantKind(t, err, fault.InvalidArgument, "page_token")
+	_, err = reg.Service.List(ctx, environments.ListQuery{PageToken: "garbage"})
+	wantKind(t, err, fault.InvalidArgument, "page_token")
+}
+
+func TestRegistrationValidation(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	canary := "validation-canary-token-97531"
+	tests := []struct {
+		name  string
+		edit  func(*environments.Registration)
+		field string
+	}{
+		{"bad id", func(r *environments.Registration) { r.ID = "Not_Valid" }, "id"},
+		{"no credentials", func(r *environments.Registration) { r.Credentials = environments.Credentials{} }, "kubeconfig"},
+		{"both credential kinds", func(r *environments.Registration) { r.Credentials.Explicit = tokenConnection(canary) }, "kubeconfig"},
+		{"exec kubeconfig", func(r *environments.Registration) {
+			r.Credentials.Kubeconfig = []byte("apiVersion: v1\nusers:\n- name: u\n  user:\n    exec:\n      command: /bin/sh\n")
+		}, "kubeconfig.users[0].user.exec"},
+		{"http server", func(r *environments.Registration) {
+			r.Credentials = environments.Credentials{Explicit: &kubeconfig.Connection{Server: "http://127.0.0.1:1", Token: canary}}
+		}, "credentials.server"},
+		{"bad namespace", func(r *environments.Registration) { r.Spec.Namespace = "Bad_NS" }, "namespace"},
+		{"bad allowed namespace", func(r *environments.Registration) { r.Spec.AllowedNamespaces = []string{"ok", "-bad"} }, "allowed_namespaces"},
+		{"bad label", func(r *environments.Registration) { r.Spec.Labels = map[string]string{"bad key": "v"} }, "labels"},
+		{"bad volume mode", func(r *environments.Registration) { r.Spec.Defaults.VolumeMode = "Tape" }, "defaults.volume_mode"},
+		{"bad provider name", func(r *environments.Registration) { r.Spec.DCM.ProviderName = "UPPER" }, "dcm.provider_name"},
+		{"long display name", func(r *environments.Registration) { r.Spec.DisplayName = strings.Repeat("x", 300) }, "display_name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := registration(t, "valid-id")
+			tt.edit(&in)
+			_, _, err := reg.Service.Register(ctx, in)
+			fe := wantKind(t, err, fault.InvalidArgument, "")
+			if fe.Field != tt.field {
+				t.Fatalf("field = %q, want %q (%v)", fe.Field, tt.field, fe)
+			}
+			if strings.Contains(fe.Error(), canary) {
+				t.Fatal("error echoes the token")
+			}
+		})
+	}
+	if rows := reg.DumpTable(t, "environments"); rows != "" {
+		t.Fatalf("invalid registrations stored rows: %d bytes", len(rows))
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	for _, id := range []string{"a", "b", "c"} {
+		if _, _, err := reg.Service.Register(ctx, registration(t, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reg.Keys.Add("k2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Keys.Promote("k2"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := reg.Service.Rewrap(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("Rewrap = %d, %v; want 3", n, err)
+	}
+	usage, err := reg.Service.KeyUsage(ctx)
+	if err != nil || usage["k2"] != 3 || usage["k1"] != 0 {
+		t.Fatalf("usage after rewrap = %v, %v", usage, err)
+	}
+	// The re-sealed credentials still work.
+	env, err := reg.Service.Verify(ctx, "b")
+	if err != nil || env.Status.State != clusters.StateReady || env.Connection.KeyID != "k2" {
+		t.Fatalf("verify after rewrap: %+v, %v", env, err)
+	}
+	if err := reg.Keys.Remove("k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Service.CheckKeys(ctx); err != nil {
+		t.Fatalf("CheckKeys with every used key present: %v", err)
+	}
+	if err := reg.Keys.Promote("k1"); err == nil {
+		t.Fatal("promoting a removed key succeeded")
+	}
+	// A ring that lacks a used key must be refused at start.
+	if err := reg.Keys.Add("k3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Keys.Promote("k3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Keys.Remove("k2"); err != nil {
+		t.Fatal(err)
+	}
+	err = reg.Service.CheckKeys(ctx)
+	if err == nil || !strings.Contains(err.Error(), "k2 (3 environments)") {
+		t.Fatalf("CheckKeys = %v, want k2 named as missing", err)
+	}
+}
+
+// Concurrent identical registrations create one environment; all succeed.
+func TestConcurrentRegistrationsConverge(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	in := registration(t, "race")
+	created := make(chan bool, 4)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, c, err := reg.Service.Register(ctx, in)
+			created <- c
+			errs <- err
+		}()
+	}
+	n := 0
+	for range 4 {
+		if <-created {
+			n++
+		}
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d registrations report created, want exactly 1", n)
+	}
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,261 @@
+package environments
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+)
+
+// errExists reports an insert whose id is taken.
+var errExists = errors.New("environment id exists")
+
+// errNotFound reports a missing row.
+var errNotFound = errors.New("environment not found")
+
+// record is one row: the public Environment plus what never leaves the
+// package — the CA bytes and the sealed credentials.
+type record struct {
+	Environment
+	caData []byte
+	sealed secrets.Sealed
+}
+
+// repository reads and writes the environments table. Every method takes the
+// pool explicitly through the struct; transactions stay inside one method.
+type repository struct{ db *pgxpool.Pool }
+
+const selectColumns = `
+	e.id, e.display_name, e.description, e.labels, e.region, e.zone, e.namespace,
+	e.allowed_namespaces, e.defaults, e.dcm, e.create_time, e.update_time,
+	e.server, e.certificate_authority, e.tls_server_name, e.insecure_skip_verify,
+	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time,
+	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
+	e.last_probe_time, e.last_ready_time, e.dcm_registration, e.generation,
+	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id)`
+
+func scanRecord(row pgx.Row) (record, error) {
+	var r record
+	var labels, defaults, dcm, reg []byte
+	var state string
+	err := row.Scan(
+		&r.ID, &r.Spec.DisplayName, &r.Spec.Description, &labels, &r.Spec.Region, &r.Spec.Zone, &r.Spec.Namespace,
+		&r.Spec.AllowedNamespaces, &defaults, &dcm, &r.CreateTime, &r.UpdateTime,
+		&r.Connection.Server, &r.caData, &r.Connection.TLSServerName, &r.Connection.Insecure,
+		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime,
+		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
+		&r.Status.LastProbeTime, &r.Status.LastReadyTime, &reg, &r.generation,
+		&r.Status.VolumeCount,
+	)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return record{}, errNotFound
+	}
+	if err != nil {
+		return record{}, err
+	}
+	r.Status.State = clusters.State(state)
+	r.Connection.KeyID = r.sealed.KeyID
+	r.Connection.CASHA256 = kubeconfig.Connection{CAData: r.caData}.CASHA256()
+	for _, f := range []struct {
+		raw []byte
+		dst any
+	}{{labels, &r.Spec.Labels}, {defaults, &r.Spec.Defaults}, {dcm, &r.Spec.DCM}, {reg, &r.Status.DCMRegistration}} {
+		if err := json.Unmarshal(f.raw, f.dst); err != nil {
+			return record{}, fmt.Errorf("decode environment %s: %w", r.ID, err)
+		}
+	}
+	return r, nil
+}
+
+func (r *repository) get(ctx context.Context, id string) (record, error) {
+	return scanRecord(r.db.QueryRow(ctx, `SELECT `+selectColumns+` FROM environments e WHERE e.id = $1`, id))
+}
+
+func (r *repository) insert(ctx context.Context, rec record) error {
+	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
+	_, err := r.db.Exec(ctx, `
+		INSERT INTO environments (
+			id, display_name, description, labels, region, zone, namespace, allowed_namespaces,
+			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
+			auth_type, credentials_key_id, credentials, credentials_update_time,
+			state, status_message, kubernetes_version, storage_class_count, last_probe_time, last_ready_time,
+			create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+			$19, $20, $21, $22, $23, $24, $18, $18)`,
+		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
+		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
+		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
+		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
+		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
+		rec.Status.LastProbeTime, rec.Status.LastReadyTime)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+		return errExists
+	}
+	return err
+}
+
+// update writes spec, connection and status if the row is still at the
+// generation the caller read; it reports false when someone else won.
+func (r *repository) update(ctx context.Context, rec record) (bool, error) {
+	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
+	tag, err := r.db.Exec(ctx, `
+		UPDATE environments SET
+			display_name = $3, description = $4, labels = $5, region = $6, zone = $7, namespace = $8,
+			allowed_namespaces = $9, defaults = $10, dcm = $11, server = $12, certificate_authority = $13,
+			tls_server_name = $14, insecure_skip_verify = $15, auth_type = $16, credentials_key_id = $17,
+			credentials = $18, credentials_update_time = $19, state = $20, status_message = $21,
+			kubernetes_version = $22, storage_class_count = $23, last_probe_time = $24, last_ready_time = $25,
+			update_time = now(), generation = generation + 1
+		WHERE id = $1 AND generation = $2`,
+		rec.ID, rec.generation, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
+		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm, rec.Connection.Server, rec.caData,
+		rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
+		rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
+		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// updateStatus records a probe result unless the environment changed since
+// the probe's generation (its result would describe stale settings).
+func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status) (bool, error) {
+	tag, err := r.db.Exec(ctx, `
+		UPDATE environments SET state = $3, status_message = $4, kubernetes_version = $5,
+			storage_class_count = $6, last_probe_time = $7, last_ready_time = $8
+		WHERE id = $1 AND generation = $2`,
+		id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
+		st.LastProbeTime, st.LastReadyTime)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// delete removes the environment. Unless force is set it refuses while volume
+// records exist; the row lock taken first blocks volume inserts (their foreign
+// key needs a share lock on it), so the count cannot go stale before the delete.
+func (r *repository) delete(ctx context.Context, id string, force bool) (volumes int, err error) {
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM environments WHERE id = $1 FOR UPDATE`, id).Scan(&one); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errNotFound
+			}
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM volumes WHERE environment_id = $1`, id).Scan(&volumes); err != nil {
+			return err
+		}
+		if volumes > 0 && !force {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM environments WHERE id = $1`, id)
+		return err
+	})
+	return volumes, err
+}
+
+// listFilter is a validated ListQuery in SQL terms.
+type listFilter struct {
+	labels []byte
+	region string
+	state  string
+	after  string
+	limit  int
+}
+
+func (r *repository) list(ctx context.Context, f listFilter) ([]record, error) {
+	rows, err := r.db.Query(ctx, `SELECT `+selectColumns+` FROM environments e
+		WHERE ($1::jsonb IS NULL OR e.labels @> $1::jsonb)
+		  AND ($2 = '' OR e.region = $2)
+		  AND ($3 = '' OR e.state = $3)
+		  AND e.id > $4
+		ORDER BY e.id LIMIT $5`, f.labels, f.region, f.state, f.after, f.limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
+}
+
+// keyUsage counts credential rows per key id.
+func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
+	rows, err := r.db.Query(ctx, `SELECT credentials_key_id, count(*) FROM environments GROUP BY 1`)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
+		// undefined_table / undefined_column: the schema predates sealed
+		// credentials, so no row can use any key.
+		return map[string]int{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	usage := map[string]int{}
+	var id string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { usage[id] = n; return nil })
+	return usage, err
+}
+
+// resealBatch re-seals up to limit rows not sealed under primary with the
+// given function, in one transaction that skips rows other writers hold.
+func (r *repository) resealBatch(ctx context.Context, primary string, limit int, reseal func(id string, s secrets.Sealed) (secrets.Sealed, error)) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, credentials_key_id, credentials FROM environments
+			WHERE credentials_key_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, primary, limit)
+		if err != nil {
+			return err
+		}
+		type row struct {
+			id     string
+			sealed secrets.Sealed
+		}
+		var batch []row
+		var one row
+		if _, err := pgx.ForEachRow(rows, []any{&one.id, &one.sealed.KeyID, &one.sealed.Blob}, func() error {
+			// pgx may reuse the scan buffer between rows.
+			batch = append(batch, row{id: one.id, sealed: secrets.Sealed{KeyID: one.sealed.KeyID, Blob: bytes.Clone(one.sealed.Blob)}})
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, b := range batch {
+			fresh, err := reseal(b.id, b.sealed)
+			if err != nil {
+				return fmt.Errorf("environment %s: %w", b.id, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE environments SET credentials_key_id = $2, credentials = $3 WHERE id = $1`,
+				b.id, fresh.KeyID, fresh.Blob); err != nil {
+				return err
+			}
+		}
+		n = len(batch)
+		return nil
+	})
+	return n, err
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("environments: marshal %T: %v", v, err)) // only plain structs and maps reach here
+	}
+	return b
+}
+
+// now is the repository's notion of time for rows it writes, truncated to
+// what Postgres stores so values read back compare equal.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

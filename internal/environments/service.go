@@ -1,0 +1,199 @@
+package environments
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+)
+
+// Options wires a Service.
+type Options struct {
+	DB     *pgxpool.Pool
+	Keys   *secrets.KeyRing
+	Prober clusters.Prober
+	// AllowInsecure accepts clusters registered with TLS verification off.
+	AllowInsecure bool
+	Logger        *slog.Logger
+}
+
+// Service implements the registry's use cases.
+type Service struct {
+	repo          repository
+	keys          *secrets.KeyRing
+	prober        clusters.Prober
+	allowInsecure bool
+	log           *slog.Logger
+}
+
+// NewService returns a Service over the given database and key ring.
+func NewService(opts Options) *Service {
+	return &Service{
+		repo:          repository{db: opts.DB},
+		keys:          opts.Keys,
+		prober:        opts.Prober,
+		allowInsecure: opts.AllowInsecure,
+		log:           opts.Logger,
+	}
+}
+
+// Register adds an environment after probing it. An identical replay of an
+// earlier registration returns the stored environment with created=false; the
+// same id with a different spec or credentials is AlreadyExists.
+func (s *Service) Register(ctx context.Context, reg Registration) (env Environment, created bool, err error) {
+	if err := ValidateID(reg.ID); err != nil {
+		return Environment{}, false, err
+	}
+	conn, namespace, err := s.resolveCredentials(reg.Credentials)
+	if err != nil {
+		return Environment{}, false, err
+	}
+	spec := reg.Spec
+	if spec.Namespace == "" {
+		spec.Namespace = namespace
+	}
+	spec.normalize(reg.ID)
+	if err := spec.validate(); err != nil {
+		return Environment{}, false, err
+	}
+
+	existing, err := s.repo.get(ctx, reg.ID)
+	switch {
+	case err == nil:
+		return s.replay(existing, spec, conn)
+	case !errors.Is(err, errNotFound):
+		return Environment{}, false, err
+	}
+
+	result := s.prober.Probe(ctx, conn, spec.Namespaces())
+	if result.State != clusters.StateReady {
+		return Environment{}, false, probeFailed(result)
+	}
+	rec, err := s.newRecord(reg.ID, spec, conn, result)
+	if err != nil {
+		return Environment{}, false, err
+	}
+	if err := s.repo.insert(ctx, rec); errors.Is(err, errExists) {
+		// A concurrent registration of the same id won the race.
+		existing, err := s.repo.get(ctx, reg.ID)
+		if err != nil {
+			return Environment{}, false, err
+		}
+		return s.replay(existing, spec, conn)
+	} else if err != nil {
+		return Environment{}, false, err
+	}
+	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
+	env, err = s.Get(ctx, reg.ID)
+	return env, err == nil, err
+}
+
+// replay compares a repeated registration with the stored one.
+func (s *Service) replay(existing record, spec Spec, conn kubeconfig.Connection) (Environment, bool, error) {
+	stored, err := s.open(existing)
+	if err != nil {
+		return Environment{}, false, err
+	}
+	if !reflect.DeepEqual(existing.Spec, spec) || !stored.Equal(conn) {
+		return Environment{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+			Detail: "an environment with this id exists with a different specification or credentials"}
+	}
+	return existing.Environment, false, nil
+}
+
+// Get returns one environment.
+func (s *Service) Get(ctx context.Context, id string) (Environment, error) {
+	rec, err := s.get(ctx, id)
+	return rec.Environment, err
+}
+
+func (s *Service) get(ctx context.Context, id string) (record, error) {
+	rec, err := s.repo.get(ctx, id)
+	if errors.Is(err, errNotFound) {
+		return record{}, fault.New(fault.NotFound, "environment %q not found", id)
+	}
+	return rec, err
+}
+
+// Verify probes the environment now and records the result.
+func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
+	rec, err := s.get(ctx, id)
+	if err != nil {
+		return Environment{}, err
+	}
+	if err := s.probeAndRecord(ctx, rec); err != nil {
+		return Environment{}, err
+	}
+	return s.Get(ctx, id)
+}
+
+// probeAndRecord probes with the stored credentials and saves the status; a
+// result for settings that changed meanwhile is dropped.
+func (s *Service) probeAndRecord(ctx context.Context, rec record) error {
+	conn, err := s.open(rec)
+	if err != nil {
+		return err
+	}
+	result := s.prober.Probe(ctx, conn, rec.Spec.Namespaces())
+	st := statusFrom(rec.Status, result)
+	if _, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st); err != nil {
+		return err
+	}
+	if st.State != rec.Status.State {
+		s.log.InfoContext(ctx, "environment state changed", "environment", rec.ID,
+			"from", rec.Status.State, "to", st.State, "message", st.Message)
+	}
+	return nil
+}
+
+// Delete forgets an environment. It refuses while volume records exist unless
+// force is set; PVCs in the cluster are never touched.
+func (s *Service) Delete(ctx context.Context, id string, force bool) error {
+	volumes, err := s.repo.delete(ctx, id, force)
+	if errors.Is(err, errNotFound) {
+		return fault.New(fault.NotFound, "environment %q not found", id)
+	}
+	if err != nil {
+		return err
+	}
+	if volumes > 0 && !force {
+		return fault.New(fault.Conflict, "environment %q still has %d volume(s); delete them first, or use force=true to forget them (their PVCs stay in the cluster)", id, volumes)
+	}
+	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
+	return nil
+}
+
+// probeFailed is the 422 for a registration or update whose probe failed.
+func probeFailed(r clusters.ProbeResult) error {
+	return fault.New(fault.FailedPrecondition, "cluster probe failed (%s): %s", r.State, r.Message)
+}
+
+// statusFrom folds a probe result into the previous status.
+func statusFrom(prev Status, r clusters.ProbeResult) Status {
+	st := prev
+	st.State, st.Message = r.State, r.Message
+	if r.KubernetesVersion != "" {
+		st.KubernetesVersion = r.KubernetesVersion
+	}
+	if r.StorageClassCount != nil {
+		st.StorageClassCount = r.StorageClassCount
+	}
+	t := r.Time
+	st.LastProbeTime = &t
+	if r.State == clusters.StateReady {
+		st.LastReadyTime = &t
+	}
+	return st
+}
+
+// audit logs an admin action: what and to which environment, never secrets.
+func (s *Service) audit(ctx context.Context, msg, id string, attrs ...any) {
+	s.log.InfoContext(ctx, msg, append([]any{"audit", true, "environment", id}, attrs...)...)
+}

@@ -1,0 +1,79 @@
+// Package fault defines the typed errors that use-case packages return so the
+// HTTP layer can map them to problem+json in one place. It must not know about
+// HTTP or any transport; it only names what went wrong and which field.
+package fault
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error the way a client should react to it.
+type Kind int
+
+// The kinds a use case may report. Anything else is an internal error.
+const (
+	// InvalidArgument: the request itself is malformed (400).
+	InvalidArgument Kind = iota + 1
+	// NotFound: the addressed resource does not exist (404).
+	NotFound
+	// AlreadyExists: the id is taken by a different resource (409).
+	AlreadyExists
+	// Conflict: the resource's current state forbids the change, e.g. deleting
+	// an environment that still has volumes (409, FAILED_PRECONDITION).
+	Conflict
+	// FailedPrecondition: a well-formed request the target cannot satisfy,
+	// e.g. a cluster probe failed (422).
+	FailedPrecondition
+	// Unavailable: a dependency is unreachable; retrying later may work (503).
+	Unavailable
+)
+
+// Error is a classified error. Detail is shown to the client, so it must never
+// carry secrets or raw upstream responses; Field names the offending request
+// field (dotted JSON path) when there is one.
+type Error struct {
+	Kind   Kind
+	Field  string
+	Detail string
+	// cause is kept for logs and errors.Is/As; it is never shown to clients.
+	cause error
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Detail
+	}
+	return e.Detail
+}
+
+// Unwrap exposes the cause to errors.Is and errors.As.
+func (e *Error) Unwrap() error { return e.cause }
+
+// New builds an Error of kind k with a formatted detail.
+func New(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Invalid reports a bad request field.
+func Invalid(field, format string, args ...any) *Error {
+	return &Error{Kind: InvalidArgument, Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Wrap classifies cause with a client-safe detail; cause itself stays hidden.
+func Wrap(k Kind, cause error, format string, args ...any) *Error {
+	return &Error{Kind: k, Detail: fmt.Sprintf(format, args...), cause: cause}
+}
+
+// As returns the classified error in err's chain, if any.
+func As(err error) (*Error, bool) {
+	var fe *Error
+	ok := errors.As(err, &fe)
+	return fe, ok
+}
+
+// Is reports whether err is classified as kind k.
+func Is(err error, k Kind) bool {
+	fe, ok := As(err)
+	return ok && fe.Kind == k
+}

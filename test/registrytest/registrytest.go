@@ -1,0 +1,136 @@
+// Package registrytest assembles a real environment registry for tests: a
+// fresh migrated Postgres database, a generated key ring, the egress policy
+// tests use (loopback explicitly allowed, as harness clusters listen there)
+// and a log buffer that tests search for leaked secrets. It must never be
+// imported by production code.
+package registrytest
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+)
+
+// Loopback is the allow-list tests use: harness clusters listen on 127.0.0.1.
+var Loopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// Options adjust a Registry.
+type Options struct {
+	// Egress overrides the loopback-allowing policy.
+	Egress *egress.Policy
+	// ProbeTimeout defaults to 5s.
+	ProbeTimeout  time.Duration
+	AllowInsecure bool
+}
+
+// Registry is a ready environments.Service and what it runs on.
+type Registry struct {
+	Service     *environments.Service
+	Pool        *pgxpool.Pool
+	Keys        *secrets.KeyRing
+	KeyRingFile string
+	DB          pgtest.Database
+	Logs        *LogBuffer
+	Logger      *slog.Logger
+}
+
+// New builds a Registry on a new database; everything is released when the
+// test ends.
+func New(t testing.TB, opts Options) *Registry {
+	t.Helper()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	logs := &LogBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	pool, err := postgres.Open(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	migrator, err := postgres.NewMigrator(pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = migrator.Close() }()
+	if _, err := migrator.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := secrets.NewKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "keyring.json")
+	if err := keys.WriteFile(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	policy := Loopback
+	if opts.Egress != nil {
+		policy = *opts.Egress
+	}
+	if opts.ProbeTimeout == 0 {
+		opts.ProbeTimeout = 5 * time.Second
+	}
+	svc := environments.NewService(environments.Options{
+		DB:            pool,
+		Keys:          keys,
+		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy, QPS: 50, Burst: 100}, Timeout: opts.ProbeTimeout},
+		AllowInsecure: opts.AllowInsecure,
+		Logger:        logger,
+	})
+	return &Registry{Service: svc, Pool: pool, Keys: keys, KeyRingFile: keyFile, DB: db, Logs: logs, Logger: logger}
+}
+
+// DumpTable returns every row of table as text, to search stored bytes for
+// secrets that must only exist sealed.
+func (r *Registry) DumpTable(t testing.TB, table string) string {
+	t.Helper()
+	rows, err := r.Pool.Query(context.Background(), `SELECT t::text FROM `+table+` t`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	var line string
+	for rows.Next() {
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		out.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// LogBuffer collects log output safely from many goroutines.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything logged so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
