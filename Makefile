@@ -12,6 +12,10 @@ GO        ?= go
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/storage-gateway
 STATE_DIR ?= $(or $(SG_STATE_DIR),$(or $(XDG_STATE_HOME),$(HOME)/.local/state)/storage-gateway)
 BIN       := bin/storage-gateway
+# make run: local clusters listen on loopback, which production never allows.
+DEV_CLUSTER_CIDRS := 127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7
+LISTEN_ADDR := $(or $(SG_LISTEN_ADDR),:8080)
+GATEWAY_URL := http://127.0.0.1:$(lastword $(subst :, ,$(LISTEN_ADDR)))
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION)
 
@@ -34,10 +38,14 @@ build: ## build bin/storage-gateway
 control-plane: ## build and cache etcd, kube-apiserver, kube-controller-manager (once)
 	@echo "control plane: $(CONTROL_PLANE)"
 
-run: build ## run the gateway (embedded NATS) with two local clusters
+run: build ## run the gateway (embedded NATS) with two local clusters, registered
 	@mkdir -p $(STATE_DIR)
+	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json
 	$(BIN) migrate --create-database
-	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GO) run ./test/harness/cmd/fleet -out $(STATE_DIR)/clusters -- $(BIN) serve
+	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \
+	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
+	$(GO) run ./test/harness/cmd/fleet -out $(STATE_DIR)/clusters \
+		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -- $(BIN) serve
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind

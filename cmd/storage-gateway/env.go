@@ -389,7 +389,7 @@ func (c *envClient) listCommand() *cobra.Command {
 				}
 				params.PageToken = resp.JSON200.NextPageToken
 			}
-			return c.print(cmd.OutOrStdout(), all)
+			return c.print(cmd.OutOrStdout(), all, false)
 		},
 	}
 	cmd.Flags().StringVar(&region, "region", "", "only this region")
@@ -471,15 +471,20 @@ func (c *envClient) printEnvironment(cmd *cobra.Command, resp *http.Response, bo
 	if err := json.Unmarshal(body, &env); err != nil {
 		return fmt.Errorf("unexpected response from the gateway (HTTP %d)", resp.StatusCode)
 	}
-	return c.print(cmd.OutOrStdout(), []api.Environment{env})
+	return c.print(cmd.OutOrStdout(), []api.Environment{env}, true)
 }
 
-func (c *envClient) print(w io.Writer, envs []api.Environment) error {
+// print writes environments as a table, or as JSON: one object for a single
+// environment, an array (possibly empty) for a list.
+func (c *envClient) print(w io.Writer, envs []api.Environment, single bool) error {
 	if c.output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if len(envs) == 1 {
+		if single {
 			return enc.Encode(envs[0])
+		}
+		if envs == nil {
+			envs = []api.Environment{}
 		}
 		return enc.Encode(envs)
 	}

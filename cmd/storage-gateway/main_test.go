@@ -58,7 +58,8 @@ type gateway struct {
 func startGateway(t *testing.T, env map[string]string) *gateway {
 	t.Helper()
 	cmd := exec.Command(binary, "serve")
-	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0", "SG_EMBEDDED_NATS_LISTEN=off", "SG_LOG_LEVEL=debug"}
+	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
+		"SG_EMBEDDED_NATS_LISTEN=off", "SG_LOG_LEVEL=debug", "SG_KEY_RING_FILE=" + newKeyRing(t)}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -99,6 +100,16 @@ func startGateway(t *testing.T, env map[string]string) *gateway {
 		t.Fatalf("gateway did not listen within 60s:\n%s", g.logOutput())
 	}
 	return g
+}
+
+// newKeyRing creates a key ring file with `keys init` and returns its path.
+func newKeyRing(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keyring.json")
+	if out, err := exec.Command(binary, "keys", "init", "--file", path).CombinedOutput(); err != nil {
+		t.Fatalf("keys init: %v: %s", err, out)
+	}
+	return path
 }
 
 func (g *gateway) logOutput() string {
@@ -286,7 +297,8 @@ func TestBadConfigurationExitsWithClearMessage(t *testing.T) {
 func TestUnreachableDatabaseFailsStartWithoutLeakingPassword(t *testing.T) {
 	const secret = "pa55w0rd-xyz"
 	cmd := exec.Command(binary, "serve")
-	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_DATABASE_URL=postgres://sg:" + secret + "@127.0.0.1:1/sg?connect_timeout=2"}
+	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_KEY_RING_FILE=" + newKeyRing(t),
+		"SG_DATABASE_URL=postgres://sg:" + secret + "@127.0.0.1:1/sg?connect_timeout=2"}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatal("started without a database")

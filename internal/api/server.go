@@ -72,8 +72,8 @@ func New(opts Options) *echo.Echo {
 	}))
 	e.GET("/metrics", echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}))
 
-	api := e.Group("", requestValidator())
-	RegisterHandlersWithOptions(api, NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{
+	e.Use(requestValidator())
+	RegisterHandlersWithOptions(newCustomMethodRouter(e), NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{
 		OperationMiddlewares: map[string][]echo.MiddlewareFunc{"updateEnvironment": {mergePatchAsJSON}},
 	})
 	return e

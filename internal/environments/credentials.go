@@ -35,10 +35,11 @@ func (s *Service) resolveCredentials(c Credentials) (kubeconfig.Connection, stri
 		if c.KubeconfigContext != "" {
 			return kubeconfig.Connection{}, "", fault.Invalid("kubeconfig_context", "applies only to a kubeconfig")
 		}
-		if err := c.Explicit.Validate(s.allowInsecure); err != nil {
+		conn, err := c.Explicit.Normalize(s.allowInsecure)
+		if err != nil {
 			return kubeconfig.Connection{}, "", fieldError("credentials", err)
 		}
-		return *c.Explicit, "", nil
+		return conn, "", nil
 	}
 	return kubeconfig.Connection{}, "", fault.Invalid("kubeconfig", "either kubeconfig or credentials is required")
 }

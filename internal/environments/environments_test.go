@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
-	"maps"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -51,7 +51,9 @@ func tokenConnection(token string) *kubeconfig.Connection {
 	return &kubeconfig.Connection{Server: cluster.ServerURL(), CAData: cluster.CAData(), Token: token}
 }
 
-func wantKind(t *testing.T, err error, kind fault.Kind, detail string) *fault.Error {
+// wantKind asserts err's kind and detail and returns the classified error
+// (by value, so callers may inspect it without having to "check" it).
+func wantKind(t *testing.T, err error, kind fault.Kind, detail string) fault.Error {
 	t.Helper()
 	fe, ok := fault.As(err)
 	if !ok || fe.Kind != kind {
@@ -60,7 +62,7 @@ func wantKind(t *testing.T, err error, kind fault.Kind, detail string) *fault.Er
 	if !strings.Contains(fe.Error(), detail) {
 		t.Fatalf("error %q does not mention %q", fe.Error(), detail)
 	}
-	return fe
+	return *fe
 }
 
 // assertNoSecret fails if secret appears in the registry's logs, stored rows

@@ -6,6 +6,9 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
 )
 
 // Connection is everything needed to reach one cluster. Token and
@@ -32,7 +35,7 @@ const maxTokenSize = 16 << 10
 
 // AuthType reports how the connection authenticates: AuthToken or
 // AuthClientCertificate. It returns "" only for a connection without
-// credentials, which Validate rejects.
+// credentials, which Normalize rejects.
 func (c Connection) AuthType() string {
 	switch {
 	case c.Token != "":
@@ -60,13 +63,26 @@ func (c Connection) CASHA256() string {
 	}
 }
 
-// Validate checks explicitly supplied credentials with the same rules Parse
-// applies to a kubeconfig. Here the PEM fields hold raw PEM, not base64, and
-// errors name the API's snake_case fields.
-func (c Connection) Validate(allowInsecure bool) error {
-	_, err := c.normalized(allowInsecure, apiFields)
-	return err
+// Normalize checks explicitly supplied credentials with the same rules Parse
+// applies to a kubeconfig and returns them with the server URL normalized, so
+// equal settings compare equal however they were spelled. Here the PEM fields
+// hold raw PEM, not base64, and errors name the API's snake_case fields.
+func (c Connection) Normalize(allowInsecure bool) (Connection, error) {
+	return c.normalized(allowInsecure, apiFields)
 }
+
+// redacted is what formatting and logging show of a connection: where it
+// goes and how it authenticates, never the credentials.
+func (c Connection) redacted() string {
+	return "kubeconfig.Connection{Server:" + c.Server + " AuthType:" + c.AuthType() + " CA:" + c.CASHA256() + "}"
+}
+
+// Format makes every fmt verb (%v, %+v, %#v, %s) print the redacted form, so
+// a stray Printf cannot leak a token.
+func (c Connection) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.redacted()) }
+
+// LogValue keeps slog from printing the credentials.
+func (c Connection) LogValue() slog.Value { return slog.StringValue(c.redacted()) }
 
 // Equal reports whether both connections are the same. Secret fields are
 // compared in constant time so that comparing a stored connection with a
@@ -83,7 +99,7 @@ func (c Connection) Equal(o Connection) bool {
 }
 
 // fieldNames are the names errors use for each Connection field: kubeconfig
-// paths for Parse, API names for Validate. credentials names the field blamed
+// paths for Parse, API names for Normalize. credentials names the field blamed
 // when the choice of authentication itself is wrong.
 type fieldNames struct {
 	server, ca, tlsServerName, insecure, token, cert, key, credentials string

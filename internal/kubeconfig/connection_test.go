@@ -3,6 +3,8 @@ package kubeconfig_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -16,7 +18,7 @@ func explicit(edit func(*kubeconfig.Connection)) kubeconfig.Connection {
 	return c
 }
 
-func TestValidate(t *testing.T) {
+func TestNormalize(t *testing.T) {
 	f := pki()
 	useCert := func(c *kubeconfig.Connection) { c.Token, c.ClientCertData, c.ClientKeyData = "", f.cert, f.key }
 	cases := []struct {
@@ -59,10 +61,10 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := explicit(tc.edit).Validate(tc.allowInsecure)
+			_, err := explicit(tc.edit).Normalize(tc.allowInsecure)
 			if tc.field == "" {
 				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
+					t.Fatalf("Normalize() = %v, want nil", err)
 				}
 				return
 			}
@@ -142,5 +144,29 @@ func TestEqual(t *testing.T) {
 	empty := kubeconfig.Connection{CAData: []byte{}, ClientKeyData: []byte{}}
 	if !empty.Equal(kubeconfig.Connection{}) {
 		t.Error("empty and nil byte slices should compare equal")
+	}
+}
+
+func TestNormalizeSpellsTheServerOneWay(t *testing.T) {
+	c, err := kubeconfig.Connection{Server: "https://API.Example.com:06443/", Token: "t0ken"}.Normalize(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server != "https://api.example.com:6443" {
+		t.Fatalf("server = %q", c.Server)
+	}
+}
+
+func TestFormattingAndLoggingRedactCredentials(t *testing.T) {
+	c := kubeconfig.Connection{Server: "https://api.example.com", Token: "format-canary-token", ClientKeyData: []byte("key-canary")}
+	var logs strings.Builder
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "conn", c, "ptr", &c)
+	for _, out := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%v", &c), logs.String()} {
+		if strings.Contains(out, "canary") {
+			t.Fatalf("credentials printed: %s", out)
+		}
+		if !strings.Contains(out, "https://api.example.com") {
+			t.Fatalf("redacted form lost the server: %s", out)
+		}
 	}
 }

@@ -7,7 +7,7 @@ import "regexp"
 //
 // Field is a path relative to the kubeconfig document (for example
 // "users[0].user.exec") for Parse, or an API field name (for example
-// "client_key_data") for Connection.Validate. An empty Field means the whole
+// "client_key_data") for Connection.Normalize. An empty Field means the whole
 // document.
 type FieldError struct {
 	Field  string

@@ -79,8 +79,8 @@ func checkAccepted(t *testing.T, c kubeconfig.Connection, allowInsecure bool) {
 	if hasToken == hasCert || c.AuthType() == "" {
 		t.Fatalf("want exactly one complete credential, got token=%v certificate=%v", hasToken, hasCert)
 	}
-	if err := c.Validate(allowInsecure); err != nil {
-		t.Fatalf("parsed connection fails Validate: %v", err)
+	if _, err := c.Normalize(allowInsecure); err != nil {
+		t.Fatalf("parsed connection fails Normalize: %v", err)
 	}
 }
 

@@ -180,8 +180,8 @@ func TestParseAcceptsValidFiles(t *testing.T) {
 					t.Errorf("%s = %v, want %v", check.what, check.got, check.want)
 				}
 			}
-			if err := c.Validate(tc.opts.AllowInsecure); err != nil {
-				t.Errorf("parsed connection fails Validate: %v", err)
+			if _, err := c.Normalize(tc.opts.AllowInsecure); err != nil {
+				t.Errorf("parsed connection fails Normalize: %v", err)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -126,6 +127,13 @@ func TestMakeRun(t *testing.T) {
 		servers = append(servers, cfg.Host)
 	}
 
+	// make run registered both clusters through the admin CLI, with
+	// credentials sealed by the development key ring it generated.
+	waitForReadyEnvironments(t, fmt.Sprintf("http://127.0.0.1:%d", port), len(specs))
+	if fi, err := os.Stat(filepath.Join(state, "keyring.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("development key ring: %v, %v", fi, err)
+	}
+
 	// Ctrl-C: the whole group gets SIGINT; gateway and clusters stop.
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -146,4 +154,30 @@ func TestMakeRun(t *testing.T) {
 			t.Errorf("%s still accepts connections after Ctrl-C", addr)
 		}
 	}
+}
+
+// waitForReadyEnvironments polls the environments list until want
+// environments are READY.
+func waitForReadyEnvironments(t *testing.T, gateway string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(gateway + "/api/v1alpha1/environments?state=READY")
+		if err == nil {
+			var list struct {
+				Environments []struct {
+					ID string `json:"id"`
+				} `json:"environments"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&list)
+			_ = resp.Body.Close()
+			if err == nil && len(list.Environments) == want {
+				return
+			}
+			last = fmt.Sprintf("%d READY environments", len(list.Environments))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("want %d READY environments, last saw %s", want, last)
 }

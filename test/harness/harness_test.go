@@ -33,23 +33,7 @@ func TestMain(m *testing.M) {
 	if run := flag.Lookup("test.run"); run != nil && run.Value.String() == "^$" {
 		os.Exit(m.Run())
 	}
-	specs, err := LocalSpecs()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	clusters, err = StartAll(ctx, specs)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start clusters:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	for _, c := range clusters {
-		c.Stop()
-	}
-	os.Exit(code)
+	os.Exit(RunWithLocalClusters(m, 0, func(started []*Cluster) { clusters = started }))
 }
 
 func TestTwoIndependentClustersRun(t *testing.T) {

@@ -1,9 +1,12 @@
 // Command fleet starts harness clusters (environments/local-*.yaml by default),
-// writes a gateway and an admin kubeconfig for each into -out, and then either
-// waits for SIGINT/SIGTERM or runs the command after "--" (the gateway, in
-// `make run`) until it exits. Clusters are torn down either way.
+// writes a gateway kubeconfig, an admin kubeconfig and an environment manifest
+// for each into -out, and then either waits for SIGINT/SIGTERM or runs the
+// command after "--" (the gateway, in `make run`) until it exits. With
+// -register it registers every cluster with that gateway once it is ready,
+// through the admin CLI. Clusters are torn down either way.
 //
-//	go run ./test/harness/cmd/fleet -out /tmp/clusters -- storage-gateway serve
+//	go run ./test/harness/cmd/fleet -out /tmp/clusters \
+//	    -gateway http://127.0.0.1:8080 -register "storage-gateway env apply" -- storage-gateway serve
 package main
 
 import (
@@ -11,14 +14,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
@@ -36,6 +43,8 @@ func main() {
 
 func run() (int, error) {
 	out := flag.String("out", filepath.Join(os.TempDir(), "storage-gateway-clusters"), "directory for the kubeconfig files")
+	gateway := flag.String("gateway", "http://127.0.0.1:8080", "base URL of the gateway the command serves (for -register)")
+	register := flag.String("register", "", `command that registers one cluster, called as CMD ID -f MANIFEST --kubeconfig FILE once the gateway is ready (e.g. "storage-gateway env apply")`)
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: fleet [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
 		flag.PrintDefaults()
@@ -74,7 +83,52 @@ func run() (int, error) {
 		<-ctx.Done()
 		return 0, nil
 	}
+	if *register != "" {
+		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out)
+	}
 	return runChild(ctx, command, *out)
+}
+
+// registerAll waits for the gateway's /readyz and registers every cluster by
+// running the registration command, whose output goes to the terminal.
+func registerAll(ctx context.Context, gateway string, command []string, clusters []*harness.Cluster, dir string) {
+	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet: gateway not ready, clusters not registered:", err)
+		return
+	}
+	for _, c := range clusters {
+		args := append(slices.Clone(command[1:]), c.Name(),
+			"-f", filepath.Join(dir, c.Name()+".environment.yaml"),
+			"--kubeconfig", filepath.Join(dir, c.Name()+".kubeconfig"))
+		cmd := exec.CommandContext(ctx, command[0], args...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.Env = append(os.Environ(), "SG_GATEWAY_URL="+gateway)
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "fleet: register %s: %v\n", c.Name(), err)
+		}
+	}
+}
+
+func waitReady(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // splitCommand separates fleet's own arguments from the command after "--"
@@ -102,8 +156,9 @@ func loadSpecs(files []string) ([]harness.Spec, error) {
 }
 
 // writeKubeconfigs stores <id>.kubeconfig (the gateway's least-privilege
-// token) and <id>.admin.kubeconfig per cluster, readable by the owner only.
-// They are throwaway credentials of local test clusters.
+// token), <id>.admin.kubeconfig and <id>.environment.yaml (the registration
+// manifest) per cluster, readable by the owner only. They are throwaway
+// credentials of local test clusters.
 func writeKubeconfigs(dir string, clusters []*harness.Cluster) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -118,6 +173,13 @@ func writeKubeconfigs(dir string, clusters []*harness.Cluster) error {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(dir, c.Name()+".admin.kubeconfig"), admin, 0o600); err != nil {
+			return err
+		}
+		manifest, err := yaml.Marshal(map[string]harness.Environment{"environment": c.Spec.Environment})
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.Name()+".environment.yaml"), manifest, 0o600); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,131 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+)
+
+// run executes the binary with env and returns its combined output.
+func run(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"HOME=" + t.TempDir()}, env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func mustRun(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	out, err := run(t, env, args...)
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+// migratedDatabase returns the env of a migrated test database.
+func migratedDatabase(t *testing.T) (pgtest.Database, []string) {
+	t.Helper()
+	db := pgtest.NewDatabase(t)
+	env := []string{"SG_DATABASE_URL=" + db.URL}
+	mustRun(t, env, "migrate")
+	return db, env
+}
+
+// insertSealed stores an environment row whose credentials are sealed with
+// the ring's primary key, as the registry would.
+func insertSealed(t *testing.T, db pgtest.Database, ringFile, id string) {
+	t.Helper()
+	ring, err := secrets.LoadKeyRing(ringFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := ring.Seal(id, []byte(`{"token":"sealed-canary-token"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, db, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
+		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', $2, $3)`, id, sealed.KeyID, sealed.Blob)
+}
+
+func execSQL(t *testing.T, db pgtest.Database, sql string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKeyRotationCommands(t *testing.T) {
+	db, env := migratedDatabase(t)
+	ring := newKeyRing(t)
+	env = append(env, "SG_KEY_RING_FILE="+ring)
+	insertSealed(t, db, ring, "a")
+	insertSealed(t, db, ring, "b")
+
+	if out, err := run(t, env, "keys", "init"); err == nil || !strings.Contains(out, "refusing to overwrite") {
+		t.Fatalf("init over an existing ring: %v %s", err, out)
+	}
+	mustRun(t, env, "keys", "add", "k2")
+	mustRun(t, env, "keys", "promote", "k2")
+	if out, err := run(t, env, "keys", "retire", "k1"); err == nil || !strings.Contains(out, "still seals 2 environment(s)") {
+		t.Fatalf("retire of a used key: %v %s", err, out)
+	}
+	if out := mustRun(t, env, "keys", "rewrap"); !strings.Contains(out, "re-sealed 2 environment(s) with key k2") {
+		t.Fatalf("rewrap: %s", out)
+	}
+	if out := mustRun(t, env, "keys", "list"); !strings.Contains(out, "k1   false    0") || !strings.Contains(out, "k2   true     2") {
+		t.Fatalf("list after rewrap:\n%s", out)
+	}
+	mustRun(t, env, "keys", "retire", "k1")
+	data, err := os.ReadFile(ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), `"k1"`) {
+		t.Fatal("retired key still in the ring file")
+	}
+	if out, err := run(t, env, "keys", "retire", "k2"); err == nil {
+		t.Fatalf("retiring the primary succeeded: %s", out)
+	}
+	fi, err := os.Stat(ring)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ring file mode: %v %v", fi, err)
+	}
+}
+
+func TestServeRefusesWithoutAUsableKeyRing(t *testing.T) {
+	db, env := migratedDatabase(t)
+	base := append(env, "SG_LISTEN_ADDR=127.0.0.1:0", "SG_EMBEDDED_NATS_LISTEN=off", "SG_STATE_DIR="+t.TempDir())
+
+	out, err := run(t, base, "serve")
+	if err == nil || !strings.Contains(out, "SG_KEY_RING_FILE") {
+		t.Fatalf("serve without a key ring: %v %s", err, out)
+	}
+
+	// A row sealed with a key the ring lacks: refuse to start, naming it.
+	other := newKeyRing(t)
+	mustRun(t, []string{"SG_KEY_RING_FILE=" + other}, "keys", "add", "lost")
+	mustRun(t, []string{"SG_KEY_RING_FILE=" + other}, "keys", "promote", "lost")
+	insertSealed(t, db, other, "orphan")
+	out, err = run(t, append(base, "SG_KEY_RING_FILE="+newKeyRing(t)), "serve")
+	if err == nil || !strings.Contains(out, "keys missing from the key ring: lost (1 environments)") {
+		t.Fatalf("serve with an unknown key in use: %v %s", err, out)
+	}
+	if strings.Contains(out, "sealed-canary-token") {
+		t.Fatal("plaintext credentials in the output")
+	}
+}
