@@ -399,39 +399,39 @@ func (c *envClient) listCommand() *cobra.Command {
 }
 
 func (c *envClient) getCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show one environment",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := client.GetEnvironmentWithResponse(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
-		},
-	}
+	return c.idCommand("get ID", "Show one environment", func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
+		return client.GetEnvironment(ctx, id)
+	})
 }
 
 func (c *envClient) verifyCommand() *cobra.Command {
+	return c.idCommand("verify ID", "Probe an environment now and show the result", func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
+		return client.VerifyEnvironment(ctx, id)
+	})
+}
+
+// idCommand builds a command that sends one request about the environment
+// named by its argument and prints the environment it answers with.
+func (c *envClient) idCommand(use, short string, send func(context.Context, *api.ClientWithResponses, string) (*http.Response, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "verify ID",
-		Short: "Probe an environment now and show the result",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client()
 			if err != nil {
 				return err
 			}
-			resp, err := client.VerifyEnvironmentWithResponse(cmd.Context(), args[0])
+			resp, err := send(cmd.Context(), client, args[0])
 			if err != nil {
 				return err
 			}
-			return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			return c.printEnvironment(cmd, resp, body)
 		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -127,5 +128,34 @@ func TestServeRefusesWithoutAUsableKeyRing(t *testing.T) {
 	}
 	if strings.Contains(out, "sealed-canary-token") {
 		t.Fatal("plaintext credentials in the output")
+	}
+}
+
+func TestServeReloadsTheKeyRingOnSIGHUP(t *testing.T) {
+	db, env := migratedDatabase(t)
+	ring := newKeyRing(t)
+	insertSealed(t, db, ring, "a")
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": db.URL, "SG_KEY_RING_FILE": ring})
+
+	keysEnv := append(env, "SG_KEY_RING_FILE="+ring)
+	mustRun(t, keysEnv, "keys", "add", "k2")
+	mustRun(t, keysEnv, "keys", "promote", "k2")
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	g.waitLog(t, `"msg":"key ring loaded","audit":true,"primary":"k2","keys":["k1","k2"]`)
+
+	// A ring whose k1 has other bytes cannot open what k1 sealed: refused.
+	data, err := os.ReadFile(newKeyRing(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ring, data)
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	g.waitLog(t, `key ring not reloaded; keeping the current one","error":"keys that do not open the credentials they sealed (same id, different key bytes?): k1`)
+	if code, _ := g.get(t, "/readyz"); code != 200 {
+		t.Fatalf("gateway not ready after a refused reload: %d", code)
 	}
 }

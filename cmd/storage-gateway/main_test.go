@@ -118,6 +118,18 @@ func (g *gateway) logOutput() string {
 	return g.logs.String()
 }
 
+// waitLog waits up to 10s for a log line containing want.
+func (g *gateway) waitLog(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(g.logOutput(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line contains %s", want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (g *gateway) get(t *testing.T, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + g.addr + path)

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/version"
@@ -122,6 +126,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}()
 	defer func() { stopProbes(); <-probing }()
 
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	defer signal.Stop(hangups)
+	go reloadKeysOnHangup(probeCtx, hangups, cfg, registry, logger)
+
 	select {
 	case err := <-served:
 		return fmt.Errorf("http server: %w", err)
@@ -135,6 +144,27 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		logger.Warn("http shutdown incomplete", "error", err)
 	}
 	return nil
+}
+
+// reloadKeysOnHangup re-reads the key ring on every SIGHUP, so key rotation
+// needs no restart: `keys add`/`keys promote`, then SIGHUP every replica.
+// A ring that cannot be read, or lacks a key stored credentials use, is
+// refused and the current one kept.
+func reloadKeysOnHangup(ctx context.Context, hangups <-chan os.Signal, cfg config.Config, registry *environments.Service, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hangups:
+		}
+		ring, err := loadKeyRing(cfg)
+		if err == nil {
+			err = registry.ReplaceKeys(ctx, ring)
+		}
+		if err != nil {
+			logger.ErrorContext(ctx, "key ring not reloaded; keeping the current one", "error", err)
+		}
+	}
 }
 
 func natsDescription(cfg config.Config, nc *events.NATS) string {

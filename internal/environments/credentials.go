@@ -72,7 +72,7 @@ func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error 
 	if err != nil {
 		return fmt.Errorf("encode credentials: %w", err)
 	}
-	sealed, err := s.keys.Seal(rec.ID, plain)
+	sealed, err := s.keys.Load().Seal(rec.ID, plain)
 	clear(plain)
 	if err != nil {
 		return fmt.Errorf("seal credentials: %w", err)
@@ -93,7 +93,7 @@ func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error 
 
 // open rebuilds the full connection of a stored environment.
 func (s *Service) open(rec record) (kubeconfig.Connection, error) {
-	plain, err := s.keys.Open(rec.ID, rec.sealed)
+	plain, err := s.keys.Load().Open(rec.ID, rec.sealed)
 	if err != nil {
 		return kubeconfig.Connection{}, fmt.Errorf("open credentials of environment %s: %w", rec.ID, err)
 	}

@@ -193,12 +193,6 @@ func (r *repository) list(ctx context.Context, f listFilter) ([]record, error) {
 // keyUsage counts credential rows per key id.
 func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
 	rows, err := r.db.Query(ctx, `SELECT credentials_key_id, count(*) FROM environments GROUP BY 1`)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
-		// undefined_table / undefined_column: the schema predates sealed
-		// credentials, so no row can use any key.
-		return map[string]int{}, nil
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +201,35 @@ func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { usage[id] = n; return nil })
 	return usage, err
+}
+
+// keySamples returns, per key id in use, how many rows use it and one of
+// those rows' sealed credentials, to prove the key ring can open them.
+func (r *repository) keySamples(ctx context.Context) ([]keySample, error) {
+	rows, err := r.db.Query(ctx, `
+		SELECT DISTINCT ON (credentials_key_id) credentials_key_id, id, credentials,
+			count(*) OVER (PARTITION BY credentials_key_id)
+		FROM environments ORDER BY credentials_key_id, id`)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
+		// undefined_table / undefined_column: the schema predates sealed
+		// credentials, so no row can use any key.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (keySample, error) {
+		var k keySample
+		err := row.Scan(&k.sealed.KeyID, &k.rowID, &k.sealed.Blob, &k.rows)
+		return k, err
+	})
+}
+
+type keySample struct {
+	rowID  string
+	sealed secrets.Sealed
+	rows   int
 }
 
 // resealBatch re-seals up to limit rows not sealed under primary with the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -26,8 +27,9 @@ type Options struct {
 
 // Service implements the registry's use cases.
 type Service struct {
-	repo          repository
-	keys          *secrets.KeyRing
+	repo repository
+	// keys is swapped whole by ReplaceKeys (SIGHUP), never mutated.
+	keys          atomic.Pointer[secrets.KeyRing]
 	prober        clusters.Prober
 	allowInsecure bool
 	log           *slog.Logger
@@ -35,13 +37,14 @@ type Service struct {
 
 // NewService returns a Service over the given database and key ring.
 func NewService(opts Options) *Service {
-	return &Service{
+	s := &Service{
 		repo:          repository{db: opts.DB},
-		keys:          opts.Keys,
 		prober:        opts.Prober,
 		allowInsecure: opts.AllowInsecure,
 		log:           opts.Logger,
 	}
+	s.keys.Store(opts.Keys)
+	return s
 }
 
 // Register adds an environment after probing it. An identical replay of an

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,25 +21,8 @@ import (
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/ports"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
-
-// syncBuffer collects a process's output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestMakeRun runs the README's quick start, `make run`, and checks that the
 // gateway becomes ready with both local clusters up, that the clusters answer
@@ -60,7 +41,7 @@ func TestMakeRun(t *testing.T) {
 		"SG_EMBEDDED_NATS_LISTEN=127.0.0.1:0",
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, as a terminal gives it
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
 // Loopback is the allow-list tests use: harness clusters listen on 127.0.0.1.
@@ -44,7 +44,7 @@ type Registry struct {
 	Keys        *secrets.KeyRing
 	KeyRingFile string
 	DB          pgtest.Database
-	Logs        *LogBuffer
+	Logs        *syncbuf.Buffer
 	Logger      *slog.Logger
 }
 
@@ -54,7 +54,7 @@ func New(t testing.TB, opts Options) *Registry {
 	t.Helper()
 	ctx := context.Background()
 	db := pgtest.NewDatabase(t)
-	logs := &LogBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pool, err := postgres.Open(ctx, db.URL)
 	if err != nil {
@@ -114,23 +114,4 @@ func (r *Registry) DumpTable(t testing.TB, table string) string {
 		t.Fatal(err)
 	}
 	return out.String()
-}
-
-// LogBuffer collects log output safely from many goroutines.
-type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *LogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns everything logged so far.
-func (b *LogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
