@@ -29,8 +29,6 @@ func newEnv(t testing.TB) env {
 	return env{dir: e.Dir, addr: e.Addr, token: e.Token}
 }
 
-func newCanary() string { return kubeconfigtest.NewCanary() }
-
 func (e env) public() kubeconfigtest.Env {
 	return kubeconfigtest.Env{Dir: e.dir, Addr: e.addr, Token: e.token}
 }

@@ -65,7 +65,8 @@ func writeBait(t *testing.T, dir string) {
 		"plugin.sh":  fmt.Appendf(nil, "#!/bin/sh\ntouch '%s'\n", filepath.Join(dir, "marker")),
 	}
 	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o700); err != nil {
+		// 0700: the plugin script must be executable for "never run" to mean something.
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o700); err != nil { //nolint:gosec // owner-only test bait
 			t.Fatal(err)
 		}
 	}
