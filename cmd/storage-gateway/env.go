@@ -35,7 +35,9 @@ func newEnvCommand() *cobra.Command {
 	}
 	flags := cmd.PersistentFlags()
 	flags.StringVar(&c.gateway, "gateway", envOr("SG_GATEWAY_URL", "http://127.0.0.1:8080"), "gateway base URL (default $SG_GATEWAY_URL)")
-	flags.StringVar(&c.token, "gateway-token", os.Getenv("SG_GATEWAY_TOKEN"), "bearer token for the gateway API (default $SG_GATEWAY_TOKEN)")
+	// The token's default is read in client(), not here: cobra prints flag
+	// defaults in --help.
+	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN)")
 	flags.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.listCommand(), c.getCommand(), c.verifyCommand(), c.rotateCommand(), c.rmCommand())
 	return cmd
@@ -51,6 +53,9 @@ func envOr(name, def string) string {
 func (c *envClient) client() (*api.ClientWithResponses, error) {
 	if c.output != "table" && c.output != "json" {
 		return nil, errors.New("--output must be table or json")
+	}
+	if c.token == "" {
+		c.token = os.Getenv("SG_GATEWAY_TOKEN")
 	}
 	return api.NewClientWithResponses(strings.TrimRight(c.gateway, "/"),
 		api.WithHTTPClient(&http.Client{Timeout: time.Minute}),

@@ -13,14 +13,15 @@ import (
 )
 
 // newKeysCommand groups key-ring maintenance. Rotation is: keys add NEW →
-// keys promote NEW → restart the gateways → keys rewrap → keys retire OLD.
+// SIGHUP the gateways → keys promote NEW → SIGHUP → keys rewrap → keys retire OLD.
 func newKeysCommand() *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Manage the key ring that seals cluster credentials",
-		Long: "keys manages the key ring file (SG_KEY_RING_FILE, or --file). To rotate:\n" +
-			"  keys add k2, keys promote k2, restart the gateways, keys rewrap, keys retire k1.",
+		Long: "keys manages the key ring file (SG_KEY_RING_FILE, or --file). Running gateways re-read it\n" +
+			"on SIGHUP. To rotate: keys add k2, SIGHUP the gateways, keys promote k2, SIGHUP them again,\n" +
+			"keys rewrap, keys retire k1.",
 	}
 	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv("SG_KEY_RING_FILE"), "key ring file (default $SG_KEY_RING_FILE)")
 	path := func() (string, error) {
@@ -101,7 +102,7 @@ func newKeysAddCommand(path func() (string, error)) *cobra.Command {
 			if err := editRing(path, func(r *secrets.KeyRing) error { return r.Add(args[0]) }); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "added key %s; promote it with `keys promote %s`\n", args[0], args[0])
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "added key %s; send SIGHUP to the gateways, then `keys promote %s`\n", args[0], args[0])
 			return err
 		},
 	}
@@ -116,7 +117,7 @@ func newKeysPromoteCommand(path func() (string, error)) *cobra.Command {
 			if err := editRing(path, func(r *secrets.KeyRing) error { return r.Promote(args[0]) }); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "key %s is primary; restart the gateways, then run `keys rewrap`\n", args[0])
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "key %s is primary; send SIGHUP to the gateways, then run `keys rewrap`\n", args[0])
 			return err
 		},
 	}

@@ -15,10 +15,12 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
-// probeQPS and probeBurst rate-limit one probe's requests to a cluster.
+// probeQPS and probeBurst rate-limit one probe's requests to a cluster. A
+// probe is rare but sends one access review per permission — 201 at the
+// limit of 32 allowed namespaces — which must fit in SG_PROBE_TIMEOUT.
 const (
-	probeQPS   = 20
-	probeBurst = 40
+	probeQPS   = 100
+	probeBurst = 200
 )
 
 // loadKeyRing reads SG_KEY_RING_FILE; the gateway never runs without one,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,6 +47,12 @@ func newServeCommand() *cobra.Command {
 // accepting HTTP, drain NATS, close the database (the last two deferred).
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting", "version", version.Get().Version)
+	// Registered first: a SIGHUP sent while the gateway starts (say, to every
+	// replica during a key rotation) must not kill it.
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	defer signal.Stop(hangups)
+
 	keys, err := loadKeyRing(cfg)
 	if err != nil {
 		return err
@@ -118,18 +125,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
 
-	probeCtx, stopProbes := context.WithCancel(ctx)
-	probing := make(chan struct{})
-	go func() {
-		defer close(probing)
-		registry.RunProbes(probeCtx, cfg.ProbeInterval)
-	}()
-	defer func() { stopProbes(); <-probing }()
-
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	defer signal.Stop(hangups)
-	go reloadKeysOnHangup(probeCtx, hangups, cfg, registry, logger)
+	// The probe loop and the key reloader use the database, so both stop
+	// (and are waited for) before the pool closes.
+	background, stopBackground := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	workers.Go(func() { registry.RunProbes(background, cfg.ProbeInterval) })
+	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })
+	defer func() { stopBackground(); workers.Wait() }()
 
 	select {
 	case err := <-served:

@@ -152,9 +152,7 @@ func TestEnvironmentLifecycleOverHTTP(t *testing.T) {
 	}
 	problem(t, call(t, h, http.MethodGet, base+"/east", "", nil), http.StatusNotFound, api.NOTFOUND, "")
 	problem(t, call(t, h, http.MethodPost, base+"/east:verify", "", nil), http.StatusNotFound, api.NOTFOUND, "")
-	if strings.Contains(reg.Logs.String(), cluster.GatewayToken()) {
-		t.Fatal("the token reached the logs")
-	}
+	reg.AssertNoSecret(t, cluster.GatewayToken())
 }
 
 func TestCreateRejectsBadRequestsNamingTheField(t *testing.T) {
@@ -196,7 +194,8 @@ func TestCreateRejectsBadRequestsNamingTheField(t *testing.T) {
 			}
 		})
 	}
-	if rows := reg.DumpTable(t, "environments"); rows != "" || strings.Contains(reg.Logs.String(), canary) {
-		t.Fatal("bad requests stored an environment or logged the token")
+	if rows := reg.DumpTable(t, "environments"); rows != "" {
+		t.Fatal("a bad request stored an environment")
 	}
+	reg.AssertNoSecret(t, canary)
 }

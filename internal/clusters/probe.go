@@ -71,9 +71,7 @@ type ProbeResult struct {
 	KubernetesVersion string
 	// StorageClassCount is nil when the classes could not be listed.
 	StorageClassCount *int
-	// Missing lists the permissions the credentials lack.
-	Missing []Permission
-	Time    time.Time
+	Time              time.Time
 }
 
 // Prober checks that a cluster is reachable with the given credentials and
@@ -114,14 +112,17 @@ func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespace
 		return res
 	}
 	if len(missing) > 0 {
-		res.Missing = missing
 		res.State, res.Message = StateUnauthorized, describeMissing(missing)
 		return res
 	}
-	if classes, err := client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{}); err == nil {
-		n := len(classes.Items)
-		res.StorageClassCount = &n
+	classes, err := client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		_, why := classify(ctx, err, p.Timeout)
+		res.State, res.Message = StateDegraded, "permissions granted, but listing StorageClasses failed: "+why
+		return res
 	}
+	n := len(classes.Items)
+	res.StorageClassCount = &n
 	res.State = StateReady
 	res.Message = "reachable; all required permissions granted"
 	return res
@@ -188,12 +189,16 @@ func classify(ctx context.Context, err error, timeout time.Duration) (State, str
 		return StateUnreachable, denied.Error()
 	case errors.Is(err, egress.ErrRedirect):
 		return StateUnreachable, "the API server answered with a redirect; redirects are never followed"
-	case errors.As(err, &unknownCA), errors.As(err, &verify):
-		return StateUnreachable, "TLS verification failed: the server certificate is not signed by the configured certificate authority"
+	// Go wraps every verification failure in a CertificateVerificationError,
+	// so the specific causes are tested first and it is the fallback.
 	case errors.As(err, &hostname):
 		return StateUnreachable, "TLS verification failed: the server certificate does not match the server name"
 	case errors.As(err, &certInvalid):
 		return StateUnreachable, "TLS verification failed: the server certificate is invalid or expired"
+	case errors.As(err, &unknownCA):
+		return StateUnreachable, "TLS verification failed: the server certificate is not signed by the configured certificate authority"
+	case errors.As(err, &verify):
+		return StateUnreachable, "TLS verification failed"
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.As(err, &netErr) && netErr.Timeout():
 		return StateUnreachable, fmt.Sprintf("the API server did not answer within %s", timeout)
 	case errors.As(err, &status):

@@ -50,8 +50,10 @@ type Config struct {
 	// KeyRingFile is the JSON key ring that seals cluster credentials at rest.
 	// `serve` refuses to run without it.
 	KeyRingFile string `env:"SG_KEY_RING_FILE"`
-	// AllowedClusterCIDRs are the private ranges cluster API servers may live
-	// in; loopback, link-local and metadata addresses are refused regardless.
+	// AllowedClusterCIDRs are the private ranges (and, for local development
+	// only, loopback) cluster API servers may resolve to; link-local,
+	// metadata, unspecified and multicast addresses are refused regardless.
+	// The default must equal egress.DefaultAllowedCIDRs (a test checks it).
 	AllowedClusterCIDRs string `env:"SG_ALLOWED_CLUSTER_CIDRS" envDefault:"10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"`
 	// AllowInsecureClusters accepts clusters registered without TLS verification.
 	AllowInsecureClusters bool `env:"SG_ALLOW_INSECURE_CLUSTERS" envDefault:"false"`

@@ -1,11 +1,13 @@
 package config_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/egress"
 )
 
 func TestDefaults(t *testing.T) {
@@ -24,6 +26,24 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.EmbeddedNATSDir() != "/home/op/.local/state/storage-gateway/nats" {
 		t.Fatalf("NATS store %q", cfg.EmbeddedNATSDir())
+	}
+	if cfg.AllowedClusterCIDRs != egress.DefaultAllowedCIDRs || cfg.AllowInsecureClusters ||
+		cfg.ProbeTimeout != 10*time.Second || cfg.ProbeInterval != time.Minute || cfg.KeyRingFile != "" {
+		t.Fatalf("unexpected registry defaults: %+v", cfg)
+	}
+	// Production never dials loopback unless an operator lists it.
+	if err := cfg.EgressPolicy().Check(netip.MustParseAddr("127.0.0.1")); err == nil {
+		t.Fatal("the default policy allows loopback")
+	}
+}
+
+func TestInvalidRegistrySettingsNameTheVariable(t *testing.T) {
+	_, err := config.FromMap(map[string]string{"HOME": "/h", "SG_ALLOWED_CLUSTER_CIDRS": "10.0.0.0/8,nonsense",
+		"SG_PROBE_TIMEOUT": "0s", "SG_PROBE_INTERVAL": "10ms"})
+	for _, want := range []string{"SG_ALLOWED_CLUSTER_CIDRS", "SG_PROBE_TIMEOUT", "SG_PROBE_INTERVAL"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v does not name %s", err, want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package environments
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +11,17 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
-// sealedSecrets is the plaintext inside a sealed credentials blob: only the
-// secret half of a connection. Server, CA and TLS name are public facts kept
-// in plain columns so they can be shown.
-type sealedSecrets struct {
+// sealedConnection is the plaintext inside a sealed credentials blob: the
+// whole connection, not only its secrets. Server, CA, TLS name and the
+// insecure flag are also kept in plain columns so they can be shown, but the
+// gateway connects with the sealed copy and refuses a row whose columns
+// disagree with it: whoever can write to the database but lacks the key ring
+// cannot redirect the token to a server of their choosing.
+type sealedConnection struct {
+	Server         string `json:"server"`
+	CAData         []byte `json:"certificate_authority_data,omitempty"`
+	TLSServerName  string `json:"tls_server_name,omitempty"`
+	Insecure       bool   `json:"insecure_skip_tls_verify,omitempty"`
 	Token          string `json:"token,omitempty"`
 	ClientCertData []byte `json:"client_certificate_data,omitempty"`
 	ClientKeyData  []byte `json:"client_key_data,omitempty"`
@@ -68,7 +76,7 @@ func (s *Service) newRecord(id string, spec Spec, conn kubeconfig.Connection, pr
 
 // setCredentials seals conn into rec and updates its public description.
 func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error {
-	plain, err := json.Marshal(sealedSecrets{Token: conn.Token, ClientCertData: conn.ClientCertData, ClientKeyData: conn.ClientKeyData})
+	plain, err := json.Marshal(sealedConnection(conn))
 	if err != nil {
 		return fmt.Errorf("encode credentials: %w", err)
 	}
@@ -91,25 +99,23 @@ func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error 
 	return nil
 }
 
-// open rebuilds the full connection of a stored environment.
+// open unseals the connection of a stored environment and checks that the
+// plain columns still describe it.
 func (s *Service) open(rec record) (kubeconfig.Connection, error) {
 	plain, err := s.keys.Load().Open(rec.ID, rec.sealed)
 	if err != nil {
 		return kubeconfig.Connection{}, fmt.Errorf("open credentials of environment %s: %w", rec.ID, err)
 	}
-	var sec sealedSecrets
-	err = json.Unmarshal(plain, &sec)
+	var sealed sealedConnection
+	err = json.Unmarshal(plain, &sealed)
 	clear(plain)
 	if err != nil {
 		return kubeconfig.Connection{}, fmt.Errorf("open credentials of environment %s: malformed plaintext", rec.ID)
 	}
-	return kubeconfig.Connection{
-		Server:         rec.Connection.Server,
-		CAData:         rec.caData,
-		TLSServerName:  rec.Connection.TLSServerName,
-		Insecure:       rec.Connection.Insecure,
-		Token:          sec.Token,
-		ClientCertData: sec.ClientCertData,
-		ClientKeyData:  sec.ClientKeyData,
-	}, nil
+	conn := kubeconfig.Connection(sealed)
+	if conn.Server != rec.Connection.Server || !bytes.Equal(conn.CAData, rec.caData) ||
+		conn.TLSServerName != rec.Connection.TLSServerName || conn.Insecure != rec.Connection.Insecure {
+		return kubeconfig.Connection{}, fmt.Errorf("environment %s: stored connection settings differ from its sealed credentials; refusing to use them", rec.ID)
+	}
+	return conn, nil
 }

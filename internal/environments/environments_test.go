@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,17 +65,6 @@ func wantKind(t *testing.T, err error, kind fault.Kind, detail string) fault.Err
 	return *fe
 }
 
-// assertNoSecret fails if secret appears in the registry's logs, stored rows
-// or any of the given texts.
-func assertNoSecret(t *testing.T, reg *registrytest.Registry, secret string, texts ...string) {
-	t.Helper()
-	for i, s := range append([]string{reg.Logs.String(), reg.DumpTable(t, "environments")}, texts...) {
-		if strings.Contains(s, secret) {
-			t.Fatalf("secret found in text %d", i)
-		}
-	}
-}
-
 func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
@@ -121,8 +111,8 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	_, _, err = reg.Service.Register(ctx, rotated)
 	wantKind(t, err, fault.AlreadyExists, "credentials")
 
-	assertNoSecret(t, reg, cluster.GatewayToken(), fmt.Sprintf("%+v", env), err.Error())
-	assertNoSecret(t, reg, otherToken)
+	reg.AssertNoSecret(t, cluster.GatewayToken(), fmt.Sprintf("%+v", env), err.Error())
+	reg.AssertNoSecret(t, otherToken)
 }
 
 func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
@@ -150,6 +140,8 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 			want: "(UNAUTHORIZED): the API server rejected the credentials (401 Unauthorized)"},
 		{name: "wrong CA", conn: &kubeconfig.Connection{Server: cluster.ServerURL(), CAData: pemCert(wrongCA), Token: cluster.GatewayToken()},
 			want: "(UNREACHABLE): TLS verification failed"},
+		{name: "server name mismatch", conn: &kubeconfig.Connection{Server: cluster.ServerURL(), CAData: cluster.CAData(), TLSServerName: "not-the-api-server.example", Token: cluster.GatewayToken()},
+			want: "(UNREACHABLE): TLS verification failed: the server certificate does not match the server name"},
 		{name: "unreachable cluster", conn: tokenConnection(cluster.GatewayToken()), cut: true,
 			want: "(UNREACHABLE): the API server did not answer within 2s"},
 		{name: "loopback under the production policy", conn: tokenConnection(cluster.GatewayToken()), policy: &egress.Policy{},
@@ -176,7 +168,7 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 			}
 			_, err = r.Service.Get(ctx, "probe-fails")
 			wantKind(t, err, fault.NotFound, "not found")
-			assertNoSecret(t, r, tt.conn.Token, err.Error())
+			r.AssertNoSecret(t, tt.conn.Token, err.Error())
 		})
 	}
 }
@@ -212,6 +204,8 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 		{`[1,2]`, "body"},
 		{`{"credentials":{"server":"http://example.com","token":"t"}}`, "credentials.server"},
 		{`{"kubeconfig_context":"east"}`, "kubeconfig_context"},
+		{`{"kubeconfig":null}`, "kubeconfig"},
+		{`{"credentials":null}`, "credentials"},
 	}
 	for _, b := range bad {
 		_, err := reg.Service.Update(ctx, "east", []byte(b.patch))
@@ -239,8 +233,8 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 	// Namespaces the credentials cannot serve are refused after a probe.
 	_, err = reg.Service.Update(ctx, "east", []byte(`{"allowed_namespaces":["kube-system"]}`))
 	wantKind(t, err, fault.FailedPrecondition, "create persistentvolumeclaims in namespace kube-system")
-	assertNoSecret(t, reg, fresh)
-	assertNoSecret(t, reg, "revoked-canary-token")
+	reg.AssertNoSecret(t, fresh)
+	reg.AssertNoSecret(t, "revoked-canary-token")
 }
 
 func TestVerifyRecordsReachability(t *testing.T) {
@@ -472,4 +466,54 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Whoever can write the database but lacks the key ring cannot send the
+// token elsewhere: the gateway connects with the sealed copy of the server
+// and refuses a row whose plain columns disagree with it.
+func TestTamperedConnectionColumnsAreRefused(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int32
+	attacker := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer attacker.Close()
+	if _, err := reg.Pool.Exec(ctx, `UPDATE environments SET server = $1, certificate_authority = $2`,
+		attacker.URL, pemCert(attacker.Certificate().Raw)); err != nil {
+		t.Fatal(err)
+	}
+	env, err := reg.Service.Verify(ctx, "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Status.State != clusters.StateUnauthorized || !strings.Contains(env.Status.Message, "cannot be used") {
+		t.Fatalf("status after tampering = %+v", env.Status)
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the token was sent to the tampered server %d times", hits.Load())
+	}
+	if !strings.Contains(reg.Logs.String(), "stored connection settings differ from its sealed credentials") {
+		t.Fatal("the refusal is not logged")
+	}
+}
+
+// Turning SG_ALLOW_INSECURE_CLUSTERS off also stops environments registered
+// while it was on.
+func TestInsecureEnvironmentsStopWhenInsecureIsDisallowed(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{AllowInsecure: true})
+	in := registration(t, "lax")
+	in.Spec.Namespace = "dcm-volumes"
+	in.Credentials = environments.Credentials{Explicit: &kubeconfig.Connection{Server: cluster.ServerURL(), Insecure: true, Token: cluster.GatewayToken()}}
+	env, _, err := reg.Service.Register(ctx, in)
+	if err != nil || !env.Connection.Insecure || env.Status.State != clusters.StateReady {
+		t.Fatalf("insecure registration while allowed: %+v, %v", env, err)
+	}
+	strict := reg.NewService(registrytest.Options{})
+	env, err = strict.Verify(ctx, "lax")
+	if err != nil || env.Status.State != clusters.StateUnreachable || !strings.Contains(env.Status.Message, "SG_ALLOW_INSECURE_CLUSTERS") {
+		t.Fatalf("insecure environment under a strict gateway: %+v, %v", env.Status, err)
+	}
 }

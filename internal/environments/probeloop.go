@@ -10,9 +10,11 @@ import (
 // fleet of slow clusters cannot exhaust connections.
 const probeConcurrency = 4
 
-// RunProbes re-probes every environment once per interval until ctx ends, so
-// status reflects clusters that die or recover between admin actions.
+// RunProbes probes every environment at once and then once per interval until
+// ctx ends, so status reflects clusters that died or recovered while the
+// gateway was down or between admin actions.
 func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
+	s.ProbeAll(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

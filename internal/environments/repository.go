@@ -105,24 +105,39 @@ func (r *repository) insert(ctx context.Context, rec record) error {
 	return err
 }
 
-// update writes spec, connection and status if the row is still at the
-// generation the caller read; it reports false when someone else won.
-func (r *repository) update(ctx context.Context, rec record) (bool, error) {
+// update writes a PATCH if the row is still at the generation the caller
+// read; it reports false when someone else won. The spec is always written;
+// connection and sealed credentials only when rotated, status only when the
+// PATCH probed — so a concurrent re-seal (keys rewrap) or probe result is
+// never overwritten with what this PATCH read earlier.
+func (r *repository) update(ctx context.Context, rec record, rotated, probed bool) (bool, error) {
 	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
 	tag, err := r.db.Exec(ctx, `
 		UPDATE environments SET
 			display_name = $3, description = $4, labels = $5, region = $6, zone = $7, namespace = $8,
-			allowed_namespaces = $9, defaults = $10, dcm = $11, server = $12, certificate_authority = $13,
-			tls_server_name = $14, insecure_skip_verify = $15, auth_type = $16, credentials_key_id = $17,
-			credentials = $18, credentials_update_time = $19, state = $20, status_message = $21,
-			kubernetes_version = $22, storage_class_count = $23, last_probe_time = $24, last_ready_time = $25,
+			allowed_namespaces = $9, defaults = $10, dcm = $11,
+			server                  = CASE WHEN $26 THEN $12 ELSE server END,
+			certificate_authority   = CASE WHEN $26 THEN $13 ELSE certificate_authority END,
+			tls_server_name         = CASE WHEN $26 THEN $14 ELSE tls_server_name END,
+			insecure_skip_verify    = CASE WHEN $26 THEN $15 ELSE insecure_skip_verify END,
+			auth_type               = CASE WHEN $26 THEN $16 ELSE auth_type END,
+			credentials_key_id      = CASE WHEN $26 THEN $17 ELSE credentials_key_id END,
+			credentials             = CASE WHEN $26 THEN $18 ELSE credentials END,
+			credentials_update_time = CASE WHEN $26 THEN $19 ELSE credentials_update_time END,
+			state                   = CASE WHEN $27 THEN $20 ELSE state END,
+			status_message          = CASE WHEN $27 THEN $21 ELSE status_message END,
+			kubernetes_version      = CASE WHEN $27 THEN $22 ELSE kubernetes_version END,
+			storage_class_count     = CASE WHEN $27 THEN $23 ELSE storage_class_count END,
+			last_probe_time         = CASE WHEN $27 THEN $24 ELSE last_probe_time END,
+			last_ready_time         = CASE WHEN $27 THEN $25 ELSE last_ready_time END,
 			update_time = now(), generation = generation + 1
 		WHERE id = $1 AND generation = $2`,
 		rec.ID, rec.generation, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
 		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm, rec.Connection.Server, rec.caData,
 		rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
 		rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
-		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime)
+		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime,
+		rotated, probed)
 	if err != nil {
 		return false, err
 	}

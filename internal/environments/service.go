@@ -138,13 +138,10 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 }
 
 // probeAndRecord probes with the stored credentials and saves the status; a
-// result for settings that changed meanwhile is dropped.
+// result for settings that changed meanwhile is dropped. Credentials that
+// cannot be used are a status too, so an admin sees them and rotates.
 func (s *Service) probeAndRecord(ctx context.Context, rec record) error {
-	conn, err := s.open(rec)
-	if err != nil {
-		return err
-	}
-	result := s.prober.Probe(ctx, conn, rec.Spec.Namespaces())
+	result := s.probeStored(ctx, rec)
 	st := statusFrom(rec.Status, result)
 	if _, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st); err != nil {
 		return err
@@ -154,6 +151,22 @@ func (s *Service) probeAndRecord(ctx context.Context, rec record) error {
 			"from", rec.Status.State, "to", st.State, "message", st.Message)
 	}
 	return nil
+}
+
+func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeResult {
+	refused := clusters.ProbeResult{State: clusters.StateUnauthorized, Time: now()}
+	if rec.Connection.Insecure && !s.allowInsecure {
+		refused.State = clusters.StateUnreachable
+		refused.Message = "TLS verification is off for this environment but SG_ALLOW_INSECURE_CLUSTERS is not set; rotate its credentials"
+		return refused
+	}
+	conn, err := s.open(rec)
+	if err != nil {
+		s.log.ErrorContext(ctx, "stored credentials unusable", "environment", rec.ID, "error", err)
+		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
+		return refused
+	}
+	return s.prober.Probe(ctx, conn, rec.Spec.Namespaces())
 }
 
 // Delete forgets an environment. It refuses while volume records exist unless

@@ -82,18 +82,21 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		return rec.Environment, nil
 	}
 
-	conn, err := s.open(rec)
+	// New credentials replace stored ones that may not even open any more,
+	// so only a spec change needs the stored ones.
+	var conn kubeconfig.Connection
+	if rotate {
+		conn, _, err = s.resolveCredentials(creds)
+	} else {
+		conn, err = s.open(rec)
+	}
 	if err != nil {
 		return Environment{}, err
 	}
-	if rotate {
-		if conn, _, err = s.resolveCredentials(creds); err != nil {
-			return Environment{}, err
-		}
-	}
 	next := rec
 	next.Spec = spec
-	if rotate || !slices.Equal(spec.Namespaces(), rec.Spec.Namespaces()) {
+	probe := rotate || !slices.Equal(spec.Namespaces(), rec.Spec.Namespaces())
+	if probe {
 		result := s.prober.Probe(ctx, conn, spec.Namespaces())
 		if result.State != clusters.StateReady {
 			return Environment{}, probeFailed(result)
@@ -105,11 +108,14 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 			return Environment{}, err
 		}
 	}
-	ok, err := s.repo.update(ctx, next)
+	ok, err := s.repo.update(ctx, next, rotate, probe)
 	if err != nil {
 		return Environment{}, err
 	}
 	if !ok {
+		if _, err := s.get(ctx, id); err != nil {
+			return Environment{}, err // deleted meanwhile: NotFound
+		}
 		return Environment{}, fault.New(fault.Conflict, "environment %q was changed concurrently; retry the update", id)
 	}
 	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
@@ -131,10 +137,15 @@ func splitPatch(patch []byte) (map[string]json.RawMessage, Credentials, error) {
 	var w writeOnly
 	creds := map[string]json.RawMessage{}
 	for _, f := range []string{"kubeconfig", "kubeconfig_context", "credentials"} {
-		if raw, ok := doc[f]; ok {
-			creds[f] = raw
-			delete(doc, f)
+		raw, ok := doc[f]
+		if !ok {
+			continue
 		}
+		if string(bytes.TrimSpace(raw)) == "null" && f != "kubeconfig_context" {
+			return nil, Credentials{}, fault.Invalid(f, "is write-only and cannot be removed; send new credentials to rotate them")
+		}
+		creds[f] = raw
+		delete(doc, f)
 	}
 	if err := strictDecode(mustJSON(creds), &w); err != nil {
 		return nil, Credentials{}, err

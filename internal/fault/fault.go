@@ -36,8 +36,6 @@ type Error struct {
 	Kind   Kind
 	Field  string
 	Detail string
-	// cause is kept for logs and errors.Is/As; it is never shown to clients.
-	cause error
 }
 
 func (e *Error) Error() string {
@@ -46,9 +44,6 @@ func (e *Error) Error() string {
 	}
 	return e.Detail
 }
-
-// Unwrap exposes the cause to errors.Is and errors.As.
-func (e *Error) Unwrap() error { return e.cause }
 
 // New builds an Error of kind k with a formatted detail.
 func New(k Kind, format string, args ...any) *Error {
@@ -60,20 +55,9 @@ func Invalid(field, format string, args ...any) *Error {
 	return &Error{Kind: InvalidArgument, Field: field, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Wrap classifies cause with a client-safe detail; cause itself stays hidden.
-func Wrap(k Kind, cause error, format string, args ...any) *Error {
-	return &Error{Kind: k, Detail: fmt.Sprintf(format, args...), cause: cause}
-}
-
 // As returns the classified error in err's chain, if any.
 func As(err error) (*Error, bool) {
 	var fe *Error
 	ok := errors.As(err, &fe)
 	return fe, ok
-}
-
-// Is reports whether err is classified as kind k.
-func Is(err error, k Kind) bool {
-	fe, ok := As(err)
-	return ok && fe.Kind == k
 }

@@ -64,14 +64,6 @@ func (k *KeyRing) Primary() string {
 	return k.primary
 }
 
-// Has reports whether the ring holds a key with this id.
-func (k *KeyRing) Has(id string) bool {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	_, ok := k.keys[id]
-	return ok
-}
-
 // IDs returns the ids of all keys in the ring, sorted so listings and files
 // are stable.
 func (k *KeyRing) IDs() []string {
@@ -140,8 +132,8 @@ func (k *KeyRing) Format(f fmt.State, _ rune) {
 	_, _ = io.WriteString(f, k.describe())
 }
 
-// LogValue keeps structured loggers from falling back to MarshalJSON, which
-// writes the key material.
+// LogValue keeps structured loggers from printing the ring's fields, key
+// material included.
 func (k *KeyRing) LogValue() slog.Value {
 	return slog.StringValue(k.describe())
 }

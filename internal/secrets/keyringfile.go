@@ -52,10 +52,10 @@ func ParseKeyRing(data []byte) (*KeyRing, error) {
 	return ring, nil
 }
 
-// MarshalJSON returns the key ring file format, key material included. It
-// exists only to write the file; Format and LogValue keep the ring out of
-// logs.
-func (k *KeyRing) MarshalJSON() ([]byte, error) {
+// encodeFile returns the key ring file format, key material included. It is
+// unexported so no json.Marshal of a ring can leak keys; WriteFile is the only
+// way out, and Format and LogValue keep the ring out of logs.
+func (k *KeyRing) encodeFile() ([]byte, error) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	f := ringFile{Primary: k.primary, Keys: make(map[string]string, len(k.keys))}
@@ -70,7 +70,7 @@ func (k *KeyRing) MarshalJSON() ([]byte, error) {
 // leaves either the old ring or the new one, never a truncated file that
 // would lock the gateway out of every stored credential.
 func (k *KeyRing) WriteFile(path string) error {
-	data, err := k.MarshalJSON()
+	data, err := k.encodeFile()
 	if err != nil {
 		return fmt.Errorf("key ring: %w", err)
 	}

@@ -8,9 +8,11 @@ package registrytest
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +79,14 @@ func New(t testing.TB, opts Options) *Registry {
 	if err := keys.WriteFile(keyFile); err != nil {
 		t.Fatal(err)
 	}
+	r := &Registry{Pool: pool, Keys: keys, KeyRingFile: keyFile, DB: db, Logs: logs, Logger: logger}
+	r.Service = r.NewService(opts)
+	return r
+}
+
+// NewService returns another service over the same database and key ring,
+// as a second replica or a restart with other settings would see them.
+func (r *Registry) NewService(opts Options) *environments.Service {
 	policy := Loopback
 	if opts.Egress != nil {
 		policy = *opts.Egress
@@ -84,14 +94,26 @@ func New(t testing.TB, opts Options) *Registry {
 	if opts.ProbeTimeout == 0 {
 		opts.ProbeTimeout = 5 * time.Second
 	}
-	svc := environments.NewService(environments.Options{
-		DB:            pool,
-		Keys:          keys,
-		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy, QPS: 50, Burst: 100}, Timeout: opts.ProbeTimeout},
+	return environments.NewService(environments.Options{
+		DB:            r.Pool,
+		Keys:          r.Keys,
+		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy, QPS: 100, Burst: 200}, Timeout: opts.ProbeTimeout},
 		AllowInsecure: opts.AllowInsecure,
-		Logger:        logger,
+		Logger:        r.Logger,
 	})
-	return &Registry{Service: svc, Pool: pool, Keys: keys, KeyRingFile: keyFile, DB: db, Logs: logs, Logger: logger}
+}
+
+// AssertNoSecret fails if secret appears in the logs, in any stored row of
+// the environments and volumes tables (bytea columns are searched as the hex
+// Postgres prints them) or in any of texts.
+func (r *Registry) AssertNoSecret(t testing.TB, secret string, texts ...string) {
+	t.Helper()
+	stored := r.DumpTable(t, "environments") + r.DumpTable(t, "volumes")
+	for i, s := range append([]string{r.Logs.String(), stored}, texts...) {
+		if strings.Contains(s, secret) || strings.Contains(s, hex.EncodeToString([]byte(secret))) {
+			t.Fatalf("secret found in text %d", i)
+		}
+	}
 }
 
 // DumpTable returns every row of table as text, to search stored bytes for
