@@ -201,7 +201,7 @@ type ClusterCredentials struct {
 type ConnectionInfo struct {
 	AuthType ConnectionInfoAuthType `json:"auth_type"`
 
-	// CaSha256 SHA-256 of the CA certificate (DER, hex); empty when system roots are used.
+	// CaSha256 SHA-256 (hex) of the DER bytes of the first CA certificate; empty when system roots are used.
 	CaSha256              string    `json:"ca_sha256"`
 	CredentialsUpdateTime time.Time `json:"credentials_update_time"`
 	InsecureSkipTlsVerify *bool     `json:"insecure_skip_tls_verify,omitempty"`
@@ -301,8 +301,13 @@ type EnvironmentList struct {
 	NextPageToken *string `json:"next_page_token,omitempty"`
 }
 
-// EnvironmentPatch JSON merge patch over the fields of EnvironmentInput (read-only fields
-// are refused).
+// EnvironmentPatch RFC 7386 JSON merge patch over the writable fields of EnvironmentInput:
+// display_name, description, labels, region, zone, namespace,
+// allowed_namespaces, defaults, dcm, and the write-only kubeconfig (with
+// kubeconfig_context) or credentials, which rotate the credentials. A
+// null resets a field to its default; kubeconfig and credentials cannot be
+// null. Read-only fields (id, path, connection, status, create_time,
+// update_time) and unknown fields are refused with 400 naming the field.
 type EnvironmentPatch map[string]interface{}
 
 // EnvironmentState defines model for EnvironmentState.
@@ -1644,6 +1649,8 @@ type UpdateEnvironmentResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 }
@@ -1666,6 +1673,11 @@ func (r UpdateEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r UpdateEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -2269,6 +2281,13 @@ func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
@@ -2933,6 +2952,20 @@ func (response UpdateEnvironment409ApplicationProblemPlusJSONResponse) VisitUpda
 	return err
 }
 
+type UpdateEnvironment415ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment415ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpdateEnvironment422ApplicationProblemPlusJSONResponse Problem
 
 func (response UpdateEnvironment422ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
@@ -3409,66 +3442,68 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"1Fv/U+O4kv9XVL5XdVDPhAwwvJ1QW1fZJMvkDgKVMLP3bpgLwu7EWmzJK8lAZor//aol2/EXJcDszt6+",
-	"34gtt1qtT3/6i8RXLxBJKjhwrbzeVy+lkiagQZpfI37PpOAJcD0e4gPGvZ6XUh15vsdpAl7Pg/WYOQs9",
-	"35PwW8YkhF5Pywx8TwURJBS//puEhdfz/m1/Pee+fav2p6BEJgMYD72nJ987p4+XdAkz9gXwyxBUIFmq",
-	"mUAF8A1R7AuQnRAWNIs1eds9ITGVS5DknsYZKEIlkFg8gISQaEHedLvd3Y7n2yX8loFcrdeQ0Md5Spcw",
-	"R6FeVeWEcZZkidfr+p5epTiYcQ1LkEZN1ORK3AFvK3kVAREp/S0DwuFRW/kaxxKxIDoCkkq4ZyJTBF9t",
-	"Um39WV0v+ngGfKkjr/eme3BUKqe0ZHzpPaFyElQquAKzlZdS3MaQ4J+B4Bq4xj9pmsYsoKjyfmpH/P1X",
-	"JcxyXrZvhVwzY90C058H5N3R23+QXDIJQVMWq44xXS4A5feDAJQ6F6HZa+Bo70/eFGj4i2QaLniAm4K/",
-	"L3i8Oqd8lf80r83vzy0L+N4gzpQGOZAQAteMxmYyGoYMFaTxpRQpSM3QQAsaK2guYPSI1mGaBGsRhHGl",
-	"gYa4iZTcZbcQCL5gyx5RIO9B+kSkVjwZ9Anl4TUHpiOQhJJboBIkyUGAT4KYAdckQDUWuBGAn5A7WHXI",
-	"5ei8guVrfksVHB/tAQ9ECKFPKOpS06FzjSBJK8v66lVEz2mmIyGZXs1Dqs3OLoRMqPZ63u1Ko40rsDp+",
-	"+/bw2GFVq/K8Kvdbpfneg93feGXJYi3+DlZ/qFjGFQSZhLm6Y+lcx2p+D5ItVm2/xc8IDQJINYTkIQJu",
-	"nBVtSrWQRIFWZHY675+dXfwyH09mo8GH6Wg+OPswuxpNZ+jHuTq3QsRAORrNYsOg+5EmaYyvI61T1dvf",
-	"pynrpFKEe0CV7uTvO4FIesdHR4f19R50j35w7Amux04xt7RRI4iDt4eubwraqlLJ8eEPR8+b86lK8p+K",
-	"xa1dUNz+CoE2Lig4hwAtO+YL0Tb2e/FgrLukGh7oigR2vDohHO7RVSKoOZ+OIFEQ34PqtJCO6J5bDdYk",
-	"UjBnG7VOygjoXEX04O1xW9XZ+/7ewdvjgrwH/ZrX7gxHU59E8Lh7QiBJ9coiR62UhoRIIbSNSJmCsAKR",
-	"yszrVc6zNES30sxuZYl/fLpnnjoEbEN4G5DoXyx0R607WO2hVPyjtQO4CAU0Rt9gOnKuZY32lyC1Gbmc",
-	"4KpujV/Z6nIlmy3owuVwcD6FJVNaUrvwrw0wJaAUXYJzDakU9ywEmRuwvXyN8HKuzKXIDLRmfPl8cKpr",
-	"WGpR2LG+kcPBOSmGEBxyQvJcSWE6pLSQdAl7uePtfWXhU6fBrS7WkMZqdnNzeUWe1wj++UCiI6ZIJUnE",
-	"uEUJqpfrUKrpok6XzSpZaXvjaIxJX2isolIa2KdMQ6LcgLQPqJR0ZfywZKznMp8Gt1kffr3fhkHy3ExV",
-	"kJgsy+7jc59V7DQsPmkmaQ6LhEylMV1t8k/f2wD7mN7CthRrs/HXW1vumtvxsPCoxdAKrtR+GUS9DcDd",
-	"sGD01+w11pzZD55875uY+ovgLyA+w2l5qVXbkvoOlnYvl5hPUDWm73KLCpAsCmvgL81Sh3V9yZ+3e+ew",
-	"AtRXpN19LEps1XYv4iwBRR4ioYCgeUBpEgO9B5MMYDaGfoHpGXekBKawmCd5ZbFteys1iIGEoaZ5EFOl",
-	"XpROWU1fNNVHM9RO9Qy/jXma6deaj8hKaOuQ0SMNdLwiggMmLzfreuHGFBs3lcB50yFXEVzzEia1oGHy",
-	"YA654WMIMENeiyOmsHzUJtwoVzHiJudm0aUlJesRhOYoIAldEY01viY6kiJbRusIFzGuTU74Cqav14Vb",
-	"qb5dSf5LMvd6r9p2H/OYcahu5z/752cIHwhIGmdLxpVPMPMqra58smAxEGQp5ePjR4YbxkPCkhSkEtxg",
-	"0CSNEhZF8vstBdxar3kOs/YSBjn+tMA8e127VdYUUUUUlhY0NnpyQYJMSuB6LxfbUNDh7S71/vDg18jm",
-	"8jbX2i8XQhbs2HllvNscf7ZR0RlTjnSrGoBridYL4e1yzEa7rG2N/q3CRFLY3Y2p0mULbXtMrWn7TPC6",
-	"pDqINm+oK+f9z9nFhCQgl8YlgoiIooZdMIhDhfTbJHeyI4GGe4LHq3zUNa+4y66l0W2Kzopyo6h5L0eT",
-	"4Xhy6vnedNQf/tPzveHodNofjoae732YTEf9wfv+T2cj86v/4er9xXT8P6OhsyBuZz0tCIRBMpeNYuoZ",
-	"TqzVXrlzSw4aTNGqNgEXd3qeSnH72ozLfIh2Xr3yw21lYFnmvSJrbCcX80Bkto5ptpfLnGLjiGapbCZY",
-	"K90Q4ML7GbsHDsqxq+ukuICVuHMgxKFC5natSgP6pW3iZvpgXzg3w7iOu51RZI1mCNkJhca0xfgqBq7d",
-	"vBdv52aK0FuRab+MHhLwoeDQ2dB10ZS7KLs6Nc5Tm0YEJuqERHB3B6W0fhsVmukYtkSU9Y6NJx/7Z+Ph",
-	"vD89/XA+mlx5vje5uJr/fPFhglTQPzP8MB/993h2NfN873I0PR/PZuOLyXw4moxzvkCGGE2uxoP+lXky",
-	"nlyNppP+mX35sT8+y8nk5/74bDScX05Hg4vJcHw1vpg8j5i8i2MX5W8D0BRoyNxgDSII7l4ef0pJA/zO",
-	"FYLa6DfsgUWVyJnkxc7gF+ptXZRVZVsfqg6vX6K8N4ffkQVlMYQnhNrIaLAr7pzQcreLUqH0UoLyScKW",
-	"lpgVEZJwatPqdcldjHTJFneubmPDLHkRW6OTqkHKc8BapV8t7lOqNUhU+38/0b0v3b13n3fyP/Y+f+36",
-	"x2+eiue7//E3l6KVEqyyxz+zGGzH1vO9n2IROBnPeL2rmX3B141sHVFtT4QUwUyYKY0bU9SzO/9VRjxy",
-	"+XGgdjGZSShfkcCWGuqaY4Y3HJxjRcYUCUWQmfYZs4UvZquSBrqXV2MSUw2myBI4SIoMt5AiIUx3rvlI",
-	"SiFt67ZJtua0rxSeF20xC4ArY5r8FLKf0iCCvYNOt8JAXqOJiAGniN7e/RsapxF9Y2CRAqcp83reYafb",
-	"Ocz7Ggbf+zRl+8XY/WY2uQQT9+zZCxN8HHo9DxPRUXWgXzu1/uT2/fWQ/erZ8pP/7PD1GS8OblYcSUL3",
-	"FOBwUwzD6kdzZkdSyqQ6ITSOSZIpTRJMCOuepBnIHxHXvmIafszB7ToENtXF3JbcQm46CD7qvjt2cNJX",
-	"p8iyWeQU5ej9bhJUZB0vOy5u50NPnxsn1Qfd7pZT6tedTjfrF8cpNXotVg+YnFfx5xMhQ3N74HZFWNhB",
-	"IB9Z1VwzlkuonIj7nsqShMpVjtqafKQlulTtsuTJNxzb5pePNGaYrVoCYFg9mKL7Nn+SUwfZOR1dkf3c",
-	"FX18xa/5DOLFLDM0a1tdU7hn8KBMIYkF8Qp5KmEKP6qdyXGAUO3ao2z0+Hy2akv/gemIMK1qJ0X2lKhD",
-	"ppDGdMX4klB+zZl5H9C41qUilKsHkIocdLtWmmE1nC2szmT5qc4HA9OerNaULUJoZ2ZV7VlIdvqjy703",
-	"Bwcbb4j8UTdbPlspoPRPIlx9D5zbluFTPermXYo/w89cPtbnZNO+xyaZIvDIlFYnhJkAJ0FnkkNIMh5E",
-	"lC/But9B982fpXFxfAXf4vg4/t3rxh8cfCuxlAdtlFdRvZlenvwtUXf/a/0+15OloRi0I2mcmh6FIjtH",
-	"3Xe75CFiMbSoIaKq7FORm4WQAfyIaLxB4lmCVte8+YnpH+riMyIhEDJUJyZRIozXuA5zGnNV4JpbLUMX",
-	"RQzNq60U4XJ6o20ttJVHnnnnvZXqtoPZkaubZzW1SDn6jsiqIcVO+2Kc+O706xR03ZD/X6TSoPFvsGbN",
-	"OqegX2Ga12Wc9XuUCJK06C62eyH/OPzh2N1FfJBM09u4aCd2SJ9weKif6Ah5zWsnOkQKXSYNlRcn5ttq",
-	"wBaycuxiu5AmuwjJgkml8365jjCUW1pW6x67GWnqUPRznsXxzTWXYG5L0bz3ooXx69yJXI76wRwuNvH1",
-	"XeOl7fMiFqrijP33jP3//rtF/5VCMXqNPcINHd7z2ih39FeNihZIDYcmO80O/e4fFSZ768tWv5sanMn/",
-	"FPYcqX4zVa7d1OJhnkhtSNjxIXKA7VN1Ws740SzpL0n2hC50TorGKifkxq7ihkQiDu2CJSikmd8ZFy4N",
-	"sTWAxMXDK5CT9z86K5rEG9sap6AvUuD9y/HrzFwIXZvZ0bBqGzOfixyuO0vbGkn5nW0IMsn0yut9+ly1",
-	"kelQFRILeRUDlSstzBMBjXX0pWKMZsFQKQfLvDKVAitX1A71xDj0/urqskMm9rKoyIIIML6kwEPgAQMH",
-	"qk9Bv89n/45wLg9WNpi/shQas3vYbt9S2haTmjpqs0WtJYHntX5po1XeQU6pUqB65DJv7xIJNIgw2/CJ",
-	"XdQ1r7SG80Nzn0z6V7Pi2i5W+2+7h0ToCOQDU+BbokFJdpp/V4VXOoL/KeipXcR33Jj1KYKz6sNaVAvr",
-	"BoY53nYP/5y5++Zek9Lmhk1re2yDfztK1uI3waS8m2tDUyZjr+ftm6iTf9CETYE8H/FgpZvAUm1BY1IH",
-	"8aKzLpwqs7Z7pvZgzPQAVkQsyo432aFhwvhuhwwa943NdQtzRG663Sv7/xD5LWSqEVJ5dmp4oOge+CQW",
-	"yyWEmNhCEAkIsXoE0wy3+Gv/C5Pynj4//V8AAAD//w==",
+	"1Ft7c9s4kv8qKN5WnV1LyYpfO5Fr6kojKY7ubNklOZnbi3IKTLZErEmAA4C2lZS/+1UDfJOS7cxkbvc/",
+	"iwQbjcavf/0A/M3xRBQLDlwrp//NiamkEWiQ5teY3zMpeARcT0b4gHGn78RUB47rcBqB03egGLNkvuM6",
+	"En5LmATf6WuZgOsoL4CI4td/kbBy+s6/HRRzHti36mAGSiTSg8nIeXpynUv6eE3XMGdfAb/0QXmSxZoJ",
+	"VADfEMW+AtnzYUWTUJOT3hkJqVyDJPc0TEARKoGE4gEk+EQL8qbX6+13Hdcu4bcE5KZYQ0QflzFdwxKF",
+	"OmWVI8ZZlEROv+c6ehPjYMY1rEEaNVGTG3EHvKnkTQBExPS3BAiHR23laxxLxIroAEgs4Z6JRBF8tU21",
+	"4rOqXvTxAvhaB07/Te/wOFdOacn42nlC5SSoWHAFZiuvpbgNIcI/PcE1cI1/0jgOmUdR5YPYjvjrP5Qw",
+	"y3nZvmVyzYxVC8zeDcnb45O/kVQy8UFTFqquMV0qAOUPPA+UuhS+2WvgaO9Pzgyo/6tkGq64h5uCv694",
+	"uLmkfJP+NK/N788NC7jOMEyUBjmU4APXjIZmMur7DBWk4bUUMUjN0EArGiqoL2D8iNZhmniFCMK40kB9",
+	"3ERK7pJb8ARfsXWfKJD3IF0iYiueDAeEcn/BgekAJKHkFqgESVIQ4BMvZMA18VCNFW4E4CfkDjZdcj2+",
+	"LGF5wW+pgtPjDnBP+OC7hKIuFR26CwRJXFrWN6ckekkTHQjJ9GbpU212diVkRLXTd243Gm1cgtXpycnR",
+	"aYtVrcrLstzvleY6D3Z/w40li0L8HWz+ULGMK/ASCUt1x+KlDtXyHiRbbZp+i58R6nkQa/DJQwDcOCva",
+	"lGohiQKtyPx8Obi4uPp1OZnOx8MPs/FyePFhfjOezdGPU3VuhQiBcjSaxYZB9yON4hBfB1rHqn9wQGPW",
+	"jaXwO0CV7qbvu56I+qfHx0fV9R72jn9q2RNcj51iaWmjQhCHJ0dt32S0VaaS06Ofjp8351OZ5D9liytc",
+	"UNz+AzxtXFBwDh5adsJXomns9+LBWHdNNTzQDfHseHVGONyjqwRQcT4dQKQgvAfVbSAd0b20GhQkkjFn",
+	"E7WtlOHRpQro4clpU9X5+0Hn8OSU7AXwuJ9R+Gg8I4hKlT1YMak0en5ppjMCUaw3FktqozRERAqhbYxK",
+	"FPgl0JR0Kda9TGIfHU0zu7m5R+DTjnnaImAX5psQRY9jfnscu4NNB6XiH409wUUooCF6C9NB61oK/L8E",
+	"u/VY1gq38ma5pc3PV7Ldgm1IHQ0vZ7BmSktqF/6tBq8IlKJraF1DLMU980GmBmwuXyPgWlfWpsgctGZ8",
+	"/Xy4qmqYa5HZsbqRo+ElyYYQHHJG0uxJYYKktJB0DZ3UFTvfmP/UrbFtG49IYzW7uam8LPOrpQPpQKID",
+	"pkgpbcRIRgmql+qQq9lGpm02K+WpzY2jIaaBvrGKiqlnnzINkWoHpH1ApaQb44c5hz2XC9XYzvrw6/3W",
+	"96LnZiqDxORddh+f+6xkp1H2ST1ta7GIz1Qc0s02/3SdLbAP6S3sSrq2G7/Y2nzX2h0PS5FKVC3hSh3k",
+	"YdXZAtwtC0Z/TV5jzbn94Ml1voupvwr+AuIznJYWX5Utqe5gbvd8iekEZWO6bW5RApJFYQX8uVmqsK4u",
+	"+fNu7xyVgPqKRHyAZYqt4+5FmESgyEMgFBA0DyhNQqD3YNIDzM/QLzBh4y1Jgik1llFaa+za3lJVYiBh",
+	"qGnphVSpFyVYVtMXTfXRDLVTPcNvEx4n+rXmI7IU2rpk/Eg9HW6I4IB5y5eigvhiyo8vpcD5pUtuAljw",
+	"HCaVoGEyYw6p4UPwMGcuxBFTaj5qE25UW3nSTs71MkxLSooRhKYoIBHdEI1VvyY6kCJZB0WECxjXJkt8",
+	"BdNXK8WdVN+sLf8lmbvYq6bdJzxkHMrb+ffB5QXCBzwSh8maceUSzLxyqyuXrFgIBFlKufj4keGGcZ+w",
+	"KAapBDcYNEmjhFWW/H5PSVfotUxh1lzCMMWfFphnF9VcaU0BVURhsUFDoycXxEukBK47qdiagi3e3qbe",
+	"Hx78atlc2vgq/HIlZMaO3VfGu+3xZxcVXTDVkm6VA3Al0XohvNscs9ZAa1pjcKswkRR2d0OqdN5U2x1T",
+	"K9o+E7yuqfaC7RvamvO+G5K/Hf10Sv5zfjUlEci18Q0vICIrbxE59DbE0hFC3xSSdbrvL3jZkV1SmsQl",
+	"FmgusfvrEtxMt8CFu+BNknVzFneJ70WuQX6mDXQEDzdlH9nDwm7Bmx63T4QsF4MueQiYFxApsOKpl4pd",
+	"MlhwnoQhkWDaKNQuGt2TaZXpdFaeGhUrV5se5VxocgtWUpfMgPpW4dSAe8x3DQG5pMheXGKTF5eUchd3",
+	"wUu5y76ZK+F3XDzwTFiJp0x1S457PbQtZhi23ofQt4FtF3TmWQGY9SWux9PRZHruuM5sPBj93XGd0fh8",
+	"NhiNR47rfJjOxoPh+8EvF2Pza/Dh5v3VbPI/41Fr06KZhzac0veipayVt89EqUo1nNKt5KDBtBHUNipB",
+	"31vGUty+Ngc2H0qg/uaVH+4qzPPC+xV5fDPdW3oisZVl/Qggz/K2jqg3L8wEhdI1AW0MdMHugYNq2dWi",
+	"TMlgJe5aENKiQtJOdqVDgpe28usJnX3RuhnGV9obTFkeb+lgzxcaE0lDmujJ++l5iZ2bKUJvRaLdPJ5L",
+	"wIeCQ3dLH0xT3hZEy1PjPJVphGfyAJ8I3t7Tyq3fRIVmOoQdMb7Yscn04+BiMloOZucfLsfTG8d1plc3",
+	"y3dXH6ZIBYMLww/L8X9P5jdzx3Wux7PLyXw+uZouR+PpJOULZIjx9GYyHNyYJ5PpzXg2HVzYlx8Hk4uU",
+	"TN4NJhfj0fJ6Nh5eTUeTm8nV9HnEpH01uyh3F4CQjFk7WL0AvLuXZwS5pCF+15YUNNFv2APLXJEyyYud",
+	"wc3U27koq8quzmAVXr8GabcUvyMrykLwzwi1uYrBrrhrhVZ7Ay8WSq8lBu+IrS0xK4y/nNpCp2iCZCPb",
+	"ZIu7tv5vzSxpW6FCJ2WD5Ge1ld5Lud0SU61Botr/+4l2vvY6bz/vpX90Pn/ruadvnrLn+//xlzZFS0Vx",
+	"aY/fsRBsD91xnV9C4bUynvH6tgOHK14cNuiAantqpwjWJkxp3Jisw7D3X3nEI9cfh2of08uI8g3xbPGn",
+	"Fhxz7tHwEmtkpogvvMQ0NJltRWCSJKmn+2l9LDHnY4qsgYOkyHArKSLCdHfBx1IKafONOtmaE9lceFpG",
+	"h8wDroxp0pPiQUy9ADqH3V6JgZxaWxcDTha9nfs3NIwD+sbAIgZOY+b0naNur3uUdpoMvg9ozA6ysQf1",
+	"/H4NJu7Z8zEm+MR3+g6WBuPyQLdys+BTu+8XQw7K5/9P7rPDi3N4HFyvAaOIdhTgcNOegM3P5lyVxJRJ",
+	"dUZoGJIoUZpEmJlXPUkzkD8jrl3FNPycgrvtoN6k4UvbBBFy22H9ce/taQsnfWsVmbfvWkW1dOO3Ccqy",
+	"jpcd6TfzoafPtdsEh73ejpsEr7tBUK8oW24SoNdiPYfFURl/LhHSNzc8bjeE+V0E8rFVrW3GfAmlWwuu",
+	"o5IoonKTorYiH2mJrlWzUHxyDcc2+eUjDRlmq5YAGFZvpg1ymz5JqYPsnY9vyEHqii6+4gs+h3A1TwzN",
+	"2ubjDO4ZPChT2sM9yA3yVMQUflQ5N+UAvtq31w3Q49PZyocspnrBKqtcTdlzOyyisLrEoobyBWfmvUfD",
+	"St+QUK4eQCpy2OtZaYbVcDa/PJPlpyofDE3RVa7yG4TQzMzK2jOf7A3G1503h4dbb/H8UbePPlspoPQv",
+	"wt/8CJzbJu5TNeqmfaM/w8/afGzAybZ9D00yReCRKa3OCDMBToJOJAesmL2A8jVY9zvsvfmzNM4OFOF7",
+	"HB/Hv33d+MPD7yWW/OiT8jKqt9PLk7sj6h58q965e7I0FIJuSRpnpnmhyN5x7+0+eQhYCA1qCKjKO4fk",
+	"y0pID35GNH5B4lmDVgte/8R0dHX2GZHgCemrM5MoEcYrXIc5jbnOseBWS7+NIkbm1U6KaHN6o20ltOWH",
+	"0OlZSCPVbQaz47b+qtXUIuX4ByKrghQ77Ytx4ranX+egq4b8/yKVGo1/hzUr1jkH/QrTvC7jrN51RZDE",
+	"Wb93S0/3Je3cLhkQDg/VMzYhF7xyxpb2S1W9YXpmvi0HbCFLB2ELjq5lsgs/vXlkTzB0gKHc0rIqTj3M",
+	"SFOHop/zJAy/LPjOVmybo34wLdM6vn5ovLSdd8RCWZyxf8fY/6+/W/Q/UyhGr7GNab/Fe14b5Y5/bFR8",
+	"c/JnRVELvBoBkL360cr+HxVW+8V1ud9NJa3Fwgw6LaVBPbWu3LXjfpp4bUnw8SFyhu1rdRvO+9Es6Z8y",
+	"OBC60imJGquckS92FV9IIELfLliCQlr6nXHk2hBhDUhcPLwCOWm/pLuhUbi1DXIO+ioGPrievM7MmdDC",
+	"zC0NrqYx07nIUdGJ2tV4Su/hg5dIpjdO/9Pnso1MRyuTmMkrGShfaWaeAGiog68lY9QLjFL5mOehsRRY",
+	"6aJ2qCfGrfc3N9ddMrUXgEXiBYDxKAbuA/cYtKD6HPT7dPYfCOf8IGaL+UtLoSG7h932zaXtMKmpu7Zb",
+	"1FoSeNobyG20STvOMVUKVJ9cp+1gIoF6AWYnLrGLWvBSKzm99uCS6eBmnp2dgt8lJ70jInQA8oEpcC3R",
+	"oCQ7zb+rzCtbkoVz0DO7iB+4McWpQ2uViLWrFtYNDHOc9I7+nLkH5maa0uaOVGN77IHAbpQU4rfBJL9d",
+	"bUNTIkOn7xyYqJN+UIdNhjwX8WCl5+f/Wcsak0AIV92i0CrN2uyx2oM00zPYELHKO+Rkj/oR4/tdMqzd",
+	"GC8uGpju+Mb+j0t6j5xqhFSazRoeyLoNLgnFeg0+JsLgBQJ8rDbBNM8t/pr/lqacp89P/xcAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

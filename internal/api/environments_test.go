@@ -173,6 +173,7 @@ func TestCreateRejectsBadRequestsNamingTheField(t *testing.T) {
 		{"id missing", "", valid(func(map[string]any) {}), 400, api.INVALIDARGUMENT, "id"},
 		{"id invalid", "?id=Bad_Id", valid(func(map[string]any) {}), 400, api.INVALIDARGUMENT, "id"},
 		{"unknown field", "?id=x", valid(func(in map[string]any) { in["namspace"] = "typo" }), 400, api.INVALIDARGUMENT, ""},
+		{"token pasted as a key", "?id=x", valid(func(in map[string]any) { in[canary+".more"] = 1 }), 400, api.INVALIDARGUMENT, ""},
 		{"wrong type", "?id=x", valid(func(in map[string]any) { in["labels"] = []string{"a"} }), 400, api.INVALIDARGUMENT, "labels"},
 		{"bad access mode", "?id=x", valid(func(in map[string]any) { in["defaults"] = map[string]any{"access_mode": "Sometimes"} }), 400, api.INVALIDARGUMENT, "defaults.access_mode"},
 		{"unknown credentials field", "?id=x", valid(func(in map[string]any) { in["credentials"].(map[string]any)["password"] = canary }), 400, api.INVALIDARGUMENT, "credentials"},
@@ -193,6 +194,10 @@ func TestCreateRejectsBadRequestsNamingTheField(t *testing.T) {
 				t.Fatal("problem without detail")
 			}
 		})
+	}
+	rec := call(t, h, http.MethodPost, "/api/v1alpha1/environments?id=x", "application/json", valid(func(in map[string]any) { in["namspace"] = "typo" }))
+	if p := problem(t, rec, http.StatusBadRequest, api.INVALIDARGUMENT, ""); !strings.Contains(*p.Detail, `unknown field "namspace"`) {
+		t.Fatalf("an unknown field should be named: %s", rec.Body)
 	}
 	if rows := reg.DumpTable(t, "environments"); rows != "" {
 		t.Fatal("a bad request stored an environment")

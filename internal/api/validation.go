@@ -2,7 +2,9 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -62,7 +64,7 @@ func describeValidation(err error) error {
 				field = reqErr.Parameter.Name
 			}
 		}
-		reason = schemaErr.Reason
+		reason = safeReason(schemaErr.Reason)
 	case reqErr.Err != nil && errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired):
 		reason = "is required"
 	case reqErr.RequestBody != nil && reqErr.Err == nil:
@@ -76,4 +78,23 @@ func describeValidation(err error) error {
 		}
 	}
 	return fault.Invalid(field, "%s", reason)
+}
+
+// unsupportedProperty is kin-openapi's reason for an unknown field; it quotes
+// the client's key.
+var unsupportedProperty = regexp.MustCompile(`^property "(.*)" is unsupported$`)
+
+// plainKey is a key short and plain enough to repeat back: anything else
+// (say, a token pasted where a key belongs) is not echoed.
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
+
+func safeReason(reason string) string {
+	m := unsupportedProperty.FindStringSubmatch(reason)
+	if m == nil {
+		return reason
+	}
+	if plainKey.MatchString(m[1]) {
+		return fmt.Sprintf("has an unknown field %q", m[1])
+	}
+	return "has an unknown field"
 }
