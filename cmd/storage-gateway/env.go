@@ -246,14 +246,25 @@ func readManifest(path, id string) (string, api.EnvironmentInput, error) {
 }
 
 func (c *envClient) addCommand() *cobra.Command {
+	cmd := c.writeCommand("add [ID]", "Register an environment (the gateway probes the cluster first)", c.create)
+	cmd.Example = "  storage-gateway env add east --kubeconfig ~/.kube/config --context east --namespace dcm\n" +
+		"  storage-gateway env add -f environments/local-east.yaml --kubeconfig east.kubeconfig"
+	return cmd
+}
+
+func (c *envClient) applyCommand() *cobra.Command {
+	return c.writeCommand("apply [ID]", "Register an environment, or update its settings and rotate its credentials if it exists", c.apply)
+}
+
+// writeCommand builds a command that assembles an environment from a
+// manifest, flags and credential files and hands it to write.
+func (c *envClient) writeCommand(use, short string, write func(*cobra.Command, string, api.EnvironmentInput) error) *cobra.Command {
 	var spec specFlags
 	var creds credentialFlags
 	cmd := &cobra.Command{
-		Use:   "add [ID]",
-		Short: "Register an environment (the gateway probes the cluster first)",
-		Example: "  storage-gateway env add east --kubeconfig ~/.kube/config --context east --namespace dcm\n" +
-			"  storage-gateway env add -f environments/local-east.yaml --kubeconfig east.kubeconfig",
-		Args: cobra.MaximumNArgs(1),
+		Use:   use,
+		Short: short,
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, in, err := spec.input(cmd, firstArg(args))
 			if err != nil {
@@ -262,7 +273,7 @@ func (c *envClient) addCommand() *cobra.Command {
 			if err := creds.apply(&in); err != nil {
 				return err
 			}
-			return c.create(cmd, id, in)
+			return write(cmd, id, in)
 		},
 	}
 	spec.register(cmd)
@@ -282,46 +293,37 @@ func (c *envClient) create(cmd *cobra.Command, id string, in api.EnvironmentInpu
 	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
 }
 
-func (c *envClient) applyCommand() *cobra.Command {
-	var spec specFlags
-	var creds credentialFlags
-	cmd := &cobra.Command{
-		Use:   "apply [ID]",
-		Short: "Register an environment, or update its settings and credentials if it exists",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, in, err := spec.input(cmd, firstArg(args))
-			if err != nil {
-				return err
-			}
-			if err := creds.apply(&in); err != nil {
-				return err
-			}
-			client, err := c.client()
-			if err != nil {
-				return err
-			}
-			got, err := client.GetEnvironmentWithResponse(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			if got.StatusCode() == http.StatusNotFound {
-				return c.create(cmd, id, in)
-			}
-			patch, err := json.Marshal(in)
-			if err != nil {
-				return err
-			}
-			resp, err := client.UpdateEnvironmentWithBodyWithResponse(cmd.Context(), id, "application/merge-patch+json", strings.NewReader(string(patch)))
-			if err != nil {
-				return err
-			}
-			return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
-		},
+// apply creates the environment, or merge-patches everything in into it.
+func (c *envClient) apply(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+	client, err := c.client()
+	if err != nil {
+		return err
 	}
-	spec.register(cmd)
-	creds.register(cmd)
-	return cmd
+	got, err := client.GetEnvironmentWithResponse(cmd.Context(), id)
+	if err != nil {
+		return err
+	}
+	if got.StatusCode() == http.StatusNotFound {
+		return c.create(cmd, id, in)
+	}
+	return c.patch(cmd, id, in)
+}
+
+// patch sends in as a merge patch: fields left nil are left unchanged.
+func (c *envClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+	client, err := c.client()
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	resp, err := client.UpdateEnvironmentWithBodyWithResponse(cmd.Context(), id, "application/merge-patch+json", strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
 }
 
 func (c *envClient) rotateCommand() *cobra.Command {
@@ -331,24 +333,11 @@ func (c *envClient) rotateCommand() *cobra.Command {
 		Short: "Replace an environment's credentials (probed before they are stored)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var in api.EnvironmentInput
+			var in api.EnvironmentInput // only credentials set: nothing else changes
 			if err := creds.apply(&in); err != nil {
 				return err
 			}
-			client, err := c.client()
-			if err != nil {
-				return err
-			}
-			// Only the credential fields are set, so the patch touches nothing else.
-			patch, err := json.Marshal(in)
-			if err != nil {
-				return err
-			}
-			resp, err := client.UpdateEnvironmentWithBodyWithResponse(cmd.Context(), args[0], "application/merge-patch+json", strings.NewReader(string(patch)))
-			if err != nil {
-				return err
-			}
-			return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
+			return c.patch(cmd, args[0], in)
 		},
 	}
 	creds.register(cmd)

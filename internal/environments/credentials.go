@@ -11,20 +11,34 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
-// sealedConnection is the plaintext inside a sealed credentials blob: the
-// whole connection, not only its secrets. Server, CA, TLS name and the
-// insecure flag are also kept in plain columns so they can be shown, but the
-// gateway connects with the sealed copy and refuses a row whose columns
-// disagree with it: whoever can write to the database but lacks the key ring
-// cannot redirect the token to a server of their choosing.
-type sealedConnection struct {
-	Server         string `json:"server"`
-	CAData         []byte `json:"certificate_authority_data,omitempty"`
-	TLSServerName  string `json:"tls_server_name,omitempty"`
-	Insecure       bool   `json:"insecure_skip_tls_verify,omitempty"`
-	Token          string `json:"token,omitempty"`
-	ClientCertData []byte `json:"client_certificate_data,omitempty"`
-	ClientKeyData  []byte `json:"client_key_data,omitempty"`
+// ExplicitCredentials is the JSON shape of the write-only `credentials` field
+// (PEM fields are base64 in JSON, as in a kubeconfig), and of the plaintext
+// sealed into each row.
+type ExplicitCredentials struct {
+	Server                   string `json:"server"`
+	CertificateAuthorityData []byte `json:"certificate_authority_data"`
+	TLSServerName            string `json:"tls_server_name"`
+	InsecureSkipTLSVerify    bool   `json:"insecure_skip_tls_verify"`
+	Token                    string `json:"token"`
+	ClientCertificateData    []byte `json:"client_certificate_data"`
+	ClientKeyData            []byte `json:"client_key_data"`
+}
+
+// Connection converts the JSON shape into connection settings.
+func (c ExplicitCredentials) Connection() *kubeconfig.Connection {
+	return &kubeconfig.Connection{
+		Server: c.Server, CAData: c.CertificateAuthorityData, TLSServerName: c.TLSServerName,
+		Insecure: c.InsecureSkipTLSVerify, Token: c.Token,
+		ClientCertData: c.ClientCertificateData, ClientKeyData: c.ClientKeyData,
+	}
+}
+
+func explicitFrom(c kubeconfig.Connection) ExplicitCredentials {
+	return ExplicitCredentials{
+		Server: c.Server, CertificateAuthorityData: c.CAData, TLSServerName: c.TLSServerName,
+		InsecureSkipTLSVerify: c.Insecure, Token: c.Token,
+		ClientCertificateData: c.ClientCertData, ClientKeyData: c.ClientKeyData,
+	}
 }
 
 // resolveCredentials validates what the admin supplied and returns the
@@ -76,7 +90,13 @@ func (s *Service) newRecord(id string, spec Spec, conn kubeconfig.Connection, pr
 
 // setCredentials seals conn into rec and updates its public description.
 func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error {
-	plain, err := json.Marshal(sealedConnection(conn))
+	// The sealed plaintext is the whole connection, not only its secrets.
+	// Server, CA, TLS name and the insecure flag are also kept in plain
+	// columns so they can be shown, but the gateway connects with the sealed
+	// copy and refuses a row whose columns disagree with it (see open):
+	// whoever can write to the database but lacks the key ring cannot
+	// redirect the token to a server of their choosing.
+	plain, err := json.Marshal(explicitFrom(conn))
 	if err != nil {
 		return fmt.Errorf("encode credentials: %w", err)
 	}
@@ -106,13 +126,13 @@ func (s *Service) open(rec record) (kubeconfig.Connection, error) {
 	if err != nil {
 		return kubeconfig.Connection{}, fmt.Errorf("open credentials of environment %s: %w", rec.ID, err)
 	}
-	var sealed sealedConnection
+	var sealed ExplicitCredentials
 	err = json.Unmarshal(plain, &sealed)
 	clear(plain)
 	if err != nil {
 		return kubeconfig.Connection{}, fmt.Errorf("open credentials of environment %s: malformed plaintext", rec.ID)
 	}
-	conn := kubeconfig.Connection(sealed)
+	conn := *sealed.Connection()
 	if conn.Server != rec.Connection.Server || !bytes.Equal(conn.CAData, rec.caData) ||
 		conn.TLSServerName != rec.Connection.TLSServerName || conn.Insecure != rec.Connection.Insecure {
 		return kubeconfig.Connection{}, fmt.Errorf("environment %s: stored connection settings differ from its sealed credentials; refusing to use them", rec.ID)

@@ -19,27 +19,6 @@ import (
 // readOnlyFields may appear in a GET response but never in a patch.
 var readOnlyFields = []string{"id", "path", "connection", "status", "create_time", "update_time"}
 
-// ExplicitCredentials is the JSON shape of the write-only `credentials` field.
-// PEM fields are base64 in JSON, as in a kubeconfig.
-type ExplicitCredentials struct {
-	Server                   string `json:"server"`
-	CertificateAuthorityData []byte `json:"certificate_authority_data"`
-	TLSServerName            string `json:"tls_server_name"`
-	InsecureSkipTLSVerify    bool   `json:"insecure_skip_tls_verify"`
-	Token                    string `json:"token"`
-	ClientCertificateData    []byte `json:"client_certificate_data"`
-	ClientKeyData            []byte `json:"client_key_data"`
-}
-
-// Connection converts the JSON shape into connection settings.
-func (c ExplicitCredentials) Connection() *kubeconfig.Connection {
-	return &kubeconfig.Connection{
-		Server: c.Server, CAData: c.CertificateAuthorityData, TLSServerName: c.TLSServerName,
-		Insecure: c.InsecureSkipTLSVerify, Token: c.Token,
-		ClientCertData: c.ClientCertificateData, ClientKeyData: c.ClientKeyData,
-	}
-}
-
 // writeOnly are the credential fields of a patch, split from the spec part.
 type writeOnly struct {
 	Kubeconfig        *string              `json:"kubeconfig"`
