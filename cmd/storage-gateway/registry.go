@@ -38,11 +38,12 @@ func loadKeyRing(cfg config.Config) (*secrets.KeyRing, error) {
 }
 
 // newEnvironmentService wires the registry with the operator's connection
-// policy.
-func newEnvironmentService(cfg config.Config, pool *pgxpool.Pool, keys *secrets.KeyRing, logger *slog.Logger) *environments.Service {
+// policy; clusterPool is nil for offline tools.
+func newEnvironmentService(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, clusterPool *clusters.Pool, logger *slog.Logger) *environments.Service {
 	return environments.NewService(environments.Options{
-		DB:   pool,
+		DB:   db,
 		Keys: keys,
+		Pool: clusterPool,
 		Prober: clusters.Prober{
 			Client:  clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: probeQPS, Burst: probeBurst},
 			Timeout: cfg.ProbeTimeout,
@@ -79,5 +80,5 @@ func withRegistry(cmd *cobra.Command, path func() (string, error), fn func(*regi
 		return err
 	}
 	defer pool.Close()
-	return fn(&registry{keys: keys, keyFile: file, service: newEnvironmentService(cfg, pool, keys, logger)})
+	return fn(&registry{keys: keys, keyFile: file, service: newEnvironmentService(cfg, pool, keys, nil, logger)})
 }

@@ -18,15 +18,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/version"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
 // startTimeout bounds connecting to Postgres and migrating at start.
 const startTimeout = time.Minute
+
+// reconcileInterval is how often interrupted volume flows are repaired.
+const reconcileInterval = 30 * time.Second
 
 func newServeCommand() *cobra.Command {
 	return &cobra.Command{
@@ -46,6 +51,7 @@ func newServeCommand() *cobra.Command {
 // serve runs until ctx ends, then shuts down in dependency order: stop
 // accepting HTTP, drain NATS, close the database (the last two deferred).
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	startTime := time.Now()
 	logger.Info("starting", "version", version.Get().Version)
 	// Registered first: a SIGHUP sent while the gateway starts (say, to every
 	// replica during a key rotation) must not kill it.
@@ -77,10 +83,21 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		logger.Info("schema migrated", "applied", applied)
 	}
-	registry := newEnvironmentService(cfg, pool, keys, logger)
+	// The pool reports reachability changes to the registry; the registry
+	// tells the pool which clusters to connect to.
+	var registry *environments.Service
+	clusterPool := clusters.NewPool(clusters.PoolOptions{
+		Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: cfg.ClusterQPS, Burst: cfg.ClusterBurst},
+		SyncTimeout: cfg.ClusterSyncTimeout,
+		Logger:      logger,
+		OnHealth:    func(id string, h clusters.Health) { registry.RecordHealth(id, h) },
+	})
+	defer clusterPool.Close()
+	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger)
 	if err := registry.CheckKeys(startCtx); err != nil {
 		return err
 	}
+	volumeService := volumes.NewService(volumes.Options{DB: pool, Environments: registry, Pool: clusterPool, Logger: logger})
 
 	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
 	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
@@ -102,9 +119,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler := api.New(api.Options{
-		Logger:       logger,
-		Metrics:      metrics,
-		Environments: registry,
+		Logger:              logger,
+		Metrics:             metrics,
+		Environments:        registry,
+		Volumes:             volumeService,
+		StartTime:           startTime,
+		HealthUnhealthyCode: cfg.HealthUnhealthyCode,
 		Readiness: []api.Check{
 			{Name: "postgres", Check: pool.Ping},
 			{Name: "migrations", Check: migrator.CheckCurrent},
@@ -129,7 +149,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// (and are waited for) before the pool closes.
 	background, stopBackground := context.WithCancel(ctx)
 	var workers sync.WaitGroup
+	if err := registry.ConnectAll(startCtx); err != nil {
+		// Without a current schema there are no environments to connect;
+		// readiness reports the schema, and registrations connect themselves.
+		logger.Error("registered environments not connected", "error", err)
+	}
 	workers.Go(func() { registry.RunProbes(background, cfg.ProbeInterval) })
+	workers.Go(func() { volumeService.RunReconciler(background, reconcileInterval) })
 	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })
 	defer func() { stopBackground(); workers.Wait() }()
 

@@ -141,6 +141,39 @@ func (e ProblemType) Valid() bool {
 	}
 }
 
+// Defines values for ProviderHealthStatus.
+const (
+	Healthy   ProviderHealthStatus = "healthy"
+	Unhealthy ProviderHealthStatus = "unhealthy"
+)
+
+// Valid indicates whether the value is a known member of the ProviderHealthStatus enum.
+func (e ProviderHealthStatus) Valid() bool {
+	switch e {
+	case Healthy:
+		return true
+	case Unhealthy:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ProviderHealthType.
+const (
+	ProviderHealthTypeStorage ProviderHealthType = "storage"
+)
+
+// Valid indicates whether the value is a known member of the ProviderHealthType enum.
+func (e ProviderHealthType) Valid() bool {
+	switch e {
+	case ProviderHealthTypeStorage:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessStatus.
 const (
 	NotReady ReadinessStatus = "not_ready"
@@ -159,6 +192,21 @@ func (e ReadinessStatus) Valid() bool {
 	}
 }
 
+// Defines values for StorageSpecServiceType.
+const (
+	StorageSpecServiceTypeStorage StorageSpecServiceType = "storage"
+)
+
+// Valid indicates whether the value is a known member of the StorageSpecServiceType enum.
+func (e StorageSpecServiceType) Valid() bool {
+	switch e {
+	case StorageSpecServiceTypeStorage:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for VolumeMode.
 const (
 	Block      VolumeMode = "Block"
@@ -171,6 +219,33 @@ func (e VolumeMode) Valid() bool {
 	case Block:
 		return true
 	case Filesystem:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for VolumeStatus.
+const (
+	DELETED      VolumeStatus = "DELETED"
+	DELETING     VolumeStatus = "DELETING"
+	FAILED       VolumeStatus = "FAILED"
+	PROVISIONING VolumeStatus = "PROVISIONING"
+	RUNNING      VolumeStatus = "RUNNING"
+)
+
+// Valid indicates whether the value is a known member of the VolumeStatus enum.
+func (e VolumeStatus) Valid() bool {
+	switch e {
+	case DELETED:
+		return true
+	case DELETING:
+		return true
+	case FAILED:
+		return true
+	case PROVISIONING:
+		return true
+	case RUNNING:
 		return true
 	default:
 		return false
@@ -325,6 +400,14 @@ type EnvironmentStatus struct {
 	VolumeCount       int              `json:"volume_count"`
 }
 
+// KubernetesHints defines model for KubernetesHints.
+type KubernetesHints struct {
+	AccessMode   *AccessMode `json:"access_mode,omitempty"`
+	Namespace    *string     `json:"namespace,omitempty"`
+	StorageClass *string     `json:"storage_class,omitempty"`
+	VolumeMode   *VolumeMode `json:"volume_mode,omitempty"`
+}
+
 // Liveness defines model for Liveness.
 type Liveness struct {
 	Status LivenessStatus `json:"status"`
@@ -350,6 +433,27 @@ type Problem struct {
 // ProblemType defines model for Problem.Type.
 type ProblemType string
 
+// ProviderHealth defines model for ProviderHealth.
+type ProviderHealth struct {
+	// Message Why the environment is unhealthy.
+	Message *string `json:"message,omitempty"`
+
+	// Path Example: environments/prod-east/volumes/health
+	Path   string               `json:"path"`
+	Status ProviderHealthStatus `json:"status"`
+	Type   ProviderHealthType   `json:"type"`
+
+	// Uptime Seconds since the gateway started.
+	Uptime  int    `json:"uptime"`
+	Version string `json:"version"`
+}
+
+// ProviderHealthStatus defines model for ProviderHealth.Status.
+type ProviderHealthStatus string
+
+// ProviderHealthType defines model for ProviderHealth.Type.
+type ProviderHealthType string
+
 // Readiness defines model for Readiness.
 type Readiness struct {
 	Checks []ReadinessCheck `json:"checks"`
@@ -374,8 +478,88 @@ type ReadinessCheck struct {
 // ResourceID Example: prod-east
 type ResourceID = string
 
+// StorageMetadata defines model for StorageMetadata.
+type StorageMetadata struct {
+	// Labels Copied to the PVC; keys under dcm.project/ are reserved.
+	Labels *map[string]string `json:"labels,omitempty"`
+
+	// Name Display name (AEP-122), kept as an annotation; not the id.
+	Name         string  `json:"name"`
+	Namespace    *string `json:"namespace,omitempty"`
+	StorageClass *string `json:"storage_class,omitempty"`
+
+	// VolumeName The bound PersistentVolume.
+	VolumeName *string `json:"volume_name,omitempty"`
+}
+
+// StorageSpec defines model for StorageSpec.
+type StorageSpec struct {
+	// Capacity Kubernetes quantity with a binary or decimal suffix, greater than zero.
+	//
+	// Example: 10Gi
+	Capacity string          `json:"capacity"`
+	Metadata StorageMetadata `json:"metadata"`
+
+	// ProviderHints Hints per provider; only `kubernetes` is read, other keys are ignored.
+	ProviderHints *StorageSpec_ProviderHints `json:"provider_hints,omitempty"`
+	ServiceType   StorageSpecServiceType     `json:"service_type"`
+}
+
+// StorageSpec_ProviderHints Hints per provider; only `kubernetes` is read, other keys are ignored.
+type StorageSpec_ProviderHints struct {
+	Kubernetes           *KubernetesHints       `json:"kubernetes,omitempty"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// StorageSpecServiceType defines model for StorageSpec.ServiceType.
+type StorageSpecServiceType string
+
+// Volume defines model for Volume.
+type Volume struct {
+	CreateTime    time.Time `json:"create_time"`
+	EnvironmentId string    `json:"environment_id"`
+	Id            string    `json:"id"`
+
+	// Path Example: environments/prod-east/volumes/3f2c1b9e-5a7d-4c1e-9f0a-2b8d6e4c7a11
+	Path          string       `json:"path"`
+	Spec          StorageSpec  `json:"spec"`
+	Status        VolumeStatus `json:"status"`
+	StatusMessage string       `json:"status_message"`
+	UpdateTime    time.Time    `json:"update_time"`
+}
+
+// VolumeCreateBody Either request shape of a create.
+type VolumeCreateBody struct {
+	union json.RawMessage
+}
+
+// VolumeCreateRequest The service-provider-manager's request shape.
+type VolumeCreateRequest struct {
+	Spec StorageSpec `json:"spec"`
+}
+
+// VolumeID AEP-122 id or a UUID (lowercase); "health" is reserved.
+//
+// Example: 3f2c1b9e-5a7d-4c1e-9f0a-2b8d6e4c7a11
+type VolumeID = string
+
+// VolumeList defines model for VolumeList.
+type VolumeList struct {
+	NextPageToken *string  `json:"next_page_token,omitempty"`
+	Volumes       []Volume `json:"volumes"`
+}
+
 // VolumeMode defines model for VolumeMode.
 type VolumeMode string
+
+// VolumeStatus defines model for VolumeStatus.
+type VolumeStatus string
+
+// VolumeUpdate defines model for VolumeUpdate.
+type VolumeUpdate struct {
+	// Capacity Example: 200Gi
+	Capacity string `json:"capacity"`
+}
 
 // EnvironmentID Example: prod-east
 type EnvironmentID = ResourceID
@@ -411,6 +595,24 @@ type DeleteEnvironmentParams struct {
 	Force *bool `form:"force,omitempty" json:"force,omitempty"`
 }
 
+// ListVolumesParams defines parameters for ListVolumes.
+type ListVolumesParams struct {
+	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
+	MaxPageSize *MaxPageSize `form:"max_page_size,omitempty" json:"max_page_size,omitempty"`
+
+	// PageToken The opaque next_page_token of the previous page.
+	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
+}
+
+// CreateVolumeParams defines parameters for CreateVolume.
+type CreateVolumeParams struct {
+	// Id The volume id (DCM's instance id); it becomes the PVC name.
+	Id *VolumeID `form:"id,omitempty" json:"id,omitempty"`
+
+	// IdempotencyKey Required when no id is given.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateEnvironmentJSONRequestBody defines body for CreateEnvironment for application/json ContentType.
 type CreateEnvironmentJSONRequestBody = EnvironmentInput
 
@@ -419,6 +621,145 @@ type UpdateEnvironmentJSONRequestBody = EnvironmentPatch
 
 // UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody defines body for UpdateEnvironment for application/merge-patch+json ContentType.
 type UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody = EnvironmentPatch
+
+// CreateVolumeJSONRequestBody defines body for CreateVolume for application/json ContentType.
+type CreateVolumeJSONRequestBody = VolumeCreateBody
+
+// UpdateVolumeJSONRequestBody defines body for UpdateVolume for application/json ContentType.
+type UpdateVolumeJSONRequestBody = VolumeUpdate
+
+// UpdateVolumeApplicationMergePatchPlusJSONRequestBody defines body for UpdateVolume for application/merge-patch+json ContentType.
+type UpdateVolumeApplicationMergePatchPlusJSONRequestBody = VolumeUpdate
+
+// Getter for additional properties for StorageSpec_ProviderHints. Returns the specified
+// element and whether it was found
+func (a StorageSpec_ProviderHints) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for StorageSpec_ProviderHints
+func (a *StorageSpec_ProviderHints) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for StorageSpec_ProviderHints to handle AdditionalProperties
+func (a *StorageSpec_ProviderHints) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["kubernetes"]; found {
+		err = json.Unmarshal(raw, &a.Kubernetes)
+		if err != nil {
+			return fmt.Errorf("error reading 'kubernetes': %w", err)
+		}
+		delete(object, "kubernetes")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for StorageSpec_ProviderHints to handle AdditionalProperties
+func (a StorageSpec_ProviderHints) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	if a.Kubernetes != nil {
+		object["kubernetes"], err = json.Marshal(a.Kubernetes)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'kubernetes': %w", err)
+		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// AsVolumeCreateRequest returns the union data inside the VolumeCreateBody as a VolumeCreateRequest
+func (t VolumeCreateBody) AsVolumeCreateRequest() (VolumeCreateRequest, error) {
+	var body VolumeCreateRequest
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromVolumeCreateRequest overwrites any union data inside the VolumeCreateBody as the provided VolumeCreateRequest
+func (t *VolumeCreateBody) FromVolumeCreateRequest(v VolumeCreateRequest) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeVolumeCreateRequest performs a merge with any union data inside the VolumeCreateBody, using the provided VolumeCreateRequest
+func (t *VolumeCreateBody) MergeVolumeCreateRequest(v VolumeCreateRequest) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsStorageSpec returns the union data inside the VolumeCreateBody as a StorageSpec
+func (t VolumeCreateBody) AsStorageSpec() (StorageSpec, error) {
+	var body StorageSpec
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStorageSpec overwrites any union data inside the VolumeCreateBody as the provided StorageSpec
+func (t *VolumeCreateBody) FromStorageSpec(v StorageSpec) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeStorageSpec performs a merge with any union data inside the VolumeCreateBody, using the provided StorageSpec
+func (t *VolumeCreateBody) MergeStorageSpec(v StorageSpec) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t VolumeCreateBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *VolumeCreateBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -572,6 +913,91 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
 	UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListVolumes List volumes
+	//
+	// Served from the gateway's records and its cache of the cluster; never a call to the cluster.
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes (the `ListVolumes` operationId).
+	ListVolumes(ctx context.Context, environmentId EnvironmentID, params *ListVolumesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateVolumeWithBody Create a volume
+	//
+	// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+	// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+	// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+	// generates the id and remembers the key for at least 24 h). A replay
+	// with an equivalent spec answers 200 with the existing volume.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+	CreateVolumeWithBody(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateVolume Create a volume
+	//
+	// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+	// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+	// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+	// generates the id and remembers the key for at least 24 h). A replay
+	// with an equivalent spec answers 200 with the existing volume.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+	CreateVolume(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, body CreateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVolumesHealth Health of this storage provider (DCM polls it)
+	//
+	// Answers from the gateway's cached view of the environment and never
+	// waits for the cluster. `unhealthy` when the environment is not READY;
+	// the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
+	// body is the same.
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/health (the `GetVolumesHealth` operationId).
+	GetVolumesHealth(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteVolume Delete a volume
+	//
+	// Deletes the PVC. 404 when the volume is unknown or already gone (DCM treats it as success).
+	//
+	// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `DeleteVolume` operationId).
+	DeleteVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVolume Get a volume
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `GetVolume` operationId).
+	GetVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateVolumeWithBody Expand a volume
+	//
+	// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+	// volume reports PROVISIONING until the resize completes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+	UpdateVolumeWithBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateVolume Expand a volume
+	//
+	// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+	// volume reports PROVISIONING until the resize completes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+	UpdateVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateVolumeWithApplicationMergePatchPlusJSONBody Expand a volume
+	//
+	// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+	// volume reports PROVISIONING until the resize completes.
+	//
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+	UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// VerifyEnvironment Probe an environment now
 	//
@@ -750,6 +1176,181 @@ func (c *Client) UpdateEnvironment(ctx context.Context, environmentId Environmen
 // Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
 func (c *Client) UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateEnvironmentRequestWithApplicationMergePatchPlusJSONBody(c.Server, environmentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListVolumes List volumes
+//
+// Served from the gateway's records and its cache of the cluster; never a call to the cluster.
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes (the `ListVolumes` operationId).
+func (c *Client) ListVolumes(ctx context.Context, environmentId EnvironmentID, params *ListVolumesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListVolumesRequest(c.Server, environmentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateVolumeWithBody Create a volume
+//
+// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+// generates the id and remembers the key for at least 24 h). A replay
+// with an equivalent spec answers 200 with the existing volume.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+func (c *Client) CreateVolumeWithBody(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateVolumeRequestWithBody(c.Server, environmentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateVolume Create a volume
+//
+// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+// generates the id and remembers the key for at least 24 h). A replay
+// with an equivalent spec answers 200 with the existing volume.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+func (c *Client) CreateVolume(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, body CreateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateVolumeRequest(c.Server, environmentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVolumesHealth Health of this storage provider (DCM polls it)
+//
+// Answers from the gateway's cached view of the environment and never
+// waits for the cluster. `unhealthy` when the environment is not READY;
+// the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
+// body is the same.
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/health (the `GetVolumesHealth` operationId).
+func (c *Client) GetVolumesHealth(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVolumesHealthRequest(c.Server, environmentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteVolume Delete a volume
+//
+// Deletes the PVC. 404 when the volume is unknown or already gone (DCM treats it as success).
+//
+// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `DeleteVolume` operationId).
+func (c *Client) DeleteVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteVolumeRequest(c.Server, environmentId, volumeId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVolume Get a volume
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `GetVolume` operationId).
+func (c *Client) GetVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVolumeRequest(c.Server, environmentId, volumeId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateVolumeWithBody Expand a volume
+//
+// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+// volume reports PROVISIONING until the resize completes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+func (c *Client) UpdateVolumeWithBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateVolumeRequestWithBody(c.Server, environmentId, volumeId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateVolume Expand a volume
+//
+// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+// volume reports PROVISIONING until the resize completes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+func (c *Client) UpdateVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateVolumeRequest(c.Server, environmentId, volumeId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateVolumeWithApplicationMergePatchPlusJSONBody Expand a volume
+//
+// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+// volume reports PROVISIONING until the resize completes.
+//
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+func (c *Client) UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateVolumeRequestWithApplicationMergePatchPlusJSONBody(c.Server, environmentId, volumeId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1145,6 +1746,349 @@ func NewUpdateEnvironmentRequestWithBody(server string, environmentId Environmen
 	return req, nil
 }
 
+// NewListVolumesRequest constructs an http.Request for the ListVolumes method
+func NewListVolumesRequest(server string, environmentId EnvironmentID, params *ListVolumesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MaxPageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_page_size", *params.MaxPageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_token", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateVolumeRequest calls the generic CreateVolume builder with application/json body
+func NewCreateVolumeRequest(server string, environmentId EnvironmentID, params *CreateVolumeParams, body CreateVolumeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateVolumeRequestWithBody(server, environmentId, params, "application/json", bodyReader)
+}
+
+// NewCreateVolumeRequestWithBody constructs an http.Request for the CreateVolume method, with any body, and a specified content type
+func NewCreateVolumeRequestWithBody(server string, environmentId EnvironmentID, params *CreateVolumeParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Id != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "id", *params.Id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetVolumesHealthRequest constructs an http.Request for the GetVolumesHealth method
+func NewGetVolumesHealthRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/health", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteVolumeRequest constructs an http.Request for the DeleteVolume method
+func NewDeleteVolumeRequest(server string, environmentId EnvironmentID, volumeId VolumeID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetVolumeRequest constructs an http.Request for the GetVolume method
+func NewGetVolumeRequest(server string, environmentId EnvironmentID, volumeId VolumeID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateVolumeRequest calls the generic UpdateVolume builder with application/json body
+func NewUpdateVolumeRequest(server string, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateVolumeRequestWithBody(server, environmentId, volumeId, "application/json", bodyReader)
+}
+
+// NewUpdateVolumeRequestWithApplicationMergePatchPlusJSONBody calls the generic UpdateVolume builder with application/merge-patch+json body
+func NewUpdateVolumeRequestWithApplicationMergePatchPlusJSONBody(server string, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateVolumeRequestWithBody(server, environmentId, volumeId, "application/merge-patch+json", bodyReader)
+}
+
+// NewUpdateVolumeRequestWithBody constructs an http.Request for the UpdateVolume method, with any body, and a specified content type
+func NewUpdateVolumeRequestWithBody(server string, environmentId EnvironmentID, volumeId VolumeID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewVerifyEnvironmentRequest constructs an http.Request for the VerifyEnvironment method
 func NewVerifyEnvironmentRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
 	var err error
@@ -1388,6 +2332,99 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
 	UpdateEnvironmentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error)
+
+	// ListVolumesWithResponse List volumes
+	//
+	// Served from the gateway's records and its cache of the cluster; never a call to the cluster.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes (the `ListVolumes` operationId).
+	ListVolumesWithResponse(ctx context.Context, environmentId EnvironmentID, params *ListVolumesParams, reqEditors ...RequestEditorFn) (*ListVolumesResponse, error)
+
+	// CreateVolumeWithBodyWithResponse Create a volume
+	//
+	// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+	// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+	// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+	// generates the id and remembers the key for at least 24 h). A replay
+	// with an equivalent spec answers 200 with the existing volume.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+	CreateVolumeWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateVolumeResponse, error)
+
+	// CreateVolumeWithResponse Create a volume
+	//
+	// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+	// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+	// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+	// generates the id and remembers the key for at least 24 h). A replay
+	// with an equivalent spec answers 200 with the existing volume.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+	CreateVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, body CreateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateVolumeResponse, error)
+
+	// GetVolumesHealthWithResponse Health of this storage provider (DCM polls it)
+	//
+	// Answers from the gateway's cached view of the environment and never
+	// waits for the cluster. `unhealthy` when the environment is not READY;
+	// the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
+	// body is the same.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/health (the `GetVolumesHealth` operationId).
+	GetVolumesHealthWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*GetVolumesHealthResponse, error)
+
+	// DeleteVolumeWithResponse Delete a volume
+	//
+	// Deletes the PVC. 404 when the volume is unknown or already gone (DCM treats it as success).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `DeleteVolume` operationId).
+	DeleteVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*DeleteVolumeResponse, error)
+
+	// GetVolumeWithResponse Get a volume
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `GetVolume` operationId).
+	GetVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*GetVolumeResponse, error)
+
+	// UpdateVolumeWithBodyWithResponse Expand a volume
+	//
+	// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+	// volume reports PROVISIONING until the resize completes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+	UpdateVolumeWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error)
+
+	// UpdateVolumeWithResponse Expand a volume
+	//
+	// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+	// volume reports PROVISIONING until the resize completes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+	UpdateVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error)
+
+	// UpdateVolumeWithApplicationMergePatchPlusJSONBodyWithResponse Expand a volume
+	//
+	// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+	// volume reports PROVISIONING until the resize completes.
+	//
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+	UpdateVolumeWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error)
 
 	// VerifyEnvironmentWithResponse Probe an environment now
 	//
@@ -1714,6 +2751,392 @@ func (r UpdateEnvironmentResponse) ContentType() string {
 	return ""
 }
 
+type ListVolumesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *VolumeList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListVolumesResponse) GetJSON200() *VolumeList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListVolumesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListVolumesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListVolumesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListVolumesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListVolumesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListVolumesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListVolumesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateVolumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Volume
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Volume
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateVolumeResponse) GetJSON200() *Volume {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateVolumeResponse) GetJSON201() *Volume {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateVolumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateVolumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateVolumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateVolumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetVolumesHealthResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ProviderHealth
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ProviderHealth
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVolumesHealthResponse) GetJSON200() *ProviderHealth {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetVolumesHealthResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetVolumesHealthResponse) GetJSON503() *ProviderHealth {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVolumesHealthResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVolumesHealthResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVolumesHealthResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVolumesHealthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteVolumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteVolumeResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteVolumeResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteVolumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteVolumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteVolumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteVolumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetVolumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Volume
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVolumeResponse) GetJSON200() *Volume {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetVolumeResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetVolumeResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVolumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVolumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVolumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVolumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateVolumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Volume
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateVolumeResponse) GetJSON200() *Volume {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateVolumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateVolumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateVolumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateVolumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type VerifyEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2025,6 +3448,153 @@ func (c *ClientWithResponses) UpdateEnvironmentWithApplicationMergePatchPlusJSON
 	return ParseUpdateEnvironmentResponse(rsp)
 }
 
+// ListVolumesWithResponse List volumes
+//
+// Served from the gateway's records and its cache of the cluster; never a call to the cluster.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes (the `ListVolumes` operationId).
+func (c *ClientWithResponses) ListVolumesWithResponse(ctx context.Context, environmentId EnvironmentID, params *ListVolumesParams, reqEditors ...RequestEditorFn) (*ListVolumesResponse, error) {
+	rsp, err := c.ListVolumes(ctx, environmentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListVolumesResponse(rsp)
+}
+
+// CreateVolumeWithBodyWithResponse Create a volume
+//
+// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+// generates the id and remembers the key for at least 24 h). A replay
+// with an equivalent spec answers 200 with the existing volume.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+func (c *ClientWithResponses) CreateVolumeWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateVolumeResponse, error) {
+	rsp, err := c.CreateVolumeWithBody(ctx, environmentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateVolumeResponse(rsp)
+}
+
+// CreateVolumeWithResponse Create a volume
+//
+// Two request shapes: DCM's service-provider-manager sends `?id=<uuid>`
+// and `{"spec": StorageSpec}`; DCM's environment agent sends a bare
+// StorageSpec with an `Idempotency-Key` header and no id (the gateway
+// generates the id and remembers the key for at least 24 h). A replay
+// with an equivalent spec answers 200 with the existing volume.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes (the `CreateVolume` operationId).
+func (c *ClientWithResponses) CreateVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, params *CreateVolumeParams, body CreateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateVolumeResponse, error) {
+	rsp, err := c.CreateVolume(ctx, environmentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateVolumeResponse(rsp)
+}
+
+// GetVolumesHealthWithResponse Health of this storage provider (DCM polls it)
+//
+// Answers from the gateway's cached view of the environment and never
+// waits for the cluster. `unhealthy` when the environment is not READY;
+// the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
+// body is the same.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/health (the `GetVolumesHealth` operationId).
+func (c *ClientWithResponses) GetVolumesHealthWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*GetVolumesHealthResponse, error) {
+	rsp, err := c.GetVolumesHealth(ctx, environmentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVolumesHealthResponse(rsp)
+}
+
+// DeleteVolumeWithResponse Delete a volume
+//
+// Deletes the PVC. 404 when the volume is unknown or already gone (DCM treats it as success).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `DeleteVolume` operationId).
+func (c *ClientWithResponses) DeleteVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*DeleteVolumeResponse, error) {
+	rsp, err := c.DeleteVolume(ctx, environmentId, volumeId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteVolumeResponse(rsp)
+}
+
+// GetVolumeWithResponse Get a volume
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `GetVolume` operationId).
+func (c *ClientWithResponses) GetVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, reqEditors ...RequestEditorFn) (*GetVolumeResponse, error) {
+	rsp, err := c.GetVolume(ctx, environmentId, volumeId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVolumeResponse(rsp)
+}
+
+// UpdateVolumeWithBodyWithResponse Expand a volume
+//
+// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+// volume reports PROVISIONING until the resize completes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+func (c *ClientWithResponses) UpdateVolumeWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error) {
+	rsp, err := c.UpdateVolumeWithBody(ctx, environmentId, volumeId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateVolumeResponse(rsp)
+}
+
+// UpdateVolumeWithResponse Expand a volume
+//
+// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+// volume reports PROVISIONING until the resize completes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+func (c *ClientWithResponses) UpdateVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error) {
+	rsp, err := c.UpdateVolume(ctx, environmentId, volumeId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateVolumeResponse(rsp)
+}
+
+// UpdateVolumeWithApplicationMergePatchPlusJSONBodyWithResponse Expand a volume
+//
+// `{"capacity": "200Gi"}`. 200 means the expansion was initiated; the
+// volume reports PROVISIONING until the resize completes.
+//
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
+func (c *ClientWithResponses) UpdateVolumeWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error) {
+	rsp, err := c.UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx, environmentId, volumeId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateVolumeResponse(rsp)
+}
+
 // VerifyEnvironmentWithResponse Probe an environment now
 //
 // Re-probes the cluster with the stored credentials and returns the environment with the new status.
@@ -2301,6 +3871,305 @@ func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentRespo
 	return response, nil
 }
 
+// ParseListVolumesResponse parses an HTTP response from a ListVolumesWithResponse call
+func ParseListVolumesResponse(rsp *http.Response) (*ListVolumesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListVolumesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest VolumeList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateVolumeResponse parses an HTTP response from a CreateVolumeWithResponse call
+func ParseCreateVolumeResponse(rsp *http.Response) (*CreateVolumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateVolumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Volume
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Volume
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetVolumesHealthResponse parses an HTTP response from a GetVolumesHealthWithResponse call
+func ParseGetVolumesHealthResponse(rsp *http.Response) (*GetVolumesHealthResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVolumesHealthResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ProviderHealth
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ProviderHealth
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteVolumeResponse parses an HTTP response from a DeleteVolumeWithResponse call
+func ParseDeleteVolumeResponse(rsp *http.Response) (*DeleteVolumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteVolumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetVolumeResponse parses an HTTP response from a GetVolumeWithResponse call
+func ParseGetVolumeResponse(rsp *http.Response) (*GetVolumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVolumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Volume
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateVolumeResponse parses an HTTP response from a UpdateVolumeWithResponse call
+func ParseUpdateVolumeResponse(rsp *http.Response) (*UpdateVolumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateVolumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Volume
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseVerifyEnvironmentResponse parses an HTTP response from a VerifyEnvironmentWithResponse call
 func ParseVerifyEnvironmentResponse(rsp *http.Response) (*VerifyEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -2436,6 +4305,24 @@ type ServerInterface interface {
 	// UpdateEnvironment Update an environment (JSON merge patch)
 	// (PATCH /api/v1alpha1/environments/{environment_id})
 	UpdateEnvironment(ctx echo.Context, environmentId EnvironmentID) error
+	// ListVolumes List volumes
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes)
+	ListVolumes(ctx echo.Context, environmentId EnvironmentID, params ListVolumesParams) error
+	// CreateVolume Create a volume
+	// (POST /api/v1alpha1/environments/{environment_id}/volumes)
+	CreateVolume(ctx echo.Context, environmentId EnvironmentID, params CreateVolumeParams) error
+	// GetVolumesHealth Health of this storage provider (DCM polls it)
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/health)
+	GetVolumesHealth(ctx echo.Context, environmentId EnvironmentID) error
+	// DeleteVolume Delete a volume
+	// (DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
+	DeleteVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error
+	// GetVolume Get a volume
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
+	GetVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error
+	// UpdateVolume Expand a volume
+	// (PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
+	UpdateVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error
 	// VerifyEnvironment Probe an environment now
 	// (POST /api/v1alpha1/environments/{environment_id}:verify)
 	VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error
@@ -2576,6 +4463,168 @@ func (w *ServerInterfaceWrapper) UpdateEnvironment(ctx echo.Context) error {
 	return err
 }
 
+// ListVolumes converts echo context to params.
+func (w *ServerInterfaceWrapper) ListVolumes(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListVolumesParams
+	// ------------- Optional query parameter "max_page_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max_page_size", ctx.QueryParams(), &params.MaxPageSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter max_page_size: %s", err))
+	}
+
+	// ------------- Optional query parameter "page_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "page_token", ctx.QueryParams(), &params.PageToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter page_token: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListVolumes(ctx, environmentId, params)
+	return err
+}
+
+// CreateVolume converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateVolume(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateVolumeParams
+	// ------------- Optional query parameter "id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "id", ctx.QueryParams(), &params.Id, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateVolume(ctx, environmentId, params)
+	return err
+}
+
+// GetVolumesHealth converts echo context to params.
+func (w *ServerInterfaceWrapper) GetVolumesHealth(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetVolumesHealth(ctx, environmentId)
+	return err
+}
+
+// DeleteVolume converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteVolume(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteVolume(ctx, environmentId, volumeId)
+	return err
+}
+
+// GetVolume converts echo context to params.
+func (w *ServerInterfaceWrapper) GetVolume(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetVolume(ctx, environmentId, volumeId)
+	return err
+}
+
+// UpdateVolume converts echo context to params.
+func (w *ServerInterfaceWrapper) UpdateVolume(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.UpdateVolume(ctx, environmentId, volumeId)
+	return err
+}
+
 // VerifyEnvironment converts echo context to params.
 func (w *ServerInterfaceWrapper) VerifyEnvironment(ctx echo.Context) error {
 	var err error
@@ -2675,6 +4724,12 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.GetEnvironment, options.OperationMiddlewares["getEnvironment"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.UpdateEnvironment, options.OperationMiddlewares["updateEnvironment"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:verify", wrapper.VerifyEnvironment, options.OperationMiddlewares["verifyEnvironment"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes", wrapper.ListVolumes, options.OperationMiddlewares["listVolumes"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes", wrapper.CreateVolume, options.OperationMiddlewares["createVolume"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/health", wrapper.GetVolumesHealth, options.OperationMiddlewares["getVolumesHealth"]...)
+	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.DeleteVolume, options.OperationMiddlewares["deleteVolume"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.GetVolume, options.OperationMiddlewares["getVolume"]...)
+	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.UpdateVolume, options.OperationMiddlewares["updateVolume"]...)
 
 }
 
@@ -2980,6 +5035,446 @@ func (response UpdateEnvironment422ApplicationProblemPlusJSONResponse) VisitUpda
 	return err
 }
 
+type ListVolumesRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	Params        ListVolumesParams
+}
+
+type ListVolumesResponseObject interface {
+	VisitListVolumesResponse(w http.ResponseWriter) error
+}
+
+type ListVolumes200JSONResponse VolumeList
+
+func (response ListVolumes200JSONResponse) VisitListVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVolumes400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListVolumes400ApplicationProblemPlusJSONResponse) VisitListVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVolumes404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListVolumes404ApplicationProblemPlusJSONResponse) VisitListVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVolumes503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListVolumes503ApplicationProblemPlusJSONResponse) VisitListVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolumeRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	Params        CreateVolumeParams
+	Body          *CreateVolumeJSONRequestBody
+}
+
+type CreateVolumeResponseObject interface {
+	VisitCreateVolumeResponse(w http.ResponseWriter) error
+}
+
+type CreateVolume200JSONResponse Volume
+
+func (response CreateVolume200JSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume201JSONResponse Volume
+
+func (response CreateVolume201JSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateVolume400ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume404ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume409ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume422ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume503ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumesHealthRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+}
+
+type GetVolumesHealthResponseObject interface {
+	VisitGetVolumesHealthResponse(w http.ResponseWriter) error
+}
+
+type GetVolumesHealth200JSONResponse ProviderHealth
+
+func (response GetVolumesHealth200JSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumesHealth404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetVolumesHealth404ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumesHealth503JSONResponse ProviderHealth
+
+func (response GetVolumesHealth503JSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteVolumeRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeID      `json:"volume_id"`
+}
+
+type DeleteVolumeResponseObject interface {
+	VisitDeleteVolumeResponse(w http.ResponseWriter) error
+}
+
+type DeleteVolume204Response struct {
+}
+
+func (response DeleteVolume204Response) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteVolume404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteVolume404ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteVolume503ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteVolume503ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumeRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeID      `json:"volume_id"`
+}
+
+type GetVolumeResponseObject interface {
+	VisitGetVolumeResponse(w http.ResponseWriter) error
+}
+
+type GetVolume200JSONResponse Volume
+
+func (response GetVolume200JSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolume404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetVolume404ApplicationProblemPlusJSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolume503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetVolume503ApplicationProblemPlusJSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolumeRequestObject struct {
+	EnvironmentId                     EnvironmentID `json:"environment_id"`
+	VolumeId                          VolumeID      `json:"volume_id"`
+	JSONBody                          *UpdateVolumeJSONRequestBody
+	ApplicationMergePatchPlusJSONBody *UpdateVolumeApplicationMergePatchPlusJSONRequestBody
+}
+
+type UpdateVolumeResponseObject interface {
+	VisitUpdateVolumeResponse(w http.ResponseWriter) error
+}
+
+type UpdateVolume200JSONResponse Volume
+
+func (response UpdateVolume200JSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateVolume400ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume404ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume409ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume409ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume415ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume415ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume422ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume422ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume503ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume503ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type VerifyEnvironmentRequestObject struct {
 	EnvironmentId EnvironmentID `json:"environment_id"`
 }
@@ -3118,6 +5613,24 @@ type StrictServerInterface interface {
 	// UpdateEnvironment Update an environment (JSON merge patch)
 	// (PATCH /api/v1alpha1/environments/{environment_id})
 	UpdateEnvironment(ctx context.Context, request UpdateEnvironmentRequestObject) (UpdateEnvironmentResponseObject, error)
+	// ListVolumes List volumes
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes)
+	ListVolumes(ctx context.Context, request ListVolumesRequestObject) (ListVolumesResponseObject, error)
+	// CreateVolume Create a volume
+	// (POST /api/v1alpha1/environments/{environment_id}/volumes)
+	CreateVolume(ctx context.Context, request CreateVolumeRequestObject) (CreateVolumeResponseObject, error)
+	// GetVolumesHealth Health of this storage provider (DCM polls it)
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/health)
+	GetVolumesHealth(ctx context.Context, request GetVolumesHealthRequestObject) (GetVolumesHealthResponseObject, error)
+	// DeleteVolume Delete a volume
+	// (DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
+	DeleteVolume(ctx context.Context, request DeleteVolumeRequestObject) (DeleteVolumeResponseObject, error)
+	// GetVolume Get a volume
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
+	GetVolume(ctx context.Context, request GetVolumeRequestObject) (GetVolumeResponseObject, error)
+	// UpdateVolume Expand a volume
+	// (PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
+	UpdateVolume(ctx context.Context, request UpdateVolumeRequestObject) (UpdateVolumeResponseObject, error)
 	// VerifyEnvironment Probe an environment now
 	// (POST /api/v1alpha1/environments/{environment_id}:verify)
 	VerifyEnvironment(ctx context.Context, request VerifyEnvironmentRequestObject) (VerifyEnvironmentResponseObject, error)
@@ -3343,6 +5856,234 @@ func (sh *strictHandler) UpdateEnvironment(ctx echo.Context, environmentId Envir
 	return nil
 }
 
+// ListVolumes operation middleware
+func (sh *strictHandler) ListVolumes(ctx echo.Context, environmentId EnvironmentID, params ListVolumesParams) error {
+	var request ListVolumesRequestObject
+
+	request.EnvironmentId = environmentId
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListVolumes(ctx.Request().Context(), request.(ListVolumesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListVolumes")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListVolumesResponseObject); ok {
+		return validResponse.VisitListVolumesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateVolume operation middleware
+func (sh *strictHandler) CreateVolume(ctx echo.Context, environmentId EnvironmentID, params CreateVolumeParams) error {
+	var request CreateVolumeRequestObject
+
+	request.EnvironmentId = environmentId
+	request.Params = params
+
+	var body CreateVolumeJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateVolume(ctx.Request().Context(), request.(CreateVolumeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateVolume")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateVolumeResponseObject); ok {
+		return validResponse.VisitCreateVolumeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetVolumesHealth operation middleware
+func (sh *strictHandler) GetVolumesHealth(ctx echo.Context, environmentId EnvironmentID) error {
+	var request GetVolumesHealthRequestObject
+
+	request.EnvironmentId = environmentId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetVolumesHealth(ctx.Request().Context(), request.(GetVolumesHealthRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetVolumesHealth")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetVolumesHealthResponseObject); ok {
+		return validResponse.VisitGetVolumesHealthResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteVolume operation middleware
+func (sh *strictHandler) DeleteVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error {
+	var request DeleteVolumeRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteVolume(ctx.Request().Context(), request.(DeleteVolumeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteVolume")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteVolumeResponseObject); ok {
+		return validResponse.VisitDeleteVolumeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetVolume operation middleware
+func (sh *strictHandler) GetVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error {
+	var request GetVolumeRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetVolume(ctx.Request().Context(), request.(GetVolumeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetVolume")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetVolumeResponseObject); ok {
+		return validResponse.VisitGetVolumeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// UpdateVolume operation middleware
+func (sh *strictHandler) UpdateVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error {
+	var request UpdateVolumeRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/json") {
+		var body UpdateVolumeJSONRequestBody
+		var err error
+		if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = binder.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.JSONBody = &body
+
+	}
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/merge-patch+json") {
+		var body UpdateVolumeApplicationMergePatchPlusJSONRequestBody
+		var err error
+		if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = binder.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.ApplicationMergePatchPlusJSONBody = &body
+
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateVolume(ctx.Request().Context(), request.(UpdateVolumeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateVolume")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(UpdateVolumeResponseObject); ok {
+		return validResponse.VisitUpdateVolumeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // VerifyEnvironment operation middleware
 func (sh *strictHandler) VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error {
 	var request VerifyEnvironmentRequestObject
@@ -3442,68 +6183,94 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"1Ft7c9s4kv8qKN5WnV1LyYpfO5Fr6kojKY7ubNklOZnbi3IKTLZErEmAA4C2lZS/+1UDfJOS7cxkbvc/",
-	"iwQbjcavf/0A/M3xRBQLDlwrp//NiamkEWiQ5teY3zMpeARcT0b4gHGn78RUB47rcBqB03egGLNkvuM6",
-	"En5LmATf6WuZgOsoL4CI4td/kbBy+s6/HRRzHti36mAGSiTSg8nIeXpynUv6eE3XMGdfAb/0QXmSxZoJ",
-	"VADfEMW+AtnzYUWTUJOT3hkJqVyDJPc0TEARKoGE4gEk+EQL8qbX6+13Hdcu4bcE5KZYQ0QflzFdwxKF",
-	"OmWVI8ZZlEROv+c6ehPjYMY1rEEaNVGTG3EHvKnkTQBExPS3BAiHR23laxxLxIroAEgs4Z6JRBF8tU21",
-	"4rOqXvTxAvhaB07/Te/wOFdOacn42nlC5SSoWHAFZiuvpbgNIcI/PcE1cI1/0jgOmUdR5YPYjvjrP5Qw",
-	"y3nZvmVyzYxVC8zeDcnb45O/kVQy8UFTFqquMV0qAOUPPA+UuhS+2WvgaO9Pzgyo/6tkGq64h5uCv694",
-	"uLmkfJP+NK/N788NC7jOMEyUBjmU4APXjIZmMur7DBWk4bUUMUjN0EArGiqoL2D8iNZhmniFCMK40kB9",
-	"3ERK7pJb8ARfsXWfKJD3IF0iYiueDAeEcn/BgekAJKHkFqgESVIQ4BMvZMA18VCNFW4E4CfkDjZdcj2+",
-	"LGF5wW+pgtPjDnBP+OC7hKIuFR26CwRJXFrWN6ckekkTHQjJ9GbpU212diVkRLXTd243Gm1cgtXpycnR",
-	"aYtVrcrLstzvleY6D3Z/w40li0L8HWz+ULGMK/ASCUt1x+KlDtXyHiRbbZp+i58R6nkQa/DJQwDcOCva",
-	"lGohiQKtyPx8Obi4uPp1OZnOx8MPs/FyePFhfjOezdGPU3VuhQiBcjSaxYZB9yON4hBfB1rHqn9wQGPW",
-	"jaXwO0CV7qbvu56I+qfHx0fV9R72jn9q2RNcj51iaWmjQhCHJ0dt32S0VaaS06Ofjp8351OZ5D9liytc",
-	"UNz+AzxtXFBwDh5adsJXomns9+LBWHdNNTzQDfHseHVGONyjqwRQcT4dQKQgvAfVbSAd0b20GhQkkjFn",
-	"E7WtlOHRpQro4clpU9X5+0Hn8OSU7AXwuJ9R+Gg8I4hKlT1YMak0en5ppjMCUaw3FktqozRERAqhbYxK",
-	"FPgl0JR0Kda9TGIfHU0zu7m5R+DTjnnaImAX5psQRY9jfnscu4NNB6XiH409wUUooCF6C9NB61oK/L8E",
-	"u/VY1gq38ma5pc3PV7Ldgm1IHQ0vZ7BmSktqF/6tBq8IlKJraF1DLMU980GmBmwuXyPgWlfWpsgctGZ8",
-	"/Xy4qmqYa5HZsbqRo+ElyYYQHHJG0uxJYYKktJB0DZ3UFTvfmP/UrbFtG49IYzW7uam8LPOrpQPpQKID",
-	"pkgpbcRIRgmql+qQq9lGpm02K+WpzY2jIaaBvrGKiqlnnzINkWoHpH1ApaQb44c5hz2XC9XYzvrw6/3W",
-	"96LnZiqDxORddh+f+6xkp1H2ST1ta7GIz1Qc0s02/3SdLbAP6S3sSrq2G7/Y2nzX2h0PS5FKVC3hSh3k",
-	"YdXZAtwtC0Z/TV5jzbn94Ml1voupvwr+AuIznJYWX5Utqe5gbvd8iekEZWO6bW5RApJFYQX8uVmqsK4u",
-	"+fNu7xyVgPqKRHyAZYqt4+5FmESgyEMgFBA0DyhNQqD3YNIDzM/QLzBh4y1Jgik1llFaa+za3lJVYiBh",
-	"qGnphVSpFyVYVtMXTfXRDLVTPcNvEx4n+rXmI7IU2rpk/Eg9HW6I4IB5y5eigvhiyo8vpcD5pUtuAljw",
-	"HCaVoGEyYw6p4UPwMGcuxBFTaj5qE25UW3nSTs71MkxLSooRhKYoIBHdEI1VvyY6kCJZB0WECxjXJkt8",
-	"BdNXK8WdVN+sLf8lmbvYq6bdJzxkHMrb+ffB5QXCBzwSh8maceUSzLxyqyuXrFgIBFlKufj4keGGcZ+w",
-	"KAapBDcYNEmjhFWW/H5PSVfotUxh1lzCMMWfFphnF9VcaU0BVURhsUFDoycXxEukBK47qdiagi3e3qbe",
-	"Hx78atlc2vgq/HIlZMaO3VfGu+3xZxcVXTDVkm6VA3Al0XohvNscs9ZAa1pjcKswkRR2d0OqdN5U2x1T",
-	"K9o+E7yuqfaC7RvamvO+G5K/Hf10Sv5zfjUlEci18Q0vICIrbxE59DbE0hFC3xSSdbrvL3jZkV1SmsQl",
-	"FmgusfvrEtxMt8CFu+BNknVzFneJ70WuQX6mDXQEDzdlH9nDwm7Bmx63T4QsF4MueQiYFxApsOKpl4pd",
-	"MlhwnoQhkWDaKNQuGt2TaZXpdFaeGhUrV5se5VxocgtWUpfMgPpW4dSAe8x3DQG5pMheXGKTF5eUchd3",
-	"wUu5y76ZK+F3XDzwTFiJp0x1S457PbQtZhi23ofQt4FtF3TmWQGY9SWux9PRZHruuM5sPBj93XGd0fh8",
-	"NhiNR47rfJjOxoPh+8EvF2Pza/Dh5v3VbPI/41Fr06KZhzac0veipayVt89EqUo1nNKt5KDBtBHUNipB",
-	"31vGUty+Ngc2H0qg/uaVH+4qzPPC+xV5fDPdW3oisZVl/Qggz/K2jqg3L8wEhdI1AW0MdMHugYNq2dWi",
-	"TMlgJe5aENKiQtJOdqVDgpe28usJnX3RuhnGV9obTFkeb+lgzxcaE0lDmujJ++l5iZ2bKUJvRaLdPJ5L",
-	"wIeCQ3dLH0xT3hZEy1PjPJVphGfyAJ8I3t7Tyq3fRIVmOoQdMb7Yscn04+BiMloOZucfLsfTG8d1plc3",
-	"y3dXH6ZIBYMLww/L8X9P5jdzx3Wux7PLyXw+uZouR+PpJOULZIjx9GYyHNyYJ5PpzXg2HVzYlx8Hk4uU",
-	"TN4NJhfj0fJ6Nh5eTUeTm8nV9HnEpH01uyh3F4CQjFk7WL0AvLuXZwS5pCF+15YUNNFv2APLXJEyyYud",
-	"wc3U27koq8quzmAVXr8GabcUvyMrykLwzwi1uYrBrrhrhVZ7Ay8WSq8lBu+IrS0xK4y/nNpCp2iCZCPb",
-	"ZIu7tv5vzSxpW6FCJ2WD5Ge1ld5Lud0SU61Botr/+4l2vvY6bz/vpX90Pn/ruadvnrLn+//xlzZFS0Vx",
-	"aY/fsRBsD91xnV9C4bUynvH6tgOHK14cNuiAantqpwjWJkxp3Jisw7D3X3nEI9cfh2of08uI8g3xbPGn",
-	"Fhxz7tHwEmtkpogvvMQ0NJltRWCSJKmn+2l9LDHnY4qsgYOkyHArKSLCdHfBx1IKafONOtmaE9lceFpG",
-	"h8wDroxp0pPiQUy9ADqH3V6JgZxaWxcDTha9nfs3NIwD+sbAIgZOY+b0naNur3uUdpoMvg9ozA6ysQf1",
-	"/H4NJu7Z8zEm+MR3+g6WBuPyQLdys+BTu+8XQw7K5/9P7rPDi3N4HFyvAaOIdhTgcNOegM3P5lyVxJRJ",
-	"dUZoGJIoUZpEmJlXPUkzkD8jrl3FNPycgrvtoN6k4UvbBBFy22H9ce/taQsnfWsVmbfvWkW1dOO3Ccqy",
-	"jpcd6TfzoafPtdsEh73ejpsEr7tBUK8oW24SoNdiPYfFURl/LhHSNzc8bjeE+V0E8rFVrW3GfAmlWwuu",
-	"o5IoonKTorYiH2mJrlWzUHxyDcc2+eUjDRlmq5YAGFZvpg1ymz5JqYPsnY9vyEHqii6+4gs+h3A1TwzN",
-	"2ubjDO4ZPChT2sM9yA3yVMQUflQ5N+UAvtq31w3Q49PZyocspnrBKqtcTdlzOyyisLrEoobyBWfmvUfD",
-	"St+QUK4eQCpy2OtZaYbVcDa/PJPlpyofDE3RVa7yG4TQzMzK2jOf7A3G1503h4dbb/H8UbePPlspoPQv",
-	"wt/8CJzbJu5TNeqmfaM/w8/afGzAybZ9D00yReCRKa3OCDMBToJOJAesmL2A8jVY9zvsvfmzNM4OFOF7",
-	"HB/Hv33d+MPD7yWW/OiT8jKqt9PLk7sj6h58q965e7I0FIJuSRpnpnmhyN5x7+0+eQhYCA1qCKjKO4fk",
-	"y0pID35GNH5B4lmDVgte/8R0dHX2GZHgCemrM5MoEcYrXIc5jbnOseBWS7+NIkbm1U6KaHN6o20ltOWH",
-	"0OlZSCPVbQaz47b+qtXUIuX4ByKrghQ77Ytx4ranX+egq4b8/yKVGo1/hzUr1jkH/QrTvC7jrN51RZDE",
-	"Wb93S0/3Je3cLhkQDg/VMzYhF7xyxpb2S1W9YXpmvi0HbCFLB2ELjq5lsgs/vXlkTzB0gKHc0rIqTj3M",
-	"SFOHop/zJAy/LPjOVmybo34wLdM6vn5ovLSdd8RCWZyxf8fY/6+/W/Q/UyhGr7GNab/Fe14b5Y5/bFR8",
-	"c/JnRVELvBoBkL360cr+HxVW+8V1ud9NJa3Fwgw6LaVBPbWu3LXjfpp4bUnw8SFyhu1rdRvO+9Es6Z8y",
-	"OBC60imJGquckS92FV9IIELfLliCQlr6nXHk2hBhDUhcPLwCOWm/pLuhUbi1DXIO+ioGPrievM7MmdDC",
-	"zC0NrqYx07nIUdGJ2tV4Su/hg5dIpjdO/9Pnso1MRyuTmMkrGShfaWaeAGiog68lY9QLjFL5mOehsRRY",
-	"6aJ2qCfGrfc3N9ddMrUXgEXiBYDxKAbuA/cYtKD6HPT7dPYfCOf8IGaL+UtLoSG7h932zaXtMKmpu7Zb",
-	"1FoSeNobyG20STvOMVUKVJ9cp+1gIoF6AWYnLrGLWvBSKzm99uCS6eBmnp2dgt8lJ70jInQA8oEpcC3R",
-	"oCQ7zb+rzCtbkoVz0DO7iB+4McWpQ2uViLWrFtYNDHOc9I7+nLkH5maa0uaOVGN77IHAbpQU4rfBJL9d",
-	"bUNTIkOn7xyYqJN+UIdNhjwX8WCl5+f/Wcsak0AIV92i0CrN2uyx2oM00zPYELHKO+Rkj/oR4/tdMqzd",
-	"GC8uGpju+Mb+j0t6j5xqhFSazRoeyLoNLgnFeg0+JsLgBQJ8rDbBNM8t/pr/lqacp89P/xcAAP//",
+	"5Fx5U+NIlv8qL7QTMRAjjKGguguiYsIDbso7XGGgenvbtSYtPds5yJnqzBTgquC7b+Sh02mDqWN6Y/+p",
+	"oGQp8+U7f++QvgQRn6WcIVMyOPgSpESQGSoU5n9ddk8FZzNkqnesL1AWHAQpUdMgDBiZYXAQYHnPkMZB",
+	"GAj8I6MC4+BAiQzDQEZTnBH99F8EjoOD4D+2yz237a9yu4+SZyLC3nHw9BQGZ+Txkkzwin5G/WSMMhI0",
+	"VZRrAvQvIOlnhI0YxyRLFOy3DyEhYoIC7kmSoQQiEBL+gAJjUBx22u32ZisI7RH+yFDMyzPMyOMwJRMc",
+	"6kWDKskzyugsmwUH7TBQ81TfTJnCCQpDpqbkmt8hWyTyeorAU/JHhsDwUdn1lb4X+BjUFCEVeE95JkH/",
+	"tIy08rE6XeTxFNlETYODnfbuXkGcVIKySfCkiRMoU84kGlFeCj5KcKb/jDhTyJT+k6RpQiOiSd5O7R1/",
+	"+5fk5jgvk1u+rtmxzoH+L0fwbm//J3ArQ4yK0ES2DOvcAnr9ThShlGc8NrJGpvn9e9BHEv8qqMILFmmh",
+	"6P9fsGR+Rtjc/df8bP7/aYEDYXCUZFKhOBIYI1OUJGYzEsdUE0iSS8FTFIpqBo1JIrF5gO6j5g5VEJVL",
+	"AGVSIYm1EAncZSOMOBvTyQFIFPcoQuCpXR6OOkBYPGBI1RQFEBghESjAKYG+EiUUmYJIkzHWgkD9CNzh",
+	"vAWX3bOKLg/YiEh8u7eFLOIxxiEQTUuNhtZAK0laOdaXoLL0kGRqygVV82FMlJHsmIsZUcFBMJorzeOK",
+	"Wr3d33/z1sNVS/Kwuu5rVwuDByvfZG6dRbn8Hc6/6bKUSYwygUN5R9OhSuTwHgUdzxftVj8GJIowVRjD",
+	"wxSZMVbNU6K4AIlKwtXJsHN6evHrsHd+1T266XeHR6c3V9fd/pW2Y0fOiPMECdNMs7phtPuRzNJE/zxV",
+	"KpUH29skpa1U8HgLiVQt93sr4rODt3t7b+rn3W3v/eyRiT6P3WJo3UbNQezuv/E9k7utqit5++bnvefZ",
+	"+VR18r/nhytNkI/+hZEyJsgZw0hztsfGfJHZH/iD4e6EKHwgc4js/fIQGN5rU5lizfjUFGcSk3uUrQVN",
+	"19o9tBSUTiT3nIta63UZERnKKdndf7tI6tWHztbu/lvYmOLjZu7Cj7t90Fop8wtjKqTSll/Z6RBwlqq5",
+	"1SU5lwpnIDhXNkZlEuOK0lRoKc89zNJYG5qiVriFReirW+aqZ4FVOr+ootriaOyPY3c439Kr6j8WZKIP",
+	"IZEk2lqomnrPUur/S3S3Gcu86lYVVlgRfnGS5Rz0aerx0VkfJ1QqQezBvzTUa4ZSkgl6z5AKfk9jFI6B",
+	"i8dXWuG8J/MRcoVKUTZ5PlzVKSyoyPlYF+Tx0Rnkt4C+5RAcepIaIEnFBZngljPFrS80fmo1vK3PjwjD",
+	"NStct16O/BpwwN0IakolVGCjjmQENHmOhoJMnzP18ayCUxcFRxINA2PDFZmSyF6lCmfSr5D2AhGCzI0d",
+	"Fj7sOSzU8HbWhte32ziaPbdTVUkM7rJyfO6xCp+O80easM3DkZjKNCHzZfYZBkvUPiEjXAW6ljO/FG0h",
+	"Nb/h6VSkFlUreiW3i7AaLFHcJQfW9pqtw80r+8BTGLzKU3/m7AWOz/g0l3zVRFKXYMH34ohugyozQ59Z",
+	"VBTJamFN+Qu21NW6fuRPq63zuKKoawDxjk5TbB53z5NshhIeplwiaPagVJAguUcDDzQ+03ahARvzgAST",
+	"agxnLtdYJd5KVmJUwrimYZQQKV8EsCylL9rqo7nVbvWMf+uxNFPrsg9EJbS1oPtIIpXMgTPUuOW2zCBu",
+	"TfpxWwmcty24nuKAFWpSCxoGGTN0jE8w0pi5XA5MqvmoTLiRvvTE75ybaZgSBMo7gDgtgBmZg9JZvwI1",
+	"FTybTMsIN6VMGZS4hqevZ4orXf1ibvl/0nOXslrke48llGFVnL91zk61+mAEaZJNKJMhaORVcF2GMKYJ",
+	"gvZSMtSXH6kWGIuBzlIUkjOjgwY0Chzn4Pc1KV1J19Cp2eIRjpz+Ka5xdpnNVc40JRKkTjZIYuhkHKJM",
+	"CGRqyy3bINBj7T7yvnnwa6A5V/gq7XLMRe4dW2vGu+XxZ5UrOqXSA7eqAbgGtF6o3j7DbBTQFrnRGUkN",
+	"JLmVbkKkKopqq2NqjdpngtclUdF0uUC9mPeXI/jpzc9v4T+vLs5hhmJibCOaAs/TW605ZJTo1BGT2CSS",
+	"TXd/MGBVQw6hskkIVtFCsPINQQszLPUiHLBFJxsWXjyEOJqFRvNzanCLs2RetZENndgN2KLFbQIX1WQw",
+	"hIcpjaYguM54mqliCzoDxrIkAYGmjELsobV5UiVzmg6rW2vCqtlmRBjjCkZoV2pBH0lsCXYM3KBxaBxQ",
+	"CCV6CcGClxAq2CUcsAp22TR7ZeyO8QeWL1bxUya7hb12W/NWIwyb72MS28C2SnWu8gQwr0tcds+Pe+cn",
+	"QRj0u53j34IwOO6e9DvH3eMgDG7O+93O0YfOP0675n+dm+sPF/3ef3ePvUWLRRy6YJRxNBuKRnr7TJSq",
+	"ZcPO3QqGCk0ZQS5zJdr2hqngo3UxsHlQIInnaz64KjEvEu81cPwi3BtGPLOZZbMFUKC8pXc0ixdmg5Lo",
+	"xgI+D/TPgvEfKFPrFgVeDXhrsee5IsC/FR2f0ntkKD1qX+Zxud3xO48JeWSU+aNBpYvy0l5HUyD2B6+2",
+	"Gmfir8DliY71lxsxVxppm6iiXd2mayjZvakEMuKZCgvAI1Bf5AxbSwqFijAfyqhurfepbcMjA5Ri4Mxf",
+	"9Cu4v2g2iqoEV4CgUmK984+d097xsNM/uTnrnl8HYXB+cT385eLmXPvKzqlxoMPuf/Wurq+CMLjs9s96",
+	"V1e9i/Phcfe85xyqdqHd8+veUefaXOmdX3f7551T++PHTu/UedtfOr3T7vHwst89ujg/7l33Ls6f1xhX",
+	"eLSHCp9RIAOUPyBJbOliaZWxLolfp7byWq2bUQkZm5qV5l4JvLQ8su1w47ZdbLUwc8G4jYMwKIjwhqem",
+	"QJ2v8N6bpbnvbxTfNRyIJUjKIqx1DKQiQtUq6FXnvDRQ+QXoiitFnSN/viDMJ1INQKjf/0RTjO5ejoKL",
+	"lY70cz4gvCgFEzGDMGDcRc8X+7cwJ2/loSwp6+upWRvGhCYYHwKx+Ny4I37n1VV/0TrlUk2EBqwzOrFg",
+	"RGrMyYhN7kvNzu/0rc3vfD2PBltcKa0WIaoMKeYTagZVLTGmRCkUmuz/+Z1sfW5vvfu04f7Y+vSlHb7d",
+	"ecqvb/79Lz5Cr6xtnKEiefdzjVj/ipSzmS6nrsymRXj58egQ7nCuvUyMQicKrVRwzZFtB4xNL6ZqfPXc",
+	"1ZO22jzGpCew0elebu3s7m6GcIep7QMwMADfSPoQNNTXpFCzx9fztwZqhBsoyFO351HNs084VOM/uw6m",
+	"I56xGC61X5EKmbLYpmVqtSvX9imrT0+dBl2lGK2pPRFJSUSVpyVeIlD4IyNMUTW3yRCBEWVEzLVFxhjR",
+	"GUlAZuMxfQxhYvIsneMSBp9R8Lq57rRPaKPws+cF96UlrHKdTcOpNuWmq2GzL283SBtSFEVl6xBMjnlb",
+	"pkG3Ov5qqYXAzYCHMRVtF3TCuLBmUWdx+fBz52mCfi/w1dZHIxy+PMJ6WqnFAmGpARW++3TMKq0n3L2m",
+	"29WYH1ujvbQ2unkz3o12Ru9wa5/8FG/tRTu49W7cJlu7o5/jt7gX/UR2drzYxxnTCxTQ2N2LO0iWkWXz",
+	"yD41XJXRvqK/tKKNtDC8Z45aQUANitZt/dgDHpln/sFjj2/p2uGoPMmQU5Kina2yO2kj4gwvxsHB7y9h",
+	"pt2rb5cLnsI1pPapQXC+iNeRO9PZyv3D1owwMkHxV1k/y6ITWFubmkarLy5ntgUojfKojbNAYzt2dnPT",
+	"O4YNMx0ZEYmbhzBwcH4QWK9WBvbSul5oPl8fpe1B/OVlTyl4SRR+Oe52/mwBbzcYny+7nPfNEcZfaIJ2",
+	"4CcIg38kPLrzZj01N1AtEvYvPvZ0JusqhTfn7i+bpJqi4Wn32l4zfy6pENoNboyxfgUqKFVht/2S8N3g",
+	"X7HUIgOfTBXCNyF2wcpcT02JsmOWJjY7CFW0hDcqOOXy45HcBM5gRtgcItutkwM25gKOj85acD2lEmIe",
+	"ZXkmbZIWzpQgkTpwDU1xj0L/NkGGgiiMYSz4DKhqDVhXCC5svG8Wf8wIbbG463smNEImDfvdaG8nJdEU",
+	"t3Zb7UpFJGjM4VSy0IPgfock6ZTsmJwmRUZSqu2y1W69cT7dyGybpHQ7v3e72ZCZoDErO9BIOevFwUGg",
+	"ja1bvTGsjYIvcb3lLdvVge1lXrdyezk4rW9uZiGzGdmSqG83/WScvzeDsJASKuQhkCSBWSYVzIiKpnUn",
+	"pSiK9zr0h5IqfO8yM99ktcmWhrZrzcWy6eq99ru3HsX+4l2ymLfwLuWpnC5bKC8Tv2wGe7GA/fSpMf69",
+	"226vGP1eb+S72QL0jH5rq9VOWkfyqv6FwEVsRvJHc5PUPYXBniXNt2NxhMqYeRjIbDYjYu60tra+jiZk",
+	"Ihc7exoucl8s/0gSqt2idQCUpZkyfeuRu+JcB2ycdK9h25liqH9iA3aFyfgqMz7MFs/7eE/xQZpeLN6j",
+	"mGs/NaNSP1QrWzHEWG7a+XBt8W63anXPZFhUyVr7yw5atqCPOo2mbAKEDRg1v0ckqQ16AGHyAYWE3Xbb",
+	"rma8mt4tru5k/VPdH1gEVG3LLjiERUxUq03GZXq/7N2Gb/W6yCe7CkqVY8xvred26uapHtFco/9H2JnP",
+	"xjoMlsk9MZVAwEcqlTwEqiyoU5lgGEPGoilhE7Tmt9ve+VEU5xOg+BrD1/e/W+/+3d3XOpZiVpWwqlYv",
+	"dy9P4Yqou/2lnmc9WTeUoPJUifqm2yxhY6/9bhMepjTBBdcwJbIY9YDbMRcRvtfaeKsdzwSVHLDmI2YE",
+	"R+WPgcCIi1geGqAElNV8ncY0Zv5+wCyVsc9FHJufVroIn9EbamuhrZgadgB0oU67GMz2fAMxllKrKXvf",
+	"UbNqmmK3fbGehH74dYKqzsh/l1NpuPFXcLPGnRNUa7BmPcRZfzlRK0maD+gsGcJ5yfxNCzrA8KE+FMnF",
+	"gNWGIt2Ai2xOuByaZ6sBm4vK5OKAadMy6CJ2r4rYkTM11aHcumVZjqmZO00TRds5y5LkdsBWzs74DNXm",
+	"fU39+q7x0o5KaV2oLmf4v2X4/7evXvrPFIq11dhSWOyxnnWj3N73jYo7+z8qilrFazgA2GjOwm1+q7C6",
+	"XSn8ODfbbCOL+zyJr6BxU7Mz8bAIk5FOzfOXulxczF9KIxDpDNR1ydyPrQWz08nJR0fQj8umv2fiV6nL",
+	"PZPzOUF8fbq3vj3st998VTp5X4gs18mi7vctQpQ3Cb1+4PWqsTyA46Ozv8qlZWaQyGIJt3+n8ftB1m6/",
+	"ibKMxuYvvB0wM8X/ZWBqxYPgACr15KfbQ7d2DR5O9L92UQIj88Jx5SHX7mNw24txlnKFLJpv/RPntzBF",
+	"EhugbEanddpXsawBy0tnLr+OzY0CZzgb6dRU2bcLTcJMzHscUsHuHkw3dSAWJssdsHx37e/vSWJI1VR5",
+	"E1yT9ehwauW2PLt1Zd8XJLYONOvDWdblE1NA402TX2msMHOHvPx4ZGL+yrR3HYuz30RYTBRs9LNwwfKe",
+	"SpjQe/vii9naSqfcuyG+ZaWq3f39MJhRVrwYvFi5+k5J90LH6AdH+rwX4Mm3nTqa7hQDJCKhKFybCpao",
+	"6DdPsZfTZ3kWHxY6aNP/PycIWQtUfJVTt2wp3hny+vXXwYx8Wm4Z2ug47+SBGwZexHBP8SEHGc1k3SXg",
+	"D0TDEe0eq2ADbouZu9syXWjMBjKuwAxHHtpywIfr60s3Bu8aHgyuToYfup3T6w/Dm3P7x2/Do4vjLmxo",
+	"n8oF7LffbJpy54CNeDzPOyWS+D3rCeaY50M+SvjdTLUxS+kxCftL6ytgxA8i9CaXJmw8rBLLey0O9/0U",
+	"jDJhGnO/f6rqu93EahWVC69UmwgGKU8SCVRtfheY80pz+uKmp54pkNmKSxFqW7DX3ittIA/VsniTQyML",
+	"VxCdcIaWAUp7Bc0BIBJkZor3m60lNa4CKLywCkU5y+dSYaOyvR2jeyDzzdYPRrZ5lWqVE1xemlp2/h8R",
+	"dUv49aN5ZmpXqxn2VWYSej+nVdjAq1sjFcy4vCamk4O8H68ThIFt6Q+Cp9uWgdMzJMz1pB5TwkwD68F8",
+	"cogqWuCMASvqySkXSkJ1ZAEypmhi1hBoPtelqTXGu7xMVdG17wUu3RzEt6tONZb9k+DVbiG3Qmb/DwtS",
+	"X+UCDAvjb4kdD8pP8HyfUkLf1Aqa3etm97f2/R6TkKtMsCU9aH2R4YODjotB8qM50p+yfwFkrFyd33Dl",
+	"EG7tKW5hypNY5s4pS7661XFpavWNWifjD2sUN91IT2tOZsnSSZ0TVBcpss5lbz0254uWbPZ8MnCRmW4v",
+	"eFMOS62ajVqNTc3QVb5ivl6FQcVJc/ZYVPz52RTLFICKVmkquMZzmjpTP2MTk/u04Nx+VIxn0RQlxJgi",
+	"i5FFFD1afYLqg9v9O6pz8e7iEvZXjkISeo+r+VustoKlBoou56jlJDI3vlLwaO7e6EmJlCgP4NK9bgMC",
+	"STQlowRDsIcasMqrOu5TCiGcd66v8vexMW7pvNKOzT9QiaF1NHolu42pyMsl/awTVH17iO8omPKtLu8g",
+	"g4bzilszaH3rfHHl3p28SqpzmQXx2BeuVmtJufwyNSm+2GZDUyaS4CDYNlHHPdBUm1zzQvNGhFm9+KZA",
+	"PlUJVElMxq0S7FZ2Xaxv2ndPzViLqbnlQ5ywQeIZZZstOGp8ha78eIEZ4Jzb72a6b9MRpVWqUlspBmJC",
+	"SPhkgmY2GqMpxxgoAzTznVb/Fj916yPYVexdwt2s3BdsCI3kkMUpp0yZl0wqCx8M2Jc0GyU0GmYieXpF",
+	"Ht2CjsMrA2Zf+rVvclEl7WtXroRTFLVrZ8yBzdOnp/8NAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
 //go:embed openapi.yaml
@@ -37,6 +38,14 @@ type Options struct {
 	ReadinessTimeout time.Duration
 	// Environments serves the environment registry.
 	Environments *environments.Service
+	// Volumes serves DCM's storage contract for every environment.
+	Volumes *volumes.Service
+	// StartTime is when the gateway started (provider health reports uptime).
+	StartTime time.Time
+	// HealthUnhealthyCode is the HTTP status of an unhealthy provider health
+	// answer: 200 (the body says unhealthy) or 503 for pollers that read only
+	// the status code.
+	HealthUnhealthyCode int
 }
 
 // maxBodySize bounds request bodies: a 64 KiB kubeconfig JSON-escaped, with
@@ -74,7 +83,10 @@ func New(opts Options) *echo.Echo {
 
 	e.Use(requestValidator())
 	RegisterHandlersWithOptions(newCustomMethodRouter(e), NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{
-		OperationMiddlewares: map[string][]echo.MiddlewareFunc{"updateEnvironment": {mergePatchAsJSON}},
+		OperationMiddlewares: map[string][]echo.MiddlewareFunc{
+			"updateEnvironment": {mergePatchAsJSON},
+			"updateVolume":      {mergePatchAsJSON},
+		},
 	})
 	return e
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -32,8 +33,10 @@ type Client struct {
 	http *http.Client
 }
 
-// Close releases the client's idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+// Close releases the client's idle connections. client-go wraps the
+// transport (bearer token, user agent) in round trippers that hide
+// CloseIdleConnections from http.Client, so the wrappers are unwrapped.
+func (c *Client) Close() { utilnet.CloseIdleConnectionsFor(c.http.Transport) }
 
 // NewClient builds a clientset from allow-listed settings only. Proxies from
 // the process environment are ignored (the egress check must see the real

@@ -1,7 +1,8 @@
 // Package clusters owns the gateway's connections to Kubernetes clusters: it
 // turns allow-listed connection settings into a client whose every dial is
-// checked by the egress policy and which never follows redirects, and it
-// probes a cluster for reachability and the permissions the gateway needs. It
+// checked by the egress policy and which never follows redirects, probes a
+// cluster for reachability and the permissions the gateway needs, and keeps
+// the cluster pool: per-environment clients, informer caches and health. It
 // must not read kubeconfig files or use client-go's config loaders, and never
 // returns an API server's raw response text to callers.
 package clusters

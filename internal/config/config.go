@@ -61,6 +61,17 @@ type Config struct {
 	ProbeTimeout time.Duration `env:"SG_PROBE_TIMEOUT" envDefault:"10s"`
 	// ProbeInterval is how often every environment is re-probed.
 	ProbeInterval time.Duration `env:"SG_PROBE_INTERVAL" envDefault:"60s"`
+	// ClusterQPS and ClusterBurst rate-limit the gateway's requests to one
+	// cluster (writes, watches, health checks).
+	ClusterQPS   float32 `env:"SG_CLUSTER_QPS" envDefault:"20"`
+	ClusterBurst int     `env:"SG_CLUSTER_BURST" envDefault:"40"`
+	// ClusterSyncTimeout bounds a cluster's initial cache sync; after it the
+	// environment is reported unreachable and keeps retrying.
+	ClusterSyncTimeout time.Duration `env:"SG_CLUSTER_SYNC_TIMEOUT" envDefault:"30s"`
+	// HealthUnhealthyCode is the HTTP status of an unhealthy answer on a
+	// provider's /health: 200 (the body says unhealthy) or 503, for DCM
+	// pollers that read only the status code.
+	HealthUnhealthyCode int `env:"SG_HEALTH_UNHEALTHY_CODE" envDefault:"200"`
 }
 
 // Load reads the configuration from the process environment and validates it.
@@ -155,6 +166,15 @@ func (c Config) Validate() error {
 	}
 	if c.ProbeInterval < time.Second {
 		add("SG_PROBE_INTERVAL", "must be a duration of at least 1s, e.g. 60s")
+	}
+	if c.ClusterQPS <= 0 || c.ClusterBurst < 1 {
+		add("SG_CLUSTER_QPS/SG_CLUSTER_BURST", "must be positive")
+	}
+	if c.ClusterSyncTimeout <= 0 {
+		add("SG_CLUSTER_SYNC_TIMEOUT", "must be a positive duration, e.g. 30s")
+	}
+	if c.HealthUnhealthyCode != 200 && c.HealthUnhealthyCode != 503 {
+		add("SG_HEALTH_UNHEALTHY_CODE", "must be 200 or 503")
 	}
 	if len(problems) > 0 {
 		return errors.New("invalid configuration: " + strings.Join(problems, "; "))

@@ -42,7 +42,7 @@ const selectColumns = `
 	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time,
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
 	e.last_probe_time, e.last_ready_time, e.dcm_registration, e.generation,
-	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id)`
+	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id AND v.status <> 'DELETED')`
 
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
@@ -159,6 +159,20 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 	return tag.RowsAffected() == 1, nil
 }
 
+// recordReachability applies a pool health change (see Service.RecordHealth).
+func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time) (bool, error) {
+	tag, err := r.db.Exec(ctx, `
+		UPDATE environments SET state = $2, status_message = $3, last_probe_time = $4,
+			last_ready_time = CASE WHEN $2 = 'READY' THEN $4 ELSE last_ready_time END
+		WHERE id = $1 AND state <> $2
+		  AND ($2 = 'UNREACHABLE' OR state IN ('UNREACHABLE', 'PENDING'))`,
+		id, string(state), msg, at)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // delete removes the environment. Unless force is set it refuses while volume
 // records exist; the row lock taken first blocks volume inserts (their foreign
 // key needs a share lock on it), so the count cannot go stale before the delete.
@@ -171,7 +185,7 @@ func (r *repository) delete(ctx context.Context, id string, force bool) (volumes
 			}
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM volumes WHERE environment_id = $1`, id).Scan(&volumes); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM volumes WHERE environment_id = $1 AND status <> 'DELETED'`, id).Scan(&volumes); err != nil {
 			return err
 		}
 		if volumes > 0 && !force {

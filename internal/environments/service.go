@@ -23,6 +23,9 @@ type Options struct {
 	// AllowInsecure accepts clusters registered with TLS verification off.
 	AllowInsecure bool
 	Logger        *slog.Logger
+	// Pool, when set, keeps a live connection per environment: registration,
+	// rotation and deletion update it. Offline tools leave it nil.
+	Pool *clusters.Pool
 }
 
 // Service implements the registry's use cases.
@@ -33,6 +36,7 @@ type Service struct {
 	prober        clusters.Prober
 	allowInsecure bool
 	log           *slog.Logger
+	pool          *clusters.Pool
 }
 
 // NewService returns a Service over the given database and key ring.
@@ -42,6 +46,7 @@ func NewService(opts Options) *Service {
 		prober:        opts.Prober,
 		allowInsecure: opts.AllowInsecure,
 		log:           opts.Logger,
+		pool:          opts.Pool,
 	}
 	s.keys.Store(opts.Keys)
 	return s
@@ -94,6 +99,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 		return Environment{}, false, err
 	}
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
+	s.connect(ctx, rec.ID, spec, conn)
 	env, err = s.Get(ctx, reg.ID)
 	return env, err == nil, err
 }
@@ -181,6 +187,9 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 	}
 	if volumes > 0 && !force {
 		return fault.New(fault.Conflict, "environment %q still has %d volume(s); delete them first, or use force=true to forget them (their PVCs stay in the cluster)", id, volumes)
+	}
+	if s.pool != nil {
+		s.pool.Remove(id)
 	}
 	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
 	return nil

@@ -98,6 +98,9 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		return Environment{}, fault.New(fault.Conflict, "environment %q was changed concurrently; retry the update", id)
 	}
 	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
+	if probe {
+		s.connect(ctx, id, spec, conn)
+	}
 	return s.Get(ctx, id)
 }
 

@@ -61,3 +61,9 @@ func As(err error) (*Error, bool) {
 	ok := errors.As(err, &fe)
 	return fe, ok
 }
+
+// Is reports whether err is classified as kind k.
+func Is(err error, k Kind) bool {
+	fe, ok := As(err)
+	return ok && fe.Kind == k
+}

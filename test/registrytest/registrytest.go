@@ -37,6 +37,8 @@ type Options struct {
 	// ProbeTimeout defaults to 5s.
 	ProbeTimeout  time.Duration
 	AllowInsecure bool
+	// Pool, when set, receives the environments' connections.
+	Pool *clusters.Pool
 }
 
 // Registry is a ready environments.Service and what it runs on.
@@ -100,6 +102,7 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy, QPS: 100, Burst: 200}, Timeout: opts.ProbeTimeout},
 		AllowInsecure: opts.AllowInsecure,
 		Logger:        r.Logger,
+		Pool:          opts.Pool,
 	})
 }
 

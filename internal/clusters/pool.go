@@ -1,0 +1,322 @@
+package clusters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+)
+
+// Defaults for PoolOptions. Health checks start on a fixed schedule, so a
+// cluster that goes away is UNREACHABLE at most FailureThreshold intervals
+// plus one timeout after its last good answer (2×10s + 5s = 25s, within
+// SPEC §5's 60s), and one that comes back is READY again at most one interval
+// plus one timeout after it does (10s + 5s = 15s, the spec's bound: the check
+// in flight may still time out, the next one succeeds).
+const (
+	defaultSyncTimeout      = 30 * time.Second
+	defaultHealthInterval   = 10 * time.Second
+	defaultHealthTimeout    = 5 * time.Second
+	defaultFailureThreshold = 2
+)
+
+// maxConcurrentSyncs bounds the initial LISTs in flight across environments,
+// so starting a large fleet does not flood the gateway's memory with decoded
+// objects all at once. Only clusters that have answered a health check take a
+// slot, so dead ones never hold up the queue.
+const maxConcurrentSyncs = 4
+
+// requestTimeout bounds each write sent through Cluster.Client, so a hung
+// cluster cannot hold a request forever even when the caller's context has no
+// deadline. Watches use a client without it.
+const requestTimeout = 30 * time.Second
+
+var errPoolClosed = errors.New("cluster pool: closed")
+
+// PoolOptions configure every cluster connection and its health checks.
+type PoolOptions struct {
+	// Client holds the egress policy, QPS and Burst; the pool sets Timeout
+	// per request kind (none for watches, HealthTimeout for health checks,
+	// requestTimeout for writes).
+	Client ClientOptions
+	// SyncTimeout is the deadline for the initial cache sync (default 30s);
+	// after it the cluster is reported UNREACHABLE, or DEGRADED when only
+	// some caches synced, and keeps retrying.
+	SyncTimeout time.Duration
+	// HealthInterval is how often the API server is checked (default 10s).
+	HealthInterval time.Duration
+	// HealthTimeout bounds one check (default 5s).
+	HealthTimeout time.Duration
+	// FailureThreshold is how many consecutive failed checks make a cluster
+	// UNREACHABLE (default 2); one success makes it READY again.
+	FailureThreshold int
+	Logger           *slog.Logger
+	// OnHealth, if set, is called whenever an environment's health state
+	// changes, from a pool goroutine and never while a pool lock is held.
+	// Calls for one environment are ordered. It must not call Close, or
+	// Remove for that environment: they wait for the goroutine calling it.
+	OnHealth func(environmentID string, h Health)
+}
+
+func (o PoolOptions) withDefaults() PoolOptions {
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = defaultSyncTimeout
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = defaultHealthInterval
+	}
+	if o.HealthTimeout <= 0 {
+		o.HealthTimeout = defaultHealthTimeout
+	}
+	if o.FailureThreshold <= 0 {
+		o.FailureThreshold = defaultFailureThreshold
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Target is what the pool connects to for one environment.
+type Target struct {
+	EnvironmentID string
+	Connection    kubeconfig.Connection
+	// Namespaces are the default namespace first, then the allowed ones.
+	Namespaces []string
+}
+
+func (t Target) validate() error {
+	switch {
+	case t.EnvironmentID == "":
+		return errors.New("cluster pool: an environment id is required")
+	case len(t.Namespaces) == 0:
+		return fmt.Errorf("cluster pool: environment %s has no namespaces", t.EnvironmentID)
+	}
+	for i, ns := range t.Namespaces {
+		if ns == "" || slices.Contains(t.Namespaces[:i], ns) {
+			return fmt.Errorf("cluster pool: environment %s: namespace %q is empty or repeated", t.EnvironmentID, ns)
+		}
+	}
+	return nil
+}
+
+func (t Target) same(o Target) bool {
+	return t.EnvironmentID == o.EnvironmentID && t.Connection.Equal(o.Connection) && slices.Equal(t.Namespaces, o.Namespaces)
+}
+
+// Pool is the gateway's live connection to every environment: clients,
+// informer caches and a health loop per environment. Nothing in it waits on
+// the network while holding a lock, so a slow or dead cluster never delays
+// Ensure, Get or any cached read, and a dead one never delays another
+// cluster. Slow ones can: at most maxConcurrentSyncs initial syncs run at
+// once, each for at most SyncTimeout, and the rest queue.
+type Pool struct {
+	opts PoolOptions
+	// slots holds one token per initial sync in flight.
+	slots chan struct{}
+
+	mu     sync.Mutex
+	envs   map[string]*environment
+	closed bool
+}
+
+// environment is one environment's place in the pool. During a change of
+// credentials or namespaces it has two clusters: live keeps serving until
+// next has synced (or given up trying), so reads and the status tracker see
+// no gap.
+type environment struct {
+	live, next *Cluster
+	// reported is the last state given to OnHealth (or the first state).
+	reported State
+	// handlers outlive any one connection (see Cluster.OnPVC).
+	handlers *pvcHandlers
+}
+
+// wants reports whether t is already what the environment runs or is
+// switching to.
+func (e *environment) wants(t Target) bool {
+	if e.next != nil {
+		return e.next.target.same(t)
+	}
+	return e.live.target.same(t)
+}
+
+// NewPool returns an empty pool; Ensure adds environments.
+func NewPool(opts PoolOptions) *Pool {
+	return &Pool{
+		opts:  opts.withDefaults(),
+		slots: make(chan struct{}, maxConcurrentSyncs),
+		envs:  map[string]*environment{},
+	}
+}
+
+// Ensure starts a connection for t, or replaces the existing one when its
+// connection settings or namespaces changed; identical targets are a no-op.
+// A new environment's connection is live at once. A replacement is started
+// beside the live one and takes over when its caches have synced (or its
+// initial sync ended without success); until then the live connection keeps
+// serving, and then it is stopped. Ensure never waits on the network; it
+// fails only for unusable settings or after Close.
+func (p *Pool) Ensure(t Target) error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	t.Namespaces = slices.Clone(t.Namespaces)
+	if p.wants(t) {
+		return nil
+	}
+	c, err := p.newCluster(t)
+	if err != nil {
+		return err
+	}
+	dropped, err := p.install(c)
+	if dropped != nil {
+		dropped.stop()
+	}
+	return err
+}
+
+// wants reports whether t is already running or pending for its environment.
+func (p *Pool) wants(t Target) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	env := p.envs[t.EnvironmentID]
+	return env != nil && env.wants(t)
+}
+
+// install makes c the environment's live cluster (a new environment) or its
+// pending replacement, and starts it; c stays unused (it has not touched the
+// network) when another caller got there first or the environment is back to
+// its live settings. It returns the pending replacement that is no longer
+// wanted, which the caller must stop.
+func (p *Pool) install(c *Cluster) (dropped *Cluster, _ error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errPoolClosed
+	}
+	env := p.envs[c.target.EnvironmentID]
+	switch {
+	case env == nil:
+		env = &environment{live: c, reported: StatePending, handlers: &pvcHandlers{}}
+	case env.wants(c.target):
+		return nil, nil
+	case env.live.target.same(c.target):
+		dropped, env.next = env.next, nil
+		return dropped, nil
+	}
+	if err := env.handlers.join(c); err != nil {
+		return nil, err
+	}
+	if env.live == c {
+		p.envs[c.target.EnvironmentID] = env
+	} else {
+		dropped, env.next = env.next, c
+	}
+	c.start()
+	return dropped, nil
+}
+
+// Remove stops an environment's informers, health loop and connections and
+// waits until every goroutine it started has exited.
+func (p *Pool) Remove(environmentID string) {
+	p.mu.Lock()
+	env := p.envs[environmentID]
+	delete(p.envs, environmentID)
+	p.mu.Unlock()
+	if env != nil {
+		stopAll([]*Cluster{env.live, env.next})
+	}
+}
+
+// Close removes every environment; Ensure fails afterwards.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	var all []*Cluster
+	for _, env := range p.envs {
+		all = append(all, env.live, env.next)
+	}
+	clear(p.envs)
+	p.mu.Unlock()
+	stopAll(all)
+}
+
+// stopAll stops clusters concurrently (nil entries are skipped), so closing a
+// large pool takes as long as its slowest cluster, not their sum.
+func stopAll(clusters []*Cluster) {
+	var wg sync.WaitGroup
+	for _, c := range clusters {
+		if c != nil {
+			wg.Go(c.stop)
+		}
+	}
+	wg.Wait()
+}
+
+// Get returns the environment's live cluster.
+func (p *Pool) Get(environmentID string) (*Cluster, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	env := p.envs[environmentID]
+	if env == nil {
+		return nil, false
+	}
+	return env.live, true
+}
+
+// changed is called by c's own goroutine when its state changed; it is
+// reported if c serves its environment.
+func (p *Pool) changed(c *Cluster, h Health) {
+	p.mu.Lock()
+	env := p.envs[c.target.EnvironmentID]
+	live := env != nil && env.live == c
+	if live {
+		env.reported = h.State
+	}
+	p.mu.Unlock()
+	if live {
+		p.report(c.target.EnvironmentID, h)
+	}
+}
+
+// settled is called by c's own goroutine once its initial sync is over
+// (synced, deadline passed, or the cluster is down). If c is a pending
+// replacement it takes over now and the cluster it replaces is stopped before
+// c's state is reported, so reports stay in order.
+func (p *Pool) settled(c *Cluster) {
+	p.mu.Lock()
+	env := p.envs[c.target.EnvironmentID]
+	if env == nil || env.next != c {
+		p.mu.Unlock()
+		return
+	}
+	retired := env.live
+	env.live, env.next = c, nil
+	h := c.Health()
+	report := h.State != env.reported
+	env.reported = h.State
+	p.mu.Unlock()
+
+	retired.stop()
+	if report {
+		p.report(c.target.EnvironmentID, h)
+	}
+}
+
+func (p *Pool) report(environmentID string, h Health) {
+	level := slog.LevelInfo
+	if h.State != StateReady && h.State != StatePending {
+		level = slog.LevelWarn
+	}
+	p.opts.Logger.Log(context.Background(), level, "cluster health changed",
+		"environment", environmentID, "state", h.State, "message", h.Message)
+	if p.opts.OnHealth != nil {
+		p.opts.OnHealth(environmentID, h)
+	}
+}

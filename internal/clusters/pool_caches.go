@@ -1,0 +1,294 @@
+package clusters
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ManagedByLabel marks the PVCs the gateway manages, with ManagedByValue;
+// the pool caches only PVCs carrying it.
+const (
+	ManagedByLabel = "dcm.project/managed-by"
+	ManagedByValue = "dcm"
+)
+
+// Annotations that mark a StorageClass as the cluster default, as Kubernetes
+// reads them (the beta one is still honoured).
+var defaultClassAnnotations = []string{
+	"storageclass.kubernetes.io/is-default-class",
+	"storageclass.beta.kubernetes.io/is-default-class",
+}
+
+// connectTimeout is when a watch connection gives up: egress dials and
+// client-go's TLS handshakes both time out after 10s.
+const connectTimeout = 10 * time.Second
+
+// byInvolvedPVC indexes events by the namespace/name of their PVC.
+const byInvolvedPVC = "involvedPVC"
+
+// caches are one cluster's informers: DCM-managed PVCs and Warning events on
+// PVCs in each of the environment's namespaces, and the cluster-wide storage
+// objects the gateway reads.
+type caches struct {
+	namespaces  []string
+	factories   []informers.SharedInformerFactory
+	informers   []namedInformer
+	byNamespace map[string]namespaceCaches
+	classes     storagelisters.StorageClassLister
+	drivers     storagelisters.CSIDriverLister
+	capacities  storagelisters.CSIStorageCapacityLister
+}
+
+type namedInformer struct {
+	name string
+	cache.SharedIndexInformer
+}
+
+type namespaceCaches struct {
+	pvcs         corelisters.PersistentVolumeClaimNamespaceLister
+	pvcInformer  cache.SharedIndexInformer
+	warningIndex cache.Indexer
+}
+
+func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger) (*caches, error) {
+	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}
+	var errs []error
+	for _, ns := range namespaces {
+		pvcs := c.factory(client, informers.WithNamespace(ns), informers.WithTweakListOptions(selectManaged)).
+			Core().V1().PersistentVolumeClaims()
+		events := c.factory(client, informers.WithNamespace(ns), informers.WithTweakListOptions(selectPVCWarnings)).
+			Core().V1().Events()
+		errs = append(errs, events.Informer().AddIndexers(cache.Indexers{byInvolvedPVC: involvedPVC}))
+		c.add("persistentvolumeclaims in "+ns, pvcs.Informer())
+		c.add("events in "+ns, events.Informer())
+		c.byNamespace[ns] = namespaceCaches{
+			pvcs:         pvcs.Lister().PersistentVolumeClaims(ns),
+			pvcInformer:  pvcs.Informer(),
+			warningIndex: events.Informer().GetIndexer(),
+		}
+	}
+	storage := c.factory(client).Storage().V1()
+	c.classes, c.drivers, c.capacities = storage.StorageClasses().Lister(), storage.CSIDrivers().Lister(), storage.CSIStorageCapacities().Lister()
+	c.add("storageclasses", storage.StorageClasses().Informer())
+	c.add("csidrivers", storage.CSIDrivers().Informer())
+	c.add("csistoragecapacities", storage.CSIStorageCapacities().Informer())
+	for _, inf := range c.informers {
+		errs = append(errs, inf.SetWatchErrorHandlerWithContext(logCacheFailure(logger, inf.name)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("set up cluster caches: %w", err)
+	}
+	return c, nil
+}
+
+func (c *caches) factory(client kubernetes.Interface, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, append(opts, informers.WithTransform(stripUnused))...)
+	c.factories = append(c.factories, f)
+	return f
+}
+
+func (c *caches) add(name string, inf cache.SharedIndexInformer) {
+	c.informers = append(c.informers, namedInformer{name, inf})
+}
+
+func selectManaged(o *metav1.ListOptions) {
+	o.LabelSelector = labels.Set{ManagedByLabel: ManagedByValue}.String()
+}
+
+func selectPVCWarnings(o *metav1.ListOptions) {
+	o.FieldSelector = fields.Set{"type": corev1.EventTypeWarning, "involvedObject.kind": "PersistentVolumeClaim"}.String()
+}
+
+func involvedPVC(obj any) ([]string, error) {
+	e, ok := obj.(*corev1.Event)
+	if !ok {
+		return nil, nil
+	}
+	return []string{e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name}, nil
+}
+
+// stripUnused drops metadata the gateway never reads before an object is
+// cached: managed fields are often the bulk of an object, and the
+// last-applied annotation repeats all of it.
+func stripUnused(obj any) (any, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return obj, nil // not an object (a deletion tombstone): nothing to strip
+	}
+	m.SetManagedFields(nil)
+	delete(m.GetAnnotations(), corev1.LastAppliedConfigAnnotation)
+	return obj, nil
+}
+
+// logCacheFailure replaces client-go's default, which logs the reflector's
+// error text (API server words) through klog on every retry.
+func logCacheFailure(logger *slog.Logger, name string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, _ *cache.Reflector, err error) {
+		logger.DebugContext(ctx, "cluster cache list or watch failed; retrying with backoff", "cache", name, "reason", cacheFailure(err))
+	}
+}
+
+func cacheFailure(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return fmt.Sprintf("the API server answered with HTTP status %d", status.Status().Code)
+	}
+	_, message := classify(context.Background(), err, connectTimeout)
+	return message
+}
+
+func (c *caches) count() int { return len(c.informers) }
+
+// start runs every informer until ctx ends. client-go's reflectors retry a
+// failed LIST or WATCH with jittered exponential backoff from 0.8s, capped at
+// 30s (30-60s with jitter), so once backed off a failing cluster costs each
+// informer a few requests a minute (TestFailingClusterIsNotHammered counts
+// them over the first seconds, where retries are densest).
+func (c *caches) start(ctx context.Context) {
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+}
+
+// shutdown waits for the informers to exit; their context must be done.
+func (c *caches) shutdown() {
+	for _, f := range c.factories {
+		f.Shutdown()
+	}
+}
+
+// unsynced names the caches that have not synced yet.
+func (c *caches) unsynced() []string {
+	var names []string
+	for _, inf := range c.informers {
+		if !inf.HasSynced() {
+			names = append(names, inf.name)
+		}
+	}
+	return names
+}
+
+func (c *caches) onPVC(h cache.ResourceEventHandler) error {
+	var errs []error
+	for _, ns := range c.namespaces {
+		_, err := c.byNamespace[ns].pvcInformer.AddEventHandler(h)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// PVC returns a DCM-managed PVC from the cache.
+func (c *Cluster) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
+	nc, ok := c.caches.byNamespace[namespace]
+	if !ok {
+		return nil, false
+	}
+	pvc, err := nc.pvcs.Get(name)
+	return pvc, err == nil
+}
+
+// PVCs returns every DCM-managed PVC in the environment's namespaces, in
+// namespace order (the default first), then by name.
+func (c *Cluster) PVCs() []*corev1.PersistentVolumeClaim {
+	var all []*corev1.PersistentVolumeClaim
+	for _, ns := range c.caches.namespaces {
+		pvcs, _ := c.caches.byNamespace[ns].pvcs.List(labels.Everything()) // a cache List never fails
+		slices.SortFunc(pvcs, byName)
+		all = append(all, pvcs...)
+	}
+	return all
+}
+
+// StorageClass returns a StorageClass from the cache.
+func (c *Cluster) StorageClass(name string) (*storagev1.StorageClass, bool) {
+	class, err := c.caches.classes.Get(name)
+	return class, err == nil
+}
+
+// StorageClasses returns every StorageClass, by name.
+func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
+	classes, _ := c.caches.classes.List(labels.Everything())
+	slices.SortFunc(classes, byName)
+	return classes
+}
+
+// DefaultStorageClass returns the class Kubernetes gives a PVC without one:
+// among those annotated as default, the newest (then the first by name).
+func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
+	var found *storagev1.StorageClass
+	for _, class := range c.StorageClasses() {
+		if isDefaultClass(class) && (found == nil || class.CreationTimestamp.After(found.CreationTimestamp.Time)) {
+			found = class
+		}
+	}
+	return found, found != nil
+}
+
+func isDefaultClass(class *storagev1.StorageClass) bool {
+	return slices.ContainsFunc(defaultClassAnnotations, func(a string) bool { return class.Annotations[a] == "true" })
+}
+
+// CSIDriver returns a CSIDriver from the cache.
+func (c *Cluster) CSIDriver(name string) (*storagev1.CSIDriver, bool) {
+	driver, err := c.caches.drivers.Get(name)
+	return driver, err == nil
+}
+
+// CSIStorageCapacities returns every CSIStorageCapacity, by namespace and
+// name.
+func (c *Cluster) CSIStorageCapacities() []*storagev1.CSIStorageCapacity {
+	capacities, _ := c.caches.capacities.List(labels.Everything())
+	slices.SortFunc(capacities, byName)
+	return capacities
+}
+
+// WarningEvents returns the Warning events whose involved object is the
+// named PVC, newest first.
+func (c *Cluster) WarningEvents(namespace, pvcName string) []*corev1.Event {
+	nc, ok := c.caches.byNamespace[namespace]
+	if !ok {
+		return nil
+	}
+	objs, _ := nc.warningIndex.ByIndex(byInvolvedPVC, namespace+"/"+pvcName) // the index exists
+	events := make([]*corev1.Event, 0, len(objs))
+	for _, obj := range objs {
+		events = append(events, obj.(*corev1.Event))
+	}
+	slices.SortFunc(events, func(a, b *corev1.Event) int { return lastSeen(b).Compare(lastSeen(a)) })
+	return events
+}
+
+// lastSeen is when an event last happened, whichever API wrote it.
+func lastSeen(e *corev1.Event) time.Time {
+	switch {
+	case e.Series != nil:
+		return e.Series.LastObservedTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func byName[T metav1.Object](a, b T) int {
+	return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+}

@@ -1,0 +1,248 @@
+package clusters
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// syncPollInterval is how often a syncing cluster looks at its caches.
+const syncPollInterval = 100 * time.Millisecond
+
+// Cluster is one connection to an environment's cluster: a client for
+// writes, informer caches for reads and a health loop. Objects returned by
+// its reads are shared with the caches and must not be modified.
+//
+// A Cluster retired by a change of credentials or namespaces, or by Remove,
+// keeps answering reads from its last cache contents; callers should Get
+// the environment's cluster for each operation rather than keep one.
+type Cluster struct {
+	pool   *Pool
+	target Target
+	// One client per kind of request, each with its own timeout.
+	watch  *Client // informers: none
+	checks *Client // health checks: HealthTimeout
+	writes *Client // Client(): requestTimeout
+	// conns are the watch and check connections, closed on stop.
+	conns    *connections
+	caches   *caches
+	handlers *pvcHandlers
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when every goroutine of the cluster has exited
+
+	// tracker and settleReported belong to the run goroutine.
+	tracker        tracker
+	settleReported bool
+
+	mu     sync.Mutex
+	health Health
+}
+
+// newCluster builds a cluster without touching the network.
+func (p *Pool) newCluster(t Target) (*Cluster, error) {
+	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{})}
+	var err error
+	if c.watch, err = p.newClient(t, 0, c.conns); err != nil {
+		return nil, err
+	}
+	if c.checks, err = p.newClient(t, p.opts.HealthTimeout, c.conns); err != nil {
+		return nil, err
+	}
+	if c.writes, err = p.newClient(t, requestTimeout, nil); err != nil {
+		return nil, err
+	}
+	if c.caches, err = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID)); err != nil {
+		return nil, err
+	}
+	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
+	c.health = Health{State: StatePending, Message: msgAwaitingServer, Since: time.Now()}
+	return c, nil
+}
+
+// newClient builds a client whose requests time out after timeout (0: never)
+// and, if conns is set, whose connections it tracks.
+func (p *Pool) newClient(t Target, timeout time.Duration, conns *connections) (*Client, error) {
+	opts := p.opts.Client
+	opts.Timeout = timeout
+	client, err := NewClient(t.Connection, opts)
+	if err != nil || conns == nil {
+		return client, err
+	}
+	return client, conns.track(client)
+}
+
+// EnvironmentID is the environment this cluster serves.
+func (c *Cluster) EnvironmentID() string { return c.target.EnvironmentID }
+
+// Client is for writes (PVC create, patch, delete); each request is bounded
+// by requestTimeout as well as by its context.
+func (c *Cluster) Client() kubernetes.Interface { return c.writes.Interface }
+
+// Namespaces are the environment's default namespace, then its allowed ones.
+func (c *Cluster) Namespaces() []string { return slices.Clone(c.target.Namespaces) }
+
+// Health is the cluster's state as the pool sees it.
+func (c *Cluster) Health() Health {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.health
+}
+
+// OnPVC registers a handler for add, update and delete of the environment's
+// DCM-managed PVCs; a handler registered after the caches synced first
+// receives the current PVCs as adds. The handler belongs to the environment,
+// not to this connection: a replacement connection gets it too (and delivers
+// every current PVC to it as an add), so a status tracker keeps receiving
+// events across credential rotation. It must be safe for concurrent use:
+// each namespace delivers on its own goroutine, and during a replacement both
+// connections deliver.
+func (c *Cluster) OnPVC(handler cache.ResourceEventHandler) error {
+	return c.handlers.add(handler)
+}
+
+// start runs the cluster until stop. The pool calls it with its lock held,
+// so a concurrent stop always finds the goroutine started.
+func (c *Cluster) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go c.run(ctx)
+}
+
+// stop ends every goroutine of a started cluster, waits for them, and
+// closes its connections. A write still in flight keeps its connection until
+// it ends; the connection then closes when idle.
+func (c *Cluster) stop() {
+	c.handlers.leave(c)
+	c.cancel()
+	<-c.done
+	c.conns.closeAll()
+	c.writes.Close()
+}
+
+// run owns the cluster's lifecycle: health checks run from the start; once
+// one succeeds the cluster waits for a sync slot, starts its informers and
+// watches them sync until the deadline. Every state change is published from
+// here, so they are reported in order.
+func (c *Cluster) run(ctx context.Context) {
+	defer close(c.done)
+	defer c.caches.shutdown() // after ctx is cancelled: waits for the informers
+	checks := make(chan checkResult)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { c.checkLoop(ctx, checks) })
+
+	poll := time.NewTicker(syncPollInterval)
+	defer poll.Stop()
+	var deadline <-chan time.Time
+	holding := false
+	defer func() {
+		if holding {
+			<-c.pool.slots
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-checks:
+			c.tracker.checked(r)
+		case c.slotsWhen(c.tracker.phase == phaseQueued) <- struct{}{}:
+			holding = true
+			c.caches.start(ctx)
+			c.tracker.started()
+			deadline = time.After(c.pool.opts.SyncTimeout)
+		case <-deadline:
+			c.tracker.deadlinePassed()
+		case <-whenTicking(poll, c.tracker.phase == phaseSyncing || c.tracker.phase == phaseLate):
+			c.tracker.cachesUnsynced(c.caches.unsynced())
+		}
+		if holding && c.tracker.phase != phaseSyncing {
+			<-c.pool.slots
+			holding = false
+		}
+		c.publish()
+	}
+}
+
+// slotsWhen is the pool's sync slots when the cluster may take one, and nil
+// (a select case never chosen) otherwise.
+func (c *Cluster) slotsWhen(ok bool) chan<- struct{} {
+	if ok {
+		return c.pool.slots
+	}
+	return nil
+}
+
+func whenTicking(t *time.Ticker, ok bool) <-chan time.Time {
+	if ok {
+		return t.C
+	}
+	return nil
+}
+
+// publish stores the tracker's view and tells the pool about a state change
+// and, once, about the end of the initial sync.
+func (c *Cluster) publish() {
+	state, message := c.tracker.health()
+	c.mu.Lock()
+	changed := state != c.health.State
+	if changed {
+		c.health.Since = time.Now()
+	}
+	c.health.State, c.health.Message, c.health.Synced = state, message, c.tracker.phase == phaseSynced
+	h := c.health
+	c.mu.Unlock()
+	if changed {
+		c.pool.changed(c, h)
+	}
+	if !c.settleReported && c.tracker.settled() {
+		c.settleReported = true
+		c.pool.settled(c)
+	}
+}
+
+// pvcHandlers are one environment's PVC event handlers and the clusters
+// (live and pending) they are registered with.
+type pvcHandlers struct {
+	mu       sync.Mutex
+	handlers []cache.ResourceEventHandler
+	members  []*Cluster
+}
+
+func (s *pvcHandlers) add(h cache.ResourceEventHandler) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handlers = append(s.handlers, h)
+	var errs []error
+	for _, c := range s.members {
+		errs = append(errs, c.caches.onPVC(h))
+	}
+	return errors.Join(errs...)
+}
+
+// join registers every handler with c, before its informers start.
+func (s *pvcHandlers) join(c *Cluster) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.handlers = s
+	for _, h := range s.handlers {
+		if err := c.caches.onPVC(h); err != nil {
+			return err
+		}
+	}
+	s.members = append(s.members, c)
+	return nil
+}
+
+// leave forgets c, which is being stopped.
+func (s *pvcHandlers) leave(c *Cluster) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.members = slices.DeleteFunc(s.members, func(m *Cluster) bool { return m == c })
+}

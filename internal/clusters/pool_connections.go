@@ -1,0 +1,94 @@
+package clusters
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+)
+
+// connections are the TCP connections a cluster's background clients
+// (watches, health checks) have open, so that stopping the cluster closes
+// every one of them. CloseIdleConnections alone is not enough: an HTTP/2
+// stream cancelled a moment earlier may still be unwinding, so its
+// connection is not idle yet and would stay open, with its reader goroutine,
+// until the transport's idle timeout.
+type connections struct {
+	mu     sync.Mutex
+	open   map[*trackedConn]struct{}
+	closed bool
+}
+
+func newConnections() *connections {
+	return &connections{open: map[*trackedConn]struct{}{}}
+}
+
+// track makes client dial through s. It must run before the client sends its
+// first request.
+func (s *connections) track(client *Client) error {
+	transport := baseTransport(client.http.Transport)
+	if transport == nil || transport.DialContext == nil {
+		return errors.New("cluster client: unexpected transport; cannot track its connections")
+	}
+	dial := transport.DialContext
+	transport.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
+		conn, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		return s.add(conn)
+	}
+	return nil
+}
+
+// baseTransport finds the *http.Transport beneath client-go's wrappers.
+func baseTransport(rt http.RoundTripper) *http.Transport {
+	for {
+		switch t := rt.(type) {
+		case *http.Transport:
+			return t
+		case utilnet.RoundTripperWrapper:
+			rt = t.WrappedRoundTripper()
+		default:
+			return nil
+		}
+	}
+}
+
+func (s *connections) add(conn net.Conn) (net.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = conn.Close()
+		return nil, net.ErrClosed
+	}
+	tracked := &trackedConn{Conn: conn, owner: s}
+	s.open[tracked] = struct{}{}
+	return tracked, nil
+}
+
+// closeAll closes every open connection and refuses new ones.
+func (s *connections) closeAll() {
+	s.mu.Lock()
+	open := s.open
+	s.open, s.closed = nil, true
+	s.mu.Unlock()
+	for conn := range open {
+		_ = conn.Conn.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	owner *connections
+}
+
+func (c *trackedConn) Close() error {
+	c.owner.mu.Lock()
+	delete(c.owner.open, c)
+	c.owner.mu.Unlock()
+	return c.Conn.Close()
+}

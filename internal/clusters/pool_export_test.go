@@ -1,0 +1,4 @@
+package clusters
+
+// Done is closed once every goroutine the cluster started has exited.
+func (c *Cluster) Done() <-chan struct{} { return c.done }

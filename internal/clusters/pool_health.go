@@ -1,0 +1,176 @@
+package clusters
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Health is a cluster's state as the pool sees it.
+type Health struct {
+	// State is READY, DEGRADED, UNREACHABLE, or PENDING before the first
+	// sync or check.
+	State State
+	// Message is written by the gateway, never copied from an API server.
+	Message string
+	// Since is when State last changed.
+	Since time.Time
+	// Synced is true once every cache has synced (reads can be served); it
+	// stays true while the cluster is unreachable and the caches are stale.
+	Synced bool
+}
+
+const (
+	msgAwaitingServer = "waiting for the API server to answer a health check"
+	msgReady          = "connected; caches synced"
+)
+
+// checkResult is one health check; a failed one carries classify's words.
+type checkResult struct {
+	ok      bool
+	message string
+}
+
+// syncPhase is how far a cluster's initial cache sync got.
+type syncPhase int
+
+const (
+	phaseAwaitingServer syncPhase = iota // no health check has succeeded yet
+	phaseQueued                          // waiting for a sync slot
+	phaseSyncing                         // informers started, before the deadline
+	phaseSynced                          // every cache synced at least once
+	phaseLate                            // the deadline passed with caches unsynced
+)
+
+// tracker turns health checks and sync progress into a state. Informers
+// start only after a check succeeded, so a dead cluster holds no sync slot
+// and sends no LISTs, only its health checks.
+type tracker struct {
+	threshold   int
+	syncTimeout time.Duration
+	caches      int
+
+	failures int
+	// down is set after threshold consecutive failures, cleared by a
+	// success; downMessage explains the latest failure.
+	down        bool
+	downMessage string
+	phase       syncPhase
+	unsynced    []string
+}
+
+// checked counts a health check. Failures make the cluster UNREACHABLE
+// whatever classify called them: an API server that is starting answers 401
+// for a moment, and a state flapping between UNREACHABLE and UNAUTHORIZED
+// would tell an admin nothing more than the message does.
+func (t *tracker) checked(r checkResult) {
+	if r.ok {
+		t.failures, t.down = 0, false
+		if t.phase == phaseAwaitingServer {
+			t.phase = phaseQueued
+		}
+		return
+	}
+	t.failures++
+	if t.failures >= t.threshold {
+		t.down, t.downMessage = true, r.message
+	}
+}
+
+func (t *tracker) started() { t.phase = phaseSyncing }
+
+func (t *tracker) cachesUnsynced(names []string) {
+	t.unsynced = names
+	if len(names) == 0 {
+		t.phase = phaseSynced
+	}
+}
+
+func (t *tracker) deadlinePassed() {
+	if t.phase == phaseSyncing {
+		t.phase = phaseLate
+	}
+}
+
+// settled reports whether the initial sync is over, one way or another.
+func (t *tracker) settled() bool {
+	return t.phase == phaseSynced || t.phase == phaseLate || t.down
+}
+
+func (t *tracker) health() (State, string) {
+	switch {
+	case t.down:
+		return StateUnreachable, t.downMessage
+	case t.phase == phaseSynced:
+		return StateReady, msgReady
+	case t.phase == phaseLate && len(t.unsynced) < t.caches:
+		return StateDegraded, fmt.Sprintf("caches not synced within %s, still retrying: %s", t.syncTimeout, strings.Join(t.unsynced, ", "))
+	case t.phase == phaseLate:
+		return StateUnreachable, fmt.Sprintf("no cache synced within %s; still retrying", t.syncTimeout)
+	case t.phase == phaseSyncing:
+		return StatePending, "syncing caches"
+	case t.phase == phaseQueued:
+		return StatePending, fmt.Sprintf("waiting to sync; at most %d environments sync at once", maxConcurrentSyncs)
+	}
+	return StatePending, msgAwaitingServer
+}
+
+// checkLoop checks the API server now and then on a fixed schedule, so the
+// detection bounds in the PoolOptions defaults hold however long a check
+// takes (up to HealthTimeout, when that is not longer than HealthInterval).
+func (c *Cluster) checkLoop(ctx context.Context, results chan<- checkResult) {
+	ticker := time.NewTicker(c.pool.opts.HealthInterval)
+	defer ticker.Stop()
+	for {
+		r := c.check(ctx)
+		select {
+		case results <- r:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// check asks the API server whether it is ready to serve (GET /readyz, which
+// also fails when its storage is down). It bypasses the client's rate limiter:
+// a queue of writes must not make a healthy cluster look unreachable.
+func (c *Cluster) check(ctx context.Context) checkResult {
+	ctx, cancel := context.WithTimeout(ctx, c.pool.opts.HealthTimeout)
+	defer cancel()
+	r := c.askReady(ctx)
+	if !r.ok {
+		// A connection that timed out may be dead rather than slow; without
+		// idle connections the next check dials afresh instead of queueing
+		// behind it.
+		c.checks.Close()
+	}
+	return r
+}
+
+func (c *Cluster) askReady(ctx context.Context) checkResult {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.target.Connection.Server+"/readyz", nil)
+	if err != nil {
+		return checkResult{message: "the server address cannot be used"}
+	}
+	resp, err := c.checks.http.Do(req)
+	if err != nil {
+		_, message := classify(ctx, err, c.pool.opts.HealthTimeout)
+		return checkResult{message: message}
+	}
+	defer func() { _ = resp.Body.Close() }()
+	// Drained (a little) so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusOK {
+		_, message := classifyStatus(int32(resp.StatusCode)) //nolint:gosec // HTTP status codes are three digits
+		return checkResult{message: message}
+	}
+	return checkResult{ok: true}
+}

@@ -1,0 +1,74 @@
+package clusters
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultsMeetTheSpecDetectionBounds(t *testing.T) {
+	o := PoolOptions{}.withDefaults()
+	// Checks start every HealthInterval and a failing one ends within
+	// HealthTimeout. Worst cases: the cluster dies just after a good check,
+	// so FailureThreshold more checks must fail; it comes back just after a
+	// check started, which may still time out, and the next one succeeds.
+	unreachable := time.Duration(o.FailureThreshold)*o.HealthInterval + o.HealthTimeout
+	recovery := o.HealthInterval + o.HealthTimeout
+	if unreachable > 60*time.Second {
+		t.Errorf("an unreachable cluster is detected after up to %s; SPEC §5 allows 60s", unreachable)
+	}
+	if recovery > 15*time.Second {
+		t.Errorf("recovery is detected after up to %s; SPEC §5 allows 15s", recovery)
+	}
+}
+
+func TestTrackerStates(t *testing.T) {
+	ok := func(tr *tracker) { tr.checked(checkResult{ok: true}) }
+	fail := func(tr *tracker) { tr.checked(checkResult{message: "the API server did not answer within 5s"}) }
+	rejected := func(tr *tracker) { tr.checked(checkResult{message: "the API server rejected the credentials"}) }
+	start := func(tr *tracker) { tr.started() }
+	unsynced := func(names ...string) func(*tracker) {
+		return func(tr *tracker) { tr.cachesUnsynced(names) }
+	}
+	deadline := func(tr *tracker) { tr.deadlinePassed() }
+
+	tests := []struct {
+		name    string
+		steps   []func(*tracker)
+		state   State
+		message string
+		settled bool
+		synced  bool
+	}{
+		{"new", nil, StatePending, "health check", false, false},
+		{"one failure is below the threshold", []func(*tracker){fail}, StatePending, "health check", false, false},
+		{"threshold failures before any success", []func(*tracker){fail, fail}, StateUnreachable, "did not answer", true, false},
+		{"answered, waiting for a slot", []func(*tracker){fail, ok}, StatePending, "at most 4", false, false},
+		{"syncing", []func(*tracker){ok, start, unsynced("storageclasses")}, StatePending, "syncing", false, false},
+		{"synced", []func(*tracker){ok, start, unsynced()}, StateReady, "synced", true, true},
+		{"synced, one failure keeps READY", []func(*tracker){ok, start, unsynced(), fail}, StateReady, "synced", true, true},
+		{"synced, then down", []func(*tracker){ok, start, unsynced(), fail, fail}, StateUnreachable, "did not answer", true, true},
+		{"down, then one success", []func(*tracker){ok, start, unsynced(), fail, fail, ok}, StateReady, "synced", true, true},
+		{"credentials rejected", []func(*tracker){rejected, rejected}, StateUnreachable, "rejected", true, false},
+		{"latest failure explains", []func(*tracker){ok, start, unsynced(), fail, rejected}, StateUnreachable, "rejected", true, true},
+		{"some caches late", []func(*tracker){ok, start, unsynced("events in a", "csidrivers"), deadline}, StateDegraded, "within 30s, still retrying: events in a, csidrivers", true, false},
+		{"no cache synced", []func(*tracker){ok, start, unsynced("a", "b", "c"), deadline}, StateUnreachable, "no cache synced within 30s", true, false},
+		{"late caches catch up", []func(*tracker){ok, start, unsynced("a"), deadline, unsynced()}, StateReady, "synced", true, true},
+		{"deadline after sync is ignored", []func(*tracker){ok, start, unsynced(), deadline}, StateReady, "synced", true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := tracker{threshold: 2, syncTimeout: 30 * time.Second, caches: 3}
+			for _, step := range tt.steps {
+				step(&tr)
+			}
+			state, message := tr.health()
+			if state != tt.state || !strings.Contains(message, tt.message) {
+				t.Errorf("health = %s %q, want %s containing %q", state, message, tt.state, tt.message)
+			}
+			if tr.settled() != tt.settled || (tr.phase == phaseSynced) != tt.synced {
+				t.Errorf("settled = %v, synced = %v; want %v, %v", tr.settled(), tr.phase == phaseSynced, tt.settled, tt.synced)
+			}
+		})
+	}
+}

@@ -1,0 +1,234 @@
+package clusters_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+)
+
+func TestRemoveReleasesEverything(t *testing.T) {
+	p := newPool(t, fast)
+	// Three ways an environment ends: removed while still connecting,
+	// removed once synced, removed with a replacement pending.
+	cycle := func(i int) {
+		target := eastTarget(fmt.Sprintf("pool-cycle-%d", i))
+		switch i % 3 {
+		case 0:
+			if err := p.Ensure(target); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			ensureReady(t, p, target)
+		case 2:
+			ensureReady(t, p, target)
+			target.Namespaces = target.Namespaces[:1]
+			if err := p.Ensure(target); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Remove(target.EnvironmentID)
+	}
+	// client-go starts a few process-wide goroutines on first use.
+	for i := range 3 {
+		cycle(i)
+	}
+	time.Sleep(time.Second)
+	before := goroutines()
+
+	start := time.Now()
+	for i := range 50 {
+		cycle(i)
+	}
+	t.Logf("50 Ensure/Remove cycles took %s", time.Since(start))
+	// Connections close asynchronously once released.
+	leaked := grown(before, goroutines())
+	for deadline := time.Now().Add(10 * time.Second); len(leaked) > 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		leaked = grown(before, goroutines())
+	}
+	if len(leaked) > 0 {
+		t.Errorf("leaked goroutines:\n%s", strings.Join(leaked, "\n"))
+	}
+}
+
+// goroutines counts the process's goroutines by call stack (function names
+// only, so the same code at another line of a loop counts as the same).
+func goroutines() map[string]int {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	counts := map[string]int{}
+	for block := range strings.SplitSeq(buf.String(), "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		head := strings.Fields(lines[0])
+		if len(head) < 2 || head[1] != "@" {
+			continue // the "goroutine profile: total N" header, or nothing
+		}
+		n, _ := strconv.Atoi(head[0])
+		var funcs []string
+		for _, l := range lines[1:] {
+			if f := strings.Fields(l); len(f) >= 3 {
+				funcs = append(funcs, strings.Split(f[2], "+")[0])
+			}
+		}
+		counts[strings.Join(funcs, "\n\t")] += n
+	}
+	return counts
+}
+
+// grown lists the stacks that have more goroutines now than before.
+func grown(before, after map[string]int) []string {
+	var out []string
+	for stack, n := range after {
+		if n > before[stack] {
+			out = append(out, fmt.Sprintf("%d more of\n\t%s", n-before[stack], stack))
+		}
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestFailingClusterIsNotHammered counts the LISTs and WATCHes reaching a
+// server whose health endpoint answers but whose resources fail: informers
+// must back off, not retry in a loop. The rate limiter is opened wide so it
+// cannot hide a hot loop.
+func TestFailingClusterIsNotHammered(t *testing.T) {
+	const window = 6 * time.Second
+	tests := []struct {
+		name   string
+		status int
+	}{
+		{"lists fail", http.StatusServiceUnavailable},
+		{"lists forbidden", http.StatusForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var requests atomic.Int32
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/readyz" {
+					_, _ = w.Write([]byte("ok"))
+					return
+				}
+				requests.Add(1)
+				http.Error(w, "attacker-controlled body", tt.status)
+			}))
+			defer srv.Close()
+
+			var logs syncBuffer
+			opts := fast
+			opts.SyncTimeout = 2 * time.Second
+			opts.Client.QPS, opts.Client.Burst = 1000, 1000
+			opts.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			p := newPool(t, opts)
+			target := clusters.Target{
+				EnvironmentID: "pool-failing",
+				Connection:    kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t0ken"},
+				Namespaces:    []string{"dcm-volumes", "dcm-scratch"},
+			}
+			if err := p.Ensure(target); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(window)
+			c, _ := p.Get(target.EnvironmentID)
+			if h := c.Health(); h.State != clusters.StateUnreachable || !strings.Contains(h.Message, "no cache synced within 2s") {
+				t.Errorf("health after the sync deadline = %+v, want UNREACHABLE: no cache synced", h)
+			}
+			p.Remove(target.EnvironmentID)
+
+			// 7 informers; each attempt is a watch-list request and a
+			// fallback LIST; backoff starts at 0.8s and doubles with jitter,
+			// so at most 4 attempts fit into the window.
+			n := requests.Load()
+			t.Logf("%d requests in %s", n, window)
+			if n < 7 || n > 7*2*5 {
+				t.Errorf("%d LIST/WATCH requests in %s; want every informer to try, with backoff", n, window)
+			}
+			if out := logs.String(); strings.Contains(out, "attacker") || !strings.Contains(out, `"environment":"pool-failing"`) ||
+				!strings.Contains(out, fmt.Sprintf("HTTP status %d", tt.status)) {
+				t.Errorf("logs must name the environment and status, never the body:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestInitialSyncsAreBounded starts more slow clusters (answering health
+// checks, never answering a LIST) than there are sync slots: the rest must
+// queue, and take a slot when one frees.
+func TestInitialSyncsAreBounded(t *testing.T) {
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			_, _ = w.Write([]byte("ok"))
+			return
+		}
+		<-r.Context().Done()
+	})
+	var targets []clusters.Target
+	for i := range 6 {
+		srv := httptest.NewTLSServer(slow)
+		t.Cleanup(srv.Close) // after the pool's Close, which ends the hanging requests
+		targets = append(targets, clusters.Target{
+			EnvironmentID: fmt.Sprintf("pool-slow-%d", i),
+			Connection:    kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t0ken"},
+			Namespaces:    []string{"dcm-volumes"},
+		})
+	}
+	opts := fast
+	opts.SyncTimeout = time.Minute
+	p := newPool(t, opts)
+	for _, target := range targets {
+		if err := p.Ensure(target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syncing := func() (ids []string, waiting int) {
+		for _, target := range targets {
+			c, ok := p.Get(target.EnvironmentID)
+			switch {
+			case !ok:
+			case c.Health().Message == "syncing caches":
+				ids = append(ids, target.EnvironmentID)
+			case strings.HasPrefix(c.Health().Message, "waiting to sync"):
+				waiting++
+			}
+		}
+		return ids, waiting
+	}
+	eventually(t, 5*time.Second, "4 syncing, 2 queued", func() bool {
+		ids, waiting := syncing()
+		return len(ids) == 4 && waiting == 2
+	})
+	ids, _ := syncing()
+	p.Remove(ids[0])
+	eventually(t, 5*time.Second, "a queued cluster takes the free slot", func() bool {
+		ids, waiting := syncing()
+		return len(ids) == 4 && waiting == 1
+	})
+}

@@ -1,0 +1,557 @@
+package clusters_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+)
+
+// fast are health settings that make the tests quick; the defaults' bounds
+// are checked by TestDefaultsMeetTheSpecDetectionBounds.
+var fast = clusters.PoolOptions{
+	SyncTimeout:      10 * time.Second,
+	HealthInterval:   500 * time.Millisecond,
+	HealthTimeout:    500 * time.Millisecond,
+	FailureThreshold: 2,
+}
+
+// cacheRead is far more than a cached read takes and far less than a round
+// trip to a cut or dead cluster.
+const cacheRead = 50 * time.Millisecond
+
+func newPool(t *testing.T, opts clusters.PoolOptions) *clusters.Pool {
+	t.Helper()
+	opts.Client.Egress = loopback
+	p := clusters.NewPool(opts)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func eastTarget(id string) clusters.Target {
+	return clusters.Target{
+		EnvironmentID: id,
+		Connection:    kubeconfig.Connection{Server: east.ServerURL(), CAData: east.CAData(), Token: east.GatewayToken()},
+		Namespaces:    east.Spec.Environment.Namespaces(),
+	}
+}
+
+// eventually polls cond until it holds and returns how long that took.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// ensureReady adds t to p and waits until its caches serve.
+func ensureReady(t *testing.T, p *clusters.Pool, target clusters.Target) *clusters.Cluster {
+	t.Helper()
+	if err := p.Ensure(target); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, target.EnvironmentID+" READY and synced", func() bool {
+		c, ok := p.Get(target.EnvironmentID)
+		return ok && c.Health().State == clusters.StateReady && c.Health().Synced
+	})
+	c, _ := p.Get(target.EnvironmentID)
+	return c
+}
+
+func claim(name string, labels, annotations map[string]string) *corev1.PersistentVolumeClaim {
+	class := "standard-wffc" // binds only with a pod: no provisioning noise
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class,
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+}
+
+var managed = map[string]string{clusters.ManagedByLabel: clusters.ManagedByValue}
+
+// createClaim creates a PVC as an admin and deletes it when the test ends.
+func createClaim(t *testing.T, namespace string, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	pvcs := east.AdminClient().CoreV1().PersistentVolumeClaims(namespace)
+	created, err := pvcs.Create(t.Context(), pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pvcs.Delete(context.Background(), pvc.Name, metav1.DeleteOptions{}) })
+	return created
+}
+
+func warning(namespace, pvcName, name, eventType string, at time.Time) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: namespace, Name: pvcName},
+		Type:           eventType,
+		Reason:         "ProvisioningFailed",
+		Message:        name,
+		Source:         corev1.EventSource{Component: "pool-test"},
+		FirstTimestamp: metav1.NewTime(at),
+		LastTimestamp:  metav1.NewTime(at),
+		Count:          1,
+	}
+}
+
+func names[T metav1.Object](objs []T) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetName()
+	}
+	return out
+}
+
+func TestPoolServesReadsFromCaches(t *testing.T) {
+	ctx := t.Context()
+	admin := east.AdminClient()
+	ns := east.Spec.Environment.Namespace
+	p := newPool(t, fast)
+	c := ensureReady(t, p, eastTarget("pool-reads"))
+
+	lastApplied := map[string]string{corev1.LastAppliedConfigAnnotation: `{"huge":"copy"}`, "keep": "me"}
+	created := createClaim(t, ns, claim("pool-reads-managed", managed, lastApplied))
+	createClaim(t, ns, claim("pool-reads-foreign", nil, nil))
+	if len(created.ManagedFields) == 0 {
+		t.Fatal("the API server set no managed fields; the stripping check below would prove nothing")
+	}
+	events := admin.CoreV1().Events(ns)
+	now := time.Now().Truncate(time.Second)
+	for _, e := range []*corev1.Event{
+		warning(ns, created.Name, "pool-reads-older", corev1.EventTypeWarning, now.Add(-time.Minute)),
+		warning(ns, created.Name, "pool-reads-newer", corev1.EventTypeWarning, now),
+		warning(ns, created.Name, "pool-reads-normal", corev1.EventTypeNormal, now),
+		warning(ns, "pool-reads-foreign", "pool-reads-other-claim", corev1.EventTypeWarning, now),
+	} {
+		if _, err := events.Create(ctx, e, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = events.Delete(context.Background(), e.Name, metav1.DeleteOptions{}) })
+	}
+
+	eventually(t, 10*time.Second, "the managed PVC in the cache", func() bool { _, ok := c.PVC(ns, created.Name); return ok })
+	t.Run("PVCs", func(t *testing.T) {
+		pvc, _ := c.PVC(ns, created.Name)
+		if pvc.ManagedFields != nil || pvc.Annotations[corev1.LastAppliedConfigAnnotation] != "" || pvc.Annotations["keep"] != "me" {
+			t.Errorf("cached PVC metadata = managedFields %v, annotations %v; want both stripped, other annotations kept", pvc.ManagedFields, pvc.Annotations)
+		}
+		if _, ok := c.PVC(ns, "pool-reads-foreign"); ok {
+			t.Error("a PVC without the DCM label is cached")
+		}
+		if _, ok := c.PVC("kube-system", created.Name); ok {
+			t.Error("PVC answers for a namespace outside the environment")
+		}
+		all := c.PVCs()
+		if !slices.Contains(names(all), created.Name) || slices.Contains(names(all), "pool-reads-foreign") {
+			t.Errorf("PVCs() = %v, want the managed claim and not the foreign one", names(all))
+		}
+		for _, pvc := range all {
+			if pvc.Labels[clusters.ManagedByLabel] != clusters.ManagedByValue {
+				t.Errorf("PVCs() returned %s/%s without the DCM label", pvc.Namespace, pvc.Name)
+			}
+		}
+	})
+	t.Run("storage", func(t *testing.T) {
+		classes, err := admin.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := names(ptrs(classes.Items))
+		slices.Sort(want)
+		if got := names(c.StorageClasses()); !slices.Equal(got, want) {
+			t.Errorf("StorageClasses() = %v, want %v", got, want)
+		}
+		if def, ok := c.DefaultStorageClass(); !ok || def.Name != "standard" {
+			t.Errorf("DefaultStorageClass() = %v, %v; want standard", def, ok)
+		}
+		if class, ok := c.StorageClass("archive"); !ok || class.ManagedFields != nil {
+			t.Errorf("StorageClass(archive) = %v, %v; want it, without managed fields", class, ok)
+		}
+		if _, ok := c.CSIDriver("disk.csi.local.dev"); !ok {
+			t.Error("CSIDriver(disk.csi.local.dev) not found")
+		}
+		capacities, err := admin.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.CSIStorageCapacities(); len(got) != len(capacities.Items) || len(got) == 0 {
+			t.Errorf("CSIStorageCapacities() has %d objects, the cluster %d", len(got), len(capacities.Items))
+		}
+	})
+	t.Run("warning events", func(t *testing.T) {
+		var got []string
+		eventually(t, 10*time.Second, "both warnings cached", func() bool {
+			got = names(c.WarningEvents(ns, created.Name))
+			return slices.Contains(got, "pool-reads-older") && slices.Contains(got, "pool-reads-newer")
+		})
+		newer, older := slices.Index(got, "pool-reads-newer"), slices.Index(got, "pool-reads-older")
+		if newer > older || slices.Contains(got, "pool-reads-normal") || slices.Contains(got, "pool-reads-other-claim") {
+			t.Errorf("WarningEvents = %v; want only this claim's warnings, newest first", got)
+		}
+	})
+	t.Run("newest default class wins", func(t *testing.T) {
+		classes := admin.StorageV1().StorageClasses()
+		time.Sleep(time.Second) // creation timestamps have second resolution
+		newer := &storagev1.StorageClass{
+			ObjectMeta:  metav1.ObjectMeta{Name: "pool-newer-default", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+			Provisioner: "disk.csi.local.dev",
+		}
+		if _, err := classes.Create(ctx, newer, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = classes.Delete(context.Background(), newer.Name, metav1.DeleteOptions{}) }()
+		eventually(t, 10*time.Second, "the newer default class chosen", func() bool {
+			def, ok := c.DefaultStorageClass()
+			return ok && def.Name == newer.Name
+		})
+		if err := classes.Delete(ctx, newer.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "standard is the default again", func() bool {
+			def, ok := c.DefaultStorageClass()
+			return ok && def.Name == "standard"
+		})
+	})
+}
+
+func ptrs[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+// healthLog records OnHealth calls.
+type healthLog struct {
+	mu     sync.Mutex
+	states map[string][]clusters.State
+}
+
+func (l *healthLog) record(env string, h clusters.Health) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states == nil {
+		l.states = map[string][]clusters.State{}
+	}
+	l.states[env] = append(l.states[env], h.State)
+}
+
+func (l *healthLog) of(env string) []clusters.State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.states[env])
+}
+
+func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
+	var log healthLog
+	opts := fast
+	opts.OnHealth = log.record
+	p := newPool(t, opts)
+	ns := east.Spec.Environment.Namespace
+	c := ensureReady(t, p, eastTarget("pool-unreachable"))
+	pvc := createClaim(t, ns, claim("pool-unreachable-claim", managed, nil))
+	eventually(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, pvc.Name); return ok })
+
+	// Checks start every interval; a failing one ends within the timeout.
+	detectBound := time.Duration(opts.FailureThreshold)*opts.HealthInterval + opts.HealthTimeout
+	recoverBound := opts.HealthInterval + opts.HealthTimeout
+	const slack = 2 * time.Second
+
+	t.Cleanup(func() { east.SetReachable(true) })
+	east.SetReachable(false)
+	took := eventually(t, 60*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.StateUnreachable })
+	t.Logf("unreachable detected after %s (bound %s)", took, detectBound)
+	if took > detectBound+slack {
+		t.Errorf("unreachable detected after %s, want within %s", took, detectBound)
+	}
+	if h := c.Health(); !h.Synced || h.Message == "" {
+		t.Errorf("health while cut = %+v; want a message and the caches still marked synced", h)
+	}
+
+	start := time.Now()
+	_, found := c.PVC(ns, pvc.Name)
+	classes := c.StorageClasses()
+	if got, ok := p.Get("pool-unreachable"); !found || len(classes) == 0 || !ok || got != c {
+		t.Errorf("reads while cut: claim found %v, %d classes, Get ok %v; want answers from the cache", found, len(classes), ok)
+	}
+	if d := time.Since(start); d > cacheRead {
+		t.Errorf("reads while cut took %s; they must not touch the network", d)
+	}
+
+	east.SetReachable(true)
+	took = eventually(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.StateReady })
+	t.Logf("recovery detected after %s (bound %s)", took, recoverBound)
+	if took > recoverBound+slack {
+		t.Errorf("recovery detected after %s, want within %s", took, recoverBound)
+	}
+	want := []clusters.State{clusters.StateReady, clusters.StateUnreachable, clusters.StateReady}
+	if got := log.of("pool-unreachable"); !slices.Equal(got, want) {
+		t.Errorf("OnHealth saw %v, want %v", got, want)
+	}
+}
+
+// blackHole accepts connections and never answers, like a dead network path.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return "https://" + ln.Addr().String()
+}
+
+// refusing is an address where nothing listens.
+func refusing(t *testing.T) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return "https://" + addr
+}
+
+func TestDeadClustersDoNotDelayHealthyOnes(t *testing.T) {
+	opts := fast
+	opts.HealthTimeout = 5 * time.Second // dead clusters hold each check as long as possible
+	opts.SyncTimeout = 30 * time.Second
+	p := newPool(t, opts)
+
+	// More dead environments than sync slots, added first.
+	var dead []string
+	for i := range 6 {
+		server := blackHole(t)
+		if i%2 == 1 {
+			server = refusing(t)
+		}
+		target := eastTarget(fmt.Sprintf("pool-dead-%d", i))
+		target.Connection.Server = server
+		start := time.Now()
+		if err := p.Ensure(target); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > cacheRead {
+			t.Errorf("Ensure of a dead cluster took %s", d)
+		}
+		dead = append(dead, target.EnvironmentID)
+	}
+	if err := p.Ensure(eastTarget("pool-healthy")); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, 5*time.Second, "the healthy cluster synced while dead ones are pending", func() bool {
+		c, _ := p.Get("pool-healthy")
+		return c.Health().Synced
+	})
+	t.Logf("healthy cluster synced %s after Ensure, behind %d dead ones", took, len(dead))
+
+	for _, id := range dead {
+		start := time.Now()
+		c, ok := p.Get(id)
+		if !ok {
+			t.Fatalf("Get(%s) found nothing", id)
+		}
+		h := c.Health()
+		pvcs, classes := c.PVCs(), c.StorageClasses()
+		if d := time.Since(start); d > cacheRead {
+			t.Errorf("Get and reads of dead %s took %s", id, d)
+		}
+		if h.Synced || h.State == clusters.StateReady || len(pvcs)+len(classes) != 0 {
+			t.Errorf("dead %s: health %+v, %d PVCs, %d classes", id, h, len(pvcs), len(classes))
+		}
+	}
+}
+
+func TestPoolSwapsConnectionsLive(t *testing.T) {
+	ns, scratch := east.Spec.Environment.Namespace, east.Spec.Environment.AllowedNamespaces[0]
+	rotated, err := east.NewGatewayToken(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		initial   func(clusters.Target) clusters.Target
+		changed   func(clusters.Target) clusters.Target
+		namespace string // where a claim created after the swap must show up
+	}{
+		{
+			name:      "credential rotation",
+			initial:   func(t clusters.Target) clusters.Target { return t },
+			changed:   func(t clusters.Target) clusters.Target { t.Connection.Token = rotated; return t },
+			namespace: ns,
+		},
+		{
+			name:      "namespace added",
+			initial:   func(t clusters.Target) clusters.Target { t.Namespaces = []string{ns}; return t },
+			changed:   func(t clusters.Target) clusters.Target { t.Namespaces = []string{ns, scratch}; return t },
+			namespace: scratch,
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPool(t, fast)
+			id := fmt.Sprintf("pool-swap-%d", i)
+			initial := tt.initial(eastTarget(id))
+			old := ensureReady(t, p, initial)
+			seen := make(chan string, 100)
+			if err := old.OnPVC(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+				seen <- obj.(*corev1.PersistentVolumeClaim).Name
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Ensure(initial); err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := p.Get(id); c != old {
+				t.Fatal("Ensure with identical settings replaced the connection")
+			}
+
+			start := time.Now()
+			if err := p.Ensure(tt.changed(initial)); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > cacheRead {
+				t.Errorf("Ensure took %s", d)
+			}
+			if c, _ := p.Get(id); c != old && !c.Health().Synced {
+				t.Error("Get returned the replacement before its caches synced")
+			}
+			var current *clusters.Cluster
+			took := eventually(t, 15*time.Second, "replacement live and READY", func() bool {
+				current, _ = p.Get(id)
+				return current != old && current.Health().State == clusters.StateReady && current.Health().Synced
+			})
+			t.Logf("replacement took over after %s", took)
+			select {
+			case <-old.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the replaced connection's goroutines are still running")
+			}
+
+			pvc := createClaim(t, tt.namespace, claim(fmt.Sprintf("pool-swap-%d-after", i), managed, nil))
+			eventually(t, 10*time.Second, "claim created after the swap cached", func() bool {
+				_, ok := current.PVC(tt.namespace, pvc.Name)
+				return ok
+			})
+			if _, ok := old.PVC(tt.namespace, pvc.Name); ok {
+				t.Error("the retired connection's cache still follows the cluster")
+			}
+			eventually(t, 10*time.Second, "handler registered on the old connection sees the new claim", func() bool {
+				for {
+					select {
+					case name := <-seen:
+						if name == pvc.Name {
+							return true
+						}
+					default:
+						return false
+					}
+				}
+			})
+			if _, err := current.Client().CoreV1().PersistentVolumeClaims(tt.namespace).Get(t.Context(), pvc.Name, metav1.GetOptions{}); err != nil {
+				t.Errorf("write client of the replacement: %v", err)
+			}
+		})
+	}
+}
+
+func TestCachesRecoverAfterAPIServerRestart(t *testing.T) {
+	ns := east.Spec.Environment.Namespace
+	var log healthLog
+	opts := fast
+	opts.OnHealth = log.record
+	p := newPool(t, opts)
+	c := ensureReady(t, p, eastTarget("pool-restart"))
+	before := createClaim(t, ns, claim("pool-before-restart", managed, nil))
+	eventually(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, before.Name); return ok })
+
+	start := time.Now()
+	if err := east.RestartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API server restarted in %s", time.Since(start))
+	after := createClaim(t, ns, claim("pool-after-restart", managed, nil))
+	if err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), before.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, 60*time.Second, "cache follows changes made after the restart", func() bool {
+		_, added := c.PVC(ns, after.Name)
+		_, kept := c.PVC(ns, before.Name)
+		return added && !kept
+	})
+	t.Logf("cache caught up %s after the changes; health states seen: %v", took, log.of("pool-restart"))
+	eventually(t, 15*time.Second, "READY after the restart", func() bool { return c.Health().State == clusters.StateReady })
+}
+
+func TestEnsureRefusesUnusableTargets(t *testing.T) {
+	p := newPool(t, fast)
+	valid := eastTarget("pool-unusable")
+	tests := []struct {
+		name   string
+		change func(*clusters.Target)
+	}{
+		{"no environment id", func(t *clusters.Target) { t.EnvironmentID = "" }},
+		{"no namespaces", func(t *clusters.Target) { t.Namespaces = nil }},
+		{"repeated namespace", func(t *clusters.Target) { t.Namespaces = []string{"a", "b", "a"} }},
+		{"certificate authority that is not PEM", func(t *clusters.Target) { t.Connection.CAData = []byte("not a certificate") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := valid
+			tt.change(&target)
+			if err := p.Ensure(target); err == nil {
+				t.Error("Ensure accepted unusable settings")
+			}
+			if _, ok := p.Get(valid.EnvironmentID); ok {
+				t.Error("a refused target is in the pool")
+			}
+		})
+	}
+	p.Close()
+	if err := p.Ensure(valid); err == nil {
+		t.Error("Ensure after Close succeeded; nothing would ever stop that connection")
+	}
+}

@@ -1,0 +1,225 @@
+package volumes
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/status"
+)
+
+// Page sizes of AEP-158.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Get returns one volume from the records and the cluster cache.
+func (s *Service) Get(ctx context.Context, envID, id string) (Volume, error) {
+	if _, err := s.envs.Get(ctx, envID); err != nil {
+		return Volume{}, err
+	}
+	rec, err := s.live(ctx, envID, id)
+	if err != nil {
+		return Volume{}, err
+	}
+	cluster, err := s.readable(envID)
+	if err != nil {
+		return Volume{}, err
+	}
+	return s.view(cluster, rec)
+}
+
+// live returns a volume's record unless the volume is unknown or gone.
+func (s *Service) live(ctx context.Context, envID, id string) (record, error) {
+	rec, err := s.repo.get(ctx, envID, id)
+	if errors.Is(err, errNotFound) || err == nil && rec.Status == status.Deleted {
+		return record{}, fault.New(fault.NotFound, "volume %s not found in environment %s", id, envID)
+	}
+	return rec, err
+}
+
+// view merges a record with its cached claim.
+func (s *Service) view(cluster *clusters.Cluster, rec record) (Volume, error) {
+	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
+		return s.fromClaim(cluster, rec, pvc), nil
+	}
+	if deletionFinished(cluster, rec) {
+		return Volume{}, fault.New(fault.NotFound, "volume %s was deleted", rec.ID)
+	}
+	return fromRecord(rec), nil
+}
+
+// deletionFinished: a deletion whose claim is gone from the (synced) cache
+// is over, so the volume is not found any more, before the reconciler
+// records it as DELETED.
+func deletionFinished(cluster *clusters.Cluster, rec record) bool {
+	_, exists := cluster.PVC(rec.Spec.Namespace, rec.ID)
+	return rec.Status == status.Deleting && !exists
+}
+
+// Page is one page of volumes.
+type Page struct {
+	Volumes       []Volume
+	NextPageToken string
+}
+
+// List returns volumes in id order; the page token is the last id, opaque
+// to clients.
+func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageToken string) (Page, error) {
+	if _, err := s.envs.Get(ctx, envID); err != nil {
+		return Page{}, err
+	}
+	size, err := pageSize(maxPageSize)
+	if err != nil {
+		return Page{}, err
+	}
+	after, err := decodePageToken(pageToken)
+	if err != nil {
+		return Page{}, err
+	}
+	cluster, err := s.readable(envID)
+	if err != nil {
+		return Page{}, err
+	}
+	recs, err := s.repo.list(ctx, envID, after, size+1)
+	if err != nil {
+		return Page{}, err
+	}
+	var page Page
+	if len(recs) > size {
+		recs = recs[:size]
+		page.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(recs[size-1].ID))
+	}
+	for _, rec := range recs {
+		if v, err := s.view(cluster, rec); err == nil {
+			page.Volumes = append(page.Volumes, v)
+		}
+	}
+	return page, nil
+}
+
+func pageSize(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, fault.Invalid("max_page_size", "must not be negative")
+	case n == 0:
+		return DefaultPageSize, nil
+	}
+	return min(n, MaxPageSize), nil
+}
+
+func decodePageToken(token string) (string, error) {
+	if token == "" {
+		return "", nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || ValidateID(string(raw)) != nil {
+		return "", fault.Invalid("page_token", "is not a token this list issued")
+	}
+	return string(raw), nil
+}
+
+// Expand grows a volume's claim. Only growth on an expandable class is
+// accepted; the API server's quota admission decides the rest.
+func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volume, error) {
+	want, err := ParseCapacity("capacity", capacity)
+	if err != nil {
+		return Volume{}, err
+	}
+	if _, err := s.envs.Get(ctx, envID); err != nil {
+		return Volume{}, err
+	}
+	rec, err := s.live(ctx, envID, id)
+	if err != nil {
+		return Volume{}, err
+	}
+	cluster, err := s.writable(envID)
+	if err != nil {
+		return Volume{}, err
+	}
+	pvc, ok := cluster.PVC(rec.Spec.Namespace, id)
+	if !ok || pvc.DeletionTimestamp != nil {
+		return Volume{}, fault.New(fault.Conflict, "volume %s has no claim to expand (still being created, or deleted)", id)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound {
+		return Volume{}, fault.New(fault.Conflict, "volume %s is not bound to a volume yet; expand it once it is RUNNING", id)
+	}
+	class, ok := cluster.StorageClass(rec.Spec.StorageClass)
+	if !ok || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
+		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
+			Detail: fmt.Sprintf("storage class %s does not allow volume expansion", rec.Spec.StorageClass)}
+	}
+	current := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if want.Cmp(current) <= 0 {
+		return Volume{}, fault.Invalid("capacity", "must be larger than the current %s", current.String())
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"resources":{"requests":{"storage":%q}}}}`, want.String())
+	patched, err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Patch(ctx, id, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return Volume{}, kubernetesError(err, "expand the claim")
+	}
+	if err := s.repo.setCapacity(ctx, envID, id, want.String()); err != nil {
+		return Volume{}, err
+	}
+	s.log.InfoContext(ctx, "volume expansion requested", "environment", envID, "volume", id, "capacity", want.String())
+	return s.fromClaim(cluster, rec, patched), nil
+}
+
+// Delete deletes a volume's claim. Unknown or finished volumes are
+// NotFound, which DCM treats as success; a deletion under way is accepted
+// again.
+func (s *Service) Delete(ctx context.Context, envID, id string) error {
+	if _, err := s.envs.Get(ctx, envID); err != nil {
+		return err
+	}
+	rec, err := s.live(ctx, envID, id)
+	if err != nil {
+		return err
+	}
+	cluster, err := s.writable(envID)
+	if err != nil {
+		return err
+	}
+	if deletionFinished(cluster, rec) {
+		return fault.New(fault.NotFound, "volume %s was deleted", id)
+	}
+	err = cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, id, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return kubernetesError(err, "delete the claim")
+	}
+	if err := s.repo.setStatus(ctx, envID, id, status.Deleting, "the claim is being deleted"); err != nil {
+		return err
+	}
+	s.log.InfoContext(ctx, "volume deletion requested", "environment", envID, "volume", id)
+	return nil
+}
+
+// Health is an environment's health as DCM polls it: healthy when the
+// registry's last probe and the pool's connection both say READY. It reads
+// cached state only and never waits for the cluster.
+func (s *Service) Health(ctx context.Context, envID string) (healthy bool, message string, err error) {
+	env, err := s.envs.Get(ctx, envID)
+	if err != nil {
+		return false, "", err
+	}
+	cluster, ok := s.pool.Get(envID)
+	switch {
+	case !ok:
+		return false, "not connected", nil
+	case env.Status.State != clusters.StateReady:
+		return false, fmt.Sprintf("%s: %s", env.Status.State, env.Status.Message), nil
+	}
+	if h := cluster.Health(); h.State != clusters.StateReady {
+		return false, fmt.Sprintf("%s: %s", h.State, h.Message), nil
+	}
+	return true, "", nil
+}

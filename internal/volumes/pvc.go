@@ -1,0 +1,89 @@
+package volumes
+
+import (
+	"maps"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/status"
+)
+
+// Volume is one volume as DCM sees it.
+type Volume struct {
+	ID            string
+	EnvironmentID string
+	Spec          Spec
+	// VolumeName is the bound PersistentVolume, once there is one.
+	VolumeName string
+	Status     status.Status
+	Message    string
+	CreateTime time.Time
+	UpdateTime time.Time
+}
+
+// newPVC is the claim for a volume: named by the volume id, labelled so the
+// gateway's informers see it and DCM's instance id can be found from it.
+func newPVC(id string, s Spec) *corev1.PersistentVolumeClaim {
+	labels := maps.Clone(s.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[ManagedByLabel] = ManagedByValue
+	labels[InstanceIDLabel] = id
+	labels[ServiceTypeLabel] = ServiceType
+	mode := corev1.PersistentVolumeMode(s.VolumeMode)
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        id,
+			Namespace:   s.Namespace,
+			Labels:      labels,
+			Annotations: map[string]string{displayNameAnnotation: s.Name},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.PersistentVolumeAccessMode(s.AccessMode)},
+			VolumeMode:       &mode,
+			StorageClassName: &s.StorageClass,
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(s.Capacity)},
+			},
+		},
+	}
+}
+
+// managedAs reports whether pvc is the gateway's claim for volume id.
+func managedAs(pvc *corev1.PersistentVolumeClaim, id string) bool {
+	return pvc.Labels[ManagedByLabel] == ManagedByValue && pvc.Labels[InstanceIDLabel] == id
+}
+
+// specOf rebuilds a volume's spec from its claim, so what DCM reads is what
+// the cluster has (a capacity being expanded shows the requested size).
+func specOf(pvc *corev1.PersistentVolumeClaim) Spec {
+	s := Spec{
+		Name:      pvc.Annotations[displayNameAnnotation],
+		Namespace: pvc.Namespace,
+		Labels:    map[string]string{},
+	}
+	for k, v := range pvc.Labels {
+		if !strings.HasPrefix(k, reservedPrefix) {
+			s.Labels[k] = v
+		}
+	}
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		s.Capacity = q.String()
+	}
+	if pvc.Spec.StorageClassName != nil {
+		s.StorageClass = *pvc.Spec.StorageClassName
+	}
+	if len(pvc.Spec.AccessModes) > 0 {
+		s.AccessMode = string(pvc.Spec.AccessModes[0])
+	}
+	s.VolumeMode = string(corev1.PersistentVolumeFilesystem)
+	if pvc.Spec.VolumeMode != nil {
+		s.VolumeMode = string(*pvc.Spec.VolumeMode)
+	}
+	return s
+}

@@ -1,0 +1,157 @@
+package volumes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/status"
+)
+
+var (
+	errNotFound = errors.New("volume record not found")
+	errExists   = errors.New("volume record exists")
+)
+
+// record is a volume's row: what was asked for, which claim serves it, and
+// the status last observed.
+type record struct {
+	EnvironmentID string
+	ID            string
+	Spec          Spec
+	PVCUID        string
+	Status        status.Status
+	Message       string
+	CreateTime    time.Time
+	UpdateTime    time.Time
+}
+
+// agentKey is a remembered environment-agent request.
+type agentKey struct {
+	Key, RequestSHA256, VolumeID string
+}
+
+type repository struct{ db *pgxpool.Pool }
+
+const recordColumns = `environment_id, id, spec, pvc_uid, status, status_message, create_time, update_time`
+
+func scanRecord(row pgx.Row) (record, error) {
+	var r record
+	var spec []byte
+	var st string
+	err := row.Scan(&r.EnvironmentID, &r.ID, &spec, &r.PVCUID, &st, &r.Message, &r.CreateTime, &r.UpdateTime)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return record{}, errNotFound
+	}
+	if err != nil {
+		return record{}, err
+	}
+	r.Status = status.Status(st)
+	if err := json.Unmarshal(spec, &r.Spec); err != nil {
+		return record{}, fmt.Errorf("decode volume %s/%s: %w", r.EnvironmentID, r.ID, err)
+	}
+	return r, nil
+}
+
+func (r *repository) get(ctx context.Context, env, id string) (record, error) {
+	return scanRecord(r.db.QueryRow(ctx, `SELECT `+recordColumns+` FROM volumes WHERE environment_id = $1 AND id = $2`, env, id))
+}
+
+// insert records the intent to create a volume, with its idempotency key
+// when the request carried one, in one transaction: a retry finds either
+// both or neither.
+func (r *repository) insert(ctx context.Context, rec record, key *agentKey) error {
+	spec, err := json.Marshal(rec.Spec)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		if key != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id) VALUES ($1, $2, $3, $4)`,
+				rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
+			VALUES ($1, $2, $3, $4, $5, $6)`, rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a concurrent create won
+		return errExists
+	}
+	return err
+}
+
+func (r *repository) idempotencyKey(ctx context.Context, env, key string) (agentKey, bool, error) {
+	k := agentKey{Key: key}
+	err := r.db.QueryRow(ctx, `SELECT request_sha256, volume_id FROM idempotency_keys WHERE environment_id = $1 AND key = $2`,
+		env, key).Scan(&k.RequestSHA256, &k.VolumeID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return k, false, nil
+	}
+	return k, err == nil, err
+}
+
+// purgeKeys forgets idempotency keys older than age.
+func (r *repository) purgeKeys(ctx context.Context, age time.Duration) (int64, error) {
+	tag, err := r.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE create_time < now() - $1::interval`, age.String())
+	return tag.RowsAffected(), err
+}
+
+func (r *repository) remove(ctx context.Context, env, id string) error {
+	_, err := r.db.Exec(ctx, `DELETE FROM volumes WHERE environment_id = $1 AND id = $2`, env, id)
+	return err
+}
+
+func (r *repository) setClaim(ctx context.Context, env, id, uid string) error {
+	_, err := r.db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now() WHERE environment_id = $1 AND id = $2`, env, id, uid)
+	return err
+}
+
+func (r *repository) setStatus(ctx context.Context, env, id string, st status.Status, msg string) error {
+	_, err := r.db.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, update_time = now()
+		WHERE environment_id = $1 AND id = $2`, env, id, string(st), msg)
+	return err
+}
+
+func (r *repository) setCapacity(ctx context.Context, env, id, capacity string) error {
+	_, err := r.db.Exec(ctx, `UPDATE volumes SET spec = jsonb_set(spec, '{capacity}', to_jsonb($3::text)), update_time = now()
+		WHERE environment_id = $1 AND id = $2`, env, id, capacity)
+	return err
+}
+
+// list returns live (not DELETED) records after id `after`, in id order.
+func (r *repository) list(ctx context.Context, env, after string, limit int) ([]record, error) {
+	rows, err := r.db.Query(ctx, `SELECT `+recordColumns+` FROM volumes
+		WHERE environment_id = $1 AND status <> 'DELETED' AND id > $2 ORDER BY id LIMIT $3`, env, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
+}
+
+// live returns every record not yet DELETED, for the reconciler.
+func (r *repository) live(ctx context.Context, env string) ([]record, error) {
+	rows, err := r.db.Query(ctx, `SELECT `+recordColumns+` FROM volumes
+		WHERE environment_id = $1 AND status <> 'DELETED'`, env)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
+}
+
+// environmentsWithVolumes lists the environments that have live volumes.
+func (r *repository) environmentsWithVolumes(ctx context.Context) ([]string, error) {
+	rows, err := r.db.Query(ctx, `SELECT DISTINCT environment_id FROM volumes WHERE status <> 'DELETED' ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -1,0 +1,281 @@
+package volumes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/status"
+)
+
+// Options wires a Service.
+type Options struct {
+	DB           *pgxpool.Pool
+	Environments *environments.Service
+	Pool         *clusters.Pool
+	Logger       *slog.Logger
+}
+
+// Service implements the volume use cases for every environment.
+type Service struct {
+	repo repository
+	envs *environments.Service
+	pool *clusters.Pool
+	log  *slog.Logger
+}
+
+// NewService returns a Service.
+func NewService(opts Options) *Service {
+	return &Service{repo: repository{db: opts.DB}, envs: opts.Environments, pool: opts.Pool, log: opts.Logger}
+}
+
+// Create creates a volume, or returns the existing one for a replay
+// (created=false). Either id or idempotencyKey identifies the request.
+func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, req Request) (v Volume, created bool, err error) {
+	if err := req.validate(); err != nil {
+		return Volume{}, false, err
+	}
+	env, err := s.envs.Get(ctx, envID)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	key, err := s.identify(ctx, envID, &id, idempotencyKey, req)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	cluster, err := s.writable(envID)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	if rec, err := s.repo.get(ctx, envID, id); err == nil {
+		return s.replay(ctx, cluster, rec, req)
+	} else if !errors.Is(err, errNotFound) {
+		return Volume{}, false, err
+	}
+
+	spec, err := resolve(env, cluster, req)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	rec := record{EnvironmentID: envID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
+	if err := s.repo.insert(ctx, rec, key); errors.Is(err, errExists) {
+		// A concurrent create of the same volume won; answer as a replay.
+		return s.Create(ctx, envID, id, "", req)
+	} else if err != nil {
+		return Volume{}, false, err
+	}
+	pvc, err := s.createClaim(ctx, cluster, rec)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	s.log.InfoContext(ctx, "volume created", "environment", envID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
+	return s.fromClaim(cluster, rec, pvc), true, nil
+}
+
+// identify settles the volume id: the one given, or the one an earlier
+// request with the same idempotency key created, or a new one (returned with
+// the key to store alongside the record).
+func (s *Service) identify(ctx context.Context, envID string, id *string, idempotencyKey string, req Request) (*agentKey, error) {
+	if *id != "" {
+		return nil, ValidateID(*id)
+	}
+	if idempotencyKey == "" {
+		return nil, fault.Invalid("id", "either the id query parameter or an Idempotency-Key header is required")
+	}
+	sum := sha256.Sum256(mustJSON(req))
+	hash := hex.EncodeToString(sum[:])
+	known, found, err := s.repo.idempotencyKey(ctx, envID, idempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		if known.RequestSHA256 != hash {
+			return nil, &fault.Error{Kind: fault.FailedPrecondition, Field: "Idempotency-Key",
+				Detail: "was used before with a different request"}
+		}
+		*id = known.VolumeID
+		return nil, nil
+	}
+	*id = uuid.NewString()
+	return &agentKey{Key: idempotencyKey, RequestSHA256: hash, VolumeID: *id}, nil
+}
+
+// replay answers a create for a volume that has a record: the same spec
+// returns it (creating the claim if an earlier attempt stopped short), a
+// different one is a conflict naming the fields.
+func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec record, req Request) (Volume, bool, error) {
+	if rec.Status == status.Deleting || rec.Status == status.Deleted {
+		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id is being or has been deleted"}
+	}
+	if diff := req.differences(rec.Spec); len(diff) > 0 {
+		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+			Detail: "a volume with this id exists with a different spec: " + strings.Join(diff, ", ")}
+	}
+	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
+		return s.fromClaim(cluster, rec, pvc), false, nil
+	}
+	pvc, err := s.createClaim(ctx, cluster, rec)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	return s.fromClaim(cluster, rec, pvc), false, nil
+}
+
+// createClaim creates (or adopts) the volume's PVC. A claim of that name the
+// gateway does not manage is a conflict; the record is dropped whenever the
+// cluster refused the claim for good, and kept when the outcome is unknown
+// so the reconciler or a retry completes it.
+func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, rec record) (*corev1.PersistentVolumeClaim, error) {
+	claims := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace)
+	pvc, err := claims.Create(ctx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		pvc, err = claims.Get(ctx, rec.ID, metav1.GetOptions{})
+		if err == nil && !managedAs(pvc, rec.ID) {
+			s.forget(ctx, rec)
+			return nil, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+				Detail: fmt.Sprintf("a PVC named %s that the gateway does not manage exists in namespace %s", rec.ID, rec.Spec.Namespace)}
+		}
+	}
+	if err != nil {
+		ferr := kubernetesError(err, "create the claim")
+		if fault.Is(ferr, fault.InvalidArgument) || fault.Is(ferr, fault.Conflict) || fault.Is(ferr, fault.FailedPrecondition) {
+			s.forget(ctx, rec)
+		}
+		return nil, ferr
+	}
+	if err := s.repo.setClaim(ctx, rec.EnvironmentID, rec.ID, string(pvc.UID)); err != nil {
+		s.log.WarnContext(ctx, "record the claim of a volume (the reconciler retries)", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
+	}
+	return pvc, nil
+}
+
+// forget drops the record of a volume whose claim the cluster refused.
+func (s *Service) forget(ctx context.Context, rec record) {
+	if err := s.repo.remove(context.WithoutCancel(ctx), rec.EnvironmentID, rec.ID); err != nil {
+		s.log.ErrorContext(ctx, "drop the record of a refused volume", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
+	}
+}
+
+// resolve fills the request's open settings and checks them against the
+// environment and the storage class (SPEC.md §2.2).
+func resolve(env environments.Environment, cluster *clusters.Cluster, req Request) (Spec, error) {
+	const hints = "spec.provider_hints.kubernetes."
+	spec := Spec{Name: req.Name, Labels: req.Labels, Capacity: req.Capacity,
+		Namespace: first(req.Hints.Namespace, env.Spec.Namespace)}
+	if spec.Labels == nil {
+		spec.Labels = map[string]string{}
+	}
+	if !slices.Contains(env.Spec.Namespaces(), spec.Namespace) {
+		return Spec{}, &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "namespace",
+			Detail: "is not one of the environment's namespaces: " + strings.Join(env.Spec.Namespaces(), ", ")}
+	}
+	class, err := storageClass(cluster, first(req.Hints.StorageClass, env.Spec.Defaults.StorageClass))
+	if err != nil {
+		return Spec{}, err
+	}
+	spec.StorageClass = class.Name
+	spec.AccessMode = first(req.Hints.AccessMode, env.Spec.Defaults.AccessMode, string(corev1.ReadWriteOnce))
+	spec.VolumeMode = first(req.Hints.VolumeMode, env.Spec.Defaults.VolumeMode, string(corev1.PersistentVolumeFilesystem))
+	if m := capabilities.AccessModes(class); !m.Allows(spec.AccessMode) {
+		return Spec{}, &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "access_mode",
+			Detail: fmt.Sprintf("storage class %s does not support %s; it supports %s", class.Name, spec.AccessMode, strings.Join(m.Supported, ", "))}
+	}
+	if m := capabilities.VolumeModes(class); !m.Allows(spec.VolumeMode) {
+		return Spec{}, &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "volume_mode",
+			Detail: fmt.Sprintf("storage class %s does not support %s; it supports %s", class.Name, spec.VolumeMode, strings.Join(m.Supported, ", "))}
+	}
+	return spec, nil
+}
+
+// storageClass finds the named class, or the cluster's default when name is
+// empty.
+func storageClass(cluster *clusters.Cluster, name string) (*storagev1.StorageClass, error) {
+	const field = "spec.provider_hints.kubernetes.storage_class"
+	if name == "" {
+		class, ok := cluster.DefaultStorageClass()
+		if !ok {
+			return nil, &fault.Error{Kind: fault.FailedPrecondition, Field: field,
+				Detail: "is required: neither the environment nor the cluster has a default storage class"}
+		}
+		return class, nil
+	}
+	class, ok := cluster.StorageClass(name)
+	if !ok {
+		return nil, &fault.Error{Kind: fault.FailedPrecondition, Field: field, Detail: fmt.Sprintf("storage class %s does not exist in the cluster", name)}
+	}
+	return class, nil
+}
+
+// fromClaim is the volume as its claim shows it.
+func (s *Service) fromClaim(cluster *clusters.Cluster, rec record, pvc *corev1.PersistentVolumeClaim) Volume {
+	var class *storagev1.StorageClass
+	if pvc.Spec.StorageClassName != nil {
+		class, _ = cluster.StorageClass(*pvc.Spec.StorageClassName)
+	}
+	st, msg := status.Of(pvc, class, cluster.WarningEvents(pvc.Namespace, pvc.Name))
+	return Volume{
+		ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: specOf(pvc), VolumeName: pvc.Spec.VolumeName,
+		Status: st, Message: msg, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime,
+	}
+}
+
+// fromRecord is the volume while its claim is not (or no longer) visible.
+func fromRecord(rec record) Volume {
+	return Volume{ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: rec.Spec, Status: rec.Status,
+		Message: rec.Message, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime}
+}
+
+// writable returns the environment's cluster if writes can reach it now.
+func (s *Service) writable(envID string) (*clusters.Cluster, error) {
+	cluster, err := s.readable(envID)
+	if err != nil {
+		return nil, err
+	}
+	if h := cluster.Health(); h.State == clusters.StateUnreachable {
+		return nil, fault.New(fault.Unavailable, "environment %s is unreachable: %s", envID, h.Message)
+	}
+	return cluster, nil
+}
+
+// readable returns the environment's cluster if its caches can answer.
+func (s *Service) readable(envID string) (*clusters.Cluster, error) {
+	cluster, ok := s.pool.Get(envID)
+	if !ok || !cluster.Health().Synced {
+		return nil, fault.New(fault.Unavailable, "environment %s is not connected yet; retry shortly", envID)
+	}
+	return cluster, nil
+}
+
+func first(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("volumes: marshal %T: %v", v, err))
+	}
+	return b
+}

@@ -1,0 +1,143 @@
+package volumes
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/dcm-project/storage-gateway/internal/fault"
+)
+
+// Labels every gateway PVC carries (SPEC.md §2.2).
+const (
+	ManagedByLabel   = "dcm.project/managed-by"
+	ManagedByValue   = "dcm"
+	InstanceIDLabel  = "dcm.project/dcm-instance-id"
+	ServiceTypeLabel = "dcm.project/dcm-service-type"
+	ServiceType      = "storage"
+	// displayNameAnnotation keeps spec.metadata.name, which is not the id.
+	displayNameAnnotation = "dcm.project/display-name"
+	reservedPrefix        = "dcm.project/"
+)
+
+var (
+	idPattern      = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	quantitySuffix = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$`)
+	accessModes    = []string{"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"}
+	volumeModes    = []string{"Filesystem", "Block"}
+)
+
+// Request is a create request as DCM sent it: hints may be empty.
+type Request struct {
+	Name     string
+	Labels   map[string]string
+	Capacity string
+	Hints    Hints
+}
+
+// Hints are the request's provider_hints.kubernetes.
+type Hints struct {
+	StorageClass string `json:"storage_class,omitempty"`
+	AccessMode   string `json:"access_mode,omitempty"`
+	VolumeMode   string `json:"volume_mode,omitempty"`
+	Namespace    string `json:"namespace,omitempty"`
+}
+
+// Spec is what a volume was created with once defaults and the storage class
+// were resolved; it is stored with the volume record.
+type Spec struct {
+	Name         string            `json:"name"`
+	Labels       map[string]string `json:"labels"`
+	Capacity     string            `json:"capacity"`
+	StorageClass string            `json:"storage_class"`
+	AccessMode   string            `json:"access_mode"`
+	VolumeMode   string            `json:"volume_mode"`
+	Namespace    string            `json:"namespace"`
+}
+
+// ValidateID checks a volume id: it becomes a PVC name, and "health" is the
+// provider's health path.
+func ValidateID(id string) error {
+	if !idPattern.MatchString(id) || id == "health" {
+		return fault.Invalid("id", `must be 1-63 lowercase letters, digits or '-' (a UUID fits), and not "health"`)
+	}
+	return nil
+}
+
+// ParseCapacity checks a requested size: a quantity with a binary or decimal
+// suffix, greater than zero.
+func ParseCapacity(field, s string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil || !quantitySuffix.MatchString(s) {
+		return resource.Quantity{}, fault.Invalid(field, "must be a size with a binary or decimal suffix, e.g. 10Gi or 500M")
+	}
+	if q.Sign() <= 0 {
+		return resource.Quantity{}, fault.Invalid(field, "must be greater than zero")
+	}
+	return q, nil
+}
+
+// validate checks everything that needs no cluster.
+func (r Request) validate() error {
+	if !idPattern.MatchString(r.Name) {
+		return fault.Invalid("spec.metadata.name", "must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit")
+	}
+	if _, err := ParseCapacity("spec.capacity", r.Capacity); err != nil {
+		return err
+	}
+	for k, v := range r.Labels {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return fault.Invalid("spec.metadata.labels", "keys under dcm.project/ are reserved")
+		}
+		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			return fault.Invalid("spec.metadata.labels", "must be Kubernetes labels (keys [prefix/]name, values at most 63 characters)")
+		}
+	}
+	h := r.Hints
+	const hints = "spec.provider_hints.kubernetes."
+	switch {
+	case h.StorageClass != "" && len(validation.IsDNS1123Subdomain(h.StorageClass)) > 0:
+		return fault.Invalid(hints+"storage_class", "must be a StorageClass name")
+	case h.AccessMode != "" && !slices.Contains(accessModes, h.AccessMode):
+		return fault.Invalid(hints+"access_mode", "must be one of ReadWriteOnce, ReadOnlyMany, ReadWriteMany")
+	case h.VolumeMode != "" && !slices.Contains(volumeModes, h.VolumeMode):
+		return fault.Invalid(hints+"volume_mode", "must be Filesystem or Block")
+	case h.Namespace != "" && len(validation.IsDNS1123Label(h.Namespace)) > 0:
+		return fault.Invalid(hints+"namespace", "must be a namespace name")
+	}
+	return nil
+}
+
+// differences names the fields in which a repeated request differs from the
+// spec the volume was created with. Hints the request leaves open match
+// whatever was resolved then.
+func (r Request) differences(s Spec) []string {
+	var diff []string
+	if r.Name != s.Name {
+		diff = append(diff, "spec.metadata.name")
+	}
+	if !maps.Equal(r.Labels, s.Labels) && (len(r.Labels) > 0 || len(s.Labels) > 0) {
+		diff = append(diff, "spec.metadata.labels")
+	}
+	want, _ := resource.ParseQuantity(r.Capacity)
+	have, _ := resource.ParseQuantity(s.Capacity)
+	if want.Cmp(have) != 0 {
+		diff = append(diff, "spec.capacity")
+	}
+	const hints = "spec.provider_hints.kubernetes."
+	for _, f := range []struct{ name, want, have string }{
+		{"storage_class", r.Hints.StorageClass, s.StorageClass},
+		{"access_mode", r.Hints.AccessMode, s.AccessMode},
+		{"volume_mode", r.Hints.VolumeMode, s.VolumeMode},
+		{"namespace", r.Hints.Namespace, s.Namespace},
+	} {
+		if f.want != "" && f.want != f.have {
+			diff = append(diff, hints+f.name)
+		}
+	}
+	return diff
+}

@@ -1,0 +1,84 @@
+package volumes
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/dcm-project/storage-gateway/internal/fault"
+)
+
+func TestRequestValidation(t *testing.T) {
+	ok := Request{Name: "data", Capacity: "10Gi", Labels: map[string]string{"team": "a"}}
+	tests := []struct {
+		name  string
+		edit  func(*Request)
+		field string
+	}{
+		{"valid", func(*Request) {}, ""},
+		{"decimal suffix", func(r *Request) { r.Capacity = "500M" }, ""},
+		{"fraction", func(r *Request) { r.Capacity = "1.5Gi" }, ""},
+		{"no suffix", func(r *Request) { r.Capacity = "1024" }, "spec.capacity"},
+		{"exponent", func(r *Request) { r.Capacity = "1e9" }, "spec.capacity"},
+		{"zero", func(r *Request) { r.Capacity = "0Gi" }, "spec.capacity"},
+		{"negative", func(r *Request) { r.Capacity = "-1Gi" }, "spec.capacity"},
+		{"bad name", func(r *Request) { r.Name = "Data_1" }, "spec.metadata.name"},
+		{"reserved label", func(r *Request) { r.Labels = map[string]string{"dcm.project/x": "y"} }, "spec.metadata.labels"},
+		{"bad label", func(r *Request) { r.Labels = map[string]string{"a b": "y"} }, "spec.metadata.labels"},
+		{"bad class", func(r *Request) { r.Hints.StorageClass = "Gold!" }, "spec.provider_hints.kubernetes.storage_class"},
+		{"bad access mode", func(r *Request) { r.Hints.AccessMode = "ReadWriteOncePod" }, "spec.provider_hints.kubernetes.access_mode"},
+		{"bad volume mode", func(r *Request) { r.Hints.VolumeMode = "Tape" }, "spec.provider_hints.kubernetes.volume_mode"},
+		{"bad namespace", func(r *Request) { r.Hints.Namespace = "Kube_System" }, "spec.provider_hints.kubernetes.namespace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ok
+			tt.edit(&r)
+			err := r.validate()
+			fe, isFault := fault.As(err)
+			switch {
+			case tt.field == "" && err != nil:
+				t.Fatalf("validate() = %v", err)
+			case tt.field != "" && (!isFault || fe.Kind != fault.InvalidArgument || fe.Field != tt.field):
+				t.Fatalf("validate() = %v, want InvalidArgument on %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestDifferencesNameOnlyWhatChanged(t *testing.T) {
+	stored := Spec{Name: "data", Labels: map[string]string{}, Capacity: "1Gi", StorageClass: "standard",
+		AccessMode: "ReadWriteOnce", VolumeMode: "Filesystem", Namespace: "dcm"}
+	tests := []struct {
+		name string
+		req  Request
+		want []string
+	}{
+		{"same, hints left open", Request{Name: "data", Capacity: "1Gi"}, nil},
+		{"same size spelled differently", Request{Name: "data", Capacity: "1024Mi"}, nil},
+		{"same hints", Request{Name: "data", Capacity: "1Gi", Hints: Hints{StorageClass: "standard", Namespace: "dcm"}}, nil},
+		{"bigger", Request{Name: "data", Capacity: "2Gi"}, []string{"spec.capacity"}},
+		{"other class and name", Request{Name: "other", Capacity: "1Gi", Hints: Hints{StorageClass: "fast"}},
+			[]string{"spec.metadata.name", "spec.provider_hints.kubernetes.storage_class"}},
+		{"labels", Request{Name: "data", Capacity: "1Gi", Labels: map[string]string{"a": "b"}}, []string{"spec.metadata.labels"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.req.differences(stored); !slices.Equal(got, tt.want) {
+				t.Fatalf("differences = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClaimRoundTrip(t *testing.T) {
+	spec := Spec{Name: "data", Labels: map[string]string{"team": "a"}, Capacity: "5Gi", StorageClass: "standard",
+		AccessMode: "ReadWriteMany", VolumeMode: "Block", Namespace: "dcm"}
+	pvc := newPVC("v-1", spec)
+	if !managedAs(pvc, "v-1") || managedAs(pvc, "v-2") || pvc.Labels[ServiceTypeLabel] != "storage" {
+		t.Fatalf("labels = %v", pvc.Labels)
+	}
+	if got := specOf(pvc); !reflect.DeepEqual(got, spec) {
+		t.Fatalf("specOf(newPVC) = %+v, want %+v", got, spec)
+	}
+}

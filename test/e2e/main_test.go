@@ -1,0 +1,16 @@
+package e2e
+
+import (
+	"os"
+	"testing"
+
+	"github.com/dcm-project/storage-gateway/test/harness"
+)
+
+// clusters are the two local harness clusters (east, west), shared by the
+// in-process scenarios; TestMakeRun starts its own through `make run`.
+var clusters []*harness.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(harness.RunWithLocalClusters(m, 0, func(c []*harness.Cluster) { clusters = c }))
+}

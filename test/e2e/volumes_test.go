@@ -1,0 +1,404 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+	"github.com/dcm-project/storage-gateway/test/harness"
+)
+
+// client speaks HTTP to a gateway.
+type client struct {
+	t    *testing.T
+	base string
+}
+
+// do sends a request and returns the status and the decoded JSON body.
+func (c client) do(method, path string, body any, headers ...string) (int, map[string]any) {
+	c.t.Helper()
+	var r io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+// want asserts a status and, for problems, that the detail or field
+// mentions each of mention.
+func (c client) want(status int, got int, body map[string]any, mention ...string) {
+	c.t.Helper()
+	if got != status {
+		c.t.Fatalf("status %d, want %d: %v", got, status, body)
+	}
+	text := fmt.Sprint(body["detail"], " ", body["field"])
+	for _, m := range mention {
+		if !strings.Contains(text, m) {
+			c.t.Fatalf("problem %v does not mention %q", body, m)
+		}
+	}
+}
+
+// register adds a harness cluster as an environment and waits until its
+// provider health is healthy.
+func (c client) register(cluster *harness.Cluster) {
+	c.t.Helper()
+	kc, err := cluster.GatewayKubeconfig()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	env := cluster.Spec.Environment
+	code, body := c.do(http.MethodPost, "/api/v1alpha1/environments?id="+env.ID, map[string]any{
+		"kubeconfig": string(kc), "allowed_namespaces": env.AllowedNamespaces, "region": env.Region,
+	})
+	c.want(http.StatusCreated, code, body)
+	c.eventually(30*time.Second, "healthy provider "+env.ID, func() bool {
+		_, h := c.do(http.MethodGet, volumesPath(env.ID)+"/health", nil)
+		return h["status"] == "healthy"
+	})
+}
+
+func (c client) eventually(within time.Duration, what string, ok func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("not %s within %s", what, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitStatus polls a volume until it reports status (and, if given, capacity).
+func (c client) waitStatus(envID, id, status string, within time.Duration, capacity ...string) map[string]any {
+	c.t.Helper()
+	var last map[string]any
+	c.eventually(within, fmt.Sprintf("volume %s %s %v", id, status, capacity), func() bool {
+		_, last = c.do(http.MethodGet, volumesPath(envID)+"/"+id, nil)
+		return last["status"] == status && (len(capacity) == 0 || field(last, "spec", "capacity") == capacity[0])
+	})
+	return last
+}
+
+func volumesPath(envID string) string { return "/api/v1alpha1/environments/" + envID + "/volumes" }
+
+func storageSpec(name, capacity string, hints map[string]any) map[string]any {
+	spec := map[string]any{"service_type": "storage", "capacity": capacity, "metadata": map[string]any{"name": name, "labels": map[string]string{"team": "e2e"}}}
+	if hints != nil {
+		spec["provider_hints"] = map[string]any{"kubernetes": hints, "other-provider": map[string]any{"ignored": true}}
+	}
+	return spec
+}
+
+// claims counts the PVCs named name in a cluster namespace, as its admin sees them.
+func claims(t *testing.T, cluster *harness.Cluster, namespace, name string) int {
+	t.Helper()
+	list, err := cluster.AdminClient().CoreV1().PersistentVolumeClaims(namespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, pvc := range list.Items {
+		if pvc.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+func field(body map[string]any, path ...string) any {
+	var cur any = body
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[p]
+	}
+	return cur
+}
+
+// TestVolumeLifecycleInTwoEnvironments is DCM's storage contract end to end
+// against two real clusters with different storage: create, read, list,
+// expand and delete in each, through both request shapes.
+func TestVolumeLifecycleInTwoEnvironments(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	for _, cluster := range clusters {
+		c.register(cluster)
+	}
+	for _, tc := range []struct {
+		cluster           *harness.Cluster
+		expandable, fixed string
+		wantDefaultClass  string
+	}{
+		{clusters[0], "standard", "archive", "standard"},
+		{clusters[1], "gp3", "standard", "gp3"},
+	} {
+		env := tc.cluster.Spec.Environment
+		t.Run(env.ID, func(t *testing.T) {
+			c := client{t: t, base: g.URL}
+			path := volumesPath(env.ID)
+
+			// Service-provider-manager shape: ?id + {"spec": ...}; default class.
+			id := uuid.NewString()
+			req := map[string]any{"spec": storageSpec("data", "1Gi", nil)}
+			code, v := c.do(http.MethodPost, path+"?id="+id, req)
+			c.want(http.StatusCreated, code, v)
+			if v["id"] != id || field(v, "spec", "metadata", "storage_class") != tc.wantDefaultClass || field(v, "spec", "metadata", "namespace") != env.Namespace {
+				t.Fatalf("created volume: %v", v)
+			}
+			c.waitStatus(env.ID, id, "RUNNING", time.Minute)
+			code, v = c.do(http.MethodPost, path+"?id="+id, req)
+			c.want(http.StatusOK, code, v)
+			conflicting := map[string]any{"spec": storageSpec("data", "2Gi", nil)}
+			code, v = c.do(http.MethodPost, path+"?id="+id, conflicting)
+			c.want(http.StatusConflict, code, v, "spec.capacity")
+			if n := claims(t, tc.cluster, env.Namespace, id); n != 1 {
+				t.Fatalf("%d claims after replays, want 1", n)
+			}
+
+			// Expansion: larger on an expandable class, refused otherwise.
+			code, v = c.do(http.MethodPatch, path+"/"+id, map[string]any{"capacity": "512Mi"})
+			c.want(http.StatusBadRequest, code, v, "larger")
+			code, v = c.do(http.MethodPatch, path+"/"+id, map[string]any{"capacity": "3Gi"})
+			c.want(http.StatusOK, code, v)
+			if v["status"] != "PROVISIONING" {
+				t.Fatalf("expansion answer: %v", v)
+			}
+			c.waitStatus(env.ID, id, "RUNNING", time.Minute, "3Gi")
+			fixed := uuid.NewString()
+			code, v = c.do(http.MethodPost, path+"?id="+fixed, map[string]any{"spec": storageSpec("fixed", "1Gi", map[string]any{"storage_class": tc.fixed})})
+			c.want(http.StatusCreated, code, v)
+			c.waitStatus(env.ID, fixed, "RUNNING", time.Minute)
+			code, v = c.do(http.MethodPatch, path+"/"+fixed, map[string]any{"capacity": "2Gi"})
+			c.want(http.StatusUnprocessableEntity, code, v, "does not allow volume expansion")
+
+			// Environment-agent shape: bare spec + Idempotency-Key, redelivered.
+			key := uuid.NewString()
+			bare := storageSpec("agent", "1Gi", nil)
+			code, first := c.do(http.MethodPost, path, bare, "Idempotency-Key", key)
+			c.want(http.StatusCreated, code, first)
+			for range 2 {
+				code, again := c.do(http.MethodPost, path, bare, "Idempotency-Key", key)
+				c.want(http.StatusOK, code, again)
+				if again["id"] != first["id"] {
+					t.Fatalf("redelivery created another volume: %v vs %v", again["id"], first["id"])
+				}
+			}
+			code, v = c.do(http.MethodPost, path, storageSpec("agent", "5Gi", nil), "Idempotency-Key", key)
+			c.want(http.StatusUnprocessableEntity, code, v, "Idempotency-Key")
+
+			// List (paged) holds all three.
+			seen := map[string]bool{}
+			next := ""
+			for {
+				code, page := c.do(http.MethodGet, path+"?max_page_size=2&page_token="+next, nil)
+				c.want(http.StatusOK, code, page)
+				for _, item := range page["volumes"].([]any) {
+					seen[item.(map[string]any)["id"].(string)] = true
+				}
+				tok, _ := page["next_page_token"].(string)
+				if tok == "" {
+					break
+				}
+				next = tok
+			}
+			if !seen[id] || !seen[fixed] || !seen[first["id"].(string)] || len(seen) != 3 {
+				t.Fatalf("list saw %v", seen)
+			}
+
+			// Delete: 204, then gone; a second delete is 404.
+			for _, vid := range []string{id, fixed, first["id"].(string)} {
+				code, v = c.do(http.MethodDelete, path+"/"+vid, nil)
+				c.want(http.StatusNoContent, code, v)
+			}
+			c.eventually(time.Minute, "deleted", func() bool {
+				code, _ := c.do(http.MethodGet, path+"/"+id, nil)
+				return code == http.StatusNotFound
+			})
+			code, v = c.do(http.MethodDelete, path+"/"+id, nil)
+			c.want(http.StatusNotFound, code, v)
+		})
+	}
+}
+
+// TestCreateRefusals covers the 4xx answers of create.
+func TestCreateRefusals(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	path := volumesPath(east.Spec.Environment.ID)
+	tests := []struct {
+		name    string
+		path    string
+		body    any
+		headers []string
+		status  int
+		mention []string
+	}{
+		{"unknown class", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", map[string]any{"storage_class": "gold"})}, nil, 422, []string{"gold"}},
+		{"unsupported access mode", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", map[string]any{"storage_class": "standard", "access_mode": "ReadWriteMany"})}, nil, 422, []string{"ReadWriteOnce, ReadWriteOncePod"}},
+		{"namespace not allowed", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", map[string]any{"namespace": "kube-system"})}, nil, 422, []string{"namespace"}},
+		{"unknown environment", volumesPath("nowhere") + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", nil)}, nil, 404, nil},
+		{"no id and no key", path, storageSpec("x", "1Gi", nil), nil, 400, []string{"Idempotency-Key"}},
+		{"capacity without suffix", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "100", nil)}, nil, 400, []string{"spec.capacity"}},
+		{"zero capacity", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "0Gi", nil)}, nil, 400, []string{"greater than zero"}},
+		{"reserved label", path + "?id=" + uuid.NewString(), map[string]any{"spec": map[string]any{"service_type": "storage", "capacity": "1Gi", "metadata": map[string]any{"name": "x", "labels": map[string]string{"dcm.project/managed-by": "me"}}}}, nil, 400, []string{"reserved"}},
+		{"unknown kubernetes hint", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", map[string]any{"storageclass": "typo"})}, nil, 400, nil},
+		{"health is not an id", path + "?id=health", map[string]any{"spec": storageSpec("x", "1Gi", nil)}, nil, 400, []string{"health"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := client{t: t, base: g.URL}
+			code, body := c.do(http.MethodPost, tt.path, tt.body, tt.headers...)
+			c.want(tt.status, code, body, tt.mention...)
+		})
+	}
+
+	// A PVC of that name that the gateway does not manage.
+	id := uuid.NewString()
+	foreign := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: east.Spec.Environment.Namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := east.AdminClient().CoreV1().PersistentVolumeClaims(foreign.Namespace).Create(t.Context(), foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("x", "1Gi", nil)})
+	c.want(http.StatusConflict, code, body, "does not manage")
+	code, body = c.do(http.MethodGet, path+"/"+id, nil)
+	c.want(http.StatusNotFound, code, body)
+
+	// WaitForFirstConsumer: accepted, and says why it waits.
+	wffc := uuid.NewString()
+	code, body = c.do(http.MethodPost, path+"?id="+wffc, map[string]any{"spec": storageSpec("later", "1Gi", map[string]any{"storage_class": "standard-wffc"})})
+	c.want(http.StatusCreated, code, body)
+	got := c.waitStatus(east.Spec.Environment.ID, wffc, "PROVISIONING", 30*time.Second)
+	c.eventually(30*time.Second, "waiting-for-first-consumer message", func() bool {
+		_, got = c.do(http.MethodGet, path+"/"+wffc, nil)
+		return got["status_message"] == "waiting for first consumer"
+	})
+
+	// A namespace quota on requests.storage: growth past it is 409.
+	scratch := uuid.NewString()
+	code, body = c.do(http.MethodPost, path+"?id="+scratch, map[string]any{"spec": storageSpec("big", "40Gi", map[string]any{"namespace": "dcm-scratch"})})
+	c.want(http.StatusCreated, code, body)
+	c.waitStatus(east.Spec.Environment.ID, scratch, "RUNNING", time.Minute)
+	code, body = c.do(http.MethodPatch, path+"/"+scratch, map[string]any{"capacity": "60Gi"})
+	c.want(http.StatusConflict, code, body, "ResourceQuota")
+}
+
+// TestUnreachableEnvironment: writes answer 503 while reads still come from
+// the cache, health turns unhealthy, and the other environment is unaffected.
+func TestUnreachableEnvironment(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{HealthUnhealthyCode: http.StatusServiceUnavailable})
+	c := client{t: t, base: g.URL}
+	east, west := clusters[0], clusters[1]
+	c.register(east)
+	c.register(west)
+	eastPath, westPath := volumesPath(east.Spec.Environment.ID), volumesPath(west.Spec.Environment.ID)
+	id := uuid.NewString()
+	code, body := c.do(http.MethodPost, eastPath+"?id="+id, map[string]any{"spec": storageSpec("kept", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	c.waitStatus(east.Spec.Environment.ID, id, "RUNNING", time.Minute)
+
+	east.SetReachable(false)
+	defer east.SetReachable(true)
+	c.eventually(60*time.Second, "east unhealthy", func() bool {
+		code, h := c.do(http.MethodGet, eastPath+"/health", nil)
+		return code == http.StatusServiceUnavailable && h["status"] == "unhealthy"
+	})
+	code, body = c.do(http.MethodPost, eastPath+"?id="+uuid.NewString(), map[string]any{"spec": storageSpec("new", "1Gi", nil)})
+	c.want(http.StatusServiceUnavailable, code, body)
+	code, body = c.do(http.MethodDelete, eastPath+"/"+id, nil)
+	c.want(http.StatusServiceUnavailable, code, body)
+	code, body = c.do(http.MethodGet, eastPath+"/"+id, nil)
+	c.want(http.StatusOK, code, body)
+	code, body = c.do(http.MethodGet, eastPath, nil)
+	c.want(http.StatusOK, code, body)
+
+	other := uuid.NewString()
+	code, body = c.do(http.MethodPost, westPath+"?id="+other, map[string]any{"spec": storageSpec("elsewhere", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	code, body = c.do(http.MethodDelete, westPath+"/"+other, nil)
+	c.want(http.StatusNoContent, code, body)
+
+	east.SetReachable(true)
+	c.eventually(30*time.Second, "east healthy again", func() bool {
+		code, _ := c.do(http.MethodGet, eastPath+"/health", nil)
+		return code == http.StatusOK
+	})
+	code, body = c.do(http.MethodDelete, eastPath+"/"+id, nil)
+	c.want(http.StatusNoContent, code, body)
+}
+
+// TestInterruptedCreateLeavesOneClaim: a gateway killed after recording a
+// volume but before creating its PVC left a record and no claim; the client's
+// retry completes it with exactly one PVC.
+func TestInterruptedCreateLeavesOneClaim(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
+	id := uuid.NewString()
+	spec := map[string]any{"name": "half", "labels": map[string]string{"team": "e2e"}, "capacity": "1Gi",
+		"storage_class": "standard", "access_mode": "ReadWriteOnce", "volume_mode": "Filesystem", "namespace": ns}
+	raw, _ := json.Marshal(spec)
+	if _, err := g.Registry.Pool.Exec(context.Background(),
+		`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message) VALUES ($1, $2, $3, $4, 'PROVISIONING', 'creating the claim')`,
+		envID, id, ns, raw); err != nil {
+		t.Fatal(err)
+	}
+	if n := claims(t, east, ns, id); n != 0 {
+		t.Fatalf("precondition: %d claims", n)
+	}
+	req := map[string]any{"spec": storageSpec("half", "1Gi", nil)}
+	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+id, req)
+	c.want(http.StatusOK, code, body)
+	code, body = c.do(http.MethodPost, volumesPath(envID)+"?id="+id, req)
+	c.want(http.StatusOK, code, body)
+	if n := claims(t, east, ns, id); n != 1 {
+		t.Fatalf("%d claims after the retries, want exactly 1", n)
+	}
+	c.waitStatus(envID, id, "RUNNING", time.Minute)
+}
