@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,18 +53,21 @@ func (s *Service) view(cluster *clusters.Cluster, rec record) (Volume, error) {
 	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
 		return s.fromClaim(cluster, rec, pvc), nil
 	}
-	if deletionFinished(cluster, rec) {
+	if claimGone(cluster, rec) {
 		return Volume{}, fault.New(fault.NotFound, "volume %s was deleted", rec.ID)
 	}
 	return fromRecord(rec), nil
 }
 
-// deletionFinished: a deletion whose claim is gone from the (synced) cache
-// is over, so the volume is not found any more, before the reconciler
-// records it as DELETED.
-func deletionFinished(cluster *clusters.Cluster, rec record) bool {
-	_, exists := cluster.PVC(rec.Spec.Namespace, rec.ID)
-	return rec.Status == status.Deleting && !exists
+// claimGone reports a volume whose claim existed and is no longer in the
+// (synced) cache: deleted through the API, or behind the gateway's back. It
+// is not found any more, even before the reconciler records it as DELETED.
+// A claim created moments ago may not be cached yet, hence the settle time.
+func claimGone(cluster *clusters.Cluster, rec record) bool {
+	if _, exists := cluster.PVC(rec.Spec.Namespace, rec.ID); exists {
+		return false
+	}
+	return rec.Status == status.Deleting || rec.PVCUID != "" && time.Since(rec.UpdateTime) > settleAfter
 }
 
 // Page is one page of volumes.
@@ -189,7 +193,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil {
 		return err
 	}
-	if deletionFinished(cluster, rec) {
+	if claimGone(cluster, rec) {
 		return fault.New(fault.NotFound, "volume %s was deleted", id)
 	}
 	err = cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, id, metav1.DeleteOptions{})

@@ -66,8 +66,7 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 			err = s.repo.setClaim(ctx, envID, rec.ID, string(pvc.UID))
 		case exists, time.Since(rec.UpdateTime) < settleAfter:
 			continue // present, or too recent for the cache to have caught up
-		case rec.Status == status.Deleting || rec.PVCUID != "":
-			// The claim is gone: deleted through the API, or out of band.
+		case claimGone(cluster, rec):
 			err = s.repo.setStatus(ctx, envID, rec.ID, status.Deleted, "the claim no longer exists")
 		default:
 			s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", envID, "volume", rec.ID)

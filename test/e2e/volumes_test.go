@@ -402,3 +402,54 @@ func TestInterruptedCreateLeavesOneClaim(t *testing.T) {
 	}
 	c.waitStatus(envID, id, "RUNNING", time.Minute)
 }
+
+// TestReconcilerRepairsWhatFlowsLeftBehind: without any client retry, the
+// reconciler creates the claim of a recorded volume that never got one, and
+// marks DELETED a volume whose claim was deleted behind the gateway's back.
+func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	ctx := context.Background()
+	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
+
+	orphan := uuid.NewString()
+	spec, _ := json.Marshal(map[string]any{"name": "orphan", "labels": map[string]string{}, "capacity": "1Gi",
+		"storage_class": "standard", "access_mode": "ReadWriteOnce", "volume_mode": "Filesystem", "namespace": ns})
+	if _, err := g.Registry.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, create_time, update_time)
+		VALUES ($1, $2, $3, $4, now() - interval '1 minute', now() - interval '1 minute')`, envID, orphan, ns, spec); err != nil {
+		t.Fatal(err)
+	}
+	gone := uuid.NewString()
+	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+gone, map[string]any{"spec": storageSpec("gone", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	c.waitStatus(envID, gone, "RUNNING", time.Minute)
+	if err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(time.Minute, "out-of-band deletion in the gateway's cache", func() bool {
+		cluster, ok := g.Pool.Get(envID)
+		if !ok {
+			return false
+		}
+		_, exists := cluster.PVC(ns, gone)
+		return !exists
+	})
+	if _, err := g.Registry.Pool.Exec(ctx, `UPDATE volumes SET update_time = now() - interval '1 minute' WHERE id = $1`, gone); err != nil {
+		t.Fatal(err)
+	}
+
+	g.Volumes.ReconcileAll(ctx)
+
+	if n := claims(t, east, ns, orphan); n != 1 {
+		t.Fatalf("%d claims for the recorded volume, want 1", n)
+	}
+	c.waitStatus(envID, orphan, "RUNNING", time.Minute)
+	code, body = c.do(http.MethodGet, volumesPath(envID)+"/"+gone, nil)
+	c.want(http.StatusNotFound, code, body)
+	var st string
+	if err := g.Registry.Pool.QueryRow(ctx, `SELECT status FROM volumes WHERE id = $1`, gone).Scan(&st); err != nil || st != "DELETED" {
+		t.Fatalf("record of the out-of-band deleted volume: %q, %v", st, err)
+	}
+}
