@@ -276,6 +276,8 @@ func TestDeleteRefusesWhileVolumesExistUnlessForced(t *testing.T) {
 	if env.Status.VolumeCount != 1 {
 		t.Fatalf("volume_count = %d, want 1", env.Status.VolumeCount)
 	}
+	_, err := reg.Service.Update(ctx, "east", []byte(`{"namespace":"dcm-scratch","allowed_namespaces":[]}`))
+	wantKind(t, err, fault.Conflict, "namespaces dcm-volumes still hold 1 volume(s)")
 	wantKind(t, reg.Service.Delete(ctx, "east", false), fault.Conflict, "still has 1 volume")
 	if err := reg.Service.Delete(ctx, "east", true); err != nil {
 		t.Fatal(err)

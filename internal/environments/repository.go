@@ -159,6 +159,14 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 	return tag.RowsAffected() == 1, nil
 }
 
+// volumesIn counts live volumes of an environment in the given namespaces.
+func (r *repository) volumesIn(ctx context.Context, id string, namespaces []string) (int, error) {
+	var n int
+	err := r.db.QueryRow(ctx, `SELECT count(*) FROM volumes
+		WHERE environment_id = $1 AND namespace = ANY($2) AND status <> 'DELETED'`, id, namespaces).Scan(&n)
+	return n, err
+}
+
 // recordReachability applies a pool health change (see Service.RecordHealth).
 func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time) (bool, error) {
 	tag, err := r.db.Exec(ctx, `

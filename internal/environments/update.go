@@ -72,6 +72,9 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	if err != nil {
 		return Environment{}, err
 	}
+	if err := s.checkRemovedNamespaces(ctx, id, rec.Spec.Namespaces(), spec.Namespaces()); err != nil {
+		return Environment{}, err
+	}
 	next := rec
 	next.Spec = spec
 	probe := rotate || !slices.Equal(spec.Namespaces(), rec.Spec.Namespaces())
@@ -102,6 +105,25 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		s.connect(ctx, id, spec, conn)
 	}
 	return s.Get(ctx, id)
+}
+
+// checkRemovedNamespaces refuses to drop a namespace that still holds
+// volumes: the gateway would stop watching claims it is responsible for.
+func (s *Service) checkRemovedNamespaces(ctx context.Context, id string, before, after []string) error {
+	var removed []string
+	for _, ns := range before {
+		if !slices.Contains(after, ns) {
+			removed = append(removed, ns)
+		}
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	n, err := s.repo.volumesIn(ctx, id, removed)
+	if err != nil || n == 0 {
+		return err
+	}
+	return fault.New(fault.Conflict, "namespaces %s still hold %d volume(s); delete them before removing the namespace", strings.Join(removed, ", "), n)
 }
 
 // splitPatch separates the write-only credential fields from the spec part
