@@ -453,3 +453,42 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 		t.Fatalf("record of the out-of-band deleted volume: %q, %v", st, err)
 	}
 }
+
+// TestCredentialRotationSwapsTheLiveConnection: a PATCH with new credentials
+// replaces the environment's connection without a restart and volumes keep
+// working; deleting the environment drops its connection.
+func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	envID := east.Spec.Environment.ID
+	before, ok := g.Pool.Get(envID)
+	if !ok {
+		t.Fatal("no connection after registration")
+	}
+	token, err := east.NewGatewayToken(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := c.do(http.MethodPatch, "/api/v1alpha1/environments/"+envID, map[string]any{"credentials": map[string]any{
+		"server": east.ServerURL(), "certificate_authority_data": east.CAData(), "token": token}})
+	c.want(http.StatusOK, code, body)
+	c.eventually(30*time.Second, "the new connection to take over", func() bool {
+		after, ok := g.Pool.Get(envID)
+		return ok && after != before && after.Health().Synced
+	})
+	id := uuid.NewString()
+	code, body = c.do(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("after", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	c.waitStatus(envID, id, "RUNNING", time.Minute)
+	code, body = c.do(http.MethodDelete, "/api/v1alpha1/environments/"+envID+"?force=true", nil)
+	c.want(http.StatusNoContent, code, body)
+	if _, ok := g.Pool.Get(envID); ok {
+		t.Fatal("the deleted environment is still connected")
+	}
+	if n := claims(t, east, east.Spec.Environment.Namespace, id); n != 1 {
+		t.Fatalf("forcing the environment out deleted its PVC (%d claims)", n)
+	}
+	g.Registry.AssertNoSecret(t, token)
+}
