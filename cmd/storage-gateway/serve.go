@@ -49,7 +49,8 @@ func newServeCommand() *cobra.Command {
 }
 
 // serve runs until ctx ends, then shuts down in dependency order: stop
-// accepting HTTP, drain NATS, close the database (the last two deferred).
+// accepting HTTP, stop the background workers, close the cluster pool, drain
+// NATS, close the database (all but the first deferred).
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	startTime := time.Now()
 	logger.Info("starting", "version", version.Get().Version)
@@ -145,15 +146,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
 
-	// The probe loop and the key reloader use the database, so both stop
-	// (and are waited for) before the pool closes.
+	// The background workers (probes and pool sync, volume reconciler, key
+	// reloader) use the database and the cluster pool, so they stop, and are
+	// waited for, before either closes. The first probe round connects every
+	// registered environment.
 	background, stopBackground := context.WithCancel(ctx)
 	var workers sync.WaitGroup
-	if err := registry.ConnectAll(startCtx); err != nil {
-		// Without a current schema there are no environments to connect;
-		// readiness reports the schema, and registrations connect themselves.
-		logger.Error("registered environments not connected", "error", err)
-	}
 	workers.Go(func() { registry.RunProbes(background, cfg.ProbeInterval) })
 	workers.Go(func() { volumeService.RunReconciler(background, reconcileInterval) })
 	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })

@@ -2521,6 +2521,8 @@ type CreateEnvironmentResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 }
@@ -2543,6 +2545,11 @@ func (r CreateEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -2582,10 +2589,17 @@ func (r CreateEnvironmentResponse) ContentType() string {
 type DeleteEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -2632,6 +2646,8 @@ type GetEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 }
@@ -2639,6 +2655,11 @@ type GetEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -2826,6 +2847,8 @@ type CreateVolumeResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2855,6 +2878,11 @@ func (r CreateVolumeResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateVolumeResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -2901,6 +2929,8 @@ type GetVolumesHealthResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ProviderHealth
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -2910,6 +2940,11 @@ type GetVolumesHealthResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetVolumesHealthResponse) GetJSON200() *ProviderHealth {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetVolumesHealthResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -2954,10 +2989,17 @@ func (r GetVolumesHealthResponse) ContentType() string {
 type DeleteVolumeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteVolumeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3004,6 +3046,8 @@ type GetVolumeResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Volume
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3013,6 +3057,11 @@ type GetVolumeResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetVolumeResponse) GetJSON200() *Volume {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetVolumeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3142,6 +3191,8 @@ type VerifyEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 }
@@ -3149,6 +3200,11 @@ type VerifyEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r VerifyEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r VerifyEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3729,6 +3785,13 @@ func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentRespo
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3757,6 +3820,13 @@ func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentRespo
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -3797,6 +3867,13 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -3967,6 +4044,13 @@ func ParseCreateVolumeResponse(rsp *http.Response) (*CreateVolumeResponse, error
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4007,6 +4091,13 @@ func ParseGetVolumesHealthResponse(rsp *http.Response) (*GetVolumesHealthRespons
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4042,6 +4133,13 @@ func ParseDeleteVolumeResponse(rsp *http.Response) (*DeleteVolumeResponse, error
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -4082,6 +4180,13 @@ func ParseGetVolumeResponse(rsp *http.Response) (*GetVolumeResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -4190,6 +4295,13 @@ func ParseVerifyEnvironmentResponse(rsp *http.Response) (*VerifyEnvironmentRespo
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -4840,6 +4952,20 @@ func (response CreateEnvironment409ApplicationProblemPlusJSONResponse) VisitCrea
 	return err
 }
 
+type CreateEnvironment415ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment415ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateEnvironment422ApplicationProblemPlusJSONResponse Problem
 
 func (response CreateEnvironment422ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
@@ -4871,9 +4997,23 @@ func (response DeleteEnvironment204Response) VisitDeleteEnvironmentResponse(w ht
 	return nil
 }
 
-type DeleteEnvironment404ApplicationProblemPlusJSONResponse struct {
+type DeleteEnvironment400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response DeleteEnvironment400ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response DeleteEnvironment404ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
 
@@ -4923,9 +5063,23 @@ func (response GetEnvironment200JSONResponse) VisitGetEnvironmentResponse(w http
 	return err
 }
 
-type GetEnvironment404ApplicationProblemPlusJSONResponse struct {
+type GetEnvironment400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetEnvironment400ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetEnvironment404ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
 
@@ -5184,6 +5338,20 @@ func (response CreateVolume409ApplicationProblemPlusJSONResponse) VisitCreateVol
 	return err
 }
 
+type CreateVolume415ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume415ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateVolume422ApplicationProblemPlusJSONResponse Problem
 
 func (response CreateVolume422ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
@@ -5234,9 +5402,23 @@ func (response GetVolumesHealth200JSONResponse) VisitGetVolumesHealthResponse(w 
 	return err
 }
 
-type GetVolumesHealth404ApplicationProblemPlusJSONResponse struct {
+type GetVolumesHealth400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetVolumesHealth400ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumesHealth404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetVolumesHealth404ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
 
@@ -5281,9 +5463,23 @@ func (response DeleteVolume204Response) VisitDeleteVolumeResponse(w http.Respons
 	return nil
 }
 
-type DeleteVolume404ApplicationProblemPlusJSONResponse struct {
+type DeleteVolume400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response DeleteVolume400ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteVolume404ApplicationProblemPlusJSONResponse Problem
 
 func (response DeleteVolume404ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
 
@@ -5334,9 +5530,23 @@ func (response GetVolume200JSONResponse) VisitGetVolumeResponse(w http.ResponseW
 	return err
 }
 
-type GetVolume404ApplicationProblemPlusJSONResponse struct {
+type GetVolume400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetVolume400ApplicationProblemPlusJSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolume404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetVolume404ApplicationProblemPlusJSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
 
@@ -5497,9 +5707,23 @@ func (response VerifyEnvironment200JSONResponse) VisitVerifyEnvironmentResponse(
 	return err
 }
 
-type VerifyEnvironment404ApplicationProblemPlusJSONResponse struct {
+type VerifyEnvironment400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response VerifyEnvironment400ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response VerifyEnvironment404ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
 
@@ -6183,94 +6407,94 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"5Fx5U+NIlv8qL7QTMRAjjKGguguiYsIDbso7XGGgenvbtSYtPds5yJnqzBTgquC7b+Sh02mDqWN6Y/+p",
-	"oGQp8+U7f++QvgQRn6WcIVMyOPgSpESQGSoU5n9ddk8FZzNkqnesL1AWHAQpUdMgDBiZYXAQYHnPkMZB",
-	"GAj8I6MC4+BAiQzDQEZTnBH99F8EjoOD4D+2yz237a9yu4+SZyLC3nHw9BQGZ+Txkkzwin5G/WSMMhI0",
-	"VZRrAvQvIOlnhI0YxyRLFOy3DyEhYoIC7kmSoQQiEBL+gAJjUBx22u32ZisI7RH+yFDMyzPMyOMwJRMc",
-	"6kWDKskzyugsmwUH7TBQ81TfTJnCCQpDpqbkmt8hWyTyeorAU/JHhsDwUdn1lb4X+BjUFCEVeE95JkH/",
-	"tIy08rE6XeTxFNlETYODnfbuXkGcVIKySfCkiRMoU84kGlFeCj5KcKb/jDhTyJT+k6RpQiOiSd5O7R1/",
-	"+5fk5jgvk1u+rtmxzoH+L0fwbm//J3ArQ4yK0ES2DOvcAnr9ThShlGc8NrJGpvn9e9BHEv8qqMILFmmh",
-	"6P9fsGR+Rtjc/df8bP7/aYEDYXCUZFKhOBIYI1OUJGYzEsdUE0iSS8FTFIpqBo1JIrF5gO6j5g5VEJVL",
-	"AGVSIYm1EAncZSOMOBvTyQFIFPcoQuCpXR6OOkBYPGBI1RQFEBghESjAKYG+EiUUmYJIkzHWgkD9CNzh",
-	"vAWX3bOKLg/YiEh8u7eFLOIxxiEQTUuNhtZAK0laOdaXoLL0kGRqygVV82FMlJHsmIsZUcFBMJorzeOK",
-	"Wr3d33/z1sNVS/Kwuu5rVwuDByvfZG6dRbn8Hc6/6bKUSYwygUN5R9OhSuTwHgUdzxftVj8GJIowVRjD",
-	"wxSZMVbNU6K4AIlKwtXJsHN6evHrsHd+1T266XeHR6c3V9fd/pW2Y0fOiPMECdNMs7phtPuRzNJE/zxV",
-	"KpUH29skpa1U8HgLiVQt93sr4rODt3t7b+rn3W3v/eyRiT6P3WJo3UbNQezuv/E9k7utqit5++bnvefZ",
-	"+VR18r/nhytNkI/+hZEyJsgZw0hztsfGfJHZH/iD4e6EKHwgc4js/fIQGN5rU5lizfjUFGcSk3uUrQVN",
-	"19o9tBSUTiT3nIta63UZERnKKdndf7tI6tWHztbu/lvYmOLjZu7Cj7t90Fop8wtjKqTSll/Z6RBwlqq5",
-	"1SU5lwpnIDhXNkZlEuOK0lRoKc89zNJYG5qiVriFReirW+aqZ4FVOr+ootriaOyPY3c439Kr6j8WZKIP",
-	"IZEk2lqomnrPUur/S3S3Gcu86lYVVlgRfnGS5Rz0aerx0VkfJ1QqQezBvzTUa4ZSkgl6z5AKfk9jFI6B",
-	"i8dXWuG8J/MRcoVKUTZ5PlzVKSyoyPlYF+Tx0Rnkt4C+5RAcepIaIEnFBZngljPFrS80fmo1vK3PjwjD",
-	"NStct16O/BpwwN0IakolVGCjjmQENHmOhoJMnzP18ayCUxcFRxINA2PDFZmSyF6lCmfSr5D2AhGCzI0d",
-	"Fj7sOSzU8HbWhte32ziaPbdTVUkM7rJyfO6xCp+O80easM3DkZjKNCHzZfYZBkvUPiEjXAW6ljO/FG0h",
-	"Nb/h6VSkFlUreiW3i7AaLFHcJQfW9pqtw80r+8BTGLzKU3/m7AWOz/g0l3zVRFKXYMH34ohugyozQ59Z",
-	"VBTJamFN+Qu21NW6fuRPq63zuKKoawDxjk5TbB53z5NshhIeplwiaPagVJAguUcDDzQ+03ahARvzgAST",
-	"agxnLtdYJd5KVmJUwrimYZQQKV8EsCylL9rqo7nVbvWMf+uxNFPrsg9EJbS1oPtIIpXMgTPUuOW2zCBu",
-	"TfpxWwmcty24nuKAFWpSCxoGGTN0jE8w0pi5XA5MqvmoTLiRvvTE75ybaZgSBMo7gDgtgBmZg9JZvwI1",
-	"FTybTMsIN6VMGZS4hqevZ4orXf1ibvl/0nOXslrke48llGFVnL91zk61+mAEaZJNKJMhaORVcF2GMKYJ",
-	"gvZSMtSXH6kWGIuBzlIUkjOjgwY0Chzn4Pc1KV1J19Cp2eIRjpz+Ka5xdpnNVc40JRKkTjZIYuhkHKJM",
-	"CGRqyy3bINBj7T7yvnnwa6A5V/gq7XLMRe4dW2vGu+XxZ5UrOqXSA7eqAbgGtF6o3j7DbBTQFrnRGUkN",
-	"JLmVbkKkKopqq2NqjdpngtclUdF0uUC9mPeXI/jpzc9v4T+vLs5hhmJibCOaAs/TW605ZJTo1BGT2CSS",
-	"TXd/MGBVQw6hskkIVtFCsPINQQszLPUiHLBFJxsWXjyEOJqFRvNzanCLs2RetZENndgN2KLFbQIX1WQw",
-	"hIcpjaYguM54mqliCzoDxrIkAYGmjELsobV5UiVzmg6rW2vCqtlmRBjjCkZoV2pBH0lsCXYM3KBxaBxQ",
-	"CCV6CcGClxAq2CUcsAp22TR7ZeyO8QeWL1bxUya7hb12W/NWIwyb72MS28C2SnWu8gQwr0tcds+Pe+cn",
-	"QRj0u53j34IwOO6e9DvH3eMgDG7O+93O0YfOP0675n+dm+sPF/3ef3ePvUWLRRy6YJRxNBuKRnr7TJSq",
-	"ZcPO3QqGCk0ZQS5zJdr2hqngo3UxsHlQIInnaz64KjEvEu81cPwi3BtGPLOZZbMFUKC8pXc0ixdmg5Lo",
-	"xgI+D/TPgvEfKFPrFgVeDXhrsee5IsC/FR2f0ntkKD1qX+Zxud3xO48JeWSU+aNBpYvy0l5HUyD2B6+2",
-	"Gmfir8DliY71lxsxVxppm6iiXd2mayjZvakEMuKZCgvAI1Bf5AxbSwqFijAfyqhurfepbcMjA5Ri4Mxf",
-	"9Cu4v2g2iqoEV4CgUmK984+d097xsNM/uTnrnl8HYXB+cT385eLmXPvKzqlxoMPuf/Wurq+CMLjs9s96",
-	"V1e9i/Phcfe85xyqdqHd8+veUefaXOmdX3f7551T++PHTu/UedtfOr3T7vHwst89ujg/7l33Ls6f1xhX",
-	"eLSHCp9RIAOUPyBJbOliaZWxLolfp7byWq2bUQkZm5qV5l4JvLQ8su1w47ZdbLUwc8G4jYMwKIjwhqem",
-	"QJ2v8N6bpbnvbxTfNRyIJUjKIqx1DKQiQtUq6FXnvDRQ+QXoiitFnSN/viDMJ1INQKjf/0RTjO5ejoKL",
-	"lY70cz4gvCgFEzGDMGDcRc8X+7cwJ2/loSwp6+upWRvGhCYYHwKx+Ny4I37n1VV/0TrlUk2EBqwzOrFg",
-	"RGrMyYhN7kvNzu/0rc3vfD2PBltcKa0WIaoMKeYTagZVLTGmRCkUmuz/+Z1sfW5vvfu04f7Y+vSlHb7d",
-	"ecqvb/79Lz5Cr6xtnKEiefdzjVj/ipSzmS6nrsymRXj58egQ7nCuvUyMQicKrVRwzZFtB4xNL6ZqfPXc",
-	"1ZO22jzGpCew0elebu3s7m6GcIep7QMwMADfSPoQNNTXpFCzx9fztwZqhBsoyFO351HNs084VOM/uw6m",
-	"I56xGC61X5EKmbLYpmVqtSvX9imrT0+dBl2lGK2pPRFJSUSVpyVeIlD4IyNMUTW3yRCBEWVEzLVFxhjR",
-	"GUlAZuMxfQxhYvIsneMSBp9R8Lq57rRPaKPws+cF96UlrHKdTcOpNuWmq2GzL283SBtSFEVl6xBMjnlb",
-	"pkG3Ov5qqYXAzYCHMRVtF3TCuLBmUWdx+fBz52mCfi/w1dZHIxy+PMJ6WqnFAmGpARW++3TMKq0n3L2m",
-	"29WYH1ujvbQ2unkz3o12Ru9wa5/8FG/tRTu49W7cJlu7o5/jt7gX/UR2drzYxxnTCxTQ2N2LO0iWkWXz",
-	"yD41XJXRvqK/tKKNtDC8Z45aQUANitZt/dgDHpln/sFjj2/p2uGoPMmQU5Kina2yO2kj4gwvxsHB7y9h",
-	"pt2rb5cLnsI1pPapQXC+iNeRO9PZyv3D1owwMkHxV1k/y6ITWFubmkarLy5ntgUojfKojbNAYzt2dnPT",
-	"O4YNMx0ZEYmbhzBwcH4QWK9WBvbSul5oPl8fpe1B/OVlTyl4SRR+Oe52/mwBbzcYny+7nPfNEcZfaIJ2",
-	"4CcIg38kPLrzZj01N1AtEvYvPvZ0JusqhTfn7i+bpJqi4Wn32l4zfy6pENoNboyxfgUqKFVht/2S8N3g",
-	"X7HUIgOfTBXCNyF2wcpcT02JsmOWJjY7CFW0hDcqOOXy45HcBM5gRtgcItutkwM25gKOj85acD2lEmIe",
-	"ZXkmbZIWzpQgkTpwDU1xj0L/NkGGgiiMYSz4DKhqDVhXCC5svG8Wf8wIbbG463smNEImDfvdaG8nJdEU",
-	"t3Zb7UpFJGjM4VSy0IPgfock6ZTsmJwmRUZSqu2y1W69cT7dyGybpHQ7v3e72ZCZoDErO9BIOevFwUGg",
-	"ja1bvTGsjYIvcb3lLdvVge1lXrdyezk4rW9uZiGzGdmSqG83/WScvzeDsJASKuQhkCSBWSYVzIiKpnUn",
-	"pSiK9zr0h5IqfO8yM99ktcmWhrZrzcWy6eq99ru3HsX+4l2ymLfwLuWpnC5bKC8Tv2wGe7GA/fSpMf69",
-	"226vGP1eb+S72QL0jH5rq9VOWkfyqv6FwEVsRvJHc5PUPYXBniXNt2NxhMqYeRjIbDYjYu60tra+jiZk",
-	"Ihc7exoucl8s/0gSqt2idQCUpZkyfeuRu+JcB2ycdK9h25liqH9iA3aFyfgqMz7MFs/7eE/xQZpeLN6j",
-	"mGs/NaNSP1QrWzHEWG7a+XBt8W63anXPZFhUyVr7yw5atqCPOo2mbAKEDRg1v0ckqQ16AGHyAYWE3Xbb",
-	"rma8mt4tru5k/VPdH1gEVG3LLjiERUxUq03GZXq/7N2Gb/W6yCe7CkqVY8xvred26uapHtFco/9H2JnP",
-	"xjoMlsk9MZVAwEcqlTwEqiyoU5lgGEPGoilhE7Tmt9ve+VEU5xOg+BrD1/e/W+/+3d3XOpZiVpWwqlYv",
-	"dy9P4Yqou/2lnmc9WTeUoPJUifqm2yxhY6/9bhMepjTBBdcwJbIY9YDbMRcRvtfaeKsdzwSVHLDmI2YE",
-	"R+WPgcCIi1geGqAElNV8ncY0Zv5+wCyVsc9FHJufVroIn9EbamuhrZgadgB0oU67GMz2fAMxllKrKXvf",
-	"UbNqmmK3fbGehH74dYKqzsh/l1NpuPFXcLPGnRNUa7BmPcRZfzlRK0maD+gsGcJ5yfxNCzrA8KE+FMnF",
-	"gNWGIt2Ai2xOuByaZ6sBm4vK5OKAadMy6CJ2r4rYkTM11aHcumVZjqmZO00TRds5y5LkdsBWzs74DNXm",
-	"fU39+q7x0o5KaV2oLmf4v2X4/7evXvrPFIq11dhSWOyxnnWj3N73jYo7+z8qilrFazgA2GjOwm1+q7C6",
-	"XSn8ODfbbCOL+zyJr6BxU7Mz8bAIk5FOzfOXulxczF9KIxDpDNR1ydyPrQWz08nJR0fQj8umv2fiV6nL",
-	"PZPzOUF8fbq3vj3st998VTp5X4gs18mi7vctQpQ3Cb1+4PWqsTyA46Ozv8qlZWaQyGIJt3+n8ftB1m6/",
-	"ibKMxuYvvB0wM8X/ZWBqxYPgACr15KfbQ7d2DR5O9L92UQIj88Jx5SHX7mNw24txlnKFLJpv/RPntzBF",
-	"EhugbEanddpXsawBy0tnLr+OzY0CZzgb6dRU2bcLTcJMzHscUsHuHkw3dSAWJssdsHx37e/vSWJI1VR5",
-	"E1yT9ehwauW2PLt1Zd8XJLYONOvDWdblE1NA402TX2msMHOHvPx4ZGL+yrR3HYuz30RYTBRs9LNwwfKe",
-	"SpjQe/vii9naSqfcuyG+ZaWq3f39MJhRVrwYvFi5+k5J90LH6AdH+rwX4Mm3nTqa7hQDJCKhKFybCpao",
-	"6DdPsZfTZ3kWHxY6aNP/PycIWQtUfJVTt2wp3hny+vXXwYx8Wm4Z2ug47+SBGwZexHBP8SEHGc1k3SXg",
-	"D0TDEe0eq2ADbouZu9syXWjMBjKuwAxHHtpywIfr60s3Bu8aHgyuToYfup3T6w/Dm3P7x2/Do4vjLmxo",
-	"n8oF7LffbJpy54CNeDzPOyWS+D3rCeaY50M+SvjdTLUxS+kxCftL6ytgxA8i9CaXJmw8rBLLey0O9/0U",
-	"jDJhGnO/f6rqu93EahWVC69UmwgGKU8SCVRtfheY80pz+uKmp54pkNmKSxFqW7DX3ittIA/VsniTQyML",
-	"VxCdcIaWAUp7Bc0BIBJkZor3m60lNa4CKLywCkU5y+dSYaOyvR2jeyDzzdYPRrZ5lWqVE1xemlp2/h8R",
-	"dUv49aN5ZmpXqxn2VWYSej+nVdjAq1sjFcy4vCamk4O8H68ThIFt6Q+Cp9uWgdMzJMz1pB5TwkwD68F8",
-	"cogqWuCMASvqySkXSkJ1ZAEypmhi1hBoPtelqTXGu7xMVdG17wUu3RzEt6tONZb9k+DVbiG3Qmb/DwtS",
-	"X+UCDAvjb4kdD8pP8HyfUkLf1Aqa3etm97f2/R6TkKtMsCU9aH2R4YODjotB8qM50p+yfwFkrFyd33Dl",
-	"EG7tKW5hypNY5s4pS7661XFpavWNWifjD2sUN91IT2tOZsnSSZ0TVBcpss5lbz0254uWbPZ8MnCRmW4v",
-	"eFMOS62ajVqNTc3QVb5ivl6FQcVJc/ZYVPz52RTLFICKVmkquMZzmjpTP2MTk/u04Nx+VIxn0RQlxJgi",
-	"i5FFFD1afYLqg9v9O6pz8e7iEvZXjkISeo+r+VustoKlBoou56jlJDI3vlLwaO7e6EmJlCgP4NK9bgMC",
-	"STQlowRDsIcasMqrOu5TCiGcd66v8vexMW7pvNKOzT9QiaF1NHolu42pyMsl/awTVH17iO8omPKtLu8g",
-	"g4bzilszaH3rfHHl3p28SqpzmQXx2BeuVmtJufwyNSm+2GZDUyaS4CDYNlHHPdBUm1zzQvNGhFm9+KZA",
-	"PlUJVElMxq0S7FZ2Xaxv2ndPzViLqbnlQ5ywQeIZZZstOGp8ha78eIEZ4Jzb72a6b9MRpVWqUlspBmJC",
-	"SPhkgmY2GqMpxxgoAzTznVb/Fj916yPYVexdwt2s3BdsCI3kkMUpp0yZl0wqCx8M2Jc0GyU0GmYieXpF",
-	"Ht2CjsMrA2Zf+rVvclEl7WtXroRTFLVrZ8yBzdOnp/8NAAD//w==",
+	"7Hz7U9tKlv+/ckrfqRqoEcYQyL2BSk15wJf4O7zKQGZnr7OmLR3bPcjdut0twEnxv2/1Q0+3DSaPydbu",
+	"LykiS92nz/NzHtKXIOKzlDNkSgYHX4KUCDJDhcL8r8vuqeBshkz1jvUFyoKDICVqGoQBIzMMDgIs7xnS",
+	"OAgDgX9kVGAcHCiRYRjIaIozop/+k8BxcBD8v+1yz237q9zuo+SZiLB3HDw9hcEZebwkE7yin1E/GaOM",
+	"BE0V5ZoA/QtI+hlhI8YxyRIF++1DSIiYoIB7kmQogQiEhD+gwBgUh512u73ZCkJ7hD8yFPPyDDPyOEzJ",
+	"BId60aBK8owyOstmwUE7DNQ81TdTpnCCwpCpKbnmd8gWibyeIvCU/JEhMHxUdn2l7wU+BjVFSAXeU55J",
+	"0D8tI618rE4XeTxFNlHT4GCnvbtXECeVoGwSPGniBMqUM4lGlJeCjxKc6T8jzhQypf8kaZrQiGiSt1N7",
+	"x1/+Jbk5zsvklq9rdqxzoP/bEbzb2/8F3MoQoyI0kS3DOreAXr8TRSjlGY+NrJFpfv8e9JHE/xBU4QWL",
+	"tFD0/y9YMj8jbO7+a342//+0wIEwOEoyqVAcCYyRKUoSsxmJY6oJJMml4CkKRTWDxiSR2DxA91FzhyqI",
+	"yiWAMqmQxFqIBO6yEUacjenkACSKexQh8NQuD0cdICweMKRqigIIjJAIFOCUQF+JEopMQaTJGGtBoH4E",
+	"7nDegsvuWUWXB2xEJL7d20IW8RjjEIimpUZDa6CVJK0c60tQWXpIMjXlgqr5MCbKSHbMxYyo4CAYzZXm",
+	"cUWt3u7vv3nr4aoleVhd97WrhcGDlW8yt86iXP4O5990WcokRpnAobyj6VAlcniPgo7ni3arHwMSRZgq",
+	"jOFhiswYq+YpUVyARCXh6mTYOT29+Mewd37VPbrpd4dHpzdX193+lbZjR86I8wQJ00yzumG0+5HM0kT/",
+	"PFUqlQfb2ySlrVTweAuJVC33eyvis4O3e3tv6ufdbe/96pGJPo/dYmjdRs1B7O6/8T2Tu62qK3n75te9",
+	"59n5VHXyv+eHK02Qj/6FkTImyBnDSHO2x8Z8kdkf+IPh7oQofCBziOz98hAY3mtTmWLN+NQUZxKTe5St",
+	"BU3X2j20FJROJPeci1rrdRkRGcop2d1/u0jq1YfO1u7+W9iY4uNm7sKPu33QWinzC2MqpNKWX9npEHCW",
+	"qrnVJTmXCmcgOFc2RmUS44rSVGgpzz3M0lgbmqJWuIVF6Ktb5qpngVU6v6ii2uJo7I9jdzjf0qvqPxZk",
+	"og8hkSTaWqiaes9S6v9LdLcZy7zqVhVWWBF+cZLlHPRp6vHRWR8nVCpB7MG/NNRrhlKSCXrPkAp+T2MU",
+	"joGLx1da4bwn8xFyhUpRNnk+XNUpLKjI+VgX5PHRGeS3gL7lEBx6khogScUFmeCWM8WtLzR+ajW8rc+P",
+	"CMM1K1y3Xo78GnDA3QhqSiVUYKOOZAQ0eY6GgkyfM/XxrIJTFwVHEg0DY8MVmZLIXqUKZ9KvkPYCEYLM",
+	"jR0WPuw5LNTwdtaG17fbOJo9t1NVSQzusnJ87rEKn47zR5qwzcORmMo0IfNl9hkGS9Q+ISNcBbqWM78U",
+	"bSE1v+HpVKQWVSt6JbeLsBosUdwlB9b2mq3DzSv7wFMYvMpTf+bsBY7P+DSXfNVEUpdgwffiiG6DKjND",
+	"n1lUFMlqYU35C7bU1bp+5E+rrfO4oqhrAPGOTlNsHnfPk2yGEh6mXCJo9qBUkCC5RwMPND7TdqEBG/OA",
+	"BJNqDGcu11gl3kpWYlTCuKZhlBApXwSwLKUv2uqjudVu9Yx/67E0U+uyD0QltLWg+0gilcyBM9S45bbM",
+	"IG5N+nFbCZy3Lbie4oAValILGgYZM3SMTzDSmLlcDkyq+ahMuJG+9MTvnJtpmBIEyjuAOC2AGZmD0lm/",
+	"AjUVPJtMywg3pUwZlLiGp69niitd/WJu+T/Sc5eyWuR7jyWUYVWc/+ycnWr1wQjSJJtQJkPQyKvgugxh",
+	"TBME7aVkqC8/Ui0wFgOdpSgkZ0YHDWgUOM7B72tSupKuoVOzxSMcOf1TXOPsMpurnGlKJEidbJDE0Mk4",
+	"RJkQyNSWW7ZBoMfafeR98+DXQHOu8FXa5ZiL3Du21ox3y+PPKld0SqUHblUDcA1ovVC9fYbZKKAtcqMz",
+	"khpIcivdhEhVFNVWx9Qatc8Er0uioulygXox729H8MubX9/C/7+6OIcZiomxjWgKPE9vteaQUaJTR0xi",
+	"k0g23f3BgFUNOYTKJiFYRQvByjcELcyw1ItwwBadbFh48RDiaBYazc+pwS3OknnVRjZ0Yjdgixa3CVxU",
+	"k8EQHqY0moLgOuNppoot6AwYy5IEBJoyCrGH1uZJlcxpOqxurQmrZpsRYYwrGKFdqQV9JLEl2DFwg8ah",
+	"cUAhlOglBAteQqhgl3DAKthl0+yVsTvGH1i+WMVPmewW9tptzVuNMGy+j0lsA9sq1bnKE8C8LnHZPT/u",
+	"nZ8EYdDvdo7/GYTBcfek3znuHgdhcHPe73aOPnT+dto1/+vcXH+46Pf+s3vsLVos4tAFo4yj2VA00ttn",
+	"olQtG3buVjBUaMoIcpkr0bY3TAUfrYuBzYMCSTxf88FViXmReK+B4xfh3jDimc0smy2AAuUtvaNZvDAb",
+	"lEQ3FvB5oL8XjP9AmVq3KPBqwFuLPc8VAf6t6PiU3iND6VH7Mo/L7Y7feUzII6PMHw0qXZSX9jqaArE/",
+	"eLXVOBN/BS5PdKy/3Ii50kjbRBXt6jZdQ8nuTSWQEc9UWAAegfoiZ9haUihUhPlQRnVrvU9tGx4ZoBQD",
+	"Z/6iX8H9RbNRVCW4AgSVEuudf+yc9o6Hnf7JzVn3/DoIg/OL6+FvFzfn2ld2To0DHXb/o3d1fRWEwWW3",
+	"f9a7uupdnA+Pu+c951C1C+2eX/eOOtfmSu/8uts/75zaHz92eqfO2/7W6Z12j4eX/e7Rxflx77p3cf68",
+	"xrjCoz1U+IwCGaD8AUliSxdLq4x1Sfxjaiuv1boZlZCxqVlp7pXAS8sj2w43btvFVgszF4zbOAiDgghv",
+	"eGoK1PkK771Zmvv+RvFdw4FYgqQswlrHQCoiVK2CXnXOSwOVX4CuuFLUOfLnC8J8ItUAhPr9TzTF6O7l",
+	"KLhY6Ug/5wPCi1IwETMIA8Zd9Hyxfwtz8lYeypKyvp6atWFMaILxIRCLz4074ndeXfUXrVMu1URowDqj",
+	"EwtGpMacjNjkvtTs/E7f2vzO1/NosMWV0moRosqQYj6hZlDVEmNKlEKhyf6v38nW5/bWu08b7o+tT1/a",
+	"4dudp/z65l//5CP0ytrGGSqSdz/XiPWvSDmb6XLqymxahJcfjw7hDufay8QodKLQSgXXHNl2wNj0YqrG",
+	"V89dPWmrzWNMegIbne7l1s7u7mYId5jaPgADA/CNpA9BQ31NCjV7fD1/a6BGuIGCPHV7HtU8+4RDNf6z",
+	"62A64hmL4VL7FamQKYttWqZWu3Jtn7L69NRp0FWK0ZraE5GURFR5WuIlAoU/MsIUVXObDBEYUUbEXFtk",
+	"jBGdkQRkNh7TxxAmJs/SOS5h8BkFr5vrTvuENgo/e15wX1rCKtfZNJxqU266Gjb78naDtCFFUVS2DsHk",
+	"mLdlGnSr46+WWgjcDHgYU9F2QSeMC2sWdRaXDz93nibo9wJfbX00wuHLI6ynlVosEJYaUOG7T8es0nrC",
+	"3Wu6XY35sTXaS2ujmzfj3Whn9A639skv8dZetINb78ZtsrU7+jV+i3vRL2Rnx4t9nDG9QAGN3b24g2QZ",
+	"WTaP7FPDVRntK/pLK9pIC8N75qgVBNSgaN3Wjz3gkXnmbzz2+JauHY7Kkww5JSna2Sq7kzYizvBiHBz8",
+	"/hJm2r36drngKVxDap8aBOeLeB25M52t3D9szQgjExR/lvWzLDqBtbWpabT64nJmW4DSKI/aOAs0tmNn",
+	"Nze9Y9gw05ERkbh5CAMH5weB9WplYC+t64Xm8/VR2h7EX172lIKXROGX427nzxbwdoPx+bLLed8cYfyN",
+	"JmgHfoIw+FvCoztv1lNzA9UiYf/iY09nsq5SeHPu/rJJqikannav7TXz55IKod3gxhjrV6CCUhV22y8J",
+	"3w3+FUstMvDJVCF8E2IXrMz11JQoO2ZpYrODUEVLeKOCUy4/HslN4AxmhM0hst06OWBjLuD46KwF11Mq",
+	"IeZRlmfSJmnhTAkSqQPX0BT3KPRvE2QoiMIYxoLPgKrWgHWF4MLG+2bxx4zQFou7vmdCI2TSsN+N9nZS",
+	"Ek1xa7fVrlREgsYcTiULPQjud0iSTsmOyWlSZCSl2i5b7dYb59ONzLZJSrfze7ebDZkJGrOyA42Us14c",
+	"HATa2LrVG8PaKPgS11vesl0d2F7mdSu3l4PT+uZmFjKbkS2J+nbTT8b5ezMICymhQh4CSRKYZVLBjKho",
+	"WndSiqJ4r0N/KKnC9y4z801Wm2xpaLvWXCybrt5rv3vrUewv3iWLeQvvUp7K6bKF8jLxy2awFwvYT58a",
+	"49+77faK0e/1Rr6bLUDP6Le2Wu2kdSSv6l8IXMRmJH80N0ndUxjsWdJ8OxZHqIyZh4HMZjMi5k5ra+vr",
+	"aEImcrGzp+Ei98XyjySh2i1aB0BZminTtx65K851wMZJ9xq2nSmG+ic2YFeYjK8y48Ns8byP9xQfpOnF",
+	"4j2KufZTMyr1Q7WyFUOM5aadD9cW73arVvdMhkWVrLW/7KBlC/qo02jKJkDYgFHze0SS2qAHECYfUEjY",
+	"bbftasar6d3i6k7WP9X9gUVA1bbsgkNYxES12mRcpvfL3m34Vq+LfLKroFQ5xvzWem6nbp7qEc01+n+E",
+	"nflsrMNgmdwTUwkEfKRSyUOgyoI6lQmGMWQsmhI2QWt+u+2dH0VxPgGKrzF8ff+79e7f2V/v/t3d1zqi",
+	"YraVsKoVLHdHT+GKKL39pZ6XPVm3laDyVJX6pjstYWOv/W4THqY0wQVXMiWyGA2B2zEXEb7X2nurHdUE",
+	"lRyw5iNmZEflj4HAiItYHhpgBZTVfKPGQGZef8AslbHPpRybn1a6FJ+TMNTWQmExZewA60JddzH47fkG",
+	"aCylr9PEve+ouTXNsmS+WK9CP7w7QVVn/L/LaTXCxA/gfo2bJ6jWYOV6CLj+sqRWwjQfGFoyFPSSeaAW",
+	"dIDhQ31Ik4sBqw1puoEb2Zy4OTTPVgEEF5VJygHTpmvQTuxeXbEjcGqqoYUNE7IcmzN3mqaO9iMsS5Lb",
+	"AVs5y+NzBDYPberjd43fdnRL60J1OcP/LcP/v3z10j8TNNBWZktz8Q+2tp86SlvFazgA2GjO5m1+q7C9",
+	"XSlEObfcbGuL+7yoUMkOTA3RxNsiDEckmmL+kpmLu/lLcgQinRG7rp37sbVgdjpZ+ugI+nHZ/fdMRCt1",
+	"wmdyUCeIr08/17eH/fabr0pv7wuR5TpZ1CG/RYjyJsXXD7xexZYHcHx09me5tOwNElks4favNH4/yNrt",
+	"N1GW0dj8hbcDZt4q+DIwtetBcACV+vbT7aFbuwY/J/pfuyiBkXkBuvKQaz8yuO3FOEu5QhbNt/6O81uY",
+	"IokNEDej3DoNrVjWgOWlPJfvx+ZGgTOcjXSqrOzbjiaBJ+a9Eqlgdw+mmzoQC5N1D1i+u/b39yQxpGqq",
+	"vAm3ycJ0OLVyW55tuzL0CxJtB8r14Szr8gkuoPGmyfc0Vpi5Q15+PDIxf2Uavo7F2W80LCYiNvpZuGB5",
+	"TyVM6L19EcdsbaVT7t0Q37LS2e7+fhjMKCteVF6spH2nIsBCB+sHR/q8N+HJ/506mm4ZAyQioShc2wyW",
+	"qOg3T/mX02d5Fh8WOmjLEf8LQchXBQHLxuKdJ28ceB0syaf9lqGTjvNmHnhi4EgM9xQfclDSLB64gsAD",
+	"0fBFu9MqOIHbYmbwtkwvGrONjCsww52Htjzx4fr60o3xu4YNg6uT4Ydu5/T6w/Dm3P7xz+HRxXEXNrQP",
+	"5gL22282Tbl2wEY8nuedHkn8nvgEc4z0IR+F/G6m3ZgF9ZiQ/eVHwpQfdLCbXPqw8bBKjO+1+Nz3YjDK",
+	"hGlE/v6pah92E6uFVC68Qm4iJKQ8SSRQtfldYNQrze+LmxZ7psBnK0BFKG/BXnuvtJkcCsjizRWNXFwB",
+	"eMIZWgYo7UU0B4BIkJlpVmy2ltToCiDywioa5Syfw4WNyvZ2bPCBzDd/dqSdV9lWOdnlpbVl/PoRKKCE",
+	"gz87j03tbTWDv8oMQ+/nyQobe3WrqYJ5l9f0dHKTzzfoBGdgRyQGwdNty6QDMyTM9fgeU8JMQ/DBfMKJ",
+	"KlrgpAEr6u0pF0pCdQQEMqZoYtYQaD5/pqk1zmF5ma2im98LHLu5km9XXWss+5Pg7W4ht0Jm/4dl13MB",
+	"hoXxt8SyB+Unjb5PKaRvah3NaYBmN732PSRTUFCZYEt6+voiwwcHZReD8EdzpJ+yXwNkrFyfwnDlEG7t",
+	"KW5hypNY5s4pS354a+fS9CYatV3GH9Yo5rqRqtaczJKlk1InqC5SZJ3L3npiyRctxeL5ZOMi891e8KYc",
+	"Vls1m7YaK5uht3zFfL0Kg4qT5uyxKP3zsymiKXgVredUcI0vNXWmXsgmJndrwbn9qBvPoilKiDFFFiOL",
+	"KHqs4ATVB7f7d1T/4t3RJeyvHIUk9B5X87dYbQVLDTRezlHLSWRufKjg0dy9UZUSKVEewKV73QkEkmhK",
+	"RgmGYA81YJVXpdynLEI471xf5e/DY9zSebF9beGBSgytY9Ir2W1MB0Iu6d+doOrbQ3xHwZRv1XkHSXR6",
+	"obg1g9a3zl9X7t3Jq8I6t1oQj33hbbWWlMsvU5Pii3k2lGUiCQ6CbROl3ANNtck1LzRvpJjVi2865FOt",
+	"QJXEZNwqwXFl18V6rn3314wVmRpjPkQLGySeUbbZgqPGVwDLj0eYAdq5/W6p+zYgUVqlKrWhYiAphIRP",
+	"Jmhm0zGacoyBMkAzX2v1b/FTwz6CXYfCFQCanYqCDaGRHLI45ZQp85JPZeGDAfuSZqOERsNMJE+vyOtb",
+	"0HH4ZsDsS9f2TTqqpH3tzZWgiiJ+7Yw5EHr69PTfAQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

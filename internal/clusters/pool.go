@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -259,6 +260,13 @@ func stopAll(clusters []*Cluster) {
 	wg.Wait()
 }
 
+// IDs returns the environments the pool holds, in no particular order.
+func (p *Pool) IDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Collect(maps.Keys(p.envs))
+}
+
 // Get returns the environment's live cluster.
 func (p *Pool) Get(environmentID string) (*Cluster, bool) {
 	p.mu.Lock()
@@ -286,15 +294,21 @@ func (p *Pool) changed(c *Cluster, h Health) {
 }
 
 // settled is called by c's own goroutine once its initial sync is over
-// (synced, deadline passed, or the cluster is down). If c is a pending
-// replacement it takes over now and the cluster it replaces is stopped before
-// c's state is reported, so reports stay in order.
-func (p *Pool) settled(c *Cluster) {
+// (synced, deadline passed, or the cluster is down), and again after each
+// health check until it returns true. If c is a pending replacement it takes
+// over and the cluster it replaces is stopped before c's state is reported,
+// so reports stay in order — but an unsynced replacement never displaces a
+// synced live cluster: reads would go from cached to unavailable.
+func (p *Pool) settled(c *Cluster) (final bool) {
 	p.mu.Lock()
 	env := p.envs[c.target.EnvironmentID]
 	if env == nil || env.next != c {
 		p.mu.Unlock()
-		return
+		return true
+	}
+	if !c.Health().Synced && env.live.Health().Synced {
+		p.mu.Unlock()
+		return false
 	}
 	retired := env.live
 	env.live, env.next = c, nil
@@ -307,6 +321,7 @@ func (p *Pool) settled(c *Cluster) {
 	if report {
 		p.report(c.target.EnvironmentID, h)
 	}
+	return true
 }
 
 func (p *Pool) report(environmentID string, h Health) {

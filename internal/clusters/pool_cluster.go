@@ -202,8 +202,7 @@ func (c *Cluster) publish() {
 		c.pool.changed(c, h)
 	}
 	if !c.settleReported && c.tracker.settled() {
-		c.settleReported = true
-		c.pool.settled(c)
+		c.settleReported = c.pool.settled(c)
 	}
 }
 

@@ -2,6 +2,7 @@ package environments
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
@@ -12,7 +13,8 @@ import (
 const healthWriteTimeout = 10 * time.Second
 
 // connect hands an environment's current connection to the cluster pool,
-// which swaps a live client when the settings changed.
+// which swaps a live client when the settings changed. An environment
+// deleted meanwhile (its Remove may have run first) is disconnected again.
 func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) {
 	if s.pool == nil {
 		return
@@ -20,12 +22,21 @@ func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeco
 	if err := s.pool.Ensure(clusters.Target{EnvironmentID: id, Connection: conn, Namespaces: spec.Namespaces()}); err != nil {
 		s.log.ErrorContext(ctx, "connect environment", "environment", id, "error", err)
 	}
+	if _, err := s.repo.get(ctx, id); errors.Is(err, errNotFound) {
+		s.pool.Remove(id)
+	}
 }
 
-// ConnectAll hands every registered environment to the cluster pool, at
-// start. Connections come up in the background; one environment whose
-// credentials cannot be opened is logged and skipped.
-func (s *Service) ConnectAll(ctx context.Context) error {
+// SyncPool makes the cluster pool match the registry: every environment
+// connected with its stored credentials, nothing else. It runs at start and
+// with every probe round, so replicas pick up registrations, rotations and
+// deletions made through another replica. An environment whose credentials
+// cannot be opened is logged and skipped.
+func (s *Service) SyncPool(ctx context.Context) error {
+	if s.pool == nil {
+		return nil
+	}
+	registered := map[string]bool{}
 	f := listFilter{limit: MaxPageSize}
 	for {
 		recs, err := s.repo.list(ctx, f)
@@ -33,6 +44,7 @@ func (s *Service) ConnectAll(ctx context.Context) error {
 			return err
 		}
 		for _, rec := range recs {
+			registered[rec.ID] = true
 			conn, err := s.open(rec)
 			if err != nil {
 				s.log.ErrorContext(ctx, "environment not connected: stored credentials unusable", "environment", rec.ID, "error", err)
@@ -41,10 +53,16 @@ func (s *Service) ConnectAll(ctx context.Context) error {
 			s.connect(ctx, rec.ID, rec.Spec, conn)
 		}
 		if len(recs) < f.limit {
-			return nil
+			break
 		}
 		f.after = recs[len(recs)-1].ID
 	}
+	for _, id := range s.pool.IDs() {
+		if !registered[id] {
+			s.pool.Remove(id)
+		}
+	}
+	return nil
 }
 
 // RecordHealth stores what the pool learns about reachability between

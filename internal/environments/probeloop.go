@@ -12,17 +12,20 @@ const probeConcurrency = 4
 
 // RunProbes probes every environment at once and then once per interval until
 // ctx ends, so status reflects clusters that died or recovered while the
-// gateway was down or between admin actions.
+// gateway was down or between admin actions; each round also re-syncs the
+// cluster pool with the registry.
 func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
-	s.ProbeAll(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		if err := s.SyncPool(ctx); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "sync the cluster pool with the registry", "error", err)
+		}
+		s.ProbeAll(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.ProbeAll(ctx)
 		}
 	}
 }

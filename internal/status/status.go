@@ -2,6 +2,8 @@ package status
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -58,11 +60,29 @@ func bound(pvc *corev1.PersistentVolumeClaim) (Status, string) {
 
 func pending(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, warnings []*corev1.Event) (Status, string) {
 	if len(warnings) > 0 {
-		return Provisioning, "provisioning: " + warnings[0].Reason + ": " + warnings[0].Message
+		return Provisioning, "provisioning: " + clean(warnings[0].Reason+": "+warnings[0].Message)
 	}
 	if class != nil && class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer &&
 		pvc.Annotations[selectedNodeAnnotation] == "" {
 		return Provisioning, "waiting for first consumer"
 	}
 	return Provisioning, "waiting for the provisioner"
+}
+
+// maxEventText bounds how much of an event, which anyone allowed to create
+// events in the namespace can write, reaches DCM.
+const maxEventText = 256
+
+// clean makes event text safe to show: printable characters only, bounded.
+func clean(s string) string {
+	out := strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return ' '
+	}, s)
+	if r := []rune(out); len(r) > maxEventText {
+		out = string(r[:maxEventText-1]) + "…"
+	}
+	return out
 }

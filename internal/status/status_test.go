@@ -1,6 +1,7 @@
 package status_test
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,8 @@ func TestOf(t *testing.T) {
 			p.Annotations = map[string]string{"volume.kubernetes.io/selected-node": "n1"}
 		}), lazy, nil, status.Provisioning, "waiting for the provisioner"},
 		{"provisioning warning", claim(corev1.ClaimPending, nil), nil, []*corev1.Event{warning}, status.Provisioning, "provisioning: ProvisioningFailed: out of disks"},
+		{"hostile warning", claim(corev1.ClaimPending, nil), nil, []*corev1.Event{{Reason: "Bad", Message: "line1\nline2\x1b[31m" + strings.Repeat("x", 400)}},
+			status.Provisioning, "provisioning: Bad: line1 line2 [31m" + strings.Repeat("x", 255-len("Bad: line1 line2 [31m")) + "…"},
 		{"lost", claim(corev1.ClaimLost, nil), nil, nil, status.Failed, "the claim lost its volume pv-1"},
 		{"deleting", claim(corev1.ClaimBound, func(p *corev1.PersistentVolumeClaim) { p.DeletionTimestamp = &now }), nil, nil, status.Deleting, "the claim is being deleted"},
 		{"resizing", claim(corev1.ClaimBound, func(p *corev1.PersistentVolumeClaim) {

@@ -67,7 +67,7 @@ func claimGone(cluster *clusters.Cluster, rec record) bool {
 	if _, exists := cluster.PVC(rec.Spec.Namespace, rec.ID); exists {
 		return false
 	}
-	return rec.Status == status.Deleting || rec.PVCUID != "" && time.Since(rec.UpdateTime) > settleAfter
+	return rec.Status == status.Deleting || rec.PVCUID != "" && time.Since(rec.UpdateTime) > cacheLag
 }
 
 // Page is one page of volumes.
@@ -172,8 +172,10 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 		return Volume{}, kubernetesError(err, "expand the claim")
 	}
 	if err := s.repo.setCapacity(ctx, envID, id, want.String()); err != nil {
-		return Volume{}, err
+		// The claim was patched; the record only lags behind it.
+		s.log.WarnContext(ctx, "record an expansion", "environment", envID, "volume", id, "error", err)
 	}
+	rec.Spec.Capacity = want.String()
 	s.log.InfoContext(ctx, "volume expansion requested", "environment", envID, "volume", id, "capacity", want.String())
 	return s.fromClaim(cluster, rec, patched), nil
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -32,7 +33,7 @@ func newPVC(id string, s Spec) *corev1.PersistentVolumeClaim {
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[ManagedByLabel] = ManagedByValue
+	labels[clusters.ManagedByLabel] = clusters.ManagedByValue
 	labels[InstanceIDLabel] = id
 	labels[ServiceTypeLabel] = ServiceType
 	mode := corev1.PersistentVolumeMode(s.VolumeMode)
@@ -56,7 +57,7 @@ func newPVC(id string, s Spec) *corev1.PersistentVolumeClaim {
 
 // managedAs reports whether pvc is the gateway's claim for volume id.
 func managedAs(pvc *corev1.PersistentVolumeClaim, id string) bool {
-	return pvc.Labels[ManagedByLabel] == ManagedByValue && pvc.Labels[InstanceIDLabel] == id
+	return pvc.Labels[clusters.ManagedByLabel] == clusters.ManagedByValue && pvc.Labels[InstanceIDLabel] == id
 }
 
 // specOf rebuilds a volume's spec from its claim, so what DCM reads is what

@@ -4,13 +4,20 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
-// Reconciler timing: intents younger than settleAfter may still be in the
-// middle of a create; idempotency keys are kept at least keyRetention.
+// Reconciler timing: a claim written less than cacheLag ago may not be in
+// the cache yet; a recorded create younger than createSettle (longer than a
+// request's timeout) may still be under way; idempotency keys are kept at
+// least keyRetention.
 const (
-	settleAfter  = 10 * time.Second
+	cacheLag     = 10 * time.Second
+	createSettle = time.Minute
 	keyRetention = 24 * time.Hour
 )
 
@@ -60,21 +67,36 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 		return err
 	}
 	for _, rec := range recs {
-		pvc, exists := cluster.PVC(rec.Spec.Namespace, rec.ID)
-		switch {
-		case exists && rec.PVCUID != string(pvc.UID):
-			err = s.repo.setClaim(ctx, envID, rec.ID, string(pvc.UID))
-		case exists, time.Since(rec.UpdateTime) < settleAfter:
-			continue // present, or too recent for the cache to have caught up
-		case claimGone(cluster, rec):
-			err = s.repo.setStatus(ctx, envID, rec.ID, status.Deleted, "the claim no longer exists")
-		default:
-			s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", envID, "volume", rec.ID)
-			_, err = s.createClaim(ctx, cluster, rec)
+		if err := s.settle(ctx, cluster, rec); err != nil && ctx.Err() == nil {
+			// One stuck volume must not stop the others.
+			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
-		if err != nil {
-			return err
+	}
+	return nil
+}
+
+// settle brings one record and its claim into agreement.
+func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec record) error {
+	pvc, exists := cluster.PVC(rec.Spec.Namespace, rec.ID)
+	switch {
+	case exists && rec.Status == status.Deleting && pvc.DeletionTimestamp == nil:
+		// A create finished after the volume was deleted: the claim is unwanted.
+		err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, rec.ID, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
+		return err
+	case exists && rec.PVCUID != string(pvc.UID):
+		_, err := s.repo.setClaim(ctx, rec.EnvironmentID, rec.ID, string(pvc.UID))
+		return err
+	case exists:
+		return nil
+	case claimGone(cluster, rec):
+		return s.repo.setStatus(ctx, rec.EnvironmentID, rec.ID, status.Deleted, "the claim no longer exists")
+	case rec.PVCUID == "" && time.Since(rec.CreateTime) > createSettle:
+		s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", rec.EnvironmentID, "volume", rec.ID)
+		_, err := s.createClaim(ctx, cluster, rec)
+		return err
 	}
 	return nil
 }

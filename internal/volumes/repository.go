@@ -15,8 +15,9 @@ import (
 )
 
 var (
-	errNotFound = errors.New("volume record not found")
-	errExists   = errors.New("volume record exists")
+	errNotFound      = errors.New("volume record not found")
+	errExists        = errors.New("volume record exists")
+	errNoEnvironment = errors.New("environment deleted")
 )
 
 // record is a volume's row: what was asked for, which claim serves it, and
@@ -66,7 +67,7 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 // insert records the intent to create a volume, with its idempotency key
 // when the request carried one, in one transaction: a retry finds either
 // both or neither.
-func (r *repository) insert(ctx context.Context, rec record, key *agentKey) error {
+func (r *repository) insert(ctx context.Context, rec *record, key *agentKey) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
@@ -78,13 +79,16 @@ func (r *repository) insert(ctx context.Context, rec record, key *agentKey) erro
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
-			VALUES ($1, $2, $3, $4, $5, $6)`, rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message)
-		return err
+		return tx.QueryRow(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING create_time, update_time`,
+			rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message).Scan(&rec.CreateTime, &rec.UpdateTime)
 	})
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a concurrent create won
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation: a concurrent create won
 		return errExists
+	case errors.As(err, &pgErr) && pgErr.Code == "23503": // foreign_key_violation: environment deleted
+		return errNoEnvironment
 	}
 	return err
 }
@@ -110,9 +114,12 @@ func (r *repository) remove(ctx context.Context, env, id string) error {
 	return err
 }
 
-func (r *repository) setClaim(ctx context.Context, env, id, uid string) error {
-	_, err := r.db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now() WHERE environment_id = $1 AND id = $2`, env, id, uid)
-	return err
+// setClaim records the claim that serves a volume; it reports false when
+// the volume is being or has been deleted (the claim is then unwanted).
+func (r *repository) setClaim(ctx context.Context, env, id, uid string) (bool, error) {
+	tag, err := r.db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now()
+		WHERE environment_id = $1 AND id = $2 AND status NOT IN ('DELETING', 'DELETED')`, env, id, uid)
+	return tag.RowsAffected() == 1, err
 }
 
 func (r *repository) setStatus(ctx context.Context, env, id string, st status.Status, msg string) error {

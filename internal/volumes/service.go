@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
@@ -56,6 +57,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err != nil {
 		return Volume{}, false, err
 	}
+	requestedID := id
 	key, err := s.identify(ctx, envID, &id, idempotencyKey, req)
 	if err != nil {
 		return Volume{}, false, err
@@ -75,9 +77,13 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 		return Volume{}, false, err
 	}
 	rec := record{EnvironmentID: envID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
-	if err := s.repo.insert(ctx, rec, key); errors.Is(err, errExists) {
-		// A concurrent create of the same volume won; answer as a replay.
-		return s.Create(ctx, envID, id, "", req)
+	if err := s.repo.insert(ctx, &rec, key); errors.Is(err, errExists) {
+		// A concurrent create of the same volume (same id, or same
+		// idempotency key) won; answering the original request again
+		// finds its record and replays it.
+		return s.Create(ctx, envID, requestedID, idempotencyKey, req)
+	} else if errors.Is(err, errNoEnvironment) {
+		return Volume{}, false, fault.New(fault.NotFound, "environment %q not found", envID)
 	} else if err != nil {
 		return Volume{}, false, err
 	}
@@ -131,6 +137,9 @@ func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec rec
 	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
 		return s.fromClaim(cluster, rec, pvc), false, nil
 	}
+	if claimGone(cluster, rec) {
+		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id has been deleted"}
+	}
 	pvc, err := s.createClaim(ctx, cluster, rec)
 	if err != nil {
 		return Volume{}, false, err
@@ -160,8 +169,16 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 		}
 		return nil, ferr
 	}
-	if err := s.repo.setClaim(ctx, rec.EnvironmentID, rec.ID, string(pvc.UID)); err != nil {
+	live, err := s.repo.setClaim(ctx, rec.EnvironmentID, rec.ID, string(pvc.UID))
+	if err != nil {
 		s.log.WarnContext(ctx, "record the claim of a volume (the reconciler retries)", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
+	}
+	if err == nil && !live {
+		// The volume was deleted while its claim was being created.
+		if err := claims.Delete(context.WithoutCancel(ctx), rec.ID, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			s.log.ErrorContext(ctx, "delete the claim of a volume deleted meanwhile (the reconciler retries)", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
+		}
+		return nil, fault.New(fault.NotFound, "volume %s was deleted while its claim was being created", rec.ID)
 	}
 	return pvc, nil
 }
@@ -229,11 +246,41 @@ func (s *Service) fromClaim(cluster *clusters.Cluster, rec record, pvc *corev1.P
 	if pvc.Spec.StorageClassName != nil {
 		class, _ = cluster.StorageClass(*pvc.Spec.StorageClassName)
 	}
-	st, msg := status.Of(pvc, class, cluster.WarningEvents(pvc.Namespace, pvc.Name))
-	return Volume{
+	st, msg := status.Of(pvc, class, warningsFor(cluster, pvc))
+	v := Volume{
 		ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: specOf(pvc), VolumeName: pvc.Spec.VolumeName,
 		Status: st, Message: msg, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime,
 	}
+	return withPendingWrites(v, rec, pvc)
+}
+
+// warningsFor returns the claim's own Warning events: events about an
+// earlier claim of the same name do not count.
+func warningsFor(cluster *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) []*corev1.Event {
+	var own []*corev1.Event
+	for _, e := range cluster.WarningEvents(pvc.Namespace, pvc.Name) {
+		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == pvc.UID {
+			own = append(own, e)
+		}
+	}
+	return own
+}
+
+// withPendingWrites lets the gateway's own recent writes win over a cache
+// that has not caught up with them: a requested deletion or expansion shows
+// at once.
+func withPendingWrites(v Volume, rec record, pvc *corev1.PersistentVolumeClaim) Volume {
+	if rec.Status == status.Deleting && pvc.DeletionTimestamp == nil {
+		v.Status, v.Message = status.Deleting, "the claim is being deleted"
+		return v
+	}
+	want, err1 := resource.ParseQuantity(rec.Spec.Capacity)
+	have, err2 := resource.ParseQuantity(v.Spec.Capacity)
+	if err1 == nil && err2 == nil && want.Cmp(have) > 0 {
+		v.Spec.Capacity = rec.Spec.Capacity
+		v.Status, v.Message = status.Provisioning, "expansion to "+rec.Spec.Capacity+" requested"
+	}
+	return v
 }
 
 // fromRecord is the volume while its claim is not (or no longer) visible.

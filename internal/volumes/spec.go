@@ -14,8 +14,6 @@ import (
 
 // Labels every gateway PVC carries (SPEC.md §2.2).
 const (
-	ManagedByLabel   = "dcm.project/managed-by"
-	ManagedByValue   = "dcm"
 	InstanceIDLabel  = "dcm.project/dcm-instance-id"
 	ServiceTypeLabel = "dcm.project/dcm-service-type"
 	ServiceType      = "storage"

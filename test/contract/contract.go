@@ -1,7 +1,7 @@
-// Package contract checks, in tests, that every request a test sends and
-// every response the gateway gives match the OpenAPI contract
-// (internal/api/openapi.yaml) — status codes, content types and bodies. It
-// must never be imported by production code.
+// Package contract checks, in tests, that every response the gateway gives
+// matches the OpenAPI contract (internal/api/openapi.yaml): declared status
+// codes, content types and bodies. (Requests are validated by the server
+// itself.) It must never be imported by production code.
 package contract
 
 import (

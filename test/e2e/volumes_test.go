@@ -179,6 +179,9 @@ func TestVolumeLifecycleInTwoEnvironments(t *testing.T) {
 			req := map[string]any{"spec": storageSpec("data", "1Gi", nil)}
 			code, v := c.do(http.MethodPost, path+"?id="+id, req)
 			c.want(http.StatusCreated, code, v)
+			if created, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(v["create_time"])); time.Since(created) > time.Minute {
+				t.Fatalf("create_time %v is not the creation time", v["create_time"])
+			}
 			if v["id"] != id || field(v, "spec", "metadata", "storage_class") != tc.wantDefaultClass || field(v, "spec", "metadata", "namespace") != env.Namespace {
 				t.Fatalf("created volume: %v", v)
 			}
@@ -418,7 +421,7 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 	spec, _ := json.Marshal(map[string]any{"name": "orphan", "labels": map[string]string{}, "capacity": "1Gi",
 		"storage_class": "standard", "access_mode": "ReadWriteOnce", "volume_mode": "Filesystem", "namespace": ns})
 	if _, err := g.Registry.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, create_time, update_time)
-		VALUES ($1, $2, $3, $4, now() - interval '1 minute', now() - interval '1 minute')`, envID, orphan, ns, spec); err != nil {
+		VALUES ($1, $2, $3, $4, now() - interval '2 minutes', now() - interval '2 minutes')`, envID, orphan, ns, spec); err != nil {
 		t.Fatal(err)
 	}
 	gone := uuid.NewString()
@@ -491,4 +494,60 @@ func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
 		t.Fatalf("forcing the environment out deleted its PVC (%d claims)", n)
 	}
 	g.Registry.AssertNoSecret(t, token)
+}
+
+// TestConcurrentCreatesConverge: DCM redelivers a create while the first is
+// still running, in both request shapes; every answer names the same volume
+// and exactly one PVC exists.
+func TestConcurrentCreatesConverge(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
+	const n = 6
+	for _, shape := range []struct {
+		name    string
+		path    string
+		body    any
+		headers []string
+	}{
+		{"id", volumesPath(envID) + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("race", "1Gi", nil)}, nil},
+		{"idempotency key", volumesPath(envID), storageSpec("race", "1Gi", nil), []string{"Idempotency-Key", uuid.NewString()}},
+	} {
+		t.Run(shape.name, func(t *testing.T) {
+			ids := make(chan string, n)
+			codes := make(chan int, n)
+			for range n {
+				go func() {
+					code, body := client{t: t, base: g.URL}.do(http.MethodPost, shape.path, shape.body, shape.headers...)
+					codes <- code
+					id, _ := body["id"].(string)
+					ids <- id
+				}()
+			}
+			created, first := 0, ""
+			for range n {
+				code, id := <-codes, <-ids
+				switch {
+				case code == http.StatusCreated:
+					created++
+				case code != http.StatusOK:
+					t.Fatalf("status %d", code)
+				}
+				if first == "" {
+					first = id
+				}
+				if id != first || id == "" {
+					t.Fatalf("answers name different volumes: %q and %q", first, id)
+				}
+			}
+			if created != 1 {
+				t.Fatalf("%d answers say created, want 1", created)
+			}
+			if got := claims(t, east, ns, first); got != 1 {
+				t.Fatalf("%d claims, want 1", got)
+			}
+		})
+	}
 }
