@@ -9,13 +9,13 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
 func TestRemoveReleasesEverything(t *testing.T) {
@@ -98,24 +98,6 @@ func grown(before, after map[string]int) []string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestFailingClusterIsNotHammered counts the LISTs and WATCHes reaching a
 // server whose health endpoint answers but whose resources fail: informers
 // must back off, not retry in a loop. The rate limiter is opened wide so it
@@ -142,7 +124,7 @@ func TestFailingClusterIsNotHammered(t *testing.T) {
 			}))
 			defer srv.Close()
 
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			opts := fast
 			opts.SyncTimeout = 2 * time.Second
 			opts.Client.QPS, opts.Client.Burst = 1000, 1000
