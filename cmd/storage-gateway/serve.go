@@ -23,6 +23,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/internal/version"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
@@ -30,8 +31,13 @@ import (
 // startTimeout bounds connecting to Postgres and migrating at start.
 const startTimeout = time.Minute
 
-// reconcileInterval is how often interrupted volume flows are repaired.
-const reconcileInterval = 30 * time.Second
+// reconcileInterval is how often interrupted volume flows are repaired;
+// followInterval how often the status follower subscribes to newly
+// connected environments and re-evaluates cached claims.
+const (
+	reconcileInterval = 30 * time.Second
+	followInterval    = 2 * time.Second
+)
 
 func newServeCommand() *cobra.Command {
 	return &cobra.Command{
@@ -98,7 +104,6 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := registry.CheckKeys(startCtx); err != nil {
 		return err
 	}
-	volumeService := volumes.NewService(volumes.Options{DB: pool, Environments: registry, Pool: clusterPool, Logger: logger})
 
 	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
 	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
@@ -119,6 +124,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Status flows cluster -> follower -> tracker (debounce) -> outbox
+	// (with the volume record, one transaction) -> relay -> NATS.
+	relay, err := events.NewRelay(pool, nc.Conn, metrics, logger)
+	if err != nil {
+		return err
+	}
+	tracker := status.NewTracker(status.Recorder{DB: pool, Queued: relay.Notify}, cfg.StatusDebounce, logger)
+	follower := &status.Follower{Tracker: tracker, Pool: clusterPool, ProvisioningTimeout: cfg.ProvisioningTimeout, Logger: logger}
+	volumeService := volumes.NewService(volumes.Options{DB: pool, Environments: registry, Pool: clusterPool, Logger: logger, Queued: relay.Notify})
 	handler := api.New(api.Options{
 		Logger:              logger,
 		Metrics:             metrics,
@@ -146,16 +161,29 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
 
-	// The background workers (probes and pool sync, volume reconciler, key
-	// reloader) use the database and the cluster pool, so they stop, and are
-	// waited for, before either closes. The first probe round connects every
-	// registered environment.
+	// The background workers (probes and pool sync, volume reconciler, status
+	// follower, outbox relay, key reloader) use the database, the cluster
+	// pool and NATS, so they stop, and are waited for, before any closes. The
+	// first probe round connects every registered environment. On the way
+	// out, debounced transitions are flushed into the outbox and the relay
+	// drains what it can in the shutdown bound; the rest goes out next start.
 	background, stopBackground := context.WithCancel(ctx)
 	var workers sync.WaitGroup
 	workers.Go(func() { registry.RunProbes(background, cfg.ProbeInterval) })
 	workers.Go(func() { volumeService.RunReconciler(background, reconcileInterval) })
+	workers.Go(func() { follower.Run(background, followInterval) })
+	workers.Go(func() { relay.Run(background) })
 	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })
-	defer func() { stopBackground(); workers.Wait() }()
+	defer func() {
+		stopBackground()
+		workers.Wait()
+		tracker.Close()
+		drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := relay.Drain(drainCtx); err != nil {
+			logger.Warn("status events left in the outbox for the next start", "error", err)
+		}
+	}()
 
 	select {
 	case err := <-served:

@@ -72,6 +72,12 @@ type Config struct {
 	// provider's /health: 200 (the body says unhealthy) or 503, for DCM
 	// pollers that read only the status code.
 	HealthUnhealthyCode int `env:"SG_HEALTH_UNHEALTHY_CODE" envDefault:"200"`
+	// StatusDebounce is the window in which further status changes of a
+	// volume are coalesced after one was reported at once.
+	StatusDebounce time.Duration `env:"SG_STATUS_DEBOUNCE" envDefault:"500ms"`
+	// ProvisioningTimeout is how long provisioning may fail continuously
+	// before a volume is reported FAILED.
+	ProvisioningTimeout time.Duration `env:"SG_PROVISIONING_TIMEOUT" envDefault:"10m"`
 }
 
 // Load reads the configuration from the process environment and validates it.
@@ -172,6 +178,12 @@ func (c Config) Validate() error {
 	}
 	if c.ClusterSyncTimeout <= 0 {
 		add("SG_CLUSTER_SYNC_TIMEOUT", "must be a positive duration, e.g. 30s")
+	}
+	if c.StatusDebounce < 0 {
+		add("SG_STATUS_DEBOUNCE", "must not be negative, e.g. 500ms")
+	}
+	if c.ProvisioningTimeout <= 0 {
+		add("SG_PROVISIONING_TIMEOUT", "must be a positive duration, e.g. 10m")
 	}
 	if c.HealthUnhealthyCode != 200 && c.HealthUnhealthyCode != 503 {
 		add("SG_HEALTH_UNHEALTHY_CODE", "must be 200 or 503")

@@ -1,5 +1,5 @@
 // Package events owns the gateway's link to NATS: connecting to an external
 // server, or running an embedded JetStream-enabled server for one-command local
-// runs. Later it also holds the outbox relay that publishes CloudEvents. It must
+// runs, and the outbox relay that publishes status CloudEvents to DCM. It must
 // not decide volume status; that belongs to the status package.
 package events

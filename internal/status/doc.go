@@ -1,5 +1,6 @@
-// Package status owns the mapping from a PVC and what the cluster says about
-// it to the status DCM sees (PROVISIONING, RUNNING, FAILED, DELETING,
-// DELETED) with a human message. It is pure: it reads objects handed to it
-// and never calls a cluster or a database.
+// Package status owns what DCM learns about volumes: the mapping from a PVC
+// (and its class and warnings) to DCM's status and message, the debounce
+// that keeps flapping calm without delaying real transitions, and the
+// transactional write of each transition with its CloudEvent into the
+// outbox. It must not publish: the events package relays the outbox.
 package status

@@ -202,7 +202,8 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kubernetesError(err, "delete the claim")
 	}
-	if err := s.repo.setStatus(ctx, envID, id, status.Deleting, "the claim is being deleted"); err != nil {
+	if _, err := s.recorder.Record(ctx, status.Observation{EnvironmentID: envID, VolumeID: id,
+		Status: status.Deleting, Message: "the claim is being deleted"}); err != nil {
 		return err
 	}
 	s.log.InfoContext(ctx, "volume deletion requested", "environment", envID, "volume", id)

@@ -92,7 +92,9 @@ func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec rec
 	case exists:
 		return nil
 	case claimGone(cluster, rec):
-		return s.repo.setStatus(ctx, rec.EnvironmentID, rec.ID, status.Deleted, "the claim no longer exists")
+		_, err := s.recorder.Record(ctx, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
+			Status: status.Deleted, Message: "the claim no longer exists"})
+		return err
 	case rec.PVCUID == "" && time.Since(rec.CreateTime) > createSettle:
 		s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", rec.EnvironmentID, "volume", rec.ID)
 		_, err := s.createClaim(ctx, cluster, rec)

@@ -122,12 +122,6 @@ func (r *repository) setClaim(ctx context.Context, env, id, uid string) (bool, e
 	return tag.RowsAffected() == 1, err
 }
 
-func (r *repository) setStatus(ctx context.Context, env, id string, st status.Status, msg string) error {
-	_, err := r.db.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, update_time = now()
-		WHERE environment_id = $1 AND id = $2`, env, id, string(st), msg)
-	return err
-}
-
 func (r *repository) setCapacity(ctx context.Context, env, id, capacity string) error {
 	_, err := r.db.Exec(ctx, `UPDATE volumes SET spec = jsonb_set(spec, '{capacity}', to_jsonb($3::text)), update_time = now()
 		WHERE environment_id = $1 AND id = $2`, env, id, capacity)

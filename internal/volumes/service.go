@@ -32,19 +32,26 @@ type Options struct {
 	Environments *environments.Service
 	Pool         *clusters.Pool
 	Logger       *slog.Logger
+	// Queued, if set, is called when a status event was queued in the
+	// outbox (it wakes the relay).
+	Queued func()
 }
 
 // Service implements the volume use cases for every environment.
 type Service struct {
-	repo repository
-	envs *environments.Service
-	pool *clusters.Pool
-	log  *slog.Logger
+	repo     repository
+	recorder status.Recorder
+	envs     *environments.Service
+	pool     *clusters.Pool
+	log      *slog.Logger
 }
 
 // NewService returns a Service.
 func NewService(opts Options) *Service {
-	return &Service{repo: repository{db: opts.DB}, envs: opts.Environments, pool: opts.Pool, log: opts.Logger}
+	return &Service{
+		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued},
+		envs: opts.Environments, pool: opts.Pool, log: opts.Logger,
+	}
 }
 
 // Create creates a volume, or returns the existing one for a replay
@@ -246,24 +253,12 @@ func (s *Service) fromClaim(cluster *clusters.Cluster, rec record, pvc *corev1.P
 	if pvc.Spec.StorageClassName != nil {
 		class, _ = cluster.StorageClass(*pvc.Spec.StorageClassName)
 	}
-	st, msg := status.Of(pvc, class, warningsFor(cluster, pvc))
+	st, msg := status.Of(pvc, class, status.OwnWarnings(cluster, pvc))
 	v := Volume{
 		ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: specOf(pvc), VolumeName: pvc.Spec.VolumeName,
 		Status: st, Message: msg, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime,
 	}
 	return withPendingWrites(v, rec, pvc)
-}
-
-// warningsFor returns the claim's own Warning events: events about an
-// earlier claim of the same name do not count.
-func warningsFor(cluster *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) []*corev1.Event {
-	var own []*corev1.Event
-	for _, e := range cluster.WarningEvents(pvc.Namespace, pvc.Name) {
-		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == pvc.UID {
-			own = append(own, e)
-		}
-	}
-	return own
 }
 
 // withPendingWrites lets the gateway's own recent writes win over a cache

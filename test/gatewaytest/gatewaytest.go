@@ -5,7 +5,9 @@
 package gatewaytest
 
 import (
+	"context"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,8 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 	"github.com/dcm-project/storage-gateway/test/contract"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
@@ -23,6 +27,13 @@ import (
 type Options struct {
 	// HealthUnhealthyCode defaults to 200.
 	HealthUnhealthyCode int
+	// NATSURL, when set, runs status reporting: follower, tracker, outbox
+	// relay publishing to this server.
+	NATSURL string
+	// StatusDebounce defaults to the production 500ms.
+	StatusDebounce time.Duration
+	// ProvisioningTimeout defaults to the production 10m.
+	ProvisioningTimeout time.Duration
 }
 
 // Gateway is a running in-process gateway.
@@ -62,7 +73,8 @@ func Start(t *testing.T, opts Options) *Gateway {
 	})
 	registry = reg.NewService(registrytest.Options{Pool: pool})
 	t.Cleanup(pool.Close)
-	vols := volumes.NewService(volumes.Options{DB: reg.Pool, Environments: registry, Pool: pool, Logger: reg.Logger})
+	queued := startStatus(t, opts, reg, pool)
+	vols := volumes.NewService(volumes.Options{DB: reg.Pool, Environments: registry, Pool: pool, Logger: reg.Logger, Queued: queued})
 	if opts.HealthUnhealthyCode == 0 {
 		opts.HealthUnhealthyCode = 200
 	}
@@ -73,4 +85,47 @@ func Start(t *testing.T, opts Options) *Gateway {
 	srv := httptest.NewServer(contract.Validating(t, handler))
 	t.Cleanup(srv.Close)
 	return &Gateway{URL: srv.URL, Registry: reg, Environments: registry, Pool: pool, Volumes: vols}
+}
+
+// followInterval is short in tests so new environments are followed at once.
+const followInterval = 200 * time.Millisecond
+
+// startStatus runs status reporting when opts ask for it and returns the
+// relay's wake-up (nil otherwise). Shutdown mirrors serve: stop the
+// follower and relay, flush the tracker, drain the outbox.
+func startStatus(t *testing.T, opts Options, reg *registrytest.Registry, pool *clusters.Pool) func() {
+	t.Helper()
+	if opts.NATSURL == "" {
+		return nil
+	}
+	if opts.StatusDebounce == 0 {
+		opts.StatusDebounce = 500 * time.Millisecond
+	}
+	if opts.ProvisioningTimeout == 0 {
+		opts.ProvisioningTimeout = 10 * time.Minute
+	}
+	nc, err := events.ConnectNATS(events.NATSOptions{URL: opts.NATSURL}, reg.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := events.NewRelay(reg.Pool, nc.Conn, prometheus.NewRegistry(), reg.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := status.NewTracker(status.Recorder{DB: reg.Pool, Queued: relay.Notify}, opts.StatusDebounce, reg.Logger)
+	follower := &status.Follower{Tracker: tracker, Pool: pool, ProvisioningTimeout: opts.ProvisioningTimeout, Logger: reg.Logger}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { follower.Run(ctx, followInterval) })
+	wg.Go(func() { relay.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		tracker.Close()
+		drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelDrain()
+		_ = relay.Drain(drainCtx)
+		nc.Close(drainCtx)
+	})
+	return relay.Notify
 }

@@ -1,0 +1,200 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Subject is where DCM's consumer reads storage status (SPEC.md §3); DCM's
+// stream dcm-status captures dcm.*.
+const Subject = "dcm.storage"
+
+// Relay timing: a claimed batch is leased for claimLease, so a replica that
+// dies mid-batch hands its rows to another; after a failed publish the relay
+// backs off from minBackoff up to maxBackoff; it polls at least every
+// pollInterval for rows queued by other replicas; batchSize rows per claim.
+const (
+	claimLease   = 30 * time.Second
+	minBackoff   = 500 * time.Millisecond
+	maxBackoff   = 30 * time.Second
+	pollInterval = time.Second
+	batchSize    = 100
+)
+
+// Relay publishes the outbox to NATS, in order, at least once: a row is
+// marked sent only after JetStream acknowledged it, with Nats-Msg-Id set to
+// the CloudEvent id so the stream drops a repeat. It runs safely in several
+// replicas: rows are claimed with FOR UPDATE SKIP LOCKED and a lease.
+type Relay struct {
+	db      *pgxpool.Pool
+	conn    *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	metrics relayMetrics
+	wake    chan struct{}
+
+	noStreamOnce sync.Once
+}
+
+// NewRelay returns a relay over db and conn; metrics go to reg.
+func NewRelay(db *pgxpool.Pool, conn *nats.Conn, reg prometheus.Registerer, logger *slog.Logger) (*Relay, error) {
+	js, err := jetstream.New(conn)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{db: db, conn: conn, js: js, log: logger.With("component", "relay"),
+		metrics: newRelayMetrics(reg), wake: make(chan struct{}, 1)}, nil
+}
+
+// Notify wakes the relay: an event was queued.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx ends.
+func (r *Relay) Run(ctx context.Context) {
+	backoff := time.Duration(0)
+	for {
+		err := r.Drain(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			r.log.WarnContext(ctx, "publishing status events failed; retrying", "error", err, "retry_in", backoff)
+		default:
+			backoff = 0
+		}
+		wait := pollInterval
+		if backoff > 0 {
+			wait = backoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+			if backoff > 0 {
+				// A new event does not cut a backoff short: NATS is down.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+			}
+		case <-time.After(wait):
+		}
+	}
+}
+
+// outboxRow is one claimed event.
+type outboxRow struct {
+	id      int64
+	eventID string
+	status  string
+	event   []byte
+}
+
+// Drain publishes claimed batches until the outbox is empty, ctx ends or a
+// publish fails (the rest of the batch is released, keeping order).
+func (r *Relay) Drain(ctx context.Context) error {
+	defer r.updateDepth(context.WithoutCancel(ctx))
+	for {
+		rows, err := r.claim(ctx)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		for i, row := range rows {
+			if err := r.publish(ctx, row); err != nil {
+				r.metrics.failures.Inc()
+				r.release(context.WithoutCancel(ctx), rows[i:])
+				return err
+			}
+			if _, err := r.db.Exec(ctx, `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, row.id); err != nil {
+				r.release(context.WithoutCancel(ctx), rows[i+1:])
+				return err
+			}
+			r.metrics.published.WithLabelValues(row.status).Inc()
+		}
+	}
+}
+
+// claim leases the oldest unsent rows that no live lease holds.
+func (r *Relay) claim(ctx context.Context) ([]outboxRow, error) {
+	rows, err := r.db.Query(ctx, `
+		UPDATE outbox SET claimed_until = now() + $1::interval, attempts = attempts + 1
+		WHERE id IN (
+			SELECT id FROM outbox
+			WHERE sent_time IS NULL AND (claimed_until IS NULL OR claimed_until < now())
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		RETURNING id, event_id, status, event`, claimLease.String(), batchSize)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+		var o outboxRow
+		err := row.Scan(&o.id, &o.eventID, &o.status, &o.event)
+		return o, err
+	})
+	// UPDATE ... RETURNING has no order; publishing must follow the outbox's.
+	slices.SortFunc(claimed, func(a, b outboxRow) int { return cmp.Compare(a.id, b.id) })
+	return claimed, err
+}
+
+func (r *Relay) release(ctx context.Context, rows []outboxRow) {
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		ids[i] = row.id
+	}
+	if _, err := r.db.Exec(ctx, `UPDATE outbox SET claimed_until = NULL WHERE id = ANY($1)`, ids); err != nil {
+		r.log.WarnContext(ctx, "release claimed status events (their lease expires anyway)", "error", err)
+	}
+}
+
+// publish sends one event through JetStream; when no stream covers the
+// subject it falls back to a core publish and a flush, and says so once.
+func (r *Relay) publish(ctx context.Context, row outboxRow) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.js.Publish(ctx, Subject, row.event, jetstream.WithMsgID(row.eventID))
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return err
+	}
+	r.noStreamOnce.Do(func() {
+		r.log.WarnContext(ctx, "no JetStream stream covers "+Subject+"; publishing without acknowledgement")
+	})
+	msg := nats.NewMsg(Subject)
+	msg.Data = row.event
+	msg.Header.Set(jetstream.MsgIDHeader, row.eventID)
+	if err := r.conn.PublishMsg(msg); err != nil {
+		return err
+	}
+	return r.conn.FlushWithContext(ctx)
+}
+
+func (r *Relay) updateDepth(ctx context.Context) {
+	var depth int64
+	var oldest *time.Time
+	if err := r.db.QueryRow(ctx, `SELECT count(*), min(create_time) FROM outbox WHERE sent_time IS NULL`).Scan(&depth, &oldest); err != nil {
+		return
+	}
+	r.metrics.depth.Set(float64(depth))
+	age := 0.0
+	if oldest != nil {
+		age = time.Since(*oldest).Seconds()
+	}
+	r.metrics.oldestAge.Set(age)
+}

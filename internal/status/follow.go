@@ -1,0 +1,161 @@
+package status
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+)
+
+// provisioningFailed is the event reason of a failed provisioning attempt.
+const provisioningFailed = "ProvisioningFailed"
+
+// Follower feeds a Tracker from the cluster pool: it subscribes to every
+// connected environment's PVC cache, and sweeps the caches periodically for
+// what no PVC change announces — provisioning that keeps failing past the
+// timeout turns FAILED, and new warning messages.
+type Follower struct {
+	Tracker *Tracker
+	Pool    *clusters.Pool
+	// ProvisioningTimeout is how long provisioning may fail continuously
+	// before the volume is FAILED.
+	ProvisioningTimeout time.Duration
+	Logger              *slog.Logger
+
+	mu       sync.Mutex
+	followed map[string]bool
+	failing  map[volumeKey]time.Time
+}
+
+// Run follows new environments and sweeps every interval until ctx ends.
+func (f *Follower) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		f.Sweep()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep subscribes to environments connected since the last sweep and
+// re-evaluates every cached claim.
+func (f *Follower) Sweep() {
+	ids := f.Pool.IDs()
+	f.mu.Lock()
+	if f.followed == nil {
+		f.followed, f.failing = map[string]bool{}, map[volumeKey]time.Time{}
+	}
+	current := map[string]bool{}
+	var fresh []string
+	for _, id := range ids {
+		current[id] = true
+		if !f.followed[id] {
+			fresh = append(fresh, id)
+		}
+	}
+	f.followed = current
+	f.mu.Unlock()
+
+	for _, id := range fresh {
+		if c, ok := f.Pool.Get(id); ok {
+			if err := c.OnPVC(f.handler(id)); err != nil {
+				f.Logger.Error("follow volume status", "environment", id, "error", err)
+			}
+		}
+	}
+	for _, id := range ids {
+		if c, ok := f.Pool.Get(id); ok && c.Health().Synced {
+			for _, pvc := range c.PVCs() {
+				f.observe(id, pvc)
+			}
+		}
+	}
+}
+
+func (f *Follower) handler(envID string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { f.observeObject(envID, obj) },
+		UpdateFunc: func(_, obj any) { f.observeObject(envID, obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+				f.forget(volumeKey{envID, pvc.Name})
+				f.Tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: Deleted, Message: "the claim was deleted"})
+			}
+		},
+	}
+}
+
+func (f *Follower) observeObject(envID string, obj any) {
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		f.observe(envID, pvc)
+	}
+}
+
+// observe maps a claim with what the cache knows about its class and
+// warnings, and applies the provisioning timeout.
+func (f *Follower) observe(envID string, pvc *corev1.PersistentVolumeClaim) {
+	c, ok := f.Pool.Get(envID)
+	if !ok {
+		return
+	}
+	var class *storagev1.StorageClass
+	if pvc.Spec.StorageClassName != nil {
+		class, _ = c.StorageClass(*pvc.Spec.StorageClassName)
+	}
+	warnings := OwnWarnings(c, pvc)
+	st, msg := Of(pvc, class, warnings)
+	k := volumeKey{envID, pvc.Name}
+	if st == Provisioning && len(warnings) > 0 && warnings[0].Reason == provisioningFailed {
+		if since := f.failingSince(k); time.Since(since) > f.ProvisioningTimeout {
+			st, msg = Failed, "provisioning kept failing for more than "+f.ProvisioningTimeout.String()+": "+clean(warnings[0].Message)
+		}
+	} else {
+		f.forget(k)
+	}
+	f.Tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg})
+}
+
+func (f *Follower) failingSince(k volumeKey) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failing == nil {
+		f.failing = map[volumeKey]time.Time{}
+	}
+	since, ok := f.failing[k]
+	if !ok {
+		since = time.Now()
+		f.failing[k] = since
+	}
+	return since
+}
+
+func (f *Follower) forget(k volumeKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.failing, k)
+}
+
+// OwnWarnings returns the claim's own Warning events, newest first: events
+// about an earlier claim of the same name do not count.
+func OwnWarnings(c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) []*corev1.Event {
+	var own []*corev1.Event
+	for _, e := range c.WarningEvents(pvc.Namespace, pvc.Name) {
+		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == pvc.UID {
+			own = append(own, e)
+		}
+	}
+	return own
+}

@@ -1,0 +1,127 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The CloudEvent contract DCM's consumer expects (SPEC.md §3).
+const (
+	EventType    = "dcm.status.storage"
+	EventSubject = "dcm.storage"
+	// EnvironmentExtension names the environment of the volume.
+	EnvironmentExtension = "environmentid"
+)
+
+// eventIDSpace makes event ids deterministic: the same volume transition
+// always gets the same id, so JetStream deduplicates a retried publish.
+var eventIDSpace = uuid.MustParse("6f1f2c8e-7a55-4b8e-9a43-7d4b1f0c2e91")
+
+// Observation is one volume's status as last seen.
+type Observation struct {
+	EnvironmentID string
+	VolumeID      string
+	Status        Status
+	Message       string
+}
+
+// Recorder writes status transitions: the volume record and, when the
+// status differs from the last one reported, its CloudEvent in the outbox —
+// in one transaction, so neither exists without the other.
+type Recorder struct {
+	DB  *pgxpool.Pool
+	Now func() time.Time
+	// Queued, if set, is called after an event was committed to the outbox
+	// (it wakes the relay).
+	Queued func()
+}
+
+// eventData is the CloudEvent's data.
+type eventData struct {
+	ID      string `json:"id"`
+	Status  Status `json:"status"`
+	Message string `json:"message"`
+}
+
+// Record stores o and reports whether it was a transition (an event was
+// queued). A volume without a record (not created through the gateway) is
+// ignored.
+func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
+	var queued bool
+	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
+		var reported, provider string
+		var transitions int64
+		err := tx.QueryRow(ctx, `
+			SELECT v.reported_status, v.transitions, COALESCE(e.dcm->>'provider_name', '')
+			FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
+			WHERE v.environment_id = $1 AND v.id = $2
+			FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&reported, &transitions, &provider)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if Status(reported) == o.Status {
+			_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4
+				WHERE environment_id = $1 AND id = $2 AND status_message <> $4`, o.EnvironmentID, o.VolumeID, string(o.Status), o.Message)
+			return err
+		}
+		transitions++
+		event, eventID, err := r.event(o, provider, transitions)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, reported_status = $3,
+				transitions = $5, update_time = now() WHERE environment_id = $1 AND id = $2`,
+			o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event)
+			VALUES ($1, $2, $3, $4, $5)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event)
+		queued = err == nil
+		return err
+	})
+	if err == nil && queued && r.Queued != nil {
+		r.Queued()
+	}
+	return queued && err == nil, err
+}
+
+// event builds the structured-mode CloudEvent for one transition.
+func (r Recorder) event(o Observation, provider string, transition int64) ([]byte, string, error) {
+	if provider == "" {
+		provider = "storage-gateway-" + o.EnvironmentID
+	}
+	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%s", o.EnvironmentID, o.VolumeID, transition, o.Status)).String()
+	e := cloudevents.NewEvent()
+	e.SetID(id)
+	e.SetSource("dcm/providers/" + provider)
+	e.SetType(EventType)
+	e.SetSubject(EventSubject)
+	e.SetTime(r.now())
+	e.SetExtension(EnvironmentExtension, o.EnvironmentID)
+	if err := e.SetData(cloudevents.ApplicationJSON, eventData{ID: o.VolumeID, Status: o.Status, Message: o.Message}); err != nil {
+		return nil, "", err
+	}
+	if err := e.Validate(); err != nil {
+		return nil, "", err
+	}
+	data, err := json.Marshal(e)
+	return data, id, err
+}
+
+func (r Recorder) now() time.Time {
+	if r.Now != nil {
+		return r.Now().UTC()
+	}
+	return time.Now().UTC()
+}

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+	"github.com/dcm-project/storage-gateway/test/natstest"
+)
+
+// waitEvents polls the stream until volumeID's statuses are want.
+func waitEvents(t *testing.T, stream *natstest.Stream, volumeID string, want []string, within time.Duration) []natstest.Event {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		all := stream.Events()
+		got := natstest.For(all, volumeID)
+		if slices.Equal(got, want) {
+			return all
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume %s reported %v, want %v", volumeID, got, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitReported waits until the gateway recorded status as a volume's
+// reported transition (queued in the outbox).
+func waitReported(t *testing.T, g *gatewaytest.Gateway, volumeID, status string) {
+	t.Helper()
+	client{t: t}.eventually(time.Minute, volumeID+" reported "+status, func() bool {
+		var reported string
+		err := g.Registry.Pool.QueryRow(t.Context(), `SELECT reported_status FROM volumes WHERE id = $1`, volumeID).Scan(&reported)
+		return err == nil && reported == status
+	})
+}
+
+// TestStatusEventsFollowTheVolumeLifecycle: create -> bind -> expand ->
+// delete reaches DCM's stream as PROVISIONING, RUNNING, PROVISIONING,
+// RUNNING, DELETING, DELETED — in order, once each, as CloudEvents DCM's
+// consumer accepts.
+func TestStatusEventsFollowTheVolumeLifecycle(t *testing.T) {
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	envID := east.Spec.Environment.ID
+	path := volumesPath(envID)
+
+	id := uuid.NewString()
+	code, body := c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("events", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING"}, time.Minute)
+	code, body = c.do(http.MethodPatch, path+"/"+id, map[string]any{"capacity": "2Gi"})
+	c.want(http.StatusOK, code, body)
+	waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING", "PROVISIONING", "RUNNING"}, time.Minute)
+	code, body = c.do(http.MethodDelete, path+"/"+id, nil)
+	c.want(http.StatusNoContent, code, body)
+	all := waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING", "PROVISIONING", "RUNNING", "DELETING", "DELETED"}, time.Minute)
+
+	seen := map[string]bool{}
+	for _, e := range all {
+		if e.Data.ID != id {
+			continue
+		}
+		if e.Source != "dcm/providers/storage-gateway-"+envID || e.Type != "dcm.status.storage" || e.Subject != "dcm.storage" ||
+			e.ContentType != "application/json" || e.EnvironmentID != envID || e.Time == "" || e.Data.Message == "" {
+			t.Fatalf("event does not follow DCM's contract: %+v", e)
+		}
+		if e.MsgID != e.ID || seen[e.ID] {
+			t.Fatalf("message id %q for event %q (seen before: %v)", e.MsgID, e.ID, seen[e.ID])
+		}
+		seen[e.ID] = true
+	}
+}
+
+// TestWaitingForFirstConsumerIsReported: a WaitForFirstConsumer volume is
+// PROVISIONING with the reason in the message.
+func TestWaitingForFirstConsumerIsReported(t *testing.T) {
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	id := uuid.NewString()
+	code, body := c.do(http.MethodPost, volumesPath(east.Spec.Environment.ID)+"?id="+id,
+		map[string]any{"spec": storageSpec("lazy", "1Gi", map[string]any{"storage_class": "standard-wffc"})})
+	c.want(http.StatusCreated, code, body)
+	events := waitEvents(t, stream, id, []string{"PROVISIONING"}, 30*time.Second)
+	for _, e := range events {
+		if e.Data.ID == id && e.Data.Message != "waiting for first consumer" {
+			t.Fatalf("message %q, want the first-consumer wait", e.Data.Message)
+		}
+	}
+}
+
+// TestNATSOutageLosesNothing: with NATS down for 30 s while volumes change,
+// every transition arrives once it is back, none twice.
+func TestNATSOutageLosesNothing(t *testing.T) {
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	path := volumesPath(east.Spec.Environment.ID)
+
+	natsServer.Stop()
+	outage := time.Now()
+	ids := []string{uuid.NewString(), uuid.NewString()}
+	for _, id := range ids {
+		code, body := c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("outage", "1Gi", nil)})
+		c.want(http.StatusCreated, code, body)
+		// Changes inside one debounce window coalesce by design; wait until
+		// RUNNING is a transition of its own before the next change.
+		waitReported(t, g, id, "RUNNING")
+	}
+	code, body := c.do(http.MethodDelete, path+"/"+ids[1], nil)
+	c.want(http.StatusNoContent, code, body)
+	c.eventually(time.Minute, "deleted", func() bool {
+		code, _ := c.do(http.MethodGet, path+"/"+ids[1], nil)
+		return code == http.StatusNotFound
+	})
+	time.Sleep(30*time.Second - time.Since(outage))
+	natsServer.Restart()
+
+	waitEvents(t, stream, ids[0], []string{"PROVISIONING", "RUNNING"}, time.Minute)
+	all := waitEvents(t, stream, ids[1], []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"}, time.Minute)
+	msgIDs := map[string]int{}
+	for _, e := range all {
+		msgIDs[e.MsgID]++
+		if msgIDs[e.MsgID] > 1 {
+			t.Fatalf("event %s stored twice", e.MsgID)
+		}
+	}
+}

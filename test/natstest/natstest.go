@@ -1,0 +1,148 @@
+// Package natstest runs a private NATS server with JetStream for a test —
+// stoppable and restartable on the same port and store, to simulate an
+// outage — with DCM's status stream and a collector of the CloudEvents that
+// reach it. It must never be imported by production code.
+package natstest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dcm-project/storage-gateway/test/ports"
+)
+
+// Server is one test's NATS server.
+type Server struct {
+	URL  string
+	t    *testing.T
+	opts *natsserver.Options
+	mu   sync.Mutex
+	srv  *natsserver.Server
+}
+
+// Start runs a server until the test ends.
+func Start(t *testing.T) *Server {
+	t.Helper()
+	port := ports.Free(t)
+	s := &Server{
+		URL: fmt.Sprintf("nats://127.0.0.1:%d", port), t: t,
+		opts: &natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true},
+	}
+	s.Restart()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Stop shuts the server down (clients see an outage).
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+		s.srv = nil
+	}
+}
+
+// Restart starts the server again on the same port and store.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv, err := natsserver.NewServer(s.opts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		s.t.Fatal("NATS server not ready")
+	}
+	s.srv = srv
+}
+
+// Event is a received CloudEvent, as DCM's consumer reads it.
+type Event struct {
+	MsgID         string
+	ID            string `json:"id"`
+	Source        string `json:"source"`
+	Type          string `json:"type"`
+	Subject       string `json:"subject"`
+	ContentType   string `json:"datacontenttype"`
+	Time          string `json:"time"`
+	EnvironmentID string `json:"environmentid"`
+	Data          struct {
+		ID      string `json:"id"`
+		Status  string `json:"status"`
+		Message string `json:"message"`
+	} `json:"data"`
+}
+
+// Stream is DCM's status stream and everything stored in it.
+type Stream struct {
+	t      *testing.T
+	stream jetstream.Stream
+}
+
+// DCMStream creates the stream DCM configures: dcm-status on dcm.*.
+func (s *Server) DCMStream() *Stream {
+	s.t.Helper()
+	nc, err := nats.Connect(s.URL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "dcm-status", Subjects: []string{"dcm.*"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return &Stream{t: s.t, stream: stream}
+}
+
+// Events returns every message in the stream, in stream order. It reads
+// through the server's current state, so call it while the server runs.
+func (st *Stream) Events() []Event {
+	st.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := st.stream.Info(ctx)
+	if err != nil {
+		st.t.Fatal(err)
+	}
+	var out []Event
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		msg, err := st.stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted or expired
+		}
+		var e Event
+		if err := json.Unmarshal(msg.Data, &e); err != nil {
+			st.t.Fatalf("message %d is not a CloudEvent: %v", seq, err)
+		}
+		e.MsgID = msg.Header.Get(jetstream.MsgIDHeader)
+		out = append(out, e)
+	}
+	return out
+}
+
+// For returns the statuses reported for one volume, in order.
+func For(events []Event, volumeID string) []string {
+	var statuses []string
+	for _, e := range events {
+		if e.Data.ID == volumeID {
+			statuses = append(statuses, e.Data.Status)
+		}
+	}
+	return statuses
+}
