@@ -1,15 +1,16 @@
 -- Volume status to DCM (SPEC.md §3): the transactional outbox. A status
 -- transition updates the volume record and inserts its CloudEvent here in
 -- one transaction; the relay publishes rows in id order and marks them sent
--- after the JetStream ack. reported_status is the last status handed to the
--- outbox, so an unchanged status is never reported twice (resync, restart,
--- several replicas); transitions numbers the reported transitions and makes
--- event ids deterministic.
+-- after the JetStream ack. reported_status/_message are the last ones handed
+-- to the outbox, so nothing is reported twice (resync, restart, several
+-- replicas); transitions numbers the reported transitions and makes event ids
+-- deterministic.
 
 -- +goose Up
 ALTER TABLE volumes
-    ADD COLUMN reported_status text   NOT NULL DEFAULT '',
-    ADD COLUMN transitions     bigint NOT NULL DEFAULT 0;
+    ADD COLUMN reported_status  text   NOT NULL DEFAULT '',
+    ADD COLUMN reported_message text   NOT NULL DEFAULT '',
+    ADD COLUMN transitions      bigint NOT NULL DEFAULT 0;
 
 -- No foreign keys: a volume's last events (DELETED) must still go out after
 -- its environment was forgotten.
@@ -29,4 +30,4 @@ CREATE INDEX outbox_unsent ON outbox (id) WHERE sent_time IS NULL;
 
 -- +goose Down
 DROP TABLE outbox;
-ALTER TABLE volumes DROP COLUMN reported_status, DROP COLUMN transitions;
+ALTER TABLE volumes DROP COLUMN reported_status, DROP COLUMN reported_message, DROP COLUMN transitions;

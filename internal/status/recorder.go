@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -57,20 +58,21 @@ type eventData struct {
 func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
 	var queued bool
 	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
-		var reported, provider string
+		var last Observation
+		var provider string
 		var transitions int64
 		err := tx.QueryRow(ctx, `
-			SELECT v.reported_status, v.transitions, COALESCE(e.dcm->>'provider_name', '')
+			SELECT v.reported_status, v.reported_message, v.transitions, COALESCE(e.dcm->>'provider_name', '')
 			FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
 			WHERE v.environment_id = $1 AND v.id = $2
-			FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&reported, &transitions, &provider)
+			FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &provider)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if Status(reported) == o.Status {
+		if !reportable(last, o) {
 			_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4
 				WHERE environment_id = $1 AND id = $2 AND status_message <> $4`, o.EnvironmentID, o.VolumeID, string(o.Status), o.Message)
 			return err
@@ -81,7 +83,7 @@ func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, reported_status = $3,
-				transitions = $5, update_time = now() WHERE environment_id = $1 AND id = $2`,
+				reported_message = $4, transitions = $5, update_time = now() WHERE environment_id = $1 AND id = $2`,
 			o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions); err != nil {
 			return err
 		}
@@ -94,6 +96,17 @@ func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
 		r.Queued()
 	}
 	return queued && err == nil, err
+}
+
+// reportable decides what DCM hears: every status change, and, while a
+// volume is PROVISIONING, a new provisioning warning — the reason it is
+// stuck. Other message changes (expansion progress, resyncs) only update
+// the record.
+func reportable(last, now Observation) bool {
+	if last.Status != now.Status {
+		return true
+	}
+	return now.Status == Provisioning && now.Message != last.Message && strings.HasPrefix(now.Message, warningPrefix)
 }
 
 // event builds the structured-mode CloudEvent for one transition.

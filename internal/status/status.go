@@ -21,6 +21,10 @@ const (
 	Deleted      Status = "DELETED"
 )
 
+// warningPrefix starts the message of a volume whose provisioning reported
+// a warning.
+const warningPrefix = "provisioning: "
+
 // selectedNodeAnnotation is set by the scheduler once a pod using a
 // WaitForFirstConsumer claim has been placed.
 const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
@@ -60,7 +64,7 @@ func bound(pvc *corev1.PersistentVolumeClaim) (Status, string) {
 
 func pending(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, warnings []*corev1.Event) (Status, string) {
 	if len(warnings) > 0 {
-		return Provisioning, "provisioning: " + clean(warnings[0].Reason+": "+warnings[0].Message)
+		return Provisioning, warningPrefix + clean(warnings[0].Reason+": "+warnings[0].Message)
 	}
 	if class != nil && class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer &&
 		pvc.Annotations[selectedNodeAnnotation] == "" {

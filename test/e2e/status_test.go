@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +141,52 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		if msgIDs[e.MsgID] > 1 {
 			t.Fatalf("event %s stored twice", e.MsgID)
 		}
+	}
+}
+
+// TestProvisioningFailuresTurnFailedOnlyAfterTheTimeout: a class whose
+// provisioner always fails reports PROVISIONING with the warning, and
+// FAILED once provisioning kept failing for the environment's timeout.
+func TestProvisioningFailuresTurnFailedOnlyAfterTheTimeout(t *testing.T) {
+	const timeout = 5 * time.Second
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, ProvisioningTimeout: timeout})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	c.register(east)
+	id := uuid.NewString()
+	created := time.Now()
+	code, body := c.do(http.MethodPost, volumesPath(east.Spec.Environment.ID)+"?id="+id,
+		map[string]any{"spec": storageSpec("doomed", "1Gi", map[string]any{"storage_class": "broken"})})
+	c.want(http.StatusCreated, code, body)
+
+	var mine []natstest.Event
+	c.eventually(time.Minute, "FAILED reported", func() bool {
+		mine = mine[:0]
+		for _, e := range stream.Events() {
+			if e.Data.ID == id {
+				mine = append(mine, e)
+			}
+		}
+		return len(mine) > 0 && mine[len(mine)-1].Data.Status == "FAILED"
+	})
+	warned := false
+	for _, e := range mine[:len(mine)-1] {
+		if e.Data.Status != "PROVISIONING" {
+			t.Fatalf("before FAILED: %s %q", e.Data.Status, e.Data.Message)
+		}
+		warned = warned || strings.HasPrefix(e.Data.Message, "provisioning: ProvisioningFailed: injected failure")
+	}
+	if !warned {
+		t.Fatalf("no PROVISIONING event carried the provisioning warning: %+v", mine)
+	}
+	failed := mine[len(mine)-1]
+	at, err := time.Parse(time.RFC3339Nano, failed.Time)
+	if err != nil || at.Sub(created) < timeout {
+		t.Fatalf("FAILED at %v, %v after the create; the timeout is %s", failed.Time, at.Sub(created), timeout)
+	}
+	if !strings.Contains(failed.Data.Message, "injected failure") {
+		t.Fatalf("FAILED message %q does not say why", failed.Data.Message)
 	}
 }

@@ -1,0 +1,113 @@
+package status_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// volumeRecord creates an environment and a volume record for the tracker
+// to report on.
+func volumeRecord(t *testing.T, reg *registrytest.Registry, volumeID string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := reg.Pool.Exec(ctx, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
+		VALUES ('env', 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00') ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('env', $1, 'ns', '{}')`, volumeID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reported lists the statuses queued in the outbox for a volume, in order.
+func reported(t *testing.T, reg *registrytest.Registry, volumeID string) []string {
+	t.Helper()
+	rows, err := reg.Pool.Query(context.Background(), `SELECT status FROM outbox WHERE volume_id = $1 ORDER BY id`, volumeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func observe(tr *status.Tracker, volumeID string, st status.Status) {
+	tr.Observe(status.Observation{EnvironmentID: "env", VolumeID: volumeID, Status: st, Message: string(st)})
+}
+
+// A flapping claim (10 flips in 200 ms) reaches DCM at most twice: the first
+// change at once, the last when the window closes.
+func TestTrackerCalmsFlapping(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	volumeRecord(t, reg, "flappy")
+	tr := status.NewTracker(status.Recorder{DB: reg.Pool}, 500*time.Millisecond, slog.New(slog.DiscardHandler))
+	defer tr.Close()
+
+	observe(tr, "flappy", status.Provisioning)
+	for i := range 10 {
+		if i%2 == 0 {
+			observe(tr, "flappy", status.Running)
+		} else {
+			observe(tr, "flappy", status.Provisioning)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	got := reported(t, reg, "flappy")
+	if len(got) > 2 || len(got) == 0 || got[0] != "PROVISIONING" || got[len(got)-1] != "PROVISIONING" {
+		t.Fatalf("flapping reported %v; want the first status and at most the last", got)
+	}
+}
+
+// A new status after a quiet period is recorded at once, not after the
+// window; an unchanged status is never recorded again.
+func TestTrackerReportsRealTransitionsAtOnce(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	volumeRecord(t, reg, "steady")
+	tr := status.NewTracker(status.Recorder{DB: reg.Pool}, 500*time.Millisecond, slog.New(slog.DiscardHandler))
+	defer tr.Close()
+
+	observe(tr, "steady", status.Provisioning)
+	time.Sleep(700 * time.Millisecond) // the window closes
+	start := time.Now()
+	observe(tr, "steady", status.Running)
+	deadline := start.Add(2 * time.Second)
+	for len(reported(t, reg, "steady")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("RUNNING not recorded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if took := time.Since(start); took > 250*time.Millisecond {
+		t.Fatalf("a real transition waited %s; it must not wait for the window", took)
+	}
+	observe(tr, "steady", status.Running)
+	time.Sleep(700 * time.Millisecond)
+	if got := reported(t, reg, "steady"); len(got) != 2 {
+		t.Fatalf("reported %v; an unchanged status must not be reported again", got)
+	}
+}
+
+// Close flushes what a window still holds.
+func TestTrackerCloseFlushesPendingTransitions(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	volumeRecord(t, reg, "closing")
+	tr := status.NewTracker(status.Recorder{DB: reg.Pool}, time.Hour, slog.New(slog.DiscardHandler))
+	observe(tr, "closing", status.Provisioning)
+	observe(tr, "closing", status.Running) // held by the hour-long window
+	tr.Close()
+	if got := reported(t, reg, "closing"); len(got) != 2 || got[1] != "RUNNING" {
+		t.Fatalf("after Close: %v", got)
+	}
+}
