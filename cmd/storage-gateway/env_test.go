@@ -40,7 +40,7 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, kubeconfig, kc)
-	cli := []string{"SG_GATEWAY_URL=http://" + g.addr}
+	cli := []string{"SG_GATEWAY_URL=http://" + g.Addr}
 	manifest := filepath.Join(harness.RepoRoot(), "environments", "local-east.yaml")
 
 	out := mustRun(t, cli, "env", "add", "-f", manifest, "--kubeconfig", kubeconfig)
@@ -97,7 +97,7 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatalf("env get after rm: %v\n%s", err, out)
 	}
 	for _, secret := range []string{token, cluster.GatewayToken()} {
-		if strings.Contains(g.logOutput(), secret) {
+		if strings.Contains(g.Logs(), secret) {
 			t.Fatal("a token reached the gateway's logs")
 		}
 	}

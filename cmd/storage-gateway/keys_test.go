@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -140,10 +141,10 @@ func TestServeReloadsTheKeyRingOnSIGHUP(t *testing.T) {
 	keysEnv := append(env, "SG_KEY_RING_FILE="+ring)
 	mustRun(t, keysEnv, "keys", "add", "k2")
 	mustRun(t, keysEnv, "keys", "promote", "k2")
-	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	g.waitLog(t, `"msg":"key ring loaded","audit":true,"primary":"k2","keys":["k1","k2"]`)
+	g.WaitLog(t, `"msg":"key ring loaded","audit":true,"primary":"k2","keys":["k1","k2"]`, 10*time.Second)
 
 	// A ring whose k1 has other bytes cannot open what k1 sealed: refused.
 	data, err := os.ReadFile(newKeyRing(t))
@@ -151,10 +152,10 @@ func TestServeReloadsTheKeyRingOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, ring, data)
-	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	g.waitLog(t, `key ring not reloaded; keeping the current one","error":"keys that do not open the credentials they sealed (same id, different key bytes?): k1`)
+	g.WaitLog(t, `key ring not reloaded; keeping the current one","error":"keys that do not open the credentials they sealed (same id, different key bytes?): k1`, 10*time.Second)
 	if code, _ := g.get(t, "/readyz"); code != 200 {
 		t.Fatalf("gateway not ready after a refused reload: %d", code)
 	}

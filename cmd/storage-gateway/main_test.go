@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,13 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/ports"
 )
@@ -45,61 +43,18 @@ func TestMain(m *testing.M) {
 }
 
 // gateway is one running `storage-gateway serve` process.
-type gateway struct {
-	cmd  *exec.Cmd
-	addr string
-	mu   sync.Mutex
-	logs bytes.Buffer
-	done chan error
-}
+type gateway struct{ *gatewayproc.Process }
 
-// startGateway runs serve with env (plus a private state dir and a random
-// port) and waits until it logs its listen address.
+// startGateway runs serve with env (plus a private state dir, a random port
+// and a fresh key ring) and waits until it logs its listen address.
 func startGateway(t *testing.T, env map[string]string) *gateway {
 	t.Helper()
-	cmd := exec.Command(binary, "serve")
-	cmd.Env = []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
+	vars := []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
 		"SG_EMBEDDED_NATS_LISTEN=off", "SG_LOG_LEVEL=debug", "SG_KEY_RING_FILE=" + newKeyRing(t)}
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		vars = append(vars, k+"="+v)
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gateway{cmd: cmd, done: make(chan error, 1)}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			g.mu.Lock()
-			g.logs.WriteString(line + "\n")
-			g.mu.Unlock()
-			var entry struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "listening" {
-				listening <- entry.Addr
-			}
-		}
-		g.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("gateway logs:\n%s", g.logOutput())
-		}
-	})
-	select {
-	case g.addr = <-listening:
-	case err := <-g.done:
-		t.Fatalf("gateway exited before listening (%v):\n%s", err, g.logOutput())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("gateway did not listen within 60s:\n%s", g.logOutput())
-	}
-	return g
+	return &gateway{gatewayproc.Start(t, binary, vars)}
 }
 
 // newKeyRing creates a key ring file with `keys init` and returns its path.
@@ -112,27 +67,9 @@ func newKeyRing(t *testing.T) string {
 	return path
 }
 
-func (g *gateway) logOutput() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.logs.String()
-}
-
-// waitLog waits up to 10s for a log line containing want.
-func (g *gateway) waitLog(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(g.logOutput(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line contains %s", want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (g *gateway) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + g.addr + path)
+	resp, err := http.Get("http://" + g.Addr + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,21 +129,21 @@ func TestServeWithEmbeddedNATSIsReadyAndStopsGracefully(t *testing.T) {
 		t.Fatalf("openapi.yaml = %d", code)
 	}
 
-	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := g.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-g.done:
+	case err := <-g.Done:
 		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, g.logOutput())
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, g.Logs())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("gateway did not stop within 20s of SIGTERM")
 	}
-	if !strings.Contains(g.logOutput(), `"msg":"stopped"`) {
-		t.Fatalf("no clean stop logged:\n%s", g.logOutput())
+	if !strings.Contains(g.Logs(), `"msg":"stopped"`) {
+		t.Fatalf("no clean stop logged:\n%s", g.Logs())
 	}
-	if _, err := net.DialTimeout("tcp", g.addr, time.Second); err == nil {
+	if _, err := net.DialTimeout("tcp", g.Addr, time.Second); err == nil {
 		t.Fatal("port still open after shutdown")
 	}
 }

@@ -90,14 +90,24 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		logger.Info("schema migrated", "applied", applied)
 	}
-	// The pool reports reachability changes to the registry; the registry
-	// tells the pool which clusters to connect to.
+	// The pool reports reachability changes to the registry, and a cluster
+	// that (re)synced to the volume reconciler; the registry tells the pool
+	// which clusters to connect to.
 	var registry *environments.Service
+	resynced := make(chan string, 64)
 	clusterPool := clusters.NewPool(clusters.PoolOptions{
 		Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: cfg.ClusterQPS, Burst: cfg.ClusterBurst},
 		SyncTimeout: cfg.ClusterSyncTimeout,
 		Logger:      logger,
-		OnHealth:    func(id string, h clusters.Health) { registry.RecordHealth(id, h) },
+		OnHealth: func(id string, h clusters.Health) {
+			registry.RecordHealth(id, h)
+			if h.State == clusters.StateReady && h.Synced {
+				select {
+				case resynced <- id:
+				default: // the periodic reconciliation catches up
+				}
+			}
+		},
 	})
 	defer clusterPool.Close()
 	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger)
@@ -170,7 +180,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	background, stopBackground := context.WithCancel(ctx)
 	var workers sync.WaitGroup
 	workers.Go(func() { registry.RunProbes(background, cfg.ProbeInterval) })
-	workers.Go(func() { volumeService.RunReconciler(background, reconcileInterval) })
+	workers.Go(func() { volumeService.RunReconciler(background, reconcileInterval, resynced) })
 	workers.Go(func() { follower.Run(background, followInterval) })
 	workers.Go(func() { relay.Run(background) })
 	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })

@@ -58,44 +58,50 @@ type eventData struct {
 func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
 	var queued bool
 	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
-		var last Observation
-		var provider string
-		var transitions int64
-		err := tx.QueryRow(ctx, `
-			SELECT v.reported_status, v.reported_message, v.transitions, COALESCE(e.dcm->>'provider_name', '')
-			FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
-			WHERE v.environment_id = $1 AND v.id = $2
-			FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &provider)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !reportable(last, o) {
-			_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4
-				WHERE environment_id = $1 AND id = $2 AND status_message <> $4`, o.EnvironmentID, o.VolumeID, string(o.Status), o.Message)
-			return err
-		}
-		transitions++
-		event, eventID, err := r.event(o, provider, transitions)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, reported_status = $3,
-				reported_message = $4, transitions = $5, update_time = now() WHERE environment_id = $1 AND id = $2`,
-			o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event)
-			VALUES ($1, $2, $3, $4, $5)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event)
-		queued = err == nil
+		var err error
+		queued, err = r.record(ctx, tx, o)
 		return err
 	})
 	if err == nil && queued && r.Queued != nil {
 		r.Queued()
 	}
 	return queued && err == nil, err
+}
+
+// record is Record's transaction.
+func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation) (bool, error) {
+	var last Observation
+	var provider string
+	var transitions int64
+	err := tx.QueryRow(ctx, `
+		SELECT v.reported_status, v.reported_message, v.transitions, COALESCE(e.dcm->>'provider_name', '')
+		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
+		WHERE v.environment_id = $1 AND v.id = $2
+		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &provider)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !reportable(last, o) {
+		_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4
+			WHERE environment_id = $1 AND id = $2 AND status_message <> $4`, o.EnvironmentID, o.VolumeID, string(o.Status), o.Message)
+		return false, err
+	}
+	transitions++
+	event, eventID, err := r.event(o, provider, transitions)
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, reported_status = $3,
+			reported_message = $4, transitions = $5, update_time = now() WHERE environment_id = $1 AND id = $2`,
+		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions); err != nil {
+		return false, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event)
+		VALUES ($1, $2, $3, $4, $5)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event)
+	return err == nil, err
 }
 
 // reportable decides what DCM hears: every status change, and, while a

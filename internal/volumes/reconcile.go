@@ -22,16 +22,20 @@ const (
 )
 
 // RunReconciler repairs what an interrupted flow left behind, once per
-// interval until ctx ends: a record whose claim was never created gets it,
-// a claim created but not recorded gets recorded, a deletion that finished
-// is marked DELETED. It also forgets idempotency keys past their retention.
-func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
+// interval and for each environment received on resynced (its cache just
+// (re)synced), until ctx ends: a record whose claim was never created gets
+// it, a claim created but not recorded gets recorded, a volume whose claim
+// vanished — also while the gateway was down or disconnected — is reported
+// DELETED. It also forgets idempotency keys past their retention.
+func (s *Service) RunReconciler(ctx context.Context, interval time.Duration, resynced <-chan string) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case envID := <-resynced:
+			s.ReconcileEnvironment(ctx, envID)
 		case <-t.C:
 			s.ReconcileAll(ctx)
 		}
@@ -51,9 +55,14 @@ func (s *Service) ReconcileAll(ctx context.Context) {
 		return
 	}
 	for _, envID := range envs {
-		if err := s.reconcile(ctx, envID); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "reconcile volumes", "environment", envID, "error", err)
-		}
+		s.ReconcileEnvironment(ctx, envID)
+	}
+}
+
+// ReconcileEnvironment runs one pass over one environment.
+func (s *Service) ReconcileEnvironment(ctx context.Context, envID string) {
+	if err := s.reconcile(ctx, envID); err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "reconcile volumes", "environment", envID, "error", err)
 	}
 }
 

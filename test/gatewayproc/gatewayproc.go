@@ -1,0 +1,132 @@
+// Package gatewayproc builds the storage-gateway binary once per test binary
+// and runs it as a real process — to test what only a process shows:
+// signals, exit codes, logs, SIGKILL and restart. It must never be imported
+// by production code.
+package gatewayproc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/test/harness"
+)
+
+var build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Binary builds ./cmd/storage-gateway (once) and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	build.once.Do(func() {
+		dir, err := os.MkdirTemp("", "sg-binary-")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.path = filepath.Join(dir, "storage-gateway")
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", build.path, "./cmd/storage-gateway")
+		cmd.Dir = harness.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			build.err = &buildError{out: string(out), err: err}
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.path
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return "build storage-gateway: " + e.err.Error() + "\n" + e.out }
+
+// Process is one running `storage-gateway serve`.
+type Process struct {
+	Cmd *exec.Cmd
+	// Addr is the address it logged as listening on.
+	Addr string
+	// Done receives the exit error once the process ended.
+	Done chan error
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+// Start runs `binary serve` with exactly env and waits until it logs its
+// listen address. The process is killed when the test ends.
+func Start(t *testing.T, binary string, env []string) *Process {
+	t.Helper()
+	cmd := exec.CommandContext(context.Background(), binary, "serve")
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Process{Cmd: cmd, Done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.logs.WriteString(line + "\n")
+			p.mu.Unlock()
+			var entry struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "listening" {
+				listening <- entry.Addr
+			}
+		}
+		p.Done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("gateway logs:\n%s", p.Logs())
+		}
+	})
+	select {
+	case p.Addr = <-listening:
+	case err := <-p.Done:
+		t.Fatalf("gateway exited before listening (%v):\n%s", err, p.Logs())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gateway did not listen within 60s:\n%s", p.Logs())
+	}
+	return p
+}
+
+// Logs returns everything the process logged so far.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// WaitLog waits up to within for a log line containing want.
+func (p *Process) WaitLog(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(p.Logs(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line contains %s", want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
