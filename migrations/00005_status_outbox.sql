@@ -27,6 +27,9 @@ CREATE TABLE outbox (
     sent_time      timestamptz
 );
 CREATE INDEX outbox_unsent ON outbox (id) WHERE sent_time IS NULL;
+-- The relay claims only each volume's oldest unsent event (ordered delivery
+-- across replicas); this index answers "is there an earlier one".
+CREATE INDEX outbox_unsent_by_volume ON outbox (environment_id, volume_id, id) WHERE sent_time IS NULL;
 
 -- +goose Down
 DROP TABLE outbox;

@@ -44,8 +44,17 @@ type Relay struct {
 	metrics relayMetrics
 	wake    chan struct{}
 
-	noStreamOnce sync.Once
+	// streamChecked is when it was last asked whether a stream covers the
+	// subject, and streamFound the answer (asked again after streamCheckTTL).
+	streamMu      sync.Mutex
+	streamChecked time.Time
+	streamFound   bool
+	noStreamOnce  sync.Once
 }
+
+// streamCheckTTL is how long the answer to "does a stream cover the
+// subject" is trusted.
+const streamCheckTTL = 30 * time.Second
 
 // NewRelay returns a relay over db and conn; metrics go to reg.
 func NewRelay(db *pgxpool.Pool, conn *nats.Conn, reg prometheus.Registerer, logger *slog.Logger) (*Relay, error) {
@@ -132,14 +141,19 @@ func (r *Relay) Drain(ctx context.Context) error {
 	}
 }
 
-// claim leases the oldest unsent rows that no live lease holds.
+// claim leases, per volume, its oldest unsent event if no live lease holds
+// it. Only a volume's first unsent event is ever claimable, so replicas
+// relaying side by side can never publish a volume's events out of order.
 func (r *Relay) claim(ctx context.Context) ([]outboxRow, error) {
 	rows, err := r.db.Query(ctx, `
 		UPDATE outbox SET claimed_until = now() + $1::interval, attempts = attempts + 1
 		WHERE id IN (
-			SELECT id FROM outbox
-			WHERE sent_time IS NULL AND (claimed_until IS NULL OR claimed_until < now())
-			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+			SELECT o.id FROM outbox o
+			WHERE o.sent_time IS NULL AND (o.claimed_until IS NULL OR o.claimed_until < now())
+			  AND NOT EXISTS (SELECT 1 FROM outbox p
+			                  WHERE p.environment_id = o.environment_id AND p.volume_id = o.volume_id
+			                    AND p.sent_time IS NULL AND p.id < o.id)
+			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
 		RETURNING id, event_id, status, event`, claimLease.String(), batchSize)
 	if err != nil {
 		return nil, err
@@ -169,8 +183,12 @@ func (r *Relay) release(ctx context.Context, rows []outboxRow) {
 func (r *Relay) publish(ctx context.Context, row outboxRow) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := r.js.Publish(ctx, Subject, row.event, jetstream.WithMsgID(row.eventID))
-	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+	stream, err := r.streamExists(ctx)
+	if err != nil {
+		return err
+	}
+	if stream {
+		_, err := r.js.Publish(ctx, Subject, row.event, jetstream.WithMsgID(row.eventID))
 		return err
 	}
 	r.noStreamOnce.Do(func() {
@@ -183,6 +201,28 @@ func (r *Relay) publish(ctx context.Context, row outboxRow) error {
 		return err
 	}
 	return r.conn.FlushWithContext(ctx)
+}
+
+// streamExists asks JetStream whether a stream captures the subject. Asking
+// first matters: publishing to a subject without a stream but with a core
+// subscriber would wait for an acknowledgement that never comes.
+func (r *Relay) streamExists(ctx context.Context) (bool, error) {
+	r.streamMu.Lock()
+	defer r.streamMu.Unlock()
+	if time.Since(r.streamChecked) < streamCheckTTL {
+		return r.streamFound, nil
+	}
+	_, err := r.js.StreamNameBySubject(ctx, Subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		r.streamFound = false
+	case err != nil:
+		return false, err
+	default:
+		r.streamFound = true
+	}
+	r.streamChecked = time.Now()
+	return r.streamFound, nil
 }
 
 func (r *Relay) updateDepth(ctx context.Context) {

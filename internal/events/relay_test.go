@@ -1,0 +1,121 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// queue records transitions through the status recorder, as the gateway
+// does, for volumes created here.
+func queue(t *testing.T, reg *registrytest.Registry, volumes, transitions int) map[string][]string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := reg.Pool.Exec(ctx, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
+		VALUES ('env', 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00')`); err != nil {
+		t.Fatal(err)
+	}
+	rec := status.Recorder{DB: reg.Pool}
+	want := map[string][]string{}
+	cycle := []status.Status{status.Provisioning, status.Running}
+	for v := range volumes {
+		id := fmt.Sprintf("vol-%d", v)
+		if _, err := reg.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('env', $1, 'ns', '{}')`, id); err != nil {
+			t.Fatal(err)
+		}
+		for i := range transitions {
+			st := cycle[i%2]
+			if _, err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {
+				t.Fatal(err)
+			}
+			want[id] = append(want[id], string(st))
+		}
+	}
+	return want
+}
+
+// Three relays draining one outbox side by side publish every event once
+// and each volume's events in order.
+func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	want := queue(t, reg, 20, 6)
+
+	var wg sync.WaitGroup
+	for range 3 {
+		nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close(context.Background())
+		relay, err := events.NewRelay(reg.Pool, nc.Conn, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := relay.Drain(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+
+	got := stream.Events()
+	if len(got) != 20*6 {
+		t.Fatalf("%d events on the stream, want %d", len(got), 20*6)
+	}
+	for id, statuses := range want {
+		if have := natstest.For(got, id); !slices.Equal(have, statuses) {
+			t.Fatalf("%s: published %v, want %v", id, have, statuses)
+		}
+	}
+	var unsent int
+	if err := reg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
+		t.Fatalf("%d events left unsent (%v)", unsent, err)
+	}
+}
+
+// Without a stream for the subject the relay falls back to a core publish
+// and still marks the events sent.
+func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	natsServer := natstest.Start(t)
+	queue(t, reg, 1, 2)
+	nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close(context.Background())
+	sub, err := nc.Conn.SubscribeSync(events.Subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := events.NewRelay(reg.Pool, nc.Conn, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		msg, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Header.Get("Nats-Msg-Id") == "" {
+			t.Fatal("core publish without the message id")
+		}
+	}
+}
