@@ -58,7 +58,12 @@ func (t *Tracker) Observe(o Observation) {
 		return
 	}
 	if w, open := t.windows[k]; open {
-		w.pending = &o
+		// Only a change from what was last queued keeps the window busy;
+		// a repeat (resync, sweep) or a flap back cancels what was pending.
+		w.pending = nil
+		if t.last[k] != o {
+			w.pending = &o
+		}
 		return
 	}
 	if t.last[k] == o {
@@ -81,9 +86,7 @@ func (t *Tracker) closeWindow(k volumeKey) {
 		delete(t.windows, k)
 		return
 	}
-	if t.last[k] != *w.pending {
-		t.enqueue(k, *w.pending)
-	}
+	t.enqueue(k, *w.pending)
 	w.pending = nil
 	w.timer.Reset(t.window)
 }

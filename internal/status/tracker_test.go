@@ -3,6 +3,7 @@ package status_test
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +110,49 @@ func TestTrackerCloseFlushesPendingTransitions(t *testing.T) {
 	tr.Close()
 	if got := reported(t, reg, "closing"); len(got) != 2 || got[1] != "RUNNING" {
 		t.Fatalf("after Close: %v", got)
+	}
+}
+
+// Repeats of the current status (resyncs, sweeps every 50 ms) never keep a
+// window open: a real change is still recorded at once.
+func TestTrackerRepeatsDoNotHoldBackTransitions(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	volumeRecord(t, reg, "swept")
+	tr := status.NewTracker(status.Recorder{DB: reg.Pool}, 500*time.Millisecond, slog.New(slog.DiscardHandler))
+	defer tr.Close()
+	var current atomic.Value
+	current.Store(status.Running)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				observe(tr, "swept", current.Load().(status.Status))
+			}
+		}
+	}()
+	time.Sleep(1200 * time.Millisecond)
+	for range 3 {
+		next := status.Provisioning
+		if current.Load() == status.Provisioning {
+			next = status.Running
+		}
+		before := len(reported(t, reg, "swept"))
+		start := time.Now()
+		current.Store(next)
+		observe(tr, "swept", next)
+		for len(reported(t, reg, "swept")) == before {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("%s not recorded", next)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Fatalf("the change to %s waited %s behind repeats", next, took)
+		}
+		time.Sleep(700 * time.Millisecond)
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 // client speaks HTTP to a gateway.
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 }
 

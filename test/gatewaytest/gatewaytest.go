@@ -54,7 +54,7 @@ const (
 )
 
 // Start runs a gateway until the test ends.
-func Start(t *testing.T, opts Options) *Gateway {
+func Start(t testing.TB, opts Options) *Gateway {
 	t.Helper()
 	reg := registrytest.New(t, registrytest.Options{})
 	t.Cleanup(func() {
@@ -93,7 +93,7 @@ const followInterval = 200 * time.Millisecond
 // startStatus runs status reporting when opts ask for it and returns the
 // relay's wake-up (nil otherwise). Shutdown mirrors serve: stop the
 // follower and relay, flush the tracker, drain the outbox.
-func startStatus(t *testing.T, opts Options, reg *registrytest.Registry, pool *clusters.Pool) func() {
+func startStatus(t testing.TB, opts Options, reg *registrytest.Registry, pool *clusters.Pool) func() {
 	t.Helper()
 	if opts.NATSURL == "" {
 		return nil

@@ -22,14 +22,14 @@ import (
 // Server is one test's NATS server.
 type Server struct {
 	URL  string
-	t    *testing.T
+	t    testing.TB
 	opts *natsserver.Options
 	mu   sync.Mutex
 	srv  *natsserver.Server
 }
 
 // Start runs a server until the test ends.
-func Start(t *testing.T) *Server {
+func Start(t testing.TB) *Server {
 	t.Helper()
 	port := ports.Free(t)
 	s := &Server{
@@ -87,7 +87,7 @@ type Event struct {
 
 // Stream is DCM's status stream and everything stored in it.
 type Stream struct {
-	t      *testing.T
+	t      testing.TB
 	stream jetstream.Stream
 }
 
