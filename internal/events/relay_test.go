@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -54,16 +55,20 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 	want := queue(t, reg, 20, 6)
 
 	var wg sync.WaitGroup
-	for range 3 {
+	registries := make([]*prometheus.Registry, 3)
+	relays := make([]*events.Relay, 3)
+	for i := range 3 {
+		registries[i] = prometheus.NewRegistry()
 		nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer nc.Close(context.Background())
-		relay, err := events.NewRelay(reg.Pool, nc.Conn, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+		relay, err := events.NewRelay(reg.Pool, nc.Conn, registries[i], slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
+		relays[i] = relay
 		wg.Go(func() {
 			if err := relay.Drain(context.Background()); err != nil {
 				t.Error(err)
@@ -85,10 +90,50 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 	if err := reg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
 		t.Fatalf("%d events left unsent (%v)", unsent, err)
 	}
+	// The metrics add up: every event counted once by status; a relay's next
+	// pass sees nothing waiting.
+	published := 0.0
+	for _, r := range registries {
+		for _, st := range []string{"PROVISIONING", "RUNNING"} {
+			published += metric(t, r, "storage_gateway_outbox_published_total", st)
+		}
+	}
+	if err := relays[0].Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if depth := metric(t, registries[0], "storage_gateway_outbox_depth", ""); depth != 0 {
+		t.Fatalf("outbox depth %v after draining", depth)
+	}
+	if published != 20*6 {
+		t.Fatalf("published_total adds up to %v, want %d", published, 20*6)
+	}
+}
+
+// metric sums the values of a counter or gauge family, restricted to
+// status=st when st is set.
+func metric(t *testing.T, r *prometheus.Registry, name, st string) float64 {
+	t.Helper()
+	families, err := r.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if st != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "status" && l.GetValue() == st }) {
+				continue
+			}
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
 }
 
 // Without a stream for the subject the relay falls back to a core publish
-// and still marks the events sent.
+// (with the message id header) and still marks the events sent.
 func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	natsServer := natstest.Start(t)
@@ -117,5 +162,9 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 		if msg.Header.Get("Nats-Msg-Id") == "" {
 			t.Fatal("core publish without the message id")
 		}
+	}
+	var unsent int
+	if err := reg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
+		t.Fatalf("%d events left unsent (%v)", unsent, err)
 	}
 }
