@@ -36,12 +36,8 @@ type statusBench struct {
 }
 
 func newStatusBench(b *testing.B) *statusBench {
-	natsServer := natstest.Start(b)
-	natsServer.DCMStream()
-	g := gatewaytest.Start(b, gatewaytest.Options{NATSURL: natsServer.URL})
-	c := client{t: b, base: g.URL}
-	east := clusters[0]
-	c.register(east)
+	r := startReporting(b, gatewaytest.Options{})
+	c, east := r.client, clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 	id := uuid.NewString()
 	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", nil)})
@@ -59,8 +55,8 @@ func newStatusBench(b *testing.B) *statusBench {
 		return err
 	}
 	s.watch(ns, id)
-	s.subscribe(natsServer.URL, id)
-	s.startBaseline(natsServer.URL, ns, id)
+	s.subscribe(r.nats.URL, id)
+	s.startBaseline(r.nats.URL, ns, id)
 	time.Sleep(time.Second) // past the debounce window of the last transition
 	return s
 }

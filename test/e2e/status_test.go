@@ -41,17 +41,32 @@ func waitReported(t *testing.T, g *gatewaytest.Gateway, volumeID, status string)
 	})
 }
 
+// reporting is a gateway that reports status to a private JetStream with
+// DCM's stream, with the east cluster registered.
+type reporting struct {
+	client
+	gateway *gatewaytest.Gateway
+	nats    *natstest.Server
+	stream  *natstest.Stream
+}
+
+func startReporting(t testing.TB, opts gatewaytest.Options) reporting {
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	opts.NATSURL = natsServer.URL
+	g := gatewaytest.Start(t, opts)
+	c := client{t: t, base: g.URL}
+	c.register(clusters[0])
+	return reporting{client: c, gateway: g, nats: natsServer, stream: stream}
+}
+
 // TestStatusEventsFollowTheVolumeLifecycle: create -> bind -> expand ->
 // delete reaches DCM's stream as PROVISIONING, RUNNING, PROVISIONING,
 // RUNNING, DELETING, DELETED — in order, once each, as CloudEvents DCM's
 // consumer accepts.
 func TestStatusEventsFollowTheVolumeLifecycle(t *testing.T) {
-	natsServer := natstest.Start(t)
-	stream := natsServer.DCMStream()
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
-	c := client{t: t, base: g.URL}
-	east := clusters[0]
-	c.register(east)
+	r := startReporting(t, gatewaytest.Options{})
+	c, stream, east := r.client, r.stream, clusters[0]
 	envID := east.Spec.Environment.ID
 	path := volumesPath(envID)
 
@@ -85,12 +100,8 @@ func TestStatusEventsFollowTheVolumeLifecycle(t *testing.T) {
 // TestWaitingForFirstConsumerIsReported: a WaitForFirstConsumer volume is
 // PROVISIONING with the reason in the message.
 func TestWaitingForFirstConsumerIsReported(t *testing.T) {
-	natsServer := natstest.Start(t)
-	stream := natsServer.DCMStream()
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
-	c := client{t: t, base: g.URL}
-	east := clusters[0]
-	c.register(east)
+	r := startReporting(t, gatewaytest.Options{})
+	c, stream, east := r.client, r.stream, clusters[0]
 	id := uuid.NewString()
 	code, body := c.do(http.MethodPost, volumesPath(east.Spec.Environment.ID)+"?id="+id,
 		map[string]any{"spec": storageSpec("lazy", "1Gi", map[string]any{"storage_class": "standard-wffc"})})
@@ -106,15 +117,11 @@ func TestWaitingForFirstConsumerIsReported(t *testing.T) {
 // TestNATSOutageLosesNothing: with NATS down for 30 s while volumes change,
 // every transition arrives once it is back, none twice.
 func TestNATSOutageLosesNothing(t *testing.T) {
-	natsServer := natstest.Start(t)
-	stream := natsServer.DCMStream()
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
-	c := client{t: t, base: g.URL}
-	east := clusters[0]
-	c.register(east)
+	r := startReporting(t, gatewaytest.Options{})
+	c, stream, east := r.client, r.stream, clusters[0]
 	path := volumesPath(east.Spec.Environment.ID)
 
-	natsServer.Stop()
+	r.nats.Stop()
 	outage := time.Now()
 	ids := []string{uuid.NewString(), uuid.NewString()}
 	for _, id := range ids {
@@ -122,7 +129,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		c.want(http.StatusCreated, code, body)
 		// Changes inside one debounce window coalesce by design; wait until
 		// RUNNING is a transition of its own before the next change.
-		waitReported(t, g, id, "RUNNING")
+		waitReported(t, r.gateway, id, "RUNNING")
 	}
 	code, body := c.do(http.MethodDelete, path+"/"+ids[1], nil)
 	c.want(http.StatusNoContent, code, body)
@@ -131,7 +138,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		return code == http.StatusNotFound
 	})
 	time.Sleep(30*time.Second - time.Since(outage))
-	natsServer.Restart()
+	r.nats.Restart()
 
 	waitEvents(t, stream, ids[0], []string{"PROVISIONING", "RUNNING"}, time.Minute)
 	all := waitEvents(t, stream, ids[1], []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"}, time.Minute)
@@ -149,12 +156,8 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 // FAILED once provisioning kept failing for the environment's timeout.
 func TestProvisioningFailuresTurnFailedOnlyAfterTheTimeout(t *testing.T) {
 	const timeout = 5 * time.Second
-	natsServer := natstest.Start(t)
-	stream := natsServer.DCMStream()
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, ProvisioningTimeout: timeout})
-	c := client{t: t, base: g.URL}
-	east := clusters[0]
-	c.register(east)
+	r := startReporting(t, gatewaytest.Options{ProvisioningTimeout: timeout})
+	c, stream, east := r.client, r.stream, clusters[0]
 	id := uuid.NewString()
 	created := time.Now()
 	code, body := c.do(http.MethodPost, volumesPath(east.Spec.Environment.ID)+"?id="+id,
