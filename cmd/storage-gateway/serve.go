@@ -55,8 +55,9 @@ func newServeCommand() *cobra.Command {
 }
 
 // serve runs until ctx ends, then shuts down in dependency order: stop
-// accepting HTTP, stop the background workers, close the cluster pool, drain
-// NATS, close the database (all but the first deferred).
+// accepting HTTP, stop the background workers (flushing status into the
+// outbox and draining it), drain NATS, close the cluster pool, close the
+// database (all but the first deferred).
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	startTime := time.Now()
 	logger.Info("starting", "version", version.Get().Version)

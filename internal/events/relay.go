@@ -20,16 +20,17 @@ import (
 // stream dcm-status captures dcm.*.
 const Subject = "dcm.storage"
 
-// Relay timing: a claimed batch is leased for claimLease, so a replica that
-// dies mid-batch hands its rows to another; after a failed publish the relay
+// Relay timing: a claimed batch is leased for claimLease — longer than a
+// batch of batchSize publishes can take (5 s each at worst) — so a replica
+// that dies mid-batch hands its rows to another; after a failed publish the relay
 // backs off from minBackoff up to maxBackoff; it polls at least every
 // pollInterval for rows queued by other replicas; batchSize rows per claim.
 const (
-	claimLease   = 30 * time.Second
+	claimLease   = 2 * time.Minute
 	minBackoff   = 500 * time.Millisecond
 	maxBackoff   = 30 * time.Second
 	pollInterval = time.Second
-	batchSize    = 100
+	batchSize    = 20
 )
 
 // Relay publishes the outbox to NATS, in order, at least once: a row is
@@ -132,7 +133,9 @@ func (r *Relay) Drain(ctx context.Context) error {
 				r.release(context.WithoutCancel(ctx), rows[i:])
 				return err
 			}
-			if _, err := r.db.Exec(ctx, `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, row.id); err != nil {
+			// Acknowledged: record it even if ctx ends now, or the event
+			// would be published again (deduplicated, but in order only by luck).
+			if _, err := r.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, row.id); err != nil {
 				r.release(context.WithoutCancel(ctx), rows[i+1:])
 				return err
 			}
@@ -189,6 +192,9 @@ func (r *Relay) publish(ctx context.Context, row outboxRow) error {
 	}
 	if stream {
 		_, err := r.js.Publish(ctx, Subject, row.event, jetstream.WithMsgID(row.eventID))
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			r.forgetStream() // deleted since it was found: ask again next time
+		}
 		return err
 	}
 	r.noStreamOnce.Do(func() {
@@ -214,7 +220,9 @@ func (r *Relay) streamExists(ctx context.Context) (bool, error) {
 	}
 	_, err := r.js.StreamNameBySubject(ctx, Subject)
 	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		// No stream, or a server without JetStream at all.
 		r.streamFound = false
 	case err != nil:
 		return false, err
@@ -223,6 +231,12 @@ func (r *Relay) streamExists(ctx context.Context) (bool, error) {
 	}
 	r.streamChecked = time.Now()
 	return r.streamFound, nil
+}
+
+func (r *Relay) forgetStream() {
+	r.streamMu.Lock()
+	defer r.streamMu.Unlock()
+	r.streamChecked = time.Time{}
 }
 
 func (r *Relay) updateDepth(ctx context.Context) {

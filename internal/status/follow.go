@@ -30,7 +30,6 @@ type Follower struct {
 
 	mu       sync.Mutex
 	followed map[string]bool
-	failing  map[volumeKey]time.Time
 }
 
 // Run follows new environments and sweeps every interval until ctx ends.
@@ -53,7 +52,7 @@ func (f *Follower) Sweep() {
 	ids := f.Pool.IDs()
 	f.mu.Lock()
 	if f.followed == nil {
-		f.followed, f.failing = map[string]bool{}, map[volumeKey]time.Time{}
+		f.followed = map[string]bool{}
 	}
 	current := map[string]bool{}
 	var fresh []string
@@ -91,7 +90,6 @@ func (f *Follower) handler(envID string) cache.ResourceEventHandler {
 				obj = tomb.Obj
 			}
 			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-				f.forget(volumeKey{envID, pvc.Name})
 				f.Tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: Deleted, Message: "the claim was deleted"})
 			}
 		},
@@ -117,35 +115,25 @@ func (f *Follower) observe(envID string, pvc *corev1.PersistentVolumeClaim) {
 	}
 	warnings := OwnWarnings(c, pvc)
 	st, msg := Of(pvc, class, warnings)
-	k := volumeKey{envID, pvc.Name}
-	if st == Provisioning && len(warnings) > 0 && warnings[0].Reason == provisioningFailed {
-		if since := f.failingSince(k); time.Since(since) > f.ProvisioningTimeout {
-			st, msg = Failed, "provisioning kept failing for more than "+f.ProvisioningTimeout.String()+": "+clean(warnings[0].Message)
-		}
-	} else {
-		f.forget(k)
+	if failingFor(pvc, warnings) > f.ProvisioningTimeout {
+		st, msg = Failed, "provisioning kept failing for more than "+f.ProvisioningTimeout.String()+": "+clean(warnings[0].Message)
 	}
 	f.Tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg})
 }
 
-func (f *Follower) failingSince(k volumeKey) time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failing == nil {
-		f.failing = map[volumeKey]time.Time{}
+// failingFor is how long a pending claim's provisioning has been failing
+// continuously, from the cluster's own record of the repeated warning — so
+// every replica and every restart agrees. A single failure is transient and
+// counts as zero.
+func failingFor(pvc *corev1.PersistentVolumeClaim, warnings []*corev1.Event) time.Duration {
+	if pvc.Status.Phase != corev1.ClaimPending || len(warnings) == 0 {
+		return 0
 	}
-	since, ok := f.failing[k]
-	if !ok {
-		since = time.Now()
-		f.failing[k] = since
+	w := warnings[0]
+	if w.Reason != provisioningFailed || w.Count < 2 || w.FirstTimestamp.IsZero() {
+		return 0
 	}
-	return since
-}
-
-func (f *Follower) forget(k volumeKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.failing, k)
+	return time.Since(w.FirstTimestamp.Time)
 }
 
 // OwnWarnings returns the claim's own Warning events, newest first: events

@@ -38,8 +38,7 @@ type Observation struct {
 // status differs from the last one reported, its CloudEvent in the outbox —
 // in one transaction, so neither exists without the other.
 type Recorder struct {
-	DB  *pgxpool.Pool
-	Now func() time.Time
+	DB *pgxpool.Pool
 	// Queued, if set, is called after an event was committed to the outbox
 	// (it wakes the relay).
 	Queued func()
@@ -56,10 +55,21 @@ type eventData struct {
 // queued). A volume without a record (not created through the gateway) is
 // ignored.
 func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
+	return r.write(ctx, o, false)
+}
+
+// RecordFirst records o only if nothing was reported for the volume yet: a
+// create reports its first status itself, but never over a newer one the
+// status follower already recorded.
+func (r Recorder) RecordFirst(ctx context.Context, o Observation) (bool, error) {
+	return r.write(ctx, o, true)
+}
+
+func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) (bool, error) {
 	var queued bool
 	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
 		var err error
-		queued, err = r.record(ctx, tx, o)
+		queued, err = r.record(ctx, tx, o, firstOnly)
 		return err
 	})
 	if err == nil && queued && r.Queued != nil {
@@ -69,20 +79,23 @@ func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
 }
 
 // record is Record's transaction.
-func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation) (bool, error) {
+func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnly bool) (bool, error) {
 	var last Observation
 	var provider string
 	var transitions int64
+	var created time.Time
 	err := tx.QueryRow(ctx, `
-		SELECT v.reported_status, v.reported_message, v.transitions, COALESCE(e.dcm->>'provider_name', '')
+		SELECT v.reported_status, v.reported_message, v.transitions, v.create_time, COALESCE(e.dcm->>'provider_name', '')
 		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
 		WHERE v.environment_id = $1 AND v.id = $2
-		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &provider)
-	if errors.Is(err, pgx.ErrNoRows) {
+		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &created, &provider)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return false, err
+	case firstOnly && last.Status != "", !allowed(last.Status, o.Status):
+		return false, nil
 	}
 	if !reportable(last, o) {
 		_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4
@@ -90,7 +103,7 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation) (bool, e
 		return false, err
 	}
 	transitions++
-	event, eventID, err := r.event(o, provider, transitions)
+	event, eventID, err := r.event(o, provider, created, transitions)
 	if err != nil {
 		return false, err
 	}
@@ -102,6 +115,19 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation) (bool, e
 	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event)
 		VALUES ($1, $2, $3, $4, $5)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event)
 	return err == nil, err
+}
+
+// allowed refuses transitions out of the end of a volume's life: nothing
+// follows DELETED, and DELETING (a deletion the gateway asked for or saw)
+// only ends in DELETED — a stale observation never revives a volume.
+func allowed(from, to Status) bool {
+	switch from {
+	case Deleted:
+		return false
+	case Deleting:
+		return to == Deleting || to == Deleted
+	}
+	return true
 }
 
 // reportable decides what DCM hears: every status change, and, while a
@@ -116,17 +142,19 @@ func reportable(last, now Observation) bool {
 }
 
 // event builds the structured-mode CloudEvent for one transition.
-func (r Recorder) event(o Observation, provider string, transition int64) ([]byte, string, error) {
+// The event id is seeded with the record's creation time too: a volume id
+// reused after its record was forgotten starts a new sequence of ids.
+func (r Recorder) event(o Observation, provider string, created time.Time, transition int64) ([]byte, string, error) {
 	if provider == "" {
 		provider = "storage-gateway-" + o.EnvironmentID
 	}
-	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%s", o.EnvironmentID, o.VolumeID, transition, o.Status)).String()
+	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%d/%s", o.EnvironmentID, o.VolumeID, created.UnixMicro(), transition, o.Status)).String()
 	e := cloudevents.NewEvent()
 	e.SetID(id)
 	e.SetSource("dcm/providers/" + provider)
 	e.SetType(EventType)
 	e.SetSubject(EventSubject)
-	e.SetTime(r.now())
+	e.SetTime(time.Now().UTC())
 	e.SetExtension(EnvironmentExtension, o.EnvironmentID)
 	if err := e.SetData(cloudevents.ApplicationJSON, eventData{ID: o.VolumeID, Status: o.Status, Message: o.Message}); err != nil {
 		return nil, "", err
@@ -136,11 +164,4 @@ func (r Recorder) event(o Observation, provider string, transition int64) ([]byt
 	}
 	data, err := json.Marshal(e)
 	return data, id, err
-}
-
-func (r Recorder) now() time.Time {
-	if r.Now != nil {
-		return r.Now().UTC()
-	}
-	return time.Now().UTC()
 }

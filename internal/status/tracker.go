@@ -66,11 +66,16 @@ func (t *Tracker) Observe(o Observation) {
 		}
 		return
 	}
-	if t.last[k] == o {
+	prev := t.last[k]
+	if prev == o {
 		return
 	}
 	t.enqueue(k, o)
-	t.windows[k] = &debounceWindow{timer: time.AfterFunc(t.window, func() { t.closeWindow(k) })}
+	// Only a change DCM hears opens a window; a message-only change must
+	// not hold back the next real transition.
+	if reportable(prev, o) {
+		t.windows[k] = &debounceWindow{timer: time.AfterFunc(t.window, func() { t.closeWindow(k) })}
+	}
 }
 
 // closeWindow records the last observation the window coalesced, if any,
@@ -91,13 +96,10 @@ func (t *Tracker) closeWindow(k volumeKey) {
 	w.timer.Reset(t.window)
 }
 
-// enqueue hands o to the writer; the caller holds t.mu.
+// enqueue hands o to the writer; the caller holds t.mu. A DELETED volume
+// stays in last as a tombstone, so a stale observation is recognised.
 func (t *Tracker) enqueue(k volumeKey, o Observation) {
 	t.queue <- o
-	if o.Status == Deleted {
-		delete(t.last, k)
-		return
-	}
 	t.last[k] = o
 }
 
@@ -107,9 +109,21 @@ func (t *Tracker) write() {
 	for o := range t.queue {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if _, err := t.recorder.Record(ctx, o); err != nil {
-			t.log.ErrorContext(ctx, "record volume status", "environment", o.EnvironmentID, "volume", o.VolumeID, "status", o.Status, "error", err)
+			t.log.ErrorContext(ctx, "record volume status (the next sweep retries)", "environment", o.EnvironmentID, "volume", o.VolumeID, "status", o.Status, "error", err)
+			t.forgetFailed(o)
 		}
 		cancel()
+	}
+}
+
+// forgetFailed drops o from last if it is still the latest queued for its
+// volume, so the next observation of the same status is written again.
+func (t *Tracker) forgetFailed(o Observation) {
+	k := volumeKey{o.EnvironmentID, o.VolumeID}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last[k] == o {
+		delete(t.last, k)
 	}
 }
 

@@ -3,6 +3,7 @@ package status_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,6 +69,39 @@ func TestTrackerCalmsFlapping(t *testing.T) {
 	got := reported(t, reg, "flappy")
 	if len(got) > 2 || len(got) == 0 || got[0] != "PROVISIONING" || got[len(got)-1] != "PROVISIONING" {
 		t.Fatalf("flapping reported %v; want the first status and at most the last", got)
+	}
+}
+
+// A burst that ends on another status than it started from reaches DCM
+// twice: the first change at once, the final status when the window closes.
+func TestTrackerPublishesTheLastStatusOfABurst(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	volumeRecord(t, reg, "burst")
+	tr := status.NewTracker(status.Recorder{DB: reg.Pool}, 300*time.Millisecond, slog.New(slog.DiscardHandler))
+	defer tr.Close()
+	for _, st := range []status.Status{status.Provisioning, status.Running, status.Failed, status.Provisioning, status.Running} {
+		observe(tr, "burst", st)
+	}
+	time.Sleep(time.Second)
+	if got := reported(t, reg, "burst"); !slices.Equal(got, []string{"PROVISIONING", "RUNNING"}) {
+		t.Fatalf("burst reported %v, want [PROVISIONING RUNNING]", got)
+	}
+}
+
+// Nothing follows DELETED: a stale observation of a deleted volume (a sweep
+// that raced the deletion) is not reported.
+func TestTrackerNeverRevivesADeletedVolume(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	volumeRecord(t, reg, "gone")
+	tr := status.NewTracker(status.Recorder{DB: reg.Pool}, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	observe(tr, "gone", status.Running)
+	time.Sleep(100 * time.Millisecond)
+	observe(tr, "gone", status.Deleted)
+	time.Sleep(100 * time.Millisecond)
+	observe(tr, "gone", status.Running)
+	tr.Close()
+	if got := reported(t, reg, "gone"); !slices.Equal(got, []string{"RUNNING", "DELETED"}) {
+		t.Fatalf("reported %v, want [RUNNING DELETED]", got)
 	}
 }
 

@@ -184,9 +184,15 @@ func BenchmarkStatusLatency(b *testing.B) {
 		want := map[bool]string{true: "PROVISIONING", false: "RUNNING"}[resizing]
 		s.quiet()
 		s.flip(resizing)
-		seen := <-s.watched
-		floor = append(floor, (<-s.baseline).Sub(seen))
-		for status := range s.events {
+		seen := s.next(s.watched)
+		floor = append(floor, s.next(s.baseline).Sub(seen))
+		for {
+			var status string
+			select {
+			case status = <-s.events:
+			case <-time.After(30 * time.Second):
+				b.Fatalf("no %s event within 30s", want)
+			}
 			at := <-s.arrived
 			if status == want {
 				delays = append(delays, at.Sub(seen))
@@ -204,6 +210,21 @@ func BenchmarkStatusLatency(b *testing.B) {
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(p99)/float64(floor99), "p99/bare-watch")
 	b.ReportMetric(float64(p99)/float64(500*time.Millisecond), "p99/window")
+	if p99 > 50*time.Millisecond {
+		b.Errorf("p99 %s exceeds the 50 ms target", p99)
+	}
+}
+
+// next waits (boundedly) for the next time on ch.
+func (s *statusBench) next(ch <-chan time.Time) time.Time {
+	s.b.Helper()
+	select {
+	case at := <-ch:
+		return at
+	case <-time.After(30 * time.Second):
+		s.b.Fatal("no change seen within 30s")
+		return time.Time{}
+	}
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
@@ -238,4 +259,7 @@ func BenchmarkFlappingClaim(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(total)/float64(b.N), "events/burst")
+	if total > 2*b.N {
+		b.Errorf("%d events for %d bursts; at most 2 per burst", total, b.N)
+	}
 }

@@ -69,9 +69,11 @@ func TestStatusEventsFollowTheVolumeLifecycle(t *testing.T) {
 	c, stream, east := r.client, r.stream, clusters[0]
 	envID := east.Spec.Environment.ID
 	path := volumesPath(envID)
+	code, body := c.do(http.MethodPatch, "/api/v1alpha1/environments/"+envID, map[string]any{"dcm": map[string]any{"provider_name": "east-storage"}})
+	c.want(http.StatusOK, code, body)
 
 	id := uuid.NewString()
-	code, body := c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("events", "1Gi", nil)})
+	code, body = c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("events", "1Gi", nil)})
 	c.want(http.StatusCreated, code, body)
 	waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING"}, time.Minute)
 	code, body = c.do(http.MethodPatch, path+"/"+id, map[string]any{"capacity": "2Gi"})
@@ -86,7 +88,7 @@ func TestStatusEventsFollowTheVolumeLifecycle(t *testing.T) {
 		if e.Data.ID != id {
 			continue
 		}
-		if e.Source != "dcm/providers/storage-gateway-"+envID || e.Type != "dcm.status.storage" || e.Subject != "dcm.storage" ||
+		if e.Source != "dcm/providers/east-storage" || e.Type != "dcm.status.storage" || e.Subject != "dcm.storage" ||
 			e.ContentType != "application/json" || e.EnvironmentID != envID || e.Time == "" || e.Data.Message == "" {
 			t.Fatalf("event does not follow DCM's contract: %+v", e)
 		}
