@@ -23,6 +23,7 @@ CREATE TABLE outbox (
     event          jsonb       NOT NULL,
     create_time    timestamptz NOT NULL DEFAULT now(),
     claimed_until  timestamptz,
+    claim_token    uuid,
     attempts       integer     NOT NULL DEFAULT 0,
     sent_time      timestamptz
 );

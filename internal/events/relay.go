@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -123,20 +124,20 @@ type outboxRow struct {
 func (r *Relay) Drain(ctx context.Context) error {
 	defer r.updateDepth(context.WithoutCancel(ctx))
 	for {
-		rows, err := r.claim(ctx)
+		rows, token, err := r.claim(ctx)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
 		for i, row := range rows {
 			if err := r.publish(ctx, row); err != nil {
 				r.metrics.failures.Inc()
-				r.release(context.WithoutCancel(ctx), rows[i:])
+				r.release(context.WithoutCancel(ctx), rows[i:], token)
 				return err
 			}
 			// Acknowledged: record it even if ctx ends now, or the event
 			// would be published again (deduplicated, but in order only by luck).
 			if _, err := r.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, row.id); err != nil {
-				r.release(context.WithoutCancel(ctx), rows[i+1:])
+				r.release(context.WithoutCancel(ctx), rows[i+1:], token)
 				return err
 			}
 			r.metrics.published.WithLabelValues(row.status).Inc()
@@ -147,9 +148,12 @@ func (r *Relay) Drain(ctx context.Context) error {
 // claim leases, per volume, its oldest unsent event if no live lease holds
 // it. Only a volume's first unsent event is ever claimable, so replicas
 // relaying side by side can never publish a volume's events out of order.
-func (r *Relay) claim(ctx context.Context) ([]outboxRow, error) {
+// The lease carries a token, so releasing it can never drop a lease another
+// replica took after this one expired.
+func (r *Relay) claim(ctx context.Context) ([]outboxRow, uuid.UUID, error) {
+	token := uuid.New()
 	rows, err := r.db.Query(ctx, `
-		UPDATE outbox SET claimed_until = now() + $1::interval, attempts = attempts + 1
+		UPDATE outbox SET claimed_until = now() + $1::interval, claim_token = $3, attempts = attempts + 1
 		WHERE id IN (
 			SELECT o.id FROM outbox o
 			WHERE o.sent_time IS NULL AND (o.claimed_until IS NULL OR o.claimed_until < now())
@@ -157,9 +161,9 @@ func (r *Relay) claim(ctx context.Context) ([]outboxRow, error) {
 			                  WHERE p.environment_id = o.environment_id AND p.volume_id = o.volume_id
 			                    AND p.sent_time IS NULL AND p.id < o.id)
 			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		RETURNING id, event_id, status, event`, claimLease.String(), batchSize)
+		RETURNING id, event_id, status, event`, claimLease.String(), batchSize, token)
 	if err != nil {
-		return nil, err
+		return nil, token, err
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var o outboxRow
@@ -168,15 +172,16 @@ func (r *Relay) claim(ctx context.Context) ([]outboxRow, error) {
 	})
 	// UPDATE ... RETURNING has no order; publishing must follow the outbox's.
 	slices.SortFunc(claimed, func(a, b outboxRow) int { return cmp.Compare(a.id, b.id) })
-	return claimed, err
+	return claimed, token, err
 }
 
-func (r *Relay) release(ctx context.Context, rows []outboxRow) {
+func (r *Relay) release(ctx context.Context, rows []outboxRow, token uuid.UUID) {
 	ids := make([]int64, len(rows))
 	for i, row := range rows {
 		ids[i] = row.id
 	}
-	if _, err := r.db.Exec(ctx, `UPDATE outbox SET claimed_until = NULL WHERE id = ANY($1)`, ids); err != nil {
+	if _, err := r.db.Exec(ctx, `UPDATE outbox SET claimed_until = NULL, claim_token = NULL
+		WHERE id = ANY($1) AND claim_token = $2`, ids, token); err != nil {
 		r.log.WarnContext(ctx, "release claimed status events (their lease expires anyway)", "error", err)
 	}
 }
