@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
+	github.com/dcm-project/service-provider-manager v0.1.0-rc.1
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/getkin/kin-openapi v0.152.0
 	github.com/go-logr/logr v1.4.4
@@ -69,7 +70,7 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/kubernetes-csi/csi-lib-utils v0.22.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
-	github.com/mailru/easyjson v0.9.0 // indirect
+	github.com/mailru/easyjson v0.9.1 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
