@@ -39,8 +39,9 @@ func loadKeyRing(cfg config.Config) (*secrets.KeyRing, error) {
 
 // newEnvironmentService wires the registry with the operator's connection
 // policy; clusterPool is nil for offline tools.
-func newEnvironmentService(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, clusterPool *clusters.Pool, logger *slog.Logger) *environments.Service {
-	return environments.NewService(environments.Options{
+func newEnvironmentService(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, clusterPool *clusters.Pool,
+	logger *slog.Logger, hooks ...func(*environments.Options)) *environments.Service {
+	opts := environments.Options{
 		DB:   db,
 		Keys: keys,
 		Pool: clusterPool,
@@ -50,7 +51,11 @@ func newEnvironmentService(cfg config.Config, db *pgxpool.Pool, keys *secrets.Ke
 		},
 		AllowInsecure: cfg.AllowInsecureClusters,
 		Logger:        logger,
-	})
+	}
+	for _, hook := range hooks {
+		hook(&opts)
+	}
+	return environments.NewService(opts)
 }
 
 // registry is what the offline key commands work on.

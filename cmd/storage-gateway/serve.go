@@ -20,6 +20,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
@@ -111,9 +112,26 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		},
 	})
 	defer clusterPool.Close()
-	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger)
+	// DCM registration (optional) follows the registry's changes and reads
+	// it back; both are wired through late-bound hooks.
+	var registrar *dcm.Registrar
+	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger, func(o *environments.Options) {
+		if cfg.DCMRegistrationURL == "" {
+			return
+		}
+		o.Changed = func(string) { registrar.Changed() }
+		o.Deleted = func(id string, reg environments.DCMRegistration) { registrar.Forget(id, reg) }
+	})
 	if err := registry.CheckKeys(startCtx); err != nil {
 		return err
+	}
+	if cfg.DCMRegistrationURL != "" {
+		if registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
+			Environments: registry, Interval: cfg.DCMRegistrationInterval, Logger: logger}); err != nil {
+			return err
+		}
+	} else {
+		logger.Info("DCM registration off (SG_DCM_REGISTRATION_URL is unset)")
 	}
 
 	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
@@ -185,6 +203,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	workers.Go(func() { follower.Run(background, followInterval) })
 	workers.Go(func() { relay.Run(background) })
 	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })
+	if registrar != nil {
+		workers.Go(func() { registrar.Run(background) })
+	}
 	defer func() {
 		stopBackground()
 		workers.Wait()

@@ -78,6 +78,14 @@ type Config struct {
 	// ProvisioningTimeout is how long provisioning may fail continuously
 	// before a volume is reported FAILED.
 	ProvisioningTimeout time.Duration `env:"SG_PROVISIONING_TIMEOUT" envDefault:"10m"`
+	// DCMRegistrationURL is DCM's service-provider-manager API; empty turns
+	// provider registration off.
+	DCMRegistrationURL string `env:"SG_DCM_REGISTRATION_URL"`
+	// PublicURL is the gateway's base URL as DCM reaches it (provider
+	// endpoints are built from it).
+	PublicURL string `env:"SG_PUBLIC_URL"`
+	// DCMRegistrationInterval renews every registration.
+	DCMRegistrationInterval time.Duration `env:"SG_DCM_REGISTRATION_INTERVAL" envDefault:"5m"`
 }
 
 // Load reads the configuration from the process environment and validates it.
@@ -185,6 +193,17 @@ func (c Config) Validate() error {
 	if c.ProvisioningTimeout <= 0 {
 		add("SG_PROVISIONING_TIMEOUT", "must be a positive duration, e.g. 10m")
 	}
+	if c.DCMRegistrationURL != "" {
+		if !httpURL(c.DCMRegistrationURL) {
+			add("SG_DCM_REGISTRATION_URL", "must be an http(s) URL, e.g. http://dcm:8080/api/v1alpha1")
+		}
+		if !httpURL(c.PublicURL) {
+			add("SG_PUBLIC_URL", "must be the gateway's http(s) base URL as DCM reaches it (required with SG_DCM_REGISTRATION_URL)")
+		}
+		if c.DCMRegistrationInterval < time.Second {
+			add("SG_DCM_REGISTRATION_INTERVAL", "must be at least 1s, e.g. 5m")
+		}
+	}
 	if c.HealthUnhealthyCode != 200 && c.HealthUnhealthyCode != 503 {
 		add("SG_HEALTH_UNHEALTHY_CODE", "must be 200 or 503")
 	}
@@ -229,6 +248,11 @@ func validPort(hostport string) error {
 		return errors.New("port must be a number from 0 to 65535")
 	}
 	return nil
+}
+
+func httpURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 func validNATSURL(raw string) error {

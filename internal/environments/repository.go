@@ -159,6 +159,11 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 	return tag.RowsAffected() == 1, nil
 }
 
+func (r *repository) recordRegistration(ctx context.Context, id string, reg DCMRegistration) error {
+	_, err := r.db.Exec(ctx, `UPDATE environments SET dcm_registration = $2 WHERE id = $1`, id, mustJSON(reg))
+	return err
+}
+
 // volumesIn counts live volumes of an environment in the given namespaces.
 func (r *repository) volumesIn(ctx context.Context, id string, namespaces []string) (int, error) {
 	var n int

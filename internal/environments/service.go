@@ -26,6 +26,12 @@ type Options struct {
 	// Pool, when set, keeps a live connection per environment: registration,
 	// rotation and deletion update it. Offline tools leave it nil.
 	Pool *clusters.Pool
+	// Changed, if set, is called after an environment was registered or
+	// updated (DCM registration follows it).
+	Changed func(id string)
+	// Deleted, if set, is called after an environment was deleted, with its
+	// last DCM registration (to deregister it).
+	Deleted func(id string, registration DCMRegistration)
 }
 
 // Service implements the registry's use cases.
@@ -37,6 +43,8 @@ type Service struct {
 	allowInsecure bool
 	log           *slog.Logger
 	pool          *clusters.Pool
+	changed       func(id string)
+	deleted       func(id string, registration DCMRegistration)
 }
 
 // NewService returns a Service over the given database and key ring.
@@ -47,6 +55,8 @@ func NewService(opts Options) *Service {
 		allowInsecure: opts.AllowInsecure,
 		log:           opts.Logger,
 		pool:          opts.Pool,
+		changed:       opts.Changed,
+		deleted:       opts.Deleted,
 	}
 	s.keys.Store(opts.Keys)
 	return s
@@ -100,6 +110,9 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
 	s.connect(ctx, rec.ID, spec, conn)
+	if s.changed != nil {
+		s.changed(rec.ID)
+	}
 	env, err = s.Get(ctx, reg.ID)
 	return env, err == nil, err
 }
@@ -178,6 +191,7 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 // Delete forgets an environment. It refuses while volume records exist unless
 // force is set; PVCs in the cluster are never touched.
 func (s *Service) Delete(ctx context.Context, id string, force bool) error {
+	before, _ := s.repo.get(ctx, id) // for the DCM registration to undo
 	volumes, err := s.repo.delete(ctx, id, force)
 	if errors.Is(err, errNotFound) {
 		return fault.New(fault.NotFound, "environment %q not found", id)
@@ -191,8 +205,16 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 	if s.pool != nil {
 		s.pool.Remove(id)
 	}
+	if s.deleted != nil {
+		s.deleted(id, before.Status.DCMRegistration)
+	}
 	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
 	return nil
+}
+
+// RecordRegistration stores the state of an environment's DCM registration.
+func (s *Service) RecordRegistration(ctx context.Context, id string, reg DCMRegistration) error {
+	return s.repo.recordRegistration(ctx, id, reg)
 }
 
 // probeFailed is the 422 for a registration or update whose probe failed.

@@ -104,6 +104,9 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	if probe {
 		s.connect(ctx, id, spec, conn)
 	}
+	if s.changed != nil {
+		s.changed(id)
+	}
 	return s.Get(ctx, id)
 }
 

@@ -6,6 +6,7 @@ package gatewaytest
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -34,6 +36,9 @@ type Options struct {
 	StatusDebounce time.Duration
 	// ProvisioningTimeout defaults to the production 10m.
 	ProvisioningTimeout time.Duration
+	// DCMURL, when set, registers environments as providers with DCM's
+	// service-provider-manager at this API base.
+	DCMURL string
 }
 
 // Gateway is a running in-process gateway.
@@ -71,19 +76,30 @@ func Start(t testing.TB, opts Options) *Gateway {
 		Logger:         reg.Logger,
 		OnHealth:       func(id string, h clusters.Health) { registry.RecordHealth(id, h) },
 	})
-	registry = reg.NewService(registrytest.Options{Pool: pool})
+	// The server starts first: DCM registration needs its URL.
+	var handler http.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	var registrar *dcm.Registrar
+	hooks := registrytest.Options{Pool: pool}
+	if opts.DCMURL != "" {
+		hooks.Changed = func(string) { registrar.Changed() }
+		hooks.Deleted = func(id string, r environments.DCMRegistration) { registrar.Forget(id, r) }
+	}
+	registry = reg.NewService(hooks)
+	if opts.DCMURL != "" {
+		registrar = startRegistrar(t, opts.DCMURL, srv.URL, registry, reg)
+	}
 	t.Cleanup(pool.Close)
 	queued := startStatus(t, opts, reg, pool)
 	vols := volumes.NewService(volumes.Options{DB: reg.Pool, Environments: registry, Pool: pool, Logger: reg.Logger, Queued: queued})
 	if opts.HealthUnhealthyCode == 0 {
 		opts.HealthUnhealthyCode = 200
 	}
-	handler := api.New(api.Options{
+	handler = contract.Validating(t, api.New(api.Options{
 		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols,
 		StartTime: time.Now(), HealthUnhealthyCode: opts.HealthUnhealthyCode,
-	})
-	srv := httptest.NewServer(contract.Validating(t, handler))
-	t.Cleanup(srv.Close)
+	}))
 	return &Gateway{URL: srv.URL, Registry: reg, Environments: registry, Pool: pool, Volumes: vols}
 }
 
@@ -128,4 +144,18 @@ func startStatus(t testing.TB, opts Options, reg *registrytest.Registry, pool *c
 		nc.Close(drainCtx)
 	})
 	return relay.Notify
+}
+
+// startRegistrar runs DCM registration until the test ends.
+func startRegistrar(t testing.TB, dcmURL, publicURL string, registry *environments.Service, reg *registrytest.Registry) *dcm.Registrar {
+	t.Helper()
+	registrar, err := dcm.New(dcm.Options{URL: dcmURL, PublicURL: publicURL, Environments: registry, Interval: time.Minute, Logger: reg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); registrar.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return registrar
 }

@@ -39,6 +39,9 @@ type Options struct {
 	AllowInsecure bool
 	// Pool, when set, receives the environments' connections.
 	Pool *clusters.Pool
+	// Changed and Deleted are the registry's change hooks (DCM registration).
+	Changed func(id string)
+	Deleted func(id string, registration environments.DCMRegistration)
 }
 
 // Registry is a ready environments.Service and what it runs on.
@@ -103,6 +106,8 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 		AllowInsecure: opts.AllowInsecure,
 		Logger:        r.Logger,
 		Pool:          opts.Pool,
+		Changed:       opts.Changed,
+		Deleted:       opts.Deleted,
 	})
 }
 

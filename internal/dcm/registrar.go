@@ -1,0 +1,304 @@
+package dcm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
+	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
+
+	"github.com/dcm-project/storage-gateway/internal/environments"
+)
+
+// Registration states recorded in an environment's status.dcm_registration.
+const (
+	StateRegistered = "REGISTERED"
+	StatePending    = "PENDING"
+	StateFailed     = "FAILED"
+)
+
+// requestTimeout bounds one call to DCM.
+const requestTimeout = 10 * time.Second
+
+// Options configure a Registrar.
+type Options struct {
+	// URL is DCM's service-provider-manager API, e.g. http://dcm:8080/api/v1alpha1.
+	URL string
+	// PublicURL is where DCM reaches the gateway.
+	PublicURL    string
+	Environments *environments.Service
+	// Interval renews every registration (DCM's name-keyed create is
+	// idempotent), so a DCM that lost its state learns it again.
+	Interval time.Duration
+	Logger   *slog.Logger
+}
+
+// Registrar keeps every environment with dcm.register registered.
+type Registrar struct {
+	opts   Options
+	client *spmclient.ClientWithResponses
+	log    *slog.Logger
+	wake   chan struct{}
+	// forget queues deleted environments' providers for deregistration.
+	forget chan forgotten
+
+	mu    sync.Mutex
+	state map[string]*registration
+}
+
+// registration is what the registrar knows about one environment.
+type registration struct {
+	fingerprint string    // of the last body DCM accepted or refused for good
+	done        time.Time // when that happened
+	retryAt     time.Time
+	backoff     *backoff.ExponentialBackOff
+}
+
+// New returns a Registrar; Run starts it.
+func New(opts Options) (*Registrar, error) {
+	client, err := spmclient.NewClientWithResponses(strings.TrimRight(opts.URL, "/"),
+		spmclient.WithHTTPClient(&http.Client{Timeout: requestTimeout}))
+	if err != nil {
+		return nil, err
+	}
+	return &Registrar{opts: opts, client: client, log: opts.Logger.With("component", "dcm"),
+		wake: make(chan struct{}, 1), forget: make(chan forgotten, 64), state: map[string]*registration{}}, nil
+}
+
+// forgotten is a deleted environment whose provider should leave DCM.
+type forgotten struct{ environmentID, providerID string }
+
+// Forget queues the deregistration of a deleted environment's provider; it
+// never blocks (if the queue is full, DCM's health checks retire the
+// provider instead).
+func (r *Registrar) Forget(environmentID string, registration environments.DCMRegistration) {
+	select {
+	case r.forget <- forgotten{environmentID, registration.ProviderID}:
+	default:
+		r.log.Warn("deregistration queue full; DCM will see the provider unhealthy", "environment", environmentID)
+	}
+}
+
+// Changed wakes the registrar: an environment was registered or updated.
+func (r *Registrar) Changed() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run registers until ctx ends.
+func (r *Registrar) Run(ctx context.Context) {
+	for {
+		next := r.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-r.forget:
+			r.deregister(ctx, f.environmentID, f.providerID)
+		case <-r.wake:
+		case <-time.After(time.Until(next)):
+		}
+	}
+}
+
+// sync registers what needs it and returns when to look again.
+func (r *Registrar) sync(ctx context.Context) time.Time {
+	next := time.Now().Add(r.opts.Interval)
+	envs, err := r.allEnvironments(ctx)
+	if err != nil {
+		r.log.WarnContext(ctx, "list environments to register", "error", err)
+		return time.Now().Add(5 * time.Second)
+	}
+	for _, env := range envs {
+		if !env.Spec.DCM.Register {
+			continue
+		}
+		if at := r.ensure(ctx, env); at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
+func (r *Registrar) allEnvironments(ctx context.Context) ([]environments.Environment, error) {
+	var all []environments.Environment
+	q := environments.ListQuery{MaxPageSize: environments.MaxPageSize}
+	for {
+		page, err := r.opts.Environments.List(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Environments...)
+		if page.NextPageToken == "" {
+			return all, nil
+		}
+		q.PageToken = page.NextPageToken
+	}
+}
+
+// ensure registers env if its registration is missing, changed, due for
+// renewal or due for a retry, and returns when it next needs attention.
+func (r *Registrar) ensure(ctx context.Context, env environments.Environment) time.Time {
+	body := r.provider(env)
+	fp := fingerprint(body)
+	r.mu.Lock()
+	reg := r.state[env.ID]
+	if reg == nil {
+		reg = &registration{backoff: newBackoff()}
+		r.state[env.ID] = reg
+	}
+	now := time.Now()
+	switch {
+	case reg.fingerprint == fp && now.Sub(reg.done) < r.opts.Interval:
+		r.mu.Unlock()
+		return reg.done.Add(r.opts.Interval)
+	case reg.fingerprint != fp:
+		reg.retryAt = time.Time{} // changed: try at once
+	case now.Before(reg.retryAt):
+		r.mu.Unlock()
+		return reg.retryAt
+	}
+	r.mu.Unlock()
+
+	outcome := r.register(ctx, body)
+	r.record(ctx, env.ID, outcome)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if outcome.State == StatePending {
+		wait := reg.backoff.NextBackOff()
+		if outcome.retryAfter > wait {
+			wait = outcome.retryAfter
+		}
+		reg.retryAt = time.Now().Add(wait)
+		return reg.retryAt
+	}
+	reg.backoff.Reset()
+	reg.fingerprint, reg.done = fp, time.Now()
+	return reg.done.Add(r.opts.Interval)
+}
+
+// outcome is one registration attempt's result.
+type outcome struct {
+	environments.DCMRegistration
+	retryAfter time.Duration
+}
+
+// register sends one create (name-keyed, so it creates or updates): 2xx is
+// registered; 5xx, 429 and network errors are retried forever; any other
+// 4xx is recorded as failed until the environment changes.
+func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := r.client.CreateProviderWithResponse(ctx, &spmapi.CreateProviderParams{}, body)
+	if err != nil {
+		return outcome{DCMRegistration: environments.DCMRegistration{State: StatePending, Message: "DCM unreachable; retrying"}}
+	}
+	code := resp.StatusCode()
+	switch {
+	case code == http.StatusOK || code == http.StatusCreated:
+		p := resp.JSON201
+		if p == nil {
+			p = resp.JSON200
+		}
+		reg := environments.DCMRegistration{State: StateRegistered, Message: "registered as " + body.Name}
+		if p != nil && p.Id != nil {
+			reg.ProviderID = *p.Id
+		}
+		return outcome{DCMRegistration: reg}
+	case code >= 500 || code == http.StatusTooManyRequests:
+		return outcome{
+			DCMRegistration: environments.DCMRegistration{State: StatePending, Message: fmt.Sprintf("DCM answered HTTP %d; retrying", code)},
+			retryAfter:      retryAfter(resp.HTTPResponse),
+		}
+	}
+	return outcome{DCMRegistration: environments.DCMRegistration{State: StateFailed,
+		Message: fmt.Sprintf("DCM refused the registration (HTTP %d); fix the environment's dcm settings", code)}}
+}
+
+func (r *Registrar) record(ctx context.Context, id string, o outcome) {
+	if err := r.opts.Environments.RecordRegistration(ctx, id, o.DCMRegistration); err != nil {
+		r.log.WarnContext(ctx, "record DCM registration", "environment", id, "error", err)
+	}
+	if o.State != StatePending {
+		r.log.InfoContext(ctx, "DCM registration", "environment", id, "state", o.State, "provider_id", o.ProviderID)
+	}
+}
+
+// deregister removes a deleted environment's provider from DCM (best
+// effort: DCM's health checks mark a provider that stays behind unhealthy).
+func (r *Registrar) deregister(ctx context.Context, environmentID, providerID string) {
+	r.mu.Lock()
+	delete(r.state, environmentID)
+	r.mu.Unlock()
+	if providerID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := r.client.DeleteProviderWithResponse(ctx, providerID)
+	switch {
+	case err != nil:
+		r.log.WarnContext(ctx, "deregister from DCM", "environment", environmentID, "error", err)
+	case resp.StatusCode() >= 300 && resp.StatusCode() != http.StatusNotFound:
+		r.log.WarnContext(ctx, "deregister from DCM", "environment", environmentID, "status", resp.StatusCode())
+	default:
+		r.log.InfoContext(ctx, "deregistered from DCM", "environment", environmentID, "provider_id", providerID)
+	}
+}
+
+// provider is the registration body of an environment (SPEC.md §4).
+func (r *Registrar) provider(env environments.Environment) spmapi.Provider {
+	operations := []string{"CREATE", "READ", "UPDATE", "DELETE"}
+	meta := &spmapi.ProviderMetadata{}
+	if env.Spec.Region != "" {
+		meta.RegionCode = &env.Spec.Region
+	}
+	if env.Spec.Zone != "" {
+		meta.Zone = &env.Spec.Zone
+	}
+	name := env.Spec.DCM.ProviderName
+	return spmapi.Provider{
+		Name:          name,
+		DisplayName:   &name,
+		ServiceType:   "storage",
+		SchemaVersion: "v1alpha1",
+		Endpoint:      strings.TrimRight(r.opts.PublicURL, "/") + "/api/v1alpha1/environments/" + env.ID + "/volumes",
+		Operations:    &operations,
+		Metadata:      meta,
+	}
+}
+
+func fingerprint(p spmapi.Provider) string {
+	b, _ := json.Marshal(p)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+func newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = time.Second
+	b.MaxInterval = 5 * time.Minute
+	return b
+}
+
+// retryAfter reads a Retry-After header in seconds (the form DCM uses).
+func retryAfter(resp *http.Response) time.Duration {
+	if resp == nil {
+		return 0
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
+}

@@ -1,0 +1,91 @@
+package dcm_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/dcm"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// environment stores a registered environment row directly (the registrar
+// only reads the registry).
+func environment(t *testing.T, reg *registrytest.Registry, id string) {
+	t.Helper()
+	if _, err := reg.Pool.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, dcm)
+		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00', '{"register": true, "provider_name": "storage-gateway-east"}')`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func registration(t *testing.T, reg *registrytest.Registry, id string) environments.DCMRegistration {
+	t.Helper()
+	env, err := reg.Service.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.Status.DCMRegistration
+}
+
+// DCM answering 503 (with Retry-After) and 429 is retried until it accepts;
+// a 4xx refusal is recorded and not retried.
+func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		answers   []int
+		wantState string
+		wantCalls int32
+	}{
+		{"transient failures", []int{503, 429, 201}, dcm.StateRegistered, 3},
+		{"refused", []int{400}, dcm.StateFailed, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := registrytest.New(t, registrytest.Options{})
+			environment(t, reg, "east")
+			var calls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := int(calls.Add(1)) - 1
+				code := tt.answers[min(n, len(tt.answers)-1)]
+				w.Header().Set("Content-Type", "application/json")
+				if code == 503 {
+					w.Header().Set("Retry-After", "1")
+				}
+				w.WriteHeader(code)
+				_ = json.NewEncoder(w).Encode(map[string]any{"id": "provider-1", "name": "storage-gateway-east",
+					"endpoint": "x", "service_type": "storage", "schema_version": "v1alpha1"})
+			}))
+			defer srv.Close()
+			r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Service,
+				Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); r.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			deadline := time.Now().Add(20 * time.Second)
+			for registration(t, reg, "east").State != tt.wantState {
+				if time.Now().After(deadline) {
+					t.Fatalf("state %+v after %d calls, want %s", registration(t, reg, "east"), calls.Load(), tt.wantState)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(2 * time.Second) // nothing further is attempted
+			if n := calls.Load(); n != tt.wantCalls {
+				t.Fatalf("%d calls to DCM, want %d", n, tt.wantCalls)
+			}
+			if got := registration(t, reg, "east"); tt.wantState == dcm.StateRegistered && got.ProviderID != "provider-1" {
+				t.Fatalf("registration %+v lacks the provider id", got)
+			}
+		})
+	}
+}
