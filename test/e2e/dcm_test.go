@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	rmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/resource_manager"
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
+	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
 
 	"github.com/dcm-project/storage-gateway/test/dcmtest"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
@@ -57,4 +59,72 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 		got, err := dcm.GetProviderWithResponse(t.Context(), providerIDs[east])
 		return err == nil && got.StatusCode() == http.StatusNotFound
 	})
+}
+
+// TestVolumeLoopThroughDCM: an instance created through DCM's
+// resource-manager API makes DCM call the gateway, a PVC appears in the
+// right cluster, and DCM's own record reaches RUNNING from the gateway's
+// CloudEvents; deleting it through DCM removes the PVC and DELETED reaches
+// DCM's stream. (service-provider-manager v0.1.0-rc.1 hard-deletes the
+// instance record on DELETE, so its consumer drops that last event.)
+func TestVolumeLoopThroughDCM(t *testing.T) {
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	spm := dcmtest.Start(t, natsServer.URL)
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL})
+	c := client{t: t, base: g.URL}
+	east := clusters[0]
+	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
+	c.register(east)
+	providers, err := spmclient.NewClientWithResponses(spm.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(time.Minute, "the provider ready in DCM", func() bool {
+		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
+		id, _ := field(env, "status", "dcm_registration", "provider_id").(string)
+		if id == "" {
+			return false
+		}
+		got, err := providers.GetProviderWithResponse(t.Context(), id)
+		return err == nil && got.JSON200 != nil && got.JSON200.HealthStatus != nil && *got.JSON200.HealthStatus == "ready"
+	})
+
+	instances, err := rmclient.NewClientWithResponses(spm.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := instances.CreateInstanceWithResponse(t.Context(), &rmapi.CreateInstanceParams{}, rmapi.ServiceTypeInstance{
+		ProviderName: "storage-gateway-" + envID,
+		Spec:         storageSpec("through-dcm", "1Gi", nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.JSON201 == nil || created.JSON201.Id == nil {
+		t.Fatalf("create instance through DCM: %d %s", created.StatusCode(), created.Body)
+	}
+	id := *created.JSON201.Id
+	if n := claims(t, east, ns, id); n != 1 {
+		t.Fatalf("%d claims named %s in %s, want 1", n, id, ns)
+	}
+	showDeleted := true
+	instanceStatus := func() string {
+		got, err := instances.GetInstanceWithResponse(t.Context(), id, &rmapi.GetInstanceParams{ShowDeleted: &showDeleted})
+		if err != nil || got.JSON200 == nil || got.JSON200.Status == nil {
+			return ""
+		}
+		return *got.JSON200.Status
+	}
+	c.eventually(time.Minute, "DCM's record RUNNING", func() bool { return instanceStatus() == "RUNNING" })
+
+	deleted, err := instances.DeleteInstanceWithResponse(t.Context(), id, &rmapi.DeleteInstanceParams{})
+	if err != nil || deleted.StatusCode() >= 300 {
+		t.Fatalf("delete instance through DCM: %v %d", err, deleted.StatusCode())
+	}
+	c.eventually(time.Minute, "the claim gone", func() bool { return claims(t, east, ns, id) == 0 })
+	waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"}, time.Minute)
+	if got := instanceStatus(); got != "" {
+		t.Fatalf("DCM still holds the deleted instance (status %q)", got)
+	}
 }
