@@ -22,16 +22,18 @@ import (
 const Subject = "dcm.storage"
 
 // Relay timing: a claimed batch is leased for claimLease — longer than a
-// batch of batchSize publishes can take (5 s each at worst) — so a replica
-// that dies mid-batch hands its rows to another; after a failed publish the relay
+// batch of batchSize publishes can take (publishTimeout each at worst) yet
+// short, because a replica that dies mid-batch holds back its volumes'
+// later events until the lease expires and another replica takes over; after a failed publish the relay
 // backs off from minBackoff up to maxBackoff; it polls at least every
 // pollInterval for rows queued by other replicas; batchSize rows per claim.
 const (
-	claimLease   = 2 * time.Minute
-	minBackoff   = 500 * time.Millisecond
-	maxBackoff   = 30 * time.Second
-	pollInterval = time.Second
-	batchSize    = 20
+	claimLease     = 30 * time.Second
+	minBackoff     = 500 * time.Millisecond
+	maxBackoff     = 30 * time.Second
+	pollInterval   = time.Second
+	publishTimeout = 5 * time.Second
+	batchSize      = 5
 )
 
 // Relay publishes the outbox to NATS, in order, at least once: a row is
@@ -189,7 +191,7 @@ func (r *Relay) release(ctx context.Context, rows []outboxRow, token uuid.UUID) 
 // publish sends one event through JetStream; when no stream covers the
 // subject it falls back to a core publish and a flush, and says so once.
 func (r *Relay) publish(ctx context.Context, row outboxRow) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	stream, err := r.streamExists(ctx)
 	if err != nil {
