@@ -128,3 +128,51 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 		t.Fatalf("DCM still holds the deleted instance (status %q)", got)
 	}
 }
+
+// TestDCMSeesAnUnreachableEnvironmentAsNotReady: with the gateway answering
+// an unhealthy provider /health with 503 (DCM's service-provider-manager
+// v0.1.0-rc.1 reads only the status code), stopping one cluster's network
+// makes DCM mark that provider not ready while the other stays ready.
+func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
+	natsServer := natstest.Start(t)
+	natsServer.DCMStream()
+	spm := dcmtest.Start(t, natsServer.URL)
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, HealthUnhealthyCode: http.StatusServiceUnavailable})
+	c := client{t: t, base: g.URL}
+	providers, err := spmclient.NewClientWithResponses(spm.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := map[string]func() string{}
+	for _, cluster := range clusters {
+		c.register(cluster)
+		envID := cluster.Spec.Environment.ID
+		var providerID string
+		c.eventually(time.Minute, "registration of "+envID, func() bool {
+			_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
+			providerID, _ = field(env, "status", "dcm_registration", "provider_id").(string)
+			return providerID != ""
+		})
+		health[envID] = func() string {
+			got, err := providers.GetProviderWithResponse(t.Context(), providerID)
+			if err != nil || got.JSON200 == nil || got.JSON200.HealthStatus == nil {
+				return ""
+			}
+			return *got.JSON200.HealthStatus
+		}
+		c.eventually(time.Minute, envID+" ready in DCM", func() bool { return health[envID]() == "ready" })
+	}
+	east, west := clusters[0], clusters[1]
+	east.SetReachable(false)
+	defer east.SetReachable(true)
+	c.eventually(time.Minute, "DCM to mark the cut environment not ready", func() bool {
+		return health[east.Spec.Environment.ID]() != "ready"
+	})
+	if got := health[west.Spec.Environment.ID](); got != "ready" {
+		t.Fatalf("the other provider is %q in DCM, want ready", got)
+	}
+	east.SetReachable(true)
+	c.eventually(time.Minute, "DCM to see the environment ready again", func() bool {
+		return health[east.Spec.Environment.ID]() == "ready"
+	})
+}
