@@ -16,6 +16,10 @@ BIN       := bin/storage-gateway
 DEV_CLUSTER_CIDRS := 127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7
 LISTEN_ADDR := $(or $(SG_LISTEN_ADDR),:8080)
 GATEWAY_URL := http://127.0.0.1:$(lastword $(subst :, ,$(LISTEN_ADDR)))
+# make run DCM=1: DCM's service-provider-manager beside the gateway, on the
+# gateway's embedded NATS.
+DCM_ADDR      ?= 127.0.0.1:8081
+EMBEDDED_NATS := $(or $(SG_EMBEDDED_NATS_LISTEN),127.0.0.1:4223)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION)
 
@@ -38,14 +42,17 @@ build: ## build bin/storage-gateway
 control-plane: ## build and cache etcd, kube-apiserver, kube-controller-manager (once)
 	@echo "control plane: $(CONTROL_PLANE)"
 
-run: build ## run the gateway (embedded NATS) with two local clusters, registered
+run: build ## run the gateway (embedded NATS) with two local clusters, registered; DCM=1 adds DCM's service-provider-manager
 	@mkdir -p $(STATE_DIR)
 	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json
 	$(BIN) migrate --create-database
+	$(if $(DCM),$(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm)
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \
 	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
+	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503) \
 	$(GO) run ./test/harness/cmd/fleet -out $(STATE_DIR)/clusters \
-		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -- $(BIN) serve
+		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" \
+		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS)") -- $(BIN) serve
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind

@@ -28,51 +28,9 @@ import (
 // gateway becomes ready with both local clusters up, that the clusters answer
 // with the credentials it wrote, and that Ctrl-C stops everything.
 func TestMakeRun(t *testing.T) {
-	db := pgtest.NewDatabase(t)
 	state := t.TempDir()
 	port := ports.Free(t)
-
-	cmd := exec.Command("make", "run")
-	cmd.Dir = harness.RepoRoot()
-	cmd.Env = append(os.Environ(),
-		"SG_DATABASE_URL="+db.URL,
-		"SG_STATE_DIR="+state,
-		fmt.Sprintf("SG_LISTEN_ADDR=127.0.0.1:%d", port),
-		"SG_EMBEDDED_NATS_LISTEN=127.0.0.1:0",
-	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, as a terminal gives it
-	var out syncbuf.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if t.Failed() {
-			t.Logf("make run output:\n%s", out.String())
-		}
-	})
-
-	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
-	deadline := time.Now().Add(10 * time.Minute) // includes compiling on a cold cache
-	for {
-		if resp, err := http.Get(ready); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("make run exited early: %v", err)
-		case <-time.After(250 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz did not answer 200")
-		}
-	}
+	cmd, done := startMakeRun(t, port, state, nil, "SG_EMBEDDED_NATS_LISTEN=127.0.0.1:0")
 
 	// Both local clusters run and the gateway kubeconfigs work.
 	specs, err := harness.LocalSpecs()
@@ -161,4 +119,84 @@ func waitForReadyEnvironments(t *testing.T, gateway string, want int) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Fatalf("want %d READY environments, last saw %s", want, last)
+}
+
+// startMakeRun runs `make run MAKEARGS` with env, its own database, state
+// directory and port, in its own process group (as a terminal gives it), and
+// waits for the gateway's /readyz. The group is killed when the test ends.
+func startMakeRun(t *testing.T, port int, state string, makeArgs []string, env ...string) (*exec.Cmd, chan error) {
+	t.Helper()
+	cmd := exec.Command("make", append([]string{"run"}, makeArgs...)...)
+	cmd.Dir = harness.RepoRoot()
+	cmd.Env = append(os.Environ(), "SG_DATABASE_URL="+pgtest.NewDatabase(t).URL, "SG_STATE_DIR="+state,
+		fmt.Sprintf("SG_LISTEN_ADDR=127.0.0.1:%d", port))
+	cmd.Env = append(cmd.Env, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out syncbuf.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if t.Failed() {
+			t.Logf("make run output:\n%s", out.String())
+		}
+	})
+	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+	deadline := time.Now().Add(10 * time.Minute) // includes compiling on a cold cache
+	for {
+		if resp, err := http.Get(ready); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return cmd, done
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("make run exited early: %v", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not answer 200")
+		}
+	}
+}
+
+// TestMakeRunWithDCM runs `make run DCM=1`: DCM's service-provider-manager
+// runs beside the gateway and both local clusters become ready providers.
+func TestMakeRunWithDCM(t *testing.T) {
+	port, dcmPort, natsPort := ports.Free(t), ports.Free(t), ports.Free(t)
+	dcmAddr := fmt.Sprintf("127.0.0.1:%d", dcmPort)
+	startMakeRun(t, port, t.TempDir(), []string{"DCM=1", "DCM_ADDR=" + dcmAddr},
+		fmt.Sprintf("SG_EMBEDDED_NATS_LISTEN=127.0.0.1:%d", natsPort))
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		resp, err := http.Get("http://" + dcmAddr + "/api/v1alpha1/providers")
+		if err == nil {
+			var list struct {
+				Providers []struct {
+					Name   string `json:"name"`
+					Health string `json:"health_status"`
+				} `json:"providers"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&list)
+			_ = resp.Body.Close()
+			ready := 0
+			for _, p := range list.Providers {
+				if p.Health == "ready" {
+					ready++
+				}
+			}
+			if err == nil && ready == 2 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("DCM never listed both environments as ready providers")
+		}
+		time.Sleep(time.Second)
+	}
 }

@@ -45,6 +45,7 @@ func run() (int, error) {
 	out := flag.String("out", filepath.Join(os.TempDir(), "storage-gateway-clusters"), "directory for the kubeconfig files")
 	gateway := flag.String("gateway", "http://127.0.0.1:8080", "base URL of the gateway the command serves (for -register)")
 	register := flag.String("register", "", `command that registers one cluster, called as CMD ID -f MANIFEST --kubeconfig FILE once the gateway is ready (e.g. "storage-gateway env apply")`)
+	also := flag.String("also", "", "a command to run beside the main one for as long as it runs (e.g. DCM's service-provider-manager)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: fleet [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
 		flag.PrintDefaults()
@@ -83,10 +84,36 @@ func run() (int, error) {
 		<-ctx.Done()
 		return 0, nil
 	}
+	if *also != "" {
+		companionCtx, stopCompanion := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runCompanion(companionCtx, *gateway, strings.Fields(*also))
+		}()
+		defer func() { stopCompanion(); <-done }()
+	}
 	if *register != "" {
 		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out)
 	}
 	return runChild(ctx, command, *out)
+}
+
+// runCompanion runs a command beside the main one once the gateway is ready
+// (a companion such as DCM's manager needs its NATS), its output on the
+// terminal, until ctx ends; it dies with fleet.
+func runCompanion(ctx context.Context, gateway string, command []string) {
+	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
+		return
+	}
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "fleet: companion exited:", err)
+	}
 }
 
 // registerAll waits for the gateway's /readyz and registers every cluster by
