@@ -96,6 +96,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// that (re)synced to the volume reconciler; the registry tells the pool
 	// which clusters to connect to.
 	var registry *environments.Service
+	var registrar *dcm.Registrar
 	resynced := make(chan string, 64)
 	clusterPool := clusters.NewPool(clusters.PoolOptions{
 		Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: cfg.ClusterQPS, Burst: cfg.ClusterBurst},
@@ -108,13 +109,15 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 				case resynced <- id:
 				default: // the periodic reconciliation catches up
 				}
+				if registrar != nil {
+					registrar.Changed() // the capacity it publishes is known now
+				}
 			}
 		},
 	})
 	defer clusterPool.Close()
 	// DCM registration (optional) follows the registry's changes and reads
 	// it back; both are wired through late-bound hooks.
-	var registrar *dcm.Registrar
 	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger, func(o *environments.Options) {
 		if cfg.DCMRegistrationURL == "" {
 			return
@@ -127,7 +130,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	if cfg.DCMRegistrationURL != "" {
 		if registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
-			Environments: registry, Interval: cfg.DCMRegistrationInterval, Logger: logger}); err != nil {
+			Environments: registry, Interval: cfg.DCMRegistrationInterval, Logger: logger,
+			TotalStorage: clusterPool.TotalStorage}); err != nil {
 			return err
 		}
 	} else {

@@ -267,6 +267,17 @@ func (p *Pool) IDs() []string {
 	return slices.Collect(maps.Keys(p.envs))
 }
 
+// TotalStorage is the storage capacity an environment's cluster publishes,
+// as a quantity string, when it publishes any (DCM registration metadata).
+func (p *Pool) TotalStorage(environmentID string) (string, bool) {
+	c, ok := p.Get(environmentID)
+	if !ok {
+		return "", false
+	}
+	total, ok := c.TotalCapacity()
+	return total.String(), ok
+}
+
 // Get returns the environment's live cluster.
 func (p *Pool) Get(environmentID string) (*Cluster, bool) {
 	p.mu.Lock()

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -291,4 +293,18 @@ func lastSeen(e *corev1.Event) time.Time {
 
 func byName[T metav1.Object](a, b T) int {
 	return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+}
+
+// TotalCapacity sums the capacity the cluster's CSI drivers publish
+// (CSIStorageCapacity objects); false when none is published.
+func (c *Cluster) TotalCapacity() (resource.Quantity, bool) {
+	var total resource.Quantity
+	found := false
+	for _, capacity := range c.CSIStorageCapacities() {
+		if capacity.Capacity != nil {
+			total.Add(*capacity.Capacity)
+			found = true
+		}
+	}
+	return total, found
 }

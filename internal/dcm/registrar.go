@@ -41,6 +41,9 @@ type Options struct {
 	// idempotent), so a DCM that lost its state learns it again.
 	Interval time.Duration
 	Logger   *slog.Logger
+	// TotalStorage, if set, reports an environment's published storage
+	// capacity (metadata.resources.total_storage) when it is known.
+	TotalStorage func(environmentID string) (string, bool)
 }
 
 // Registrar keeps every environment with dcm.register registered.
@@ -266,6 +269,11 @@ func (r *Registrar) provider(env environments.Environment) spmapi.Provider {
 	}
 	if env.Spec.Zone != "" {
 		meta.Zone = &env.Spec.Zone
+	}
+	if r.opts.TotalStorage != nil {
+		if total, ok := r.opts.TotalStorage(env.ID); ok {
+			meta.Resources = &spmapi.ResourceCapacity{TotalStorage: &total}
+		}
 	}
 	name := env.Spec.DCM.ProviderName
 	return spmapi.Provider{

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
 	rmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/resource_manager"
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
 	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
@@ -40,6 +41,8 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 			return field(env, "status", "dcm_registration", "state") == "REGISTERED" && id != ""
 		})
 	}
+	// East publishes CSIStorageCapacity objects (2Ti + 1Ti + 800Gi); west none.
+	wantTotal := map[string]string{clusters[0].Spec.Environment.ID: "3872Gi", clusters[1].Spec.Environment.ID: ""}
 	for envID, id := range providerIDs {
 		c.eventually(time.Minute, "DCM to see "+envID+" ready", func() bool {
 			got, err := dcm.GetProviderWithResponse(t.Context(), id)
@@ -48,7 +51,9 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 			}
 			p := got.JSON200
 			return p.HealthStatus != nil && *p.HealthStatus == "ready" && p.Name == "storage-gateway-"+envID &&
-				p.ServiceType == "storage" && p.Endpoint == g.URL+volumesPath(envID)
+				p.ServiceType == "storage" && p.Endpoint == g.URL+volumesPath(envID) &&
+				p.Metadata != nil && p.Metadata.RegionCode != nil && *p.Metadata.RegionCode == "local" &&
+				totalStorage(p) == wantTotal[envID]
 		})
 	}
 
@@ -175,4 +180,11 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 	c.eventually(time.Minute, "DCM to see the environment ready again", func() bool {
 		return health[east.Spec.Environment.ID]() == "ready"
 	})
+}
+
+func totalStorage(p *spmapi.Provider) string {
+	if p.Metadata == nil || p.Metadata.Resources == nil || p.Metadata.Resources.TotalStorage == nil {
+		return ""
+	}
+	return *p.Metadata.Resources.TotalStorage
 }

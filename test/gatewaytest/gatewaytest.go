@@ -68,19 +68,24 @@ func Start(t testing.TB, opts Options) *Gateway {
 		}
 	})
 	var registry *environments.Service
+	var registrar *dcm.Registrar
 	pool := clusters.NewPool(clusters.PoolOptions{
 		Client:         clusters.ClientOptions{Egress: registrytest.Loopback, QPS: 100, Burst: 200},
 		SyncTimeout:    30 * time.Second,
 		HealthInterval: healthInterval,
 		HealthTimeout:  healthTimeout,
 		Logger:         reg.Logger,
-		OnHealth:       func(id string, h clusters.Health) { registry.RecordHealth(id, h) },
+		OnHealth: func(id string, h clusters.Health) {
+			registry.RecordHealth(id, h)
+			if registrar != nil && h.State == clusters.StateReady {
+				registrar.Changed()
+			}
+		},
 	})
 	// The server starts first: DCM registration needs its URL.
 	var handler http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
-	var registrar *dcm.Registrar
 	hooks := registrytest.Options{Pool: pool}
 	if opts.DCMURL != "" {
 		hooks.Changed = func(string) { registrar.Changed() }
@@ -88,7 +93,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 	}
 	registry = reg.NewService(hooks)
 	if opts.DCMURL != "" {
-		registrar = startRegistrar(t, opts.DCMURL, srv.URL, registry, reg)
+		registrar = startRegistrar(t, opts.DCMURL, srv.URL, registry, reg, pool)
 	}
 	t.Cleanup(pool.Close)
 	queued := startStatus(t, opts, reg, pool)
@@ -147,9 +152,10 @@ func startStatus(t testing.TB, opts Options, reg *registrytest.Registry, pool *c
 }
 
 // startRegistrar runs DCM registration until the test ends.
-func startRegistrar(t testing.TB, dcmURL, publicURL string, registry *environments.Service, reg *registrytest.Registry) *dcm.Registrar {
+func startRegistrar(t testing.TB, dcmURL, publicURL string, registry *environments.Service, reg *registrytest.Registry, pool *clusters.Pool) *dcm.Registrar {
 	t.Helper()
-	registrar, err := dcm.New(dcm.Options{URL: dcmURL, PublicURL: publicURL, Environments: registry, Interval: time.Minute, Logger: reg.Logger})
+	registrar, err := dcm.New(dcm.Options{URL: dcmURL, PublicURL: publicURL, Environments: registry, Interval: time.Minute,
+		Logger: reg.Logger, TotalStorage: pool.TotalStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
