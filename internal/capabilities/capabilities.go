@@ -20,6 +20,7 @@ type Source string
 // Sources, strongest first.
 const (
 	SourceAnnotation Source = "annotation"
+	SourceDriver     Source = "driver"
 	SourceUnknown    Source = "unknown"
 )
 
@@ -36,20 +37,32 @@ func (m Modes) Allows(mode string) bool {
 	return m.Supported == nil || slices.Contains(m.Supported, mode)
 }
 
-// AccessModes returns what the class says about access modes.
+// AccessModes returns the class's supported access modes: its annotation
+// if set, else the built-in table of well-known provisioners, else unknown.
 func AccessModes(class *storagev1.StorageClass) Modes {
-	return fromAnnotation(class, AccessModesAnnotation)
+	return resolve(class, AccessModesAnnotation, func(d driverModes) []string { return d.access })
 }
 
-// VolumeModes returns what the class says about volume modes.
+// VolumeModes returns the class's supported volume modes, with the same
+// precedence as AccessModes.
 func VolumeModes(class *storagev1.StorageClass) Modes {
-	return fromAnnotation(class, VolumeModesAnnotation)
+	return resolve(class, VolumeModesAnnotation, func(d driverModes) []string { return d.volume })
 }
 
-func fromAnnotation(class *storagev1.StorageClass, key string) Modes {
+func resolve(class *storagev1.StorageClass, annotation string, pick func(driverModes) []string) Modes {
+	if m, ok := fromAnnotation(class, annotation); ok {
+		return m
+	}
+	if d, ok := fromDriver(class.Provisioner, class.Parameters); ok {
+		return Modes{Supported: pick(d), Source: SourceDriver}
+	}
+	return Modes{Source: SourceUnknown}
+}
+
+func fromAnnotation(class *storagev1.StorageClass, key string) (Modes, bool) {
 	raw, ok := class.Annotations[key]
 	if !ok {
-		return Modes{Source: SourceUnknown}
+		return Modes{}, false
 	}
 	var modes []string
 	for _, m := range strings.Split(raw, ",") {
@@ -57,5 +70,5 @@ func fromAnnotation(class *storagev1.StorageClass, key string) Modes {
 			modes = append(modes, m)
 		}
 	}
-	return Modes{Supported: modes, Source: SourceAnnotation}
+	return Modes{Supported: modes, Source: SourceAnnotation}, true
 }

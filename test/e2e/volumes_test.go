@@ -551,3 +551,20 @@ func TestConcurrentCreatesConverge(t *testing.T) {
 		})
 	}
 }
+
+// TestWellKnownDriversLimitAccessModes: on the west cluster (AWS EBS and EFS
+// driver names, no annotations), the built-in driver table refuses RWX on an
+// EBS class with 422 listing what it supports, and accepts it on EFS.
+func TestWellKnownDriversLimitAccessModes(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	west := clusters[1]
+	c.register(west)
+	path := volumesPath(west.Spec.Environment.ID)
+	code, body := c.do(http.MethodPost, path+"?id="+uuid.NewString(),
+		map[string]any{"spec": storageSpec("shared", "1Gi", map[string]any{"storage_class": "gp3", "access_mode": "ReadWriteMany"})})
+	c.want(http.StatusUnprocessableEntity, code, body, "gp3 does not support ReadWriteMany", "ReadWriteOnce, ReadWriteOncePod")
+	code, body = c.do(http.MethodPost, path+"?id="+uuid.NewString(),
+		map[string]any{"spec": storageSpec("shared", "1Gi", map[string]any{"storage_class": "efs", "access_mode": "ReadWriteMany"})})
+	c.want(http.StatusCreated, code, body)
+}
