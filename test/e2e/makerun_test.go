@@ -138,8 +138,17 @@ func startMakeRun(t *testing.T, port int, state string, makeArgs []string, env .
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { done <- cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
+		// Ctrl-C first, so fleet stops its clusters (their processes are
+		// not all in this group); kill whatever is left after a while.
+		if syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) == nil {
+			select {
+			case <-exited:
+			case <-time.After(90 * time.Second):
+			}
+		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		if t.Failed() {
 			t.Logf("make run output:\n%s", out.String())
