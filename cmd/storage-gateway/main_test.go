@@ -26,19 +26,13 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sg-cmd-test-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "storage-gateway")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build:", err)
+	var err error
+	if binary, err = gatewayproc.Build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	gatewayproc.Cleanup()
 	os.Exit(code)
 }
 

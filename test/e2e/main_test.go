@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
@@ -12,5 +13,7 @@ import (
 var clusters []*harness.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(harness.RunWithLocalClusters(m, 0, func(c []*harness.Cluster) { clusters = c }))
+	code := harness.RunWithLocalClusters(m, 0, func(c []*harness.Cluster) { clusters = c })
+	gatewayproc.Cleanup() // the binary the restart test built, if it ran
+	os.Exit(code)
 }

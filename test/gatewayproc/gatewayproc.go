@@ -29,6 +29,16 @@ var build struct {
 // Binary builds ./cmd/storage-gateway (once) and returns its path.
 func Binary(t testing.TB) string {
 	t.Helper()
+	path, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Build builds ./cmd/storage-gateway once per test binary (for TestMain,
+// which has no testing.TB) and returns its path.
+func Build() (string, error) {
 	build.once.Do(func() {
 		dir, err := os.MkdirTemp("", "sg-binary-")
 		if err != nil {
@@ -42,10 +52,14 @@ func Binary(t testing.TB) string {
 			build.err = &buildError{out: string(out), err: err}
 		}
 	})
-	if build.err != nil {
-		t.Fatal(build.err)
+	return build.path, build.err
+}
+
+// Cleanup removes the built binary; TestMain calls it after the tests.
+func Cleanup() {
+	if build.path != "" {
+		_ = os.RemoveAll(filepath.Dir(build.path))
 	}
-	return build.path
 }
 
 type buildError struct {
