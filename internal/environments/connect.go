@@ -12,57 +12,36 @@ import (
 // healthWriteTimeout bounds recording one health change.
 const healthWriteTimeout = 10 * time.Second
 
-// connect hands an environment's current connection to the cluster pool,
-// which swaps a live client when the settings changed. An environment
-// deleted meanwhile (its Remove may have run first) is disconnected again.
-func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) {
+// ensure hands an environment's connection to the cluster pool, which
+// swaps a live client when the settings changed (identical ones: no-op).
+func (s *Service) ensure(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) {
 	if s.pool == nil {
 		return
 	}
 	if err := s.pool.Ensure(clusters.Target{EnvironmentID: id, Connection: conn, Namespaces: spec.Namespaces()}); err != nil {
 		s.log.ErrorContext(ctx, "connect environment", "environment", id, "error", err)
 	}
-	if _, err := s.repo.get(ctx, id); errors.Is(err, errNotFound) {
+}
+
+// connect is ensure after a registration or update: an environment deleted
+// meanwhile (its Remove may have run first) is disconnected again.
+func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) {
+	s.ensure(ctx, id, spec, conn)
+	if _, err := s.repo.get(ctx, id); s.pool != nil && errors.Is(err, errNotFound) {
 		s.pool.Remove(id)
 	}
 }
 
-// SyncPool makes the cluster pool match the registry: every environment
-// connected with its stored credentials, nothing else. It runs at start and
-// with every probe round, so replicas pick up registrations, rotations and
-// deletions made through another replica. An environment whose credentials
-// cannot be opened is logged and skipped.
-func (s *Service) SyncPool(ctx context.Context) error {
+// disconnectAllBut removes pool entries of environments not in registered.
+func (s *Service) disconnectAllBut(registered map[string]bool) {
 	if s.pool == nil {
-		return nil
-	}
-	registered := map[string]bool{}
-	f := listFilter{limit: MaxPageSize}
-	for {
-		recs, err := s.repo.list(ctx, f)
-		if err != nil {
-			return err
-		}
-		for _, rec := range recs {
-			registered[rec.ID] = true
-			conn, err := s.open(rec)
-			if err != nil {
-				s.log.ErrorContext(ctx, "environment not connected: stored credentials unusable", "environment", rec.ID, "error", err)
-				continue
-			}
-			s.connect(ctx, rec.ID, rec.Spec, conn)
-		}
-		if len(recs) < f.limit {
-			break
-		}
-		f.after = recs[len(recs)-1].ID
+		return
 	}
 	for _, id := range s.pool.IDs() {
 		if !registered[id] {
 			s.pool.Remove(id)
 		}
 	}
-	return nil
 }
 
 // RecordHealth stores what the pool learns about reachability between

@@ -10,17 +10,14 @@ import (
 // fleet of slow clusters cannot exhaust connections.
 const probeConcurrency = 4
 
-// RunProbes probes every environment at once and then once per interval until
-// ctx ends, so status reflects clusters that died or recovered while the
-// gateway was down or between admin actions; each round also re-syncs the
-// cluster pool with the registry.
+// RunProbes runs a probe round at once and then once per interval until ctx
+// ends, so status reflects clusters that died or recovered while the gateway
+// was down or between admin actions, and the cluster pool follows the
+// registry (several replicas pick up each other's changes).
 func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := s.SyncPool(ctx); err != nil && ctx.Err() == nil {
-			s.log.ErrorContext(ctx, "sync the cluster pool with the registry", "error", err)
-		}
 		s.ProbeAll(ctx)
 		select {
 		case <-ctx.Done():
@@ -30,37 +27,35 @@ func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// ProbeAll probes every registered environment and records the results.
+// ProbeAll is one round: every registered environment is probed (and handed
+// to the cluster pool with the credentials the probe opened), the results
+// recorded, and pool entries of environments no longer registered removed.
 // Failures are logged per environment; one never stops the others.
 func (s *Service) ProbeAll(ctx context.Context) {
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	f := listFilter{limit: MaxPageSize}
-	for {
-		recs, err := s.repo.list(ctx, f)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "list environments to probe", "error", err)
+	registered := map[string]bool{}
+	err := s.repo.each(ctx, func(rec record) error {
+		registered[rec.ID] = true
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.probeAndRecord(ctx, rec); err != nil && ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "probe environment", "environment", rec.ID, "error", err)
 			}
-			return
+		})
+		return nil
+	})
+	wg.Wait()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "list environments to probe", "error", err)
 		}
-		for _, rec := range recs {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				if err := s.probeAndRecord(ctx, rec); err != nil && ctx.Err() == nil {
-					s.log.ErrorContext(ctx, "probe environment", "environment", rec.ID, "error", err)
-				}
-			})
-		}
-		if len(recs) < f.limit {
-			return
-		}
-		f.after = recs[len(recs)-1].ID
+		return // a partial list must not disconnect the rest
 	}
+	s.disconnectAllBut(registered)
 }

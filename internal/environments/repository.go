@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
@@ -98,8 +99,7 @@ func (r *repository) insert(ctx context.Context, rec record) error {
 		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
 		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
 		rec.Status.LastProbeTime, rec.Status.LastReadyTime)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
 		return errExists
 	}
 	return err
@@ -232,6 +232,27 @@ func (r *repository) list(ctx context.Context, f listFilter) ([]record, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
 }
 
+// each calls fn for every environment, in id order, a page at a time; it
+// stops at fn's first error.
+func (r *repository) each(ctx context.Context, fn func(record) error) error {
+	f := listFilter{limit: MaxPageSize}
+	for {
+		recs, err := r.list(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, rec := range recs {
+			if err := fn(rec); err != nil {
+				return err
+			}
+		}
+		if len(recs) < f.limit {
+			return nil
+		}
+		f.after = recs[len(recs)-1].ID
+	}
+}
+
 // keyUsage counts credential rows per key id.
 func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
 	rows, err := r.db.Query(ctx, `SELECT credentials_key_id, count(*) FROM environments GROUP BY 1`)
@@ -252,10 +273,8 @@ func (r *repository) keySamples(ctx context.Context) ([]keySample, error) {
 		SELECT DISTINCT ON (credentials_key_id) credentials_key_id, id, credentials,
 			count(*) OVER (PARTITION BY credentials_key_id)
 		FROM environments ORDER BY credentials_key_id, id`)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
-		// undefined_table / undefined_column: the schema predates sealed
-		// credentials, so no row can use any key.
+	if code := postgres.ErrorCode(err); code == pgerrcode.UndefinedTable || code == pgerrcode.UndefinedColumn {
+		// The schema predates sealed credentials: no row can use any key.
 		return nil, nil
 	}
 	if err != nil {

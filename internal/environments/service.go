@@ -185,6 +185,7 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
 		return refused
 	}
+	s.ensure(ctx, rec.ID, rec.Spec, conn) // the pool follows the registry with the same credentials
 	return s.prober.Probe(ctx, conn, rec.Spec.Namespaces())
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,8 +52,7 @@ func EnsureDatabase(ctx context.Context, url string) error {
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
+	if ErrorCode(err) == pgerrcode.DuplicateDatabase {
 		return nil
 	}
 	if err != nil {
@@ -78,4 +78,14 @@ func safeErr(err error) error {
 		return errors.Unwrap(connErr)
 	}
 	return err
+}
+
+// ErrorCode returns the SQLSTATE of a Postgres error in err's chain, or "".
+// Compare it with the pgerrcode constants.
+func ErrorCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

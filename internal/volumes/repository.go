@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -83,11 +84,10 @@ func (r *repository) insert(ctx context.Context, rec *record, key *agentKey) err
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING create_time, update_time`,
 			rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message).Scan(&rec.CreateTime, &rec.UpdateTime)
 	})
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation: a concurrent create won
+	switch postgres.ErrorCode(err) {
+	case pgerrcode.UniqueViolation: // a concurrent create won
 		return errExists
-	case errors.As(err, &pgErr) && pgErr.Code == "23503": // foreign_key_violation: environment deleted
+	case pgerrcode.ForeignKeyViolation: // the environment was deleted
 		return errNoEnvironment
 	}
 	return err
