@@ -118,36 +118,19 @@ func (r *Registrar) Run(ctx context.Context) {
 // sync registers what needs it and returns when to look again.
 func (r *Registrar) sync(ctx context.Context) time.Time {
 	next := time.Now().Add(r.opts.Interval)
-	envs, err := r.allEnvironments(ctx)
+	err := r.opts.Environments.Each(ctx, func(env environments.Environment) error {
+		if env.Spec.DCM.Register {
+			if at := r.ensure(ctx, env); at.Before(next) {
+				next = at
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		r.log.WarnContext(ctx, "list environments to register", "error", err)
 		return time.Now().Add(5 * time.Second)
 	}
-	for _, env := range envs {
-		if !env.Spec.DCM.Register {
-			continue
-		}
-		if at := r.ensure(ctx, env); at.Before(next) {
-			next = at
-		}
-	}
 	return next
-}
-
-func (r *Registrar) allEnvironments(ctx context.Context) ([]environments.Environment, error) {
-	var all []environments.Environment
-	q := environments.ListQuery{MaxPageSize: environments.MaxPageSize}
-	for {
-		page, err := r.opts.Environments.List(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, page.Environments...)
-		if page.NextPageToken == "" {
-			return all, nil
-		}
-		q.PageToken = page.NextPageToken
-	}
 }
 
 // ensure registers env if its registration is missing, changed, due for

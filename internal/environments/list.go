@@ -48,6 +48,12 @@ func (s *Service) List(ctx context.Context, q ListQuery) (Page, error) {
 	return page, nil
 }
 
+// Each calls fn for every environment in id order, stopping at its first
+// error.
+func (s *Service) Each(ctx context.Context, fn func(Environment) error) error {
+	return s.repo.each(ctx, func(rec record) error { return fn(rec.Environment) })
+}
+
 // filter validates the query and turns it into SQL terms. It asks the
 // repository for one row more than the page size to learn whether another
 // page follows.
