@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,17 +66,19 @@ func (f *Follower) Sweep() {
 	f.followed = current
 	f.mu.Unlock()
 
-	for _, id := range fresh {
-		if c, ok := f.Pool.Get(id); ok {
+	for _, id := range ids {
+		c, ok := f.Pool.Get(id)
+		if !ok {
+			continue
+		}
+		if slices.Contains(fresh, id) {
 			if err := c.OnPVC(f.handler(id)); err != nil {
 				f.Logger.Error("follow volume status", "environment", id, "error", err)
 			}
 		}
-	}
-	for _, id := range ids {
-		if c, ok := f.Pool.Get(id); ok && c.Health().Synced {
+		if c.Health().Synced {
 			for _, pvc := range c.PVCs() {
-				f.observe(id, pvc)
+				f.observe(id, c, pvc)
 			}
 		}
 	}
@@ -97,18 +100,20 @@ func (f *Follower) handler(envID string) cache.ResourceEventHandler {
 }
 
 func (f *Follower) observeObject(envID string, obj any) {
-	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-		f.observe(envID, pvc)
-	}
-}
-
-// observe maps a claim with what the cache knows about its class and
-// warnings, and applies the provisioning timeout.
-func (f *Follower) observe(envID string, pvc *corev1.PersistentVolumeClaim) {
-	c, ok := f.Pool.Get(envID)
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
 	if !ok {
 		return
 	}
+	// The live cluster, not the one the handler was added on: handlers
+	// outlive credential swaps.
+	if c, ok := f.Pool.Get(envID); ok {
+		f.observe(envID, c, pvc)
+	}
+}
+
+// observe maps a claim with what c's cache knows about its class and
+// warnings, and applies the provisioning timeout.
+func (f *Follower) observe(envID string, c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) {
 	var class *storagev1.StorageClass
 	if pvc.Spec.StorageClassName != nil {
 		class, _ = c.StorageClass(*pvc.Spec.StorageClassName)
