@@ -9,18 +9,19 @@ import (
 	"testing"
 
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig/kubeconfigtest"
 )
 
 // explicit returns valid explicit token credentials, changed by edit.
 func explicit(edit func(*kubeconfig.Connection)) kubeconfig.Connection {
-	c := kubeconfig.Connection{Server: "https://api.example.com:6443/", CAData: pki().ca, Token: "canary-secret-token"}
+	c := kubeconfig.Connection{Server: "https://api.example.com:6443/", CAData: kubeconfigtest.Fixtures().CA, Token: "canary-secret-token"}
 	edit(&c)
 	return c
 }
 
 func TestNormalize(t *testing.T) {
-	f := pki()
-	useCert := func(c *kubeconfig.Connection) { c.Token, c.ClientCertData, c.ClientKeyData = "", f.cert, f.key }
+	f := kubeconfigtest.Fixtures()
+	useCert := func(c *kubeconfig.Connection) { c.Token, c.ClientCertData, c.ClientKeyData = "", f.Cert, f.Key }
 	cases := []struct {
 		name          string
 		edit          func(*kubeconfig.Connection)
@@ -41,23 +42,23 @@ func TestNormalize(t *testing.T) {
 		{"server with empty host", func(c *kubeconfig.Connection) { c.Server = "https:///" }, false, "server"},
 		{"server with bad port", func(c *kubeconfig.Connection) { c.Server = "https://api.example.com:99999" }, false, "server"},
 		{"server with bad host", func(c *kubeconfig.Connection) { c.Server = "https://-api.example.com" }, false, "server"},
-		{"CA not PEM", func(c *kubeconfig.Connection) { c.CAData = []byte(b64(f.ca)) }, false, "certificate_authority_data"},
-		{"CA is a key", func(c *kubeconfig.Connection) { c.CAData = f.key }, false, "certificate_authority_data"},
+		{"CA not PEM", func(c *kubeconfig.Connection) { c.CAData = []byte(kubeconfigtest.B64(f.CA)) }, false, "certificate_authority_data"},
+		{"CA is a key", func(c *kubeconfig.Connection) { c.CAData = f.Key }, false, "certificate_authority_data"},
 		{"TLS server name with space", func(c *kubeconfig.Connection) { c.TLSServerName = "api example" }, false, "tls_server_name"},
 		{"TLS server name too long", func(c *kubeconfig.Connection) { c.TLSServerName = strings.Repeat("a.", 127) + "io" }, false, "tls_server_name"},
 		{"TLS server name with zone", func(c *kubeconfig.Connection) { c.TLSServerName = "fe80::1%eth0" }, false, "tls_server_name"},
 		{"insecure not allowed", func(c *kubeconfig.Connection) { c.CAData, c.Insecure = nil, true }, false, "insecure_skip_tls_verify"},
 		{"insecure with CA", func(c *kubeconfig.Connection) { c.Insecure = true }, true, "insecure_skip_tls_verify"},
 		{"no credentials", func(c *kubeconfig.Connection) { c.Token = "" }, false, "token"},
-		{"token and certificate", func(c *kubeconfig.Connection) { c.ClientCertData, c.ClientKeyData = f.cert, f.key }, false, "token"},
+		{"token and certificate", func(c *kubeconfig.Connection) { c.ClientCertData, c.ClientKeyData = f.Cert, f.Key }, false, "token"},
 		{"token with space", func(c *kubeconfig.Connection) { c.Token = "Bearer canary-secret-token" }, false, "token"},
 		{"token with newline", func(c *kubeconfig.Connection) { c.Token = "canary-secret-token\n" }, false, "token"},
 		{"token too long", func(c *kubeconfig.Connection) { c.Token = strings.Repeat("t", 16<<10+1) }, false, "token"},
 		{"certificate without key", func(c *kubeconfig.Connection) { useCert(c); c.ClientKeyData = nil }, false, "client_key_data"},
 		{"key without certificate", func(c *kubeconfig.Connection) { useCert(c); c.ClientCertData = nil }, false, "client_certificate_data"},
-		{"certificate base64 instead of PEM", func(c *kubeconfig.Connection) { useCert(c); c.ClientCertData = []byte(b64(f.cert)) }, false, "client_certificate_data"},
-		{"key base64 instead of PEM", func(c *kubeconfig.Connection) { useCert(c); c.ClientKeyData = []byte(b64(f.key)) }, false, "client_key_data"},
-		{"mismatched key", func(c *kubeconfig.Connection) { useCert(c); c.ClientKeyData = f.otherKey }, false, "client_key_data"},
+		{"certificate base64 instead of PEM", func(c *kubeconfig.Connection) { useCert(c); c.ClientCertData = []byte(kubeconfigtest.B64(f.Cert)) }, false, "client_certificate_data"},
+		{"key base64 instead of PEM", func(c *kubeconfig.Connection) { useCert(c); c.ClientKeyData = []byte(kubeconfigtest.B64(f.Key)) }, false, "client_key_data"},
+		{"mismatched key", func(c *kubeconfig.Connection) { useCert(c); c.ClientKeyData = f.OtherKey }, false, "client_key_data"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,13 +78,13 @@ func TestNormalize(t *testing.T) {
 }
 
 func TestAuthType(t *testing.T) {
-	f := pki()
+	f := kubeconfigtest.Fixtures()
 	cases := map[string]struct {
 		conn kubeconfig.Connection
 		want string
 	}{
 		"token":              {kubeconfig.Connection{Token: "t"}, kubeconfig.AuthToken},
-		"client certificate": {kubeconfig.Connection{ClientCertData: f.cert, ClientKeyData: f.key}, kubeconfig.AuthClientCertificate},
+		"client certificate": {kubeconfig.Connection{ClientCertData: f.Cert, ClientKeyData: f.Key}, kubeconfig.AuthClientCertificate},
 		"none":               {kubeconfig.Connection{}, ""},
 	}
 	for name, tc := range cases {
@@ -94,16 +95,16 @@ func TestAuthType(t *testing.T) {
 }
 
 func TestCASHA256(t *testing.T) {
-	f := pki()
-	sum := sha256.Sum256(f.caDER)
+	f := kubeconfigtest.Fixtures()
+	sum := sha256.Sum256(f.CADER)
 	want := hex.EncodeToString(sum[:])
 	cases := map[string]struct {
 		ca   []byte
 		want string
 	}{
-		"one certificate":         {f.ca, want},
-		"first of two":            {append(append([]byte{}, f.ca...), f.cert...), want},
-		"after a non-certificate": {append(append([]byte{}, f.key...), f.ca...), want},
+		"one certificate":         {f.CA, want},
+		"first of two":            {append(append([]byte{}, f.CA...), f.Cert...), want},
+		"after a non-certificate": {append(append([]byte{}, f.Key...), f.CA...), want},
 		"no CA":                   {nil, ""},
 		"not PEM":                 {[]byte("junk"), ""},
 	}
@@ -115,20 +116,20 @@ func TestCASHA256(t *testing.T) {
 }
 
 func TestEqual(t *testing.T) {
-	f := pki()
+	f := kubeconfigtest.Fixtures()
 	base := kubeconfig.Connection{
-		Server: "https://a", CAData: f.ca, TLSServerName: "a", Token: "t",
-		ClientCertData: f.cert, ClientKeyData: f.key,
+		Server: "https://a", CAData: f.CA, TLSServerName: "a", Token: "t",
+		ClientCertData: f.Cert, ClientKeyData: f.Key,
 	}
 	differ := map[string]func(*kubeconfig.Connection){
 		"server":          func(c *kubeconfig.Connection) { c.Server = "https://b" },
-		"CA":              func(c *kubeconfig.Connection) { c.CAData = f.cert },
+		"CA":              func(c *kubeconfig.Connection) { c.CAData = f.Cert },
 		"TLS server name": func(c *kubeconfig.Connection) { c.TLSServerName = "b" },
 		"insecure":        func(c *kubeconfig.Connection) { c.Insecure = true },
 		"token":           func(c *kubeconfig.Connection) { c.Token = "u" },
 		"token length":    func(c *kubeconfig.Connection) { c.Token = "tt" },
-		"certificate":     func(c *kubeconfig.Connection) { c.ClientCertData = f.ca },
-		"key":             func(c *kubeconfig.Connection) { c.ClientKeyData = f.otherKey },
+		"certificate":     func(c *kubeconfig.Connection) { c.ClientCertData = f.CA },
+		"key":             func(c *kubeconfig.Connection) { c.ClientKeyData = f.OtherKey },
 		"key missing":     func(c *kubeconfig.Connection) { c.ClientKeyData = nil },
 	}
 	if !base.Equal(base) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig/kubeconfigtest"
 )
 
 // kubeconfigKeys are the kubeconfig key names errors may spell out, longest
@@ -25,13 +26,13 @@ var kubeconfigKeys = []string{
 const maxErrorLen = 200
 
 func FuzzParse(f *testing.F) {
-	e := env{dir: "/tmp/fuzz-dir", addr: "127.0.0.1:6443", token: "canary-fuzz-token-0123456789abcdef"}
+	e := kubeconfigtest.Env{Dir: "/tmp/fuzz-dir", Addr: "127.0.0.1:6443", Token: "canary-fuzz-token-0123456789abcdef"}
 	for _, dir := range []string{"valid", "malicious"} {
-		for _, file := range readTestFiles(f, dir) {
-			f.Add(e.expand(file.template))
+		for _, file := range kubeconfigtest.Files(f, dir) {
+			f.Add(e.Expand(file.Template))
 		}
 	}
-	f.Add(e.expand(tokenConfig))
+	f.Add(e.Expand(tokenConfig))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, allow := range []bool{false, true} {
 			parsed, err := kubeconfig.Parse(data, kubeconfig.Options{AllowInsecure: allow})

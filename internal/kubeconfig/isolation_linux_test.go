@@ -17,7 +17,7 @@ import (
 func TestParseNeverTouchesFilesProcessesOrNetwork(t *testing.T) {
 	bait := kubeconfigtest.NewBait(t)
 	dir := bait.Env.Dir
-	e := env{dir: dir, addr: bait.Env.Addr, token: bait.Env.Token}
+	e := kubeconfigtest.Env{Dir: dir, Addr: bait.Env.Addr, Token: bait.Env.Token}
 
 	t.Run("sanity: the watcher sees a file being read", func(t *testing.T) {
 		if _, err := os.ReadFile(filepath.Join(dir, "ca.crt")); err != nil {
@@ -38,14 +38,14 @@ func TestParseNeverTouchesFilesProcessesOrNetwork(t *testing.T) {
 		}
 	})
 
-	for _, f := range readTestFiles(t, "malicious") {
+	for _, f := range kubeconfigtest.Files(t, "malicious") {
 		for _, allow := range []bool{false, true} {
-			_, _ = kubeconfig.Parse(e.expand(f.template), kubeconfig.Options{AllowInsecure: allow})
+			_, _ = kubeconfig.Parse(e.Expand(f.Template), kubeconfig.Options{AllowInsecure: allow})
 		}
 	}
-	for _, f := range readTestFiles(t, "valid") {
-		if _, err := kubeconfig.Parse(e.expand(f.template), kubeconfig.Options{AllowInsecure: true}); err != nil {
-			t.Errorf("valid file %s: %v", f.name, err)
+	for _, f := range kubeconfigtest.Files(t, "valid") {
+		if _, err := kubeconfig.Parse(e.Expand(f.Template), kubeconfig.Options{AllowInsecure: true}); err != nil {
+			t.Errorf("valid file %s: %v", f.Name, err)
 		}
 	}
 

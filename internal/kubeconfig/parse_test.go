@@ -7,21 +7,22 @@ import (
 	"testing"
 
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig/kubeconfigtest"
 )
 
 func TestParseRejectsMaliciousFiles(t *testing.T) {
-	files := readTestFiles(t, "malicious")
+	files := kubeconfigtest.Files(t, "malicious")
 	if len(files) < 32 {
 		t.Fatalf("%d malicious files, want at least 32", len(files))
 	}
 	for _, f := range files {
-		t.Run(f.name, func(t *testing.T) {
-			if !strings.HasPrefix(f.template, "# want:") {
+		t.Run(f.Name, func(t *testing.T) {
+			if !strings.HasPrefix(f.Template, "# want:") {
 				t.Fatal(`first line must be "# want: <field>"`)
 			}
-			e := newEnv(t)
-			_, err := kubeconfig.Parse(e.expand(f.template), kubeconfig.Options{})
-			requireFieldError(t, err, f.want, e.secrets()...)
+			e := kubeconfigtest.NewEnv(t)
+			_, err := kubeconfig.Parse(e.Expand(f.Template), kubeconfig.Options{})
+			requireFieldError(t, err, f.Want, e.Secrets()...)
 		})
 	}
 }
@@ -52,8 +53,8 @@ current-context: prod
 const clusterBlock = "clusters:\n- name: prod\n  cluster:\n    server: {{SERVER}}\n    certificate-authority-data: {{CA}}\n"
 
 func TestParseRejects(t *testing.T) {
-	f := pki()
-	certUser := "client-certificate-data: " + b64(f.cert) + "\n    client-key-data: "
+	f := kubeconfigtest.Fixtures()
+	certUser := "client-certificate-data: " + kubeconfigtest.B64(f.Cert) + "\n    client-key-data: "
 	cases := []struct {
 		name  string
 		old   string // replaced by new in tokenConfig; "" replaces the whole document
@@ -90,17 +91,17 @@ func TestParseRejects(t *testing.T) {
 		{"token too long", "{{TOKEN}}", strings.Repeat("t", 16<<10+1), kubeconfig.Options{}, "users[0].user.token"},
 		{"token with control character", "{{TOKEN}}", "\"{{TOKEN}}\\t\"", kubeconfig.Options{}, "users[0].user.token"},
 		{"token non-ASCII", "{{TOKEN}}", "{{TOKEN}}é", kubeconfig.Options{}, "users[0].user.token"},
-		{"CA with trailing garbage", "{{CA}}", b64(append(f.ca, "garbage"...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
-		{"CA with leading garbage", "{{CA}}", b64(append([]byte("garbage\n"), f.ca...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
-		{"CA hiding a malformed block", "{{CA}}", b64(append([]byte("-----BEGIN CERTIFICATE-----\n!!\n"), f.ca...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
-		{"CA that does not parse", "{{CA}}", b64(pemBlock("CERTIFICATE", []byte("not DER"))), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
-		{"CA with a private key", "{{CA}}", b64(append(f.ca, f.key...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
-		{"CA base64 URL encoding", "{{CA}}", strings.NewReplacer("+", "-", "/", "_").Replace(b64(f.ca)) + "_-", kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
-		{"key with PEM headers", "token: {{TOKEN}}", certUser + b64([]byte(strings.Replace(string(f.key), "KEY-----\n", "KEY-----\nProc-Type: 4,ENCRYPTED\n\n", 1))), kubeconfig.Options{}, "users[0].user.client-key-data"},
-		{"two keys", "token: {{TOKEN}}", certUser + b64(append(f.key, f.otherKey...)), kubeconfig.Options{}, "users[0].user.client-key-data"},
-		{"key block that does not parse", "token: {{TOKEN}}", certUser + b64(pemBlock("PRIVATE KEY", []byte("junk"))), kubeconfig.Options{}, "users[0].user.client-key-data"},
-		{"certificate is a key", "token: {{TOKEN}}", "client-certificate-data: " + b64(f.key) + "\n    client-key-data: " + b64(f.key), kubeconfig.Options{}, "users[0].user.client-certificate-data"},
-		{"key without certificate", "token: {{TOKEN}}", "client-key-data: " + b64(f.key), kubeconfig.Options{}, "users[0].user.client-certificate-data"},
+		{"CA with trailing garbage", "{{CA}}", kubeconfigtest.B64(append(f.CA, "garbage"...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
+		{"CA with leading garbage", "{{CA}}", kubeconfigtest.B64(append([]byte("garbage\n"), f.CA...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
+		{"CA hiding a malformed block", "{{CA}}", kubeconfigtest.B64(append([]byte("-----BEGIN CERTIFICATE-----\n!!\n"), f.CA...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
+		{"CA that does not parse", "{{CA}}", kubeconfigtest.B64(kubeconfigtest.PEMBlock("CERTIFICATE", []byte("not DER"))), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
+		{"CA with a private key", "{{CA}}", kubeconfigtest.B64(append(f.CA, f.Key...)), kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
+		{"CA base64 URL encoding", "{{CA}}", strings.NewReplacer("+", "-", "/", "_").Replace(kubeconfigtest.B64(f.CA)) + "_-", kubeconfig.Options{}, "clusters[0].cluster.certificate-authority-data"},
+		{"key with PEM headers", "token: {{TOKEN}}", certUser + kubeconfigtest.B64([]byte(strings.Replace(string(f.Key), "KEY-----\n", "KEY-----\nProc-Type: 4,ENCRYPTED\n\n", 1))), kubeconfig.Options{}, "users[0].user.client-key-data"},
+		{"two keys", "token: {{TOKEN}}", certUser + kubeconfigtest.B64(append(f.Key, f.OtherKey...)), kubeconfig.Options{}, "users[0].user.client-key-data"},
+		{"key block that does not parse", "token: {{TOKEN}}", certUser + kubeconfigtest.B64(kubeconfigtest.PEMBlock("PRIVATE KEY", []byte("junk"))), kubeconfig.Options{}, "users[0].user.client-key-data"},
+		{"certificate is a key", "token: {{TOKEN}}", "client-certificate-data: " + kubeconfigtest.B64(f.Key) + "\n    client-key-data: " + kubeconfigtest.B64(f.Key), kubeconfig.Options{}, "users[0].user.client-certificate-data"},
+		{"key without certificate", "token: {{TOKEN}}", "client-key-data: " + kubeconfigtest.B64(f.Key), kubeconfig.Options{}, "users[0].user.client-certificate-data"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,15 +112,15 @@ func TestParseRejects(t *testing.T) {
 				}
 				doc = strings.Replace(tokenConfig, tc.old, tc.new, 1)
 			}
-			e := newEnv(t)
-			_, err := kubeconfig.Parse(e.expand(doc), tc.opts)
-			requireFieldError(t, err, tc.field, e.secrets()...)
+			e := kubeconfigtest.NewEnv(t)
+			_, err := kubeconfig.Parse(e.Expand(doc), tc.opts)
+			requireFieldError(t, err, tc.field, e.Secrets()...)
 		})
 	}
 }
 
 func TestParseSizeLimitIsInclusive(t *testing.T) {
-	doc := newEnv(t).expand(tokenConfig)
+	doc := kubeconfigtest.NewEnv(t).Expand(tokenConfig)
 	doc = append(doc, '#')
 	doc = append(doc, strings.Repeat("x", kubeconfig.MaxSize-len(doc))...)
 	if _, err := kubeconfig.Parse(doc, kubeconfig.Options{}); err != nil {
@@ -128,8 +129,8 @@ func TestParseSizeLimitIsInclusive(t *testing.T) {
 }
 
 func TestParseAcceptsValidFiles(t *testing.T) {
-	f := pki()
-	caSum := sha256.Sum256(f.caDER)
+	f := kubeconfigtest.Fixtures()
+	caSum := sha256.Sum256(f.CADER)
 	caSHA := hex.EncodeToString(caSum[:])
 	const self = "https://127.0.0.1:9"
 	cases := []struct {
@@ -152,13 +153,13 @@ func TestParseAcceptsValidFiles(t *testing.T) {
 		{"json", kubeconfig.Options{}, self, "prod", "", kubeconfig.AuthToken, caSHA, false, ""},
 	}
 	files := map[string]string{}
-	for _, file := range readTestFiles(t, "valid") {
-		files[file.name] = file.template
+	for _, file := range kubeconfigtest.Files(t, "valid") {
+		files[file.Name] = file.Template
 	}
 	for _, tc := range cases {
 		t.Run(tc.file+"/"+tc.opts.Context, func(t *testing.T) {
-			e := newEnv(t)
-			got, err := kubeconfig.Parse(e.expand(files[tc.file]), tc.opts)
+			e := kubeconfigtest.NewEnv(t)
+			got, err := kubeconfig.Parse(e.Expand(files[tc.file]), tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,22 +189,22 @@ func TestParseAcceptsValidFiles(t *testing.T) {
 }
 
 func TestParseReturnsCredentials(t *testing.T) {
-	f := pki()
-	e := newEnv(t)
-	got, err := kubeconfig.Parse(e.expand(tokenConfig), kubeconfig.Options{})
+	f := kubeconfigtest.Fixtures()
+	e := kubeconfigtest.NewEnv(t)
+	got, err := kubeconfig.Parse(e.Expand(tokenConfig), kubeconfig.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := kubeconfig.Connection{Server: "https://" + e.addr, CAData: f.ca, Token: e.token}
+	want := kubeconfig.Connection{Server: "https://" + e.Addr, CAData: f.CA, Token: e.Token}
 	if !got.Connection.Equal(want) {
 		t.Errorf("connection = %+v, want %+v", got.Connection, want)
 	}
 	cert := strings.Replace(tokenConfig, "token: {{TOKEN}}", "client-certificate-data: {{CERT}}\n    client-key-data: {{KEY}}", 1)
-	got, err = kubeconfig.Parse(e.expand(cert), kubeconfig.Options{})
+	got, err = kubeconfig.Parse(e.Expand(cert), kubeconfig.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = kubeconfig.Connection{Server: "https://" + e.addr, CAData: f.ca, ClientCertData: f.cert, ClientKeyData: f.key}
+	want = kubeconfig.Connection{Server: "https://" + e.Addr, CAData: f.CA, ClientCertData: f.Cert, ClientKeyData: f.Key}
 	if !got.Connection.Equal(want) {
 		t.Errorf("connection = %+v, want %+v", got.Connection, want)
 	}
