@@ -36,7 +36,8 @@ type debounceWindow struct {
 }
 
 // queueSize bounds observations waiting for the database; beyond it
-// Observe blocks, which slows the informer rather than dropping a status.
+// Observe blocks — every environment's handlers and the sweeps wait behind
+// the one writer — which delays statuses rather than dropping one.
 const queueSize = 4096
 
 // NewTracker starts a tracker; Close stops it.
