@@ -23,6 +23,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/internal/version"
@@ -92,11 +93,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		logger.Info("schema migrated", "applied", applied)
 	}
-	// The pool reports reachability changes to the registry, and a cluster
-	// that (re)synced to the volume reconciler; the registry tells the pool
-	// which clusters to connect to.
+	// The pool reports reachability changes to the registry and the fleet
+	// index, storage changes to the index, and a cluster that (re)synced to
+	// the volume reconciler; the registry tells the pool which clusters to
+	// connect to, and the index and DCM registration what changed. The hooks
+	// are late-bound: each side needs the other.
 	var registry *environments.Service
 	var registrar *dcm.Registrar
+	var feed *fleet.Feed
 	resynced := make(chan string, 64)
 	clusterPool := clusters.NewPool(clusters.PoolOptions{
 		Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: cfg.ClusterQPS, Burst: cfg.ClusterBurst},
@@ -104,6 +108,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Logger:      logger,
 		OnHealth: func(id string, h clusters.Health) {
 			registry.RecordHealth(id, h)
+			feed.ClusterChanged(id)
 			if h.State == clusters.StateReady && h.Synced {
 				select {
 				case resynced <- id:
@@ -114,16 +119,22 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 				}
 			}
 		},
+		OnStorage: func(id string) { feed.ClusterChanged(id) },
 	})
 	defer clusterPool.Close()
-	// DCM registration (optional) follows the registry's changes and reads
-	// it back; both are wired through late-bound hooks.
 	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger, func(o *environments.Options) {
-		if cfg.DCMRegistrationURL == "" {
-			return
+		o.Changed = func(string) {
+			feed.RegistryChanged()
+			if registrar != nil {
+				registrar.Changed()
+			}
 		}
-		o.Changed = func(string) { registrar.Changed() }
-		o.Deleted = func(id string, reg environments.DCMRegistration) { registrar.Forget(id, reg) }
+		o.Deleted = func(id string, reg environments.DCMRegistration) {
+			feed.RegistryChanged()
+			if registrar != nil {
+				registrar.Forget(id, reg)
+			}
+		}
 	})
 	if err := registry.CheckKeys(startCtx); err != nil {
 		return err
@@ -136,6 +147,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 	} else {
 		logger.Info("DCM registration off (SG_DCM_REGISTRATION_URL is unset)")
+	}
+	fleetIndex := fleet.NewIndex()
+	feed = fleet.NewFeed(fleet.FeedOptions{Index: fleetIndex, Pool: clusterPool, Registry: registry,
+		Store: fleet.Store{DB: pool}, Logger: logger})
+	if err := feed.Load(startCtx); err != nil {
+		return fmt.Errorf("load the fleet index: %w", err)
 	}
 
 	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
@@ -172,6 +189,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Metrics:             metrics,
 		Environments:        registry,
 		Volumes:             volumeService,
+		Fleet:               fleetIndex,
 		StartTime:           startTime,
 		HealthUnhealthyCode: cfg.HealthUnhealthyCode,
 		Readiness: []api.Check{
@@ -195,7 +213,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
 
 	// The background workers (probes and pool sync, volume reconciler, status
-	// follower, outbox relay, key reloader) use the database, the cluster
+	// follower, outbox relay, fleet feed, key reloader) use the database, the cluster
 	// pool and NATS, so they stop, and are waited for, before any closes. The
 	// first probe round connects every registered environment. On the way
 	// out, debounced transitions are flushed into the outbox and the relay
@@ -206,6 +224,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	workers.Go(func() { volumeService.RunReconciler(background, reconcileInterval, resynced) })
 	workers.Go(func() { follower.Run(background, followInterval) })
 	workers.Go(func() { relay.Run(background) })
+	workers.Go(func() { feed.Run(background) })
 	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })
 	if registrar != nil {
 		workers.Go(func() { registrar.Run(background) })

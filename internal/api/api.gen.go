@@ -26,19 +26,43 @@ import (
 
 // Defines values for AccessMode.
 const (
-	ReadOnlyMany  AccessMode = "ReadOnlyMany"
-	ReadWriteMany AccessMode = "ReadWriteMany"
-	ReadWriteOnce AccessMode = "ReadWriteOnce"
+	AccessModeReadOnlyMany  AccessMode = "ReadOnlyMany"
+	AccessModeReadWriteMany AccessMode = "ReadWriteMany"
+	AccessModeReadWriteOnce AccessMode = "ReadWriteOnce"
 )
 
 // Valid indicates whether the value is a known member of the AccessMode enum.
 func (e AccessMode) Valid() bool {
 	switch e {
-	case ReadOnlyMany:
+	case AccessModeReadOnlyMany:
 		return true
-	case ReadWriteMany:
+	case AccessModeReadWriteMany:
 		return true
-	case ReadWriteOnce:
+	case AccessModeReadWriteOnce:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CapabilitySourceName.
+const (
+	CapabilitySourceNameAnnotation  CapabilitySourceName = "annotation"
+	CapabilitySourceNameDriver      CapabilitySourceName = "driver"
+	CapabilitySourceNameEnvironment CapabilitySourceName = "environment"
+	CapabilitySourceNameUnknown     CapabilitySourceName = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the CapabilitySourceName enum.
+func (e CapabilitySourceName) Valid() bool {
+	switch e {
+	case CapabilitySourceNameAnnotation:
+		return true
+	case CapabilitySourceNameDriver:
+		return true
+	case CapabilitySourceNameEnvironment:
+		return true
+	case CapabilitySourceNameUnknown:
 		return true
 	default:
 		return false
@@ -84,6 +108,30 @@ func (e EnvironmentState) Valid() bool {
 	case UNAUTHORIZED:
 		return true
 	case UNREACHABLE:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KubernetesAccessMode.
+const (
+	KubernetesAccessModeReadOnlyMany     KubernetesAccessMode = "ReadOnlyMany"
+	KubernetesAccessModeReadWriteMany    KubernetesAccessMode = "ReadWriteMany"
+	KubernetesAccessModeReadWriteOnce    KubernetesAccessMode = "ReadWriteOnce"
+	KubernetesAccessModeReadWriteOncePod KubernetesAccessMode = "ReadWriteOncePod"
+)
+
+// Valid indicates whether the value is a known member of the KubernetesAccessMode enum.
+func (e KubernetesAccessMode) Valid() bool {
+	switch e {
+	case KubernetesAccessModeReadOnlyMany:
+		return true
+	case KubernetesAccessModeReadWriteMany:
+		return true
+	case KubernetesAccessModeReadWriteOnce:
+		return true
+	case KubernetesAccessModeReadWriteOncePod:
 		return true
 	default:
 		return false
@@ -192,6 +240,45 @@ func (e ReadinessStatus) Valid() bool {
 	}
 }
 
+// Defines values for StorageClassDetailVolumeBindingMode.
+const (
+	Immediate            StorageClassDetailVolumeBindingMode = "Immediate"
+	WaitForFirstConsumer StorageClassDetailVolumeBindingMode = "WaitForFirstConsumer"
+)
+
+// Valid indicates whether the value is a known member of the StorageClassDetailVolumeBindingMode enum.
+func (e StorageClassDetailVolumeBindingMode) Valid() bool {
+	switch e {
+	case Immediate:
+		return true
+	case WaitForFirstConsumer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StorageClassSummaryExpandable.
+const (
+	Everywhere StorageClassSummaryExpandable = "everywhere"
+	Nowhere    StorageClassSummaryExpandable = "nowhere"
+	Somewhere  StorageClassSummaryExpandable = "somewhere"
+)
+
+// Valid indicates whether the value is a known member of the StorageClassSummaryExpandable enum.
+func (e StorageClassSummaryExpandable) Valid() bool {
+	switch e {
+	case Everywhere:
+		return true
+	case Nowhere:
+		return true
+	case Somewhere:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StorageSpecServiceType.
 const (
 	StorageSpecServiceTypeStorage StorageSpecServiceType = "storage"
@@ -255,6 +342,66 @@ func (e VolumeStatus) Valid() bool {
 // AccessMode defines model for AccessMode.
 type AccessMode string
 
+// CSIDriverFacts What the class's CSIDriver object declares; absent when the cluster has none.
+type CSIDriverFacts struct {
+	AttachRequired       *bool     `json:"attach_required,omitempty"`
+	FsGroupPolicy        *string   `json:"fs_group_policy,omitempty"`
+	PodInfoOnMount       *bool     `json:"pod_info_on_mount,omitempty"`
+	StorageCapacity      *bool     `json:"storage_capacity,omitempty"`
+	VolumeLifecycleModes *[]string `json:"volume_lifecycle_modes,omitempty"`
+}
+
+// CapabilityOverride Supported modes; a kind left out falls through to the driver table.
+type CapabilityOverride struct {
+	AccessModes *[]KubernetesAccessMode `json:"access_modes,omitempty"`
+	VolumeModes *[]VolumeMode           `json:"volume_modes,omitempty"`
+}
+
+// CapabilityOverrides What this environment's classes support, where the built-in table of
+// well-known provisioners is silent or wrong. Precedence: the class's
+// own annotations (storage-gateway.dcm.project/access-modes,
+// .../volume-modes), then an entry here for the class name, then one
+// for its provisioner, then the driver table. In a merge patch, a null
+// entry removes it.
+type CapabilityOverrides struct {
+	Provisioners   *map[string]CapabilityOverride `json:"provisioners,omitempty"`
+	StorageClasses *map[string]CapabilityOverride `json:"storage_classes,omitempty"`
+}
+
+// CapabilitySource defines model for CapabilitySource.
+type CapabilitySource struct {
+	AccessModes CapabilitySourceName `json:"access_modes"`
+	VolumeModes CapabilitySourceName `json:"volume_modes"`
+}
+
+// CapabilitySourceName defines model for CapabilitySourceName.
+type CapabilitySourceName string
+
+// Capacity Sum of the class's CSIStorageCapacity objects; absent when the driver publishes none.
+type Capacity struct {
+	Segments   []CapacitySegment `json:"segments"`
+	Total      string            `json:"total"`
+	TotalBytes int64             `json:"total_bytes"`
+}
+
+// CapacitySegment defines model for CapacitySegment.
+type CapacitySegment struct {
+	// Capacity Example: 2Ti
+	Capacity          string  `json:"capacity"`
+	MaximumVolumeSize *string `json:"maximum_volume_size,omitempty"`
+
+	// Topology Node selector of the segment in label-selector syntax; empty when none is given.
+	//
+	// Example: topology.kubernetes.io/zone=east-a
+	Topology string `json:"topology"`
+}
+
+// CapacityTotal defines model for CapacityTotal.
+type CapacityTotal struct {
+	Total      string `json:"total"`
+	TotalBytes int64  `json:"total_bytes"`
+}
+
 // ClusterCredentials Explicit credentials instead of a kubeconfig: server, optional CA and
 // either a bearer token or a client certificate and key. PEM values are
 // base64-encoded, as in a kubeconfig.
@@ -310,6 +457,14 @@ type DCMSettings struct {
 type Environment struct {
 	AllowedNamespaces []string `json:"allowed_namespaces"`
 
+	// CapabilityOverrides What this environment's classes support, where the built-in table of
+	// well-known provisioners is silent or wrong. Precedence: the class's
+	// own annotations (storage-gateway.dcm.project/access-modes,
+	// .../volume-modes), then an entry here for the class name, then one
+	// for its provisioner, then the driver table. In a merge patch, a null
+	// entry removes it.
+	CapabilityOverrides CapabilityOverrides `json:"capability_overrides"`
+
 	// Connection How the gateway connects; never the credentials themselves.
 	Connection ConnectionInfo `json:"connection"`
 	CreateTime time.Time      `json:"create_time"`
@@ -343,6 +498,14 @@ type EnvironmentDefaults struct {
 type EnvironmentInput struct {
 	// AllowedNamespaces Extra namespaces a volume may target through provider hints.
 	AllowedNamespaces *[]string `json:"allowed_namespaces,omitempty"`
+
+	// CapabilityOverrides What this environment's classes support, where the built-in table of
+	// well-known provisioners is silent or wrong. Precedence: the class's
+	// own annotations (storage-gateway.dcm.project/access-modes,
+	// .../volume-modes), then an entry here for the class name, then one
+	// for its provisioner, then the driver table. In a merge patch, a null
+	// entry removes it.
+	CapabilityOverrides *CapabilityOverrides `json:"capability_overrides,omitempty"`
 
 	// Credentials Explicit credentials instead of a kubeconfig: server, optional CA and
 	// either a bearer token or a client certificate and key. PEM values are
@@ -378,7 +541,7 @@ type EnvironmentList struct {
 
 // EnvironmentPatch RFC 7386 JSON merge patch over the writable fields of EnvironmentInput:
 // display_name, description, labels, region, zone, namespace,
-// allowed_namespaces, defaults, dcm, and the write-only kubeconfig (with
+// allowed_namespaces, defaults, dcm, capability_overrides, and the write-only kubeconfig (with
 // kubeconfig_context) or credentials, which rotate the credentials. A
 // null resets a field to its default; kubeconfig and credentials cannot be
 // null. Read-only fields (id, path, connection, status, create_time,
@@ -399,6 +562,26 @@ type EnvironmentStatus struct {
 	StorageClassCount *int             `json:"storage_class_count,omitempty"`
 	VolumeCount       int              `json:"volume_count"`
 }
+
+// EnvironmentStorageClasses defines model for EnvironmentStorageClasses.
+type EnvironmentStorageClasses struct {
+	EnvironmentId string `json:"environment_id"`
+
+	// ObservedTime Absent while nothing is known about the cluster's classes yet.
+	ObservedTime   *time.Time           `json:"observed_time,omitempty"`
+	Stale          bool                 `json:"stale"`
+	StorageClasses []StorageClassDetail `json:"storage_classes"`
+}
+
+// FleetStorageClass defines model for FleetStorageClass.
+type FleetStorageClass struct {
+	Environments []StorageClassDetail `json:"environments"`
+	Name         string               `json:"name"`
+	Summary      StorageClassSummary  `json:"summary"`
+}
+
+// KubernetesAccessMode defines model for KubernetesAccessMode.
+type KubernetesAccessMode string
 
 // KubernetesHints defines model for KubernetesHints.
 type KubernetesHints struct {
@@ -477,6 +660,69 @@ type ReadinessCheck struct {
 
 // ResourceID Example: prod-east
 type ResourceID = string
+
+// StorageClassDetail defines model for StorageClassDetail.
+type StorageClassDetail struct {
+	// AccessModes Absent when unknown.
+	AccessModes          *[]KubernetesAccessMode `json:"access_modes,omitempty"`
+	AllowVolumeExpansion bool                    `json:"allow_volume_expansion"`
+	CapabilitySource     CapabilitySource        `json:"capability_source"`
+
+	// Capacity Sum of the class's CSIStorageCapacity objects; absent when the driver publishes none.
+	Capacity *Capacity `json:"capacity,omitempty"`
+
+	// CsiDriver What the class's CSIDriver object declares; absent when the cluster has none.
+	CsiDriver     *CSIDriverFacts `json:"csi_driver,omitempty"`
+	EnvironmentId string          `json:"environment_id"`
+	IsDefault     bool            `json:"is_default"`
+	Name          string          `json:"name"`
+
+	// ObservedTime When the data was last seen current (last change or reconnect while live; when the gateway lost the cluster, once stale).
+	ObservedTime time.Time `json:"observed_time"`
+
+	// Parameters The class's parameters without secret-looking keys (secret, password, token, credential).
+	Parameters    map[string]string `json:"parameters"`
+	Provisioner   string            `json:"provisioner"`
+	ReclaimPolicy string            `json:"reclaim_policy"`
+	Region        string            `json:"region"`
+
+	// Stale The cluster cannot be watched now; this is its last known data.
+	Stale             bool                                `json:"stale"`
+	VolumeBindingMode StorageClassDetailVolumeBindingMode `json:"volume_binding_mode"`
+
+	// VolumeModes Absent when unknown.
+	VolumeModes *[]VolumeMode `json:"volume_modes,omitempty"`
+	Zone        string        `json:"zone"`
+}
+
+// StorageClassDetailVolumeBindingMode defines model for StorageClassDetail.VolumeBindingMode.
+type StorageClassDetailVolumeBindingMode string
+
+// StorageClassList defines model for StorageClassList.
+type StorageClassList struct {
+	// NextPageToken Absent on the last page.
+	NextPageToken  *string             `json:"next_page_token,omitempty"`
+	StorageClasses []FleetStorageClass `json:"storage_classes"`
+}
+
+// StorageClassSummary defines model for StorageClassSummary.
+type StorageClassSummary struct {
+	// AccessModes Union over the environments shown.
+	AccessModes             []KubernetesAccessMode        `json:"access_modes"`
+	Capacity                *CapacityTotal                `json:"capacity,omitempty"`
+	DefaultEnvironmentCount int                           `json:"default_environment_count"`
+	EnvironmentCount        int                           `json:"environment_count"`
+	Expandable              StorageClassSummaryExpandable `json:"expandable"`
+	Provisioners            []string                      `json:"provisioners"`
+	StaleEnvironmentCount   int                           `json:"stale_environment_count"`
+
+	// UnknownCapabilityCount Environments where the class's access or volume modes are unknown (left out of the unions).
+	UnknownCapabilityCount int          `json:"unknown_capability_count"`
+	VolumeModes            []VolumeMode `json:"volume_modes"`
+}
+
+// StorageClassSummaryExpandable defines model for StorageClassSummary.Expandable.
+type StorageClassSummaryExpandable string
 
 // StorageMetadata defines model for StorageMetadata.
 type StorageMetadata struct {
@@ -611,6 +857,38 @@ type CreateVolumeParams struct {
 
 	// IdempotencyKey Required when no id is given.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// ListStorageClassesParams defines parameters for ListStorageClasses.
+type ListStorageClassesParams struct {
+	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
+	MaxPageSize *MaxPageSize `form:"max_page_size,omitempty" json:"max_page_size,omitempty"`
+
+	// PageToken The opaque next_page_token of the previous page.
+	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
+
+	// Environment Environment ids; repeat the parameter for several.
+	Environment *[]ResourceID         `form:"environment,omitempty" json:"environment,omitempty"`
+	Region      *string               `form:"region,omitempty" json:"region,omitempty"`
+	Provisioner *string               `form:"provisioner,omitempty" json:"provisioner,omitempty"`
+	AccessMode  *KubernetesAccessMode `form:"access_mode,omitempty" json:"access_mode,omitempty"`
+	VolumeMode  *VolumeMode           `form:"volume_mode,omitempty" json:"volume_mode,omitempty"`
+	Expandable  *bool                 `form:"expandable,omitempty" json:"expandable,omitempty"`
+	IsDefault   *bool                 `form:"is_default,omitempty" json:"is_default,omitempty"`
+}
+
+// ListFleetVolumesParams defines parameters for ListFleetVolumes.
+type ListFleetVolumesParams struct {
+	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
+	MaxPageSize *MaxPageSize `form:"max_page_size,omitempty" json:"max_page_size,omitempty"`
+
+	// PageToken The opaque next_page_token of the previous page.
+	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
+
+	// Environment Environment ids; repeat the parameter for several.
+	Environment  *[]ResourceID `form:"environment,omitempty" json:"environment,omitempty"`
+	Status       *VolumeStatus `form:"status,omitempty" json:"status,omitempty"`
+	StorageClass *string       `form:"storage_class,omitempty" json:"storage_class,omitempty"`
 }
 
 // CreateEnvironmentJSONRequestBody defines body for CreateEnvironment for application/json ContentType.
@@ -914,6 +1192,16 @@ type ClientInterface interface {
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
 	UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListEnvironmentStorageClasses One environment's StorageClasses
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes (the `ListEnvironmentStorageClasses` operationId).
+	ListEnvironmentStorageClasses(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvironmentStorageClass One StorageClass of one environment
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes/{storage_class} (the `GetEnvironmentStorageClass` operationId).
+	GetEnvironmentStorageClass(ctx context.Context, environmentId EnvironmentID, storageClass string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListVolumes List volumes
 	//
 	// Served from the gateway's records and its cache of the cluster; never a call to the cluster.
@@ -1010,6 +1298,27 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
 	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListStorageClasses StorageClasses across the fleet
+	//
+	// One entry per class name, in name order, with the details of every
+	// environment that offers it (in environment order) and a summary of
+	// them. Filters narrow the details shown; a class with no matching
+	// detail is left out. A mode filter matches only classes known to
+	// support the mode (capability_source `unknown` never matches). Pages
+	// are by class name.
+	//
+	// Corresponds with GET /api/v1alpha1/storage-classes (the `ListStorageClasses` operationId).
+	ListStorageClasses(ctx context.Context, params *ListStorageClassesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListFleetVolumes Volumes across the fleet
+	//
+	// From the gateway's volume records (the status last observed), ordered
+	// by environment then id. DELETED volumes are listed only when asked for
+	// with `status=DELETED`.
+	//
+	// Corresponds with GET /api/v1alpha1/volumes (the `ListFleetVolumes` operationId).
+	ListFleetVolumes(ctx context.Context, params *ListFleetVolumesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealthz Liveness
 	//
@@ -1176,6 +1485,36 @@ func (c *Client) UpdateEnvironment(ctx context.Context, environmentId Environmen
 // Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
 func (c *Client) UpdateEnvironmentWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateEnvironmentRequestWithApplicationMergePatchPlusJSONBody(c.Server, environmentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEnvironmentStorageClasses One environment's StorageClasses
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes (the `ListEnvironmentStorageClasses` operationId).
+func (c *Client) ListEnvironmentStorageClasses(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEnvironmentStorageClassesRequest(c.Server, environmentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvironmentStorageClass One StorageClass of one environment
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes/{storage_class} (the `GetEnvironmentStorageClass` operationId).
+func (c *Client) GetEnvironmentStorageClass(ctx context.Context, environmentId EnvironmentID, storageClass string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvironmentStorageClassRequest(c.Server, environmentId, storageClass)
 	if err != nil {
 		return nil, err
 	}
@@ -1383,6 +1722,47 @@ func (c *Client) VerifyEnvironment(ctx context.Context, environmentId Environmen
 // Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
 func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetOpenAPIRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListStorageClasses StorageClasses across the fleet
+//
+// One entry per class name, in name order, with the details of every
+// environment that offers it (in environment order) and a summary of
+// them. Filters narrow the details shown; a class with no matching
+// detail is left out. A mode filter matches only classes known to
+// support the mode (capability_source `unknown` never matches). Pages
+// are by class name.
+//
+// Corresponds with GET /api/v1alpha1/storage-classes (the `ListStorageClasses` operationId).
+func (c *Client) ListStorageClasses(ctx context.Context, params *ListStorageClassesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListStorageClassesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListFleetVolumes Volumes across the fleet
+//
+// From the gateway's volume records (the status last observed), ordered
+// by environment then id. DELETED volumes are listed only when asked for
+// with `status=DELETED`.
+//
+// Corresponds with GET /api/v1alpha1/volumes (the `ListFleetVolumes` operationId).
+func (c *Client) ListFleetVolumes(ctx context.Context, params *ListFleetVolumesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListFleetVolumesRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1742,6 +2122,81 @@ func NewUpdateEnvironmentRequestWithBody(server string, environmentId Environmen
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListEnvironmentStorageClassesRequest constructs an http.Request for the ListEnvironmentStorageClasses method
+func NewListEnvironmentStorageClassesRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/storage-classes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvironmentStorageClassRequest constructs an http.Request for the GetEnvironmentStorageClass method
+func NewGetEnvironmentStorageClassRequest(server string, environmentId EnvironmentID, storageClass string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "storage_class", storageClass, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/storage-classes/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2150,6 +2605,258 @@ func NewGetOpenAPIRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListStorageClassesRequest constructs an http.Request for the ListStorageClasses method
+func NewListStorageClassesRequest(server string, params *ListStorageClassesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/storage-classes")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MaxPageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_page_size", *params.MaxPageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_token", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Environment != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", *params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Region != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "region", *params.Region, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Provisioner != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "provisioner", *params.Provisioner, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.AccessMode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "access_mode", *params.AccessMode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.VolumeMode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "volume_mode", *params.VolumeMode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Expandable != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "expandable", *params.Expandable, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IsDefault != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "is_default", *params.IsDefault, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListFleetVolumesRequest constructs an http.Request for the ListFleetVolumes method
+func NewListFleetVolumesRequest(server string, params *ListFleetVolumesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/volumes")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MaxPageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_page_size", *params.MaxPageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_token", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Environment != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", *params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StorageClass != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "storage_class", *params.StorageClass, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetHealthzRequest constructs an http.Request for the GetHealthz method
 func NewGetHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -2333,6 +3040,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id} (the `UpdateEnvironment` operationId).
 	UpdateEnvironmentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, body UpdateEnvironmentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateEnvironmentResponse, error)
 
+	// ListEnvironmentStorageClassesWithResponse One environment's StorageClasses
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes (the `ListEnvironmentStorageClasses` operationId).
+	ListEnvironmentStorageClassesWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*ListEnvironmentStorageClassesResponse, error)
+
+	// GetEnvironmentStorageClassWithResponse One StorageClass of one environment
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes/{storage_class} (the `GetEnvironmentStorageClass` operationId).
+	GetEnvironmentStorageClassWithResponse(ctx context.Context, environmentId EnvironmentID, storageClass string, reqEditors ...RequestEditorFn) (*GetEnvironmentStorageClassResponse, error)
+
 	// ListVolumesWithResponse List volumes
 	//
 	// Served from the gateway's records and its cache of the cluster; never a call to the cluster.
@@ -2441,6 +3162,31 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
 	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
+
+	// ListStorageClassesWithResponse StorageClasses across the fleet
+	//
+	// One entry per class name, in name order, with the details of every
+	// environment that offers it (in environment order) and a summary of
+	// them. Filters narrow the details shown; a class with no matching
+	// detail is left out. A mode filter matches only classes known to
+	// support the mode (capability_source `unknown` never matches). Pages
+	// are by class name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/storage-classes (the `ListStorageClasses` operationId).
+	ListStorageClassesWithResponse(ctx context.Context, params *ListStorageClassesParams, reqEditors ...RequestEditorFn) (*ListStorageClassesResponse, error)
+
+	// ListFleetVolumesWithResponse Volumes across the fleet
+	//
+	// From the gateway's volume records (the status last observed), ordered
+	// by environment then id. DELETED volumes are listed only when asked for
+	// with `status=DELETED`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/volumes (the `ListFleetVolumes` operationId).
+	ListFleetVolumesWithResponse(ctx context.Context, params *ListFleetVolumesParams, reqEditors ...RequestEditorFn) (*ListFleetVolumesResponse, error)
 
 	// GetHealthzWithResponse Liveness
 	//
@@ -2766,6 +3512,102 @@ func (r UpdateEnvironmentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpdateEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListEnvironmentStorageClassesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EnvironmentStorageClasses
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEnvironmentStorageClassesResponse) GetJSON200() *EnvironmentStorageClasses {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListEnvironmentStorageClassesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEnvironmentStorageClassesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEnvironmentStorageClassesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEnvironmentStorageClassesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEnvironmentStorageClassesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetEnvironmentStorageClassResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *StorageClassDetail
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvironmentStorageClassResponse) GetJSON200() *StorageClassDetail {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetEnvironmentStorageClassResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvironmentStorageClassResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvironmentStorageClassResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvironmentStorageClassResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvironmentStorageClassResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3282,6 +4124,102 @@ func (r GetOpenAPIResponse) ContentType() string {
 	return ""
 }
 
+type ListStorageClassesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *StorageClassList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListStorageClassesResponse) GetJSON200() *StorageClassList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListStorageClassesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListStorageClassesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListStorageClassesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListStorageClassesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListStorageClassesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListFleetVolumesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *VolumeList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListFleetVolumesResponse) GetJSON200() *VolumeList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListFleetVolumesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListFleetVolumesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListFleetVolumesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListFleetVolumesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListFleetVolumesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3504,6 +4442,32 @@ func (c *ClientWithResponses) UpdateEnvironmentWithApplicationMergePatchPlusJSON
 	return ParseUpdateEnvironmentResponse(rsp)
 }
 
+// ListEnvironmentStorageClassesWithResponse One environment's StorageClasses
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes (the `ListEnvironmentStorageClasses` operationId).
+func (c *ClientWithResponses) ListEnvironmentStorageClassesWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*ListEnvironmentStorageClassesResponse, error) {
+	rsp, err := c.ListEnvironmentStorageClasses(ctx, environmentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEnvironmentStorageClassesResponse(rsp)
+}
+
+// GetEnvironmentStorageClassWithResponse One StorageClass of one environment
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/storage-classes/{storage_class} (the `GetEnvironmentStorageClass` operationId).
+func (c *ClientWithResponses) GetEnvironmentStorageClassWithResponse(ctx context.Context, environmentId EnvironmentID, storageClass string, reqEditors ...RequestEditorFn) (*GetEnvironmentStorageClassResponse, error) {
+	rsp, err := c.GetEnvironmentStorageClass(ctx, environmentId, storageClass, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvironmentStorageClassResponse(rsp)
+}
+
 // ListVolumesWithResponse List volumes
 //
 // Served from the gateway's records and its cache of the cluster; never a call to the cluster.
@@ -3677,6 +4641,43 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 		return nil, err
 	}
 	return ParseGetOpenAPIResponse(rsp)
+}
+
+// ListStorageClassesWithResponse StorageClasses across the fleet
+//
+// One entry per class name, in name order, with the details of every
+// environment that offers it (in environment order) and a summary of
+// them. Filters narrow the details shown; a class with no matching
+// detail is left out. A mode filter matches only classes known to
+// support the mode (capability_source `unknown` never matches). Pages
+// are by class name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/storage-classes (the `ListStorageClasses` operationId).
+func (c *ClientWithResponses) ListStorageClassesWithResponse(ctx context.Context, params *ListStorageClassesParams, reqEditors ...RequestEditorFn) (*ListStorageClassesResponse, error) {
+	rsp, err := c.ListStorageClasses(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListStorageClassesResponse(rsp)
+}
+
+// ListFleetVolumesWithResponse Volumes across the fleet
+//
+// From the gateway's volume records (the status last observed), ordered
+// by environment then id. DELETED volumes are listed only when asked for
+// with `status=DELETED`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/volumes (the `ListFleetVolumes` operationId).
+func (c *ClientWithResponses) ListFleetVolumesWithResponse(ctx context.Context, params *ListFleetVolumesParams, reqEditors ...RequestEditorFn) (*ListFleetVolumesResponse, error) {
+	rsp, err := c.ListFleetVolumes(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListFleetVolumesResponse(rsp)
 }
 
 // GetHealthzWithResponse Liveness
@@ -3942,6 +4943,72 @@ func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListEnvironmentStorageClassesResponse parses an HTTP response from a ListEnvironmentStorageClassesWithResponse call
+func ParseListEnvironmentStorageClassesResponse(rsp *http.Response) (*ListEnvironmentStorageClassesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEnvironmentStorageClassesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EnvironmentStorageClasses
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvironmentStorageClassResponse parses an HTTP response from a GetEnvironmentStorageClassWithResponse call
+func ParseGetEnvironmentStorageClassResponse(rsp *http.Response) (*GetEnvironmentStorageClassResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvironmentStorageClassResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest StorageClassDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	}
 
@@ -4341,6 +5408,72 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 	return response, nil
 }
 
+// ParseListStorageClassesResponse parses an HTTP response from a ListStorageClassesWithResponse call
+func ParseListStorageClassesResponse(rsp *http.Response) (*ListStorageClassesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListStorageClassesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest StorageClassList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListFleetVolumesResponse parses an HTTP response from a ListFleetVolumesWithResponse call
+func ParseListFleetVolumesResponse(rsp *http.Response) (*ListFleetVolumesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListFleetVolumesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest VolumeList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
 func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4417,6 +5550,12 @@ type ServerInterface interface {
 	// UpdateEnvironment Update an environment (JSON merge patch)
 	// (PATCH /api/v1alpha1/environments/{environment_id})
 	UpdateEnvironment(ctx echo.Context, environmentId EnvironmentID) error
+	// ListEnvironmentStorageClasses One environment's StorageClasses
+	// (GET /api/v1alpha1/environments/{environment_id}/storage-classes)
+	ListEnvironmentStorageClasses(ctx echo.Context, environmentId EnvironmentID) error
+	// GetEnvironmentStorageClass One StorageClass of one environment
+	// (GET /api/v1alpha1/environments/{environment_id}/storage-classes/{storage_class})
+	GetEnvironmentStorageClass(ctx echo.Context, environmentId EnvironmentID, storageClass string) error
 	// ListVolumes List volumes
 	// (GET /api/v1alpha1/environments/{environment_id}/volumes)
 	ListVolumes(ctx echo.Context, environmentId EnvironmentID, params ListVolumesParams) error
@@ -4441,6 +5580,12 @@ type ServerInterface interface {
 	// GetOpenAPI This OpenAPI document
 	// (GET /api/v1alpha1/openapi.yaml)
 	GetOpenAPI(ctx echo.Context) error
+	// ListStorageClasses StorageClasses across the fleet
+	// (GET /api/v1alpha1/storage-classes)
+	ListStorageClasses(ctx echo.Context, params ListStorageClassesParams) error
+	// ListFleetVolumes Volumes across the fleet
+	// (GET /api/v1alpha1/volumes)
+	ListFleetVolumes(ctx echo.Context, params ListFleetVolumesParams) error
 	// GetHealthz Liveness
 	// (GET /healthz)
 	GetHealthz(ctx echo.Context) error
@@ -4572,6 +5717,46 @@ func (w *ServerInterfaceWrapper) UpdateEnvironment(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.UpdateEnvironment(ctx, environmentId)
+	return err
+}
+
+// ListEnvironmentStorageClasses converts echo context to params.
+func (w *ServerInterfaceWrapper) ListEnvironmentStorageClasses(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListEnvironmentStorageClasses(ctx, environmentId)
+	return err
+}
+
+// GetEnvironmentStorageClass converts echo context to params.
+func (w *ServerInterfaceWrapper) GetEnvironmentStorageClass(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "storage_class" -------------
+	var storageClass string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "storage_class", ctx.Param("storage_class"), &storageClass, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter storage_class: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetEnvironmentStorageClass(ctx, environmentId, storageClass)
 	return err
 }
 
@@ -4762,6 +5947,126 @@ func (w *ServerInterfaceWrapper) GetOpenAPI(ctx echo.Context) error {
 	return err
 }
 
+// ListStorageClasses converts echo context to params.
+func (w *ServerInterfaceWrapper) ListStorageClasses(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListStorageClassesParams
+	// ------------- Optional query parameter "max_page_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max_page_size", ctx.QueryParams(), &params.MaxPageSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter max_page_size: %s", err))
+	}
+
+	// ------------- Optional query parameter "page_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "page_token", ctx.QueryParams(), &params.PageToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter page_token: %s", err))
+	}
+
+	// ------------- Optional query parameter "environment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "environment", ctx.QueryParams(), &params.Environment, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment: %s", err))
+	}
+
+	// ------------- Optional query parameter "region" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "region", ctx.QueryParams(), &params.Region, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter region: %s", err))
+	}
+
+	// ------------- Optional query parameter "provisioner" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provisioner", ctx.QueryParams(), &params.Provisioner, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provisioner: %s", err))
+	}
+
+	// ------------- Optional query parameter "access_mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "access_mode", ctx.QueryParams(), &params.AccessMode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter access_mode: %s", err))
+	}
+
+	// ------------- Optional query parameter "volume_mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "volume_mode", ctx.QueryParams(), &params.VolumeMode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_mode: %s", err))
+	}
+
+	// ------------- Optional query parameter "expandable" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "expandable", ctx.QueryParams(), &params.Expandable, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter expandable: %s", err))
+	}
+
+	// ------------- Optional query parameter "is_default" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "is_default", ctx.QueryParams(), &params.IsDefault, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter is_default: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListStorageClasses(ctx, params)
+	return err
+}
+
+// ListFleetVolumes converts echo context to params.
+func (w *ServerInterfaceWrapper) ListFleetVolumes(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListFleetVolumesParams
+	// ------------- Optional query parameter "max_page_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max_page_size", ctx.QueryParams(), &params.MaxPageSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter max_page_size: %s", err))
+	}
+
+	// ------------- Optional query parameter "page_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "page_token", ctx.QueryParams(), &params.PageToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter page_token: %s", err))
+	}
+
+	// ------------- Optional query parameter "environment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "environment", ctx.QueryParams(), &params.Environment, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment: %s", err))
+	}
+
+	// ------------- Optional query parameter "status" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "status", ctx.QueryParams(), &params.Status, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter status: %s", err))
+	}
+
+	// ------------- Optional query parameter "storage_class" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "storage_class", ctx.QueryParams(), &params.StorageClass, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter storage_class: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListFleetVolumes(ctx, params)
+	return err
+}
+
 // GetHealthz converts echo context to params.
 func (w *ServerInterfaceWrapper) GetHealthz(ctx echo.Context) error {
 	var err error
@@ -4836,6 +6141,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.GetEnvironment, options.OperationMiddlewares["getEnvironment"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.UpdateEnvironment, options.OperationMiddlewares["updateEnvironment"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:verify", wrapper.VerifyEnvironment, options.OperationMiddlewares["verifyEnvironment"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/storage-classes", wrapper.ListStorageClasses, options.OperationMiddlewares["listStorageClasses"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/volumes", wrapper.ListFleetVolumes, options.OperationMiddlewares["listFleetVolumes"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/storage-classes", wrapper.ListEnvironmentStorageClasses, options.OperationMiddlewares["listEnvironmentStorageClasses"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/storage-classes/:storage_class", wrapper.GetEnvironmentStorageClass, options.OperationMiddlewares["getEnvironmentStorageClass"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes", wrapper.ListVolumes, options.OperationMiddlewares["listVolumes"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes", wrapper.CreateVolume, options.OperationMiddlewares["createVolume"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/health", wrapper.GetVolumesHealth, options.OperationMiddlewares["getVolumesHealth"]...)
@@ -5185,6 +6494,83 @@ func (response UpdateEnvironment422ApplicationProblemPlusJSONResponse) VisitUpda
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentStorageClassesRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+}
+
+type ListEnvironmentStorageClassesResponseObject interface {
+	VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error
+}
+
+type ListEnvironmentStorageClasses200JSONResponse EnvironmentStorageClasses
+
+func (response ListEnvironmentStorageClasses200JSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentStorageClasses404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListEnvironmentStorageClasses404ApplicationProblemPlusJSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentStorageClassRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	StorageClass  string        `json:"storage_class"`
+}
+
+type GetEnvironmentStorageClassResponseObject interface {
+	VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error
+}
+
+type GetEnvironmentStorageClass200JSONResponse StorageClassDetail
+
+func (response GetEnvironmentStorageClass200JSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentStorageClass404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetEnvironmentStorageClass404ApplicationProblemPlusJSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5764,6 +7150,82 @@ func (response GetOpenAPI200ApplicationyamlResponse) VisitGetOpenAPIResponse(w h
 	return err
 }
 
+type ListStorageClassesRequestObject struct {
+	Params ListStorageClassesParams
+}
+
+type ListStorageClassesResponseObject interface {
+	VisitListStorageClassesResponse(w http.ResponseWriter) error
+}
+
+type ListStorageClasses200JSONResponse StorageClassList
+
+func (response ListStorageClasses200JSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListStorageClasses400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListStorageClasses400ApplicationProblemPlusJSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFleetVolumesRequestObject struct {
+	Params ListFleetVolumesParams
+}
+
+type ListFleetVolumesResponseObject interface {
+	VisitListFleetVolumesResponse(w http.ResponseWriter) error
+}
+
+type ListFleetVolumes200JSONResponse VolumeList
+
+func (response ListFleetVolumes200JSONResponse) VisitListFleetVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFleetVolumes400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListFleetVolumes400ApplicationProblemPlusJSONResponse) VisitListFleetVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthzRequestObject struct {
 }
 
@@ -5837,6 +7299,12 @@ type StrictServerInterface interface {
 	// UpdateEnvironment Update an environment (JSON merge patch)
 	// (PATCH /api/v1alpha1/environments/{environment_id})
 	UpdateEnvironment(ctx context.Context, request UpdateEnvironmentRequestObject) (UpdateEnvironmentResponseObject, error)
+	// ListEnvironmentStorageClasses One environment's StorageClasses
+	// (GET /api/v1alpha1/environments/{environment_id}/storage-classes)
+	ListEnvironmentStorageClasses(ctx context.Context, request ListEnvironmentStorageClassesRequestObject) (ListEnvironmentStorageClassesResponseObject, error)
+	// GetEnvironmentStorageClass One StorageClass of one environment
+	// (GET /api/v1alpha1/environments/{environment_id}/storage-classes/{storage_class})
+	GetEnvironmentStorageClass(ctx context.Context, request GetEnvironmentStorageClassRequestObject) (GetEnvironmentStorageClassResponseObject, error)
 	// ListVolumes List volumes
 	// (GET /api/v1alpha1/environments/{environment_id}/volumes)
 	ListVolumes(ctx context.Context, request ListVolumesRequestObject) (ListVolumesResponseObject, error)
@@ -5861,6 +7329,12 @@ type StrictServerInterface interface {
 	// GetOpenAPI This OpenAPI document
 	// (GET /api/v1alpha1/openapi.yaml)
 	GetOpenAPI(ctx context.Context, request GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error)
+	// ListStorageClasses StorageClasses across the fleet
+	// (GET /api/v1alpha1/storage-classes)
+	ListStorageClasses(ctx context.Context, request ListStorageClassesRequestObject) (ListStorageClassesResponseObject, error)
+	// ListFleetVolumes Volumes across the fleet
+	// (GET /api/v1alpha1/volumes)
+	ListFleetVolumes(ctx context.Context, request ListFleetVolumesRequestObject) (ListFleetVolumesResponseObject, error)
 	// GetHealthz Liveness
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
@@ -6074,6 +7548,57 @@ func (sh *strictHandler) UpdateEnvironment(ctx echo.Context, environmentId Envir
 		return err
 	} else if validResponse, ok := response.(UpdateEnvironmentResponseObject); ok {
 		return validResponse.VisitUpdateEnvironmentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListEnvironmentStorageClasses operation middleware
+func (sh *strictHandler) ListEnvironmentStorageClasses(ctx echo.Context, environmentId EnvironmentID) error {
+	var request ListEnvironmentStorageClassesRequestObject
+
+	request.EnvironmentId = environmentId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListEnvironmentStorageClasses(ctx.Request().Context(), request.(ListEnvironmentStorageClassesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListEnvironmentStorageClasses")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListEnvironmentStorageClassesResponseObject); ok {
+		return validResponse.VisitListEnvironmentStorageClassesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetEnvironmentStorageClass operation middleware
+func (sh *strictHandler) GetEnvironmentStorageClass(ctx echo.Context, environmentId EnvironmentID, storageClass string) error {
+	var request GetEnvironmentStorageClassRequestObject
+
+	request.EnvironmentId = environmentId
+	request.StorageClass = storageClass
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetEnvironmentStorageClass(ctx.Request().Context(), request.(GetEnvironmentStorageClassRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetEnvironmentStorageClass")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetEnvironmentStorageClassResponseObject); ok {
+		return validResponse.VisitGetEnvironmentStorageClassResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -6356,6 +7881,56 @@ func (sh *strictHandler) GetOpenAPI(ctx echo.Context) error {
 	return nil
 }
 
+// ListStorageClasses operation middleware
+func (sh *strictHandler) ListStorageClasses(ctx echo.Context, params ListStorageClassesParams) error {
+	var request ListStorageClassesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListStorageClasses(ctx.Request().Context(), request.(ListStorageClassesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListStorageClasses")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListStorageClassesResponseObject); ok {
+		return validResponse.VisitListStorageClassesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListFleetVolumes operation middleware
+func (sh *strictHandler) ListFleetVolumes(ctx echo.Context, params ListFleetVolumesParams) error {
+	var request ListFleetVolumesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListFleetVolumes(ctx.Request().Context(), request.(ListFleetVolumesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListFleetVolumes")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListFleetVolumesResponseObject); ok {
+		return validResponse.VisitListFleetVolumesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // GetHealthz operation middleware
 func (sh *strictHandler) GetHealthz(ctx echo.Context) error {
 	var request GetHealthzRequestObject
@@ -6407,94 +7982,125 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Hz7U9tKlv+/ckrfqRqoEcYQyL2BSk15wJf4O7zKQGZnr7OmLR3bPcjdut0twEnxv2/1Q0+3DSaPydbu",
-	"LykiS92nz/NzHtKXIOKzlDNkSgYHX4KUCDJDhcL8r8vuqeBshkz1jvUFyoKDICVqGoQBIzMMDgIs7xnS",
-	"OAgDgX9kVGAcHCiRYRjIaIozop/+k8BxcBD8v+1yz237q9zuo+SZiLB3HDw9hcEZebwkE7yin1E/GaOM",
-	"BE0V5ZoA/QtI+hlhI8YxyRIF++1DSIiYoIB7kmQogQiEhD+gwBgUh512u73ZCkJ7hD8yFPPyDDPyOEzJ",
-	"BId60aBK8owyOstmwUE7DNQ81TdTpnCCwpCpKbnmd8gWibyeIvCU/JEhMHxUdn2l7wU+BjVFSAXeU55J",
-	"0D8tI618rE4XeTxFNlHT4GCnvbtXECeVoGwSPGniBMqUM4lGlJeCjxKc6T8jzhQypf8kaZrQiGiSt1N7",
-	"x1/+Jbk5zsvklq9rdqxzoP/bEbzb2/8F3MoQoyI0kS3DOreAXr8TRSjlGY+NrJFpfv8e9JHE/xBU4QWL",
-	"tFD0/y9YMj8jbO7+a342//+0wIEwOEoyqVAcCYyRKUoSsxmJY6oJJMml4CkKRTWDxiSR2DxA91FzhyqI",
-	"yiWAMqmQxFqIBO6yEUacjenkACSKexQh8NQuD0cdICweMKRqigIIjJAIFOCUQF+JEopMQaTJGGtBoH4E",
-	"7nDegsvuWUWXB2xEJL7d20IW8RjjEIimpUZDa6CVJK0c60tQWXpIMjXlgqr5MCbKSHbMxYyo4CAYzZXm",
-	"cUWt3u7vv3nr4aoleVhd97WrhcGDlW8yt86iXP4O5990WcokRpnAobyj6VAlcniPgo7ni3arHwMSRZgq",
-	"jOFhiswYq+YpUVyARCXh6mTYOT29+Mewd37VPbrpd4dHpzdX193+lbZjR86I8wQJ00yzumG0+5HM0kT/",
-	"PFUqlQfb2ySlrVTweAuJVC33eyvis4O3e3tv6ufdbe/96pGJPo/dYmjdRs1B7O6/8T2Tu62qK3n75te9",
-	"59n5VHXyv+eHK02Qj/6FkTImyBnDSHO2x8Z8kdkf+IPh7oQofCBziOz98hAY3mtTmWLN+NQUZxKTe5St",
-	"BU3X2j20FJROJPeci1rrdRkRGcop2d1/u0jq1YfO1u7+W9iY4uNm7sKPu33QWinzC2MqpNKWX9npEHCW",
-	"qrnVJTmXCmcgOFc2RmUS44rSVGgpzz3M0lgbmqJWuIVF6Ktb5qpngVU6v6ii2uJo7I9jdzjf0qvqPxZk",
-	"og8hkSTaWqiaes9S6v9LdLcZy7zqVhVWWBF+cZLlHPRp6vHRWR8nVCpB7MG/NNRrhlKSCXrPkAp+T2MU",
-	"joGLx1da4bwn8xFyhUpRNnk+XNUpLKjI+VgX5PHRGeS3gL7lEBx6khogScUFmeCWM8WtLzR+ajW8rc+P",
-	"CMM1K1y3Xo78GnDA3QhqSiVUYKOOZAQ0eY6GgkyfM/XxrIJTFwVHEg0DY8MVmZLIXqUKZ9KvkPYCEYLM",
-	"jR0WPuw5LNTwdtaG17fbOJo9t1NVSQzusnJ87rEKn47zR5qwzcORmMo0IfNl9hkGS9Q+ISNcBbqWM78U",
-	"bSE1v+HpVKQWVSt6JbeLsBosUdwlB9b2mq3DzSv7wFMYvMpTf+bsBY7P+DSXfNVEUpdgwffiiG6DKjND",
-	"n1lUFMlqYU35C7bU1bp+5E+rrfO4oqhrAPGOTlNsHnfPk2yGEh6mXCJo9qBUkCC5RwMPND7TdqEBG/OA",
-	"BJNqDGcu11gl3kpWYlTCuKZhlBApXwSwLKUv2uqjudVu9Yx/67E0U+uyD0QltLWg+0gilcyBM9S45bbM",
-	"IG5N+nFbCZy3Lbie4oAValILGgYZM3SMTzDSmLlcDkyq+ahMuJG+9MTvnJtpmBIEyjuAOC2AGZmD0lm/",
-	"AjUVPJtMywg3pUwZlLiGp69niitd/WJu+T/Sc5eyWuR7jyWUYVWc/+ycnWr1wQjSJJtQJkPQyKvgugxh",
-	"TBME7aVkqC8/Ui0wFgOdpSgkZ0YHDWgUOM7B72tSupKuoVOzxSMcOf1TXOPsMpurnGlKJEidbJDE0Mk4",
-	"RJkQyNSWW7ZBoMfafeR98+DXQHOu8FXa5ZiL3Du21ox3y+PPKld0SqUHblUDcA1ovVC9fYbZKKAtcqMz",
-	"khpIcivdhEhVFNVWx9Qatc8Er0uioulygXox729H8MubX9/C/7+6OIcZiomxjWgKPE9vteaQUaJTR0xi",
-	"k0g23f3BgFUNOYTKJiFYRQvByjcELcyw1ItwwBadbFh48RDiaBYazc+pwS3OknnVRjZ0Yjdgixa3CVxU",
-	"k8EQHqY0moLgOuNppoot6AwYy5IEBJoyCrGH1uZJlcxpOqxurQmrZpsRYYwrGKFdqQV9JLEl2DFwg8ah",
-	"cUAhlOglBAteQqhgl3DAKthl0+yVsTvGH1i+WMVPmewW9tptzVuNMGy+j0lsA9sq1bnKE8C8LnHZPT/u",
-	"nZ8EYdDvdo7/GYTBcfek3znuHgdhcHPe73aOPnT+dto1/+vcXH+46Pf+s3vsLVos4tAFo4yj2VA00ttn",
-	"olQtG3buVjBUaMoIcpkr0bY3TAUfrYuBzYMCSTxf88FViXmReK+B4xfh3jDimc0smy2AAuUtvaNZvDAb",
-	"lEQ3FvB5oL8XjP9AmVq3KPBqwFuLPc8VAf6t6PiU3iND6VH7Mo/L7Y7feUzII6PMHw0qXZSX9jqaArE/",
-	"eLXVOBN/BS5PdKy/3Ii50kjbRBXt6jZdQ8nuTSWQEc9UWAAegfoiZ9haUihUhPlQRnVrvU9tGx4ZoBQD",
-	"Z/6iX8H9RbNRVCW4AgSVEuudf+yc9o6Hnf7JzVn3/DoIg/OL6+FvFzfn2ld2To0DHXb/o3d1fRWEwWW3",
-	"f9a7uupdnA+Pu+c951C1C+2eX/eOOtfmSu/8uts/75zaHz92eqfO2/7W6Z12j4eX/e7Rxflx77p3cf68",
-	"xrjCoz1U+IwCGaD8AUliSxdLq4x1Sfxjaiuv1boZlZCxqVlp7pXAS8sj2w43btvFVgszF4zbOAiDgghv",
-	"eGoK1PkK771Zmvv+RvFdw4FYgqQswlrHQCoiVK2CXnXOSwOVX4CuuFLUOfLnC8J8ItUAhPr9TzTF6O7l",
-	"KLhY6Ug/5wPCi1IwETMIA8Zd9Hyxfwtz8lYeypKyvp6atWFMaILxIRCLz4074ndeXfUXrVMu1URowDqj",
-	"EwtGpMacjNjkvtTs/E7f2vzO1/NosMWV0moRosqQYj6hZlDVEmNKlEKhyf6v38nW5/bWu08b7o+tT1/a",
-	"4dudp/z65l//5CP0ytrGGSqSdz/XiPWvSDmb6XLqymxahJcfjw7hDufay8QodKLQSgXXHNl2wNj0YqrG",
-	"V89dPWmrzWNMegIbne7l1s7u7mYId5jaPgADA/CNpA9BQ31NCjV7fD1/a6BGuIGCPHV7HtU8+4RDNf6z",
-	"62A64hmL4VL7FamQKYttWqZWu3Jtn7L69NRp0FWK0ZraE5GURFR5WuIlAoU/MsIUVXObDBEYUUbEXFtk",
-	"jBGdkQRkNh7TxxAmJs/SOS5h8BkFr5vrTvuENgo/e15wX1rCKtfZNJxqU266Gjb78naDtCFFUVS2DsHk",
-	"mLdlGnSr46+WWgjcDHgYU9F2QSeMC2sWdRaXDz93nibo9wJfbX00wuHLI6ynlVosEJYaUOG7T8es0nrC",
-	"3Wu6XY35sTXaS2ujmzfj3Whn9A639skv8dZetINb78ZtsrU7+jV+i3vRL2Rnx4t9nDG9QAGN3b24g2QZ",
-	"WTaP7FPDVRntK/pLK9pIC8N75qgVBNSgaN3Wjz3gkXnmbzz2+JauHY7Kkww5JSna2Sq7kzYizvBiHBz8",
-	"/hJm2r36drngKVxDap8aBOeLeB25M52t3D9szQgjExR/lvWzLDqBtbWpabT64nJmW4DSKI/aOAs0tmNn",
-	"Nze9Y9gw05ERkbh5CAMH5weB9WplYC+t64Xm8/VR2h7EX172lIKXROGX427nzxbwdoPx+bLLed8cYfyN",
-	"JmgHfoIw+FvCoztv1lNzA9UiYf/iY09nsq5SeHPu/rJJqikannav7TXz55IKod3gxhjrV6CCUhV22y8J",
-	"3w3+FUstMvDJVCF8E2IXrMz11JQoO2ZpYrODUEVLeKOCUy4/HslN4AxmhM0hst06OWBjLuD46KwF11Mq",
-	"IeZRlmfSJmnhTAkSqQPX0BT3KPRvE2QoiMIYxoLPgKrWgHWF4MLG+2bxx4zQFou7vmdCI2TSsN+N9nZS",
-	"Ek1xa7fVrlREgsYcTiULPQjud0iSTsmOyWlSZCSl2i5b7dYb59ONzLZJSrfze7ebDZkJGrOyA42Us14c",
-	"HATa2LrVG8PaKPgS11vesl0d2F7mdSu3l4PT+uZmFjKbkS2J+nbTT8b5ezMICymhQh4CSRKYZVLBjKho",
-	"WndSiqJ4r0N/KKnC9y4z801Wm2xpaLvWXCybrt5rv3vrUewv3iWLeQvvUp7K6bKF8jLxy2awFwvYT58a",
-	"49+77faK0e/1Rr6bLUDP6Le2Wu2kdSSv6l8IXMRmJH80N0ndUxjsWdJ8OxZHqIyZh4HMZjMi5k5ra+vr",
-	"aEImcrGzp+Ei98XyjySh2i1aB0BZminTtx65K851wMZJ9xq2nSmG+ic2YFeYjK8y48Ns8byP9xQfpOnF",
-	"4j2KufZTMyr1Q7WyFUOM5aadD9cW73arVvdMhkWVrLW/7KBlC/qo02jKJkDYgFHze0SS2qAHECYfUEjY",
-	"bbftasar6d3i6k7WP9X9gUVA1bbsgkNYxES12mRcpvfL3m34Vq+LfLKroFQ5xvzWem6nbp7qEc01+n+E",
-	"nflsrMNgmdwTUwkEfKRSyUOgyoI6lQmGMWQsmhI2QWt+u+2dH0VxPgGKrzF8ff+79e7f2V/v/t3d1zqi",
-	"YraVsKoVLHdHT+GKKL39pZ6XPVm3laDyVJX6pjstYWOv/W4THqY0wQVXMiWyGA2B2zEXEb7X2nurHdUE",
-	"lRyw5iNmZEflj4HAiItYHhpgBZTVfKPGQGZef8AslbHPpRybn1a6FJ+TMNTWQmExZewA60JddzH47fkG",
-	"aCylr9PEve+ouTXNsmS+WK9CP7w7QVVn/L/LaTXCxA/gfo2bJ6jWYOV6CLj+sqRWwjQfGFoyFPSSeaAW",
-	"dIDhQ31Ik4sBqw1puoEb2Zy4OTTPVgEEF5VJygHTpmvQTuxeXbEjcGqqoYUNE7IcmzN3mqaO9iMsS5Lb",
-	"AVs5y+NzBDYPberjd43fdnRL60J1OcP/LcP/v3z10j8TNNBWZktz8Q+2tp86SlvFazgA2GjO5m1+q7C9",
-	"XSlEObfcbGuL+7yoUMkOTA3RxNsiDEckmmL+kpmLu/lLcgQinRG7rp37sbVgdjpZ+ugI+nHZ/fdMRCt1",
-	"wmdyUCeIr08/17eH/fabr0pv7wuR5TpZ1CG/RYjyJsXXD7xexZYHcHx09me5tOwNElks4favNH4/yNrt",
-	"N1GW0dj8hbcDZt4q+DIwtetBcACV+vbT7aFbuwY/J/pfuyiBkXkBuvKQaz8yuO3FOEu5QhbNt/6O81uY",
-	"IokNEDej3DoNrVjWgOWlPJfvx+ZGgTOcjXSqrOzbjiaBJ+a9Eqlgdw+mmzoQC5N1D1i+u/b39yQxpGqq",
-	"vAm3ycJ0OLVyW55tuzL0CxJtB8r14Szr8gkuoPGmyfc0Vpi5Q15+PDIxf2Uavo7F2W80LCYiNvpZuGB5",
-	"TyVM6L19EcdsbaVT7t0Q37LS2e7+fhjMKCteVF6spH2nIsBCB+sHR/q8N+HJ/506mm4ZAyQioShc2wyW",
-	"qOg3T/mX02d5Fh8WOmjLEf8LQchXBQHLxuKdJ28ceB0syaf9lqGTjvNmHnhi4EgM9xQfclDSLB64gsAD",
-	"0fBFu9MqOIHbYmbwtkwvGrONjCsww52Htjzx4fr60o3xu4YNg6uT4Ydu5/T6w/Dm3P7xz+HRxXEXNrQP",
-	"5gL22282Tbl2wEY8nuedHkn8nvgEc4z0IR+F/G6m3ZgF9ZiQ/eVHwpQfdLCbXPqw8bBKjO+1+Nz3YjDK",
-	"hGlE/v6pah92E6uFVC68Qm4iJKQ8SSRQtfldYNQrze+LmxZ7psBnK0BFKG/BXnuvtJkcCsjizRWNXFwB",
-	"eMIZWgYo7UU0B4BIkJlpVmy2ltToCiDywioa5Syfw4WNyvZ2bPCBzDd/dqSdV9lWOdnlpbVl/PoRKKCE",
-	"gz87j03tbTWDv8oMQ+/nyQobe3WrqYJ5l9f0dHKTzzfoBGdgRyQGwdNty6QDMyTM9fgeU8JMQ/DBfMKJ",
-	"KlrgpAEr6u0pF0pCdQQEMqZoYtYQaD5/pqk1zmF5ma2im98LHLu5km9XXWss+5Pg7W4ht0Jm/4dl13MB",
-	"hoXxt8SyB+Unjb5PKaRvah3NaYBmN732PSRTUFCZYEt6+voiwwcHZReD8EdzpJ+yXwNkrFyfwnDlEG7t",
-	"KW5hypNY5s4pS354a+fS9CYatV3GH9Yo5rqRqtaczJKlk1InqC5SZJ3L3npiyRctxeL5ZOMi891e8KYc",
-	"Vls1m7YaK5uht3zFfL0Kg4qT5uyxKP3zsymiKXgVredUcI0vNXWmXsgmJndrwbn9qBvPoilKiDFFFiOL",
-	"KHqs4ATVB7f7d1T/4t3RJeyvHIUk9B5X87dYbQVLDTRezlHLSWRufKjg0dy9UZUSKVEewKV73QkEkmhK",
-	"RgmGYA81YJVXpdynLEI471xf5e/DY9zSebF9beGBSgytY9Ir2W1MB0Iu6d+doOrbQ3xHwZRv1XkHSXR6",
-	"obg1g9a3zl9X7t3Jq8I6t1oQj33hbbWWlMsvU5Pii3k2lGUiCQ6CbROl3ANNtck1LzRvpJjVi2865FOt",
-	"QJXEZNwqwXFl18V6rn3314wVmRpjPkQLGySeUbbZgqPGVwDLj0eYAdq5/W6p+zYgUVqlKrWhYiAphIRP",
-	"Jmhm0zGacoyBMkAzX2v1b/FTwz6CXYfCFQCanYqCDaGRHLI45ZQp85JPZeGDAfuSZqOERsNMJE+vyOtb",
-	"0HH4ZsDsS9f2TTqqpH3tzZWgiiJ+7Yw5EHr69PTfAQAA//8=",
+	"7H0Lb9s4uuhfIXQX2AQrO26admYSDBbexG19N02CJO3cveMeh5Y+29xIpIakkniK/PcDPiRRMuVHmnTm",
+	"YA9QFI4tvr73k/oaRCzNGAUqRXD4NcgwxylI4PqvAb0jnNEUqByeqC8IDQ6DDMt5EAYUpxAcBlA9MyZx",
+	"EAYcfssJhzg4lDyHMBDRHFKsRv+FwzQ4DP7PXrXmnvlV7F2CYDmPYHgSPD6GwUf8cIFncEV+BzUyBhFx",
+	"kknC1AbUL0iQ3wHtxDDFeSLRm94RSjCfAUd3OMlBIMwBJeweOMRIMvSq1+vtdoPQHOG3HPiiOkOKH8YZ",
+	"nsFYTRq4W04JJWmeBoe9MJCLTD1MqIQZcL1NtZNrdgt0eZPXc0Asw7/lgCg8SDO/VM8iNkVyDijjcEdY",
+	"LpD6qW1r1bD6vvDDKdCZnAeHr3r7B+XmhOSEzoJHtTkOImNUgEblBWeTBFL1MWJUApXqI86yhERYbXkv",
+	"M0/87d+C6eNshrdiXr1iHQKX747RTwdvfkB2ZhSDxCQRXQ06O4Gavx9FIMRHFmtcA1Xw/jW4BBz/womE",
+	"cxoppKi/z2my+Ijpwv6pf9Z/f1mCQBgcXw1POLkD/g5Hhrrr+/tljqVGRJRgIf4qUDkAscm/IZIohijB",
+	"HMQRwhMBVKL7OVA7JBcSOJpjgSijGn0ZZxlwSQzAsZQ4mo8rbvha7HDCWAKYqi1OxXjGWZ6NM5aQaOE8",
+	"VB0jY/GY0CkbMzpOWW4QtzyVkIwrWolwhiMiF/6n7liSpzBOyBSiRZTAOGWx2S+RkArvBuwXmHO80Kiz",
+	"XxggaUjjDE9IQuTi/A44JwaROI6JAjVOLhzITHEioEkqV3mWMS4hRno/RwijW0JjlMBUIpZLNMVJIpCc",
+	"c5bP5oqfFRJigyyJJ4kPAZqqPAdcRc7/zCfAKUgQDlE+horfhmb8QRMgJVC3W+mzHrQ8//7TAC62hLgl",
+	"fiKQI8D/KgwvgEDCYCRUJM9Bg3uSk0R2CDUAR2w6oveQJJ1byu6pYvI7IgijwAUiAgmSKI5hHN1zRmdd",
+	"dMEhghhoBIcu1430aEwpk1oOCbRjSbkzwxLu8aIbR2k340wdfs9gtaNhHY5ot9vdM+A3X+2Gam41HwIq",
+	"+QLp3U8Zr5ZESrLaxxiFEVW/EincE9ifl4gMDSnCKAU+A5RhGc1DhBHNk2REzXIcUnYHAhHZHdElknRh",
+	"1I6v1XTj4TUfhZTiwODzRVdbTaFXWq/b46/gz822YWY7U8rRw3nbz/HoGiy/1jfVmP/LBsfUkzpKrKLr",
+	"IHRNpSAMDGEFYZBTzUF+HeZI86bITAtDwtFfVwbtxTCryDwKzJJ1lk8SIubQpsUEzNLCNtxIrBUrX5mB",
+	"y/ojDCSTOPFrGvXLeLKQZvEp4ymWxuR6exB4LTAXeWbi+jRhdYQ2/LnbXaJSV53CA06zRE2wf00CD7ZS",
+	"/KCsxbElG2GtV885M5awmQerZywGJCCBSDJe4NeeABGKEjyBpFM+IBZU4ocjBGkmFwa5Co9K/s7IHVCF",
+	"0GrXxbLd21LLdQnb+51R+BmwkB28fKglENudhxVkVsH1usB1HarflQS8+zP22zFXGkkSnGyrPwcPynIm",
+	"EkXVFIhQIQHHCm8YKSBHjE7J7BAJ4HdKq7DMTI+O+wjTeESByDlwhNEEMFdqxjgI6psoIQrpkdrGVBnp",
+	"oIagW1h00cXgo+PnjOgEC3h70AEasRjiEGG1l9oefOrImXqMczlnnMjFOMYS10CvoBiErsvx9s2b1289",
+	"9G+2PHbnfepsYXBvbP9kYRzJavpbWDzrtIQKiHIOY3FLsrFMxPgOOJl6uFMNQ0pFZMpULWWpginW7AhS",
+	"oKv34/7p6fkv4+HZ1eD40+VgfHz66ep6cHnVrejXNdw1bdTly1zKTBzu7eGMKMsn7ij27NrfuxFLD98e",
+	"HLyun3e/d/CjByfqPGaJMbXKyR305rVvTOHSum7m29c/HqwHZ4Mf7eG8LMgohUhBdkinbBnYH9i9hq61",
+	"AlFknhdHiIK2yJTmc5hPziEVkNyB8PgCuZyPzQ4q3Vx41ctU61XFER6LOd5/89ajiz/0O/tv3qKdOTzs",
+	"FlL7ZHCJtAAqvpgSLqTifGelmugWCyEhRZwxaeIXuYC461M0zrnHeRYrRpPEILfkCPVtR3/rmWAVzS+T",
+	"qOI4EvtjHLew6KhZ1YclnKhDCMCJ4hYi596zVPS/Ce2uVk92LhdZoYP88iTtEPRR6snxx0uYESG5seSW",
+	"1FkKQuCZX9drmz8GbgG4fHypCM57Mt9GrkBKQmfr1ZXH84gdONYReXL8ERWPaP/oCNnImlDOdsMh63wl",
+	"8WO3IW19coRrqBnk2vmKqGAjVGQfXPJIlSbDSG3P7qHcpk+Y+mDmxDA9PkiSsHuINVREhqPtQiHGBjLm",
+	"/5i5jvh2LpXQU5XicO0EdcFpxMH2IiCO0nUrufSmw3uGJNYNc0B+UgxpRgc9wI2JyBK8aGP1MGjhIG0T",
+	"r/Rw2/BYUUlJAH4exorEXQXtkKjYKzV00MIDLQdWrJ9vA80rM+AxDJ4k9JWhv16GavFoY/w1lNQxWMK9",
+	"PKJdwAVm6OMwh5AMFbbwUY0nSmjVqb0OiS+r+f/Eod8tTP1+liXEZBGMYyfQ/ZwJQApqICRKAN+BsK6a",
+	"ZhdlEtKVIcl1WK+HH2vRnI1MOCdysU0kco0EHdIsl9uCD3FHeXbR4AFHMlkg5aeyKbqpfJQb7eDcOKr5",
+	"pouu5zCiJfXU1JK2vSlYwCuXGGLH5UE60fEgtUITPgfIL/6bjp7kGFVPIGypAKV4gSTmM5BlYLrUoXNC",
+	"pbZD/xhdUndrV86w7Aj/j9QNFdqXUTikCaHgUsa/+h9PFSVChLIknxEqQqTMxBKBIkRTkugg71yE6usH",
+	"onBPY0TSDLhgVJOztnA5TAtL/Sn+Z7WvsaXY5SMcW1KWTDkFlevpnGmOBRLKM8KJ3idlKMo5Byo7dtrG",
+	"Bj2Cw7e9Z1evDdPTZnArFp8yXgja7pYatV3DrZJqp0R4bENXxW8c/nStTQ+PNzLBy9DomzAtM9hNsJBl",
+	"dni11q7tdo0evMAymrcj1GugvztGP7z+8S36v1fnZ24CBLHCF1eUoxNDUwJJrL3epuY4HFGXkUPkLBKa",
+	"2KYIkcFviBQyw4ouwhFdltdhqRBCFEdpiHxSNNT8UOwROowmC5dzdpRvOqLLfLiLGHf92RDdz0k0R5wp",
+	"p63p7XZRf0RpniSIg44EYQMKxbREimKnR+7SamOuwxzphAGagJmpiy4Bx2bDFqw7JA61WApRZR6FyFhH",
+	"IXKMo3BEHeNoV69lcw3FZI700g46Ouj1FMSVCWNCFpDERnOuIqirwoctQisXg7OT4dn7IAwuB/2TfwVh",
+	"cDJ4f9k/GZwEYfDp7HLQP/7Q/8fpQP/V/3T94fxy+P8HJ964y7L9u8SqcZSOecNDX6O7ag69FcImJD6+",
+	"Ay7aBIziyHHG2WRb21sP5IDjxZYDV8UWytjBFv7Dsj05jhpVBWVwvTQjW59oxl/0AtWmGxN8WUdGJnlV",
+	"pSxbJXJbNIVNdAgoLoHsFa/3c6XbKZNzRehEIMMUeMJy6ZZ3OPnwBWj1uRnOhMQJrCnTqA65kWJxYXOi",
+	"62i8pRktKsHEvMy2lvfgQ8u7BKCGkGdSkJucoyh+8lF8nqaYL7ZZ5coOaYLH+rTFjOF6FeotDnlqxVJY",
+	"f/yCxV7pV635gVC5bdjvyQ5nzWBbF+b7Q73TU3IHFHz0WYVXCgSxWw+MPSIs9+PfqaHbtNKtiRDzg5e0",
+	"ta71x9iLQIMxJ3ZiJpWnq00xZQns2nJCszYRRpCFpZfAdULY5vd9qQCJqc80d5dW69SWYZH2LmLEaLdF",
+	"BlroL2sVSWQCKzyHCmPDs8/90+HJuH/5/tPHwdl1EAZn59fjd+efzpQp0T/V9sV48P+GV9dXQRhcDC4/",
+	"Dq+uhudn45PB2dDaG8rCGJxdD4/71/qb4dn14PKsf2p+/Nwfnlpj5F1/eDo4GV9cDo7Pz06G18Pzs/UU",
+	"Y1ML5lDhGgLS3uUHwImJKLbmEZrVWia34kbGiUA5neuZFl4MbBq1tAVUYs9MthqZBWLswrp8pfjsk19N",
+	"hFpZ4X02z/xa+0pZy7FAgtAIajlBITGXtRyZa7u02nF+BNqYZxlnLMaXG/OhVAlx4pc/0Ryi2801YznT",
+	"sRrn04rLWNAGZRAGlFnjcmP5FhbbW3kos5Xt6VTPjaaYJBDXa4/YrZdW/WmpjAk548qBS8mM2/JAxhHF",
+	"JrhWUXbxpG9uduszxfzWQE1DuAApq9NrDOVG/jMsJXC17f/6FXd+73V++rJjP3S+fO2Fb189Ft/v/v0v",
+	"vo16bKO1VXMt9i3QwtWrBSGfUvrapELthBclTvCQYdrgMsfadbxxUZYBblOkV0xSlGBtUnqmxwgytgV2",
+	"60bVq8Qfw03cDCLGZT7Td+5W+3WNf/JLWZ6HJUb3WJgQkACgRTAP7eivojmmM1DMwMHGAaxbk5A7OKoi",
+	"hIWoTJio+TYhYkqaap9gd3PXpt4gsnFEcNmwKIoWqwl1BEJ5YAIiDrKTMHZrCwsE2jFfhijDQtwzHoem",
+	"Vip0wie7XV+cwim69W6NQ5Rgkq4qwV+dw0taTKeiR6CM6aB7LKM5xIiy+yOT6lb/pMWycUIV5v2FQpbl",
+	"JoTGhM5K47k0ldIUYmL8718wke8Yf0e4kMeMijytFeF4DfFnFif1+vamENksFenpLapnGguPts5WYSHN",
+	"XdTXmNYPzFbZtkQkNT7wiTmfEnHFuz/k/Izh4adHGpY9/3WBhk3iCT6PfEvl9okSRqt4s2vMIjF/CVW3",
+	"reYx1a5VNmzsEvCKKNumjymCjPEkqfE93AFf6C4NxRAsheIzZeaTj++bnQibpyk1y216MCs0xg6DlE83",
+	"0qwuNquek0JLGMpAZWbI9AmZIjkb0t4pm4VsvV2u6EXstjgH396zs3HwzRy5HXSr6GUFDBtYrNFHuHUn",
+	"g2XQjyBxUVy7RaDpCUnCZoIzszUWCnUXn4+PjN7PaQwcuR1ANmlhBL5X47fUuJnMk04ooZ3+4KLzan9/",
+	"N0S3kJkyM7cL6Qgpla22QvQa327c1yJq3EYGi2Tb+pDa2hEWwf6zK3NkwnIaowvl1AoJVBpi7mrltnJu",
+	"n6e0goKuMoi2pJ6otculktTotxxTSeTCJKowmhCK+UKJhBgikuIEiXw6JQ8hmukcmNISmKLfgbO6r/iq",
+	"9540UvUH3sRLxQkbxJpLxnFrPuerY7a+TKsO86IMeFmLcIR0/u+mSlHdKLtRYS1ETPcPaFZRfEFmlHHD",
+	"FnUQV4M3V44m4uyNuiruIxGMNw/veCp1ywkcTevA3Udjhmg9sZanVEBu4ujF31QQWIbWXk/3o1eTn6Dz",
+	"Bv8Qdw6iV9D5adrDnf3Jj/FbOIh+wK9eeY04y0wbEKDmu42rCg0gq4JCM2q8Ktv4hJrDFaWFy9kptX8n",
+	"/NbY0bZ1f+aAx3rMP1jskS0D03tTRLjFHGdgWnfMSoqJGIXzaXD46ybANGtdmumCx3ALrH1pbLiYxCvI",
+	"Let0CvnQSTHFM52trJ3F0823LTU1mVZ92Q5sEx1reCxGzyISm66mT5+GJ2hHX8wQYQG7R2hkY8mjwEi1",
+	"SrFX3LUh+3y7ljYH2dg7a9HC21qUa63JYtp22Ddzke9IAqafJAiDfyQsuvX6ATUx4BZwXJ5/Hl4Nz89s",
+	"FcenM/vJZEh0Qcfp4Np8pz+2VG+YBT5pZv0Gq8Bpvextor4b8FvRq/ioU2C+BqRzWkXP5BxL08WndbM1",
+	"ocp64B3HTrn4fCx2lYueYroogkDCtJmfHH/sous5EShmUV6kcbSjw6jkOJKHtpqVKzeXCDQDChxLiNGU",
+	"s9T0lQ84Z9zo+2bmUd/eUU5ui14TEgEVGvz2VpF+hqM5dPa7PScdFzTaPJwUyGFw9won2Ry/0kHMDCjO",
+	"iOLLbq/72sp0jbM9nJG94tm9ZoXADDRbmX45wugwDg4DxWyu91cPrrSJ3uqRPfeumDap6zxe3dmiHm56",
+	"IWmKOwLU47qYGBY/6z5LlGHCxRHCSYLSXEiUYhnNG+21BPjPSvWHgkjTUdtyqYv2lsZFF2/bxS4HvZ/e",
+	"egj7q3fKMjLmncqTtm+bqCjh2ez6l+XioscvjZtn9nu9FbfObHfbTLNo03PrjOJaJaSVJnfpL0SMx/o2",
+	"oMlCO3WPYXBgtuZbsTyCc8ONU36iqbY2v9ImeCaWazH1FS4+Xf4ZJ0SJRSMACM1yqSuNJ/abIn68835w",
+	"jfYsK5qbKUb0CpLpVa5lmIlhXcIdgXuhq2d1SEjJqZQINaiWCKAAsdg17ceK4+1qbmpZe1hEilppounj",
+	"66JLUG40oTOE6YgS/XuEk1qVP8JU3AMXaL/XM7NpqaZWi92VjHyqywNjAQ1qdyU0BMKyTVRLjMeVe992",
+	"rdJz3VT1xcwCQhY25nPTuWm5eKxrNFua/T34zMdjfYra8J7oNDSCByKkOEJEGqNO5pxCjHJq8laG/fZ7",
+	"r77XjosGQ3gK46vnf9ru+Vdvtnt+f/+pgqhsndRX3rhM0yKOHsMVWnrva90vezRiKwHpiSpd6sphgXYO",
+	"ej/t2uxjU5TMsSiL+dHNlPEIflbUe6ME1QykGNHmEN1kIYthOr/JY3GkDStE6vdvKRtIt4OPqNll7BMp",
+	"J/qnlSLFJyT0bmuqsEz6WoN1qahgWfkd+FoezE6fRokHL0i5Ncoy29yYrkK/efceZB3wf5TQaqiJ7wD9",
+	"GjTfg9wClNtZwPV7GhURZkWLR0sbxyYdHF3URxTu6x16jI9orUPPNkOIZjfEkR7rGhCMO210I6pYV1s7",
+	"sb0ZwTQtmZpsoyZEVcagn9QVRUqO0DxJbkZ0ZZ+FTxAYP7RJjy+qv02zjaIFdzoN/46G/9++eeo/k2mg",
+	"uMyE5uLvzG1/ai1tCK8hANBOs5tq97nU9l7hyzvZ/02870YLxveho8aiHqoaaIfGXN9ns7vOgUPl0inR",
+	"0v1GGa18x/p1iEvwKLAzTQDkM4jqb0Pr3tdaovCxFc11LVyr7nhBHPuaPR7bq8GeA33ukopUWB2lz4/B",
+	"0Hsrcj1/u8rVXNMrsTWFOBFoSwnNYmp+V0QTnbCATh5oQ7u0vyMczaG6Y1Ab3MXlSxhFOEmKdL39sbuk",
+	"b5V0+Ww39P3Cei8ZgXISBGuCTxYR3x532l4Rvum9/qa41l2JsoJZygTEc9im3mjY9T2rp6/EITo5/vhX",
+	"0ZrvQgJoLNDN30n88yjv9V5HeU5i/QluRlTfJfF1pJNWo+AQOYmtx5sjO3fN75yp/82kGE30xXrOIFt3",
+	"QNHNMIY0YxJotOj8ExY3aA441h647ronMdpxOGtEixi+DfTF+kEOKaQT4ObLW1joyB3Wt4kIifYP0HxX",
+	"WeBch9tGtFhdCZI7rO/WVSfzR9p0+EXZ0QZv7WE2m3/aIMJmvXF1OAO6om8IkXhXB3qUk5DaQ158PrYa",
+	"eUX8bRuOM/fCL0cgjFgtrr5U23PvvtRLG+xUazfQF7RK4zdhkBJaXoDnkc0v4z0spa6/s4lfJCU9gT9L",
+	"jjpNThFgnhDgNl+OWkj02WN97fszMIuPSho0ccj/QO/jm5SAAWN5041XDzzNLCl6zNqsk76VZh7zRJsj",
+	"MbojcO/xAYzwNZHAe6zMl+rSb2OcoJuyU+2miis0Ouook0i3FB6ZuOSH6+sLe7eCzdRSdPV+/GHQP73+",
+	"MP50Zj78a3x8fjJAO0oGM47e9F6be8hHdMLiRZHiFdgvid9DYSN9KBrwXoy1Gx2IHhYyv3xPM+U7HexT",
+	"gX20c78KjT8r9Nl3VECUc12B8OsXlz/MIoYKiVi6mlBrSJSxJBGIyN0XMaOeyH5fbZnomsi+Cf2WqryL",
+	"DnoHFc8UpoAoa6+V5WIzPzPlcWkASCVFFAQQFkjkOku5220JzpeGyIbhc8Jo0f2JdpzlTb3wPV7s/tkt",
+	"7SK8vkrItsfU2+D1PayAyhz8s8NYB91XA/gFnP+Sx56cY3Zs3vZgvnJuisIm5eCMTG3UKHi86Wp3IAVM",
+	"bXK/aGXSPYWEEklKO2lEy0RbxrgUyK39QjmVJNFzcNCvXFK71cKhPb7u0OZLGce2oOz5wuqNaf8k9vag",
+	"xFuJs/+1ZbcTARqE8XPasofVVdkvEwq51LGOZhlQs4ymds+2DijInNOWYh71JYV7a8ouK+HP+kh/ykQt",
+	"wlNpE5QaKkfoxpziBs1ZEotCOOXJd8/pXuikZCOpQ9n9FlkcW0vZXeA0WRW9P8+A9i+G26GlmLRCi+c1",
+	"ccvAt2uh11WV6qqi1NW2sq52LWYs5nMAVJ7UC572NNZy4NW8gSkDXnvPE6Gm40tHYcOKG+wVPbpM8A74",
+	"YkRdJOp6Xzad6pdZSbRD6jjWk5kb9TCyZ9UvxJJzSLvoHUl0QzvFnNu3GBTL6UbVI/16D7VHvR3KTDkp",
+	"obMRNQ8qKBf9jF3U1+2OaKqnNc+CMF1Bxf1kxg6XbETtm7v0qnrYzlJ7snKF9YAbG863U+520QWeFcn5",
+	"ycIBpE/bnxKxnDD8w2p3B7USQHGk7Bmwb/grp9BRAXtLqqnezRJdOW+sM1+osp49qlhpw0tdqmJB9y1v",
+	"r3o9X2vtIrF1R2nw4oW+9eb4zRNSLdO5V41taub6+7DbVnAvDdvOkF49b61tdklUOhfG+IfXrhVYMfzL",
+	"d0q0bpKbqvhafGshdF0AIBxxJoxONgnW5YTrkpBfl7J8txwMrNcGmnyLDdPpWxGKCyF2y/TbiE4WqC7i",
+	"gSISd5FtXymbOfSbY4mQ+m6zxL6bBYtbpe4Yt5kYa4P8bAfftMlHfZvC90+B/qdKx6p7cAvxUHRBtk9a",
+	"T+Zvkbz/M2Wiv5XTPxf8sRmLm2jr72tD/TpxWdYOZ5zpmx6IzfvSmY7Bd9GZeekTy7XtE0MGNAYaEfB4",
+	"M+9BfrCrvyACypsnW8xo5yg4IXew2k4uZ1thGusQZztEDSSB2v6PEkYLex9bpkX0Ibqwl6UhDjiaK8UX",
+	"InOoEXUuWrMXToXorH99VVw2DXEXvem9Nn3n90SANanVTGYZXUkiWgow34O8NId4QcRUd/J5OwFwvNAv",
+	"NVIKovvceYiVa/eL7D6jsIwec13eaiqppm8jk/KNWkbD5DwJDoM9HW2wA5pkU1BeqK8U0LOXF6YXbYmI",
+	"SAHJtFsJRWfVZW1jbg7VfSELY2+YLki0g+OU0N0uOm68Jay6mV13QC7Mew3tu8OwVCTl5PjKjpIQJWw2",
+	"A91cDNGcQawcPtANkob+lvWUb8O20sQmcpoVJyUYQltPFmeMUKl9TWfiwxH9ql+oGo1znjw+IT+jXD3z",
+	"cUTNla3mKhQijbVWpBLLYozaGQs7avl42gpBVYMYywSKsZhPGC4qvrIER6BP0Sh6LF1mwke0dCWLt2EU",
+	"AWhzx35Z82R1hBFEbh0wup7DwviXorUSjdBOCinjC0RoDA82vKVNvdASwGShNpMkug+tqk7DFOW0FGs1",
+	"e0953s3b1kZUX7SXYq6suxt9Qc9NDaZGoz1+efzvAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -143,6 +144,9 @@ func registration(id string, in EnvironmentInput) environments.Registration {
 			VolumeMode:   string(deref(d.VolumeMode)),
 		}
 	}
+	if o := in.CapabilityOverrides; o != nil {
+		sameJSON(*o, &reg.Spec.CapabilityOverrides)
+	}
 	if d := in.Dcm; d != nil {
 		if d.Register != nil {
 			reg.Spec.DCM.Register = *d.Register
@@ -183,7 +187,8 @@ func toEnvironment(e environments.Environment) Environment {
 			AccessMode:   (*AccessMode)(optional(e.Spec.Defaults.AccessMode)),
 			VolumeMode:   (*VolumeMode)(optional(e.Spec.Defaults.VolumeMode)),
 		},
-		Dcm: DCMSettings{Register: &e.Spec.DCM.Register, ProviderName: &e.Spec.DCM.ProviderName},
+		Dcm:                 DCMSettings{Register: &e.Spec.DCM.Register, ProviderName: &e.Spec.DCM.ProviderName},
+		CapabilityOverrides: sameJSON(e.Spec.CapabilityOverrides, &CapabilityOverrides{}),
 		Connection: ConnectionInfo{
 			Server:                c.Server,
 			TlsServerName:         optional(c.TLSServerName),
@@ -209,6 +214,19 @@ func toEnvironment(e environments.Environment) Environment {
 		out.Status.DcmRegistration = &DCMRegistration{State: optional(r.State), ProviderId: optional(r.ProviderID), Message: optional(r.Message)}
 	}
 	return out
+}
+
+// sameJSON copies src into dst, types whose JSON forms are the same (the
+// contract's generated types and the domain's), and returns *dst.
+func sameJSON[T any](src any, dst *T) T {
+	raw, err := json.Marshal(src)
+	if err == nil {
+		err = json.Unmarshal(raw, dst)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("api: %T and %T do not share a JSON form: %v", src, dst, err))
+	}
+	return *dst
 }
 
 // deref returns the value behind p, or the zero value for nil.

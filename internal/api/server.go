@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
@@ -40,6 +41,8 @@ type Options struct {
 	Environments *environments.Service
 	// Volumes serves DCM's storage contract for every environment.
 	Volumes *volumes.Service
+	// Fleet answers the fleet views of StorageClasses.
+	Fleet *fleet.Index
 	// StartTime is when the gateway started (provider health reports uptime).
 	StartTime time.Time
 	// HealthUnhealthyCode is the HTTP status of an unhealthy provider health

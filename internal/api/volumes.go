@@ -69,12 +69,16 @@ func (h *handlers) ListVolumes(ctx context.Context, req ListVolumesRequestObject
 	if err != nil {
 		return nil, err
 	}
-	out := ListVolumes200JSONResponse{Volumes: make([]Volume, 0, len(page.Volumes))}
+	return ListVolumes200JSONResponse(toVolumeList(page)), nil
+}
+
+func toVolumeList(page volumes.Page) VolumeList {
+	out := VolumeList{Volumes: make([]Volume, 0, len(page.Volumes))}
 	for _, v := range page.Volumes {
 		out.Volumes = append(out.Volumes, toVolume(v))
 	}
 	out.NextPageToken = optional(page.NextPageToken)
-	return out, nil
+	return out
 }
 
 func (h *handlers) GetVolume(ctx context.Context, req GetVolumeRequestObject) (GetVolumeResponseObject, error) {

@@ -19,9 +19,10 @@ type Source string
 
 // Sources, strongest first.
 const (
-	SourceAnnotation Source = "annotation"
-	SourceDriver     Source = "driver"
-	SourceUnknown    Source = "unknown"
+	SourceAnnotation  Source = "annotation"
+	SourceEnvironment Source = "environment"
+	SourceDriver      Source = "driver"
+	SourceUnknown     Source = "unknown"
 )
 
 // Modes is a set of supported modes and its source; nil Supported means
@@ -37,24 +38,56 @@ func (m Modes) Allows(mode string) bool {
 	return m.Supported == nil || slices.Contains(m.Supported, mode)
 }
 
+// Overrides are an environment admin's statement of what the environment's
+// classes support, for drivers the built-in table does not know or knows
+// differently (say a backend configured read-only). A class entry beats a
+// provisioner entry; a StorageClass annotation beats both, since it travels
+// with the class itself.
+type Overrides struct {
+	StorageClasses map[string]Override `json:"storage_classes,omitempty"`
+	Provisioners   map[string]Override `json:"provisioners,omitempty"`
+}
+
+// Override lists supported modes; an empty list leaves that kind of mode to
+// the next source.
+type Override struct {
+	AccessModes []string `json:"access_modes,omitempty"`
+	VolumeModes []string `json:"volume_modes,omitempty"`
+}
+
+func (o Overrides) lookup(class *storagev1.StorageClass, pick func(Override) []string) ([]string, bool) {
+	if modes := pick(o.StorageClasses[class.Name]); len(modes) > 0 {
+		return modes, true
+	}
+	modes := pick(o.Provisioners[class.Provisioner])
+	return modes, len(modes) > 0
+}
+
 // AccessModes returns the class's supported access modes: its annotation
-// if set, else the built-in table of well-known provisioners, else unknown.
-func AccessModes(class *storagev1.StorageClass) Modes {
-	return resolve(class, AccessModesAnnotation, func(d driverModes) []string { return d.access })
+// if set, else the environment's overrides, else the built-in table of
+// well-known provisioners, else unknown.
+func AccessModes(class *storagev1.StorageClass, overrides Overrides) Modes {
+	return resolve(class, overrides, AccessModesAnnotation,
+		func(o Override) []string { return o.AccessModes }, func(d driverModes) []string { return d.access })
 }
 
 // VolumeModes returns the class's supported volume modes, with the same
 // precedence as AccessModes.
-func VolumeModes(class *storagev1.StorageClass) Modes {
-	return resolve(class, VolumeModesAnnotation, func(d driverModes) []string { return d.volume })
+func VolumeModes(class *storagev1.StorageClass, overrides Overrides) Modes {
+	return resolve(class, overrides, VolumeModesAnnotation,
+		func(o Override) []string { return o.VolumeModes }, func(d driverModes) []string { return d.volume })
 }
 
-func resolve(class *storagev1.StorageClass, annotation string, pick func(driverModes) []string) Modes {
+func resolve(class *storagev1.StorageClass, overrides Overrides, annotation string,
+	fromOverride func(Override) []string, fromTable func(driverModes) []string) Modes {
 	if m, ok := fromAnnotation(class, annotation); ok {
 		return m
 	}
+	if modes, ok := overrides.lookup(class, fromOverride); ok {
+		return Modes{Supported: slices.Clone(modes), Source: SourceEnvironment}
+	}
 	if d, ok := fromDriver(class.Provisioner, class.Parameters); ok {
-		return Modes{Supported: pick(d), Source: SourceDriver}
+		return Modes{Supported: fromTable(d), Source: SourceDriver}
 	}
 	return Modes{Source: SourceUnknown}
 }

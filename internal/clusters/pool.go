@@ -62,6 +62,12 @@ type PoolOptions struct {
 	// Calls for one environment are ordered. It must not call Close, or
 	// Remove for that environment: they wait for the goroutine calling it.
 	OnHealth func(environmentID string, h Health)
+	// OnStorage, if set, is called when any connection of an environment
+	// sees a StorageClass, CSIDriver or CSIStorageCapacity change, and when
+	// a replacement connection takes over; the environment's live cluster
+	// then has the current objects (fleet index). It is called from informer
+	// goroutines, often in bursts, and must return quickly.
+	OnStorage func(environmentID string)
 }
 
 func (o PoolOptions) withDefaults() PoolOptions {
@@ -331,6 +337,9 @@ func (p *Pool) settled(c *Cluster) (final bool) {
 	retired.stop()
 	if report {
 		p.report(c.target.EnvironmentID, h)
+	}
+	if p.opts.OnStorage != nil {
+		p.opts.OnStorage(c.target.EnvironmentID)
 	}
 	return true
 }

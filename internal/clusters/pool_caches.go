@@ -23,6 +23,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
 )
 
 // ManagedByLabel marks the PVCs the gateway manages, with ManagedByValue;
@@ -31,13 +33,6 @@ const (
 	ManagedByLabel = "dcm.project/managed-by"
 	ManagedByValue = "dcm"
 )
-
-// Annotations that mark a StorageClass as the cluster default, as Kubernetes
-// reads them (the beta one is still honoured).
-var defaultClassAnnotations = []string{
-	"storageclass.kubernetes.io/is-default-class",
-	"storageclass.beta.kubernetes.io/is-default-class",
-}
 
 // connectTimeout is when a watch connection gives up: egress dials and
 // client-go's TLS handshakes both time out after 10s.
@@ -70,7 +65,10 @@ type namespaceCaches struct {
 	warningIndex cache.Indexer
 }
 
-func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger) (*caches, error) {
+// newCaches sets up the informers without starting them; onStorage, if set,
+// is called after every change to a cached StorageClass, CSIDriver or
+// CSIStorageCapacity, from an informer goroutine.
+func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func()) (*caches, error) {
 	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}
 	var errs []error
 	for _, ns := range namespaces {
@@ -92,6 +90,17 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	c.add("storageclasses", storage.StorageClasses().Informer())
 	c.add("csidrivers", storage.CSIDrivers().Informer())
 	c.add("csistoragecapacities", storage.CSIStorageCapacities().Informer())
+	if onStorage != nil {
+		notify := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { onStorage() },
+			UpdateFunc: func(any, any) { onStorage() },
+			DeleteFunc: func(any) { onStorage() },
+		}
+		for _, inf := range []cache.SharedIndexInformer{storage.StorageClasses().Informer(), storage.CSIDrivers().Informer(), storage.CSIStorageCapacities().Informer()} {
+			_, err := inf.AddEventHandler(notify)
+			errs = append(errs, err)
+		}
+	}
 	for _, inf := range c.informers {
 		errs = append(errs, inf.SetWatchErrorHandlerWithContext(logCacheFailure(logger, inf.name)))
 	}
@@ -232,26 +241,28 @@ func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
 	return classes
 }
 
-// DefaultStorageClass returns the class Kubernetes gives a PVC without one:
-// among those annotated as default, the newest (then the first by name).
+// DefaultStorageClass returns the class Kubernetes gives a PVC without one.
 func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
-	var found *storagev1.StorageClass
-	for _, class := range c.StorageClasses() {
-		if isDefaultClass(class) && (found == nil || class.CreationTimestamp.After(found.CreationTimestamp.Time)) {
-			found = class
-		}
-	}
+	found := capabilities.DefaultClass(c.StorageClasses())
 	return found, found != nil
-}
-
-func isDefaultClass(class *storagev1.StorageClass) bool {
-	return slices.ContainsFunc(defaultClassAnnotations, func(a string) bool { return class.Annotations[a] == "true" })
 }
 
 // CSIDriver returns a CSIDriver from the cache.
 func (c *Cluster) CSIDriver(name string) (*storagev1.CSIDriver, bool) {
 	driver, err := c.caches.drivers.Get(name)
 	return driver, err == nil
+}
+
+// CSIDrivers returns every CSIDriver, by name.
+func (c *Cluster) CSIDrivers() []*storagev1.CSIDriver {
+	drivers, _ := c.caches.drivers.List(labels.Everything())
+	slices.SortFunc(drivers, byName)
+	return drivers
+}
+
+// StorageObjects returns the cached classes, CSI drivers and capacities.
+func (c *Cluster) StorageObjects() capabilities.Objects {
+	return capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities()}
 }
 
 // CSIStorageCapacities returns every CSIStorageCapacity, by namespace and

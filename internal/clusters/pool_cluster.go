@@ -57,7 +57,11 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	if c.writes, err = p.newClient(t, requestTimeout, nil); err != nil {
 		return nil, err
 	}
-	if c.caches, err = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID)); err != nil {
+	var onStorage func()
+	if p.opts.OnStorage != nil {
+		onStorage = func() { p.opts.OnStorage(t.EnvironmentID) }
+	}
+	if c.caches, err = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage); err != nil {
 		return nil, err
 	}
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}

@@ -3,6 +3,7 @@ package environments
 import (
 	"time"
 
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
@@ -19,6 +20,9 @@ type Spec struct {
 	AllowedNamespaces []string          `json:"allowed_namespaces"`
 	Defaults          Defaults          `json:"defaults"`
 	DCM               DCMSettings       `json:"dcm"`
+	// CapabilityOverrides state what the environment's classes support
+	// where the built-in driver table is silent or wrong.
+	CapabilityOverrides capabilities.Overrides `json:"capability_overrides"`
 }
 
 // Defaults apply to volumes whose request leaves the setting open.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/paging"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
@@ -38,7 +39,7 @@ type repository struct{ db *pgxpool.Pool }
 
 const selectColumns = `
 	e.id, e.display_name, e.description, e.labels, e.region, e.zone, e.namespace,
-	e.allowed_namespaces, e.defaults, e.dcm, e.create_time, e.update_time,
+	e.allowed_namespaces, e.defaults, e.dcm, e.capability_overrides, e.create_time, e.update_time,
 	e.server, e.certificate_authority, e.tls_server_name, e.insecure_skip_verify,
 	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time,
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
@@ -47,11 +48,11 @@ const selectColumns = `
 
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
-	var labels, defaults, dcm, reg []byte
+	var labels, defaults, dcm, overrides, reg []byte
 	var state string
 	err := row.Scan(
 		&r.ID, &r.Spec.DisplayName, &r.Spec.Description, &labels, &r.Spec.Region, &r.Spec.Zone, &r.Spec.Namespace,
-		&r.Spec.AllowedNamespaces, &defaults, &dcm, &r.CreateTime, &r.UpdateTime,
+		&r.Spec.AllowedNamespaces, &defaults, &dcm, &overrides, &r.CreateTime, &r.UpdateTime,
 		&r.Connection.Server, &r.caData, &r.Connection.TLSServerName, &r.Connection.Insecure,
 		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime,
 		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
@@ -70,7 +71,7 @@ func scanRecord(row pgx.Row) (record, error) {
 	for _, f := range []struct {
 		raw []byte
 		dst any
-	}{{labels, &r.Spec.Labels}, {defaults, &r.Spec.Defaults}, {dcm, &r.Spec.DCM}, {reg, &r.Status.DCMRegistration}} {
+	}{{labels, &r.Spec.Labels}, {defaults, &r.Spec.Defaults}, {dcm, &r.Spec.DCM}, {overrides, &r.Spec.CapabilityOverrides}, {reg, &r.Status.DCMRegistration}} {
 		if err := json.Unmarshal(f.raw, f.dst); err != nil {
 			return record{}, fmt.Errorf("decode environment %s: %w", r.ID, err)
 		}
@@ -90,15 +91,15 @@ func (r *repository) insert(ctx context.Context, rec record) error {
 			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
 			auth_type, credentials_key_id, credentials, credentials_update_time,
 			state, status_message, kubernetes_version, storage_class_count, last_probe_time, last_ready_time,
-			create_time, update_time)
+			create_time, update_time, capability_overrides)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-			$19, $20, $21, $22, $23, $24, $18, $18)`,
+			$19, $20, $21, $22, $23, $24, $18, $18, $25)`,
 		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
 		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
 		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
 		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
 		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
-		rec.Status.LastProbeTime, rec.Status.LastReadyTime)
+		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides))
 	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
 		return errExists
 	}
@@ -115,7 +116,7 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 	tag, err := r.db.Exec(ctx, `
 		UPDATE environments SET
 			display_name = $3, description = $4, labels = $5, region = $6, zone = $7, namespace = $8,
-			allowed_namespaces = $9, defaults = $10, dcm = $11,
+			allowed_namespaces = $9, defaults = $10, dcm = $11, capability_overrides = $28,
 			server                  = CASE WHEN $26 THEN $12 ELSE server END,
 			certificate_authority   = CASE WHEN $26 THEN $13 ELSE certificate_authority END,
 			tls_server_name         = CASE WHEN $26 THEN $14 ELSE tls_server_name END,
@@ -137,7 +138,7 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 		rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
 		rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
 		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime,
-		rotated, probed)
+		rotated, probed, mustJSON(rec.Spec.CapabilityOverrides))
 	if err != nil {
 		return false, err
 	}
@@ -235,7 +236,7 @@ func (r *repository) list(ctx context.Context, f listFilter) ([]record, error) {
 // each calls fn for every environment, in id order, a page at a time; it
 // stops at fn's first error.
 func (r *repository) each(ctx context.Context, fn func(record) error) error {
-	f := listFilter{limit: MaxPageSize}
+	f := listFilter{limit: paging.MaxSize}
 	for {
 		recs, err := r.list(ctx, f)
 		if err != nil {

@@ -71,6 +71,7 @@ func (s Spec) validate() error {
 		s.validateNamespaces,
 		s.Defaults.validate,
 		func() error { return providerName(s.DCM.ProviderName) },
+		func() error { return s.CapabilityOverrides.Validate("capability_overrides") },
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {

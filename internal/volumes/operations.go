@@ -2,7 +2,6 @@ package volumes
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -14,13 +13,8 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/paging"
 	"github.com/dcm-project/storage-gateway/internal/status"
-)
-
-// Page sizes of AEP-158.
-const (
-	DefaultPageSize = 50
-	MaxPageSize     = 1000
 )
 
 // Get returns one volume from the records and the cluster cache.
@@ -82,11 +76,11 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 	if _, err := s.envs.Get(ctx, envID); err != nil {
 		return Page{}, err
 	}
-	size, err := pageSize(maxPageSize)
+	size, err := paging.Size(maxPageSize)
 	if err != nil {
 		return Page{}, err
 	}
-	after, err := decodePageToken(pageToken)
+	after, err := paging.After(pageToken, envID)
 	if err != nil {
 		return Page{}, err
 	}
@@ -101,7 +95,7 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 	var page Page
 	if len(recs) > size {
 		recs = recs[:size]
-		page.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(recs[size-1].ID))
+		page.NextPageToken = paging.Token(recs[size-1].ID, envID)
 	}
 	for _, rec := range recs {
 		if v, err := s.view(cluster, rec); err == nil {
@@ -109,27 +103,6 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 		}
 	}
 	return page, nil
-}
-
-func pageSize(n int) (int, error) {
-	switch {
-	case n < 0:
-		return 0, fault.Invalid("max_page_size", "must not be negative")
-	case n == 0:
-		return DefaultPageSize, nil
-	}
-	return min(n, MaxPageSize), nil
-}
-
-func decodePageToken(token string) (string, error) {
-	if token == "" {
-		return "", nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || ValidateID(string(raw)) != nil {
-		return "", fault.Invalid("page_token", "is not a token this list issued")
-	}
-	return string(raw), nil
 }
 
 // Expand grows a volume's claim. Only growth on an expandable class is

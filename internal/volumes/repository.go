@@ -138,6 +138,25 @@ func (r *repository) list(ctx context.Context, env, after string, limit int) ([]
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
 }
 
+// listFleet returns records of every environment matching q after
+// (afterEnv, afterID), in that order.
+func (r *repository) listFleet(ctx context.Context, q FleetQuery, afterEnv, afterID string, limit int) ([]record, error) {
+	envs := q.Environments
+	if envs == nil {
+		envs = []string{}
+	}
+	rows, err := r.db.Query(ctx, `SELECT `+recordColumns+` FROM volumes
+		WHERE (cardinality($1::text[]) = 0 OR environment_id = ANY($1))
+		  AND CASE WHEN $2 = '' THEN status <> 'DELETED' ELSE status = $2 END
+		  AND ($3 = '' OR spec->>'storage_class' = $3)
+		  AND (environment_id, id) > ($4, $5)
+		ORDER BY environment_id, id LIMIT $6`, envs, string(q.Status), q.StorageClass, afterEnv, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
+}
+
 // live returns every record not yet DELETED, for the reconciler.
 func (r *repository) live(ctx context.Context, env string) ([]record, error) {
 	rows, err := r.db.Query(ctx, `SELECT `+recordColumns+` FROM volumes

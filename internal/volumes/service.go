@@ -223,11 +223,11 @@ func resolve(env environments.Environment, cluster *clusters.Cluster, req Reques
 	spec.StorageClass = class.Name
 	spec.AccessMode = first(req.Hints.AccessMode, env.Spec.Defaults.AccessMode, string(corev1.ReadWriteOnce))
 	spec.VolumeMode = first(req.Hints.VolumeMode, env.Spec.Defaults.VolumeMode, string(corev1.PersistentVolumeFilesystem))
-	if m := capabilities.AccessModes(class); !m.Allows(spec.AccessMode) {
+	if m := capabilities.AccessModes(class, env.Spec.CapabilityOverrides); !m.Allows(spec.AccessMode) {
 		return Spec{}, &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "access_mode",
 			Detail: fmt.Sprintf("storage class %s does not support %s; it supports %s", class.Name, spec.AccessMode, strings.Join(m.Supported, ", "))}
 	}
-	if m := capabilities.VolumeModes(class); !m.Allows(spec.VolumeMode) {
+	if m := capabilities.VolumeModes(class, env.Spec.CapabilityOverrides); !m.Allows(spec.VolumeMode) {
 		return Spec{}, &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "volume_mode",
 			Detail: fmt.Sprintf("storage class %s does not support %s; it supports %s", class.Name, spec.VolumeMode, strings.Join(m.Supported, ", "))}
 	}

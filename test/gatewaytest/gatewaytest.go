@@ -19,6 +19,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 	"github.com/dcm-project/storage-gateway/test/contract"
@@ -49,6 +50,7 @@ type Gateway struct {
 	Environments *environments.Service
 	Pool         *clusters.Pool
 	Volumes      *volumes.Service
+	Fleet        *fleet.Index
 }
 
 // Health checks run fast in tests so reachability changes show within
@@ -69,6 +71,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 	})
 	var registry *environments.Service
 	var registrar *dcm.Registrar
+	var feed *fleet.Feed
 	pool := clusters.NewPool(clusters.PoolOptions{
 		Client:         clusters.ClientOptions{Egress: registrytest.Loopback, QPS: 100, Burst: 200},
 		SyncTimeout:    30 * time.Second,
@@ -77,35 +80,48 @@ func Start(t testing.TB, opts Options) *Gateway {
 		Logger:         reg.Logger,
 		OnHealth: func(id string, h clusters.Health) {
 			registry.RecordHealth(id, h)
+			feed.ClusterChanged(id)
 			if registrar != nil && h.State == clusters.StateReady {
 				registrar.Changed()
 			}
 		},
+		OnStorage: func(id string) { feed.ClusterChanged(id) },
 	})
 	// The server starts first: DCM registration needs its URL.
 	var handler http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
-	hooks := registrytest.Options{Pool: pool}
-	if opts.DCMURL != "" {
-		hooks.Changed = func(string) { registrar.Changed() }
-		hooks.Deleted = func(id string, r environments.DCMRegistration) { registrar.Forget(id, r) }
+	hooks := registrytest.Options{Pool: pool,
+		Changed: func(string) {
+			feed.RegistryChanged()
+			if registrar != nil {
+				registrar.Changed()
+			}
+		},
+		Deleted: func(id string, r environments.DCMRegistration) {
+			feed.RegistryChanged()
+			if registrar != nil {
+				registrar.Forget(id, r)
+			}
+		},
 	}
 	registry = reg.NewService(hooks)
 	if opts.DCMURL != "" {
 		registrar = startRegistrar(t, opts.DCMURL, srv.URL, registry, reg, pool)
 	}
 	t.Cleanup(pool.Close)
+	index := fleet.NewIndex()
+	feed = startFleet(t, index, pool, registry, reg)
 	queued := startStatus(t, opts, reg, pool)
 	vols := volumes.NewService(volumes.Options{DB: reg.Pool, Environments: registry, Pool: pool, Logger: reg.Logger, Queued: queued})
 	if opts.HealthUnhealthyCode == 0 {
 		opts.HealthUnhealthyCode = 200
 	}
 	handler = contract.Validating(t, api.New(api.Options{
-		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols,
+		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols, Fleet: index,
 		StartTime: time.Now(), HealthUnhealthyCode: opts.HealthUnhealthyCode,
 	}))
-	return &Gateway{URL: srv.URL, Registry: reg, Environments: registry, Pool: pool, Volumes: vols}
+	return &Gateway{URL: srv.URL, Registry: reg, Environments: registry, Pool: pool, Volumes: vols, Fleet: index}
 }
 
 // followInterval is short in tests so new environments are followed at once.
@@ -149,6 +165,20 @@ func startStatus(t testing.TB, opts Options, reg *registrytest.Registry, pool *c
 		nc.Close(drainCtx)
 	})
 	return relay.Notify
+}
+
+// startFleet loads and runs the fleet index's feed until the test ends.
+func startFleet(t testing.TB, index *fleet.Index, pool *clusters.Pool, registry *environments.Service, reg *registrytest.Registry) *fleet.Feed {
+	t.Helper()
+	feed := fleet.NewFeed(fleet.FeedOptions{Index: index, Pool: pool, Registry: registry, Store: fleet.Store{DB: reg.Pool}, Logger: reg.Logger})
+	if err := feed.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); feed.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return feed
 }
 
 // startRegistrar runs DCM registration until the test ends.

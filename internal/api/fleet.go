@@ -1,0 +1,108 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
+)
+
+func (h *handlers) ListStorageClasses(_ context.Context, req ListStorageClassesRequestObject) (ListStorageClassesResponseObject, error) {
+	p := req.Params
+	page, err := h.opts.Fleet.Classes(fleet.Filter{
+		Environments: deref(p.Environment),
+		Region:       deref(p.Region),
+		Provisioner:  deref(p.Provisioner),
+		AccessMode:   string(deref(p.AccessMode)),
+		VolumeMode:   string(deref(p.VolumeMode)),
+		Expandable:   p.Expandable,
+		IsDefault:    p.IsDefault,
+	}, deref(p.MaxPageSize), deref(p.PageToken))
+	if err != nil {
+		return nil, err
+	}
+	return fleetResponse{write: page.WriteJSON}, nil
+}
+
+func (h *handlers) ListEnvironmentStorageClasses(ctx context.Context, req ListEnvironmentStorageClassesRequestObject) (ListEnvironmentStorageClassesResponseObject, error) {
+	classes, err := h.environmentClasses(ctx, req.EnvironmentId)
+	if err != nil {
+		return nil, err
+	}
+	return fleetResponse{value: classes}, nil
+}
+
+func (h *handlers) GetEnvironmentStorageClass(ctx context.Context, req GetEnvironmentStorageClassRequestObject) (GetEnvironmentStorageClassResponseObject, error) {
+	classes, err := h.environmentClasses(ctx, req.EnvironmentId)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range classes.Classes {
+		if c.Name == req.StorageClass {
+			return fleetResponse{value: c}, nil
+		}
+	}
+	return nil, fault.New(fault.NotFound, "storage class %s not found in environment %s", req.StorageClass, req.EnvironmentId)
+}
+
+// environmentClasses answers from the index; an environment the index does
+// not hold yet (registered a moment ago) shows no classes, stale, and one
+// that is not registered is not found.
+func (h *handlers) environmentClasses(ctx context.Context, id string) (fleet.EnvironmentClasses, error) {
+	if classes, ok := h.opts.Fleet.Environment(id); ok {
+		return classes, nil
+	}
+	if _, err := h.opts.Environments.Get(ctx, id); err != nil {
+		return fleet.EnvironmentClasses{}, err
+	}
+	return fleet.EnvironmentClasses{EnvironmentID: id, Stale: true, Classes: []fleet.Detail{}}, nil
+}
+
+func (h *handlers) ListFleetVolumes(ctx context.Context, req ListFleetVolumesRequestObject) (ListFleetVolumesResponseObject, error) {
+	p := req.Params
+	page, err := h.opts.Volumes.ListFleet(ctx, volumes.FleetQuery{
+		Environments: deref(p.Environment),
+		Status:       status.Status(deref(p.Status)),
+		StorageClass: deref(p.StorageClass),
+		MaxPageSize:  deref(p.MaxPageSize),
+		PageToken:    deref(p.PageToken),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ListFleetVolumes200JSONResponse(toVolumeList(page)), nil
+}
+
+// fleetResponse writes fleet answers, whose types carry the contract's JSON
+// names themselves: either a value, or a writer that streams pre-encoded
+// JSON.
+type fleetResponse struct {
+	value any
+	write func(io.Writer) error
+}
+
+func (r fleetResponse) visit(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if r.write != nil {
+		return r.write(w)
+	}
+	return json.NewEncoder(w).Encode(r.value)
+}
+
+func (r fleetResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+	return r.visit(w)
+}
+
+func (r fleetResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+	return r.visit(w)
+}
+
+func (r fleetResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+	return r.visit(w)
+}

@@ -1,0 +1,127 @@
+package capabilities_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
+)
+
+func storageObjects() capabilities.Objects {
+	old := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	newer := metav1.NewTime(old.Add(time.Hour))
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	fsPolicy := storagev1.FileFSGroupPolicy
+	zone := func(z string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"topology.kubernetes.io/zone": z}}
+	}
+	qty := func(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+	return capabilities.Objects{
+		Classes: []*storagev1.StorageClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: "slow", CreationTimestamp: old,
+				Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true", "unrelated": "x"}},
+				Provisioner: "files.example.com"},
+			{ObjectMeta: metav1.ObjectMeta{Name: "fast", CreationTimestamp: newer,
+				Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+				Provisioner: "ebs.csi.aws.com", AllowVolumeExpansion: ptr.To(true), VolumeBindingMode: &wffc,
+				Parameters: map[string]string{
+					"type": "gp3", "csi.storage.k8s.io/provisioner-secret-name": "creds", "adminPassword": "hunter2",
+					"authToken": "t", "cloudCredentials": "c",
+				}},
+		},
+		Drivers: []*storagev1.CSIDriver{{ObjectMeta: metav1.ObjectMeta{Name: "files.example.com"},
+			Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), StorageCapacity: ptr.To(true), FSGroupPolicy: &fsPolicy,
+				VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}}}},
+		Capacities: []*storagev1.CSIStorageCapacity{
+			{ObjectMeta: metav1.ObjectMeta{Name: "a1", Namespace: "kube-system"}, StorageClassName: "slow", Capacity: qty("1Ti"), NodeTopology: zone("a"), MaximumVolumeSize: qty("100Gi")},
+			{ObjectMeta: metav1.ObjectMeta{Name: "a2", Namespace: "other"}, StorageClassName: "slow", Capacity: qty("1Ti"), NodeTopology: zone("a"), MaximumVolumeSize: qty("200Gi")},
+			{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "kube-system"}, StorageClassName: "slow", Capacity: qty("512Gi"), NodeTopology: zone("b")},
+			{ObjectMeta: metav1.ObjectMeta{Name: "unpublished", Namespace: "kube-system"}, StorageClassName: "fast", NodeTopology: zone("a")},
+		},
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	got := capabilities.Describe(storageObjects(), capabilities.Overrides{})
+	if len(got) != 2 || got[0].Name != "fast" || got[1].Name != "slow" {
+		t.Fatalf("classes = %+v, want fast and slow by name", got)
+	}
+	fast, slow := got[0], got[1]
+
+	t.Run("the newest annotated default is the default", func(t *testing.T) {
+		if !fast.IsDefault || slow.IsDefault {
+			t.Fatalf("is_default: fast %v, slow %v", fast.IsDefault, slow.IsDefault)
+		}
+	})
+	t.Run("settings with Kubernetes defaults filled", func(t *testing.T) {
+		if fast.VolumeBindingMode != "WaitForFirstConsumer" || !fast.AllowVolumeExpansion || fast.ReclaimPolicy != "Delete" {
+			t.Errorf("fast = %+v", fast)
+		}
+		if slow.VolumeBindingMode != "Immediate" || slow.AllowVolumeExpansion {
+			t.Errorf("slow = %+v", slow)
+		}
+	})
+	t.Run("secret-looking parameters are removed", func(t *testing.T) {
+		if want := map[string]string{"type": "gp3"}; !reflect.DeepEqual(fast.Parameters, want) {
+			t.Fatalf("parameters = %v, want %v", fast.Parameters, want)
+		}
+		if slow.Parameters == nil {
+			t.Fatal("a class without parameters must show an empty object")
+		}
+	})
+	t.Run("capabilities and their source", func(t *testing.T) {
+		if fast.CapabilitySource != (capabilities.CapabilitySource{AccessModes: "driver", VolumeModes: "driver"}) {
+			t.Errorf("fast source = %+v", fast.CapabilitySource)
+		}
+		if slow.AccessModes != nil || slow.CapabilitySource.AccessModes != capabilities.SourceUnknown {
+			t.Errorf("slow access = %v from %s, want unknown", slow.AccessModes, slow.CapabilitySource.AccessModes)
+		}
+	})
+	t.Run("CSIDriver facts only where a CSIDriver exists", func(t *testing.T) {
+		if fast.CSIDriver != nil {
+			t.Errorf("fast has driver facts %+v without a CSIDriver", fast.CSIDriver)
+		}
+		want := &capabilities.DriverFacts{AttachRequired: ptr.To(false), StorageCapacity: ptr.To(true),
+			VolumeLifecycleModes: []string{"Persistent"}, FSGroupPolicy: "File"}
+		if !reflect.DeepEqual(slow.CSIDriver, want) {
+			t.Errorf("slow driver facts = %+v, want %+v", slow.CSIDriver, want)
+		}
+	})
+	t.Run("capacity summed per class and topology segment", func(t *testing.T) {
+		if fast.Capacity != nil {
+			t.Errorf("fast publishes no capacity but shows %+v", fast.Capacity)
+		}
+		want := &capabilities.Capacity{Total: "2560Gi", TotalBytes: 2560 << 30, Segments: []capabilities.Segment{
+			{Topology: "topology.kubernetes.io/zone=a", Capacity: "2Ti", MaximumVolumeSize: "200Gi"},
+			{Topology: "topology.kubernetes.io/zone=b", Capacity: "512Gi"},
+		}}
+		if !reflect.DeepEqual(slow.Capacity, want) {
+			t.Errorf("slow capacity = %+v, want %+v", slow.Capacity, want)
+		}
+	})
+}
+
+// What the index keeps and persists describes exactly like the cluster's
+// objects, and holds no secret-looking parameter.
+func TestSlimDescribesTheSame(t *testing.T) {
+	objs := storageObjects()
+	overrides := capabilities.Overrides{Provisioners: map[string]capabilities.Override{"files.example.com": {AccessModes: []string{"ReadWriteMany"}}}}
+	slim := capabilities.Slim(objs)
+	if got, want := capabilities.Describe(slim, overrides), capabilities.Describe(objs, overrides); !reflect.DeepEqual(got, want) {
+		t.Fatalf("slimmed objects describe as\n%+v\nwant\n%+v", got, want)
+	}
+	for _, c := range slim.Classes {
+		if _, ok := c.Parameters["adminPassword"]; ok {
+			t.Fatalf("slimmed class %s keeps a secret-looking parameter", c.Name)
+		}
+		if _, ok := c.Annotations["unrelated"]; ok {
+			t.Fatalf("slimmed class %s keeps annotations Describe never reads", c.Name)
+		}
+	}
+}

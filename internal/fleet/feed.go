@@ -1,0 +1,237 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+)
+
+// Defaults for FeedOptions.
+const (
+	defaultRegistryInterval = 30 * time.Second
+	defaultTouchInterval    = time.Minute
+	// coalesce is how long the feed lets a burst of informer events (an
+	// initial list, a driver publishing capacities) gather before it
+	// rebuilds the environments they touched, once each.
+	coalesce = 50 * time.Millisecond
+	// storeTimeout bounds one persistence write.
+	storeTimeout = 10 * time.Second
+)
+
+// Registry is what the feed reads environments from.
+type Registry interface {
+	Each(ctx context.Context, fn func(environments.Environment) error) error
+}
+
+// FeedOptions wire a Feed.
+type FeedOptions struct {
+	Index    *Index
+	Pool     *clusters.Pool
+	Registry Registry
+	Store    Store
+	Logger   *slog.Logger
+	// RegistryInterval is how often the registry is re-read without a hook
+	// firing, so replicas follow each other's changes (default 30s).
+	RegistryInterval time.Duration
+	// TouchInterval is how often live environments' persisted snapshots are
+	// re-dated (default 1m): after a restart with a dead cluster, its
+	// observed_time is at most this old.
+	TouchInterval time.Duration
+}
+
+// Feed keeps an Index current: environments and their settings from the
+// registry, classes from the cluster pool's caches, staleness from cluster
+// health; and it persists what it learns. Hooks only mark work; Run does it,
+// so informer goroutines and registry calls never wait on the index or the
+// database.
+type Feed struct {
+	opts FeedOptions
+	wake chan struct{}
+
+	mu            sync.Mutex
+	dirty         map[string]bool // environments whose cluster changed
+	registryDirty bool
+	unsaved       map[string]bool // environments whose snapshot is not persisted yet
+}
+
+// NewFeed returns a feed; call Load, then Run.
+func NewFeed(opts FeedOptions) *Feed {
+	if opts.RegistryInterval <= 0 {
+		opts.RegistryInterval = defaultRegistryInterval
+	}
+	if opts.TouchInterval <= 0 {
+		opts.TouchInterval = defaultTouchInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Feed{opts: opts, wake: make(chan struct{}, 1), dirty: map[string]bool{}, unsaved: map[string]bool{}}
+}
+
+// ClusterChanged says an environment's storage objects or health changed
+// (the pool's OnStorage and OnHealth hooks).
+func (f *Feed) ClusterChanged(id string) {
+	f.mu.Lock()
+	f.dirty[id] = true
+	f.mu.Unlock()
+	f.signal()
+}
+
+// RegistryChanged says an environment was registered, changed or deleted.
+func (f *Feed) RegistryChanged() {
+	f.mu.Lock()
+	f.registryDirty = true
+	f.mu.Unlock()
+	f.signal()
+}
+
+func (f *Feed) signal() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Load fills the index from the registry and the persisted snapshots, so the
+// first query after a start already shows every environment's last known
+// classes (stale until its cluster is watched).
+func (f *Feed) Load(ctx context.Context) error {
+	if err := f.syncRegistry(ctx); err != nil {
+		return err
+	}
+	snaps, err := f.opts.Store.load(ctx)
+	if err != nil {
+		return err
+	}
+	for id, s := range snaps {
+		f.opts.Index.Restore(id, s.objects, s.observed)
+	}
+	return nil
+}
+
+// Run applies changes until ctx ends, then persists what is left.
+func (f *Feed) Run(ctx context.Context) {
+	registryTick := time.NewTicker(f.opts.RegistryInterval)
+	defer registryTick.Stop()
+	touchTick := time.NewTicker(f.opts.TouchInterval)
+	defer touchTick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			f.persist(context.WithoutCancel(ctx))
+			return
+		case <-f.wake:
+			select {
+			case <-time.After(coalesce):
+			case <-ctx.Done():
+			}
+		case <-registryTick.C:
+			f.RegistryChanged()
+		case <-touchTick.C:
+			f.touch(ctx)
+		}
+		f.step(ctx)
+	}
+}
+
+// step applies pending registry and cluster changes and persists the
+// result.
+func (f *Feed) step(ctx context.Context) {
+	f.mu.Lock()
+	syncRegistry := f.registryDirty
+	f.registryDirty = false
+	f.mu.Unlock()
+	if syncRegistry {
+		if err := f.syncRegistry(ctx); err != nil && ctx.Err() == nil {
+			f.opts.Logger.ErrorContext(ctx, "fleet index: read the registry", "error", err)
+			f.RegistryChanged() // retried on the next wake-up or tick
+		}
+	}
+	f.mu.Lock()
+	dirty := f.dirty
+	f.dirty = map[string]bool{}
+	f.mu.Unlock()
+	for id := range dirty {
+		f.refresh(id)
+	}
+	f.persist(ctx)
+}
+
+// syncRegistry makes the index hold the registered environments; new ones
+// are refreshed from the pool, whose events may have come first.
+func (f *Feed) syncRegistry(ctx context.Context) error {
+	var metas []Meta
+	err := f.opts.Registry.Each(ctx, func(e environments.Environment) error {
+		metas = append(metas, Meta{ID: e.ID, Region: e.Spec.Region, Zone: e.Spec.Zone, Overrides: e.Spec.CapabilityOverrides})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	added := f.opts.Index.SetEnvironments(metas)
+	f.mu.Lock()
+	for _, id := range added {
+		f.dirty[id] = true
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+// refresh reads an environment's cluster caches into the index if they are
+// current, and marks it stale otherwise.
+func (f *Feed) refresh(id string) {
+	now := time.Now()
+	if c, ok := f.opts.Pool.Get(id); ok {
+		if h := c.Health(); h.State == clusters.StateReady && h.Synced {
+			if f.opts.Index.Observe(id, c.StorageObjects(), now) {
+				f.mu.Lock()
+				f.unsaved[id] = true
+				f.mu.Unlock()
+			}
+			return
+		}
+	}
+	f.opts.Index.MarkStale(id, now)
+}
+
+// persist writes the snapshots that changed; failures stay queued.
+func (f *Feed) persist(ctx context.Context) {
+	f.mu.Lock()
+	ids := make([]string, 0, len(f.unsaved))
+	for id := range f.unsaved {
+		ids = append(ids, id)
+	}
+	f.mu.Unlock()
+	for _, id := range ids {
+		objs, observed, ok := f.opts.Index.snapshot(id)
+		if ok {
+			writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+			err := f.opts.Store.save(writeCtx, id, objs, observed)
+			cancel()
+			if err != nil {
+				f.opts.Logger.ErrorContext(ctx, "fleet index: persist an environment's classes; retrying later", "environment", id, "error", err)
+				continue
+			}
+		}
+		f.mu.Lock()
+		delete(f.unsaved, id)
+		f.mu.Unlock()
+	}
+}
+
+// touch re-dates the snapshots of environments watched live now.
+func (f *Feed) touch(ctx context.Context) {
+	ids := f.opts.Index.freshIDs()
+	if len(ids) == 0 {
+		return
+	}
+	writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := f.opts.Store.touch(writeCtx, ids, time.Now()); err != nil && ctx.Err() == nil {
+		f.opts.Logger.ErrorContext(ctx, "fleet index: re-date live environments' snapshots", "error", err)
+	}
+}

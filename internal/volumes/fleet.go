@@ -1,0 +1,56 @@
+package volumes
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/paging"
+	"github.com/dcm-project/storage-gateway/internal/status"
+)
+
+// FleetQuery filters the fleet-wide volume list; zero fields match
+// everything except DELETED volumes, which are listed only when Status asks
+// for them.
+type FleetQuery struct {
+	Environments []string      `json:"e,omitempty"`
+	Status       status.Status `json:"s,omitempty"`
+	StorageClass string        `json:"c,omitempty"`
+	MaxPageSize  int           `json:"-"`
+	PageToken    string        `json:"-"`
+}
+
+var statuses = []status.Status{status.Provisioning, status.Running, status.Failed, status.Deleting, status.Deleted}
+
+// ListFleet returns volumes of every environment from the records alone (the
+// status last observed): it never reads a cluster, so an unreachable one
+// cannot slow or fail it. Order is by environment, then id.
+func (s *Service) ListFleet(ctx context.Context, q FleetQuery) (Page, error) {
+	if q.Status != "" && !slices.Contains(statuses, q.Status) {
+		return Page{}, fault.Invalid("status", "must be one of PROVISIONING, RUNNING, FAILED, DELETING, DELETED")
+	}
+	size, err := paging.Size(q.MaxPageSize)
+	if err != nil {
+		return Page{}, err
+	}
+	cursor, err := paging.After(q.PageToken, q)
+	if err != nil {
+		return Page{}, err
+	}
+	afterEnv, afterID, _ := strings.Cut(cursor, "/")
+	recs, err := s.repo.listFleet(ctx, q, afterEnv, afterID, size+1)
+	if err != nil {
+		return Page{}, err
+	}
+	var page Page
+	if len(recs) > size {
+		recs = recs[:size]
+		last := recs[size-1]
+		page.NextPageToken = paging.Token(last.EnvironmentID+"/"+last.ID, q)
+	}
+	for _, rec := range recs {
+		page.Volumes = append(page.Volumes, fromRecord(rec))
+	}
+	return page, nil
+}

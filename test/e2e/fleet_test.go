@@ -1,0 +1,419 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+	"github.com/dcm-project/storage-gateway/test/natstest"
+)
+
+// fleetClass is one entry of GET /storage-classes.
+type fleetClass struct {
+	Name         string         `json:"name"`
+	Summary      fleet.Summary  `json:"summary"`
+	Environments []fleet.Detail `json:"environments"`
+}
+
+// storageClasses queries the fleet view (every page) and returns its entries
+// by class name.
+func (c client) storageClasses(query url.Values) map[string]fleetClass {
+	c.t.Helper()
+	out := map[string]fleetClass{}
+	for token := ""; ; {
+		q := url.Values{}
+		for k, v := range query {
+			q[k] = v
+		}
+		q.Set("max_page_size", "3")
+		if token != "" {
+			q.Set("page_token", token)
+		}
+		var page struct {
+			StorageClasses []fleetClass `json:"storage_classes"`
+			NextPageToken  string       `json:"next_page_token"`
+		}
+		c.getJSON("/api/v1alpha1/storage-classes?"+q.Encode(), &page)
+		for _, fc := range page.StorageClasses {
+			out[fc.Name] = fc
+		}
+		if token = page.NextPageToken; token == "" {
+			return out
+		}
+	}
+}
+
+// getJSON GETs path, expects 200 and decodes the body into v.
+func (c client) getJSON(path string, v any) {
+	c.t.Helper()
+	code, body := c.do(http.MethodGet, path, nil)
+	if code != http.StatusOK {
+		c.t.Fatalf("GET %s: %d %v", path, code, body)
+	}
+	raw, _ := json.Marshal(body)
+	if err := json.Unmarshal(raw, v); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// detailIn returns the entry's detail for one environment.
+func detailIn(t *testing.T, fc fleetClass, envID string) fleet.Detail {
+	t.Helper()
+	for _, d := range fc.Environments {
+		if d.EnvironmentID == envID {
+			return d
+		}
+	}
+	t.Fatalf("class %s: no detail for %s in %+v", fc.Name, envID, fc.Environments)
+	return fleet.Detail{}
+}
+
+func names(m map[string]fleetClass) []string {
+	var out []string
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitLive waits until the fleet view shows every class of envs as live.
+func (c client) waitLive(envs ...string) {
+	c.t.Helper()
+	c.eventually(30*time.Second, "live fleet data for "+fmt.Sprint(envs), func() bool {
+		for _, id := range envs {
+			var ec fleet.EnvironmentClasses
+			c.getJSON("/api/v1alpha1/environments/"+id+"/storage-classes", &ec)
+			if ec.Stale || len(ec.Classes) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestFleetStorageClasses: the two harness clusters differ on purpose (see
+// environments/local-*.yaml); the fleet view aggregates them by class name,
+// filters, shows CSIDriver facts and published capacity, follows changes in
+// the clusters and the environments' overrides, and the volume API
+// validates against the same capabilities.
+func TestFleetStorageClasses(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL}
+	east, west := clusters[0], clusters[1]
+	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
+	c.register(east)
+	c.register(west)
+	c.waitLive(eastID, westID)
+
+	all := c.storageClasses(nil)
+	t.Run("one entry per class name across environments", func(t *testing.T) {
+		want := []string{"archive", "block", "broken", "efs", "flaky", "gp3", "io2-block", "shared-files", "slow", "standard", "standard-wffc"}
+		if got := names(all); !slices.Equal(got, want) {
+			t.Fatalf("classes = %v, want %v", got, want)
+		}
+		std := all["standard"]
+		s := std.Summary
+		if s.EnvironmentCount != 2 || s.DefaultCount != 1 || s.Expandable != "somewhere" || s.StaleEnvironmentCount != 0 ||
+			!slices.Equal(s.Provisioners, []string{"disk.csi.local.dev", "ebs.csi.aws.com"}) ||
+			!slices.Equal(s.AccessModes, []string{"ReadWriteOnce", "ReadWriteOncePod"}) {
+			t.Errorf("standard summary = %+v", s)
+		}
+		if e, w := detailIn(t, std, eastID), detailIn(t, std, westID); !e.IsDefault || w.IsDefault ||
+			!e.AllowVolumeExpansion || w.AllowVolumeExpansion || e.Region != "local" {
+			t.Errorf("standard east %+v, west %+v", e, w)
+		}
+		if s := all["standard-wffc"].Summary; s.Expandable != "everywhere" || s.EnvironmentCount != 2 || s.UnknownCapabilityCount != 1 {
+			t.Errorf("standard-wffc summary = %+v", s)
+		}
+		if d := detailIn(t, all["standard-wffc"], westID); d.VolumeBindingMode != "WaitForFirstConsumer" {
+			t.Errorf("standard-wffc west binding mode %s", d.VolumeBindingMode)
+		}
+		if s := all["archive"].Summary; s.Expandable != "nowhere" || s.EnvironmentCount != 1 {
+			t.Errorf("archive summary = %+v", s)
+		}
+		if d := detailIn(t, all["archive"], eastID); d.ReclaimPolicy != "Retain" {
+			t.Errorf("archive reclaim policy %s", d.ReclaimPolicy)
+		}
+	})
+	t.Run("capabilities name their source", func(t *testing.T) {
+		e := detailIn(t, all["standard"], eastID)
+		if !slices.Equal(e.AccessModes, []string{"ReadWriteOnce", "ReadWriteOncePod"}) || e.CapabilitySource.AccessModes != "annotation" {
+			t.Errorf("east standard: %v from %s", e.AccessModes, e.CapabilitySource.AccessModes)
+		}
+		if w := detailIn(t, all["efs"], westID); !slices.Contains(w.AccessModes, "ReadWriteMany") || w.CapabilitySource.AccessModes != "driver" {
+			t.Errorf("west efs: %v from %s", w.AccessModes, w.CapabilitySource.AccessModes)
+		}
+		if u := detailIn(t, all["archive"], eastID); u.AccessModes != nil || u.CapabilitySource.AccessModes != "unknown" {
+			t.Errorf("east archive: %v from %s", u.AccessModes, u.CapabilitySource.AccessModes)
+		}
+	})
+	t.Run("secret-looking parameters are never shown", func(t *testing.T) {
+		e := detailIn(t, all["standard"], eastID)
+		if want := map[string]string{"type": "ssd"}; !maps.Equal(e.Parameters, want) {
+			t.Errorf("east standard parameters = %v, want %v", e.Parameters, want)
+		}
+	})
+	t.Run("CSIDriver facts", func(t *testing.T) {
+		e := detailIn(t, all["standard"], eastID).CSIDriver
+		if e == nil || !*e.AttachRequired || !*e.StorageCapacity || e.FSGroupPolicy != "ReadWriteOnceWithFSType" ||
+			!slices.Equal(e.VolumeLifecycleModes, []string{"Persistent"}) {
+			t.Errorf("east disk driver facts %+v", e)
+		}
+		if w := detailIn(t, all["efs"], westID).CSIDriver; w == nil || *w.AttachRequired || w.FSGroupPolicy != "None" {
+			t.Errorf("west efs driver facts %+v", w)
+		}
+	})
+	t.Run("capacity per class and topology segment", func(t *testing.T) {
+		capacity := detailIn(t, all["standard"], eastID).Capacity
+		if capacity == nil || capacity.Total != "3Ti" || len(capacity.Segments) != 2 ||
+			capacity.Segments[0].Topology != "topology.kubernetes.io/zone=east-a" || capacity.Segments[0].Capacity != "2Ti" ||
+			capacity.Segments[0].MaximumVolumeSize != "500Gi" || capacity.Segments[1].Capacity != "1Ti" {
+			t.Errorf("east standard capacity %+v", capacity)
+		}
+		if s := all["standard"].Summary.Capacity; s == nil || s.Total != "3Ti" {
+			t.Errorf("standard summary capacity %+v (west publishes none)", s)
+		}
+		if w := detailIn(t, all["gp3"], westID).Capacity; w != nil {
+			t.Errorf("west gp3 publishes no capacity but shows %+v", w)
+		}
+	})
+
+	t.Run("filters", func(t *testing.T) {
+		tests := []struct {
+			query url.Values
+			want  []string
+		}{
+			{url.Values{"provisioner": {"efs.csi.aws.com"}}, []string{"efs"}},
+			{url.Values{"access_mode": {"ReadWriteMany"}}, []string{"efs", "shared-files"}},
+			{url.Values{"is_default": {"true"}}, []string{"gp3", "standard"}},
+			{url.Values{"expandable": {"false"}}, []string{"archive", "broken", "standard"}},
+			{url.Values{"environment": {eastID}, "volume_mode": {"Block"}}, []string{"block"}},
+			{url.Values{"environment": {westID}, "expandable": {"true"}, "volume_mode": {"Block"}}, []string{"gp3", "io2-block", "slow", "standard-wffc"}},
+			{url.Values{"region": {"nowhere"}}, nil},
+		}
+		for _, tt := range tests {
+			if got := names(c.storageClasses(tt.query)); !slices.Equal(got, tt.want) {
+				t.Errorf("%v: classes %v, want %v", tt.query, got, tt.want)
+			}
+		}
+		if d := c.storageClasses(url.Values{"expandable": {"false"}})["standard"]; len(d.Environments) != 1 || d.Environments[0].EnvironmentID != westID {
+			t.Errorf("expandable=false shows standard in %+v, want only west", d.Environments)
+		}
+		code, body := c.do(http.MethodGet, "/api/v1alpha1/storage-classes?access_mode=ReadWriteSometimes", nil)
+		c.want(http.StatusBadRequest, code, body, "access_mode")
+	})
+
+	t.Run("region filter follows the registry", func(t *testing.T) {
+		code, body := c.do(http.MethodPatch, "/api/v1alpha1/environments/"+westID, map[string]any{"region": "far-west"})
+		c.want(http.StatusOK, code, body)
+		c.eventually(10*time.Second, "west in region far-west", func() bool {
+			got := c.storageClasses(url.Values{"region": {"far-west"}})
+			return slices.Equal(names(got), []string{"efs", "gp3", "io2-block", "slow", "standard", "standard-wffc"}) &&
+				detailIn(t, got["gp3"], westID).Region == "far-west"
+		})
+	})
+
+	t.Run("one environment", func(t *testing.T) {
+		var ec fleet.EnvironmentClasses
+		c.getJSON("/api/v1alpha1/environments/"+westID+"/storage-classes", &ec)
+		if ec.EnvironmentID != westID || ec.Stale || len(ec.Classes) != 6 {
+			t.Fatalf("west classes = %+v", ec)
+		}
+		var d fleet.Detail
+		c.getJSON("/api/v1alpha1/environments/"+westID+"/storage-classes/gp3", &d)
+		if d.Name != "gp3" || d.Provisioner != "ebs.csi.aws.com" || !d.IsDefault || d.Parameters["type"] != "gp3" {
+			t.Fatalf("west gp3 = %+v", d)
+		}
+		code, body := c.do(http.MethodGet, "/api/v1alpha1/environments/"+westID+"/storage-classes/archive", nil)
+		c.want(http.StatusNotFound, code, body, "archive")
+		code, body = c.do(http.MethodGet, "/api/v1alpha1/environments/nowhere/storage-classes", nil)
+		c.want(http.StatusNotFound, code, body, "nowhere")
+	})
+
+	t.Run("follows the cluster", func(t *testing.T) {
+		ctx := t.Context()
+		capacities := west.AdminClient().StorageV1().CSIStorageCapacities("kube-system")
+		qty := resource.MustParse("750Gi")
+		_, err := capacities.Create(ctx, &storagev1.CSIStorageCapacity{
+			ObjectMeta: metav1.ObjectMeta{Name: "gp3-west-a"}, StorageClassName: "gp3", Capacity: &qty,
+			NodeTopology: &metav1.LabelSelector{MatchLabels: map[string]string{"topology.kubernetes.io/zone": "west-a"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		classes := west.AdminClient().StorageV1().StorageClasses()
+		_, err = classes.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fleet-new"}, Provisioner: "efs.csi.aws.com"}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(10*time.Second, "the new capacity and class in the fleet view", func() bool {
+			got := c.storageClasses(url.Values{"environment": {westID}})
+			gp3 := detailIn(t, got["gp3"], westID)
+			_, added := got["fleet-new"]
+			return added && gp3.Capacity != nil && gp3.Capacity.Total == "750Gi"
+		})
+		if err := capacities.Delete(ctx, "gp3-west-a", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := classes.Delete(ctx, "fleet-new", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(10*time.Second, "the capacity and class gone from the fleet view", func() bool {
+			got := c.storageClasses(url.Values{"environment": {westID}})
+			_, still := got["fleet-new"]
+			return !still && detailIn(t, got["gp3"], westID).Capacity == nil
+		})
+	})
+
+	t.Run("environment overrides", func(t *testing.T) {
+		path := "/api/v1alpha1/environments/" + eastID
+		code, body := c.do(http.MethodPatch, path, map[string]any{"capability_overrides": map[string]any{
+			"provisioners":    map[string]any{"disk.csi.local.dev": map[string]any{"access_modes": []string{"ReadWriteOnce"}}},
+			"storage_classes": map[string]any{"archive": map[string]any{"access_modes": []string{"ReadWriteOnce", "ReadOnlyMany"}, "volume_modes": []string{"Filesystem"}}},
+		}})
+		c.want(http.StatusOK, code, body)
+		if field(body, "capability_overrides", "provisioners", "disk.csi.local.dev", "access_modes") == nil {
+			t.Fatalf("the environment does not show its overrides: %v", body)
+		}
+		c.eventually(10*time.Second, "overrides in the fleet view", func() bool {
+			got := c.storageClasses(url.Values{"environment": {eastID}})
+			wffc, archive, std := detailIn(t, got["standard-wffc"], eastID), detailIn(t, got["archive"], eastID), detailIn(t, got["standard"], eastID)
+			return slices.Equal(wffc.AccessModes, []string{"ReadWriteOnce"}) && wffc.CapabilitySource.AccessModes == "environment" &&
+				slices.Equal(archive.AccessModes, []string{"ReadWriteOnce", "ReadOnlyMany"}) && archive.CapabilitySource.VolumeModes == "environment" &&
+				std.CapabilitySource.AccessModes == "annotation" // the class's own annotation still wins
+		})
+		// The volume API validates against the same model.
+		code, body = c.do(http.MethodPost, volumesPath(eastID)+"?id="+uuid.NewString(),
+			map[string]any{"spec": storageSpec("shared", "1Gi", map[string]any{"storage_class": "standard-wffc", "access_mode": "ReadWriteMany"})})
+		c.want(http.StatusUnprocessableEntity, code, body, "standard-wffc does not support ReadWriteMany", "ReadWriteOnce", "access_mode")
+
+		// Bad overrides are refused, naming the field, and change nothing.
+		code, body = c.do(http.MethodPatch, path, map[string]any{"capability_overrides": map[string]any{
+			"provisioners": map[string]any{"disk.csi.local.dev": map[string]any{"access_modes": []string{"ReadWriteSometimes"}}}}})
+		c.want(http.StatusBadRequest, code, body, "capability_overrides")
+		_, env := c.do(http.MethodGet, path, nil)
+		if got := field(env, "capability_overrides", "provisioners", "disk.csi.local.dev", "access_modes"); fmt.Sprint(got) != "[ReadWriteOnce]" {
+			t.Fatalf("a refused patch changed the overrides to %v", got)
+		}
+
+		// A null removes an entry.
+		code, body = c.do(http.MethodPatch, path, map[string]any{"capability_overrides": map[string]any{"provisioners": map[string]any{"disk.csi.local.dev": nil}}})
+		c.want(http.StatusOK, code, body)
+		c.eventually(10*time.Second, "the provisioner override removed", func() bool {
+			d := detailIn(t, c.storageClasses(url.Values{"environment": {eastID}})["standard-wffc"], eastID)
+			return d.AccessModes == nil && d.CapabilitySource.AccessModes == "unknown"
+		})
+	})
+
+	t.Run("unreachable environments stay, marked stale", func(t *testing.T) {
+		west.SetReachable(false)
+		defer west.SetReachable(true)
+		cut := time.Now()
+		c.eventually(time.Minute, "west stale", func() bool {
+			return detailIn(t, c.storageClasses(nil)["gp3"], westID).Stale
+		})
+		got := c.storageClasses(nil)
+		gp3 := detailIn(t, got["gp3"], westID)
+		if gp3.ObservedTime.Before(cut.Add(-time.Second)) || gp3.ObservedTime.After(time.Now()) || gp3.Provisioner != "ebs.csi.aws.com" {
+			t.Errorf("stale gp3 = %+v (cut at %s)", gp3, cut)
+		}
+		if s := got["standard"].Summary; s.StaleEnvironmentCount != 1 || s.EnvironmentCount != 2 {
+			t.Errorf("standard summary while west is down: %+v", s)
+		}
+		if e := detailIn(t, got["standard"], eastID); e.Stale {
+			t.Error("east is marked stale while only west is down")
+		}
+		west.SetReachable(true)
+		c.waitLive(westID)
+	})
+}
+
+// TestFleetVolumes lists volumes of every environment from the records, with
+// filters.
+func TestFleetVolumes(t *testing.T) {
+	// Status reporting records DELETED.
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natstest.Start(t).URL})
+	c := client{t: t, base: g.URL}
+	east, west := clusters[0], clusters[1]
+	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
+	c.register(east)
+	c.register(west)
+	ids := map[string]string{}
+	for _, v := range []struct{ env, class string }{{eastID, "standard"}, {eastID, "archive"}, {westID, "gp3"}} {
+		id := uuid.NewString()
+		ids[v.env+"/"+v.class] = id
+		code, body := c.do(http.MethodPost, volumesPath(v.env)+"?id="+id,
+			map[string]any{"spec": storageSpec("fleet", "1Gi", map[string]any{"storage_class": v.class})})
+		c.want(http.StatusCreated, code, body)
+	}
+	list := func(query url.Values) []string {
+		var out []string
+		for token := ""; ; {
+			q := url.Values{"max_page_size": {"2"}}
+			for k, v := range query {
+				q[k] = v
+			}
+			if token != "" {
+				q.Set("page_token", token)
+			}
+			var page struct {
+				Volumes []struct {
+					ID            string `json:"id"`
+					EnvironmentID string `json:"environment_id"`
+				} `json:"volumes"`
+				NextPageToken string `json:"next_page_token"`
+			}
+			c.getJSON("/api/v1alpha1/volumes?"+q.Encode(), &page)
+			for _, v := range page.Volumes {
+				out = append(out, v.EnvironmentID+"/"+v.ID)
+			}
+			if token = page.NextPageToken; token == "" {
+				slices.Sort(out)
+				return out
+			}
+		}
+	}
+	want := func(keys ...string) []string {
+		var out []string
+		for _, k := range keys {
+			env, _, _ := strings.Cut(k, "/")
+			out = append(out, env+"/"+ids[k])
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := list(nil); !slices.Equal(got, want(eastID+"/standard", eastID+"/archive", westID+"/gp3")) {
+		t.Errorf("all volumes: %v", got)
+	}
+	if got := list(url.Values{"environment": {westID}}); !slices.Equal(got, want(westID+"/gp3")) {
+		t.Errorf("west volumes: %v", got)
+	}
+	if got := list(url.Values{"storage_class": {"archive"}}); !slices.Equal(got, want(eastID+"/archive")) {
+		t.Errorf("archive volumes: %v", got)
+	}
+	c.waitStatus(eastID, ids[eastID+"/standard"], "RUNNING", time.Minute)
+	code, body := c.do(http.MethodDelete, volumesPath(eastID)+"/"+ids[eastID+"/standard"], nil)
+	c.want(http.StatusNoContent, code, body)
+	c.eventually(time.Minute, "the deleted volume recorded DELETED", func() bool {
+		return slices.Equal(list(url.Values{"status": {"DELETED"}}), want(eastID+"/standard"))
+	})
+	if got := list(nil); slices.Contains(got, eastID+"/"+ids[eastID+"/standard"]) {
+		t.Errorf("a DELETED volume is listed without asking for it: %v", got)
+	}
+	code, body = c.do(http.MethodGet, "/api/v1alpha1/volumes?status=GONE", nil)
+	c.want(http.StatusBadRequest, code, body, "status")
+}
