@@ -18,29 +18,35 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/api"
 )
 
-// envClient is the admin CLI's connection to a running gateway.
-type envClient struct {
+// gatewayClient is the admin CLI's connection to a running gateway.
+type gatewayClient struct {
 	gateway string
 	token   string
 	output  string
 }
 
 func newEnvCommand() *cobra.Command {
-	c := &envClient{}
+	c := &gatewayClient{}
 	cmd := &cobra.Command{
 		Use:   "env",
 		Short: "Manage registered environments through a running gateway's API",
 		Long: "env calls the gateway's admin API (SG_GATEWAY_URL, default http://127.0.0.1:8080).\n" +
 			"Kubeconfig and credential files are read here and sent inline; the gateway never reads files.",
 	}
+	c.registerFlags(cmd)
+	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.listCommand(), c.getCommand(), c.verifyCommand(), c.rotateCommand(), c.rmCommand())
+	return cmd
+}
+
+// registerFlags adds the flags that say how to reach the gateway and how to
+// print its answers.
+func (c *gatewayClient) registerFlags(cmd *cobra.Command) {
 	flags := cmd.PersistentFlags()
 	flags.StringVar(&c.gateway, "gateway", envOr("SG_GATEWAY_URL", "http://127.0.0.1:8080"), "gateway base URL (default $SG_GATEWAY_URL)")
 	// The token's default is read in client(), not here: cobra prints flag
 	// defaults in --help.
 	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN)")
 	flags.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.listCommand(), c.getCommand(), c.verifyCommand(), c.rotateCommand(), c.rmCommand())
-	return cmd
 }
 
 func envOr(name, def string) string {
@@ -50,7 +56,7 @@ func envOr(name, def string) string {
 	return def
 }
 
-func (c *envClient) client() (*api.ClientWithResponses, error) {
+func (c *gatewayClient) client() (*api.ClientWithResponses, error) {
 	if c.output != "table" && c.output != "json" {
 		return nil, errors.New("--output must be table or json")
 	}
@@ -245,20 +251,20 @@ func readManifest(path, id string) (string, api.EnvironmentInput, error) {
 	return id, in, nil
 }
 
-func (c *envClient) addCommand() *cobra.Command {
+func (c *gatewayClient) addCommand() *cobra.Command {
 	cmd := c.writeCommand("add [ID]", "Register an environment (the gateway probes the cluster first)", c.create)
 	cmd.Example = "  storage-gateway env add east --kubeconfig ~/.kube/config --context east --namespace dcm\n" +
 		"  storage-gateway env add -f environments/local-east.yaml --kubeconfig east.kubeconfig"
 	return cmd
 }
 
-func (c *envClient) applyCommand() *cobra.Command {
+func (c *gatewayClient) applyCommand() *cobra.Command {
 	return c.writeCommand("apply [ID]", "Register an environment, or update its settings and rotate its credentials if it exists", c.apply)
 }
 
 // writeCommand builds a command that assembles an environment from a
 // manifest, flags and credential files and hands it to write.
-func (c *envClient) writeCommand(use, short string, write func(*cobra.Command, string, api.EnvironmentInput) error) *cobra.Command {
+func (c *gatewayClient) writeCommand(use, short string, write func(*cobra.Command, string, api.EnvironmentInput) error) *cobra.Command {
 	var spec specFlags
 	var creds credentialFlags
 	cmd := &cobra.Command{
@@ -281,7 +287,7 @@ func (c *envClient) writeCommand(use, short string, write func(*cobra.Command, s
 	return cmd
 }
 
-func (c *envClient) create(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+func (c *gatewayClient) create(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
 	client, err := c.client()
 	if err != nil {
 		return err
@@ -294,7 +300,7 @@ func (c *envClient) create(cmd *cobra.Command, id string, in api.EnvironmentInpu
 }
 
 // apply creates the environment, or merge-patches everything in into it.
-func (c *envClient) apply(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+func (c *gatewayClient) apply(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
 	client, err := c.client()
 	if err != nil {
 		return err
@@ -310,7 +316,7 @@ func (c *envClient) apply(cmd *cobra.Command, id string, in api.EnvironmentInput
 }
 
 // patch sends in as a merge patch: fields left nil are left unchanged.
-func (c *envClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+func (c *gatewayClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
 	client, err := c.client()
 	if err != nil {
 		return err
@@ -326,7 +332,7 @@ func (c *envClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput
 	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
 }
 
-func (c *envClient) rotateCommand() *cobra.Command {
+func (c *gatewayClient) rotateCommand() *cobra.Command {
 	var creds credentialFlags
 	cmd := &cobra.Command{
 		Use:   "rotate ID",
@@ -344,7 +350,7 @@ func (c *envClient) rotateCommand() *cobra.Command {
 	return cmd
 }
 
-func (c *envClient) listCommand() *cobra.Command {
+func (c *gatewayClient) listCommand() *cobra.Command {
 	var region, state string
 	var labels []string
 	cmd := &cobra.Command{
@@ -392,13 +398,13 @@ func (c *envClient) listCommand() *cobra.Command {
 	return cmd
 }
 
-func (c *envClient) getCommand() *cobra.Command {
+func (c *gatewayClient) getCommand() *cobra.Command {
 	return c.idCommand("get ID", "Show one environment", func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
 		return client.GetEnvironment(ctx, id)
 	})
 }
 
-func (c *envClient) verifyCommand() *cobra.Command {
+func (c *gatewayClient) verifyCommand() *cobra.Command {
 	return c.idCommand("verify ID", "Probe an environment now and show the result", func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
 		return client.VerifyEnvironment(ctx, id)
 	})
@@ -406,7 +412,7 @@ func (c *envClient) verifyCommand() *cobra.Command {
 
 // idCommand builds a command that sends one request about the environment
 // named by its argument and prints the environment it answers with.
-func (c *envClient) idCommand(use, short string, send func(context.Context, *api.ClientWithResponses, string) (*http.Response, error)) *cobra.Command {
+func (c *gatewayClient) idCommand(use, short string, send func(context.Context, *api.ClientWithResponses, string) (*http.Response, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -430,7 +436,7 @@ func (c *envClient) idCommand(use, short string, send func(context.Context, *api
 	}
 }
 
-func (c *envClient) rmCommand() *cobra.Command {
+func (c *gatewayClient) rmCommand() *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "rm ID",
@@ -457,7 +463,7 @@ func (c *envClient) rmCommand() *cobra.Command {
 }
 
 // printEnvironment prints a single-environment response or its problem.
-func (c *envClient) printEnvironment(cmd *cobra.Command, resp *http.Response, body []byte) error {
+func (c *gatewayClient) printEnvironment(cmd *cobra.Command, resp *http.Response, body []byte) error {
 	if resp.StatusCode >= http.StatusBadRequest {
 		return problemError(resp, body)
 	}
@@ -470,7 +476,7 @@ func (c *envClient) printEnvironment(cmd *cobra.Command, resp *http.Response, bo
 
 // print writes environments as a table, or as JSON: one object for a single
 // environment, an array (possibly empty) for a list.
-func (c *envClient) print(w io.Writer, envs []api.Environment, single bool) error {
+func (c *gatewayClient) print(w io.Writer, envs []api.Environment, single bool) error {
 	if c.output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

@@ -60,6 +60,33 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatalf("env list: %+v", list)
 	}
 
+	// The fleet matrix: one row per class, one column per environment.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out, "shared-files") && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		out = mustRun(t, cli, "classes")
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if name, rest, ok := strings.Cut(line, " "); ok {
+			rows[name] = strings.TrimSpace(rest)
+		}
+	}
+	if rows["CLASS"] != "local-east" || rows["standard"] != "RWO,RWOP exp default 3Ti" || rows["archive"] != "?" ||
+		rows["block"] != "? exp 800Gi" {
+		t.Fatalf("classes:\n%s", out)
+	}
+	var rwx []struct{ Name string }
+	if err := json.Unmarshal([]byte(mustRun(t, cli, "classes", "--access-mode", "ReadWriteMany", "-o", "json")), &rwx); err != nil {
+		t.Fatal(err)
+	}
+	if len(rwx) != 1 || rwx[0].Name != "shared-files" {
+		t.Fatalf("classes --access-mode ReadWriteMany: %+v", rwx)
+	}
+	if out, err := run(t, cli, "classes", "--expandable", "maybe"); err == nil || !strings.Contains(out, "--expandable must be true or false") {
+		t.Fatalf("classes --expandable maybe: %v\n%s", err, out)
+	}
+
 	// Rotate to explicit credentials read from files.
 	token, err := cluster.NewGatewayToken(ctx)
 	if err != nil {

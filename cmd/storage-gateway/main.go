@@ -36,7 +36,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newKeysCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newClassesCommand(), newKeysCommand(), newVersionCommand())
 	return root
 }
 

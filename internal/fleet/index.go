@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,9 +43,14 @@ type Detail struct {
 // immutable views.
 type Index struct {
 	mu sync.RWMutex
-	// envs by id; ids sorted, so queries list environments in id order.
-	envs map[string]*entry
-	ids  []string
+	// envs by id; order holds them sorted by id, so queries list
+	// environments in id order without a lookup each.
+	envs  map[string]*entry
+	order []*entry
+	// names interns class names: a query groups details by a small number
+	// instead of hashing strings. It only grows (class names are few).
+	names    map[string]int32
+	nameList []string
 }
 
 // entry is one environment: its inputs and the view built from them.
@@ -63,17 +69,58 @@ type envView struct {
 	meta     Meta
 	stale    bool
 	observed time.Time
-	details  []*detail // by class name
+	details  []detail // by class name
 }
 
+// detail is one class of one environment. The fields queries filter and
+// sum on come first, precomputed, so a fleet-wide query reads one cache line
+// per detail; json is the detail's API form, encoded once.
 type detail struct {
-	Detail
+	facet
 	json []byte
+	Detail
+}
+
+// facet is what queries filter and sum on, in compact form.
+type facet struct {
+	// access and volume are bit sets over capabilities.AllAccessModes and
+	// AllVolumeModes; knownAccess/knownVolume false means unknown.
+	access, volume           uint8
+	knownAccess, knownVolume bool
+	expandable, isDefault    bool
+	stale, hasCapacity       bool
+	capacityBytes            int64
+	name, provisioner        string
+	nameID                   int32 // in Index.names
+}
+
+func newFacet(c capabilities.Class, stale bool) facet {
+	f := facet{
+		access: modeBits(capabilities.AllAccessModes, c.AccessModes), volume: modeBits(capabilities.AllVolumeModes, c.VolumeModes),
+		knownAccess: c.AccessModes != nil, knownVolume: c.VolumeModes != nil,
+		expandable: c.AllowVolumeExpansion, isDefault: c.IsDefault, stale: stale,
+		name: c.Name, provisioner: c.Provisioner,
+	}
+	if c.Capacity != nil {
+		f.hasCapacity, f.capacityBytes = true, c.Capacity.TotalBytes
+	}
+	return f
+}
+
+// modeBits sets bit i for each of modes that is all[i].
+func modeBits(all, modes []string) uint8 {
+	var bits uint8
+	for i, m := range all {
+		if slices.Contains(modes, m) {
+			bits |= 1 << i
+		}
+	}
+	return bits
 }
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{envs: map[string]*entry{}}
+	return &Index{envs: map[string]*entry{}, names: map[string]int32{}}
 }
 
 // SetEnvironments makes the index hold exactly these environments: new ones
@@ -97,18 +144,18 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 			e.meta = m
 			e.classes = capabilities.Describe(e.objs, m.Overrides)
 		}
-		e.render()
+		ix.render(e)
 	}
 	for id := range ix.envs {
 		if !keep[id] {
 			delete(ix.envs, id)
 		}
 	}
-	ix.ids = ix.ids[:0]
-	for id := range ix.envs {
-		ix.ids = append(ix.ids, id)
+	ix.order = ix.order[:0]
+	for _, e := range ix.envs {
+		ix.order = append(ix.order, e)
 	}
-	slices.Sort(ix.ids)
+	slices.SortFunc(ix.order, func(a, b *entry) int { return strings.Compare(a.meta.ID, b.meta.ID) })
 	return added
 }
 
@@ -131,7 +178,7 @@ func (ix *Index) Observe(id string, objs capabilities.Objects, at time.Time) (ch
 		return false
 	}
 	e.objs, e.classes, e.hasData, e.fresh, e.observed = objs, classes, true, true, at
-	e.render()
+	ix.render(e)
 	return changed
 }
 
@@ -148,7 +195,7 @@ func (ix *Index) MarkStale(id string, at time.Time) {
 	if e.hasData {
 		e.observed = at
 	}
-	e.render()
+	ix.render(e)
 }
 
 // Restore loads persisted objects observed at `observed` into an
@@ -163,7 +210,7 @@ func (ix *Index) Restore(id string, objs capabilities.Objects, observed time.Tim
 	}
 	e.objs, e.hasData, e.observed = objs, true, observed
 	e.classes = capabilities.Describe(objs, e.meta.Overrides)
-	e.render()
+	ix.render(e)
 }
 
 // snapshot returns what Store persists for an environment: its objects and
@@ -183,27 +230,49 @@ func (ix *Index) freshIDs() []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var ids []string
-	for _, id := range ix.ids {
-		if ix.envs[id].fresh {
-			ids = append(ids, id)
+	for _, e := range ix.order {
+		if e.fresh {
+			ids = append(ids, e.meta.ID)
 		}
 	}
 	return ids
 }
 
 // render rebuilds e's view, encoding each class once for every query to
-// come.
-func (e *entry) render() {
-	v := &envView{meta: e.meta, stale: !e.fresh, observed: e.observed, details: make([]*detail, 0, len(e.classes))}
-	for _, c := range e.classes {
-		d := &detail{Detail: Detail{EnvironmentID: e.meta.ID, Region: e.meta.Region, Zone: e.meta.Zone,
-			Stale: v.stale, ObservedTime: e.observed, Class: c}}
+// come. The caller holds ix.mu for writing.
+func (ix *Index) render(e *entry) {
+	v := &envView{meta: e.meta, stale: !e.fresh, observed: e.observed, details: make([]detail, len(e.classes))}
+	// The details' JSON shares one buffer, so a query copies it from
+	// consecutive memory.
+	var buf []byte
+	ends := make([]int, len(e.classes))
+	for i, c := range e.classes {
+		d := &v.details[i]
+		d.Detail = Detail{EnvironmentID: e.meta.ID, Region: e.meta.Region, Zone: e.meta.Zone, Stale: v.stale, ObservedTime: e.observed, Class: c}
+		d.facet = newFacet(c, v.stale)
+		d.nameID = ix.intern(c.Name)
 		raw, err := json.Marshal(d.Detail)
 		if err != nil {
 			panic(fmt.Sprintf("fleet: encode class %s of %s: %v", c.Name, e.meta.ID, err)) // plain strings, bools and numbers
 		}
-		d.json = raw
-		v.details = append(v.details, d)
+		buf = append(buf, raw...)
+		ends[i] = len(buf)
+	}
+	start := 0
+	for i, end := range ends {
+		v.details[i].json = buf[start:end:end]
+		start = end
 	}
 	e.view = v // classes come sorted by name from Describe
+}
+
+// intern returns a class name's number. The caller holds ix.mu for writing.
+func (ix *Index) intern(name string) int32 {
+	id, ok := ix.names[name]
+	if !ok {
+		id = int32(len(ix.nameList))
+		ix.names[name] = id
+		ix.nameList = append(ix.nameList, name)
+	}
+	return id
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -40,12 +42,24 @@ func (f Filter) environment(m Meta) bool {
 	return (len(f.Environments) == 0 || slices.Contains(f.Environments, m.ID)) && (f.Region == "" || f.Region == m.Region)
 }
 
-func (f Filter) class(c *capabilities.Class) bool {
-	return (f.Provisioner == "" || f.Provisioner == c.Provisioner) &&
-		(f.AccessMode == "" || slices.Contains(c.AccessModes, f.AccessMode)) &&
-		(f.VolumeMode == "" || slices.Contains(c.VolumeModes, f.VolumeMode)) &&
-		(f.Expandable == nil || *f.Expandable == c.AllowVolumeExpansion) &&
-		(f.IsDefault == nil || *f.IsDefault == c.IsDefault)
+// facetFilter is a Filter's class terms in the form facets are kept.
+type facetFilter struct {
+	provisioner       string
+	access, volume    uint8 // 0: any
+	expandable, isDef *bool
+}
+
+func (f Filter) facets() facetFilter {
+	return facetFilter{provisioner: f.Provisioner, expandable: f.Expandable, isDef: f.IsDefault,
+		access: modeBits(capabilities.AllAccessModes, []string{f.AccessMode}),
+		volume: modeBits(capabilities.AllVolumeModes, []string{f.VolumeMode})}
+}
+
+func (f facetFilter) match(c *facet) bool {
+	return (f.provisioner == "" || f.provisioner == c.provisioner) &&
+		c.access&f.access == f.access && c.volume&f.volume == f.volume &&
+		(f.expandable == nil || *f.expandable == c.expandable) &&
+		(f.isDef == nil || *f.isDef == c.isDefault)
 }
 
 // Summary sums up one class name across the environments a query shows.
@@ -110,68 +124,89 @@ func (ix *Index) Classes(f Filter, maxPageSize int, pageToken string) (ClassPage
 	if err != nil {
 		return ClassPage{}, err
 	}
-	byName := map[string][]*detail{}
+	match := f.facets()
 	ix.mu.RLock()
-	for _, id := range ix.ids {
-		v := ix.envs[id].view
-		if !f.environment(v.meta) {
-			continue
-		}
-		for _, d := range v.details {
-			if d.Name > after && f.class(&d.Class) {
-				byName[d.Name] = append(byName[d.Name], d)
-			}
+	// Two passes over the matching details: the first counts them per class
+	// name, the second places them, grouped by name and in environment
+	// order within a name (a counting sort: one allocation, no hashing).
+	counts := make([]int32, len(ix.nameList))
+	ix.eachMatch(f, match, after, func(d *detail) { counts[d.nameID]++ })
+	var ids []int32
+	starts := make([]int32, len(counts))
+	var total int32
+	for id, n := range counts {
+		if n > 0 {
+			ids = append(ids, int32(id))
+			starts[id] = total
+			total += n
 		}
 	}
+	grouped := make([]*detail, total)
+	fill := slices.Clone(starts)
+	ix.eachMatch(f, match, after, func(d *detail) {
+		grouped[fill[d.nameID]] = d
+		fill[d.nameID]++
+	})
+	nameList := ix.nameList
 	ix.mu.RUnlock()
 
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	slices.SortFunc(ids, func(a, b int32) int { return strings.Compare(nameList[a], nameList[b]) })
 	var page ClassPage
-	if len(names) > size {
-		names = names[:size]
-		page.NextPageToken = paging.Token(names[size-1], f)
+	if len(ids) > size {
+		ids = ids[:size]
+		page.NextPageToken = paging.Token(nameList[ids[size-1]], f)
 	}
-	page.Classes = make([]ClassEntry, len(names))
-	for i, name := range names {
-		page.Classes[i] = ClassEntry{Name: name, Summary: summarize(byName[name]), details: byName[name]}
+	page.Classes = make([]ClassEntry, len(ids))
+	for i, id := range ids {
+		details := grouped[starts[id] : starts[id]+counts[id]]
+		page.Classes[i] = ClassEntry{Name: nameList[id], Summary: summarize(details), details: details}
 	}
 	return page, nil
 }
 
+// eachMatch calls fn for every detail the filter matches whose class name
+// comes after `after`, in environment order. The caller holds ix.mu.
+func (ix *Index) eachMatch(f Filter, match facetFilter, after string, fn func(*detail)) {
+	for _, e := range ix.order {
+		v := e.view
+		if !f.environment(v.meta) {
+			continue
+		}
+		for i := range v.details {
+			if d := &v.details[i]; d.name > after && match.match(&d.facet) {
+				fn(d)
+			}
+		}
+	}
+}
+
 func summarize(details []*detail) Summary {
 	s := Summary{EnvironmentCount: len(details), Provisioners: []string{}}
-	access, volume := map[string]bool{}, map[string]bool{}
-	expandable := 0
-	var total resource.Quantity
+	var access, volume uint8
+	var expandable int
+	var capacity int64
 	published := false
 	for _, d := range details {
-		if d.Stale {
+		f := &d.facet
+		if f.stale {
 			s.StaleEnvironmentCount++
 		}
-		if d.IsDefault {
+		if f.isDefault {
 			s.DefaultCount++
 		}
-		if d.AllowVolumeExpansion {
+		if f.expandable {
 			expandable++
 		}
-		if d.AccessModes == nil || d.VolumeModes == nil {
+		if !f.knownAccess || !f.knownVolume {
 			s.UnknownCapabilityCount++
 		}
-		if !slices.Contains(s.Provisioners, d.Provisioner) {
-			s.Provisioners = append(s.Provisioners, d.Provisioner)
+		if !slices.Contains(s.Provisioners, f.provisioner) {
+			s.Provisioners = append(s.Provisioners, f.provisioner)
 		}
-		for _, m := range d.AccessModes {
-			access[m] = true
-		}
-		for _, m := range d.VolumeModes {
-			volume[m] = true
-		}
-		if d.Capacity != nil {
-			total.Add(*resource.NewQuantity(d.Capacity.TotalBytes, resource.BinarySI))
+		access |= f.access
+		volume |= f.volume
+		if f.hasCapacity {
+			capacity += f.capacityBytes
 			published = true
 		}
 	}
@@ -184,28 +219,39 @@ func summarize(details []*detail) Summary {
 	default:
 		s.Expandable = "somewhere"
 	}
-	s.AccessModes = inOrder(capabilities.AllAccessModes, access)
-	s.VolumeModes = inOrder(capabilities.AllVolumeModes, volume)
+	s.AccessModes = fromBits(capabilities.AllAccessModes, access)
+	s.VolumeModes = fromBits(capabilities.AllVolumeModes, volume)
 	if published {
-		s.Capacity = &Total{Total: total.String(), TotalBytes: total.Value()}
+		total := resource.NewQuantity(capacity, resource.BinarySI)
+		s.Capacity = &Total{Total: total.String(), TotalBytes: capacity}
 	}
 	return s
 }
 
-func inOrder(all []string, set map[string]bool) []string {
+// fromBits lists the modes of all whose bit is set, in all's order.
+func fromBits(all []string, bits uint8) []string {
 	out := []string{}
-	for _, m := range all {
-		if set[m] {
+	for i, m := range all {
+		if bits&(1<<i) != 0 {
 			out = append(out, m)
 		}
 	}
 	return out
 }
 
+// writers are WriteJSON's output buffers: a fleet answer can be megabytes,
+// sent in 64 KiB writes rather than one per detail.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
+
 // WriteJSON writes the page as the API's StorageClassList, copying each
 // detail's pre-encoded JSON.
 func (p ClassPage) WriteJSON(w io.Writer) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
+	bw := writers.Get().(*bufio.Writer)
+	bw.Reset(w)
+	defer func() {
+		bw.Reset(nil)
+		writers.Put(bw)
+	}()
 	bw.WriteString(`{"storage_classes":[`)
 	for i, c := range p.Classes {
 		if i > 0 {
@@ -257,8 +303,8 @@ func (ix *Index) Environment(id string) (EnvironmentClasses, bool) {
 		return EnvironmentClasses{}, false
 	}
 	out := EnvironmentClasses{EnvironmentID: id, Stale: v.stale, ObservedTime: v.observed, Classes: make([]Detail, len(v.details))}
-	for i, d := range v.details {
-		out.Classes[i] = d.Detail
+	for i := range v.details {
+		out.Classes[i] = v.details[i].Detail
 	}
 	return out, true
 }

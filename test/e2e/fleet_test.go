@@ -1,24 +1,32 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
+	"os/exec"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 )
 
 // fleetClass is one entry of GET /storage-classes.
@@ -416,4 +424,79 @@ func TestFleetVolumes(t *testing.T) {
 	}
 	code, body = c.do(http.MethodGet, "/api/v1alpha1/volumes?status=GONE", nil)
 	c.want(http.StatusBadRequest, code, body, "status")
+}
+
+// TestFleetSurvivesRestartWithDeadCluster: the gateway (the real binary) is
+// stopped, one cluster dies, and the gateway starts again. Its first answer
+// already shows the dead cluster's classes from before, marked stale and
+// dated; the live one is current; and the dead one is current again once it
+// is back. What was persisted holds no secret-looking parameter.
+func TestFleetSurvivesRestartWithDeadCluster(t *testing.T) {
+	binary := gatewayproc.Binary(t)
+	ring := filepath.Join(t.TempDir(), "keyring.json")
+	if out, err := exec.Command(binary, "keys", "init", "--file", ring).CombinedOutput(); err != nil {
+		t.Fatalf("keys init: %v: %s", err, out)
+	}
+	db := pgtest.NewDatabase(t)
+	env := []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
+		"SG_DATABASE_URL=" + db.URL, "SG_NATS_URL=" + natstest.Start(t).URL, "SG_KEY_RING_FILE=" + ring,
+		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8"}
+	east, west := clusters[0], clusters[1]
+	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
+
+	first := gatewayproc.Start(t, binary, env)
+	c := client{t: t, base: "http://" + first.Addr}
+	c.register(east)
+	c.register(west)
+	c.waitLive(eastID, westID)
+	var before fleet.EnvironmentClasses
+	c.getJSON("/api/v1alpha1/environments/"+eastID+"/storage-classes", &before)
+	if err := first.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first.Done; err != nil {
+		t.Fatalf("gateway stopped with %v\n%s", err, first.Logs())
+	}
+	stopped := time.Now()
+
+	east.SetReachable(false)
+	defer east.SetReachable(true)
+	second := gatewayproc.Start(t, binary, env)
+	c = client{t: t, base: "http://" + second.Addr}
+	var after fleet.EnvironmentClasses
+	c.getJSON("/api/v1alpha1/environments/"+eastID+"/storage-classes", &after)
+	if !after.Stale || after.ObservedTime.IsZero() || after.ObservedTime.After(stopped) || len(after.Classes) != len(before.Classes) {
+		t.Fatalf("after the restart east shows stale=%v observed %s with %d classes; want stale, observed before %s, %d classes",
+			after.Stale, after.ObservedTime, len(after.Classes), stopped, len(before.Classes))
+	}
+	for i, d := range after.Classes {
+		b := before.Classes[i]
+		if !d.Stale || d.Name != b.Name || d.Provisioner != b.Provisioner || !reflect.DeepEqual(d.Capacity, b.Capacity) ||
+			!slices.Equal(d.AccessModes, b.AccessModes) || !maps.Equal(d.Parameters, b.Parameters) {
+			t.Errorf("restored %+v, was %+v", d, b)
+		}
+	}
+	c.waitLive(westID)
+	std := c.storageClasses(nil)["standard"]
+	if std.Summary.EnvironmentCount != 2 || std.Summary.StaleEnvironmentCount != 1 || !detailIn(t, std, eastID).Stale {
+		t.Errorf("standard while east is down: %+v", std.Summary)
+	}
+
+	conn, err := pgx.Connect(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var persisted string
+	if err := conn.QueryRow(t.Context(), `SELECT objects::text FROM fleet_snapshots WHERE environment_id = $1`, eastID).Scan(&persisted); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"provisioner-secret", "disk-credentials"} {
+		if strings.Contains(persisted, secret) {
+			t.Errorf("the persisted snapshot holds %q", secret)
+		}
+	}
+
+	east.SetReachable(true)
+	c.waitLive(eastID)
 }

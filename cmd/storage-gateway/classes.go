@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+)
+
+// newClassesCommand prints the fleet's StorageClasses for humans: a matrix
+// of class × environment.
+func newClassesCommand() *cobra.Command {
+	c := &gatewayClient{}
+	var params api.ListStorageClassesParams
+	var environments []string
+	var region, provisioner, accessMode, volumeMode, expandable, isDefault string
+	cmd := &cobra.Command{
+		Use:   "classes",
+		Short: "Show StorageClasses across the fleet: one row per class, one column per environment",
+		Long: "classes asks a running gateway (SG_GATEWAY_URL) for its fleet view. A cell lists the access modes\n" +
+			"the class supports there (? when unknown), then: exp (expandable), default, and the capacity\n" +
+			"its driver publishes; - means the environment has no such class. A stale column is an\n" +
+			"environment the gateway cannot reach now: its last known classes, as of the time shown.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := c.client()
+			if err != nil {
+				return err
+			}
+			if err := classFilters(&params, environments, region, provisioner, accessMode, volumeMode, expandable, isDefault); err != nil {
+				return err
+			}
+			var all []api.FleetStorageClass
+			for {
+				resp, err := client.ListStorageClassesWithResponse(cmd.Context(), &params)
+				if err != nil {
+					return err
+				}
+				if resp.JSON200 == nil {
+					return problemError(resp.HTTPResponse, resp.Body)
+				}
+				all = append(all, resp.JSON200.StorageClasses...)
+				if resp.JSON200.NextPageToken == nil {
+					break
+				}
+				params.PageToken = resp.JSON200.NextPageToken
+			}
+			if c.output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if all == nil {
+					all = []api.FleetStorageClass{}
+				}
+				return enc.Encode(all)
+			}
+			return printClassMatrix(cmd.OutOrStdout(), all, time.Now())
+		},
+	}
+	c.registerFlags(cmd)
+	f := cmd.Flags()
+	f.StringArrayVar(&environments, "environment", nil, "only this environment (repeatable)")
+	f.StringVar(&region, "region", "", "only environments in this region")
+	f.StringVar(&provisioner, "provisioner", "", "only classes of this provisioner")
+	f.StringVar(&accessMode, "access-mode", "", "only classes known to support this access mode")
+	f.StringVar(&volumeMode, "volume-mode", "", "only classes known to support this volume mode")
+	f.StringVar(&expandable, "expandable", "", "only expandable (true) or fixed-size (false) classes")
+	f.StringVar(&isDefault, "default", "", "only default (true) or non-default (false) classes")
+	return cmd
+}
+
+// classFilters turns the command's flags into query parameters.
+func classFilters(p *api.ListStorageClassesParams, environments []string, region, provisioner, accessMode, volumeMode, expandable, isDefault string) error {
+	if len(environments) > 0 {
+		p.Environment = &environments
+	}
+	for _, s := range []struct {
+		value string
+		dst   **string
+	}{{region, &p.Region}, {provisioner, &p.Provisioner}} {
+		if s.value != "" {
+			*s.dst = &s.value
+		}
+	}
+	if accessMode != "" {
+		m := api.KubernetesAccessMode(accessMode)
+		p.AccessMode = &m
+	}
+	if volumeMode != "" {
+		m := api.VolumeMode(volumeMode)
+		p.VolumeMode = &m
+	}
+	for _, b := range []struct {
+		name, value string
+		dst         **bool
+	}{{"expandable", expandable, &p.Expandable}, {"default", isDefault, &p.IsDefault}} {
+		if b.value == "" {
+			continue
+		}
+		v, err := strconv.ParseBool(b.value)
+		if err != nil {
+			return errors.New("--" + b.name + " must be true or false")
+		}
+		*b.dst = &v
+	}
+	return nil
+}
+
+// accessAbbreviations are the short forms kubectl prints.
+var accessAbbreviations = map[api.KubernetesAccessMode]string{
+	api.KubernetesAccessModeReadWriteOnce: "RWO", api.KubernetesAccessModeReadOnlyMany: "ROX",
+	api.KubernetesAccessModeReadWriteMany: "RWX", api.KubernetesAccessModeReadWriteOncePod: "RWOP",
+}
+
+// printClassMatrix writes one row per class and one column per environment.
+func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Time) error {
+	stale := map[string]time.Time{}
+	var envs []string
+	for _, c := range classes {
+		for _, d := range c.Environments {
+			if !slices.Contains(envs, d.EnvironmentId) {
+				envs = append(envs, d.EnvironmentId)
+			}
+			if d.Stale {
+				stale[d.EnvironmentId] = d.ObservedTime
+			}
+		}
+	}
+	slices.Sort(envs)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := []string{"CLASS"}
+	for _, e := range envs {
+		if at, ok := stale[e]; ok {
+			e += fmt.Sprintf(" (stale, seen %s ago)", now.Sub(at).Round(time.Second))
+		}
+		header = append(header, e)
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, c := range classes {
+		row := []string{c.Name}
+		for _, e := range envs {
+			row = append(row, classCell(c.Environments, e))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+func classCell(details []api.StorageClassDetail, env string) string {
+	i := slices.IndexFunc(details, func(d api.StorageClassDetail) bool { return d.EnvironmentId == env })
+	if i < 0 {
+		return "-"
+	}
+	d := details[i]
+	modes := "?"
+	if d.AccessModes != nil {
+		var short []string
+		for _, m := range *d.AccessModes {
+			short = append(short, accessAbbreviations[m])
+		}
+		modes = strings.Join(short, ",")
+	}
+	parts := []string{modes}
+	if d.AllowVolumeExpansion {
+		parts = append(parts, "exp")
+	}
+	if d.IsDefault {
+		parts = append(parts, "default")
+	}
+	if d.Capacity != nil {
+		parts = append(parts, d.Capacity.Total)
+	}
+	return strings.Join(parts, " ")
+}
