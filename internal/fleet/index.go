@@ -49,7 +49,7 @@ type Index struct {
 	order []*entry
 	// names interns class names: a query groups details by a small number
 	// instead of hashing strings. It only grows (class names are few).
-	names    map[string]int32
+	names    map[string]int
 	nameList []string
 }
 
@@ -91,7 +91,7 @@ type facet struct {
 	stale, hasCapacity       bool
 	capacityBytes            int64
 	name, provisioner        string
-	nameID                   int32 // in Index.names
+	nameID                   int // in Index.names
 }
 
 func newFacet(c capabilities.Class, stale bool) facet {
@@ -120,7 +120,7 @@ func modeBits(all, modes []string) uint8 {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{envs: map[string]*entry{}, names: map[string]int32{}}
+	return &Index{envs: map[string]*entry{}, names: map[string]int{}}
 }
 
 // SetEnvironments makes the index hold exactly these environments: new ones
@@ -267,10 +267,10 @@ func (ix *Index) render(e *entry) {
 }
 
 // intern returns a class name's number. The caller holds ix.mu for writing.
-func (ix *Index) intern(name string) int32 {
+func (ix *Index) intern(name string) int {
 	id, ok := ix.names[name]
 	if !ok {
-		id = int32(len(ix.nameList))
+		id = len(ix.nameList)
 		ix.names[name] = id
 		ix.nameList = append(ix.nameList, name)
 	}

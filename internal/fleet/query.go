@@ -129,14 +129,14 @@ func (ix *Index) Classes(f Filter, maxPageSize int, pageToken string) (ClassPage
 	// Two passes over the matching details: the first counts them per class
 	// name, the second places them, grouped by name and in environment
 	// order within a name (a counting sort: one allocation, no hashing).
-	counts := make([]int32, len(ix.nameList))
+	counts := make([]int, len(ix.nameList))
 	ix.eachMatch(f, match, after, func(d *detail) { counts[d.nameID]++ })
-	var ids []int32
-	starts := make([]int32, len(counts))
-	var total int32
+	var ids []int
+	starts := make([]int, len(counts))
+	var total int
 	for id, n := range counts {
 		if n > 0 {
-			ids = append(ids, int32(id))
+			ids = append(ids, id)
 			starts[id] = total
 			total += n
 		}
@@ -150,7 +150,7 @@ func (ix *Index) Classes(f Filter, maxPageSize int, pageToken string) (ClassPage
 	nameList := ix.nameList
 	ix.mu.RUnlock()
 
-	slices.SortFunc(ids, func(a, b int32) int { return strings.Compare(nameList[a], nameList[b]) })
+	slices.SortFunc(ids, func(a, b int) int { return strings.Compare(nameList[a], nameList[b]) })
 	var page ClassPage
 	if len(ids) > size {
 		ids = ids[:size]
@@ -243,6 +243,8 @@ func fromBits(all []string, bits uint8) []string {
 // sent in 64 KiB writes rather than one per detail.
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
+var comma = []byte(",")
+
 // WriteJSON writes the page as the API's StorageClassList, copying each
 // detail's pre-encoded JSON.
 func (p ClassPage) WriteJSON(w io.Writer) error {
@@ -252,32 +254,35 @@ func (p ClassPage) WriteJSON(w io.Writer) error {
 		bw.Reset(nil)
 		writers.Put(bw)
 	}()
-	bw.WriteString(`{"storage_classes":[`)
+	// A bufio.Writer keeps its first error and skips later writes; Flush
+	// returns it, so the writes below need no checks of their own.
+	put := func(b []byte) { _, _ = bw.Write(b) }
+	put([]byte(`{"storage_classes":[`))
 	for i, c := range p.Classes {
 		if i > 0 {
-			bw.WriteByte(',')
+			put(comma)
 		}
 		head, _ := json.Marshal(struct { // strings, ints and string slices always encode
 			Name    string  `json:"name"`
 			Summary Summary `json:"summary"`
 		}{c.Name, c.Summary})
-		bw.Write(head[:len(head)-1])
-		bw.WriteString(`,"environments":[`)
+		put(head[:len(head)-1])
+		put([]byte(`,"environments":[`))
 		for j, d := range c.details {
 			if j > 0 {
-				bw.WriteByte(',')
+				put(comma)
 			}
-			bw.Write(d.json)
+			put(d.json)
 		}
-		bw.WriteString(`]}`)
+		put([]byte(`]}`))
 	}
-	bw.WriteByte(']')
+	put([]byte(`]`))
 	if p.NextPageToken != "" {
 		tok, _ := json.Marshal(p.NextPageToken)
-		bw.WriteString(`,"next_page_token":`)
-		bw.Write(tok)
+		put([]byte(`,"next_page_token":`))
+		put(tok)
 	}
-	bw.WriteByte('}')
+	put([]byte(`}`))
 	return bw.Flush()
 }
 
