@@ -152,7 +152,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	feed = fleet.NewFeed(fleet.FeedOptions{Index: fleetIndex, Pool: clusterPool, Registry: registry,
 		Store: fleet.Store{DB: pool}, Logger: logger})
 	if err := feed.Load(startCtx); err != nil {
-		return fmt.Errorf("load the fleet index: %w", err)
+		// Not migrated yet (SG_MIGRATE_ON_START off): /readyz says so, and
+		// the feed retries until it loads.
+		logger.Warn("fleet index not loaded yet; retrying in the background", "error", err)
 	}
 
 	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}

@@ -52,6 +52,10 @@ type Feed struct {
 	opts FeedOptions
 	wake chan struct{}
 
+	// loaded is set once Load succeeded; until then every step retries it
+	// (the schema may not be migrated yet when the gateway starts).
+	loaded bool
+
 	mu            sync.Mutex
 	dirty         map[string]bool // environments whose cluster changed
 	registryDirty bool
@@ -98,7 +102,8 @@ func (f *Feed) signal() {
 
 // Load fills the index from the registry and the persisted snapshots, so the
 // first query after a start already shows every environment's last known
-// classes (stale until its cluster is watched).
+// classes (stale until its cluster is watched). Call it before Run; if it
+// fails, Run retries it.
 func (f *Feed) Load(ctx context.Context) error {
 	if err := f.syncRegistry(ctx); err != nil {
 		return err
@@ -110,6 +115,7 @@ func (f *Feed) Load(ctx context.Context) error {
 	for id, s := range snaps {
 		f.opts.Index.Restore(id, s.objects, s.observed)
 	}
+	f.loaded = true
 	return nil
 }
 
@@ -141,6 +147,14 @@ func (f *Feed) Run(ctx context.Context) {
 // step applies pending registry and cluster changes and persists the
 // result.
 func (f *Feed) step(ctx context.Context) {
+	if !f.loaded {
+		if err := f.Load(ctx); err != nil {
+			if ctx.Err() == nil {
+				f.opts.Logger.WarnContext(ctx, "fleet index: not loaded yet; retrying", "error", err)
+			}
+			return
+		}
+	}
 	f.mu.Lock()
 	syncRegistry := f.registryDirty
 	f.registryDirty = false
