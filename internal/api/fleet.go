@@ -26,7 +26,10 @@ func (h *handlers) ListStorageClasses(_ context.Context, req ListStorageClassesR
 	if err != nil {
 		return nil, err
 	}
-	return fleetResponse{write: page.WriteJSON}, nil
+	return fleetResponse{write: func(w io.Writer) error {
+		defer page.Release()
+		return page.WriteJSON(w)
+	}}, nil
 }
 
 func (h *handlers) ListEnvironmentStorageClasses(ctx context.Context, req ListEnvironmentStorageClassesRequestObject) (ListEnvironmentStorageClassesResponseObject, error) {

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -86,7 +85,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // 10,000 details at 1,000 environments) and a placement question
 // (RWX-capable, expandable, in one region).
 //
-// go test ./internal/api -run '^$' -bench FleetQuery -benchtime 200x
+// go test ./internal/api -run '^$' -bench FleetQuery -benchtime 1000x -count 3
 func BenchmarkFleetQuery(b *testing.B) {
 	queries := map[string]string{
 		"all":       "/api/v1alpha1/storage-classes",
@@ -117,5 +116,3 @@ func BenchmarkFleetQuery(b *testing.B) {
 		}
 	}
 }
-
-var _ io.Writer = (*discard)(nil)
