@@ -39,20 +39,19 @@ func newClassesCommand() *cobra.Command {
 			if err := classFilters(&params, environments, region, provisioner, accessMode, volumeMode, expandable, isDefault); err != nil {
 				return err
 			}
-			var all []api.FleetStorageClass
-			for {
+			all, err := allPages(func(token *string) ([]api.FleetStorageClass, *string, error) {
+				params.PageToken = token
 				resp, err := client.ListStorageClassesWithResponse(cmd.Context(), &params)
 				if err != nil {
-					return err
+					return nil, nil, err
 				}
 				if resp.JSON200 == nil {
-					return problemError(resp.HTTPResponse, resp.Body)
+					return nil, nil, problemError(resp.HTTPResponse, resp.Body)
 				}
-				all = append(all, resp.JSON200.StorageClasses...)
-				if resp.JSON200.NextPageToken == nil {
-					break
-				}
-				params.PageToken = resp.JSON200.NextPageToken
+				return resp.JSON200.StorageClasses, resp.JSON200.NextPageToken, nil
+			})
+			if err != nil {
+				return err
 			}
 			if c.output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())

@@ -374,20 +374,19 @@ func (c *gatewayClient) listCommand() *cobra.Command {
 				sel := strings.Join(labels, ",")
 				params.LabelSelector = &sel
 			}
-			var all []api.Environment
-			for {
+			all, err := allPages(func(token *string) ([]api.Environment, *string, error) {
+				params.PageToken = token
 				resp, err := client.ListEnvironmentsWithResponse(cmd.Context(), &params)
 				if err != nil {
-					return err
+					return nil, nil, err
 				}
 				if resp.JSON200 == nil {
-					return problemError(resp.HTTPResponse, resp.Body)
+					return nil, nil, problemError(resp.HTTPResponse, resp.Body)
 				}
-				all = append(all, resp.JSON200.Environments...)
-				if resp.JSON200.NextPageToken == nil {
-					break
-				}
-				params.PageToken = resp.JSON200.NextPageToken
+				return resp.JSON200.Environments, resp.JSON200.NextPageToken, nil
+			})
+			if err != nil {
+				return err
 			}
 			return c.print(cmd.OutOrStdout(), all, false)
 		},
@@ -496,6 +495,25 @@ func (c *gatewayClient) print(w io.Writer, envs []api.Environment, single bool) 
 			derefString(e.Status.KubernetesVersion), e.Status.VolumeCount, e.Status.Message)
 	}
 	return tw.Flush()
+}
+
+// allPages collects every page of a list: fetch gets the page token (nil
+// for the first page) and returns the items and the next token (nil on the
+// last page).
+func allPages[T any](fetch func(token *string) ([]T, *string, error)) ([]T, error) {
+	var all []T
+	var token *string
+	for {
+		items, next, err := fetch(token)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == nil {
+			return all, nil
+		}
+		token = next
+	}
 }
 
 // problemError turns a problem+json answer into an error for the terminal.

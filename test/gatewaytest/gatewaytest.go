@@ -174,10 +174,7 @@ func startFleet(t testing.TB, index *fleet.Index, pool *clusters.Pool, registry 
 	if err := feed.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); feed.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runUntilCleanup(t, feed.Run)
 	return feed
 }
 
@@ -189,9 +186,15 @@ func startRegistrar(t testing.TB, dcmURL, publicURL string, registry *environmen
 	if err != nil {
 		t.Fatal(err)
 	}
+	runUntilCleanup(t, registrar.Run)
+	return registrar
+}
+
+// runUntilCleanup runs a background worker until the test ends and waits
+// for it to return.
+func runUntilCleanup(t testing.TB, run func(context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); registrar.Run(ctx) }()
+	go func() { defer close(done); run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return registrar
 }
