@@ -67,41 +67,44 @@ func (o Overrides) lookup(class *storagev1.StorageClass, pick func(Override) []s
 // if set, else the environment's overrides, else the built-in table of
 // well-known provisioners, else unknown.
 func AccessModes(class *storagev1.StorageClass, overrides Overrides) Modes {
-	return resolve(class, overrides, AccessModesAnnotation,
+	return resolve(class, overrides, AccessModesAnnotation, AllAccessModes,
 		func(o Override) []string { return o.AccessModes }, func(d driverModes) []string { return d.access })
 }
 
 // VolumeModes returns the class's supported volume modes, with the same
 // precedence as AccessModes.
 func VolumeModes(class *storagev1.StorageClass, overrides Overrides) Modes {
-	return resolve(class, overrides, VolumeModesAnnotation,
+	return resolve(class, overrides, VolumeModesAnnotation, AllVolumeModes,
 		func(o Override) []string { return o.VolumeModes }, func(d driverModes) []string { return d.volume })
 }
 
-func resolve(class *storagev1.StorageClass, overrides Overrides, annotation string,
+func resolve(class *storagev1.StorageClass, overrides Overrides, annotation string, all []string,
 	fromOverride func(Override) []string, fromTable func(driverModes) []string) Modes {
-	if m, ok := fromAnnotation(class, annotation); ok {
+	if m, ok := fromAnnotation(class, annotation, all); ok {
 		return m
 	}
 	if modes, ok := overrides.lookup(class, fromOverride); ok {
 		return Modes{Supported: slices.Clone(modes), Source: SourceEnvironment}
 	}
 	if d, ok := fromDriver(class.Provisioner, class.Parameters); ok {
-		return Modes{Supported: fromTable(d), Source: SourceDriver}
+		return Modes{Supported: slices.Clone(fromTable(d)), Source: SourceDriver}
 	}
 	return Modes{Source: SourceUnknown}
 }
 
-func fromAnnotation(class *storagev1.StorageClass, key string) (Modes, bool) {
-	raw, ok := class.Annotations[key]
-	if !ok {
-		return Modes{}, false
-	}
+// fromAnnotation reads a comma-separated list of modes. Entries that are not
+// modes Kubernetes defines are ignored (a typo must not make the gateway
+// refuse everything, nor reach the API), and an annotation without a valid
+// entry counts as absent.
+func fromAnnotation(class *storagev1.StorageClass, key string, all []string) (Modes, bool) {
 	var modes []string
-	for _, m := range strings.Split(raw, ",") {
-		if m = strings.TrimSpace(m); m != "" {
+	for _, m := range strings.Split(class.Annotations[key], ",") {
+		if m = strings.TrimSpace(m); slices.Contains(all, m) && !slices.Contains(modes, m) {
 			modes = append(modes, m)
 		}
+	}
+	if modes == nil {
+		return Modes{}, false
 	}
 	return Modes{Supported: modes, Source: SourceAnnotation}, true
 }

@@ -71,7 +71,7 @@ type Segment struct {
 }
 
 // Describe builds the classes of one environment, by name. It only reads
-// objs; the result shares nothing with them.
+// objs; the result shares nothing with them or with the driver table.
 func Describe(objs Objects, overrides Overrides) []Class {
 	drivers := make(map[string]*storagev1.CSIDriver, len(objs.Drivers))
 	for _, d := range objs.Drivers {
@@ -168,9 +168,12 @@ func sumCapacity(objs []*storagev1.CSIStorageCapacity) *Capacity {
 	return c
 }
 
-// secretMarkers are substrings of parameter keys whose values name or hold
-// credentials (the CSI convention is csi.storage.k8s.io/*-secret-name|namespace).
-var secretMarkers = []string{"secret", "password", "passwd", "token", "credential"}
+// secretMarkers are substrings of parameter keys whose values may name or
+// hold credentials: the CSI convention csi.storage.k8s.io/*-secret-name, and
+// what in-tree and third-party provisioners use (GlusterFS restuserkey,
+// apiKey, passphrase, auth...). The list errs on the side of hiding: a
+// hidden harmless parameter costs a dashboard little, a shown secret a lot.
+var secretMarkers = []string{"secret", "pass", "token", "credential", "key", "auth", "private", "cert"}
 
 // PublicParameters returns the parameters without secret-looking keys; never
 // nil, so the API always shows an object.

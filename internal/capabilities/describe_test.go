@@ -32,7 +32,8 @@ func storageObjects() capabilities.Objects {
 				Provisioner: "ebs.csi.aws.com", AllowVolumeExpansion: ptr.To(true), VolumeBindingMode: &wffc,
 				Parameters: map[string]string{
 					"type": "gp3", "csi.storage.k8s.io/provisioner-secret-name": "creds", "adminPassword": "hunter2",
-					"authToken": "t", "cloudCredentials": "c",
+					"authToken": "t", "cloudCredentials": "c", "restuserkey": "heketi", "apiKey": "k",
+					"luksPassphrase": "p", "tlsCert": "c", "privateRegistry": "r",
 				}},
 		},
 		Drivers: []*storagev1.CSIDriver{{ObjectMeta: metav1.ObjectMeta{Name: "files.example.com"},

@@ -38,6 +38,15 @@ const (
 // client-go's TLS handshakes both time out after 10s.
 const connectTimeout = 10 * time.Second
 
+// Names of the cluster-wide storage caches.
+const (
+	cacheStorageClasses = "storageclasses"
+	cacheCSIDrivers     = "csidrivers"
+	cacheCapacities     = "csistoragecapacities"
+)
+
+var storageCaches = map[string]bool{cacheStorageClasses: true, cacheCSIDrivers: true, cacheCapacities: true}
+
 // byInvolvedPVC indexes events by the namespace/name of their PVC.
 const byInvolvedPVC = "involvedPVC"
 
@@ -87,9 +96,9 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	}
 	storage := c.factory(client).Storage().V1()
 	c.classes, c.drivers, c.capacities = storage.StorageClasses().Lister(), storage.CSIDrivers().Lister(), storage.CSIStorageCapacities().Lister()
-	c.add("storageclasses", storage.StorageClasses().Informer())
-	c.add("csidrivers", storage.CSIDrivers().Informer())
-	c.add("csistoragecapacities", storage.CSIStorageCapacities().Informer())
+	c.add(cacheStorageClasses, storage.StorageClasses().Informer())
+	c.add(cacheCSIDrivers, storage.CSIDrivers().Informer())
+	c.add(cacheCapacities, storage.CSIStorageCapacities().Informer())
 	if onStorage != nil {
 		notify := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { onStorage() },
@@ -251,6 +260,18 @@ func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
 func (c *Cluster) CSIDriver(name string) (*storagev1.CSIDriver, bool) {
 	driver, err := c.caches.drivers.Get(name)
 	return driver, err == nil
+}
+
+// StorageSynced reports whether the StorageClass, CSIDriver and
+// CSIStorageCapacity caches have synced, whatever the claim and event
+// caches do (the fleet view needs only these).
+func (c *Cluster) StorageSynced() bool {
+	for _, inf := range c.caches.informers {
+		if storageCaches[inf.name] && !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // CSIDrivers returns every CSIDriver, by name.

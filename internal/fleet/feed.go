@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -108,9 +109,13 @@ func (f *Feed) Load(ctx context.Context) error {
 	if err := f.syncRegistry(ctx); err != nil {
 		return err
 	}
-	snaps, err := f.opts.Store.load(ctx)
+	snaps, unreadable, err := f.opts.Store.load(ctx)
 	if err != nil {
 		return err
+	}
+	if len(unreadable) > 0 {
+		// Replaced as soon as the environment is watched again.
+		f.opts.Logger.WarnContext(ctx, "fleet index: ignoring persisted classes that do not decode", "environments", unreadable)
 	}
 	for id, s := range snaps {
 		f.opts.Index.Restore(id, s.objects, s.observed)
@@ -128,7 +133,7 @@ func (f *Feed) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			f.persist(context.WithoutCancel(ctx))
+			f.persist(context.WithoutCancel(ctx)) // bounded by storeTimeout
 			return
 		case <-f.wake:
 			select {
@@ -161,8 +166,10 @@ func (f *Feed) step(ctx context.Context) {
 	f.mu.Unlock()
 	if syncRegistry {
 		if err := f.syncRegistry(ctx); err != nil && ctx.Err() == nil {
-			f.opts.Logger.ErrorContext(ctx, "fleet index: read the registry", "error", err)
-			f.RegistryChanged() // retried on the next wake-up or tick
+			f.opts.Logger.ErrorContext(ctx, "fleet index: read the registry; retrying", "error", err)
+			f.mu.Lock()
+			f.registryDirty = true // retried on the next wake-up or tick, not at once
+			f.mu.Unlock()
 		}
 	}
 	f.mu.Lock()
@@ -196,11 +203,13 @@ func (f *Feed) syncRegistry(ctx context.Context) error {
 }
 
 // refresh reads an environment's cluster caches into the index if they are
-// current, and marks it stale otherwise.
+// current, and marks it stale otherwise. Current means the storage caches
+// have synced and the cluster answers: its other caches (claims, events)
+// do not matter here.
 func (f *Feed) refresh(id string) {
 	now := time.Now()
 	if c, ok := f.opts.Pool.Get(id); ok {
-		if h := c.Health(); h.State == clusters.StateReady && h.Synced {
+		if st := c.Health().State; c.StorageSynced() && st != clusters.StateUnreachable && st != clusters.StateUnauthorized {
 			if f.opts.Index.Observe(id, c.StorageObjects(), now) {
 				f.mu.Lock()
 				f.unsaved[id] = true
@@ -212,7 +221,8 @@ func (f *Feed) refresh(id string) {
 	f.opts.Index.MarkStale(id, now)
 }
 
-// persist writes the snapshots that changed; failures stay queued.
+// persist writes the snapshots that changed, within storeTimeout in all;
+// it stops at the first failure, and what is left stays queued.
 func (f *Feed) persist(ctx context.Context) {
 	f.mu.Lock()
 	ids := make([]string, 0, len(f.unsaved))
@@ -220,15 +230,18 @@ func (f *Feed) persist(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	f.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
 	for _, id := range ids {
-		objs, observed, ok := f.opts.Index.snapshot(id)
-		if ok {
-			writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-			err := f.opts.Store.save(writeCtx, id, objs, observed)
-			cancel()
-			if err != nil {
-				f.opts.Logger.ErrorContext(ctx, "fleet index: persist an environment's classes; retrying later", "environment", id, "error", err)
-				continue
+		if objs, observed, ok := f.opts.Index.snapshot(id); ok {
+			if err := f.opts.Store.save(writeCtx, id, objs, observed); err != nil {
+				if ctx.Err() == nil {
+					f.opts.Logger.ErrorContext(ctx, "fleet index: persist environments' classes; retrying later", "pending", len(ids), "error", err)
+				}
+				return
 			}
 		}
 		f.mu.Lock()
@@ -237,9 +250,12 @@ func (f *Feed) persist(ctx context.Context) {
 	}
 }
 
-// touch re-dates the snapshots of environments watched live now.
+// touch re-dates the snapshots of environments watched live now, except
+// those whose newest classes are not persisted yet (their row is older).
 func (f *Feed) touch(ctx context.Context) {
-	ids := f.opts.Index.freshIDs()
+	f.mu.Lock()
+	ids := slices.DeleteFunc(f.opts.Index.freshIDs(), func(id string) bool { return f.unsaved[id] })
+	f.mu.Unlock()
 	if len(ids) == 0 {
 		return
 	}

@@ -156,7 +156,28 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 		ix.order = append(ix.order, e)
 	}
 	slices.SortFunc(ix.order, func(a, b *entry) int { return strings.Compare(a.meta.ID, b.meta.ID) })
+	ix.compactNames()
 	return added
+}
+
+// compactNames forgets interned class names no environment has any more
+// (classes come and go), so per-query work stays proportional to the names
+// in use. It re-renders every environment, so it only runs once the list
+// has grown well past what is in use. The caller holds ix.mu for writing.
+func (ix *Index) compactNames() {
+	inUse := map[string]bool{}
+	for _, e := range ix.order {
+		for _, c := range e.classes {
+			inUse[c.Name] = true
+		}
+	}
+	if len(ix.nameList) <= 2*len(inUse)+64 {
+		return
+	}
+	ix.names, ix.nameList = map[string]int{}, nil
+	for _, e := range ix.order {
+		ix.render(e)
+	}
 }
 
 // Observe records live storage objects of an environment's cluster, read
@@ -164,14 +185,29 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 // reports whether what the environment shows changed (so it should be
 // persisted); unknown environments are ignored.
 func (ix *Index) Observe(id string, objs capabilities.Objects, at time.Time) (changed bool) {
+	// Describing (capacity sums, selectors) happens outside the write lock,
+	// so queries never wait for it; settings changed meanwhile are rare and
+	// mean describing again.
 	objs = capabilities.Slim(objs)
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	ix.mu.RLock()
 	e, ok := ix.envs[id]
+	var overrides capabilities.Overrides
+	if ok {
+		overrides = e.meta.Overrides
+	}
+	ix.mu.RUnlock()
 	if !ok {
 		return false
 	}
-	classes := capabilities.Describe(objs, e.meta.Overrides)
+	classes := capabilities.Describe(objs, overrides)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.envs[id] != e {
+		return false // removed (or removed and added again) meanwhile
+	}
+	if !reflect.DeepEqual(e.meta.Overrides, overrides) {
+		classes = capabilities.Describe(objs, e.meta.Overrides)
+	}
 	changed = !e.hasData || !reflect.DeepEqual(classes, e.classes)
 	if !changed && e.fresh {
 		e.objs = objs // same view; keep the newest objects
@@ -200,8 +236,10 @@ func (ix *Index) MarkStale(id string, at time.Time) {
 
 // Restore loads persisted objects observed at `observed` into an
 // environment that has no data yet (after a restart); they show as stale
-// until the cluster is watched again.
+// until the cluster is watched again. They are slimmed again, so a row
+// written by an older gateway never shows more than this one would.
 func (ix *Index) Restore(id string, objs capabilities.Objects, observed time.Time) {
+	objs = capabilities.Slim(objs)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	e, ok := ix.envs[id]

@@ -272,3 +272,31 @@ func TestObserveIgnoresUnknownEnvironments(t *testing.T) {
 		t.Fatal("SetEnvironments did not report the new environment")
 	}
 }
+
+// Class names come and go; queries keep answering with the names in use
+// after the index forgets the others.
+func TestClassNamesChurn(t *testing.T) {
+	ix := fleet.NewIndex()
+	metas := []fleet.Meta{{ID: "a"}}
+	ix.SetEnvironments(metas)
+	for round := range 20 {
+		objs := fleettest.Objects(10, 1)
+		for i, c := range objs.Classes {
+			c.Name = fmt.Sprintf("round-%02d-%d", round, i)
+		}
+		objs.Capacities = nil
+		ix.Observe("a", objs, t0)
+		ix.SetEnvironments(metas)
+	}
+	list := listJSON(t, ix, fleet.Filter{}, 0, "")
+	var names []string
+	for _, c := range list.StorageClasses {
+		names = append(names, c.Name)
+		if len(c.Environments) != 1 || c.Environments[0].Name != c.Name {
+			t.Fatalf("%s: %+v", c.Name, c.Environments)
+		}
+	}
+	if len(names) != 10 || names[0] != "round-19-0" || names[9] != "round-19-9" {
+		t.Fatalf("names after churn: %v", names)
+	}
+}

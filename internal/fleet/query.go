@@ -68,7 +68,7 @@ type Summary struct {
 	StaleEnvironmentCount int `json:"stale_environment_count"`
 	DefaultCount          int `json:"default_environment_count"`
 	// UnknownCapabilityCount counts environments where the class's access or
-	// volume modes are unknown (the unions below leave them out).
+	// volume modes are unknown; the unions below hold known modes only.
 	UnknownCapabilityCount int      `json:"unknown_capability_count"`
 	Provisioners           []string `json:"provisioners"`
 	// Expandable is everywhere, somewhere or nowhere.
@@ -120,17 +120,17 @@ type ClassEntry struct {
 // Classes answers a fleet query: class names in order, maxPageSize names a
 // page (paging.Size), each with the matching environments' details and a
 // summary of them.
-func (ix *Index) Classes(f Filter, maxPageSize int, pageToken string) (ClassPage, error) {
+func (ix *Index) Classes(f Filter, maxPageSize int, pageToken string) (*ClassPage, error) {
 	if err := f.validate(); err != nil {
-		return ClassPage{}, err
+		return nil, err
 	}
 	size, err := paging.Size(maxPageSize)
 	if err != nil {
-		return ClassPage{}, err
+		return nil, err
 	}
 	after, err := paging.After(pageToken, f)
 	if err != nil {
-		return ClassPage{}, err
+		return nil, err
 	}
 	match := f.facets()
 	ix.mu.RLock()
@@ -173,7 +173,7 @@ func (ix *Index) Classes(f Filter, maxPageSize int, pageToken string) (ClassPage
 	}
 	recycle(scratch)
 	slices.SortFunc(ids, func(a, b int) int { return strings.Compare(nameList[a], nameList[b]) })
-	page := ClassPage{grouped: grouped}
+	page := &ClassPage{grouped: grouped}
 	if len(ids) > size {
 		ids = ids[:size]
 		page.NextPageToken = paging.Token(nameList[ids[size-1]], f)
@@ -268,7 +268,7 @@ var comma = []byte(",")
 
 // WriteJSON writes the page as the API's StorageClassList, copying each
 // detail's pre-encoded JSON.
-func (p ClassPage) WriteJSON(w io.Writer) error {
+func (p *ClassPage) WriteJSON(w io.Writer) error {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(w)
 	defer func() {

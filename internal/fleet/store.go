@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -25,26 +24,28 @@ type snapshot struct {
 	observed time.Time
 }
 
-// load returns every persisted snapshot by environment id.
-func (s Store) load(ctx context.Context) (map[string]snapshot, error) {
+// load returns every persisted snapshot by environment id, and the ids of
+// rows that do not decode (skipped: one bad row must not hide the rest).
+func (s Store) load(ctx context.Context) (map[string]snapshot, []string, error) {
 	rows, err := s.DB.Query(ctx, `SELECT environment_id, objects, observed_time FROM fleet_snapshots`)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := map[string]snapshot{}
+	var unreadable []string
 	var id string
 	var raw []byte
 	var observed time.Time
 	_, err = pgx.ForEachRow(rows, []any{&id, &raw, &observed}, func() error {
-		var snap snapshot
-		if err := json.Unmarshal(raw, &snap.objects); err != nil {
-			return fmt.Errorf("decode fleet snapshot of %s: %w", id, err)
+		snap := snapshot{observed: observed}
+		if json.Unmarshal(raw, &snap.objects) != nil {
+			unreadable = append(unreadable, id)
+			return nil
 		}
-		snap.observed = observed
 		out[id] = snap
 		return nil
 	})
-	return out, err
+	return out, unreadable, err
 }
 
 // save writes an environment's snapshot; an environment deleted meanwhile
