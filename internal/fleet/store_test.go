@@ -1,0 +1,155 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+)
+
+// migrated returns a pool on a fresh, migrated database holding environment
+// rows for ids (just what the foreign key needs).
+func migrated(t *testing.T, ids ...string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.NewDatabase(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	m, err := postgres.NewMigrator(db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Close() }()
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := db.Exec(ctx, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
+			VALUES ($1, 'ns', 'https://example.invalid', 'token', 'k1', '\x00')`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
+// registry lists fixed environments (the registry's rows are not the point
+// here).
+type registry []string
+
+func (r registry) Each(_ context.Context, fn func(environments.Environment) error) error {
+	for _, id := range r {
+		if err := fn(environments.Environment{ID: id}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newFeed(db *pgxpool.Pool, ids ...string) *Feed {
+	return NewFeed(FeedOptions{Index: NewIndex(), Pool: clusters.NewPool(clusters.PoolOptions{}), Registry: registry(ids),
+		Store: Store{DB: db}, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// What one gateway learned, the next one shows after a restart: stale, dated
+// when it was observed, and without secret-looking parameters in the row.
+func TestSnapshotsSurviveARestart(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t, "east", "west")
+	first := newFeed(db, "east", "west")
+	if err := first.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	observed := time.Now().Add(-time.Hour).Truncate(time.Microsecond) // Postgres keeps microseconds
+	if !first.opts.Index.Observe("east", fleettest.Objects(3, 10), observed) {
+		t.Fatal("first observation reported no change")
+	}
+	first.unsaved["east"] = true
+	first.persist(ctx)
+	if len(first.unsaved) != 0 {
+		t.Fatalf("still unsaved: %v", first.unsaved)
+	}
+	var row string
+	if err := db.QueryRow(ctx, `SELECT objects::text FROM fleet_snapshots WHERE environment_id = 'east'`).Scan(&row); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(row, "provisioner-secret") {
+		t.Fatalf("the persisted row holds a secret-looking parameter: %s", row)
+	}
+
+	second := newFeed(db, "east", "west")
+	if err := second.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	east, _ := second.opts.Index.Environment("east")
+	if !east.Stale || !east.ObservedTime.Equal(observed) || len(east.Classes) != 3 || east.Classes[0].Capacity == nil {
+		t.Fatalf("after the restart east = %+v (observed %s)", east, observed)
+	}
+	if west, _ := second.opts.Index.Environment("west"); len(west.Classes) != 0 || !west.Stale {
+		t.Fatalf("west was never observed but shows %+v", west)
+	}
+}
+
+// A row that does not decode is skipped; it hides neither the other rows nor
+// the index.
+func TestUnreadableSnapshotIsSkipped(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t, "good", "bad")
+	if err := (Store{DB: db}).save(ctx, "good", fleettest.Objects(2, 1), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO fleet_snapshots VALUES ('bad', '{"classes": 5}', now())`); err != nil {
+		t.Fatal(err)
+	}
+	f := newFeed(db, "good", "bad")
+	if err := f.Load(ctx); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if good, _ := f.opts.Index.Environment("good"); len(good.Classes) != 2 {
+		t.Fatalf("good = %+v", good)
+	}
+	if bad, ok := f.opts.Index.Environment("bad"); !ok || len(bad.Classes) != 0 {
+		t.Fatalf("bad = %+v, %v", bad, ok)
+	}
+}
+
+// Saving an environment deleted meanwhile is not an error, and a database
+// that is down stops the flush at the first failure, keeping the rest queued.
+func TestPersistence(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t, "kept")
+	f := newFeed(db, "kept", "deleted")
+	if err := f.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"kept", "deleted"} {
+		f.opts.Index.Observe(id, fleettest.Objects(1, 1), time.Now())
+		f.unsaved[id] = true
+	}
+	f.persist(ctx)
+	if len(f.unsaved) != 0 {
+		t.Fatalf("unsaved after a flush: %v", f.unsaved)
+	}
+
+	f.opts.Index.Observe("kept", fleettest.Objects(2, 1), time.Now())
+	f.unsaved["kept"], f.unsaved["deleted"] = true, true
+	db.Close()
+	start := time.Now()
+	f.persist(ctx)
+	if len(f.unsaved) != 2 {
+		t.Fatalf("a failed flush dropped work: %v", f.unsaved)
+	}
+	if took := time.Since(start); took > storeTimeout {
+		t.Fatalf("a flush against a closed database took %s", took)
+	}
+}
