@@ -60,7 +60,7 @@ func (h *handlers) environmentClasses(ctx context.Context, id string) (fleet.Env
 	if classes, ok := h.opts.Fleet.Environment(id); ok {
 		return classes, nil
 	}
-	if _, err := h.opts.Environments.Get(ctx, id); err != nil {
+	if err := h.opts.Environments.Exists(ctx, id); err != nil {
 		return fleet.EnvironmentClasses{}, err
 	}
 	return fleet.EnvironmentClasses{EnvironmentID: id, Stale: true, Classes: []fleet.Detail{}}, nil

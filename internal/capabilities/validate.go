@@ -12,10 +12,13 @@ import (
 // small.
 const maxOverrides = 256
 
-// AllAccessModes and AllVolumeModes are every mode Kubernetes defines.
+// AllAccessModes and AllVolumeModes are every mode Kubernetes defines;
+// RequestAccessModes are the access modes a volume request (DCM's
+// StorageSpec) may ask for.
 var (
-	AllAccessModes = []string{rwo, rox, rwx, rwop}
-	AllVolumeModes = []string{fs, blk}
+	AllAccessModes     = []string{rwo, rox, rwx, rwop}
+	AllVolumeModes     = []string{fs, blk}
+	RequestAccessModes = []string{rwo, rox, rwx}
 )
 
 // Validate reports the first invalid entry, naming it under field (the

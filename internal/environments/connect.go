@@ -2,10 +2,11 @@ package environments
 
 import (
 	"context"
-	"errors"
+
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
@@ -23,13 +24,16 @@ func (s *Service) ensure(ctx context.Context, id string, spec Spec, conn kubecon
 	}
 }
 
-// connect is ensure after a registration or update: an environment deleted
-// meanwhile (its Remove may have run first) is disconnected again.
-func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) {
+// connect is ensure after a registration or update, and returns the
+// environment as stored now: one deleted meanwhile (its Remove may have run
+// first) is disconnected again and not found.
+func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) (Environment, error) {
 	s.ensure(ctx, id, spec, conn)
-	if _, err := s.repo.get(ctx, id); s.pool != nil && errors.Is(err, errNotFound) {
+	env, err := s.Get(ctx, id)
+	if s.pool != nil && fault.Is(err, fault.NotFound) {
 		s.pool.Remove(id)
 	}
+	return env, err
 }
 
 // disconnectAllBut removes pool entries of environments not in registered.

@@ -63,7 +63,12 @@ func (s *Service) checkKeys(ctx context.Context, ring *secrets.KeyRing) error {
 
 // KeyUsage counts environments per sealing key.
 func (s *Service) KeyUsage(ctx context.Context) (map[string]int, error) {
-	return s.repo.keyUsage(ctx)
+	samples, err := s.repo.keySamples(ctx)
+	usage := make(map[string]int, len(samples))
+	for _, k := range samples {
+		usage[k.sealed.KeyID] = k.rows
+	}
+	return usage, err
 }
 
 // Rewrap re-seals every credential not sealed under the primary key with a

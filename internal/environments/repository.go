@@ -190,14 +190,19 @@ func (r *repository) recordReachability(ctx context.Context, id string, state cl
 // delete removes the environment. Unless force is set it refuses while volume
 // records exist; the row lock taken first blocks volume inserts (their foreign
 // key needs a share lock on it), so the count cannot go stale before the delete.
-func (r *repository) delete(ctx context.Context, id string, force bool) (volumes int, err error) {
+// It returns the DCM registration the row held when it was locked, for
+// deregistering.
+func (r *repository) delete(ctx context.Context, id string, force bool) (volumes int, reg DCMRegistration, err error) {
 	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		var one int
-		if err := tx.QueryRow(ctx, `SELECT 1 FROM environments WHERE id = $1 FOR UPDATE`, id).Scan(&one); err != nil {
+		var raw []byte
+		if err := tx.QueryRow(ctx, `SELECT dcm_registration FROM environments WHERE id = $1 FOR UPDATE`, id).Scan(&raw); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return errNotFound
 			}
 			return err
+		}
+		if err := json.Unmarshal(raw, &reg); err != nil {
+			return fmt.Errorf("decode environment %s: %w", id, err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM volumes WHERE environment_id = $1 AND status <> 'DELETED'`, id).Scan(&volumes); err != nil {
 			return err
@@ -208,7 +213,14 @@ func (r *repository) delete(ctx context.Context, id string, force bool) (volumes
 		_, err := tx.Exec(ctx, `DELETE FROM environments WHERE id = $1`, id)
 		return err
 	})
-	return volumes, err
+	return volumes, reg, err
+}
+
+// exists reports whether an environment is registered.
+func (r *repository) exists(ctx context.Context, id string) (bool, error) {
+	var found bool
+	err := r.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM environments WHERE id = $1)`, id).Scan(&found)
+	return found, err
 }
 
 // listFilter is a validated ListQuery in SQL terms.
@@ -252,19 +264,6 @@ func (r *repository) each(ctx context.Context, fn func(record) error) error {
 		}
 		f.after = recs[len(recs)-1].ID
 	}
-}
-
-// keyUsage counts credential rows per key id.
-func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
-	rows, err := r.db.Query(ctx, `SELECT credentials_key_id, count(*) FROM environments GROUP BY 1`)
-	if err != nil {
-		return nil, err
-	}
-	usage := map[string]int{}
-	var id string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { usage[id] = n; return nil })
-	return usage, err
 }
 
 // keySamples returns, per key id in use, how many rows use it and one of

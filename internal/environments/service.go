@@ -109,11 +109,10 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 		return Environment{}, false, err
 	}
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
-	s.connect(ctx, rec.ID, spec, conn)
+	env, err = s.connect(ctx, rec.ID, spec, conn)
 	if s.changed != nil {
 		s.changed(rec.ID)
 	}
-	env, err = s.Get(ctx, reg.ID)
 	return env, err == nil, err
 }
 
@@ -139,10 +138,22 @@ func (s *Service) Get(ctx context.Context, id string) (Environment, error) {
 func (s *Service) get(ctx context.Context, id string) (record, error) {
 	rec, err := s.repo.get(ctx, id)
 	if errors.Is(err, errNotFound) {
-		return record{}, fault.New(fault.NotFound, "environment %q not found", id)
+		return record{}, notFound(id)
 	}
 	return rec, err
 }
+
+// Exists returns a NotFound fault unless the environment is registered: for
+// callers that need nothing else of it, without reading the row.
+func (s *Service) Exists(ctx context.Context, id string) error {
+	found, err := s.repo.exists(ctx, id)
+	if err == nil && !found {
+		err = notFound(id)
+	}
+	return err
+}
+
+func notFound(id string) error { return fault.New(fault.NotFound, "environment %q not found", id) }
 
 // Verify probes the environment now and records the result.
 func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
@@ -192,10 +203,9 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 // Delete forgets an environment. It refuses while volume records exist unless
 // force is set; PVCs in the cluster are never touched.
 func (s *Service) Delete(ctx context.Context, id string, force bool) error {
-	before, _ := s.repo.get(ctx, id) // for the DCM registration to undo
-	volumes, err := s.repo.delete(ctx, id, force)
+	volumes, reg, err := s.repo.delete(ctx, id, force)
 	if errors.Is(err, errNotFound) {
-		return fault.New(fault.NotFound, "environment %q not found", id)
+		return notFound(id)
 	}
 	if err != nil {
 		return err
@@ -207,7 +217,7 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 		s.pool.Remove(id)
 	}
 	if s.deleted != nil {
-		s.deleted(id, before.Status.DCMRegistration)
+		s.deleted(id, reg)
 	}
 	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
 	return nil

@@ -61,12 +61,15 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		return rec.Environment, nil
 	}
 
-	// New credentials replace stored ones that may not even open any more,
-	// so only a spec change needs the stored ones.
+	// New credentials or namespaces are probed. New credentials replace
+	// stored ones that may not even open any more, so only a change of
+	// namespaces opens the stored ones; other spec changes need none.
+	probe := rotate || !slices.Equal(spec.Namespaces(), rec.Spec.Namespaces())
 	var conn kubeconfig.Connection
-	if rotate {
+	switch {
+	case rotate:
 		conn, _, err = s.resolveCredentials(creds)
-	} else {
+	case probe:
 		conn, err = s.open(rec)
 	}
 	if err != nil {
@@ -77,7 +80,6 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	}
 	next := rec
 	next.Spec = spec
-	probe := rotate || !slices.Equal(spec.Namespaces(), rec.Spec.Namespaces())
 	if probe {
 		result := s.prober.Probe(ctx, conn, spec.Namespaces())
 		if result.State != clusters.StateReady {
@@ -95,19 +97,22 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		return Environment{}, err
 	}
 	if !ok {
-		if _, err := s.get(ctx, id); err != nil {
+		if err := s.Exists(ctx, id); err != nil {
 			return Environment{}, err // deleted meanwhile: NotFound
 		}
 		return Environment{}, fault.New(fault.Conflict, "environment %q was changed concurrently; retry the update", id)
 	}
 	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
+	var env Environment
 	if probe {
-		s.connect(ctx, id, spec, conn)
+		env, err = s.connect(ctx, id, spec, conn)
+	} else {
+		env, err = s.Get(ctx, id)
 	}
 	if s.changed != nil {
 		s.changed(id)
 	}
-	return s.Get(ctx, id)
+	return env, err
 }
 
 // checkRemovedNamespaces refuses to drop a namespace that still holds

@@ -1,17 +1,14 @@
 package environments
 
 import (
-	"regexp"
 	"slices"
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
-
-// idPattern is the AEP-122 resource id syntax the contract requires.
-var idPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Limits that keep one row and one probe bounded.
 const (
@@ -21,14 +18,9 @@ const (
 	maxAllowedNamespaces = 32
 )
 
-var (
-	accessModes = []string{"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"}
-	volumeModes = []string{"Filesystem", "Block"}
-)
-
 // ValidateID checks an environment id.
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) {
+	if len(validation.IsDNS1123Label(id)) > 0 { // the AEP-122 id syntax of the contract
 		return fault.Invalid("id", "must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit")
 	}
 	return nil
@@ -135,17 +127,17 @@ func (d Defaults) validate() error {
 	if d.StorageClass != "" && len(validation.IsDNS1123Subdomain(d.StorageClass)) > 0 {
 		return fault.Invalid("defaults.storage_class", "must be a StorageClass name (DNS-1123 subdomain)")
 	}
-	if d.AccessMode != "" && !slices.Contains(accessModes, d.AccessMode) {
+	if d.AccessMode != "" && !slices.Contains(capabilities.RequestAccessModes, d.AccessMode) {
 		return fault.Invalid("defaults.access_mode", "must be one of ReadWriteOnce, ReadOnlyMany, ReadWriteMany")
 	}
-	if d.VolumeMode != "" && !slices.Contains(volumeModes, d.VolumeMode) {
+	if d.VolumeMode != "" && !slices.Contains(capabilities.AllVolumeModes, d.VolumeMode) {
 		return fault.Invalid("defaults.volume_mode", "must be Filesystem or Block")
 	}
 	return nil
 }
 
 func providerName(name string) error {
-	if !idPattern.MatchString(name) {
+	if len(validation.IsDNS1123Label(name)) > 0 {
 		return fault.Invalid("dcm.provider_name", "must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit")
 	}
 	return nil

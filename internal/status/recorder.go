@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/environments"
 )
 
 // The CloudEvent contract DCM's consumer expects (SPEC.md §3).
@@ -146,7 +148,7 @@ func reportable(last, now Observation) bool {
 // reused after its record was forgotten starts a new sequence of ids.
 func (r Recorder) event(o Observation, provider string, created time.Time, transition int64) ([]byte, string, error) {
 	if provider == "" {
-		provider = "storage-gateway-" + o.EnvironmentID
+		provider = environments.DefaultProviderName(o.EnvironmentID)
 	}
 	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%d/%s", o.EnvironmentID, o.VolumeID, created.UnixMicro(), transition, o.Status)).String()
 	e := cloudevents.NewEvent()

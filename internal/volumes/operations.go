@@ -19,7 +19,7 @@ import (
 
 // Get returns one volume from the records and the cluster cache.
 func (s *Service) Get(ctx context.Context, envID, id string) (Volume, error) {
-	if _, err := s.envs.Get(ctx, envID); err != nil {
+	if err := s.envs.Exists(ctx, envID); err != nil {
 		return Volume{}, err
 	}
 	rec, err := s.live(ctx, envID, id)
@@ -73,7 +73,7 @@ type Page struct {
 // List returns volumes in id order; the page token is the last id, opaque
 // to clients.
 func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageToken string) (Page, error) {
-	if _, err := s.envs.Get(ctx, envID); err != nil {
+	if err := s.envs.Exists(ctx, envID); err != nil {
 		return Page{}, err
 	}
 	size, err := paging.Size(maxPageSize)
@@ -112,7 +112,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, err
 	}
-	if _, err := s.envs.Get(ctx, envID); err != nil {
+	if err := s.envs.Exists(ctx, envID); err != nil {
 		return Volume{}, err
 	}
 	rec, err := s.live(ctx, envID, id)
@@ -157,7 +157,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 // NotFound, which DCM treats as success; a deletion under way is accepted
 // again.
 func (s *Service) Delete(ctx context.Context, envID, id string) error {
-	if _, err := s.envs.Get(ctx, envID); err != nil {
+	if err := s.envs.Exists(ctx, envID); err != nil {
 		return err
 	}
 	rec, err := s.live(ctx, envID, id)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
 
@@ -22,12 +23,7 @@ const (
 	reservedPrefix        = "dcm.project/"
 )
 
-var (
-	idPattern      = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	quantitySuffix = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$`)
-	accessModes    = []string{"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"}
-	volumeModes    = []string{"Filesystem", "Block"}
-)
+var quantitySuffix = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$`)
 
 // Request is a create request as DCM sent it: hints may be empty.
 type Request struct {
@@ -60,7 +56,7 @@ type Spec struct {
 // ValidateID checks a volume id: it becomes a PVC name, and "health" is the
 // provider's health path.
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) || id == "health" {
+	if len(validation.IsDNS1123Label(id)) > 0 || id == "health" {
 		return fault.Invalid("id", `must be 1-63 lowercase letters, digits or '-' (a UUID fits), and not "health"`)
 	}
 	return nil
@@ -81,7 +77,7 @@ func ParseCapacity(field, s string) (resource.Quantity, error) {
 
 // validate checks everything that needs no cluster.
 func (r Request) validate() error {
-	if !idPattern.MatchString(r.Name) {
+	if len(validation.IsDNS1123Label(r.Name)) > 0 {
 		return fault.Invalid("spec.metadata.name", "must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit")
 	}
 	if _, err := ParseCapacity("spec.capacity", r.Capacity); err != nil {
@@ -100,9 +96,9 @@ func (r Request) validate() error {
 	switch {
 	case h.StorageClass != "" && len(validation.IsDNS1123Subdomain(h.StorageClass)) > 0:
 		return fault.Invalid(hints+"storage_class", "must be a StorageClass name")
-	case h.AccessMode != "" && !slices.Contains(accessModes, h.AccessMode):
+	case h.AccessMode != "" && !slices.Contains(capabilities.RequestAccessModes, h.AccessMode):
 		return fault.Invalid(hints+"access_mode", "must be one of ReadWriteOnce, ReadOnlyMany, ReadWriteMany")
-	case h.VolumeMode != "" && !slices.Contains(volumeModes, h.VolumeMode):
+	case h.VolumeMode != "" && !slices.Contains(capabilities.AllVolumeModes, h.VolumeMode):
 		return fault.Invalid(hints+"volume_mode", "must be Filesystem or Block")
 	case h.Namespace != "" && len(validation.IsDNS1123Label(h.Namespace)) > 0:
 		return fault.Invalid(hints+"namespace", "must be a namespace name")
