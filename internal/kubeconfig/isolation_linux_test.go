@@ -17,7 +17,7 @@ import (
 func TestParseNeverTouchesFilesProcessesOrNetwork(t *testing.T) {
 	bait := kubeconfigtest.NewBait(t)
 	dir := bait.Env.Dir
-	e := kubeconfigtest.Env{Dir: dir, Addr: bait.Env.Addr, Token: bait.Env.Token}
+	e := bait.Env
 
 	t.Run("sanity: the watcher sees a file being read", func(t *testing.T) {
 		if _, err := os.ReadFile(filepath.Join(dir, "ca.crt")); err != nil {

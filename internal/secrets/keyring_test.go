@@ -100,16 +100,10 @@ func TestParseKeyRingAcceptsValidFile(t *testing.T) {
 	if ring.Primary() != "k2" || !slices.Equal(ring.IDs(), []string{"k1.old_2024-01", "k2"}) {
 		t.Fatalf("primary %q, ids %q", ring.Primary(), ring.IDs())
 	}
-	if slices.Contains(ring.IDs(), "k3") {
-		t.Fatal("IDs lists a key the file lacks")
-	}
 }
 
 func TestLoadKeyRingRefusesAccessibleFile(t *testing.T) {
-	data, err := fileBytes(t, newRing(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := fileBytes(t, newRing(t))
 	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o610, 0o601} {
 		t.Run(mode.String(), func(t *testing.T) {
 			path := writeWithMode(t, data, mode)
@@ -206,10 +200,7 @@ func TestWriteFileFailsInMissingDirectory(t *testing.T) {
 
 func TestWriteFileWritesTheFileFormat(t *testing.T) {
 	ring := newRing(t, "k2")
-	data, err := fileBytes(t, ring)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := fileBytes(t, ring)
 	var f struct {
 		Primary string            `json:"primary"`
 		Keys    map[string]string `json:"keys"`
@@ -270,10 +261,7 @@ func TestKeyRingMutations(t *testing.T) {
 // A ring that reaches fmt or a structured logger must show ids only.
 func TestKeyRingNeverPrintsKeys(t *testing.T) {
 	ring := newRing(t, "k2")
-	data, err := fileBytes(t, ring)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := fileBytes(t, ring)
 	var f struct{ Keys map[string]string }
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
@@ -290,11 +278,15 @@ func TestKeyRingNeverPrintsKeys(t *testing.T) {
 }
 
 // fileBytes is what WriteFile writes for ring.
-func fileBytes(t *testing.T, ring *secrets.KeyRing) ([]byte, error) {
+func fileBytes(t *testing.T, ring *secrets.KeyRing) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ring.json")
 	if err := ring.WriteFile(path); err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return os.ReadFile(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
