@@ -8,6 +8,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Objects are the storage objects of one cluster the fleet view is built
@@ -71,7 +72,8 @@ type Segment struct {
 }
 
 // Describe builds the classes of one environment, by name. It only reads
-// objs; the result shares nothing with them or with the driver table.
+// objs; the result shares nothing with the driver table, and only the
+// CSIDriver facts' flags with objs (which nobody modifies).
 func Describe(objs Objects, overrides Overrides) []Class {
 	drivers := make(map[string]*storagev1.CSIDriver, len(objs.Drivers))
 	for _, d := range objs.Drivers {
@@ -89,9 +91,9 @@ func Describe(objs Objects, overrides Overrides) []Class {
 			Name:                 sc.Name,
 			Provisioner:          sc.Provisioner,
 			IsDefault:            sc == def,
-			VolumeBindingMode:    string(deref(sc.VolumeBindingMode, storagev1.VolumeBindingImmediate)),
-			AllowVolumeExpansion: deref(sc.AllowVolumeExpansion, false),
-			ReclaimPolicy:        string(deref(sc.ReclaimPolicy, "Delete")),
+			VolumeBindingMode:    string(ptr.Deref(sc.VolumeBindingMode, storagev1.VolumeBindingImmediate)),
+			AllowVolumeExpansion: ptr.Deref(sc.AllowVolumeExpansion, false),
+			ReclaimPolicy:        string(ptr.Deref(sc.ReclaimPolicy, "Delete")),
 			Parameters:           PublicParameters(sc.Parameters),
 			AccessModes:          access.Supported,
 			VolumeModes:          volume.Supported,
@@ -105,13 +107,6 @@ func Describe(objs Objects, overrides Overrides) []Class {
 	}
 	slices.SortFunc(out, func(a, b Class) int { return cmp.Compare(a.Name, b.Name) })
 	return out
-}
-
-func deref[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 func driverFacts(d *storagev1.CSIDriver) *DriverFacts {

@@ -19,9 +19,11 @@ const (
 	// initial list, a driver publishing capacities) gather before it
 	// rebuilds the environments they touched, once each.
 	coalesce = 50 * time.Millisecond
-	// storeTimeout bounds one persistence write.
-	storeTimeout = 10 * time.Second
 )
+
+// storeTimeout bounds one flush of changed snapshots, or one re-dating of
+// live ones (a variable for tests).
+var storeTimeout = 10 * time.Second
 
 // Registry is what the feed reads environments from.
 type Registry interface {
@@ -141,7 +143,9 @@ func (f *Feed) Run(ctx context.Context) {
 			case <-ctx.Done():
 			}
 		case <-registryTick.C:
-			f.RegistryChanged()
+			f.mu.Lock()
+			f.registryDirty = true // the step below reads it
+			f.mu.Unlock()
 		case <-touchTick.C:
 			f.touch(ctx)
 		}
@@ -209,7 +213,7 @@ func (f *Feed) syncRegistry(ctx context.Context) error {
 func (f *Feed) refresh(id string) {
 	now := time.Now()
 	if c, ok := f.opts.Pool.Get(id); ok {
-		if st := c.Health().State; c.StorageSynced() && st != clusters.StateUnreachable && st != clusters.StateUnauthorized {
+		if c.StorageSynced() && c.Health().State != clusters.StateUnreachable {
 			if f.opts.Index.Observe(id, c.StorageObjects(), now) {
 				f.mu.Lock()
 				f.unsaved[id] = true

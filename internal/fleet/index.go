@@ -48,7 +48,7 @@ type Index struct {
 	envs  map[string]*entry
 	order []*entry
 	// names interns class names: a query groups details by a small number
-	// instead of hashing strings. It only grows (class names are few).
+	// instead of hashing strings. compactNames drops names no longer in use.
 	names    map[string]int
 	nameList []string
 }
@@ -57,12 +57,15 @@ type Index struct {
 type entry struct {
 	meta     Meta
 	objs     capabilities.Objects // slimmed (capabilities.Slim)
-	hasData  bool
 	fresh    bool
 	observed time.Time
 	classes  []capabilities.Class
 	view     *envView
 }
+
+// hasData reports whether the environment's classes were ever observed (live
+// or restored): observed is set exactly then.
+func (e *entry) hasData() bool { return !e.observed.IsZero() }
 
 // envView is an immutable rendering of an entry that queries share.
 type envView struct {
@@ -141,8 +144,10 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 		case reflect.DeepEqual(e.meta, m):
 			continue
 		default:
+			if !reflect.DeepEqual(e.meta.Overrides, m.Overrides) {
+				e.classes = capabilities.Describe(e.objs, m.Overrides)
+			}
 			e.meta = m
-			e.classes = capabilities.Describe(e.objs, m.Overrides)
 		}
 		ix.render(e)
 	}
@@ -160,18 +165,24 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 	return added
 }
 
+// minNamesToCompact is how many interned names are never worth compacting.
+const minNamesToCompact = 64
+
 // compactNames forgets interned class names no environment has any more
 // (classes come and go), so per-query work stays proportional to the names
 // in use. It re-renders every environment, so it only runs once the list
 // has grown well past what is in use. The caller holds ix.mu for writing.
 func (ix *Index) compactNames() {
+	if len(ix.nameList) <= minNamesToCompact {
+		return
+	}
 	inUse := map[string]bool{}
 	for _, e := range ix.order {
 		for _, c := range e.classes {
 			inUse[c.Name] = true
 		}
 	}
-	if len(ix.nameList) <= 2*len(inUse)+64 {
+	if len(ix.nameList) <= 2*len(inUse)+minNamesToCompact {
 		return
 	}
 	ix.names, ix.nameList = map[string]int{}, nil
@@ -208,12 +219,12 @@ func (ix *Index) Observe(id string, objs capabilities.Objects, at time.Time) (ch
 	if !reflect.DeepEqual(e.meta.Overrides, overrides) {
 		classes = capabilities.Describe(objs, e.meta.Overrides)
 	}
-	changed = !e.hasData || !reflect.DeepEqual(classes, e.classes)
+	changed = !e.hasData() || !reflect.DeepEqual(classes, e.classes)
 	if !changed && e.fresh {
 		e.objs = objs // same view; keep the newest objects
 		return false
 	}
-	e.objs, e.classes, e.hasData, e.fresh, e.observed = objs, classes, true, true, at
+	e.objs, e.classes, e.fresh, e.observed = objs, classes, true, at
 	ix.render(e)
 	return changed
 }
@@ -228,7 +239,7 @@ func (ix *Index) MarkStale(id string, at time.Time) {
 		return
 	}
 	e.fresh = false
-	if e.hasData {
+	if e.hasData() {
 		e.observed = at
 	}
 	ix.render(e)
@@ -243,10 +254,10 @@ func (ix *Index) Restore(id string, objs capabilities.Objects, observed time.Tim
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	e, ok := ix.envs[id]
-	if !ok || e.hasData {
+	if !ok || e.hasData() {
 		return
 	}
-	e.objs, e.hasData, e.observed = objs, true, observed
+	e.objs, e.observed = objs, observed
 	e.classes = capabilities.Describe(objs, e.meta.Overrides)
 	ix.render(e)
 }
@@ -257,7 +268,7 @@ func (ix *Index) snapshot(id string) (capabilities.Objects, time.Time, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	e, ok := ix.envs[id]
-	if !ok || !e.hasData {
+	if !ok || !e.hasData() {
 		return capabilities.Objects{}, time.Time{}, false
 	}
 	return e.objs, e.observed, true

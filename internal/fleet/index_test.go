@@ -299,4 +299,7 @@ func TestClassNamesChurn(t *testing.T) {
 	if len(names) != 10 || names[0] != "round-19-0" || names[9] != "round-19-9" {
 		t.Fatalf("names after churn: %v", names)
 	}
+	if n := fleet.InternedNames(ix); n > 2*10+64 {
+		t.Fatalf("%d class names still interned after 200 came and went, 10 in use", n)
+	}
 }

@@ -12,35 +12,19 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
-	"github.com/dcm-project/storage-gateway/internal/postgres"
-	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
 // migrated returns a pool on a fresh, migrated database holding environment
 // rows for ids (just what the foreign key needs).
 func migrated(t *testing.T, ids ...string) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	m, err := postgres.NewMigrator(db, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = m.Close() }()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reg := registrytest.New(t, registrytest.Options{})
 	for _, id := range ids {
-		if _, err := db.Exec(ctx, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
-			VALUES ($1, 'ns', 'https://example.invalid', 'token', 'k1', '\x00')`, id); err != nil {
-			t.Fatal(err)
-		}
+		reg.InsertEnvironment(t, id)
 	}
-	return db
+	return reg.Pool
 }
 
 // registry lists fixed environments (the registry's rows are not the point
@@ -57,8 +41,12 @@ func (r registry) Each(_ context.Context, fn func(environments.Environment) erro
 }
 
 func newFeed(db *pgxpool.Pool, ids ...string) *Feed {
+	return newFeedLogging(db, slog.New(slog.DiscardHandler), ids...)
+}
+
+func newFeedLogging(db *pgxpool.Pool, logger *slog.Logger, ids ...string) *Feed {
 	return NewFeed(FeedOptions{Index: NewIndex(), Pool: clusters.NewPool(clusters.PoolOptions{}), Registry: registry(ids),
-		Store: Store{DB: db}, Logger: slog.New(slog.DiscardHandler)})
+		Store: Store{DB: db}, Logger: logger})
 }
 
 // What one gateway learned, the next one shows after a restart: stale, dated
@@ -124,11 +112,13 @@ func TestUnreadableSnapshotIsSkipped(t *testing.T) {
 }
 
 // Saving an environment deleted meanwhile is not an error, and a database
-// that is down stops the flush at the first failure, keeping the rest queued.
+// that does not answer stops the flush at the first failure, within
+// storeTimeout, keeping the rest queued.
 func TestPersistence(t *testing.T) {
 	ctx := context.Background()
 	db := migrated(t, "kept")
-	f := newFeed(db, "kept", "deleted")
+	logs := &syncbuf.Buffer{}
+	f := newFeedLogging(db, slog.New(slog.NewTextHandler(logs, nil)), "kept", "deleted")
 	if err := f.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +131,28 @@ func TestPersistence(t *testing.T) {
 		t.Fatalf("unsaved after a flush: %v", f.unsaved)
 	}
 
+	// Another session holds the table: every write waits.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE fleet_snapshots IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { storeTimeout = d }(storeTimeout)
+	storeTimeout = 300 * time.Millisecond
 	f.opts.Index.Observe("kept", fleettest.Objects(2, 1), time.Now())
 	f.unsaved["kept"], f.unsaved["deleted"] = true, true
-	db.Close()
 	start := time.Now()
 	f.persist(ctx)
 	if len(f.unsaved) != 2 {
 		t.Fatalf("a failed flush dropped work: %v", f.unsaved)
 	}
-	if took := time.Since(start); took > storeTimeout {
-		t.Fatalf("a flush against a closed database took %s", took)
+	if took := time.Since(start); took > 2*storeTimeout {
+		t.Fatalf("a flush against a locked table took %s (bound %s)", took, storeTimeout)
+	}
+	if n := strings.Count(logs.String(), "persist environments' classes"); n != 1 {
+		t.Fatalf("%d failures logged, want the flush to stop at the first:\n%s", n, logs)
 	}
 }
