@@ -23,18 +23,13 @@ import (
 func queue(t *testing.T, reg *registrytest.Registry, volumes, transitions int) map[string][]string {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := reg.Pool.Exec(ctx, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
-		VALUES ('env', 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00')`); err != nil {
-		t.Fatal(err)
-	}
+	reg.InsertEnvironment(t, "env")
 	rec := status.Recorder{DB: reg.Pool}
 	want := map[string][]string{}
 	cycle := []status.Status{status.Provisioning, status.Running}
 	for v := range volumes {
 		id := fmt.Sprintf("vol-%d", v)
-		if _, err := reg.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('env', $1, 'ns', '{}')`, id); err != nil {
-			t.Fatal(err)
-		}
+		reg.InsertVolume(t, "env", id)
 		for i := range transitions {
 			st := cycle[i%2]
 			if _, err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {

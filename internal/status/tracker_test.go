@@ -16,14 +16,8 @@ import (
 // to report on.
 func volumeRecord(t *testing.T, reg *registrytest.Registry, volumeID string) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := reg.Pool.Exec(ctx, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
-		VALUES ('env', 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00') ON CONFLICT DO NOTHING`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reg.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('env', $1, 'ns', '{}')`, volumeID); err != nil {
-		t.Fatal(err)
-	}
+	reg.InsertEnvironment(t, "env")
+	reg.InsertVolume(t, "env", volumeID)
 }
 
 // reported lists the statuses queued in the outbox for a volume, in order.

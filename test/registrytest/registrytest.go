@@ -111,6 +111,25 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 	})
 }
 
+// InsertEnvironment stores a bare environment row, unless one with that id
+// exists: for tests of components that only need the row to exist (its
+// credentials cannot be opened).
+func (r *Registry) InsertEnvironment(t testing.TB, id string) {
+	t.Helper()
+	if _, err := r.Pool.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
+		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00') ON CONFLICT DO NOTHING`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// InsertVolume stores a volume record in namespace "ns" of an environment.
+func (r *Registry) InsertVolume(t testing.TB, envID, id string) {
+	t.Helper()
+	if _, err := r.Pool.Exec(context.Background(), `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ($1, $2, 'ns', '{}')`, envID, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // AssertNoSecret fails if secret appears in the logs, in any stored row of
 // the environments and volumes tables (bytea columns are searched as the hex
 // Postgres prints them) or in any of texts.
