@@ -15,14 +15,6 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
-// probeQPS and probeBurst rate-limit one probe's requests to a cluster. A
-// probe is rare but sends one access review per permission — 201 at the
-// limit of 32 allowed namespaces — which must fit in SG_PROBE_TIMEOUT.
-const (
-	probeQPS   = 100
-	probeBurst = 200
-)
-
 // loadKeyRing reads SG_KEY_RING_FILE; the gateway never runs without one,
 // since it could neither seal new credentials nor open stored ones.
 func loadKeyRing(cfg config.Config) (*secrets.KeyRing, error) {
@@ -46,7 +38,7 @@ func newEnvironmentService(cfg config.Config, db *pgxpool.Pool, keys *secrets.Ke
 		Keys: keys,
 		Pool: clusterPool,
 		Prober: clusters.Prober{
-			Client:  clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: probeQPS, Burst: probeBurst},
+			Client:  clusters.ClientOptions{Egress: cfg.EgressPolicy()},
 			Timeout: cfg.ProbeTimeout,
 		},
 		AllowInsecure: cfg.AllowInsecureClusters,

@@ -256,12 +256,6 @@ func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
 	return found, found != nil
 }
 
-// CSIDriver returns a CSIDriver from the cache.
-func (c *Cluster) CSIDriver(name string) (*storagev1.CSIDriver, bool) {
-	driver, err := c.caches.drivers.Get(name)
-	return driver, err == nil
-}
-
 // StorageSynced reports whether the StorageClass, CSIDriver and
 // CSIStorageCapacity caches have synced, whatever the claim and event
 // caches do (the fleet view needs only these).

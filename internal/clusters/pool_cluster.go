@@ -65,7 +65,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 		return nil, err
 	}
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
-	c.health = Health{State: StatePending, Message: msgAwaitingServer, Since: time.Now()}
+	c.health = Health{State: StatePending, Message: msgAwaitingServer}
 	return c, nil
 }
 
@@ -81,15 +81,9 @@ func (p *Pool) newClient(t Target, timeout time.Duration, conns *connections) (*
 	return client, conns.track(client)
 }
 
-// EnvironmentID is the environment this cluster serves.
-func (c *Cluster) EnvironmentID() string { return c.target.EnvironmentID }
-
 // Client is for writes (PVC create, patch, delete); each request is bounded
 // by requestTimeout as well as by its context.
 func (c *Cluster) Client() kubernetes.Interface { return c.writes.Interface }
-
-// Namespaces are the environment's default namespace, then its allowed ones.
-func (c *Cluster) Namespaces() []string { return slices.Clone(c.target.Namespaces) }
 
 // Health is the cluster's state as the pool sees it.
 func (c *Cluster) Health() Health {
@@ -196,9 +190,6 @@ func (c *Cluster) publish() {
 	state, message := c.tracker.health()
 	c.mu.Lock()
 	changed := state != c.health.State
-	if changed {
-		c.health.Since = time.Now()
-	}
 	c.health.State, c.health.Message, c.health.Synced = state, message, c.tracker.phase == phaseSynced
 	h := c.health
 	c.mu.Unlock()

@@ -16,8 +16,6 @@ type Health struct {
 	State State
 	// Message is written by the gateway, never copied from an API server.
 	Message string
-	// Since is when State last changed.
-	Since time.Time
 	// Synced is true once every cache has synced (reads can be served); it
 	// stays true while the cluster is unreachable and the caches are stale.
 	Synced bool

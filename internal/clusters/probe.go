@@ -48,17 +48,28 @@ func (p Permission) String() string {
 	return p.Verb + " " + res + " in namespace " + p.Namespace
 }
 
-// RequiredPermissions lists what the gateway needs: full PVC lifecycle in each
-// namespace it may place volumes in, and read access to StorageClasses.
+// RequiredPermissions lists what the gateway needs: full PVC lifecycle and
+// watching events in each namespace it may place volumes in, and read access
+// to StorageClasses, CSIDrivers and CSIStorageCapacities — everything the
+// cluster pool's caches list and watch, so a cluster that passes the probe
+// can sync.
 func RequiredPermissions(namespaces []string) []Permission {
 	var perms []Permission
 	for _, ns := range namespaces {
 		for _, verb := range []string{"create", "get", "list", "watch", "patch", "delete"} {
 			perms = append(perms, Permission{Verb: verb, Resource: "persistentvolumeclaims", Namespace: ns})
 		}
+		for _, verb := range []string{"list", "watch"} {
+			perms = append(perms, Permission{Verb: verb, Resource: "events", Namespace: ns})
+		}
 	}
 	for _, verb := range []string{"get", "list", "watch"} {
 		perms = append(perms, Permission{Verb: verb, Group: "storage.k8s.io", Resource: "storageclasses"})
+	}
+	for _, res := range []string{"csidrivers", "csistoragecapacities"} {
+		for _, verb := range []string{"list", "watch"} {
+			perms = append(perms, Permission{Verb: verb, Group: "storage.k8s.io", Resource: res})
+		}
 	}
 	return perms
 }
@@ -74,9 +85,20 @@ type ProbeResult struct {
 	Time              time.Time
 }
 
+// probeQPS and probeBurst are a probe's default rate limit. A probe is rare
+// but sends one access review per permission — 271 at the limit of 32
+// allowed namespaces besides the default — which must fit in its timeout;
+// client-go's default of 5 per second would not.
+const (
+	probeQPS   = 100
+	probeBurst = 200
+)
+
 // Prober checks that a cluster is reachable with the given credentials and
 // that they grant what the gateway needs.
 type Prober struct {
+	// Client holds the egress policy; QPS and Burst default to probeQPS and
+	// probeBurst.
 	Client ClientOptions
 	// Timeout bounds the whole probe.
 	Timeout time.Duration
@@ -92,6 +114,9 @@ func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespace
 
 	opts := p.Client
 	opts.Timeout = p.Timeout
+	if opts.QPS == 0 {
+		opts.QPS, opts.Burst = probeQPS, probeBurst
+	}
 	client, err := NewClient(conn, opts)
 	if err != nil {
 		res.State, res.Message = StateUnreachable, "the connection settings cannot be used: "+err.Error()
@@ -214,7 +239,7 @@ func classifyStatus(code int32) (State, string) {
 	case 401:
 		return StateUnauthorized, "the API server rejected the credentials (401 Unauthorized)"
 	case 403:
-		return StateUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and create selfsubjectaccessreviews.authorization.k8s.io"
+		return StateUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and /readyz and create selfsubjectaccessreviews.authorization.k8s.io"
 	}
 	return StateUnreachable, fmt.Sprintf("the API server answered with HTTP status %d", code)
 }

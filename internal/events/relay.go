@@ -15,11 +15,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
 // Subject is where DCM's consumer reads storage status (SPEC.md §3); DCM's
 // stream dcm-status captures dcm.*.
-const Subject = "dcm.storage"
+const Subject = status.EventSubject
 
 // Relay timing: a claimed batch is leased for claimLease — longer than a
 // batch of batchSize publishes can take (publishTimeout each at worst) yet
@@ -92,22 +94,16 @@ func (r *Relay) Run(ctx context.Context) {
 		default:
 			backoff = 0
 		}
-		wait := pollInterval
+		// A new event wakes the relay, but does not cut a backoff short:
+		// NATS is down.
+		wait, wake := pollInterval, r.wake
 		if backoff > 0 {
-			wait = backoff
+			wait, wake = backoff, nil
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.wake:
-			if backoff > 0 {
-				// A new event does not cut a backoff short: NATS is down.
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
-				}
-			}
+		case <-wake:
 		case <-time.After(wait):
 		}
 	}

@@ -32,7 +32,7 @@ func queue(t *testing.T, reg *registrytest.Registry, volumes, transitions int) m
 		reg.InsertVolume(t, "env", id)
 		for i := range transitions {
 			st := cycle[i%2]
-			if _, err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {
+			if err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {
 				t.Fatal(err)
 			}
 			want[id] = append(want[id], string(st))

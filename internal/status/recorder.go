@@ -53,21 +53,20 @@ type eventData struct {
 	Message string `json:"message"`
 }
 
-// Record stores o and reports whether it was a transition (an event was
-// queued). A volume without a record (not created through the gateway) is
-// ignored.
-func (r Recorder) Record(ctx context.Context, o Observation) (bool, error) {
+// Record stores o, and its event if it is a transition. A volume without a
+// record (not created through the gateway) is ignored.
+func (r Recorder) Record(ctx context.Context, o Observation) error {
 	return r.write(ctx, o, false)
 }
 
 // RecordFirst records o only if nothing was reported for the volume yet: a
 // create reports its first status itself, but never over a newer one the
 // status follower already recorded.
-func (r Recorder) RecordFirst(ctx context.Context, o Observation) (bool, error) {
+func (r Recorder) RecordFirst(ctx context.Context, o Observation) error {
 	return r.write(ctx, o, true)
 }
 
-func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) (bool, error) {
+func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) error {
 	var queued bool
 	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
 		var err error
@@ -77,7 +76,7 @@ func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) (boo
 	if err == nil && queued && r.Queued != nil {
 		r.Queued()
 	}
-	return queued && err == nil, err
+	return err
 }
 
 // record is Record's transaction.

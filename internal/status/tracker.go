@@ -11,7 +11,7 @@ import (
 // but calm: a volume's new status is recorded at once (leading edge); further
 // changes of that volume inside the debounce window are coalesced and only
 // the last is recorded when the window closes. Flapping never floods DCM,
-// and a real transition is never held back by the window.
+// and a change after a quiet window is recorded at once.
 type Tracker struct {
 	recorder Recorder
 	window   time.Duration
@@ -109,9 +109,11 @@ func (t *Tracker) write() {
 	defer close(t.done)
 	for o := range t.queue {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if _, err := t.recorder.Record(ctx, o); err != nil {
+		if err := t.recorder.Record(ctx, o); err != nil {
 			t.log.ErrorContext(ctx, "record volume status (the next sweep retries)", "environment", o.EnvironmentID, "volume", o.VolumeID, "status", o.Status, "error", err)
-			t.forgetFailed(o)
+			// Not inline: an Observe holding t.mu may be waiting for room
+			// in the queue, which only this goroutine makes.
+			go t.forgetFailed(o)
 		}
 		cancel()
 	}

@@ -175,7 +175,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kubernetesError(err, "delete the claim")
 	}
-	if _, err := s.recorder.Record(ctx, status.Observation{EnvironmentID: envID, VolumeID: id,
+	if err := s.recorder.Record(ctx, status.Observation{EnvironmentID: envID, VolumeID: id,
 		Status: status.Deleting, Message: "the claim is being deleted"}); err != nil {
 		return err
 	}

@@ -101,7 +101,7 @@ func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec rec
 	case exists:
 		return nil
 	case claimGone(cluster, rec):
-		_, err := s.recorder.Record(ctx, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
+		err := s.recorder.Record(ctx, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
 			Status: status.Deleted, Message: "the claim no longer exists"})
 		return err
 	case rec.PVCUID == "" && time.Since(rec.CreateTime) > createSettle:

@@ -101,7 +101,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	v = s.fromClaim(cluster, rec, pvc)
 	// The first status goes out now, not when the cache catches up: DCM hears
 	// of the volume even if it binds before the status follower sees it.
-	if _, err := s.recorder.RecordFirst(ctx, status.Observation{EnvironmentID: envID, VolumeID: id, Status: v.Status, Message: v.Message}); err != nil {
+	if err := s.recorder.RecordFirst(ctx, status.Observation{EnvironmentID: envID, VolumeID: id, Status: v.Status, Message: v.Message}); err != nil {
 		s.log.WarnContext(ctx, "record the first status of a volume (the follower reports it later)", "environment", envID, "volume", id, "error", err)
 	}
 	s.log.InfoContext(ctx, "volume created", "environment", envID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)

@@ -46,11 +46,8 @@ type Options struct {
 type Gateway struct {
 	URL      string
 	Registry *registrytest.Registry
-	// Environments is the registry service the API uses (connected to Pool).
-	Environments *environments.Service
-	Pool         *clusters.Pool
-	Volumes      *volumes.Service
-	Fleet        *fleet.Index
+	Pool     *clusters.Pool
+	Volumes  *volumes.Service
 }
 
 // Health checks run fast in tests so reachability changes show within
@@ -121,7 +118,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols, Fleet: index,
 		StartTime: time.Now(), HealthUnhealthyCode: opts.HealthUnhealthyCode,
 	}))
-	return &Gateway{URL: srv.URL, Registry: reg, Environments: registry, Pool: pool, Volumes: vols, Fleet: index}
+	return &Gateway{URL: srv.URL, Registry: reg, Pool: pool, Volumes: vols}
 }
 
 // followInterval is short in tests so new environments are followed at once.

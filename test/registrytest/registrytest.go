@@ -102,7 +102,7 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 	return environments.NewService(environments.Options{
 		DB:            r.Pool,
 		Keys:          r.Keys,
-		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy, QPS: 100, Burst: 200}, Timeout: opts.ProbeTimeout},
+		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout},
 		AllowInsecure: opts.AllowInsecure,
 		Logger:        r.Logger,
 		Pool:          opts.Pool,
