@@ -88,6 +88,16 @@ func TestEnvCommands(t *testing.T) {
 	}
 
 	// Rotate to explicit credentials read from files.
+	type connection struct {
+		Connection struct {
+			AuthType              string    `json:"auth_type"`
+			CredentialsUpdateTime time.Time `json:"credentials_update_time"`
+		}
+	}
+	var before connection
+	if err := json.Unmarshal([]byte(mustRun(t, cli, "env", "get", "local-east", "-o", "json")), &before); err != nil {
+		t.Fatal(err)
+	}
 	token, err := cluster.NewGatewayToken(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -96,14 +106,10 @@ func TestEnvCommands(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "ca.crt"), cluster.CAData())
 	out = mustRun(t, cli, "env", "rotate", "local-east", "--api-server", cluster.ServerURL(),
 		"--ca-file", filepath.Join(dir, "ca.crt"), "--token-file", filepath.Join(dir, "token"), "-o", "json")
-	var rotated struct {
-		Connection struct {
-			AuthType              string    `json:"auth_type"`
-			CredentialsUpdateTime time.Time `json:"credentials_update_time"`
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &rotated); err != nil || rotated.Connection.AuthType != "token" {
-		t.Fatalf("env rotate: %v\n%s", err, out)
+	var rotated connection
+	if err := json.Unmarshal([]byte(out), &rotated); err != nil || rotated.Connection.AuthType != "token" ||
+		!rotated.Connection.CredentialsUpdateTime.After(before.Connection.CredentialsUpdateTime) {
+		t.Fatalf("env rotate (credentials updated %s before): %v\n%s", before.Connection.CredentialsUpdateTime, err, out)
 	}
 	if out := mustRun(t, cli, "env", "verify", "local-east"); !strings.Contains(out, "READY") {
 		t.Fatalf("env verify:\n%s", out)

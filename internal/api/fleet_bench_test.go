@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -67,6 +68,21 @@ func serve(b *testing.B, h http.Handler, path string) time.Duration {
 	return took
 }
 
+// countDetails decodes one answer and counts its per-environment details.
+func countDetails(b *testing.B, h http.Handler, path string) int {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	var list api.StorageClassList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+		b.Fatalf("GET %s: %d %v", path, rec.Code, err)
+	}
+	n := 0
+	for _, c := range list.StorageClasses {
+		n += len(c.Environments)
+	}
+	return n
+}
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -93,6 +109,11 @@ func BenchmarkFleetQuery(b *testing.B) {
 	}
 	for _, n := range []int{100, 1000} {
 		live, dead := fleetHandler(b, n, false), fleetHandler(b, n, true)
+		for _, h := range []http.Handler{live, dead} {
+			if got := countDetails(b, h, queries["all"]); got != n*classesPerEnvironment {
+				b.Fatalf("the whole-fleet answer holds %d details, want %d", got, n*classesPerEnvironment)
+			}
+		}
 		for _, q := range []string{"all", "placement"} {
 			b.Run(fmt.Sprintf("envs=%d/query=%s", n, q), func(b *testing.B) {
 				path := queries[q]

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -71,8 +72,13 @@ func TestValidValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MigrateOnStart || cfg.ShutdownTimeout != 5*time.Second || cfg.StateDir != "/var/lib/sg" {
+	if cfg.MigrateOnStart || cfg.ShutdownTimeout != 5*time.Second || cfg.StateDir != "/var/lib/sg" ||
+		cfg.ListenAddr != "127.0.0.1:9999" || cfg.DatabaseURL != "host=db user=sg dbname=sg" ||
+		cfg.NATSURL != "nats://a:4222, tls://b:4222" || cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
 		t.Fatalf("values not applied: %+v", cfg)
+	}
+	if level, err := cfg.SlogLevel(); err != nil || level != slog.LevelDebug {
+		t.Fatalf("log level DEBUG = %v, %v", level, err)
 	}
 }
 

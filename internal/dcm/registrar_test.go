@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,9 +36,11 @@ func registration(t *testing.T, reg *registrytest.Registry, id string) environme
 	return env.Status.DCMRegistration
 }
 
-// DCM answering 503 (with Retry-After) and 429 is retried until it accepts;
-// a 4xx refusal is recorded and not retried.
+// DCM answering 503 (with a Retry-After longer than any first backoff) and
+// 429 is retried until it accepts, no sooner than DCM asked; a 4xx refusal
+// is recorded and not retried.
 func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
+	const retryAfter = 3 * time.Second // the first backoff is at most 1.5 s
 	for _, tt := range []struct {
 		name      string
 		answers   []int
@@ -50,12 +54,17 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			reg := registrytest.New(t, registrytest.Options{})
 			environment(t, reg, "east")
 			var calls atomic.Int32
+			var mu sync.Mutex
+			var at []time.Time
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				at = append(at, time.Now())
+				mu.Unlock()
 				n := int(calls.Add(1)) - 1
 				code := tt.answers[min(n, len(tt.answers)-1)]
 				w.Header().Set("Content-Type", "application/json")
 				if code == 503 {
-					w.Header().Set("Retry-After", "1")
+					w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
 				}
 				w.WriteHeader(code)
 				_ = json.NewEncoder(w).Encode(map[string]any{"id": "provider-1", "name": "storage-gateway-east",
@@ -85,6 +94,11 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			}
 			if got := registration(t, reg, "east"); tt.wantState == dcm.StateRegistered && got.ProviderID != "provider-1" {
 				t.Fatalf("registration %+v lacks the provider id", got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tt.answers[0] == 503 && at[1].Sub(at[0]) < retryAfter {
+				t.Fatalf("retried %s after a 503 asking for %s", at[1].Sub(at[0]), retryAfter)
 			}
 		})
 	}

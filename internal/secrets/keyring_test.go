@@ -266,6 +266,9 @@ func TestKeyRingNeverPrintsKeys(t *testing.T) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
+	if len(f.Keys) != 2 {
+		t.Fatalf("the ring file holds %d keys, want k1 and k2", len(f.Keys))
+	}
 	var logged bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logged, nil)).Info("ring", "ring", ring)
 	printed := fmt.Sprintf("%v %+v %#v %s %x %q", ring, ring, ring, ring, ring, ring) + logged.String()

@@ -129,8 +129,9 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 	}
 	c.eventually(time.Minute, "the claim gone", func() bool { return claims(t, east, ns, id) == 0 })
 	waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"}, time.Minute)
-	if got := instanceStatus(); got != "" {
-		t.Fatalf("DCM still holds the deleted instance (status %q)", got)
+	gone, err := instances.GetInstanceWithResponse(t.Context(), id, &rmapi.GetInstanceParams{ShowDeleted: &showDeleted})
+	if err != nil || gone.StatusCode() != http.StatusNotFound {
+		t.Fatalf("DCM still holds the deleted instance: %v, HTTP %d %s", err, gone.StatusCode(), gone.Body)
 	}
 }
 
@@ -171,7 +172,7 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 	east.SetReachable(false)
 	defer east.SetReachable(true)
 	c.eventually(time.Minute, "DCM to mark the cut environment not ready", func() bool {
-		return health[east.Spec.Environment.ID]() != "ready"
+		return health[east.Spec.Environment.ID]() == "not_ready" // DCM's HealthStatusNotReady
 	})
 	if got := health[west.Spec.Environment.ID](); got != "ready" {
 		t.Fatalf("the other provider is %q in DCM, want ready", got)

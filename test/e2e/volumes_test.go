@@ -26,20 +26,30 @@ type client struct {
 	base string
 }
 
-// do sends a request and returns the status and the decoded JSON body.
+// do sends a request and returns the status and the decoded JSON body; a
+// request that cannot be sent fails the test.
 func (c client) do(method, path string, body any, headers ...string) (int, map[string]any) {
 	c.t.Helper()
+	code, out, err := c.try(method, path, body, headers...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return code, out
+}
+
+// try is do for goroutines other than the test's: it returns the error.
+func (c client) try(method, path string, body any, headers ...string) (int, map[string]any, error) {
 	var r io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			c.t.Fatal(err)
+			return 0, nil, err
 		}
 		r = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, r)
 	if err != nil {
-		c.t.Fatal(err)
+		return 0, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -49,13 +59,13 @@ func (c client) do(method, path string, body any, headers ...string) (int, map[s
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Fatal(err)
+		return 0, nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var out map[string]any
 	raw, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(raw, &out)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 // want asserts a status and, for problems, that the detail or field
@@ -516,19 +526,26 @@ func TestConcurrentCreatesConverge(t *testing.T) {
 		{"idempotency key", volumesPath(envID), storageSpec("race", "1Gi", nil), []string{"Idempotency-Key", uuid.NewString()}},
 	} {
 		t.Run(shape.name, func(t *testing.T) {
-			ids := make(chan string, n)
-			codes := make(chan int, n)
+			type answer struct {
+				code int
+				id   string
+				err  error
+			}
+			answers := make(chan answer, n)
 			for range n {
 				go func() {
-					code, body := client{t: t, base: g.URL}.do(http.MethodPost, shape.path, shape.body, shape.headers...)
-					codes <- code
+					code, body, err := client{t: t, base: g.URL}.try(http.MethodPost, shape.path, shape.body, shape.headers...)
 					id, _ := body["id"].(string)
-					ids <- id
+					answers <- answer{code, id, err}
 				}()
 			}
 			created, first := 0, ""
 			for range n {
-				code, id := <-codes, <-ids
+				a := <-answers
+				if a.err != nil {
+					t.Fatal(a.err)
+				}
+				code, id := a.code, a.id
 				switch {
 				case code == http.StatusCreated:
 					created++

@@ -7,6 +7,7 @@ package natstest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -123,8 +124,11 @@ func (st *Stream) Events() []Event {
 	var out []Event
 	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
 		msg, err := st.stream.GetMsg(ctx, seq)
-		if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // deleted or expired
+		}
+		if err != nil {
+			st.t.Fatalf("read message %d: %v", seq, err)
 		}
 		var e Event
 		if err := json.Unmarshal(msg.Data, &e); err != nil {
