@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,8 +42,7 @@ type gateway struct{ *gatewayproc.Process }
 // and a fresh key ring) and waits until it logs its listen address.
 func startGateway(t *testing.T, env map[string]string) *gateway {
 	t.Helper()
-	vars := []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
-		"SG_EMBEDDED_NATS_LISTEN=off", "SG_LOG_LEVEL=debug", "SG_KEY_RING_FILE=" + newKeyRing(t)}
+	vars := gatewayproc.Env(t, binary, "SG_EMBEDDED_NATS_LISTEN=off", "SG_LOG_LEVEL=debug")
 	for k, v := range env {
 		vars = append(vars, k+"="+v)
 	}
@@ -52,14 +50,7 @@ func startGateway(t *testing.T, env map[string]string) *gateway {
 }
 
 // newKeyRing creates a key ring file with `keys init` and returns its path.
-func newKeyRing(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "keyring.json")
-	if out, err := exec.Command(binary, "keys", "init", "--file", path).CombinedOutput(); err != nil {
-		t.Fatalf("keys init: %v: %s", err, out)
-	}
-	return path
-}
+func newKeyRing(t *testing.T) string { return gatewayproc.NewKeyRing(t, binary) }
 
 func (g *gateway) get(t *testing.T, path string) (int, string) {
 	t.Helper()

@@ -34,15 +34,7 @@ func TestMaliciousKubeconfigsAreRefusedWithoutSideEffects(t *testing.T) {
 			}
 		})
 	}
-	if events := bait.FileEvents(t); len(events) > 0 {
-		t.Fatalf("files in the bait directory were touched: %v", events)
-	}
-	if bait.PluginRan() {
-		t.Fatal("the exec plugin ran")
-	}
-	if got := bait.Connections(t); len(got) > 0 {
-		t.Fatalf("the listener saw %d connections", len(got))
-	}
+	bait.AssertUntouched(t)
 	for _, s := range env.Secrets() {
 		reg.AssertNoSecret(t, s)
 	}

@@ -49,13 +49,5 @@ func TestParseNeverTouchesFilesProcessesOrNetwork(t *testing.T) {
 		}
 	}
 
-	if events := bait.FileEvents(t); len(events) > 0 {
-		t.Errorf("Parse touched files in {{DIR}}: %v", events)
-	}
-	if bait.PluginRan() {
-		t.Error("the plugin script ran")
-	}
-	if got := bait.Connections(t); len(got) > 0 {
-		t.Errorf("Parse dialled {{SERVER}} %d times", len(got))
-	}
+	bait.AssertUntouched(t)
 }

@@ -7,8 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -433,14 +431,9 @@ func TestFleetVolumes(t *testing.T) {
 // is back. What was persisted holds no secret-looking parameter.
 func TestFleetSurvivesRestartWithDeadCluster(t *testing.T) {
 	binary := gatewayproc.Binary(t)
-	ring := filepath.Join(t.TempDir(), "keyring.json")
-	if out, err := exec.Command(binary, "keys", "init", "--file", ring).CombinedOutput(); err != nil {
-		t.Fatalf("keys init: %v: %s", err, out)
-	}
 	db := pgtest.NewDatabase(t)
-	env := []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
-		"SG_DATABASE_URL=" + db.URL, "SG_NATS_URL=" + natstest.Start(t).URL, "SG_KEY_RING_FILE=" + ring,
-		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8"}
+	env := gatewayproc.Env(t, binary, "SG_DATABASE_URL="+db.URL, "SG_NATS_URL="+natstest.Start(t).URL,
+		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8")
 	east, west := clusters[0], clusters[1]
 	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
 

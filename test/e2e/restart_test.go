@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -25,13 +23,8 @@ func TestGatewayKilledAndRestarted(t *testing.T) {
 	binary := gatewayproc.Binary(t)
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
-	ring := filepath.Join(t.TempDir(), "keyring.json")
-	if out, err := exec.Command(binary, "keys", "init", "--file", ring).CombinedOutput(); err != nil {
-		t.Fatalf("keys init: %v: %s", err, out)
-	}
-	env := []string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
-		"SG_DATABASE_URL=" + pgtest.NewDatabase(t).URL, "SG_NATS_URL=" + natsServer.URL, "SG_KEY_RING_FILE=" + ring,
-		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_LOG_LEVEL=debug"}
+	env := gatewayproc.Env(t, binary, "SG_DATABASE_URL="+pgtest.NewDatabase(t).URL, "SG_NATS_URL="+natsServer.URL,
+		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_LOG_LEVEL=debug")
 	east := clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 

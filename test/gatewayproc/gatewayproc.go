@@ -80,6 +80,25 @@ type Process struct {
 	logs bytes.Buffer
 }
 
+// NewKeyRing creates a key ring file with `binary keys init` and returns its
+// path.
+func NewKeyRing(t *testing.T, binary string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keyring.json")
+	if out, err := exec.Command(binary, "keys", "init", "--file", path).CombinedOutput(); err != nil {
+		t.Fatalf("keys init: %v: %s", err, out)
+	}
+	return path
+}
+
+// Env is the environment of a private gateway: its own home, state
+// directory and fresh key ring, a random port, then extra (VAR=value).
+func Env(t *testing.T, binary string, extra ...string) []string {
+	t.Helper()
+	return append([]string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
+		"SG_KEY_RING_FILE=" + NewKeyRing(t, binary)}, extra...)
+}
+
 // Start runs `binary serve` with exactly env and waits until it logs its
 // listen address. The process is killed when the test ends.
 func Start(t *testing.T, binary string, env []string) *Process {

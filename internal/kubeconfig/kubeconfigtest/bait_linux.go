@@ -53,6 +53,21 @@ func (b *Bait) PluginRan() bool {
 // call.
 func (b *Bait) Connections(t *testing.T) []string { return b.listener.connectionsBeforeBarrier(t) }
 
+// AssertUntouched fails t if a bait file was touched, the plugin ran or the
+// listener was dialled.
+func (b *Bait) AssertUntouched(t *testing.T) {
+	t.Helper()
+	if events := b.FileEvents(t); len(events) > 0 {
+		t.Errorf("files in the bait directory were touched: %v", events)
+	}
+	if b.PluginRan() {
+		t.Error("the exec plugin ran")
+	}
+	if got := b.Connections(t); len(got) > 0 {
+		t.Errorf("the bait listener was dialled %d times", len(got))
+	}
+}
+
 // writeBait fills dir with the files the malicious kubeconfigs point at.
 func writeBait(t *testing.T, dir string) {
 	t.Helper()
