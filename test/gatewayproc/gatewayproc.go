@@ -85,7 +85,7 @@ type Process struct {
 func NewKeyRing(t *testing.T, binary string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keyring.json")
-	if out, err := exec.Command(binary, "keys", "init", "--file", path).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), binary, "keys", "init", "--file", path).CombinedOutput(); err != nil {
 		t.Fatalf("keys init: %v: %s", err, out)
 	}
 	return path
