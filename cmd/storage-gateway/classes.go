@@ -137,6 +137,7 @@ func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Tim
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := []string{"CLASS"}
 	for _, e := range envs {
+		e = cell(e)
 		if at, ok := stale[e]; ok {
 			e += fmt.Sprintf(" (stale, seen %s ago)", now.Sub(at).Round(time.Second))
 		}
@@ -144,9 +145,9 @@ func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Tim
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, c := range classes {
-		row := []string{c.Name}
+		row := []string{cell(c.Name)}
 		for _, e := range envs {
-			row = append(row, classCell(c.Environments, e))
+			row = append(row, cell(classCell(c.Environments, e)))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}

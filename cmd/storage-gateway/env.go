@@ -490,9 +490,9 @@ func (c *gatewayClient) print(w io.Writer, envs []api.Environment, single bool) 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tSERVER\tNAMESPACES\tREGION\tKUBERNETES\tVOLUMES\tMESSAGE")
 	for _, e := range envs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Id, e.Status.State, e.Connection.Server,
-			strings.Join(append([]string{e.Namespace}, e.AllowedNamespaces...), ","), e.Region,
-			derefString(e.Status.KubernetesVersion), e.Status.VolumeCount, e.Status.Message)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Id, e.Status.State, cell(e.Connection.Server),
+			cell(strings.Join(append([]string{e.Namespace}, e.AllowedNamespaces...), ",")), cell(e.Region),
+			cell(derefString(e.Status.KubernetesVersion)), e.Status.VolumeCount, cell(e.Status.Message))
 	}
 	return tw.Flush()
 }

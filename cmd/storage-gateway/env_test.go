@@ -40,7 +40,7 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, kubeconfig, kc)
-	cli := []string{"SG_GATEWAY_URL=http://" + g.Addr}
+	cli := []string{"SG_GATEWAY_URL=http://" + g.Addr, "SG_GATEWAY_TOKEN=" + g.Token()}
 	manifest := filepath.Join(harness.RepoRoot(), "environments", "local-east.yaml")
 
 	out := mustRun(t, cli, "env", "add", "-f", manifest, "--kubeconfig", kubeconfig)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dcm-project/storage-gateway/internal/secrets"
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 )
 
@@ -50,12 +51,12 @@ func insertSealed(t *testing.T, db pgtest.Database, ringFile, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealed, err := ring.Seal(id, []byte(`{"token":"sealed-canary-token"}`))
+	sealed, err := ring.Seal(id, 1, []byte(`{"token":"sealed-canary-token"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, db, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
-		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', $2, $3)`, id, sealed.KeyID, sealed.Blob)
+	execSQL(t, db, `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, credentials_generation)
+		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', $2, $3, $4)`, id, sealed.KeyID, sealed.Blob, sealed.Generation)
 }
 
 func execSQL(t *testing.T, db pgtest.Database, sql string, args ...any) {
@@ -111,7 +112,8 @@ func TestKeyRotationCommands(t *testing.T) {
 
 func TestServeRefusesWithoutAUsableKeyRing(t *testing.T) {
 	db, env := migratedDatabase(t)
-	base := append(env, "SG_LISTEN_ADDR=127.0.0.1:0", "SG_EMBEDDED_NATS_LISTEN=off", "SG_STATE_DIR="+t.TempDir())
+	tokenFile, _ := gatewayproc.NewAdminToken(t, binary)
+	base := append(env, "SG_LISTEN_ADDR=127.0.0.1:0", "SG_EMBEDDED_NATS_LISTEN=off", "SG_STATE_DIR="+t.TempDir(), "SG_AUTH_TOKEN_FILE="+tokenFile)
 
 	out, err := run(t, base, "serve")
 	if err == nil || !strings.Contains(out, "SG_KEY_RING_FILE") {
@@ -155,7 +157,7 @@ func TestServeReloadsTheKeyRingOnSIGHUP(t *testing.T) {
 	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	g.WaitLog(t, `key ring not reloaded; keeping the current one","error":"keys that do not open the credentials they sealed (same id, different key bytes?): k1`, 10*time.Second)
+	g.WaitLog(t, `key ring not reloaded; keeping the current one","error":"keys that open none of the credentials they sealed (same id, different key bytes?): k1`, 10*time.Second)
 	if code, _ := g.get(t, "/readyz"); code != 200 {
 		t.Fatalf("gateway not ready after a refused reload: %d", code)
 	}

@@ -14,13 +14,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/logging"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "storage-gateway:", err)
+	root := newRootCommand()
+	stderr := &terminalWriter{w: os.Stderr}
+	root.SetOut(&terminalWriter{w: os.Stdout})
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "storage-gateway:", err)
 		stop()
 		os.Exit(1)
 	}
@@ -36,17 +41,19 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newClassesCommand(), newKeysCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newClassesCommand(), newKeysCommand(), newTokensCommand(), newVersionCommand())
 	return root
 }
 
-// loadConfig reads SG_* settings and builds the JSON logger every command uses.
+// loadConfig reads SG_* settings and builds the JSON logger every command
+// uses; the Kubernetes client libraries log through it too.
 func loadConfig() (config.Config, *slog.Logger, error) {
 	cfg, err := config.Load()
 	if err != nil {
 		return config.Config{}, nil, err
 	}
 	level, _ := cfg.SlogLevel() // validated by Load
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := logging.New(os.Stderr, level)
+	logging.RouteKlog(logger)
 	return cfg, logger, nil
 }

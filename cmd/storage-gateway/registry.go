@@ -30,17 +30,19 @@ func loadKeyRing(cfg config.Config) (*secrets.KeyRing, error) {
 }
 
 // newEnvironmentService wires the registry with the operator's connection
-// policy; clusterPool is nil for offline tools.
+// policy; clusterPool and limiters are nil for offline tools.
 func newEnvironmentService(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, clusterPool *clusters.Pool,
-	logger *slog.Logger, hooks ...func(*environments.Options)) *environments.Service {
+	limiters *clusters.Limiters, logger *slog.Logger, hooks ...func(*environments.Options)) *environments.Service {
 	opts := environments.Options{
 		DB:   db,
 		Keys: keys,
 		Pool: clusterPool,
-		Prober: clusters.Prober{
-			Client:  clusters.ClientOptions{Egress: cfg.EgressPolicy()},
-			Timeout: cfg.ProbeTimeout,
-		},
+		Prober: clusters.NewProber(clusters.ProberOptions{
+			Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy()},
+			Timeout:     cfg.ProbeTimeout,
+			Limiters:    limiters,
+			Concurrency: cfg.ProbeConcurrency,
+		}),
 		AllowInsecure: cfg.AllowInsecureClusters,
 		Logger:        logger,
 	}
@@ -77,5 +79,5 @@ func withRegistry(cmd *cobra.Command, path func() (string, error), fn func(*regi
 		return err
 	}
 	defer pool.Close()
-	return fn(&registry{keys: keys, keyFile: file, service: newEnvironmentService(cfg, pool, keys, nil, logger)})
+	return fn(&registry{keys: keys, keyFile: file, service: newEnvironmentService(cfg, pool, keys, nil, nil, logger)})
 }

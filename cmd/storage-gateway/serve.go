@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
@@ -32,6 +33,13 @@ import (
 
 // startTimeout bounds connecting to Postgres and migrating at start.
 const startTimeout = time.Minute
+
+// readHeaderTimeout and maxHeaderBytes bound a request's headers, before any
+// handler sees it.
+const (
+	readHeaderTimeout = 10 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
 
 // reconcileInterval is how often interrupted volume flows are repaired;
 // followInterval how often the status follower subscribes to newly
@@ -93,6 +101,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		logger.Info("schema migrated", "applied", applied)
 	}
+	authenticator, reloadTokens, err := newAuthenticator(startCtx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	// One rate limiter per environment, shared by its pool connection and
+	// every probe of it.
+	limiters := clusters.NewLimiters(cfg.ClusterQPS, cfg.ClusterBurst)
 	// The pool reports reachability changes to the registry and the fleet
 	// index, storage changes to the index, and a cluster that (re)synced to
 	// the volume reconciler; the registry tells the pool which clusters to
@@ -103,7 +118,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	var feed *fleet.Feed
 	resynced := make(chan string, 64)
 	clusterPool := clusters.NewPool(clusters.PoolOptions{
-		Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy(), QPS: cfg.ClusterQPS, Burst: cfg.ClusterBurst},
+		Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy()},
+		Limiters:    limiters,
 		SyncTimeout: cfg.ClusterSyncTimeout,
 		Logger:      logger,
 		OnHealth: func(id string, h clusters.Health) {
@@ -122,7 +138,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		OnStorage: func(id string) { feed.ClusterChanged(id) },
 	})
 	defer clusterPool.Close()
-	registry = newEnvironmentService(cfg, pool, keys, clusterPool, logger, func(o *environments.Options) {
+	registry = newEnvironmentService(cfg, pool, keys, clusterPool, limiters, logger, func(o *environments.Options) {
 		o.Changed = func(string) {
 			feed.RegistryChanged()
 			if registrar != nil {
@@ -139,10 +155,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := registry.CheckKeys(startCtx); err != nil {
 		return err
 	}
+	if n, err := registry.UpgradeSeals(startCtx); err != nil {
+		logger.Warn("credentials sealed in the legacy format were not all re-sealed; retried at the next start", "error", err)
+	} else if n > 0 {
+		logger.Info("credentials re-sealed with a generation", "environments", n)
+	}
 	if cfg.DCMRegistrationURL != "" {
 		if registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
 			Environments: registry, Interval: cfg.DCMRegistrationInterval, Logger: logger,
-			TotalStorage: clusterPool.TotalStorage}); err != nil {
+			TotalStorage: clusterPool.TotalStorage, Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile,
+				ClientID: cfg.DCMClientID, ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}}); err != nil {
 			return err
 		}
 	} else {
@@ -186,7 +208,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	tracker := status.NewTracker(status.Recorder{DB: pool, Queued: relay.Notify}, cfg.StatusDebounce, logger)
 	follower := &status.Follower{Tracker: tracker, Pool: clusterPool, ProvisioningTimeout: cfg.ProvisioningTimeout, Logger: logger}
 	volumeService := volumes.NewService(volumes.Options{DB: pool, Environments: registry, Pool: clusterPool, Logger: logger, Queued: relay.Notify})
+	audit := auth.NewAuditLog(pool, logger, cfg.AuditRetention)
 	handler := api.New(api.Options{
+		Auth:                authenticator,
+		Audit:               audit,
+		AdminWriteRate:      cfg.AdminWriteRate,
+		AdminWriteBurst:     cfg.AdminWriteBurst,
+		AllowedHosts:        servedHosts(cfg),
+		MetricsRequireAuth:  cfg.MetricsRequireAuth,
 		Logger:              logger,
 		Metrics:             metrics,
 		Environments:        registry,
@@ -207,12 +236,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc))
+	logger.Info("listening", "addr", ln.Addr().String(), "nats", natsDescription(cfg, nc), "auth", authenticator.Describe())
 
 	// The background workers (probes and pool sync, volume reconciler, status
 	// follower, outbox relay, fleet feed, key reloader) use the database, the cluster
@@ -227,7 +260,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	workers.Go(func() { follower.Run(background, followInterval) })
 	workers.Go(func() { relay.Run(background) })
 	workers.Go(func() { feed.Run(background) })
-	workers.Go(func() { reloadKeysOnHangup(background, hangups, cfg, registry, logger) })
+	workers.Go(func() { reloadOnHangup(background, hangups, cfg, registry, reloadTokens, logger) })
+	workers.Go(func() { audit.Run(background) })
 	if registrar != nil {
 		workers.Go(func() { registrar.Run(background) })
 	}
@@ -257,11 +291,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	return nil
 }
 
-// reloadKeysOnHangup re-reads the key ring on every SIGHUP, so key rotation
-// needs no restart: `keys add`/`keys promote`, then SIGHUP every replica.
-// A ring that cannot be read, or lacks a key stored credentials use, is
-// refused and the current one kept.
-func reloadKeysOnHangup(ctx context.Context, hangups <-chan os.Signal, cfg config.Config, registry *environments.Service, logger *slog.Logger) {
+// reloadOnHangup re-reads the key ring and the static token file on every
+// SIGHUP, so key rotation and token changes need no restart: `keys
+// add`/`keys promote` or `tokens create`/`tokens revoke`, then SIGHUP every
+// replica. A ring that cannot be read, or lacks a key stored credentials
+// use, is refused and the current one kept; so is a token file that cannot
+// be read.
+func reloadOnHangup(ctx context.Context, hangups <-chan os.Signal, cfg config.Config, registry *environments.Service,
+	reloadTokens func() error, logger *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -274,6 +311,14 @@ func reloadKeysOnHangup(ctx context.Context, hangups <-chan os.Signal, cfg confi
 		}
 		if err != nil {
 			logger.ErrorContext(ctx, "key ring not reloaded; keeping the current one", "error", err)
+		}
+		if reloadTokens == nil {
+			continue
+		}
+		if err := reloadTokens(); err != nil {
+			logger.ErrorContext(ctx, "token file not reloaded; keeping the current tokens", "error", err)
+		} else {
+			logger.InfoContext(ctx, "token file reloaded", "audit", true)
 		}
 	}
 }

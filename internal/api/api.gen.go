@@ -45,6 +45,30 @@ func (e AccessMode) Valid() bool {
 	}
 }
 
+// Defines values for AuditEventAuthMethod.
+const (
+	AuditEventAuthMethodDisabled       AuditEventAuthMethod = "disabled"
+	AuditEventAuthMethodOidc           AuditEventAuthMethod = "oidc"
+	AuditEventAuthMethodStatic         AuditEventAuthMethod = "static"
+	AuditEventAuthMethodTrustedNetwork AuditEventAuthMethod = "trusted-network"
+)
+
+// Valid indicates whether the value is a known member of the AuditEventAuthMethod enum.
+func (e AuditEventAuthMethod) Valid() bool {
+	switch e {
+	case AuditEventAuthMethodDisabled:
+		return true
+	case AuditEventAuthMethodOidc:
+		return true
+	case AuditEventAuthMethodStatic:
+		return true
+	case AuditEventAuthMethodTrustedNetwork:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CapabilitySourceName.
 const (
 	CapabilitySourceNameAnnotation  CapabilitySourceName = "annotation"
@@ -222,6 +246,27 @@ func (e ProviderHealthType) Valid() bool {
 	}
 }
 
+// Defines values for ReadinessAuthMode.
+const (
+	ReadinessAuthModeDisabled ReadinessAuthMode = "disabled"
+	ReadinessAuthModeOidc     ReadinessAuthMode = "oidc"
+	ReadinessAuthModeStatic   ReadinessAuthMode = "static"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessAuthMode enum.
+func (e ReadinessAuthMode) Valid() bool {
+	switch e {
+	case ReadinessAuthModeDisabled:
+		return true
+	case ReadinessAuthModeOidc:
+		return true
+	case ReadinessAuthModeStatic:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessStatus.
 const (
 	NotReady ReadinessStatus = "not_ready"
@@ -234,6 +279,27 @@ func (e ReadinessStatus) Valid() bool {
 	case NotReady:
 		return true
 	case Ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Role.
+const (
+	Admin  Role = "admin"
+	Dcm    Role = "dcm"
+	Viewer Role = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the Role enum.
+func (e Role) Valid() bool {
+	switch e {
+	case Admin:
+		return true
+	case Dcm:
+		return true
+	case Viewer:
 		return true
 	default:
 		return false
@@ -341,6 +407,38 @@ func (e VolumeStatus) Valid() bool {
 
 // AccessMode defines model for AccessMode.
 type AccessMode string
+
+// AuditEvent defines model for AuditEvent.
+type AuditEvent struct {
+	// Action The API operation, e.g. createEnvironment.
+	Action        string               `json:"action"`
+	AuthMethod    AuditEventAuthMethod `json:"auth_method"`
+	EnvironmentId *string              `json:"environment_id,omitempty"`
+
+	// Id Increases with every event.
+	Id   string `json:"id"`
+	Name string `json:"name"`
+
+	// Peer The TCP peer address.
+	Peer      string `json:"peer"`
+	RequestId string `json:"request_id"`
+	Roles     []Role `json:"roles"`
+
+	// Status The HTTP status of the answer.
+	Status   int       `json:"status"`
+	Subject  string    `json:"subject"`
+	Time     time.Time `json:"time"`
+	VolumeId *string   `json:"volume_id,omitempty"`
+}
+
+// AuditEventAuthMethod defines model for AuditEvent.AuthMethod.
+type AuditEventAuthMethod string
+
+// AuditEventList defines model for AuditEventList.
+type AuditEventList struct {
+	AuditEvents   []AuditEvent `json:"audit_events"`
+	NextPageToken *string      `json:"next_page_token,omitempty"`
+}
 
 // CSIDriverFacts What the class's CSIDriver object declares; absent when the cluster has none.
 type CSIDriverFacts struct {
@@ -639,16 +737,21 @@ type ProviderHealthType string
 
 // Readiness defines model for Readiness.
 type Readiness struct {
-	Checks []ReadinessCheck `json:"checks"`
-	Status ReadinessStatus  `json:"status"`
+	// AuthMode How API callers are authenticated; `disabled` means anyone who reaches the port can do anything.
+	AuthMode ReadinessAuthMode `json:"auth_mode"`
+	Checks   []ReadinessCheck  `json:"checks"`
+	Status   ReadinessStatus   `json:"status"`
 }
+
+// ReadinessAuthMode How API callers are authenticated; `disabled` means anyone who reaches the port can do anything.
+type ReadinessAuthMode string
 
 // ReadinessStatus defines model for Readiness.Status.
 type ReadinessStatus string
 
 // ReadinessCheck defines model for ReadinessCheck.
 type ReadinessCheck struct {
-	// Message Why the check failed; absent when ok.
+	// Message Why the check failed; absent when ok, and for a caller without credentials.
 	Message *string `json:"message,omitempty"`
 
 	// Name postgres, migrations or nats.
@@ -660,6 +763,9 @@ type ReadinessCheck struct {
 
 // ResourceID Example: prod-east
 type ResourceID = string
+
+// Role defines model for Role.
+type Role string
 
 // StorageClassDetail defines model for StorageClassDetail.
 type StorageClassDetail struct {
@@ -815,6 +921,26 @@ type MaxPageSize = int
 
 // PageToken defines model for PageToken.
 type PageToken = string
+
+// ListAuditEventsParams defines parameters for ListAuditEvents.
+type ListAuditEventsParams struct {
+	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
+	MaxPageSize *MaxPageSize `form:"max_page_size,omitempty" json:"max_page_size,omitempty"`
+
+	// PageToken The opaque next_page_token of the previous page.
+	PageToken   *PageToken  `form:"page_token,omitempty" json:"page_token,omitempty"`
+	Subject     *string     `form:"subject,omitempty" json:"subject,omitempty"`
+	Environment *ResourceID `form:"environment,omitempty" json:"environment,omitempty"`
+
+	// Action An operation id, e.g. createEnvironment.
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
+
+	// StartTime Events at or after this time.
+	StartTime *time.Time `form:"start_time,omitempty" json:"start_time,omitempty"`
+
+	// EndTime Events before this time.
+	EndTime *time.Time `form:"end_time,omitempty" json:"end_time,omitempty"`
+}
 
 // ListEnvironmentsParams defines parameters for ListEnvironments.
 type ListEnvironmentsParams struct {
@@ -1113,6 +1239,16 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// ListAuditEvents The audit trail
+	//
+	// Audit events, newest first: every admin action and every volume
+	// mutation, with who (subject, name, roles, how authenticated), the
+	// operation, environment, volume, HTTP status, request id and TCP peer.
+	// A principal limited to some environments sees only their events.
+	//
+	// Corresponds with GET /api/v1alpha1/audit-events (the `ListAuditEvents` operationId).
+	ListAuditEvents(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListEnvironments List environments
 	//
 	// Corresponds with GET /api/v1alpha1/environments (the `ListEnvironments` operationId).
@@ -1330,10 +1466,31 @@ type ClientInterface interface {
 	// GetReadyz Readiness
 	//
 	// 200 when every dependency check passes: Postgres reachable, schema
-	// migrations current, NATS connected. 503 otherwise, with each check's result.
+	// migrations current, NATS connected. 503 otherwise, with each check's
+	// result; why a check failed is shown only to an authenticated caller.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAuditEvents The audit trail
+//
+// Audit events, newest first: every admin action and every volume
+// mutation, with who (subject, name, roles, how authenticated), the
+// operation, environment, volume, HTTP status, request id and TCP peer.
+// A principal limited to some environments sees only their events.
+//
+// Corresponds with GET /api/v1alpha1/audit-events (the `ListAuditEvents` operationId).
+func (c *Client) ListAuditEvents(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListEnvironments List environments
@@ -1793,7 +1950,8 @@ func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 // GetReadyz Readiness
 //
 // 200 when every dependency check passes: Postgres reachable, schema
-// migrations current, NATS connected. 503 otherwise, with each check's result.
+// migrations current, NATS connected. 503 otherwise, with each check's
+// result; why a check failed is shown only to an authenticated caller.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1806,6 +1964,132 @@ func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListAuditEventsRequest constructs an http.Request for the ListAuditEvents method
+func NewListAuditEventsRequest(server string, params *ListAuditEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/audit-events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MaxPageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_page_size", *params.MaxPageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_token", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Subject != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "subject", *params.Subject, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Environment != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "environment", *params.Environment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StartTime != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start_time", *params.StartTime, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.EndTime != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "end_time", *params.EndTime, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewListEnvironmentsRequest constructs an http.Request for the ListEnvironments method
@@ -2955,6 +3239,18 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListAuditEventsWithResponse The audit trail
+	//
+	// Audit events, newest first: every admin action and every volume
+	// mutation, with who (subject, name, roles, how authenticated), the
+	// operation, environment, volume, HTTP status, request id and TCP peer.
+	// A principal limited to some environments sees only their events.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/audit-events (the `ListAuditEvents` operationId).
+	ListAuditEventsWithResponse(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*ListAuditEventsResponse, error)
+
 	// ListEnvironmentsWithResponse List environments
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3200,12 +3496,82 @@ type ClientWithResponsesInterface interface {
 	// GetReadyzWithResponse Readiness
 	//
 	// 200 when every dependency check passes: Postgres reachable, schema
-	// migrations current, NATS connected. 503 otherwise, with each check's result.
+	// migrations current, NATS connected. 503 otherwise, with each check's
+	// result; why a check failed is shown only to an authenticated caller.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
+}
+
+type ListAuditEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditEventList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditEventsResponse) GetJSON200() *AuditEventList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListEnvironmentsResponse struct {
@@ -3215,6 +3581,12 @@ type ListEnvironmentsResponse struct {
 	JSON200 *EnvironmentList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3225,6 +3597,21 @@ func (r ListEnvironmentsResponse) GetJSON200() *EnvironmentList {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListEnvironmentsResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEnvironmentsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListEnvironmentsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEnvironmentsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3265,12 +3652,22 @@ type CreateEnvironmentResponse struct {
 	JSON201 *Environment
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3288,9 +3685,24 @@ func (r CreateEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
@@ -3301,6 +3713,16 @@ func (r CreateEnvironmentResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r CreateEnvironmentResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateEnvironmentResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3337,15 +3759,33 @@ type DeleteEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r DeleteEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3356,6 +3796,16 @@ func (r DeleteEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r DeleteEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteEnvironmentResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3394,8 +3844,14 @@ type GetEnvironmentResponse struct {
 	JSON200 *Environment
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3408,9 +3864,24 @@ func (r GetEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEnvironmentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetEnvironmentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetEnvironmentResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3449,14 +3920,24 @@ type UpdateEnvironmentResponse struct {
 	JSON200 *Environment
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3469,6 +3950,16 @@ func (r UpdateEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
@@ -3479,6 +3970,11 @@ func (r UpdateEnvironmentResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
 }
 
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r UpdateEnvironmentResponse) GetApplicationproblemJSON415() *Problem {
 	return r.ApplicationproblemJSON415
@@ -3487,6 +3983,16 @@ func (r UpdateEnvironmentResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r UpdateEnvironmentResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UpdateEnvironmentResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3523,8 +4029,16 @@ type ListEnvironmentStorageClassesResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *EnvironmentStorageClasses
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3532,9 +4046,29 @@ func (r ListEnvironmentStorageClassesResponse) GetJSON200() *EnvironmentStorageC
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEnvironmentStorageClassesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEnvironmentStorageClassesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListEnvironmentStorageClassesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ListEnvironmentStorageClassesResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEnvironmentStorageClassesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3571,8 +4105,16 @@ type GetEnvironmentStorageClassResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *StorageClassDetail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3580,9 +4122,29 @@ func (r GetEnvironmentStorageClassResponse) GetJSON200() *StorageClassDetail {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEnvironmentStorageClassResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEnvironmentStorageClassResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetEnvironmentStorageClassResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetEnvironmentStorageClassResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetEnvironmentStorageClassResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3621,6 +4183,10 @@ type ListVolumesResponse struct {
 	JSON200 *VolumeList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3635,6 +4201,16 @@ func (r ListVolumesResponse) GetJSON200() *VolumeList {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListVolumesResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListVolumesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListVolumesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3685,10 +4261,16 @@ type CreateVolumeResponse struct {
 	JSON201 *Volume
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -3712,6 +4294,16 @@ func (r CreateVolumeResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CreateVolumeResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
@@ -3720,6 +4312,11 @@ func (r CreateVolumeResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateVolumeResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateVolumeResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
@@ -3833,6 +4430,10 @@ type DeleteVolumeResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3842,6 +4443,16 @@ type DeleteVolumeResponse struct {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r DeleteVolumeResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteVolumeResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteVolumeResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3890,6 +4501,10 @@ type GetVolumeResponse struct {
 	JSON200 *Volume
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3904,6 +4519,16 @@ func (r GetVolumeResponse) GetJSON200() *Volume {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r GetVolumeResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetVolumeResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetVolumeResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3952,10 +4577,16 @@ type UpdateVolumeResponse struct {
 	JSON200 *Volume
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -3974,6 +4605,16 @@ func (r UpdateVolumeResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateVolumeResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
@@ -3982,6 +4623,11 @@ func (r UpdateVolumeResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r UpdateVolumeResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateVolumeResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
@@ -4035,8 +4681,16 @@ type VerifyEnvironmentResponse struct {
 	JSON200 *Environment
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4049,9 +4703,29 @@ func (r VerifyEnvironmentResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r VerifyEnvironmentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r VerifyEnvironmentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r VerifyEnvironmentResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r VerifyEnvironmentResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r VerifyEnvironmentResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4088,11 +4762,18 @@ type GetOpenAPIResponse struct {
 	HTTPResponse *http.Response
 	// YAML200 the response for an HTTP 200 `application/yaml` response
 	YAML200 *string
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 }
 
 // GetYAML200 returns the response for an HTTP 200 `application/yaml` response
 func (r GetOpenAPIResponse) GetYAML200() *string {
 	return r.YAML200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetOpenAPIResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetBody returns the raw response body bytes
@@ -4131,6 +4812,12 @@ type ListStorageClassesResponse struct {
 	JSON200 *StorageClassList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4141,6 +4828,21 @@ func (r ListStorageClassesResponse) GetJSON200() *StorageClassList {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListStorageClassesResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListStorageClassesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListStorageClassesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListStorageClassesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4179,6 +4881,12 @@ type ListFleetVolumesResponse struct {
 	JSON200 *VolumeList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4189,6 +4897,21 @@ func (r ListFleetVolumesResponse) GetJSON200() *VolumeList {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListFleetVolumesResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListFleetVolumesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListFleetVolumesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListFleetVolumesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4225,11 +4948,18 @@ type GetHealthzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Liveness
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetHealthzResponse) GetJSON200() *Liveness {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetHealthzResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetBody returns the raw response body bytes
@@ -4266,6 +4996,8 @@ type GetReadyzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Readiness
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Readiness
 }
@@ -4273,6 +5005,11 @@ type GetReadyzResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetReadyzResponse) GetJSON200() *Readiness {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetReadyzResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -4307,6 +5044,24 @@ func (r GetReadyzResponse) ContentType() string {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
+}
+
+// ListAuditEventsWithResponse The audit trail
+//
+// Audit events, newest first: every admin action and every volume
+// mutation, with who (subject, name, roles, how authenticated), the
+// operation, environment, volume, HTTP status, request id and TCP peer.
+// A principal limited to some environments sees only their events.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/audit-events (the `ListAuditEvents` operationId).
+func (c *ClientWithResponses) ListAuditEventsWithResponse(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*ListAuditEventsResponse, error) {
+	rsp, err := c.ListAuditEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditEventsResponse(rsp)
 }
 
 // ListEnvironmentsWithResponse List environments
@@ -4698,7 +5453,8 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 // GetReadyzWithResponse Readiness
 //
 // 200 when every dependency check passes: Postgres reachable, schema
-// migrations current, NATS connected. 503 otherwise, with each check's result.
+// migrations current, NATS connected. 503 otherwise, with each check's
+// result; why a check failed is shown only to an authenticated caller.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4709,6 +5465,60 @@ func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetReadyzResponse(rsp)
+}
+
+// ParseListAuditEventsResponse parses an HTTP response from a ListAuditEventsWithResponse call
+func ParseListAuditEventsResponse(rsp *http.Response) (*ListAuditEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditEventList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseListEnvironmentsResponse parses an HTTP response from a ListEnvironmentsWithResponse call
@@ -4738,6 +5548,27 @@ func ParseListEnvironmentsResponse(rsp *http.Response) (*ListEnvironmentsRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -4779,12 +5610,33 @@ func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentRespo
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
@@ -4799,6 +5651,20 @@ func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -4829,6 +5695,20 @@ func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentRespo
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4842,6 +5722,20 @@ func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -4876,12 +5770,33 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -4916,6 +5831,20 @@ func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentRespo
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4930,6 +5859,13 @@ func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentRespo
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4943,6 +5879,20 @@ func ParseUpdateEnvironmentResponse(rsp *http.Response) (*UpdateEnvironmentRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -4970,12 +5920,40 @@ func ParseListEnvironmentStorageClassesResponse(rsp *http.Response) (*ListEnviro
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -5003,12 +5981,40 @@ func ParseGetEnvironmentStorageClassResponse(rsp *http.Response) (*GetEnvironmen
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -5042,6 +6048,20 @@ func ParseListVolumesResponse(rsp *http.Response) (*ListVolumesResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5097,6 +6117,20 @@ func ParseCreateVolumeResponse(rsp *http.Response) (*CreateVolumeResponse, error
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5110,6 +6144,13 @@ func ParseCreateVolumeResponse(rsp *http.Response) (*CreateVolumeResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
@@ -5208,6 +6249,20 @@ func ParseDeleteVolumeResponse(rsp *http.Response) (*DeleteVolumeResponse, error
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5254,6 +6309,20 @@ func ParseGetVolumeResponse(rsp *http.Response) (*GetVolumeResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5302,6 +6371,20 @@ func ParseUpdateVolumeResponse(rsp *http.Response) (*UpdateVolumeResponse, error
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5315,6 +6398,13 @@ func ParseUpdateVolumeResponse(rsp *http.Response) (*UpdateVolumeResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
@@ -5370,12 +6460,40 @@ func ParseVerifyEnvironmentResponse(rsp *http.Response) (*VerifyEnvironmentRespo
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -5402,6 +6520,13 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 			return nil, err
 		}
 		response.YAML200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	}
 
@@ -5436,6 +6561,27 @@ func ParseListStorageClassesResponse(rsp *http.Response) (*ListStorageClassesRes
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	return response, nil
@@ -5469,6 +6615,27 @@ func ParseListFleetVolumesResponse(rsp *http.Response) (*ListFleetVolumesRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	return response, nil
@@ -5494,6 +6661,13 @@ func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	}
 
@@ -5521,6 +6695,13 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Readiness
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5535,6 +6716,9 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// ListAuditEvents The audit trail
+	// (GET /api/v1alpha1/audit-events)
+	ListAuditEvents(ctx echo.Context, params ListAuditEventsParams) error
 	// ListEnvironments List environments
 	// (GET /api/v1alpha1/environments)
 	ListEnvironments(ctx echo.Context, params ListEnvironmentsParams) error
@@ -5597,6 +6781,66 @@ type ServerInterface interface {
 // ServerInterfaceWrapper converts echo contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler ServerInterface
+}
+
+// ListAuditEvents converts echo context to params.
+func (w *ServerInterfaceWrapper) ListAuditEvents(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditEventsParams
+	// ------------- Optional query parameter "max_page_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max_page_size", ctx.QueryParams(), &params.MaxPageSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter max_page_size: %s", err))
+	}
+
+	// ------------- Optional query parameter "page_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "page_token", ctx.QueryParams(), &params.PageToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter page_token: %s", err))
+	}
+
+	// ------------- Optional query parameter "subject" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "subject", ctx.QueryParams(), &params.Subject, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter subject: %s", err))
+	}
+
+	// ------------- Optional query parameter "environment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "environment", ctx.QueryParams(), &params.Environment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment: %s", err))
+	}
+
+	// ------------- Optional query parameter "action" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "action", ctx.QueryParams(), &params.Action, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter action: %s", err))
+	}
+
+	// ------------- Optional query parameter "start_time" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "start_time", ctx.QueryParams(), &params.StartTime, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter start_time: %s", err))
+	}
+
+	// ------------- Optional query parameter "end_time" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "end_time", ctx.QueryParams(), &params.EndTime, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter end_time: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListAuditEvents(ctx, params)
+	return err
 }
 
 // ListEnvironments converts echo context to params.
@@ -6151,10 +7395,91 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.DeleteVolume, options.OperationMiddlewares["deleteVolume"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.GetVolume, options.OperationMiddlewares["getVolume"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.UpdateVolume, options.OperationMiddlewares["updateVolume"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/audit-events", wrapper.ListAuditEvents, options.OperationMiddlewares["listAuditEvents"]...)
 
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
+
+type ListAuditEventsRequestObject struct {
+	Params ListAuditEventsParams
+}
+
+type ListAuditEventsResponseObject interface {
+	VisitListAuditEventsResponse(w http.ResponseWriter) error
+}
+
+type ListAuditEvents200JSONResponse AuditEventList
+
+func (response ListAuditEvents200JSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditEvents400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListAuditEvents400ApplicationProblemPlusJSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditEvents401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAuditEvents401ApplicationProblemPlusJSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditEvents403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAuditEvents403ApplicationProblemPlusJSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditEvents503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAuditEvents503ApplicationProblemPlusJSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
 
 type ListEnvironmentsRequestObject struct {
 	Params ListEnvironmentsParams
@@ -6190,6 +7515,48 @@ func (response ListEnvironments400ApplicationProblemPlusJSONResponse) VisitListE
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironments401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEnvironments401ApplicationProblemPlusJSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironments403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEnvironments403ApplicationProblemPlusJSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironments503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEnvironments503ApplicationProblemPlusJSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6247,6 +7614,34 @@ func (response CreateEnvironment400ApplicationProblemPlusJSONResponse) VisitCrea
 	return err
 }
 
+type CreateEnvironment401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment401ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment403ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateEnvironment409ApplicationProblemPlusJSONResponse Problem
 
 func (response CreateEnvironment409ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
@@ -6257,6 +7652,20 @@ func (response CreateEnvironment409ApplicationProblemPlusJSONResponse) VisitCrea
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment413ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment413ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6285,6 +7694,34 @@ func (response CreateEnvironment422ApplicationProblemPlusJSONResponse) VisitCrea
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment429ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment429ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateEnvironment503ApplicationProblemPlusJSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6322,6 +7759,34 @@ func (response DeleteEnvironment400ApplicationProblemPlusJSONResponse) VisitDele
 	return err
 }
 
+type DeleteEnvironment401ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteEnvironment401ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteEnvironment403ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response DeleteEnvironment404ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
@@ -6346,6 +7811,34 @@ func (response DeleteEnvironment409ApplicationProblemPlusJSONResponse) VisitDele
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment429ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteEnvironment429ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment503ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteEnvironment503ApplicationProblemPlusJSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6388,6 +7881,34 @@ func (response GetEnvironment400ApplicationProblemPlusJSONResponse) VisitGetEnvi
 	return err
 }
 
+type GetEnvironment401ApplicationProblemPlusJSONResponse Problem
+
+func (response GetEnvironment401ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironment403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetEnvironment403ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetEnvironment404ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
@@ -6398,6 +7919,20 @@ func (response GetEnvironment404ApplicationProblemPlusJSONResponse) VisitGetEnvi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironment503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetEnvironment503ApplicationProblemPlusJSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6442,6 +7977,34 @@ func (response UpdateEnvironment400ApplicationProblemPlusJSONResponse) VisitUpda
 	return err
 }
 
+type UpdateEnvironment401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment401ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment403ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpdateEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response UpdateEnvironment404ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
@@ -6466,6 +8029,20 @@ func (response UpdateEnvironment409ApplicationProblemPlusJSONResponse) VisitUpda
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment413ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment413ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6498,6 +8075,34 @@ func (response UpdateEnvironment422ApplicationProblemPlusJSONResponse) VisitUpda
 	return err
 }
 
+type UpdateEnvironment429ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment429ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateEnvironment503ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateEnvironment503ApplicationProblemPlusJSONResponse) VisitUpdateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListEnvironmentStorageClassesRequestObject struct {
 	EnvironmentId EnvironmentID `json:"environment_id"`
 }
@@ -6520,9 +8125,51 @@ func (response ListEnvironmentStorageClasses200JSONResponse) VisitListEnvironmen
 	return err
 }
 
-type ListEnvironmentStorageClasses404ApplicationProblemPlusJSONResponse struct {
+type ListEnvironmentStorageClasses400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response ListEnvironmentStorageClasses400ApplicationProblemPlusJSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentStorageClasses401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEnvironmentStorageClasses401ApplicationProblemPlusJSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentStorageClasses403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEnvironmentStorageClasses403ApplicationProblemPlusJSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentStorageClasses404ApplicationProblemPlusJSONResponse Problem
 
 func (response ListEnvironmentStorageClasses404ApplicationProblemPlusJSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
 
@@ -6532,6 +8179,20 @@ func (response ListEnvironmentStorageClasses404ApplicationProblemPlusJSONRespons
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentStorageClasses503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEnvironmentStorageClasses503ApplicationProblemPlusJSONResponse) VisitListEnvironmentStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6559,9 +8220,51 @@ func (response GetEnvironmentStorageClass200JSONResponse) VisitGetEnvironmentSto
 	return err
 }
 
-type GetEnvironmentStorageClass404ApplicationProblemPlusJSONResponse struct {
+type GetEnvironmentStorageClass400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetEnvironmentStorageClass400ApplicationProblemPlusJSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentStorageClass401ApplicationProblemPlusJSONResponse Problem
+
+func (response GetEnvironmentStorageClass401ApplicationProblemPlusJSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentStorageClass403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetEnvironmentStorageClass403ApplicationProblemPlusJSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentStorageClass404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetEnvironmentStorageClass404ApplicationProblemPlusJSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
 
@@ -6571,6 +8274,20 @@ func (response GetEnvironmentStorageClass404ApplicationProblemPlusJSONResponse) 
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentStorageClass503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetEnvironmentStorageClass503ApplicationProblemPlusJSONResponse) VisitGetEnvironmentStorageClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6610,6 +8327,34 @@ func (response ListVolumes400ApplicationProblemPlusJSONResponse) VisitListVolume
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVolumes401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListVolumes401ApplicationProblemPlusJSONResponse) VisitListVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVolumes403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListVolumes403ApplicationProblemPlusJSONResponse) VisitListVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6696,6 +8441,34 @@ func (response CreateVolume400ApplicationProblemPlusJSONResponse) VisitCreateVol
 	return err
 }
 
+type CreateVolume401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume401ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume403ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateVolume404ApplicationProblemPlusJSONResponse Problem
 
 func (response CreateVolume404ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
@@ -6720,6 +8493,20 @@ func (response CreateVolume409ApplicationProblemPlusJSONResponse) VisitCreateVol
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateVolume413ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateVolume413ApplicationProblemPlusJSONResponse) VisitCreateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6865,6 +8652,34 @@ func (response DeleteVolume400ApplicationProblemPlusJSONResponse) VisitDeleteVol
 	return err
 }
 
+type DeleteVolume401ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteVolume401ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteVolume403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteVolume403ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteVolume404ApplicationProblemPlusJSONResponse Problem
 
 func (response DeleteVolume404ApplicationProblemPlusJSONResponse) VisitDeleteVolumeResponse(w http.ResponseWriter) error {
@@ -6928,6 +8743,34 @@ func (response GetVolume400ApplicationProblemPlusJSONResponse) VisitGetVolumeRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolume401ApplicationProblemPlusJSONResponse Problem
+
+func (response GetVolume401ApplicationProblemPlusJSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolume403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetVolume403ApplicationProblemPlusJSONResponse) VisitGetVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7001,6 +8844,34 @@ func (response UpdateVolume400ApplicationProblemPlusJSONResponse) VisitUpdateVol
 	return err
 }
 
+type UpdateVolume401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume401ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume403ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpdateVolume404ApplicationProblemPlusJSONResponse Problem
 
 func (response UpdateVolume404ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
@@ -7025,6 +8896,20 @@ func (response UpdateVolume409ApplicationProblemPlusJSONResponse) VisitUpdateVol
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateVolume413ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateVolume413ApplicationProblemPlusJSONResponse) VisitUpdateVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7109,6 +8994,34 @@ func (response VerifyEnvironment400ApplicationProblemPlusJSONResponse) VisitVeri
 	return err
 }
 
+type VerifyEnvironment401ApplicationProblemPlusJSONResponse Problem
+
+func (response VerifyEnvironment401ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyEnvironment403ApplicationProblemPlusJSONResponse Problem
+
+func (response VerifyEnvironment403ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type VerifyEnvironment404ApplicationProblemPlusJSONResponse Problem
 
 func (response VerifyEnvironment404ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
@@ -7119,6 +9032,34 @@ func (response VerifyEnvironment404ApplicationProblemPlusJSONResponse) VisitVeri
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyEnvironment429ApplicationProblemPlusJSONResponse Problem
+
+func (response VerifyEnvironment429ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyEnvironment503ApplicationProblemPlusJSONResponse Problem
+
+func (response VerifyEnvironment503ApplicationProblemPlusJSONResponse) VisitVerifyEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7147,6 +9088,22 @@ func (response GetOpenAPI200ApplicationyamlResponse) VisitGetOpenAPIResponse(w h
 		defer closer.Close()
 	}
 	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetOpenAPI400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetOpenAPI400ApplicationProblemPlusJSONResponse) VisitGetOpenAPIResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
 	return err
 }
 
@@ -7184,6 +9141,48 @@ func (response ListStorageClasses400ApplicationProblemPlusJSONResponse) VisitLis
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListStorageClasses401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListStorageClasses401ApplicationProblemPlusJSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListStorageClasses403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListStorageClasses403ApplicationProblemPlusJSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListStorageClasses503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListStorageClasses503ApplicationProblemPlusJSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7226,6 +9225,48 @@ func (response ListFleetVolumes400ApplicationProblemPlusJSONResponse) VisitListF
 	return err
 }
 
+type ListFleetVolumes401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListFleetVolumes401ApplicationProblemPlusJSONResponse) VisitListFleetVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFleetVolumes403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListFleetVolumes403ApplicationProblemPlusJSONResponse) VisitListFleetVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFleetVolumes503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListFleetVolumes503ApplicationProblemPlusJSONResponse) VisitListFleetVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthzRequestObject struct {
 }
 
@@ -7243,6 +9284,22 @@ func (response GetHealthz200JSONResponse) VisitGetHealthzResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetHealthz400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetHealthz400ApplicationProblemPlusJSONResponse) VisitGetHealthzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7268,6 +9325,22 @@ func (response GetReadyz200JSONResponse) VisitGetReadyzResponse(w http.ResponseW
 	return err
 }
 
+type GetReadyz400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetReadyz400ApplicationProblemPlusJSONResponse) VisitGetReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetReadyz503JSONResponse Readiness
 
 func (response GetReadyz503JSONResponse) VisitGetReadyzResponse(w http.ResponseWriter) error {
@@ -7284,6 +9357,9 @@ func (response GetReadyz503JSONResponse) VisitGetReadyzResponse(w http.ResponseW
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+	// ListAuditEvents The audit trail
+	// (GET /api/v1alpha1/audit-events)
+	ListAuditEvents(ctx context.Context, request ListAuditEventsRequestObject) (ListAuditEventsResponseObject, error)
 	// ListEnvironments List environments
 	// (GET /api/v1alpha1/environments)
 	ListEnvironments(ctx context.Context, request ListEnvironmentsRequestObject) (ListEnvironmentsResponseObject, error)
@@ -7353,6 +9429,31 @@ func NewStrictHandler(ssi StrictServerInterface, middlewares []StrictMiddlewareF
 type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
+}
+
+// ListAuditEvents operation middleware
+func (sh *strictHandler) ListAuditEvents(ctx echo.Context, params ListAuditEventsParams) error {
+	var request ListAuditEventsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAuditEvents(ctx.Request().Context(), request.(ListAuditEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAuditEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListAuditEventsResponseObject); ok {
+		return validResponse.VisitListAuditEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
 }
 
 // ListEnvironments operation middleware
@@ -7982,126 +10083,142 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H0LU9tIuuhf6dLdqoVa2TiEZGagpra84CTcJUABydy94xzTlj7bvUjdmu4W4Enx30/1Q1JLahmbQGZO",
-	"7alKpYytfn3vZ+trELE0YxSoFMH+1yDDHKcggeu/RvSWcEZToPL4SH1BaLAfZFgugjCgOIVgP4DqmQmJ",
-	"gzDg8FtOOMTBvuQ5hIGIFpBiNfovHGbBfvB/dqo1d8yvYucCBMt5BMdHwcNDGHzE9+d4Dpfkd1AjYxAR",
-	"J5kkTG1A/YIE+R3QVgwznCcSvRkcoATzOXB0i5McBMIcUMLugEOMJEOvBoPBdj8IzRF+y4EvqzOk+H6S",
-	"4TlM1KSBu+WUUJLmabA/CAO5zNTDhEqYA9fbVDu5YjdA25u8WgBiGf4tB0ThXpr5pXoWsRmSC0AZh1vC",
-	"coHUT11bq4bV94XvT4DO5SLYfzXY3Ss3JyQndB48qM1xEBmjAjQqzzmbJpCqjxGjEqhUH3GWJSTCass7",
-	"mXnib/8WTB9nPbwV8+oV6xC4eHeIftp78wOyM6MYJCaJ6GvQ2QnU/MMoAiE+sljjGqiC96/BBeD4F04k",
-	"nNFIIUX9fUaT5UdMl/ZP/bP++0sLAmFweHl8xMkt8Hc4MtRd398vCyw1IqIEC/FXgcoBiE3/DZFEMUQJ",
-	"5iAOEJ4KoBLdLYDaIbmQwNECC0QZ1ejLOMuAS2IAjqXE0WJSccPXYodTxhLAVG1xJiZzzvJskrGEREvn",
-	"oeoYGYsnhM7YhNFJynKDuPZUQjKuaCXCGY6IXPqfumVJnsIkITOIllECk5TFZr9EQiq8G7BfYM7xUqPO",
-	"fmGApCGNMzwlCZHLs1vgnBhE4jgmCtQ4OXcgM8OJgCapXOZZxriEGOn9HCCMbgiNUQIziVgu0QwniUBy",
-	"wVk+Xyh+VkiIDbIkniY+BGiq8hxwFTn/M58CpyBBOET5ECp+Ozbj95oAKYG62Uqf9aD2/LtPA7jYEOKW",
-	"+IlAjgD/qzC8AAIJg5FQkTwHDe5pThLZI9QAHLHZmN5BkvRuKLujislviSCMAheICCRIojiGcXTHGZ33",
-	"0TmHCGKgEey7XDfWozGlTGo5JNCWJeXeHEu4w8t+HKX9jDN1+B2D1Z6GdTim/X5/x4DffLUdqrnVfAio",
-	"5Eukdz9jvFoSKclqH2MUxlT9SqRwT2B/bhEZOqYIoxT4HFCGZbQIEUY0T5IxNctxSNktCERkf0xbJOnC",
-	"qBtfq+nGw2s+CinFgcHni662mkIvtV63x1/Bn+ttw8x2qpSjh/M2n+PBNVh+rW+qMf+XNY6pJ3WUWEXX",
-	"QeiaSkEYGMIKwiCnmoP8OsyR5k2RmRaGhKO/Lg3ai2FWkXkUmCXrLJ8mRCygS4sJmKeFbbiWWCtWvjQD",
-	"2/ojDCSTOPFrGvXLZLqUZvEZ4ymWxuR6uxd4LTAXeWbi+jRhdYQu/LnbbVGpq07hHqdZoibYvSKBB1sp",
-	"vlfW4sSSjbDWq+ecGUvY3IPVUxYDEpBAJBkv8GtPgAhFCZ5C0isfEEsq8f0BgjSTS4NchUclf+fkFqhC",
-	"aLXrYtn+Tanl+oTt/M4o/AxYyB5uH6oFYrvzsILMKrheFbiuQ/W7koB3f8Z+O+RKI0mCk0315+heWc5E",
-	"oqiaAhEqJOBY4Q0jBeSI0RmZ7yMB/FZpFZaZ6dHhEGEajykQuQCOMJoC5krNGAdBfRMlRCE9UtuYKSMd",
-	"1BB0A8s+Oh99dPycMZ1iAW/3ekAjFkMcIqz2UtuDTx05U09wLheME7mcxFjiGugVFIPQdTnevnnz+q2H",
-	"/s2WJ+68T50tDO6M7Z8sjSNZTX8Dy2edllABUc5hIm5INpGJmNwCJzMPd6phSKmITJmqpSxVMMWaHUEK",
-	"dPl+Mjw5Oftlcnx6OTr8dDGaHJ58urwaXVz2K/p1DXdNG3X5spAyE/s7OzgjyvKJe4o9+/b3fsTS/bd7",
-	"e6/r590d7P3owYk6j1liQq1ycge9ee0bU7i0rpv59vWPe4+Ds8GP9nBeFmSUQqQge0xnrA3sD+xOQ9da",
-	"gSgyz4sDREFbZErzOcwnF5AKSG5BeHyBXC4mZgeVbi686jbVelVxhCdigXffvPXo4g/D3u6bt2hrAffb",
-	"hdQ+Gl0gLYCKL2aEC6k431mpJrrFUkhIEWdMmvhFLiDu+xSNc+5JnsWK0SQxyC05Qn3b0996JlhF820S",
-	"VRxHYn+M4waWPTWr+tDCiTqEAJwobiFy4T1LRf/r0O5q9WTncpEVOsgvT9INQR+lHh1+vIA5EZIbS66l",
-	"zlIQAs/9ul7b/DFwC8D28aUiOO/JfBu5BCkJnT+urjyeR+zAsY7Io8OPqHhE+0cHyEbWhHK2Gw5Z7yuJ",
-	"H/oNaeuTI1xDzSDXzldEBRuhIvtgyyNVmgwjtT27h3KbPmHqg5kTw/T4IEnC7iDWUBEZjjYLhRgbyJj/",
-	"E+Y64pu5VEJPVYrDRyeoC04jDjYXAXGUPraSS286vGdI4rFhDsiPiiHN6KAHuDERWYKXXaweBh0cpG3i",
-	"lR5uFx4rKikJwM/DWJG4q6AdEhU7pYYOOnig48CK9fNNoHlpBjyEwZOEvjL0H5ehWjzaGH8NJXUMlnAv",
-	"j2gXcIEZ+jjMISRDhR18VOOJElp1aq9D4stq/j9y6HcDU3+YZQkxWQTj2Al0t2ACkIIaCIkSwLcgrKum",
-	"2UWZhHRlSPIxrNfDj7VozlomnBO52CQS+YgEPaZZLjcFH+KO8uyj0T2OZLJEyk9lM3Rd+SjX2sG5dlTz",
-	"dR9dLWBMS+qpqSVte1OwgFcuMcSOy4N0ouNeaoUmfA6QX/w3HT3JMaqeQNhSAUrxEknM5yDLwHSpQxeE",
-	"Sm2H/jG6pO7Wrpyh7Qj/j9QNFdrbKDymCaHgUsa/hh9PFCVChLIknxMqQqTMxBKBIkQzkugg70KE6ut7",
-	"onBPY0TSDLhgVJOztnA5zApL/Sn+Z7WviaXY9hEOLSlLppyCyvV0zrTAAgnlGeFE75MyFOWcA5U9O21j",
-	"gx7B4dves6vXhulpM7gVi88YLwRtf0ON2q3hVkm1EyI8tqGr4tcOf7rWpofHG5ngNjSGJkzLDHYTLGSZ",
-	"HV6ttWu7fUQPnmMZLboR6jXQ3x2iH17/+Bb938uzUzcBgljhiyvK0YmhGYEk1l5vU3Psj6nLyCFyFglN",
-	"bFOEyOA3RAqZYUUX4Zi25XVYKoQQxVEaIp8UDTU/FHuEHqPJ0uWcLeWbjmmbD7cR464/G6K7BYkWiDPl",
-	"tDW93T4ajinNkwRx0JEgbEChmJZIUez0wF1abcx1mCOdMEBTMDP10QXg2GzYgnWLxKEWSyGqzKMQGeso",
-	"RI5xFI6pYxxt67VsrqGYzJFe2kFHe4OBgrgyYUzIApLYaM5VBHVZ+LBFaOV8dHp0fPo+CIOL0fDoX0EY",
-	"HI3eXwyPRkdBGHw6vRgNDz8M/3Ey0n8NP119OLs4/v+jI2/cpW3/tlg1jtIJb3joj+iumkNvhbAJiU9u",
-	"gYsuAaM4cpJxNt3U9tYDOeB4ueHAVbGFMnawgf/QticnUaOqoAyul2Zk5xPN+IteoNp0Y4Ivj5GRSV5V",
-	"KctOidwVTWFTHQKKSyB7xevdQul2yuRCEToRyDAFnrJcuuUdTj58CVp9roczIXECj5RpVIdcS7G4sDnS",
-	"dTTe0owOlWBiXmZb7T340PIuAagh5JkU5DrnKIqffBSfpynmy01WubRDmuCxPm0xY/i4CvUWhzy1Yims",
-	"P37OYq/0q9b8QKjcNOz3ZIezZrA9Fub7Q73TE3ILFHz0WYVXCgSxGw+MPSIs9+PfqaFbt9KtiRDzg5e0",
-	"ta71x9iLQIMxJ7ZiJpWnq00xZQls23JCszYRRpCFpZfAdULY5vd9qQCJqc80d5dW69SWYZH2LmLEaL9D",
-	"Blrot7WKJDKBFZ5DhbHj08/Dk+OjyfDi/aePo9OrIAxOz64m784+nSpTYnii7YvJ6P8dX15dBmFwPrr4",
-	"eHx5eXx2OjkanR5be0NZGKPTq+PD4ZX+5vj0anRxOjwxP34eHp9YY+Td8PhkdDQ5vxgdnp0eHV8dn50+",
-	"TjE2tWAOFT5CQNq7/AA4MRHFzjxCs1rL5FbcyDgRKKcLPdPSi4F1o5a2gErsmMlWI7NAjF1Yl68Un33y",
-	"q4lQKyu8z+aZX2tfKms5FkgQGkEtJygk5rKWI3Ntl047zo9AG/Ms44zF+HJjPpQqIU788idaQHSzvmYs",
-	"ZzpU43xasY0FbVAGYUCZNS7Xlm9hsb2VhzJb2ZxO9dxohkkCcb32iN14adWflsqYkHOuHLiUzLktD2Qc",
-	"UWyCaxVlF0/65mY3PlPMbw3UNIQLkLI6vcZQbuQ/w1ICV9v+r19x7/dB76cvW/ZD78vXQfj21UPx/fbf",
-	"/+LbqMc2erRqrsO+BVq4erUg5FNKX5tUqJ3wosQJ7jNMG1zmWLuONy7KMsBNivSKSYoSrHVKz/QYQSa2",
-	"wO6xUfUq8YdwHTeDiEmZz/Sdu9N+fcQ/+aUsz8MSozssTAhIANAimIe29FfRAtM5KGbgYOMA1q1JyC0c",
-	"VBHCQlQmTNR8mxAxJU21T7C9vmtTbxBZOyLYNiyKosVqQh2BUB6YgIiD7CWM3djCAoG2MF3qEoOIUYkJ",
-	"VT+Y50KUYSFCUzoVOtGUUD1v4rohyji5xVIDLAIuQxRhAT1CBVBBJLk1MGgxvlOx6z0XhyjBJF1Vv786",
-	"AZh02F1Fg0EZEEJ3WEYLiBFldwcmT67+SUsixoNVZOOvMrL8OiU0JnReWt6lnZWmEBPjvP+CiXzH+DvC",
-	"hTxkVORprYLHa8U/syyqF8c3JdB6eUxPY1I9TVm4w3WeDAtV4KK+xvF+YHYKxhaR1JjIJyN9GsjVDf54",
-	"9TPGlp8epmiHDR6LUqwTjPC58xtqxk+UMFoFq11LGInFS+jJTdWWKZWtUmkTl4BXhOjWfUwRZIynSY3v",
-	"4Rb4Urd4KIZgKRSfKTOffHzfbGNYP8epWW7dg1mhMXEYpHy6kaN1sVk1rBQqxlAGKtNKpsnIVNiZNQ70",
-	"8znVBuaCJbGVp+ZBRpNlh4vx7Z0/a4fwzNm7YbiKcFYAs4HOGqGEG/dDWE79CBIXJbobhKuekGpspkkz",
-	"W6mh8Hn++fDAWA85jYEjt4/Ipj6M5Peq/o5KOZO/0mkptDUcnfde7e5uK1MjM8Vqbi/TAVK6W22F6DW+",
-	"3UWoxeW4jS8WKbvHA3OPjrAI9p9d2SVTltMYnSvXWEig0hBzX2u5lXP7/K0VFHSZQbQh9USdvTKVyEa/",
-	"5ZhKIpcm3YXRlFDMl0o2xBCRFCdI5LMZuQ/RXGfSlLrAFP0OnNU9zleD96SR8N/zpm8qTlgjYl0yjls5",
-	"ulgd+fXla3WwGGXAy4qGAy3GTLmNgcW1MiAV1kLEdBeCZhXFF2ROGTdsUQdxNXh9LWni1t7YreI+EsFk",
-	"/SCRp963nMBRuQ7cfTRmiNYTsXlKHeU67mL8TWWFZYDu9Ww3ejX9CXpv8A9xby96Bb2fZgPc253+GL+F",
-	"vegH/OqV15qzzLQGAWq+W7s20QCyKks0oyarcpZPqFxcUaDYznGp/TtBvMaONq0eNAc81GP+wWKPbBmZ",
-	"Dp4iTi4WOAPTAGRWUkzEKJzNgv1f1wGmWevCTBc8hBtg7Utjw8UkXkFuWadXyIdeiime65xn7SyensBN",
-	"qanJtOrLbmCbGFvDdTF6FpHY9EZ9+nR8hLb09Q7Kj98+QGMbkR4HRqpVir3irjXZ59u1tDnI2m5ahxbe",
-	"1KJ81Jospu2GfTOj+Y4kYLpSgjD4R8KiG69DUBMDbhnIxdnn48vjs1NbC/Lp1H4yeRZdFnIyujLf6Y8d",
-	"NSBmgU+aWb/BKnAaOAfrqO8G/FZ0PD7oRJqvjemMVjE4ucDS9AJq3WxNqLKqeMuxU84/H4pt5aunmC6L",
-	"aJAwzepHhx/76GpBBIpZlBfJIO3xMCo5juS+rYnlyt8lAs2BAscSYjTjLDXd6SPOGTf6vpm/1HeAlJPb",
-	"0tmERECFBr+9m2SY4WgBvd3+wEnqBY1mESeRsh/cvsJJtsCvdCg0A4ozoviyP+i/tjJd42wHZ2SneHan",
-	"WWcwB81WpuuOMHocB/uBYjbXDaxHWbpEb/XIjnvjTJfUdR6vbn5RDze9kDTFPQHqcV2SDMufdbcmyjDh",
-	"4gDhJEFpLiRKsYwWjSZdAvxnpfpDQaTpy+24GkZ7S5OiF7jrepi9wU9vPYT91TtlGSLzTuVJ/ndNVBQC",
-	"rXeJTLtE6eFL4/6a3cFgxd01m91Z0yz99Nxdo7hWCWmlyV36CxHjsb5TaLrUTt1DGOyZrflWLI/g3JPj",
-	"FLFoqq3Nr7QJnot2Rae+CManyz/jhCixaAQAoVkudb3y1H5TBJK33o+u0I5lRXO/xZheQjK7zLUMM8Gs",
-	"C7glcCd0Da6ODSk5lRKhBtXSCRQgFtumiVlxvF3NTVBrD4tIUStwNN2AfXQByo0mdI4wHVOif49wUusV",
-	"QJiKO+AC7Q4GZjYt1dRqsbuSkU91eWAsoFHtxoWGQGjbRLX0ely5912XMz3XfVdfzCwgZGFjPjedm8aN",
-	"h7pGswXe34PPfDw2pKgL74lOZiO4J0KKA0SkMepkzinEKKcm+2XYb3fw6nvtuGhThKcwvnr+p82ef/Vm",
-	"s+d3d58qiMoGTH1xjss0HeLoIVyhpXe+1v2yByO2EpCeqNKFrj8WaGtv8NO2zWE2RckCi7IlAF3PGI/g",
-	"Z0W910pQzUGKMW0O0a0ashims6Q8FgfasEKkfouXsoF0U/mYml3GPpFypH9aKVJ8QkLvtqYKy9SxNVhb",
-	"pQlt5bfna5wwO30aJe69IOXWKMtsc226Cv3m3XuQdcD/UUKroSa+A/Rr0HwPcgNQbmYB1297VESYFY0i",
-	"Hc0g6/SB9NEQUbir9/kxPqa1Pj/bUiGaPRUHeqxrQDDuNOONqWJdbe3E9n4F0/pkKruNmhBVMYR+Utcl",
-	"KTlC8yS5HtOV3Ro+QWD80CY9vqj+Ni07ihbc6TT8exr+f/vmqf9MpoHiMhOai78zt/2ptbQhvIYAQFvN",
-	"nqzt51LbO4Uv75QBrON9Nxo5vg8dNRb1UNVIOzTmEkB7J4tz4FC5dEq09L9RRivfsX6pYgseBXZmCYB8",
-	"BlH9bWjd+VpLFD50ormuhWtlHi+IY1/LyEN3TdlzoM9dUpEKq6P0+TEYeu9WrudvV7maj3RcbEwhTgTa",
-	"UkKzJJvfFtFEJyygkwfa0C7t7whHC6huKtQGd3GFE0YRTpIiXW9/7Lf0rZIun+2Gvl9Y7yUjUE6C4JHg",
-	"k0XEt8edNleEbwavvymudVuirGCWMgHxHLapNxp2dcfq6Suxj44OP/5VdOa7kAAaC3T9dxL/PM4Hg9dR",
-	"npNYf4LrMdU3Unwd66TVONhHTmLr4frAzl3zO+fqfzMpRlN9PZ8zyNYdUHR9HEOaMQk0Wvb+CctrtAAc",
-	"aw9c9+6TGG05nDWmRQzfBvpi/SCHFNIpcPPlDSx15A7rO0mERLt7aLGtLHCuw21jWqyuBMkt1jf0qpP5",
-	"I206/KLsaIO37jCbzT+tEWGz3rg6nAFd0X2ESLytAz3KSUjtIc8/H1qNvCL+tgnHmdvl2xEII1aLCzTV",
-	"9twbNPXSBjvV2g30BZ3S+E0YpISW1+h5ZPPLeA+t1PV3NvGLpKQn8GfJUafJKQLMEwLc5stRB4k+e6yv",
-	"e38GZvFBSYMmDvkf6H18kxIwYCzvy/HqgaeZJUWnWpd1MrTSzGOeaHMkRrcE7jw+gBG+JhJ4h5X5Ul0d",
-	"bowTdF32u11XcYVGXx5lEunGxAMTl/xwdXVub2iwmVqKLt9PPoyGJ1cfJp9OzYd/TQ7PjkZoS8lgxtGb",
-	"wWtzm/mYTlm8LFK8Avsl8XsobKQPRRvfi7F2o4/Rw0Lml+9ppnyng30qsI+27lah8WeFPvumC4hyrisQ",
-	"fv3i8odZxFAhEa0LDrWGRBlLEoGI3H4RM+qJ7PfVlok+Etk3od9SlffR3mCv4pnCFBDlpSTKcrGZn7ny",
-	"uDQApJIiCgIICyRynaXc7ncE50tDZM3wOWG06CFFW87ypl74Di+3/+yWdhFeXyVku2PqXfD6HlZAZQ7+",
-	"2WGsg+6rAfwCzn/JY0/OMTs2b3cwXzk3RWGTcnDGpjZqHDxc97U7kAKmNrlf9DTpzkRCiSSlnTSmZaIt",
-	"Y1wK5NZ+oZxKkug5OOgXN6ndauHQHV93aPOljGNbUPZ8YfXGtH8Se3tU4q3E2f/aspuJAA3C+Dlt2f3q",
-	"wu2XCYVc6FhHswyoWUZTu61bBxRkzmlHMY/6ksKdNWXbSvizPtKfMlGL8EzaBKWGygG6Nqe41v1eohBO",
-	"efLdc7rnOinZSOpQdrdBFsfWUvaXOE1WRe/PMqDD8+PN0FJMWqHF87K5NvDtWuh1VaW6qih1ta2sq12L",
-	"GYv5HACVJ/WCpzuN1Q68mvc4ZcBrb4si1HR86ShsWHGDvehHlwneAl+OqYtEXe/LZjP9SiyJtkgdx3oy",
-	"cy8fRvas+rVacgFpH70jiW6Lp5hz+y6EYjndsXqgXxKi9qi3Q5kpJyV0PqbmQQXl4hVqfTTU7Yxopqc1",
-	"z9rmxvKWM2OHSzam9v1felU9bKvVp6xcYT3g2obz7ZTbfXSO50Vyfrp0AOnT9idEtBOGf1jt7qhWAigO",
-	"lD0D9j2B5RQ6KmDvWjXVu1miK+eNdeYLVdazRxUrrXk1TFUs6L4r7tVg4OuxXSa27igNXrzQt94lv35C",
-	"qmM698Kydc1cf0N21wru1WObGdKr5621zbZEpXPtjH947X6BFcO/fKdE6zq5qYqvxbcWQtcFAMIRZ8Lo",
-	"ZJNgbSdcW0L+sZTlu3YwsF4baPItNkynr0cobobYLtNvYzpdorqIB4pI3Ee2faVs5tDvnyVC6hvSEvuG",
-	"FyxulLpj3GZirA3ysx183SUf9bUK3z8F+p8qHavuwQ3EQ9EF2T1pPZm/QfL+z5SJ/lZO/1zwx3osbqKt",
-	"vz8a6teJy7J2OONMX/lAbN6XznUMvo9OzaujWK5tnxgyoDHQiIDHm3kP8oNd/QURUN5f2WFGO0fBCbmF",
-	"1XZyOdsK01iHOLshaiAJ1PZ/lDBa2lvdMi2i99G5vXINccDRQim+EJlDjalzXZu9tipEp8Ory+LKaoj7",
-	"6M3gtek7vyMCrEmtZjLL6EoS0VGA+R7khTnECyKmutnP2wmA46V+NZJSEP3nzkOsXHtYZPcZhTZ6zKV7",
-	"q6mkmr6LTMr3chkNk/Mk2A92dLTBDmiSTUF5ob5SQM9eXrtetCUiIgUks34lFJ1V29rG3D+q+0KWxt4w",
-	"XZBoC8cpodt9dNh411h1v7vugFyatyPaN5BhqUjKyfGVHSUhSth8Drq5GKIFg1g5fKAbJA39tfWUb8O2",
-	"0sQmcpoVJyUYQltPFmeMUKl9TWfi/TH9ql/LGk1ynjw8IT+jXD3zcUzNxa/mKhQijbVWpBLLYozaGQs7",
-	"qn08bYWgqkGMZQLFWCymDBcVX1mCI9CnaBQ9li4z4WNaupLFOzWKALS5qb+sebI6wggitw4YXS1gafxL",
-	"0VmJRmgvhZTxJSI0hnsb3tKmXmgJYLpUm0kS3YdWVadhinJairWavac87+a1a2Oqr+tLMVfW3bW+oOe6",
-	"BlOj0R6+PPx3AAAA//8=",
+	"7H2LbttItuCvFLgDtI1LyY84mWkbjQuNrSTaSWzDVtI7t5WVS+SRVNdkFaeqaFkdGNiP2C/cL1nUg2SR",
+	"KsqS205nZhoIAlki63Herzr1NYhYmjEKVIrg+GuQYY5TkMD1X316RzijKVA5OFNfEBocBxmW8yAMKE4h",
+	"OA6gemZM4iAMOPwjJxzi4FjyHMJARHNIsXr7TxymwXHwP/aqOffMr2LvCgTLeQSDs+DhIQw+4vtLPINr",
+	"8iuoN2MQESeZJEwtQP2CBPkV0E4MU5wnEr3eP0EJ5jPg6A4nOQiEOaCELYBDjCRDB/v7+7vdIDRb+EcO",
+	"fFntIcX34wzPYKwGDdwlp4SSNE+D4/0wkMtMPUyohBlwvUy1kiG7Bbq6yOEcEMvwP3JAFO6lGV+qZxGb",
+	"IjkHlHG4IywXSP3UtrTqtfq68P0HoDM5D44P9g+PysUJyQmdBQ9qcRxExqgAjcpLziYJpOpjxKgEKtVH",
+	"nGUJibBa8l5mnviP/xZMb2czvBXj6hnrELh6e4p+PHr9Z2RHRjFITBLR1aCzA6jxe1EEQnxkscY1UAXv",
+	"X4IrwPHPnEi4oJFCivr7gibLj5gu7Z/6Z/33lxUIhEEvj4ns39mtZpxlwCUx4MCRWaQPa73LAVLParCE",
+	"CLqzLoo4YAkOPyh8rcyIczkfpyDnLHZ3wkgcKexJLIn6IHkuJMQdCnLB+G0QBjEReJJA7N1Hg8OOv64+",
+	"Yr6ub2VA1aIFCLQgco7gDvhS/d+ydkNvnrEzAO4H1PD0EqlfEY5jDkJ4x1XiAETryjlLDEaIhFQ8KiVY",
+	"AuotOwzmHC/V3wq0ufCv8v1weInMAwXnYSoWwJ3lljwdBiKf/DdE0rtYSQyMpoynWAbHQYwldPS3np3f",
+	"sSRPwb/xB1dO/hJowWnHKRZgUVKAqE5dYUHB5d4tomoAr6iJmTFrXPGBCB9nqN/Hmk42x4vDah7sNOTf",
+	"4+CorcG3idPrwRknd8Df4kh68P7zHEuN6SjBQvwgUPkCMoOgGKIEcxAnCE8EUIkWc6D2FcWdHM2xQJRR",
+	"LZkbIJISR/NxteJyPxPGEsBULXEqxjPO8mycsYRESz9rsXhM6JSNGR2nLKfSP5SQjCvoRTjDEZFL/1OW",
+	"3BIyhWgZJTBOWdxgrVWCrmHqwQdpnOEJSYhcXtwB58TIaBzHRIEaJ5cOZKY4EdDUAtd5ljEuIUZ6PScI",
+	"o1tCY5TAVCKWSzTFSSKQnHOWz+ZKVSskxAZZUklFDwK0wvBscB2N/i2fAKcgQTj65iFUqnRg3j9aJV0L",
+	"1O1m+qxfWh3/8GkAF1tC3BI/EcjRHD8IwwsgkDAYCRXJc9DgnuQkkR1CDcARm47oApKkc0vZgir9fUcE",
+	"YRS4QEQgQRLFMYyjBWd01kWXHCKIgUZw7HLdSL+NKWVS61KBdiwpd2ZYwgIvu3GUdjPO1Ob3DFY7Gtbh",
+	"iHa73T0DfvPVbqjGVuMhoJIvkV79lPFqSqQkpn2MURhR9SuRwt2B/XmFyNCAIoxS4DNAGZbRPEQY0TxJ",
+	"RtRMxyFldyAQkd0RXSFJF0bt+FpPNx5e81FIKQ4MPl90tvUUeq1Ndp91VefPzZZhRjtXSs/DeduP0VQq",
+	"7qIa43/ZYJvn1kAqrLqKroOajabMOU1YQRjkVHOQ16w7daR5U2SmhaXi6K9rg/biNavIPArMknWWTxIi",
+	"5tCmxQTM0q2UfDHztXnRp+klkzjxaxr1y3iylGby0oIiVL45CrzOlYs8M3B9mLDaQhv+3OWuUKmrTuEe",
+	"p1miBjgcEp8xl+J75QiOLdkI65h69pmxhM08WD1nMSABCUSS8QK/dgeIUJTgCSSd8gGxpBLfnyBIM7k0",
+	"yFV4VPJ3Ru6AKoRWqy6m7d6WWq5L2N6vjMJPgIXs4NVNrYDYrjysILMOrsMC13WoflMS8K7P2G+nXGkk",
+	"SXCyrf7s3yunmEjl9BVDIEKFBBwrvGGkgBwxOiWzYySA3ymtwjIzPDrtIUzjEQUi58o3QhPAXKkZ4/ur",
+	"b6KEKKRHahlT5X8rlyRGt7Dsosv+RyeEMaITLODNUQdoxGKIQ4TVWmpr8KkjZ+ix8hsYJ3I5jrHENdAr",
+	"KAahG0148/r1qzce+jdLHrvjPnW0MFgYtz5ZmhhRNfwtLJ91WEIFRDmHsbgl2VgmYnwHnEw93KleQ0pF",
+	"ZMpULWWpiQModgQp0PW7ce/Dh4ufx4Pz6/7pp6v++PTDp+th/+ra8SVdw13TRl2+zKXMxPHeHs6Isnzi",
+	"jmLPrv29G7H0+M3R0av6fg/3j/7iwYnaj5liXHjv7kuvX/neKTwwN4L05tVfjh4HZ4Mf7ea8LMgoBe2f",
+	"DuiUrQL7PVto6ForEEXmeXGCKGiLTGk+h/nkHFIByR0Ijy+gvGKzgko3FwGzVar1quIIj8UcH75+49HF",
+	"73udw9dv0M4c7ncLqX3Wv0JaABVfTAkXUnG+M1NNdIulkJAizpg0oclcQOyNlzj7HudZrBhtu7DDOppf",
+	"JVHFcb7o0XAOSh511KjqwwpO1CYE4ERxC5Fz714q+t+EdterJzuWi6zQQX65k3YI+ij17PTjFcyIkCba",
+	"t6rOUhACz1oiY8rmj4G3xbaEVATn3ZlvIdcgJaGzx9WVx/OIHTjWEXl2+hEVj2j/6ATZoLlQznbDIet8",
+	"JfFDtyFtX3nDegpqRWRQj1cE/BtRYPvgikeqNBlGanl2DeUyfcLUBzMnHOvxQZKELSDWUBEZjrYLhRgb",
+	"yJj/Y+Y64tu5VEIPVYrDRweoC04jDrYXAXGUPjaTS286cm9I4rHXHJCfFa80A/8e4MZEZAlejluDzC0c",
+	"pG3itR5uGx4rKikJwM/DWJG4q6AdEhV7pYYOWnigZcNVQHpDaF6bFx7C4ElCXxn6G4aZbfquhpI6Bku4",
+	"l1u0E7jADH0c5hCSocIWPqrxhBPCdqm9Dokv6/n/zKHfLUz9XpYlxCQIjWMn0GLOBCAbREcJ4DsQ1lXT",
+	"7KJMQro2JPlosLwWfqxFczYy4ZzIxTaRyEck6IBmudwWfIg7yrOL+vc4kskSKT+VTdFN5aPcaAfnxlHN",
+	"N100nMOIltRTU0va9qZgAa9cYogdlwfpHOa91ApN+Bwgv/hvOnqSY1Q9gbClApTiJZKYz0CWgelSh84J",
+	"ldoO/X10Sd2tXTvCqiP8T6kbKrT7kpwJoeBSxt97Hz8oSoQIZUk+I1SESJmJJQJFiKYk0UHeuQjV1/dE",
+	"4Z7GiKQZcMGoJmdt4XKYFpb6U/zPal1jS7GrWzi1pCyZcgoq19PZ0xwLJJRnhBO9TspQlHMOVHbssI0F",
+	"egSHb3nPrl4bpqctzqhYfMp4IWi7W2rUdg23Tqr5c5yuit84/Olam5slORvC0oRpmcFugoUsCz/Wa+3a",
+	"ah/Rg5dYRvN2hHoN9Len6M+v/vIG/c/ri3M3AYJY4YsrytGJoSmBJNZeb1NzHI+oy8ghciYJTWxThMjg",
+	"N0QKmWFFF+GIrsrrsFQIIYqjNEQ+KRpqfijWCB1Gk6XLOTvKNx3RVT7cRYy7/myIFnMSzRFnymlrertd",
+	"1BtRmicJ4qAjQdiAQjEtkaJY6Yk7tVqY6zBHOmGAJmBG6qIrwLFZsAXrDolDLZZCVJlHoa1dCJFjHIUj",
+	"6hhHu3oum2soBnOklykAOdrfVxBXJowJWUASG825jqCuCx+2CK1c9s/PBufvgjC46vfO/h6EwVn/3VXv",
+	"rH8WhMGn86t+7/R9768f+vqv3qfh+4urwX/1z7xxl1X7d4VV4ygd84aH/ojuqjn0VgibkPj4DrhoEzCK",
+	"I8cZZ5NtbW/9IgccL7d8cV1soYwdbOE/rNqT46hRVeAUulgzsvWJZvxFT1AtujHAl8fIyCSvqpRlq0Ru",
+	"i6awiQ4BxSWQveJ1MVe6nTI5V4ROBDJMgScsl255h5MPX4JWn5vhTEicwCNlGtUmN1IsLmzOdImctzSj",
+	"RSWYmJdZ1uoafGh5mwDUEPJMCnKTfaypMxN5mmK+3GaWa/tKEzzWpy1GDB9Xod7ikKcWI4b1xy+Zv66v",
+	"mvM9oXLbsN+THc6awfZYmO939U4/kDug4KPPKrxS1ljeemDsEWG5H/9OeeymRaxNhJgfvKStda0/xl4E",
+	"Gow5sRMzqTxdbYopS2DXVgqbuYkwgiwsvQSuE8I2v+9LBUhMfaa5O7WapzYNi7R3ESNGuy0y0EJ/VatI",
+	"IhNY4zlUGBucf+59GJyNe1fvPn3snw+DMDi/GI7fXnw6V6ZE74O2L8b9/zW4Hl4HYXDZv/o4uL4eXJyP",
+	"z/rnA2tvKAujfz4cnPaG+pvB+bB/dd77YH783Bt8sMbI297gQ/9sfHnVP704PxsMBxfnj1OMTS2YTYWP",
+	"EJD2Lt8DTkxEsTWP0KzWMrkVNzJOBMrpXI+09GJg06ilLaASe2aw9cgsEGMn1uUrxWef/Goi1MoK77N5",
+	"5tfa18pajgUShEZQywkKibms5chc26XVjvMj0MY8yzhj8X65MB9KlRAnfvljSnGtiFvNbfYuByjCSQLc",
+	"2OHqceUGRFhCfIJuinLvG5QCpgJhumRUuf4MccDR3EYcM8alchtQzNQj2qTRZR8tdeVrq8ijOUS3W1Ra",
+	"F5s/Ve+tr7ku1qNt4CAMKLP28MYiuVxe6IB2LU7MsrZnMz0PmmKSKEy4pVPs1jiTU1OiodGnPSdlObq+",
+	"4Lrq+fqkGRNyxpWXmpIZtzWQjCOKTQSxYt/iSd/Y7NZnb/pNnpoadMFWnq6pSQ03vZFhKYGrZf/vX3Dn",
+	"1/3Oj1927IfOl6/74ZuDh+L73f/8k2+hujrfrZCLU0LLRMAdgUWtXqB60WM5PlpT2GL9Ay0c4VqI9imF",
+	"wU2C1yGKogAM7jNMGzLI8QWcWIUoiyS3KWEsBikK1DYpzNPvCDK25YePvVWvod/woIkYl9le375brftH",
+	"vLefy+JFLDFaYGECZAKAFqFOtKO/iuaYzkBxEQcbJbFOX0Lu4KSKnxaKJGGi5vmFiCldoz2m3c0dv/rJ",
+	"uI3jpatmV1HSWQ1YShkBEQfZSRi7tWUXAu1gutQFGBGjEhOqfjDPhSjDQoSmsCx0RFSonjdR7xBlnNxh",
+	"qQEWAZchirCADqECqCCS3BkYrEgMp57Zf24HogSTdN3phvXp0aTFKi2OX5ThMrTAMppDjChbnJgqAvVP",
+	"WhIx/r0iG38NluXXCaExobNSaZdWaJpCTExo42dM5FvG3xIu5CmjIk9b5FWzNvn5ZFH96EBTAm2W5fWc",
+	"yKwncYtgQZ0ny/NGLuprHO8HZqtgXCGSGhP5ZKRPdbm6wR/Nf8bI+9ODOKtBlcdiOJuEanzBji014ydK",
+	"GK1C+a6fgMT8JfTktmrLFBJXicaxS8BrApibPqYIMlaGscv3+jikPgCjGIKlUHymzHzy8X3zkMfmGWDN",
+	"cptuzAqNscMg5dONDLaLzeo4T6FiDGWgMulmjmCZ+kMzx4l+PqfaMp2zJLby1DzIaLJsccB++7mojQOc",
+	"Zu/tMFxHOGuA2UBnjVDCrU+LWE79CBIXBcxbBPOekIhtJpEzW8ei8Hn5+fTEWA85jYEj95SVTQwZye9V",
+	"/S11hCa7p5N2aKfXv+wcHB7uKlMjM6V87kmvE6R0t1oK0XP8dt+iFrXkNvpaJDQfD1s++oZFsH/vyi6Z",
+	"sJzG6BK4IEIClYaYu1rLrR3b56itoaDrDKItqSdqPUlUiWz0jxxTSeTSJAMxmhCK+VLJhhgikuIEiXw6",
+	"Jfchmuk8o1IXmKJfgbO6q3qw/440yiGOvMmtihM2iOeXjOPW1c7Xx8V92WwdSkcZ8LLe40SLMVOMZGBx",
+	"owxIhbUQMX1GQ7OK4gsyo4wbtqiDuHp5cy1povreyLbiPhLBePMQmqcauhzAUbkO3H00ZojWcxTqKVWm",
+	"G/cl+O3hy1fTw+hg8iN0XuM/x52j6AA6P073cedw8pf4DRxFf8YHB15rzjLTBgSo+W7jyk0DyKpo07w1",
+	"XpfRfUJd55ryzdUMoFq/E+JsrGjb2kqzwVP9zl9Z7JEtfXO+qcgiiDnOwByPMjMpJmIULqbB8S+bANPM",
+	"dWWGCx7CLbD2pbHgYhCvILes0ynkQyfFFM90Rri2F8+JyW2pqcm06st2YJvgXMN1MXoWkdicHPv0aXCG",
+	"dnRfG+XH756gkY3XjwIj1SrFXnHXhuzz27W02cjGblqLFt7WonzUmiyGbYd9M9/7liRgzuwEYfDXhEW3",
+	"XoegJgbcIpmri8+D68HFua2U+XRuP5kslC6a+dAfmu/0x5YKGTPBJ82sv8EqcI637m+ivhvwW3MeVCuz",
+	"KOdELq8VUorz6CnxOeL1s5D/7//8X2U2XgzOTgtXxfywc/1u3Ps0fD/+eHHW/4mRONo15G9SHSPqe8z8",
+	"tqtH1WIo44RGJMOJMXl04xe1LsRZAscj6uqc0Pycx0QiyTFJTC7ANM0xRkLZEsgUTWkS1LEmvaWKG+ZS",
+	"Zk6hbRMCnlXFUWrWpE/DRDhJiiKtDHjHTQwaQlZLjzOm65BRr5RaRRQRWyiaSvaySQ/Rh1hJDCNawO3s",
+	"9ON4ePXpetg/G5/3hz9fXP3tGs1AChNmU2tCO2enH38QI9omNpEAGgtEmZ11CXJ3QwjZjMBmQDIPWzgp",
+	"402XIdZxWNTw6/O30wRA6tcE2omxmE8Y5rHYbHEPOnvuO7t4QavQspxjaQ4Aa5PTegblMnYc8/vy86nY",
+	"RYyiFNNlEeQUpkPF2enHLhoqiMcsyosMsHbkGZUcR/LYFsLzO4PIGVBFjBCjKWepaUnR55zZfGOzaEH3",
+	"9CoHt/XyCYmACi1VbK+xXoajOXQOu/tOJj9onBBzsqfHwd0BTrI5PtAR/gwozohSN9397itrqmhxsIcz",
+	"slc8u6e5rFN1GJqBR1PrjkKmXZUIEYWFKZLgQh5brjS8bNogOcxasEiaS9vAS5PQYs7Qjm2tFNo+Ibqx",
+	"UojmbFHP0JpOIyPqNgGr6Kwgs9DtLBWWXEhivZiC7boj6pJzQlIijaMuWNoMx4GNuajpCbe7N9gq1zKI",
+	"g+NAadiq55KoR1bbzK3qkT23vV6bpeU8XrW5Uw/72tRVTau8PeoOX7/x6Bj/UPVWGk/pHrhCS7QS3ojE",
+	"61q6+RZUddoq1+JaSr3Of+HOr1++HoRvjh7+FHj32bCcNdIQ1i108LQ8HKmM8bZF6HKIwnivFrKZF9Gy",
+	"gAlMmY4YPjI30PiJM39pdCE83N9f04Fwu86DjUZmngaESlQrg1ObA4486SpxdWSW4puhXHLV3VA9f7Dl",
+	"86+2ev71Vs87Zpfmd2tw/fJFgbyspNT+jmPUKAzhmShbrAVf1EB16dws/bTSeVX+uLHnbyuAmqHPNMUd",
+	"AepxfUoMlj/pBhoow4SLE4STBKW5kCjFMpo3+qYQ4D9lnMWhINK0SmlhAh2iHRftWdoE3dH+j5tLujIv",
+	"5x3KU4/ZKn1tbfZmjLNaNf6ifNo8jfMIo9YtOsZj3cF1stSR5H9hvg2/lvZwk4sV2Gpwcfi4Xtmsewr6",
+	"Ah+fcUKUoDZmJaFZLvXRt4n9psi677zrD9GeNfBMq7QRvYZkem0UvMn8XYExq5XxaqyuDHhKhHqpVntB",
+	"AWKxa+xxZUfa2VyXRltnRIraWRnTWKKLriBL8FJ5Q5iOKImNiZbUjp3abp4CHe7vV+6Cni12Z/LZUadN",
+	"G2BVkK0GkGqVmnGVC2lTn8/VFflL2duzCMg9N3+aM8APdfffnhX8FvLBJxt6ymTz4z3RRYYI7omQ4gQR",
+	"aSJgMucUYpRTUypkxMahEQPfYsVFxwv4PgXW0f6P2z1/sOX4B6+3e/7wcMvnf/z9Dauyq4nuRumKjxbB",
+	"vNbO2vtaD+c/GAGegPQkI6/0oT6Bdo72f9y1pW9NoTrHojxni26mjEfwk+LjGyWyZyDFiDZf0eefZfGa",
+	"Lq7jsTjRgQtE6q1xMQfTqWlEzSpjn3A90z+tFa4+calXWzNmyopDG+dcKYVdNV+OfKeRzUq/T548elke",
+	"/h54xiBgY44J/a7HO5B1kvq9FFPDFPiXoKtvYMy+A7kFCWznVdbvq1DzZsV5+JYz75scd++iHqKwqLcz",
+	"YXxEa+1M7Mlx0Tw6fqLfdY1bxp2eIyOqhKm2xGPbRs50eDAHWI0JI6qqZv2kPr+gJDvNk+RmRNceSveJ",
+	"ZpNQavLRi9qWpjOBohl3OA3/job/f/zmob8ns1VJB5Njj//lpMQfFuQzaEPDgg1RiHaaTTh2n8uk3Cvy",
+	"OE5l8yaxvcbJ/W/DUY1JPfzV12EH0/XdNuGs5WgmplLxD628mVa+oNC4LWAF7wUV6rzqMyjn30a+e19r",
+	"NZ4PreRctxdrFfovSMu+XggP7ceB/iDTzcnUBa1ifVYn3een1NB771m9xHhdgO+Rlglbc4JTJOVNnV/r",
+	"CjBTGeAEY3V9m3bqS18/wtEcqqsGtHNf9GA2R2CLinL7Y9ebif5sF/TtkkAvma9watgeSVVYRPwzZCl+",
+	"R17WdVAbJDjuSioq+Lcs23sOR9CbFhkuWL3oU+garB8EeqTc6eY/SfzTKN/ffxXlOYn1J7gZUd3l8utI",
+	"l3qOgmPklIM+3JzYsWtht5n63wyK0US3/HdestX6FN0MYkgzJoFGy87fYHmD5oBjHYDU/QBJjHYcZh/R",
+	"okTIZnxMVQqHFNIJcPPlLSzNaXfd51RIdHiE5rumpCxL1CDF7Eq23WF964/amT/louPwymk1eGvPt9iq",
+	"zQ1SLTYYqTZnQFd0NEEk3tURf+WRp3aTl59PrdG3JhGzjRDwl5NcWUlfXMqhlufeyqGnNtip5m6gr71Q",
+	"5nUYpISWrflbaiqe31VfKfj+xv50UcrryQBZctRlHBQB5gkBbut3UAuJPnvSp319BmbxSUmDJiH1h6v/",
+	"Hbj6L6DHaprL4L5sHOxVXk8z74qWPa0FklYEe8w8bdbFuvTV4xsbjWGyNwuszMDqDjVj5KGbsvHPTRV5",
+	"bDQookwi3aHpxOSS3Gs2TfUqRdfvxu/7vQ/D9+NP5+bD38enF2d9tKMUB+Po9f6rothywuJlUfYqsF99",
+	"vIPC1nxf9DN6MXnUaOjk4XvzyxPZ/Enm2Dfa2KcC+2hnsQ6NPyn0dZtsU+MPM4mhQiJWbnrQah1lLEkE",
+	"InL3RWy/J7Lf1/L61rXZWJPUKu2PLjraP6p4prBfRNmdVZlbtm5hpjxXDQCppIiCAMICiVzX2Ox2WxKq",
+	"pfW0YcqTMFo000I7zvTmaPACL3f/8Fg2kPRF9nKdpG9PWbYh7VvYT5Uh/Qeit3ZNdbpyPc5fILhUXR39",
+	"1Moxx4FpT4MqT7U426W81ZE5HjYKHm662rcz7emMc2fbuujmTIQSSUqjd0TLopGMcSmQe/wN5VSSRI/B",
+	"QV/ar1arhWZ7ZtJhl5fydOyZuudLSDaG/U6cp36JtxJnfzgm/waOicZ7/JyOyXF1jdzLBOOudLStWZHc",
+	"rOit3UGnQ1oy57Slrlh9SWFh/ZJVi+qz3tJ3WU9UHgyyNR8n6Mbs4kb36RGFRM2Tf5Gigu8hKX+pq2sa",
+	"OXnKFlsk4e0xyO4Sp8m6pORFBrR3OdiO4IpBK4JrRge9ZGXnQq+qA6brzpM+gZ7WuID6YGuxgmJ+B6Al",
+	"ZLzgbK9aWM3LmHvaM+C12+AJNT2LdJImdE5dm0be+szJHfBl7UC4OdrLplN95b1EO6ROE3owc+8GRnav",
+	"+tp8OYe0i96SRDd2pJhze9dpMZ3uuXaiLwFWa9TLocycTSJ0NqLmQYWVBKYSsVx2UU835EJTPax5tjgq",
+	"WtxiYNxLyUbU3u+vZ9Wv7ax02kM31h+9sdk+O+RuF13iWVGVNlk6gGw7hrpSJ/C7HQTr185liBNljgI2",
+	"cCiH0MEue5eSOQqWJbr3gzGutzmQumEf5eoEh+66MDBvHezv+7rELRNbAp0GL35qrN7ncfN8dctw7oUE",
+	"m3op/paCbTO4Vwts5wetH7fW+G1FtDodl/2v1zpkrnn9yzeqN9kkdV3xtfh3PVVXF1wIR5wJY1WZupHV",
+	"OpIV5fRYJcbb1dh8/XiFydnaqLluTFr0ZN0tqwpGdLJEddUEFJG4i2zjmKrtBQeUECH1zQ2JvXkai1vQ",
+	"Tc1tNtdakT/Zl2/a5LpuaPrtKzv+XaV61bdrC7FW9B9rH7Reo7RFTdL3VGDz7yqhPhd8vZloMkmbXx/N",
+	"GOqijfLYWMaZ7rxEbM0LnelUXhedm6v4Wa5tzRgyoDHQiIDHj34H8r2d/QUJp7wPqMXNcbaCE3IHz+vH",
+	"lLOvcV10ZqUdAwbyQO2h6RKmS3stRaZV0TG6tLdBmNtAlGESIgOEEXVukrCN8UN03hteF1cGQtxFr/df",
+	"maZVCyLAujxqJDPND0KfGNH3FS7mS+WKOJdiaEKY61SV7kTDdGdXtz2OvRujJUF7ZUDwgmRQ3cviPXyL",
+	"Y71qrUafJDmeM9m6dq29ou6KUVglBoOO9enVavg2olwf+NABAKPRc54Ex8Gejs/ZoZrkW3BAqPtv6XnL",
+	"6zeLTlWISAHJtFspIWc9q9rd3EOlD3UvjV1qGmOhHb3Q3S46deN93L3nUzfFWiJdMmcaBiAsEQfhlDiU",
+	"x8FDlLDZDHQbRYjmTBE6RaB7ZhlKXrULfAu21YE2j92sEizBENqyZNOmTccknIGPR/Rrlk8SEo1znjw8",
+	"IT3dRb2y05W5AMw0fSbSWPVFJUVZQFfbY2G3rm7v5zlDMYnRYo7bG20VzcTLDlu6B7Q2MXVnubPBcHzV",
+	"H/bPh4OLc4tJLU12a6swLWhW1/DWadym7DqWCVT1b9MryBIcgYZk45xCGd4hfETLsEdxv3OR6wqdbYiw",
+	"0K9mt+5hLTScw9LEQkRrUTWhnRRSxpeI0BjubVBam/ehJcLJUi3GtPXDVaE1piinpYiv2fhKAjcvuRhR",
+	"fTlKirmy6G90O/SbGkSNNfDw5eH/BwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -18,7 +18,9 @@ func (h *handlers) CreateEnvironment(ctx context.Context, req CreateEnvironmentR
 	if req.Body == nil {
 		return nil, fault.Invalid("body", "a JSON environment is required")
 	}
-	env, created, err := h.opts.Environments.Register(ctx, registration(req.Params.Id, *req.Body))
+	reg := registration(req.Params.Id, *req.Body)
+	reg.RegisteredBy = principal(ctx).Subject
+	env, created, err := h.opts.Environments.Register(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -34,11 +36,12 @@ func (h *handlers) ListEnvironments(ctx context.Context, req ListEnvironmentsReq
 		return nil, err
 	}
 	page, err := h.opts.Environments.List(ctx, environments.ListQuery{
-		Labels:      labels,
-		Region:      deref(req.Params.Region),
-		State:       clusters.State(deref(req.Params.State)),
-		MaxPageSize: deref(req.Params.MaxPageSize),
-		PageToken:   deref(req.Params.PageToken),
+		Environments: principal(ctx).Narrow(nil),
+		Labels:       labels,
+		Region:       deref(req.Params.Region),
+		State:        clusters.State(deref(req.Params.State)),
+		MaxPageSize:  deref(req.Params.MaxPageSize),
+		PageToken:    deref(req.Params.PageToken),
 	})
 	if err != nil {
 		return nil, err

@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 func registryServer(t *testing.T) (*echo.Echo, *registrytest.Registry) {
 	t.Helper()
 	reg := registrytest.New(t, registrytest.Options{})
-	return api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service}), reg
+	return api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
+		Auth: testAuth(t), Audit: testAudit(reg.Pool, reg.Logger), AdminWriteRate: 1000, AdminWriteBurst: 1000}), reg
 }
 
 // call sends one request and returns the recorder; body may be nil, a string
@@ -52,6 +53,7 @@ func call(t *testing.T, h http.Handler, method, path, contentType string, body a
 		r = bytes.NewReader(data)
 	}
 	req := httptest.NewRequest(method, path, r)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	if contentType != "" {
 		req.Header.Set(echo.HeaderContentType, contentType)
 	}

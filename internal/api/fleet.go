@@ -12,10 +12,14 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
-func (h *handlers) ListStorageClasses(_ context.Context, req ListStorageClassesRequestObject) (ListStorageClassesResponseObject, error) {
+func (h *handlers) ListStorageClasses(ctx context.Context, req ListStorageClassesRequestObject) (ListStorageClassesResponseObject, error) {
 	p := req.Params
+	envs := principal(ctx).Narrow(deref(p.Environment))
+	if outOfScope(envs) {
+		return fleetResponse{value: StorageClassList{StorageClasses: []FleetStorageClass{}}}, nil
+	}
 	page, err := h.opts.Fleet.Classes(fleet.Filter{
-		Environments: deref(p.Environment),
+		Environments: envs,
 		Region:       deref(p.Region),
 		Provisioner:  deref(p.Provisioner),
 		AccessMode:   string(deref(p.AccessMode)),
@@ -68,8 +72,12 @@ func (h *handlers) environmentClasses(ctx context.Context, id string) (fleet.Env
 
 func (h *handlers) ListFleetVolumes(ctx context.Context, req ListFleetVolumesRequestObject) (ListFleetVolumesResponseObject, error) {
 	p := req.Params
+	envs := principal(ctx).Narrow(deref(p.Environment))
+	if outOfScope(envs) {
+		return ListFleetVolumes200JSONResponse{Volumes: []Volume{}}, nil
+	}
 	page, err := h.opts.Volumes.ListFleet(ctx, volumes.FleetQuery{
-		Environments: deref(p.Environment),
+		Environments: envs,
 		Status:       status.Status(deref(p.Status)),
 		StorageClass: deref(p.StorageClass),
 		MaxPageSize:  deref(p.MaxPageSize),
@@ -80,6 +88,10 @@ func (h *handlers) ListFleetVolumes(ctx context.Context, req ListFleetVolumesReq
 	}
 	return ListFleetVolumes200JSONResponse(toVolumeList(page)), nil
 }
+
+// outOfScope reports an environment filter a scoped principal narrowed to
+// nothing: the answer is empty, never the unfiltered fleet.
+func outOfScope(envs []string) bool { return envs != nil && len(envs) == 0 }
 
 // fleetResponse writes fleet answers, whose types carry the contract's JSON
 // names themselves: either a value, or a writer that streams pre-encoded

@@ -40,7 +40,8 @@ func fleetHandler(b *testing.B, n int, unreachable bool) http.Handler {
 			ix.MarkStale(m.ID, now)
 		}
 	}
-	return api.New(api.Options{Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry(), Fleet: ix})
+	logger := slog.New(slog.DiscardHandler)
+	return api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(), Fleet: ix, Auth: testAuth(b), Audit: testAudit(nil, logger)})
 }
 
 // discard is a ResponseWriter that keeps only the status and size, so the
@@ -58,6 +59,7 @@ func (d *discard) Write(p []byte) (int, error) { d.size += len(p); return len(p)
 // serve times one request and checks its answer.
 func serve(b *testing.B, h http.Handler, path string) time.Duration {
 	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	w := &discard{header: http.Header{}}
 	start := time.Now()
 	h.ServeHTTP(w, req)
@@ -71,7 +73,9 @@ func serve(b *testing.B, h http.Handler, path string) time.Duration {
 // countDetails decodes one answer and counts its per-environment details.
 func countDetails(b *testing.B, h http.Handler, path string) int {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	h.ServeHTTP(rec, req)
 	var list api.StorageClassList
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
 		b.Fatalf("GET %s: %d %v", path, rec.Code, err)

@@ -23,7 +23,9 @@ func TestFleetAnswersMatchTheContract(t *testing.T) {
 	ix.Observe("live", fleettest.Objects(4, 10), time.Now())
 	ix.Observe("lost", fleettest.Objects(2, 10), time.Now())
 	ix.MarkStale("lost", time.Now())
-	h := contract.Validating(t, api.New(api.Options{Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry(), Fleet: ix}))
+	logger := slog.New(slog.DiscardHandler)
+	h := contract.Validating(t, api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(), Fleet: ix,
+		Auth: testAuth(t), Audit: testAudit(nil, logger)}))
 	for _, path := range []string{
 		"/api/v1alpha1/storage-classes",
 		"/api/v1alpha1/storage-classes?max_page_size=1",

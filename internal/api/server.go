@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
@@ -49,15 +50,30 @@ type Options struct {
 	// answer: 200 (the body says unhealthy) or 503 for pollers that read only
 	// the status code.
 	HealthUnhealthyCode int
+	// Auth identifies callers; required (a disabled-mode Authenticator
+	// admits everyone, and says so).
+	Auth *auth.Authenticator
+	// Audit records admin actions and volume mutations.
+	Audit *auth.AuditLog
+	// AdminWriteRate and AdminWriteBurst limit each principal's admin writes
+	// (per second; default 5, burst 20).
+	AdminWriteRate  float64
+	AdminWriteBurst int
+	// AllowedHosts are the Host names served besides IP literals and
+	// localhost; empty serves any name unless authentication is disabled.
+	AllowedHosts []string
+	// MetricsRequireAuth puts /metrics behind the admin or viewer role.
+	MetricsRequireAuth bool
 }
 
-// maxBodySize bounds request bodies: a 64 KiB kubeconfig JSON-escaped, with
-// room for the rest of an environment.
-const maxBodySize = "512K"
-
-// New builds the gateway's HTTP handler: generated routes, /metrics, request
-// IDs, access logs, panic recovery and problem+json errors.
+// New builds the gateway's HTTP handler: request ids, security headers,
+// the Host check, access logs, panic recovery, metrics, the contract guard
+// (authentication, roles, scopes, limits, validation, audit), the generated
+// routes and problem+json errors.
 func New(opts Options) *echo.Echo {
+	if opts.Auth == nil || opts.Audit == nil {
+		panic("api: Options.Auth and Options.Audit are required")
+	}
 	if opts.ReadinessTimeout <= 0 {
 		opts.ReadinessTimeout = 2 * time.Second
 	}
@@ -66,10 +82,16 @@ func New(opts Options) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = problemHandler(opts.Logger)
 
-	e.Use(middleware.RequestID())
+	e.Use(requestID, securityHeaders, hostCheck(opts.AllowedHosts, opts.Auth.Mode() == auth.ModeDisabled))
 	e.Use(accessLog(opts.Logger))
-	e.Use(middleware.Recover())
-	e.Use(middleware.BodyLimit(maxBodySize))
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		// The stack goes to the gateway's JSON log; the panic itself becomes
+		// an opaque INTERNAL problem, logged by the error handler.
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			opts.Logger.ErrorContext(c.Request().Context(), "panic while serving a request", "stack", string(stack))
+			return err
+		},
+	}))
 	// Label values must stay bounded whatever clients send: the route
 	// template, never the raw path of an unmatched request or the Host header.
 	e.Use(echoprometheus.NewMiddlewareWithConfig(echoprometheus.MiddlewareConfig{
@@ -82,9 +104,9 @@ func New(opts Options) *echo.Echo {
 			"host": func(echo.Context, error) string { return "" },
 		},
 	}))
-	e.GET("/metrics", echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}))
+	e.GET("/metrics", metricsHandler(opts))
 
-	e.Use(requestValidator())
+	e.Use(newGuard(opts).middleware)
 	RegisterHandlersWithOptions(newCustomMethodRouter(e), NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{
 		OperationMiddlewares: map[string][]echo.MiddlewareFunc{
 			"updateEnvironment": {mergePatchAsJSON},
@@ -99,24 +121,24 @@ var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": 
 
 func accessLog(logger *slog.Logger) echo.MiddlewareFunc {
 	return middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
-		LogMethod:    true,
-		LogURIPath:   true,
-		LogStatus:    true,
-		LogLatency:   true,
-		LogRequestID: true,
-		LogError:     true,
-		HandleError:  true,
+		LogMethod:   true,
+		LogURIPath:  true,
+		LogStatus:   true,
+		LogLatency:  true,
+		LogError:    true,
+		HandleError: true,
 		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
 			level := slog.LevelInfo
 			if probePaths[v.URIPath] {
 				level = slog.LevelDebug
 			}
+			subject, _ := c.Get(subjectKey).(string)
 			logger.LogAttrs(c.Request().Context(), level, "request",
 				slog.String("method", v.Method),
 				slog.String("path", v.URIPath),
 				slog.Int("status", v.Status),
 				slog.Duration("latency", v.Latency),
-				slog.String("request_id", v.RequestID),
+				slog.String("subject", subject),
 			)
 			return nil
 		},
@@ -130,7 +152,10 @@ func (h *handlers) GetHealthz(context.Context, GetHealthzRequestObject) (GetHeal
 	return GetHealthz200JSONResponse{Status: Ok}, nil
 }
 
+// GetReadyz runs every check. Why a check failed (it can name the database
+// host and user) is shown only to an authenticated caller.
 func (h *handlers) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetReadyzResponseObject, error) {
+	_, authenticated := auth.FromContext(ctx)
 	results := make([]ReadinessCheck, len(h.opts.Readiness))
 	var wg sync.WaitGroup
 	for i, c := range h.opts.Readiness {
@@ -139,18 +164,22 @@ func (h *handlers) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (Get
 			defer cancel()
 			results[i] = ReadinessCheck{Name: c.Name, Ok: true}
 			if err := c.Check(cctx); err != nil {
-				msg := err.Error()
-				results[i].Ok, results[i].Message = false, &msg
+				results[i].Ok = false
+				if authenticated {
+					msg := err.Error()
+					results[i].Message = &msg
+				}
 			}
 		})
 	}
 	wg.Wait()
+	mode := ReadinessAuthMode(h.opts.Auth.Mode())
 	for _, r := range results {
 		if !r.Ok {
-			return GetReadyz503JSONResponse{Status: NotReady, Checks: results}, nil
+			return GetReadyz503JSONResponse{Status: NotReady, Checks: results, AuthMode: mode}, nil
 		}
 	}
-	return GetReadyz200JSONResponse{Status: Ready, Checks: results}, nil
+	return GetReadyz200JSONResponse{Status: Ready, Checks: results, AuthMode: mode}, nil
 }
 
 func (h *handlers) GetOpenAPI(context.Context, GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error) {

@@ -20,11 +20,14 @@ import (
 
 func newServer(t *testing.T, checks ...api.Check) *echo.Echo {
 	t.Helper()
+	logger := slog.New(slog.DiscardHandler)
 	e := api.New(api.Options{
-		Logger:           slog.New(slog.DiscardHandler),
+		Logger:           logger,
 		Metrics:          prometheus.NewRegistry(),
 		Readiness:        checks,
 		ReadinessTimeout: 200 * time.Millisecond,
+		Auth:             testAuth(t),
+		Audit:            testAudit(nil, logger),
 	})
 	return e
 }
@@ -32,7 +35,9 @@ func newServer(t *testing.T, checks ...api.Check) *echo.Echo {
 func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	h.ServeHTTP(rec, req)
 	return rec
 }
 

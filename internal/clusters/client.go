@@ -9,6 +9,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
@@ -21,9 +22,14 @@ type ClientOptions struct {
 	Egress egress.Policy
 	// Timeout bounds each request (0 = none, for watches).
 	Timeout time.Duration
-	// QPS and Burst rate-limit requests to one cluster.
-	QPS   float32
-	Burst int
+	// QPS and Burst rate-limit requests to one cluster, unless RateLimiter
+	// (shared by all of an environment's clients, see Limiters) is set.
+	QPS         float32
+	Burst       int
+	RateLimiter flowcontrol.RateLimiter
+	// MaxResponseBytes bounds each response body (0: unbounded, for
+	// informers' lists and watches).
+	MaxResponseBytes int64
 }
 
 // Client is a typed clientset plus the HTTP client beneath it, so its idle
@@ -53,15 +59,21 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 			CertData:   conn.ClientCertData,
 			KeyData:    conn.ClientKeyData,
 		},
-		UserAgent: "storage-gateway/" + version.Get().Version,
-		Timeout:   opts.Timeout,
-		QPS:       opts.QPS,
-		Burst:     opts.Burst,
-		Dial:      opts.Egress.DialContext,
-		Proxy:     func(*http.Request) (*url.URL, error) { return nil, nil },
+		UserAgent:   "storage-gateway/" + version.Get().Version,
+		Timeout:     opts.Timeout,
+		QPS:         opts.QPS,
+		Burst:       opts.Burst,
+		RateLimiter: opts.RateLimiter,
+		Dial:        opts.Egress.DialContext,
+		Proxy:       func(*http.Request) (*url.URL, error) { return nil, nil },
 		// API server Warning headers are text a hostile endpoint chooses;
 		// they never reach the gateway's logs.
 		WarningHandler: rest.NoWarnings{},
+	}
+	if opts.MaxResponseBytes > 0 {
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return boundedBodies{next: rt, max: opts.MaxResponseBytes}
+		}
 	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {

@@ -45,6 +45,9 @@ type PoolOptions struct {
 	// per request kind (none for watches, HealthTimeout for health checks,
 	// requestTimeout for writes).
 	Client ClientOptions
+	// Limiters, when set, replace per-client QPS and Burst with one limiter
+	// per environment that its probes share too.
+	Limiters *Limiters
 	// SyncTimeout is the deadline for the initial cache sync (default 30s);
 	// after it the cluster is reported UNREACHABLE, or DEGRADED when only
 	// some caches synced, and keeps retrying.

@@ -69,11 +69,22 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	return c, nil
 }
 
-// newClient builds a client whose requests time out after timeout (0: never)
-// and, if conns is set, whose connections it tracks.
+// maxAnswer bounds each answer the health and write clients read (a PVC,
+// /readyz); the watch client, whose lists can be long, is not bounded.
+const maxAnswer = 4 << 20
+
+// newClient builds a client whose requests time out after timeout (0: never,
+// for watches, whose answers are also unbounded) and, if conns is set, whose
+// connections it tracks. Every client of an environment shares its limiter.
 func (p *Pool) newClient(t Target, timeout time.Duration, conns *connections) (*Client, error) {
 	opts := p.opts.Client
 	opts.Timeout = timeout
+	if timeout > 0 {
+		opts.MaxResponseBytes = maxAnswer
+	}
+	if p.opts.Limiters != nil {
+		opts.RateLimiter = p.opts.Limiters.For(t.EnvironmentID)
+	}
 	client, err := NewClient(t.Connection, opts)
 	if err != nil || conns == nil {
 		return client, err
@@ -107,6 +118,9 @@ func (c *Cluster) OnPVC(handler cache.ResourceEventHandler) error {
 // start runs the cluster until stop. The pool calls it with its lock held,
 // so a concurrent stop always finds the goroutine started.
 func (c *Cluster) start() {
+	if l := c.pool.opts.Limiters; l != nil {
+		l.acquire(c.target.EnvironmentID)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	go c.run(ctx)
@@ -121,6 +135,9 @@ func (c *Cluster) stop() {
 	<-c.done
 	c.conns.closeAll()
 	c.writes.Close()
+	if l := c.pool.opts.Limiters; l != nil {
+		l.release(c.target.EnvironmentID)
+	}
 }
 
 // run owns the cluster's lifecycle: health checks run from the start; once

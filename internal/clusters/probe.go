@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,36 +86,69 @@ type ProbeResult struct {
 	Time              time.Time
 }
 
-// probeQPS and probeBurst are a probe's default rate limit. A probe is rare
-// but sends one access review per permission — 271 at the limit of 32
-// allowed namespaces besides the default — which must fit in its timeout;
-// client-go's default of 5 per second would not.
+// probeQPS and probeBurst are a probe's rate limit when there are no shared
+// Limiters (offline tools). A probe sends one access review per permission —
+// 271 at the limit of 32 allowed namespaces besides the default — which must
+// fit in its timeout; client-go's default of 5 per second would not.
 const (
 	probeQPS   = 100
 	probeBurst = 200
 )
 
+// maxProbeResponse bounds each answer a probe reads: /version, access
+// reviews and the StorageClass list are far smaller.
+const maxProbeResponse = 4 << 20
+
+// ProberOptions configure a Prober.
+type ProberOptions struct {
+	// Client holds the egress policy.
+	Client ClientOptions
+	// Timeout bounds one probe, once it runs.
+	Timeout time.Duration
+	// Limiters, when set, give each environment's probes the rate limiter
+	// its pool connection uses.
+	Limiters *Limiters
+	// Concurrency caps probes in flight across every environment (default
+	// 8); further probes wait their turn, within their caller's context.
+	Concurrency int
+}
+
 // Prober checks that a cluster is reachable with the given credentials and
 // that they grant what the gateway needs.
 type Prober struct {
-	// Client holds the egress policy; QPS and Burst default to probeQPS and
-	// probeBurst.
-	Client ClientOptions
-	// Timeout bounds the whole probe.
-	Timeout time.Duration
+	opts  ProberOptions
+	slots chan struct{}
+}
+
+// NewProber returns a Prober.
+func NewProber(opts ProberOptions) *Prober {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	return &Prober{opts: opts, slots: make(chan struct{}, opts.Concurrency)}
 }
 
 // Probe runs GET /version, then one SelfSubjectAccessReview per required
 // permission, then counts StorageClasses. It never returns an error: every
 // failure becomes a state and a message.
-func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespaces []string) ProbeResult {
-	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
-	defer cancel()
+func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfig.Connection, namespaces []string) ProbeResult {
 	res := ProbeResult{Time: time.Now().UTC()}
+	select {
+	case p.slots <- struct{}{}:
+		defer func() { <-p.slots }()
+	case <-ctx.Done():
+		res.State, res.Message = StateUnreachable, "the probe was cancelled while waiting for other probes to finish"
+		return res
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
 
-	opts := p.Client
-	opts.Timeout = p.Timeout
-	if opts.QPS == 0 {
+	opts := p.opts.Client
+	opts.Timeout = p.opts.Timeout
+	opts.MaxResponseBytes = maxProbeResponse
+	if p.opts.Limiters != nil {
+		opts.RateLimiter = p.opts.Limiters.For(environmentID)
+	} else if opts.QPS == 0 {
 		opts.QPS, opts.Burst = probeQPS, probeBurst
 	}
 	client, err := NewClient(conn, opts)
@@ -126,14 +160,18 @@ func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespace
 
 	info, err := client.Discovery().ServerVersion()
 	if err != nil {
-		res.State, res.Message = classify(ctx, err, p.Timeout)
+		res.State, res.Message = classify(ctx, err, p.opts.Timeout)
 		return res
 	}
-	res.KubernetesVersion = info.GitVersion
+	// The version is the cluster's own text, stored and shown to admins:
+	// only a plausible version string is kept.
+	if validVersion.MatchString(info.GitVersion) {
+		res.KubernetesVersion = info.GitVersion
+	}
 
 	missing, err := missingPermissions(ctx, client, RequiredPermissions(namespaces))
 	if err != nil {
-		res.State, res.Message = classify(ctx, err, p.Timeout)
+		res.State, res.Message = classify(ctx, err, p.opts.Timeout)
 		return res
 	}
 	if len(missing) > 0 {
@@ -142,7 +180,7 @@ func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespace
 	}
 	classes, err := client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		_, why := classify(ctx, err, p.Timeout)
+		_, why := classify(ctx, err, p.opts.Timeout)
 		res.State, res.Message = StateDegraded, "permissions granted, but listing StorageClasses failed: "+why
 		return res
 	}
@@ -150,8 +188,15 @@ func (p Prober) Probe(ctx context.Context, conn kubeconfig.Connection, namespace
 	res.StorageClassCount = &n
 	res.State = StateReady
 	res.Message = "reachable; all required permissions granted"
+	if res.KubernetesVersion == "" {
+		res.Message += "; the API server reported no valid version"
+	}
 	return res
 }
+
+// validVersion is a Kubernetes gitVersion as real distributions report it
+// (v1.36.3, v1.30.2-eks-1234567, v1.29.4+k3s1), at most 64 characters.
+var validVersion = regexp.MustCompile(`^v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6}([-+][0-9A-Za-z.+_-]{1,48})?$`)
 
 // missingPermissions asks the cluster, concurrently, which permissions the
 // credentials lack. The order of the result follows perms.
@@ -212,6 +257,8 @@ func classify(ctx context.Context, err error, timeout time.Duration) (State, str
 	switch {
 	case errors.As(err, &denied):
 		return StateUnreachable, denied.Error()
+	case errors.Is(err, ErrResponseTooLarge):
+		return StateUnreachable, "the API server sent an answer larger than the gateway accepts"
 	case errors.Is(err, egress.ErrRedirect):
 		return StateUnreachable, "the API server answered with a redirect; redirects are never followed"
 	// Go wraps every verification failure in a CertificateVerificationError,

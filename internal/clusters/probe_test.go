@@ -34,8 +34,8 @@ func TestProbeNeverFollowsRedirects(t *testing.T) {
 
 	token := "redirect-canary-token-0123456789"
 	conn := kubeconfig.Connection{Server: redirector.URL, CAData: pemCert(redirector.Certificate().Raw), Token: token}
-	prober := clusters.Prober{Client: clusters.ClientOptions{Egress: loopback}, Timeout: 5 * time.Second}
-	res := prober.Probe(context.Background(), conn, []string{"dcm"})
+	prober := clusters.NewProber(clusters.ProberOptions{Client: clusters.ClientOptions{Egress: loopback}, Timeout: 5 * time.Second})
+	res := prober.Probe(context.Background(), "env", conn, []string{"dcm"})
 	if res.State != clusters.StateUnreachable || !strings.Contains(res.Message, "redirect") {
 		t.Fatalf("probe = %+v, want UNREACHABLE because of a redirect", res)
 	}
@@ -55,7 +55,7 @@ func TestProbeOfAServerThatIsNotKubernetes(t *testing.T) {
 	}))
 	defer srv.Close()
 	conn := kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t0ken"}
-	res := clusters.Prober{Client: clusters.ClientOptions{Egress: loopback}, Timeout: 5 * time.Second}.Probe(context.Background(), conn, []string{"dcm"})
+	res := clusters.NewProber(clusters.ProberOptions{Client: clusters.ClientOptions{Egress: loopback}, Timeout: 5 * time.Second}).Probe(context.Background(), "env", conn, []string{"dcm"})
 	if res.State != clusters.StateUnreachable || hits.Load() == 0 {
 		t.Fatalf("probe = %+v after %d requests", res, hits.Load())
 	}

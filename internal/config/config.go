@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +89,58 @@ type Config struct {
 	PublicURL string `env:"SG_PUBLIC_URL"`
 	// DCMRegistrationInterval renews every registration.
 	DCMRegistrationInterval time.Duration `env:"SG_DCM_REGISTRATION_INTERVAL" envDefault:"5m"`
+	// DCMTokenFile holds a bearer token for DCM's API (re-read as it
+	// changes, e.g. a projected service account token).
+	DCMTokenFile string `env:"SG_DCM_TOKEN_FILE"`
+	// DCMClientID, DCMClientSecretFile and DCMTokenURL get tokens for DCM's
+	// API with the OAuth 2.0 client credentials grant instead.
+	DCMClientID         string `env:"SG_DCM_CLIENT_ID"`
+	DCMClientSecretFile string `env:"SG_DCM_CLIENT_SECRET_FILE"`
+	DCMTokenURL         string `env:"SG_DCM_TOKEN_URL"`
+
+	// AuthMode is how API callers are authenticated: oidc, static or
+	// disabled.
+	AuthMode string `env:"SG_AUTH_MODE" envDefault:"static"`
+	// AuthDisabledAcknowledged must be true for AuthMode disabled.
+	AuthDisabledAcknowledged bool `env:"SG_AUTH_DISABLED_I_UNDERSTAND" envDefault:"false"`
+	// AuthTokenFile is the static token file (hashes -> principals);
+	// required by serve in static mode, re-read on SIGHUP.
+	AuthTokenFile string `env:"SG_AUTH_TOKEN_FILE"`
+	// AuthDCMTrustedNetworks are CIDRs whose requests without a token get the
+	// dcm role (DCM's service-provider-manager sends none yet).
+	AuthDCMTrustedNetworks string `env:"SG_AUTH_DCM_TRUSTED_NETWORKS"`
+	// OIDCIssuerURL is the issuer of bearer JWTs in oidc mode.
+	OIDCIssuerURL string `env:"SG_OIDC_ISSUER_URL"`
+	// OIDCAudience must be in a token's aud.
+	OIDCAudience string `env:"SG_OIDC_AUDIENCE" envDefault:"dcm-api"`
+	// OIDCRoleClaims are the dotted claim paths holding role names.
+	OIDCRoleClaims string `env:"SG_OIDC_ROLE_CLAIMS" envDefault:"realm_access.roles,resource_access.dcm-api.roles"`
+	// OIDCRolePrefix marks the gateway's roles among a token's role names.
+	OIDCRolePrefix string `env:"SG_OIDC_ROLE_PREFIX" envDefault:"storage-gateway-"`
+	// OIDCEnvironmentsClaim, if set, names a claim listing the environments
+	// a principal is limited to.
+	OIDCEnvironmentsClaim string `env:"SG_OIDC_ENVIRONMENTS_CLAIM"`
+	// OIDCSigningAlgs are the accepted JWS algorithms.
+	OIDCSigningAlgs string `env:"SG_OIDC_SIGNING_ALGS" envDefault:"RS256,ES256"`
+	// OIDCClockSkew is the tolerance on a token's exp, nbf and iat.
+	OIDCClockSkew time.Duration `env:"SG_OIDC_CLOCK_SKEW" envDefault:"30s"`
+	// AllowedHosts are the Host names the API answers to; empty accepts any
+	// when authentication is on, and only loopback names when it is off.
+	AllowedHosts string `env:"SG_ALLOWED_HOSTS"`
+	// MetricsRequireAuth puts /metrics behind the admin or viewer role.
+	MetricsRequireAuth bool `env:"SG_METRICS_REQUIRE_AUTH" envDefault:"false"`
+	// AuditRetention is how long audit events are kept.
+	AuditRetention time.Duration `env:"SG_AUDIT_RETENTION" envDefault:"2160h"`
+	// AdminWriteRate and AdminWriteBurst limit each principal's admin writes.
+	AdminWriteRate  float64 `env:"SG_ADMIN_WRITE_RATE" envDefault:"5"`
+	AdminWriteBurst int     `env:"SG_ADMIN_WRITE_BURST" envDefault:"20"`
+	// HTTPReadTimeout, HTTPWriteTimeout and HTTPIdleTimeout bound reading a
+	// whole request, writing a response, and an idle keep-alive connection.
+	HTTPReadTimeout  time.Duration `env:"SG_HTTP_READ_TIMEOUT" envDefault:"30s"`
+	HTTPWriteTimeout time.Duration `env:"SG_HTTP_WRITE_TIMEOUT" envDefault:"2m"`
+	HTTPIdleTimeout  time.Duration `env:"SG_HTTP_IDLE_TIMEOUT" envDefault:"2m"`
+	// ProbeConcurrency caps cluster probes in flight across all environments.
+	ProbeConcurrency int `env:"SG_PROBE_CONCURRENCY" envDefault:"8"`
 }
 
 // Load reads the configuration from the process environment and validates it.
@@ -207,10 +262,132 @@ func (c Config) Validate() error {
 	if c.HealthUnhealthyCode != 200 && c.HealthUnhealthyCode != 503 {
 		add("SG_HEALTH_UNHEALTHY_CODE", "must be 200 or 503")
 	}
+	c.validateDCMAuth(add)
+	c.validateAuth(add)
+	c.validateHTTP(add)
+	if c.ProbeConcurrency < 1 {
+		add("SG_PROBE_CONCURRENCY", "must be at least 1")
+	}
 	if len(problems) > 0 {
 		return errors.New("invalid configuration: " + strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+func (c Config) validateDCMAuth(add func(name, msg string)) {
+	clientCreds := c.DCMClientID != "" || c.DCMClientSecretFile != "" || c.DCMTokenURL != ""
+	switch {
+	case clientCreds && c.DCMTokenFile != "":
+		add("SG_DCM_TOKEN_FILE", "use either a token file or client credentials (SG_DCM_CLIENT_ID), not both")
+	case clientCreds && (c.DCMClientID == "" || c.DCMClientSecretFile == "" || !httpURL(c.DCMTokenURL)):
+		add("SG_DCM_CLIENT_ID", "client credentials need SG_DCM_CLIENT_ID, SG_DCM_CLIENT_SECRET_FILE and an http(s) SG_DCM_TOKEN_URL")
+	}
+}
+
+func (c Config) validateAuth(add func(name, msg string)) {
+	switch c.AuthMode {
+	case "static":
+	case "disabled":
+		if !c.AuthDisabledAcknowledged {
+			add("SG_AUTH_MODE", "disabled lets anyone who reaches the port do anything; it is refused unless SG_AUTH_DISABLED_I_UNDERSTAND=true")
+		}
+	case "oidc":
+		if err := validIssuer(c.OIDCIssuerURL); err != nil {
+			add("SG_OIDC_ISSUER_URL", err.Error())
+		}
+		if c.OIDCAudience == "" {
+			add("SG_OIDC_AUDIENCE", "must not be empty")
+		}
+		if len(c.OIDCRoleClaimList()) == 0 {
+			add("SG_OIDC_ROLE_CLAIMS", "must name at least one claim path, e.g. realm_access.roles")
+		}
+		for _, alg := range c.OIDCSigningAlgList() {
+			if !slices.Contains(signingAlgs, alg) {
+				add("SG_OIDC_SIGNING_ALGS", "must be a comma-separated list of "+strings.Join(signingAlgs, ", "))
+				break
+			}
+		}
+		if c.OIDCClockSkew < 0 || c.OIDCClockSkew > 5*time.Minute {
+			add("SG_OIDC_CLOCK_SKEW", "must be between 0s and 5m")
+		}
+	default:
+		add("SG_AUTH_MODE", "must be oidc, static or disabled")
+	}
+	if _, err := egress.ParseCIDRs(c.AuthDCMTrustedNetworks); err != nil {
+		add("SG_AUTH_DCM_TRUSTED_NETWORKS", "must be a comma-separated list of CIDRs: "+err.Error())
+	}
+	for _, h := range c.AllowedHostList() {
+		if !hostName.MatchString(h) {
+			add("SG_ALLOWED_HOSTS", "must be a comma-separated list of host names or IP addresses (no ports)")
+			break
+		}
+	}
+	if c.AuditRetention < time.Hour {
+		add("SG_AUDIT_RETENTION", "must be at least 1h, e.g. 2160h")
+	}
+	if c.AdminWriteRate <= 0 || c.AdminWriteBurst < 1 {
+		add("SG_ADMIN_WRITE_RATE/SG_ADMIN_WRITE_BURST", "must be positive")
+	}
+}
+
+func (c Config) validateHTTP(add func(name, msg string)) {
+	for name, d := range map[string]time.Duration{"SG_HTTP_READ_TIMEOUT": c.HTTPReadTimeout,
+		"SG_HTTP_WRITE_TIMEOUT": c.HTTPWriteTimeout, "SG_HTTP_IDLE_TIMEOUT": c.HTTPIdleTimeout} {
+		if d <= 0 {
+			add(name, "must be a positive duration, e.g. 30s")
+		}
+	}
+}
+
+// signingAlgs are the JWS algorithms an operator may allow: asymmetric ones
+// only, so a token can never be "signed" with the issuer's public key.
+var signingAlgs = []string{"RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512", "EdDSA"}
+
+// hostName is a DNS name or an IP address, without a port.
+var hostName = regexp.MustCompile(`^([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$|^[0-9a-fA-F:.]+$`)
+
+// validIssuer accepts https issuers, and http ones only on loopback (a
+// development identity provider): tokens' keys must not travel in the clear.
+func validIssuer(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("must be the issuer URL, e.g. https://keycloak.example.com/realms/dcm (required with SG_AUTH_MODE=oidc)")
+	}
+	if u.Scheme == "https" {
+		return nil
+	}
+	if u.Scheme == "http" {
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.IsLoopback() || u.Hostname() == "localhost" {
+			return nil
+		}
+	}
+	return errors.New("must be an https URL (http only for a loopback issuer)")
+}
+
+// OIDCRoleClaimList is SG_OIDC_ROLE_CLAIMS as a list.
+func (c Config) OIDCRoleClaimList() []string { return splitList(c.OIDCRoleClaims) }
+
+// OIDCSigningAlgList is SG_OIDC_SIGNING_ALGS as a list.
+func (c Config) OIDCSigningAlgList() []string { return splitList(c.OIDCSigningAlgs) }
+
+// AllowedHostList is SG_ALLOWED_HOSTS as a list.
+func (c Config) AllowedHostList() []string { return splitList(c.AllowedHosts) }
+
+// DCMTrustedNetworks is SG_AUTH_DCM_TRUSTED_NETWORKS (validated by Validate).
+func (c Config) DCMTrustedNetworks() []netip.Prefix {
+	nets, _ := egress.ParseCIDRs(c.AuthDCMTrustedNetworks)
+	return nets
+}
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // SlogLevel converts LogLevel into a slog level.

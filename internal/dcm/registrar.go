@@ -44,6 +44,8 @@ type Options struct {
 	// TotalStorage, if set, reports an environment's published storage
 	// capacity (metadata.resources.total_storage) when it is known.
 	TotalStorage func(environmentID string) (string, bool)
+	// Credentials authenticate the calls to DCM (none by default).
+	Credentials Credentials
 }
 
 // Registrar keeps every environment with dcm.register registered.
@@ -69,8 +71,11 @@ type registration struct {
 
 // New returns a Registrar; Run starts it.
 func New(opts Options) (*Registrar, error) {
-	client, err := spmclient.NewClientWithResponses(strings.TrimRight(opts.URL, "/"),
-		spmclient.WithHTTPClient(&http.Client{Timeout: requestTimeout}))
+	httpClient, err := opts.Credentials.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	client, err := spmclient.NewClientWithResponses(strings.TrimRight(opts.URL, "/"), spmclient.WithHTTPClient(httpClient))
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package environments
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,16 +81,17 @@ func fieldError(prefix string, err error) error {
 }
 
 // newRecord builds the row for a new environment, sealing its credentials.
-func (s *Service) newRecord(id string, spec Spec, conn kubeconfig.Connection, probe clusters.ProbeResult) (record, error) {
-	rec := record{Environment: Environment{ID: id, Spec: spec, Status: statusFrom(Status{}, probe)}}
-	if err := s.setCredentials(&rec, conn); err != nil {
+func (s *Service) newRecord(ctx context.Context, reg Registration, spec Spec, conn kubeconfig.Connection, probe clusters.ProbeResult) (record, error) {
+	rec := record{Environment: Environment{ID: reg.ID, Spec: spec, Status: statusFrom(Status{}, probe)}, registeredBy: reg.RegisteredBy}
+	if err := s.setCredentials(ctx, &rec, conn); err != nil {
 		return record{}, err
 	}
 	return rec, nil
 }
 
-// setCredentials seals conn into rec and updates its public description.
-func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error {
+// setCredentials seals conn into rec under a new generation and updates its
+// public description.
+func (s *Service) setCredentials(ctx context.Context, rec *record, conn kubeconfig.Connection) error {
 	// The sealed plaintext is the whole connection, not only its secrets.
 	// Server, CA, TLS name and the insecure flag are also kept in plain
 	// columns so they can be shown, but the gateway connects with the sealed
@@ -100,7 +102,12 @@ func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error 
 	if err != nil {
 		return fmt.Errorf("encode credentials: %w", err)
 	}
-	sealed, err := s.keys.Load().Seal(rec.ID, plain)
+	gen, err := s.repo.nextGeneration(ctx, s.repo.db)
+	if err != nil {
+		clear(plain)
+		return err
+	}
+	sealed, err := s.keys.Load().Seal(rec.ID, gen, plain)
 	clear(plain)
 	if err != nil {
 		return fmt.Errorf("seal credentials: %w", err)
@@ -120,8 +127,14 @@ func (s *Service) setCredentials(rec *record, conn kubeconfig.Connection) error 
 }
 
 // open unseals the connection of a stored environment and checks that the
-// plain columns still describe it.
+// plain columns still describe it, and that the row does not hold an older
+// generation of credentials than this process has already seen for it
+// (credentials rolled back by someone who can write to the database).
 func (s *Service) open(rec record) (kubeconfig.Connection, error) {
+	if seen, ok := s.generations.Load(rec.ID); ok && rec.sealed.Generation < seen.(int64) {
+		return kubeconfig.Connection{}, fmt.Errorf("environment %s: its stored credentials are older (generation %d) than ones already in use (%d): rolled back? refusing to use them",
+			rec.ID, rec.sealed.Generation, seen)
+	}
 	plain, err := s.keys.Load().Open(rec.ID, rec.sealed)
 	if err != nil {
 		return kubeconfig.Connection{}, fmt.Errorf("open credentials of environment %s: %w", rec.ID, err)
@@ -137,5 +150,17 @@ func (s *Service) open(rec record) (kubeconfig.Connection, error) {
 		conn.TLSServerName != rec.Connection.TLSServerName || conn.Insecure != rec.Connection.Insecure {
 		return kubeconfig.Connection{}, fmt.Errorf("environment %s: stored connection settings differ from its sealed credentials; refusing to use them", rec.ID)
 	}
+	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	return conn, nil
+}
+
+// sawGeneration raises the environment's high-water mark of credential
+// generations.
+func (s *Service) sawGeneration(id string, gen int64) {
+	for {
+		prev, loaded := s.generations.LoadOrStore(id, gen)
+		if !loaded || prev.(int64) >= gen || s.generations.CompareAndSwap(id, prev, gen) {
+			return
+		}
+	}
 }

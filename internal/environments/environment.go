@@ -60,6 +60,8 @@ type Registration struct {
 	ID          string
 	Spec        Spec
 	Credentials Credentials
+	// RegisteredBy is the subject registering it (see Service.Register).
+	RegisteredBy string
 }
 
 // Environment is the registry's view of one environment. It holds no secret:
@@ -107,11 +109,14 @@ type DCMRegistration struct {
 
 // ListQuery filters and pages a list of environments.
 type ListQuery struct {
-	Labels      map[string]string
-	Region      string
-	State       clusters.State
-	MaxPageSize int
-	PageToken   string
+	// Environments limits the list to these ids; nil lists every one (a
+	// principal's scope, see auth.Principal.Narrow).
+	Environments []string
+	Labels       map[string]string
+	Region       string
+	State        clusters.State
+	MaxPageSize  int
+	PageToken    string
 }
 
 // Page is one page of a list.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/dcm-project/storage-gateway/internal/secrets"
@@ -30,22 +32,44 @@ func (s *Service) ReplaceKeys(ctx context.Context, ring *secrets.KeyRing) error 
 	return nil
 }
 
-// checkKeys opens one stored credential per key in use: a missing key id, or
-// a key with the right id but different bytes, is found before it matters.
+// checkKeys opens every stored credential with ring. It fails when a
+// credential names a key the ring lacks, or when not one credential under a
+// key opens (the ring has a key of that id with other bytes): either way
+// every such environment would be unusable. A credential that does not open
+// while others under its key do is damage to that row alone: it is logged
+// for its environment, which the probes then report UNAUTHORIZED until an
+// admin rotates its credentials.
 func (s *Service) checkKeys(ctx context.Context, ring *secrets.KeyRing) error {
-	samples, err := s.repo.keySamples(ctx)
+	type count struct{ rows, opened int }
+	perKey := map[string]*count{}
+	var unreadable []string
+	err := s.repo.eachCredential(ctx, func(id string, sealed secrets.Sealed) error {
+		c := perKey[sealed.KeyID]
+		if c == nil {
+			c = &count{}
+			perKey[sealed.KeyID] = c
+		}
+		c.rows++
+		plain, err := ring.Open(id, sealed)
+		clear(plain)
+		if err == nil {
+			c.opened++
+		} else if !errors.Is(err, secrets.ErrUnknownKey) {
+			unreadable = append(unreadable, id)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("check credential keys: %w", err)
 	}
 	var missing, wrong []string
-	for _, k := range samples {
-		plain, err := ring.Open(k.rowID, k.sealed)
-		clear(plain)
+	for _, keyID := range slices.Sorted(maps.Keys(perKey)) {
+		c := perKey[keyID]
 		switch {
-		case errors.Is(err, secrets.ErrUnknownKey):
-			missing = append(missing, fmt.Sprintf("%s (%d environments)", k.sealed.KeyID, k.rows))
-		case err != nil:
-			wrong = append(wrong, k.sealed.KeyID)
+		case !slices.Contains(ring.IDs(), keyID):
+			missing = append(missing, fmt.Sprintf("%s (%d environments)", keyID, c.rows))
+		case c.opened == 0:
+			wrong = append(wrong, fmt.Sprintf("%s (%d environments)", keyID, c.rows))
 		}
 	}
 	var problems []string
@@ -53,22 +77,28 @@ func (s *Service) checkKeys(ctx context.Context, ring *secrets.KeyRing) error {
 		problems = append(problems, "credentials are sealed with keys missing from the key ring: "+strings.Join(missing, ", "))
 	}
 	if len(wrong) > 0 {
-		problems = append(problems, "keys that do not open the credentials they sealed (same id, different key bytes?): "+strings.Join(wrong, ", "))
+		problems = append(problems, "keys that open none of the credentials they sealed (same id, different key bytes?): "+strings.Join(wrong, ", "))
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
+	}
+	for _, id := range unreadable {
+		s.log.ErrorContext(ctx, "stored credentials cannot be opened (damaged, or restored from an older copy); rotate them",
+			"environment", id)
 	}
 	return nil
 }
 
 // KeyUsage counts environments per sealing key.
 func (s *Service) KeyUsage(ctx context.Context) (map[string]int, error) {
-	samples, err := s.repo.keySamples(ctx)
-	usage := make(map[string]int, len(samples))
-	for _, k := range samples {
-		usage[k.sealed.KeyID] = k.rows
-	}
-	return usage, err
+	return s.repo.keyUsage(ctx)
+}
+
+// UpgradeSeals re-seals credentials still in the legacy format (sealed
+// before credential generations existed) so they gain a generation; serve
+// runs it at start.
+func (s *Service) UpgradeSeals(ctx context.Context) (int, error) {
+	return s.reseal(ctx, true)
 }
 
 // Rewrap re-seals every credential not sealed under the primary key with a
@@ -76,18 +106,22 @@ func (s *Service) KeyUsage(ctx context.Context) (map[string]int, error) {
 // re-sealed; rows locked by a concurrent writer are left for the next run
 // (they are re-sealed by that writer if it rotates them).
 func (s *Service) Rewrap(ctx context.Context) (int, error) {
+	return s.reseal(ctx, false)
+}
+
+func (s *Service) reseal(ctx context.Context, legacyOnly bool) (int, error) {
 	total := 0
 	ring := s.keys.Load()
-	reseal := func(id string, old secrets.Sealed) (secrets.Sealed, error) {
+	reseal := func(id string, old secrets.Sealed, gen int64) (secrets.Sealed, error) {
 		plain, err := ring.Open(id, old)
 		if err != nil {
 			return secrets.Sealed{}, err
 		}
 		defer clear(plain)
-		return ring.Seal(id, plain)
+		return ring.Seal(id, gen, plain)
 	}
 	for {
-		n, err := s.repo.resealBatch(ctx, ring.Primary(), rewrapBatch, reseal)
+		n, err := s.repo.resealBatch(ctx, ring.Primary(), legacyOnly, rewrapBatch, reseal)
 		total += n
 		if err != nil || n == 0 {
 			if total > 0 {

@@ -46,7 +46,7 @@ func (q ListQuery) filter() (listFilter, error) {
 	if err != nil {
 		return listFilter{}, err
 	}
-	f := listFilter{region: q.Region, state: string(q.State), limit: size + 1}
+	f := listFilter{ids: q.Environments, region: q.Region, state: string(q.State), limit: size + 1}
 	if q.State != "" && !slices.Contains(states, q.State) {
 		return f, fault.Invalid("state", "must be one of PENDING, READY, DEGRADED, UNREACHABLE, UNAUTHORIZED")
 	}
@@ -59,4 +59,4 @@ func (q ListQuery) filter() (listFilter, error) {
 
 // filterKey identifies the filters (not the page size, which may change
 // between pages) in page tokens.
-func (q ListQuery) filterKey() any { return []any{q.Labels, q.Region, q.State} }
+func (q ListQuery) filterKey() any { return []any{q.Labels, q.Region, q.State, q.Environments} }

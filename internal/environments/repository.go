@@ -31,6 +31,8 @@ type record struct {
 	Environment
 	caData []byte
 	sealed secrets.Sealed
+	// registeredBy is the subject that registered the environment.
+	registeredBy string
 }
 
 // repository reads and writes the environments table. Every method takes the
@@ -44,6 +46,7 @@ const selectColumns = `
 	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time,
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
 	e.last_probe_time, e.last_ready_time, e.dcm_registration, e.generation,
+	e.credentials_generation, e.registered_by,
 	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id AND v.status <> 'DELETED')`
 
 func scanRecord(row pgx.Row) (record, error) {
@@ -57,6 +60,7 @@ func scanRecord(row pgx.Row) (record, error) {
 		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime,
 		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
 		&r.Status.LastProbeTime, &r.Status.LastReadyTime, &reg, &r.generation,
+		&r.sealed.Generation, &r.registeredBy,
 		&r.Status.VolumeCount,
 	)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -91,15 +95,16 @@ func (r *repository) insert(ctx context.Context, rec record) error {
 			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
 			auth_type, credentials_key_id, credentials, credentials_update_time,
 			state, status_message, kubernetes_version, storage_class_count, last_probe_time, last_ready_time,
-			create_time, update_time, capability_overrides)
+			create_time, update_time, capability_overrides, credentials_generation, registered_by)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-			$19, $20, $21, $22, $23, $24, $18, $18, $25)`,
+			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27)`,
 		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
 		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
 		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
 		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
 		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
-		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides))
+		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides),
+		rec.sealed.Generation, rec.registeredBy)
 	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
 		return errExists
 	}
@@ -124,6 +129,7 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 			auth_type               = CASE WHEN $26 THEN $16 ELSE auth_type END,
 			credentials_key_id      = CASE WHEN $26 THEN $17 ELSE credentials_key_id END,
 			credentials             = CASE WHEN $26 THEN $18 ELSE credentials END,
+			credentials_generation  = CASE WHEN $26 THEN $29 ELSE credentials_generation END,
 			credentials_update_time = CASE WHEN $26 THEN $19 ELSE credentials_update_time END,
 			state                   = CASE WHEN $27 THEN $20 ELSE state END,
 			status_message          = CASE WHEN $27 THEN $21 ELSE status_message END,
@@ -138,11 +144,21 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 		rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
 		rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
 		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime,
-		rotated, probed, mustJSON(rec.Spec.CapabilityOverrides))
+		rotated, probed, mustJSON(rec.Spec.CapabilityOverrides), rec.sealed.Generation)
 	if err != nil {
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// nextGeneration draws a credential generation: unique across every row
+// and every seal, ever (see secrets.Sealed).
+func (r *repository) nextGeneration(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int64, error) {
+	var gen int64
+	err := q.QueryRow(ctx, `SELECT nextval('credentials_generation_seq')`).Scan(&gen)
+	return gen, err
 }
 
 // updateStatus records a probe result unless the environment changed since
@@ -225,6 +241,7 @@ func (r *repository) exists(ctx context.Context, id string) (bool, error) {
 
 // listFilter is a validated ListQuery in SQL terms.
 type listFilter struct {
+	ids    []string // nil: every environment
 	labels []byte
 	region string
 	state  string
@@ -238,7 +255,8 @@ func (r *repository) list(ctx context.Context, f listFilter) ([]record, error) {
 		  AND ($2 = '' OR e.region = $2)
 		  AND ($3 = '' OR e.state = $3)
 		  AND e.id > $4
-		ORDER BY e.id LIMIT $5`, f.labels, f.region, f.state, f.after, f.limit)
+		  AND ($6::text[] IS NULL OR e.id = ANY($6))
+		ORDER BY e.id LIMIT $5`, f.labels, f.region, f.state, f.after, f.limit, f.ids)
 	if err != nil {
 		return nil, err
 	}
@@ -266,40 +284,52 @@ func (r *repository) each(ctx context.Context, fn func(record) error) error {
 	}
 }
 
-// keySamples returns, per key id in use, how many rows use it and one of
-// those rows' sealed credentials, to prove the key ring can open them.
-func (r *repository) keySamples(ctx context.Context) ([]keySample, error) {
-	rows, err := r.db.Query(ctx, `
-		SELECT DISTINCT ON (credentials_key_id) credentials_key_id, id, credentials,
-			count(*) OVER (PARTITION BY credentials_key_id)
-		FROM environments ORDER BY credentials_key_id, id`)
+// eachCredential calls fn with every environment's sealed credentials, in
+// id order, stopping at fn's first error.
+func (r *repository) eachCredential(ctx context.Context, fn func(id string, sealed secrets.Sealed) error) error {
+	rows, err := r.db.Query(ctx, `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments ORDER BY id`)
 	if code := postgres.ErrorCode(err); code == pgerrcode.UndefinedTable || code == pgerrcode.UndefinedColumn {
-		// The schema predates sealed credentials: no row can use any key.
-		return nil, nil
+		// The schema predates sealed credentials (or their generations):
+		// there is nothing to open yet.
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	var id string
+	var sealed secrets.Sealed
+	_, err = pgx.ForEachRow(rows, []any{&id, &sealed.KeyID, &sealed.Generation, &sealed.Blob}, func() error {
+		return fn(id, sealed)
+	})
+	return err
+}
+
+// keyUsage counts environments per sealing key.
+func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
+	rows, err := r.db.Query(ctx, `SELECT credentials_key_id, count(*) FROM environments GROUP BY 1`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (keySample, error) {
-		var k keySample
-		err := row.Scan(&k.sealed.KeyID, &k.rowID, &k.sealed.Blob, &k.rows)
-		return k, err
+	usage := map[string]int{}
+	var key string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+		usage[key] = n
+		return nil
 	})
+	return usage, err
 }
 
-type keySample struct {
-	rowID  string
-	sealed secrets.Sealed
-	rows   int
-}
-
-// resealBatch re-seals up to limit rows not sealed under primary with the
-// given function, in one transaction that skips rows other writers hold.
-func (r *repository) resealBatch(ctx context.Context, primary string, limit int, reseal func(id string, s secrets.Sealed) (secrets.Sealed, error)) (int, error) {
+// resealBatch re-seals, with the given function and a new generation, up to
+// limit rows sealed in the legacy format or (unless legacyOnly) not under
+// primary, in one transaction that skips rows other writers hold.
+func (r *repository) resealBatch(ctx context.Context, primary string, legacyOnly bool, limit int,
+	reseal func(id string, s secrets.Sealed, generation int64) (secrets.Sealed, error)) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, credentials_key_id, credentials FROM environments
-			WHERE credentials_key_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, primary, limit)
+		rows, err := tx.Query(ctx, `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments
+			WHERE credentials_generation = 0 OR (NOT $3 AND credentials_key_id <> $1)
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, primary, limit, legacyOnly)
 		if err != nil {
 			return err
 		}
@@ -309,20 +339,25 @@ func (r *repository) resealBatch(ctx context.Context, primary string, limit int,
 		}
 		var batch []row
 		var one row
-		if _, err := pgx.ForEachRow(rows, []any{&one.id, &one.sealed.KeyID, &one.sealed.Blob}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&one.id, &one.sealed.KeyID, &one.sealed.Generation, &one.sealed.Blob}, func() error {
 			// pgx may reuse the scan buffer between rows.
-			batch = append(batch, row{id: one.id, sealed: secrets.Sealed{KeyID: one.sealed.KeyID, Blob: bytes.Clone(one.sealed.Blob)}})
+			batch = append(batch, row{id: one.id, sealed: secrets.Sealed{KeyID: one.sealed.KeyID,
+				Generation: one.sealed.Generation, Blob: bytes.Clone(one.sealed.Blob)}})
 			return nil
 		}); err != nil {
 			return err
 		}
 		for _, b := range batch {
-			fresh, err := reseal(b.id, b.sealed)
+			gen, err := r.nextGeneration(ctx, tx)
+			if err != nil {
+				return err
+			}
+			fresh, err := reseal(b.id, b.sealed, gen)
 			if err != nil {
 				return fmt.Errorf("environment %s: %w", b.id, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE environments SET credentials_key_id = $2, credentials = $3 WHERE id = $1`,
-				b.id, fresh.KeyID, fresh.Blob); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE environments SET credentials_key_id = $2, credentials = $3,
+				credentials_generation = $4 WHERE id = $1`, b.id, fresh.KeyID, fresh.Blob, fresh.Generation); err != nil {
 				return err
 			}
 		}

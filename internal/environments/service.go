@@ -5,9 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -19,7 +21,7 @@ import (
 type Options struct {
 	DB     *pgxpool.Pool
 	Keys   *secrets.KeyRing
-	Prober clusters.Prober
+	Prober *clusters.Prober
 	// AllowInsecure accepts clusters registered with TLS verification off.
 	AllowInsecure bool
 	Logger        *slog.Logger
@@ -39,12 +41,19 @@ type Service struct {
 	repo repository
 	// keys is swapped whole by ReplaceKeys (SIGHUP), never mutated.
 	keys          atomic.Pointer[secrets.KeyRing]
-	prober        clusters.Prober
+	prober        *clusters.Prober
 	allowInsecure bool
 	log           *slog.Logger
 	pool          *clusters.Pool
 	changed       func(id string)
 	deleted       func(id string, registration DCMRegistration)
+	// generations is each environment's highest credential generation this
+	// process has opened or written (see open).
+	generations sync.Map
+	// verifies makes concurrent :verify calls of one environment share one
+	// probe: a hundred clicks are one probe's worth of requests to the
+	// cluster.
+	verifies singleflight.Group
 }
 
 // NewService returns a Service over the given database and key ring.
@@ -63,8 +72,9 @@ func NewService(opts Options) *Service {
 }
 
 // Register adds an environment after probing it. An identical replay of an
-// earlier registration returns the stored environment with created=false; the
-// same id with a different spec or credentials is AlreadyExists.
+// earlier registration by the same subject returns the stored environment
+// with created=false; the same id with a different spec or credentials, or
+// registered by someone else, is AlreadyExists.
 func (s *Service) Register(ctx context.Context, reg Registration) (env Environment, created bool, err error) {
 	if err := ValidateID(reg.ID); err != nil {
 		return Environment{}, false, err
@@ -85,16 +95,16 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	existing, err := s.repo.get(ctx, reg.ID)
 	switch {
 	case err == nil:
-		return s.replay(existing, spec, conn)
+		return s.replay(existing, reg, spec, conn)
 	case !errors.Is(err, errNotFound):
 		return Environment{}, false, err
 	}
 
-	result := s.prober.Probe(ctx, conn, spec.Namespaces())
+	result := s.prober.Probe(ctx, reg.ID, conn, spec.Namespaces())
 	if result.State != clusters.StateReady {
 		return Environment{}, false, probeFailed(result)
 	}
-	rec, err := s.newRecord(reg.ID, spec, conn, result)
+	rec, err := s.newRecord(ctx, reg, spec, conn, result)
 	if err != nil {
 		return Environment{}, false, err
 	}
@@ -104,10 +114,11 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 		if err != nil {
 			return Environment{}, false, err
 		}
-		return s.replay(existing, spec, conn)
+		return s.replay(existing, reg, spec, conn)
 	} else if err != nil {
 		return Environment{}, false, err
 	}
+	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
 	env, err = s.connect(ctx, rec.ID, spec, conn)
 	if s.changed != nil {
@@ -116,15 +127,22 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	return env, err == nil, err
 }
 
-// replay compares a repeated registration with the stored one.
-func (s *Service) replay(existing record, spec Spec, conn kubeconfig.Connection) (Environment, bool, error) {
+// replay compares a repeated registration with the stored one. Credentials
+// are compared only for the subject that registered the environment (who
+// knows them anyway): for anyone else the answer is the same 409 whatever
+// was sent, so a registration cannot test guessed credentials.
+func (s *Service) replay(existing record, reg Registration, spec Spec, conn kubeconfig.Connection) (Environment, bool, error) {
+	exists := &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+		Detail: "an environment with this id exists with a different specification or credentials, or was registered by someone else"}
+	if existing.registeredBy != reg.RegisteredBy || !reflect.DeepEqual(existing.Spec, spec) {
+		return Environment{}, false, exists
+	}
 	stored, err := s.open(existing)
 	if err != nil {
 		return Environment{}, false, err
 	}
-	if !reflect.DeepEqual(existing.Spec, spec) || !stored.Equal(conn) {
-		return Environment{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
-			Detail: "an environment with this id exists with a different specification or credentials"}
+	if !stored.Equal(conn) {
+		return Environment{}, false, exists
 	}
 	return existing.Environment, false, nil
 }
@@ -155,16 +173,22 @@ func (s *Service) Exists(ctx context.Context, id string) error {
 
 func notFound(id string) error { return fault.New(fault.NotFound, "environment %q not found", id) }
 
-// Verify probes the environment now and records the result.
+// Verify probes the environment now and records the result. Concurrent
+// calls for one environment share one probe; it runs to its own timeout
+// even if the caller that started it goes away.
 func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
-	rec, err := s.get(ctx, id)
-	if err != nil {
-		return Environment{}, err
-	}
-	if err := s.probeAndRecord(ctx, rec); err != nil {
-		return Environment{}, err
-	}
-	return s.Get(ctx, id)
+	env, err, _ := s.verifies.Do(id, func() (any, error) {
+		ctx := context.WithoutCancel(ctx)
+		rec, err := s.get(ctx, id)
+		if err != nil {
+			return Environment{}, err
+		}
+		if err := s.probeAndRecord(ctx, rec); err != nil {
+			return Environment{}, err
+		}
+		return s.Get(ctx, id)
+	})
+	return env.(Environment), err
 }
 
 // probeAndRecord probes with the stored credentials and saves the status; a
@@ -197,7 +221,7 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 		return refused
 	}
 	s.ensure(ctx, rec.ID, rec.Spec, conn) // the pool follows the registry with the same credentials
-	return s.prober.Probe(ctx, conn, rec.Spec.Namespaces())
+	return s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces())
 }
 
 // Delete forgets an environment. It refuses while volume records exist unless

@@ -81,14 +81,14 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	next := rec
 	next.Spec = spec
 	if probe {
-		result := s.prober.Probe(ctx, conn, spec.Namespaces())
+		result := s.prober.Probe(ctx, id, conn, spec.Namespaces())
 		if result.State != clusters.StateReady {
 			return Environment{}, probeFailed(result)
 		}
 		next.Status = statusFrom(rec.Status, result)
 	}
 	if rotate {
-		if err := s.setCredentials(&next, conn); err != nil {
+		if err := s.setCredentials(ctx, &next, conn); err != nil {
 			return Environment{}, err
 		}
 	}
@@ -101,6 +101,9 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 			return Environment{}, err // deleted meanwhile: NotFound
 		}
 		return Environment{}, fault.New(fault.Conflict, "environment %q was changed concurrently; retry the update", id)
+	}
+	if rotate {
+		s.sawGeneration(id, next.sealed.Generation)
 	}
 	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
 	var env Environment
@@ -193,7 +196,7 @@ func strictDecode(data []byte, dst any) error {
 	case errors.As(err, &typeErr):
 		return fault.Invalid(typeErr.Field, "must be a JSON %s", typeErr.Type.Kind())
 	case strings.Contains(err.Error(), "unknown field"):
-		return fault.Invalid(unknownField(err), "is not a known field")
+		return fault.UnknownField(unknownField(err))
 	}
 	return fault.Invalid("body", "is not valid JSON for this resource")
 }

@@ -6,6 +6,7 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"regexp"
 )
 
 // Kind classifies an error the way a client should react to it.
@@ -66,4 +67,18 @@ func As(err error) (*Error, bool) {
 func Is(err error, k Kind) bool {
 	fe, ok := As(err)
 	return ok && fe.Kind == k
+}
+
+// plainName is a client-supplied name (a JSON key) short and plain enough
+// to repeat back in an error; anything else — say, a token pasted where a
+// key belongs — is not echoed.
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
+
+// UnknownField reports a field the request may not carry, naming it only if
+// its name is plain: one rule for every operation.
+func UnknownField(name string) *Error {
+	if plainName.MatchString(name) {
+		return Invalid(name, "is not a known field")
+	}
+	return Invalid("body", "has an unknown field")
 }

@@ -11,11 +11,16 @@ import (
 
 // sealedInput identifies one Open call by value, so a map can hold every
 // input the test sealed itself.
-type sealedInput struct{ rowID, keyID, blob string }
+type sealedInput struct {
+	rowID, keyID string
+	generation   int64
+	blob         string
+}
 
-// FuzzOpen feeds arbitrary (row id, key id, blob) triples to Open. Open must
-// never panic, and may only succeed on a blob this process sealed for that
-// exact row and key, returning the original plaintext. Each fuzz worker
+// FuzzOpen feeds arbitrary (row id, key id, generation, blob) inputs to
+// Open. Open must never panic, and may only succeed on a blob this process
+// sealed for that exact row, key and generation, returning the original
+// plaintext. Each fuzz worker
 // builds its own random ring, so inputs sealed by another process simply
 // fail to authenticate rather than being mistaken for forgeries.
 func FuzzOpen(f *testing.F) {
@@ -28,22 +33,22 @@ func FuzzOpen(f *testing.F) {
 		for _, rowID := range []string{"row-1", "row-2"} {
 			for _, plaintext := range []string{"", "token", canary} {
 				s := seal(f, ring, rowID, []byte(plaintext))
-				known[sealedInput{rowID, keyID, string(s.Blob)}] = []byte(plaintext)
-				addSeeds(f, rowID, keyID, s.Blob)
+				known[sealedInput{rowID, keyID, s.Generation, string(s.Blob)}] = []byte(plaintext)
+				addSeeds(f, rowID, keyID, s.Generation, s.Blob)
 			}
 		}
 	}
-	f.Fuzz(func(t *testing.T, rowID, keyID string, blob []byte) {
-		got, err := ring.Open(rowID, secrets.Sealed{KeyID: keyID, Blob: blob})
+	f.Fuzz(func(t *testing.T, rowID, keyID string, generation int64, blob []byte) {
+		got, err := ring.Open(rowID, secrets.Sealed{KeyID: keyID, Generation: generation, Blob: blob})
 		if err != nil {
 			if rowID != "" && !errors.Is(err, secrets.ErrDecrypt) && !errors.Is(err, secrets.ErrUnknownKey) {
 				t.Fatalf("unexpected error kind: %v", err)
 			}
 			return
 		}
-		want, ok := known[sealedInput{rowID, keyID, string(blob)}]
+		want, ok := known[sealedInput{rowID, keyID, generation, string(blob)}]
 		if !ok {
-			t.Fatalf("opened a blob this test never sealed for row %q key %q", rowID, keyID)
+			t.Fatalf("opened a blob this test never sealed for row %q key %q generation %d", rowID, keyID, generation)
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatal("opened a sealed blob to a different plaintext")
@@ -53,17 +58,22 @@ func FuzzOpen(f *testing.F) {
 
 // addSeeds adds the valid blob and near misses of it, so the fuzzer starts
 // from inputs that reach every check in Open.
-func addSeeds(f *testing.F, rowID, keyID string, blob []byte) {
+func addSeeds(f *testing.F, rowID, keyID string, gen int64, blob []byte) {
 	flipped := bytes.Clone(blob)
 	flipped[len(flipped)/2] ^= 0x80
-	f.Add(rowID, keyID, blob)
-	f.Add(rowID, keyID, blob[:len(blob)-1])
-	f.Add(rowID, keyID, blob[:61])
-	f.Add(rowID, keyID, append(bytes.Clone(blob), 0))
-	f.Add(rowID, keyID, flipped)
-	f.Add(rowID+"x", keyID, blob)
-	f.Add(rowID, "k9", blob)
-	f.Add("", keyID, blob)
+	legacy := bytes.Clone(blob)
+	legacy[0] = 1
+	f.Add(rowID, keyID, gen, blob)
+	f.Add(rowID, keyID, gen+1, blob)
+	f.Add(rowID, keyID, int64(0), blob)
+	f.Add(rowID, keyID, int64(0), legacy)
+	f.Add(rowID, keyID, gen, blob[:len(blob)-1])
+	f.Add(rowID, keyID, gen, blob[:61])
+	f.Add(rowID, keyID, gen, append(bytes.Clone(blob), 0))
+	f.Add(rowID, keyID, gen, flipped)
+	f.Add(rowID+"x", keyID, gen, blob)
+	f.Add(rowID, "k9", gen, blob)
+	f.Add("", keyID, gen, blob)
 }
 
 // FuzzSealOpen checks that any plaintext up to the limit round-trips for
@@ -75,7 +85,7 @@ func FuzzSealOpen(f *testing.F) {
 	f.Add("ab", []byte(canary))
 	f.Add("\x00", bytes.Repeat([]byte{0xff}, 4096))
 	f.Fuzz(func(t *testing.T, rowID string, plaintext []byte) {
-		s, err := ring.Seal(rowID, plaintext)
+		s, err := ring.Seal(rowID, 1, plaintext)
 		if rowID == "" || len(plaintext) > 1<<20 {
 			if err == nil {
 				t.Fatal("Seal accepted an empty row id or an oversized plaintext")
@@ -95,6 +105,11 @@ func FuzzSealOpen(f *testing.F) {
 		if _, err := ring.Open(rowID+"\x00", s); !errors.Is(err, secrets.ErrDecrypt) {
 			t.Fatalf("opened for another row: %v", err)
 		}
+		rolled := s
+		rolled.Generation = 2
+		if _, err := ring.Open(rowID, rolled); !errors.Is(err, secrets.ErrDecrypt) {
+			t.Fatalf("opened at another generation: %v", err)
+		}
 	})
 }
 
@@ -105,7 +120,7 @@ func BenchmarkSealOpen(b *testing.B) {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {
-				s, err := ring.Seal("row-1", plaintext)
+				s, err := ring.Seal("row-1", 1, plaintext)
 				if err != nil {
 					b.Fatal(err)
 				}

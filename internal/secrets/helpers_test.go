@@ -26,9 +26,10 @@ func newRing(tb testing.TB, others ...string) *secrets.KeyRing {
 	return ring
 }
 
+// seal seals plaintext for rowID at generation 1.
 func seal(tb testing.TB, ring *secrets.KeyRing, rowID string, plaintext []byte) secrets.Sealed {
 	tb.Helper()
-	s, err := ring.Seal(rowID, plaintext)
+	s, err := ring.Seal(rowID, 1, plaintext)
 	if err != nil {
 		tb.Fatal(err)
 	}

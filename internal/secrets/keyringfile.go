@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 )
 
@@ -29,7 +27,7 @@ type ringFile struct {
 // file that group or others can access, because anyone who can read it can
 // decrypt every stored credential.
 func LoadKeyRing(path string) (*KeyRing, error) {
-	data, err := readPrivateFile(path)
+	data, err := ReadPrivateFile(path, maxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("key ring: %w", err)
 	}
@@ -75,37 +73,10 @@ func (k *KeyRing) WriteFile(path string) error {
 		return fmt.Errorf("key ring: %w", err)
 	}
 	defer clear(data)
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := WritePrivateFile(path, append(data, '\n')); err != nil {
 		return fmt.Errorf("key ring: %w", err)
 	}
 	return nil
-}
-
-func readPrivateFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if perm := info.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s is accessible by group or others (mode %#o); restrict it with: chmod 600 %s", path, perm, path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxFileSize {
-		clear(data)
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
-	}
-	return data, nil
 }
 
 func parseRing(data []byte) (*KeyRing, error) {
@@ -243,48 +214,4 @@ func jsonError(err error) error {
 	default:
 		return errors.New("not valid JSON")
 	}
-}
-
-// writeFileAtomic replaces path with data through a synced temporary file in
-// the same directory (rename is only atomic within one file system), then
-// syncs the directory so the rename itself survives a crash.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if err := writeAndClose(tmp, data); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	return syncDir(dir)
-}
-
-func writeAndClose(f *os.File, data []byte) error {
-	return errors.Join(writeAndSync(f, data), f.Close())
-}
-
-// writeAndSync sets the mode explicitly rather than trusting CreateTemp's
-// default, since the mode is the file's only protection.
-func writeAndSync(f *os.File, data []byte) error {
-	if err := f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	return f.Sync()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }

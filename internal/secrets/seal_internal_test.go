@@ -27,22 +27,60 @@ func TestAEADOverheadMatchesLayout(t *testing.T) {
 }
 
 func TestAdditionalDataIsUnambiguous(t *testing.T) {
+	v2 := func(purpose, row, key string, gen int64) []byte {
+		return binding{rowID: row, keyID: key, generation: gen, version: formatVersion}.additionalData(purpose)
+	}
 	tests := []struct {
 		name string
-		a, b [3]string // purpose, row id, key id
+		a, b []byte
 	}{
-		{"row/key boundary", [3]string{purposeData, "ab", "c"}, [3]string{purposeData, "a", "bc"}},
-		{"purpose/row boundary", [3]string{"data", "x", "k1"}, [3]string{"dat", "ax", "k1"}},
-		{"purpose", [3]string{purposeData, "row", "k1"}, [3]string{purposeDEK, "row", "k1"}},
-		{"empty fields", [3]string{purposeData, "", "k1"}, [3]string{purposeData, "k1", ""}},
+		{"row/key boundary", v2(purposeData, "ab", "c", 1), v2(purposeData, "a", "bc", 1)},
+		{"purpose/row boundary", v2("data", "x", "k1", 1), v2("dat", "ax", "k1", 1)},
+		{"purpose", v2(purposeData, "row", "k1", 1), v2(purposeDEK, "row", "k1", 1)},
+		{"empty fields", v2(purposeData, "", "k1", 1), v2(purposeData, "k1", "", 1)},
+		{"generation", v2(purposeData, "row", "k1", 1), v2(purposeData, "row", "k1", 2)},
+		{"key/generation boundary", v2(purposeData, "row", "k1", 23), v2(purposeData, "row", "k12", 3)},
+		{"format", v2(purposeData, "row", "k1", 0),
+			binding{rowID: "row", keyID: "k1", version: legacyFormat}.additionalData(purposeData)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := additionalData(tt.a[0], tt.a[1], tt.a[2])
-			b := additionalData(tt.b[0], tt.b[1], tt.b[2])
-			if bytes.Equal(a, b) {
-				t.Fatalf("%q and %q encode to the same additional data", tt.a, tt.b)
+			if bytes.Equal(tt.a, tt.b) {
+				t.Fatal("two bindings encode to the same additional data")
 			}
 		})
+	}
+}
+
+// A format 1 blob (sealed before generations existed) opens only for a row
+// that holds generation 0; a format 2 blob never does. So neither can stand
+// in for the other, and a legacy blob restored into a re-sealed row fails.
+func TestLegacyBlobsOpenOnlyWithoutGeneration(t *testing.T) {
+	ring, err := NewKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID, key := ring.primaryKey()
+	legacy, err := key.seal(binding{rowID: "row", keyID: keyID, version: legacyFormat}, []byte("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ring.Open("row", legacy); err != nil || string(got) != "old" {
+		t.Fatalf("legacy blob at generation 0: %q, %v", got, err)
+	}
+	for _, gen := range []int64{1, 7} {
+		moved := legacy
+		moved.Generation = gen
+		if _, err := ring.Open("row", moved); err != ErrDecrypt {
+			t.Fatalf("legacy blob opened at generation %d: %v", gen, err)
+		}
+	}
+	current, err := ring.Seal("row", 3, []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Generation = 0
+	if _, err := ring.Open("row", current); err != ErrDecrypt {
+		t.Fatalf("format 2 blob opened at generation 0: %v", err)
 	}
 }

@@ -181,15 +181,19 @@ func TestSealAndOpenRefuseBadInput(t *testing.T) {
 		wantMsg string
 	}{
 		{"seal without row id", func() error {
-			_, err := ring.Seal("", []byte(canary))
+			_, err := ring.Seal("", 1, []byte(canary))
 			return err
 		}, "row id must not be empty"},
+		{"seal without generation", func() error {
+			_, err := ring.Seal("row-1", 0, []byte(canary))
+			return err
+		}, "generation must be positive"},
 		{"open without row id", func() error {
 			_, err := ring.Open("", valid)
 			return err
 		}, "row id must not be empty"},
 		{"seal over 1 MiB", func() error {
-			_, err := ring.Seal("row-1", []byte(strings.Repeat(canary, (1<<20)/len(canary)+1)))
+			_, err := ring.Seal("row-1", 1, []byte(strings.Repeat(canary, (1<<20)/len(canary)+1)))
 			return err
 		}, "exceeds the limit of 1048576 bytes"},
 	}

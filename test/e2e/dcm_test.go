@@ -25,7 +25,7 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 	natsServer.DCMStream()
 	spm := dcmtest.Start(t, natsServer.URL)
 	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	dcm, err := spmclient.NewClientWithResponses(spm.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 	stream := natsServer.DCMStream()
 	spm := dcmtest.Start(t, natsServer.URL)
 	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 	c.register(east)
@@ -144,7 +144,7 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 	natsServer.DCMStream()
 	spm := dcmtest.Start(t, natsServer.URL)
 	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, HealthUnhealthyCode: http.StatusServiceUnavailable})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	providers, err := spmclient.NewClientWithResponses(spm.URL)
 	if err != nil {
 		t.Fatal(err)

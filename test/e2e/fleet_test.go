@@ -118,7 +118,7 @@ func (c client) waitLive(envs ...string) {
 // validates against the same capabilities.
 func TestFleetStorageClasses(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east, west := clusters[0], clusters[1]
 	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
 	c.register(east)
@@ -353,7 +353,7 @@ func TestFleetStorageClasses(t *testing.T) {
 func TestFleetVolumes(t *testing.T) {
 	// Status reporting records DELETED.
 	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natstest.Start(t).URL})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east, west := clusters[0], clusters[1]
 	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
 	c.register(east)
@@ -438,7 +438,7 @@ func TestFleetSurvivesRestartWithDeadCluster(t *testing.T) {
 	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
 
 	first := gatewayproc.Start(t, binary, env)
-	c := client{t: t, base: "http://" + first.Addr}
+	c := client{t: t, base: "http://" + first.Addr, token: first.Token()}
 	c.register(east)
 	c.register(west)
 	c.waitLive(eastID, westID)
@@ -455,7 +455,7 @@ func TestFleetSurvivesRestartWithDeadCluster(t *testing.T) {
 	east.SetReachable(false)
 	defer east.SetReachable(true)
 	second := gatewayproc.Start(t, binary, env)
-	c = client{t: t, base: "http://" + second.Addr}
+	c = client{t: t, base: "http://" + second.Addr, token: second.Token()}
 	var after fleet.EnvironmentClasses
 	c.getJSON("/api/v1alpha1/environments/"+eastID+"/storage-classes", &after)
 	if !after.Stale || after.ObservedTime.IsZero() || after.ObservedTime.After(stopped) || len(after.Classes) != len(before.Classes) {

@@ -29,7 +29,7 @@ func TestGatewayKilledAndRestarted(t *testing.T) {
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 
 	first := gatewayproc.Start(t, binary, env)
-	c := client{t: t, base: "http://" + first.Addr}
+	c := client{t: t, base: "http://" + first.Addr, token: first.Token()}
 	c.register(east)
 	gone, inFlight := uuid.NewString(), uuid.NewString()
 	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+gone, map[string]any{"spec": storageSpec("gone", "1Gi", nil)})

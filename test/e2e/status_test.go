@@ -55,7 +55,7 @@ func startReporting(t testing.TB, opts gatewaytest.Options) reporting {
 	stream := natsServer.DCMStream()
 	opts.NATSURL = natsServer.URL
 	g := gatewaytest.Start(t, opts)
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	c.register(clusters[0])
 	return reporting{client: c, gateway: g, nats: natsServer, stream: stream}
 }

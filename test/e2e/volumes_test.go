@@ -24,6 +24,8 @@ import (
 type client struct {
 	t    testing.TB
 	base string
+	// token is sent as a bearer token when set.
+	token string
 }
 
 // do sends a request and returns the status and the decoded JSON body; a
@@ -53,6 +55,9 @@ func (c client) try(method, path string, body any, headers ...string) (int, map[
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -167,7 +172,7 @@ func field(body map[string]any, path ...string) any {
 // expand and delete in each, through both request shapes.
 func TestVolumeLifecycleInTwoEnvironments(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	for _, cluster := range clusters {
 		c.register(cluster)
 	}
@@ -181,7 +186,7 @@ func TestVolumeLifecycleInTwoEnvironments(t *testing.T) {
 	} {
 		env := tc.cluster.Spec.Environment
 		t.Run(env.ID, func(t *testing.T) {
-			c := client{t: t, base: g.URL}
+			c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 			path := volumesPath(env.ID)
 
 			// Service-provider-manager shape: ?id + {"spec": ...}; default class.
@@ -273,7 +278,7 @@ func TestVolumeLifecycleInTwoEnvironments(t *testing.T) {
 // TestCreateRefusals covers the 4xx answers of create.
 func TestCreateRefusals(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)
 	path := volumesPath(east.Spec.Environment.ID)
@@ -298,7 +303,7 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := client{t: t, base: g.URL}
+			c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 			code, body := c.do(http.MethodPost, tt.path, tt.body, tt.headers...)
 			c.want(tt.status, code, body, tt.mention...)
 		})
@@ -344,7 +349,7 @@ func TestCreateRefusals(t *testing.T) {
 // the cache, health turns unhealthy, and the other environment is unaffected.
 func TestUnreachableEnvironment(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{HealthUnhealthyCode: http.StatusServiceUnavailable})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east, west := clusters[0], clusters[1]
 	c.register(east)
 	c.register(west)
@@ -389,7 +394,7 @@ func TestUnreachableEnvironment(t *testing.T) {
 // retry completes it with exactly one PVC.
 func TestInterruptedCreateLeavesOneClaim(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
@@ -421,7 +426,7 @@ func TestInterruptedCreateLeavesOneClaim(t *testing.T) {
 // marks DELETED a volume whose claim was deleted behind the gateway's back.
 func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)
 	ctx := context.Background()
@@ -472,7 +477,7 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 // working; deleting the environment drops its connection.
 func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)
 	envID := east.Spec.Environment.ID
@@ -511,7 +516,7 @@ func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
 // and exactly one PVC exists.
 func TestConcurrentCreatesConverge(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
@@ -534,7 +539,7 @@ func TestConcurrentCreatesConverge(t *testing.T) {
 			answers := make(chan answer, n)
 			for range n {
 				go func() {
-					code, body, err := client{t: t, base: g.URL}.try(http.MethodPost, shape.path, shape.body, shape.headers...)
+					code, body, err := client{t: t, base: g.URL, token: g.Tokens.Admin}.try(http.MethodPost, shape.path, shape.body, shape.headers...)
 					id, _ := body["id"].(string)
 					answers <- answer{code, id, err}
 				}()
@@ -574,7 +579,7 @@ func TestConcurrentCreatesConverge(t *testing.T) {
 // EBS class with 422 listing what it supports, and accepts it on EFS.
 func TestWellKnownDriversLimitAccessModes(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL}
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	west := clusters[1]
 	c.register(west)
 	path := volumesPath(west.Spec.Environment.ID)

@@ -91,12 +91,38 @@ func NewKeyRing(t *testing.T, binary string) string {
 	return path
 }
 
+// NewAdminToken creates a token file with one admin token through `binary
+// tokens create` and returns the file's path and the token.
+func NewAdminToken(t *testing.T, binary string) (file, token string) {
+	t.Helper()
+	file = filepath.Join(t.TempDir(), "tokens.json")
+	out, err := exec.CommandContext(t.Context(), binary, "tokens", "create", "--file", file, "--role", "admin", "--subject", "test-admin").Output()
+	if err != nil {
+		t.Fatalf("tokens create: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return file, lines[len(lines)-1]
+}
+
 // Env is the environment of a private gateway: its own home, state
-// directory and fresh key ring, a random port, then extra (VAR=value).
+// directory, fresh key ring and token file (SG_GATEWAY_TOKEN holds its admin
+// token, for the CLI and Process.Token), a random port, then extra
+// (VAR=value).
 func Env(t *testing.T, binary string, extra ...string) []string {
 	t.Helper()
+	tokenFile, token := NewAdminToken(t, binary)
 	return append([]string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
-		"SG_KEY_RING_FILE=" + NewKeyRing(t, binary)}, extra...)
+		"SG_KEY_RING_FILE=" + NewKeyRing(t, binary), "SG_AUTH_TOKEN_FILE=" + tokenFile, "SG_GATEWAY_TOKEN=" + token}, extra...)
+}
+
+// Token is the admin token of the process's environment (SG_GATEWAY_TOKEN).
+func (p *Process) Token() string {
+	for _, kv := range p.Cmd.Env {
+		if v, ok := strings.CutPrefix(kv, "SG_GATEWAY_TOKEN="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Start runs `binary serve` with exactly env and waits until it logs its

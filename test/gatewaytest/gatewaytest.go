@@ -8,6 +8,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
@@ -40,14 +43,52 @@ type Options struct {
 	// DCMURL, when set, registers environments as providers with DCM's
 	// service-provider-manager at this API base.
 	DCMURL string
+	// TrustedNetworks give requests without a token from these networks the
+	// dcm role (DCM's service-provider-manager sends none).
+	TrustedNetworks []netip.Prefix
+	// AdminWriteRate and AdminWriteBurst default to 1000 and 1000: tests
+	// change the registry faster than any admin; the limit has its own test.
+	AdminWriteRate  float64
+	AdminWriteBurst int
 }
 
-// Gateway is a running in-process gateway.
+// Gateway is a running in-process gateway. Its API authenticates static
+// tokens; Tokens holds one per role.
 type Gateway struct {
 	URL      string
 	Registry *registrytest.Registry
 	Pool     *clusters.Pool
 	Volumes  *volumes.Service
+	Tokens   Tokens
+	// Limiters are the per-environment rate limiters of the pool and probes.
+	Limiters *clusters.Limiters
+
+	tokenFile string
+	static    *auth.StaticTokens
+}
+
+// Tokens are bearer tokens of the gateway's token file, one per role.
+type Tokens struct{ Admin, DCM, Viewer string }
+
+// AddToken adds a token to the gateway's token file and loads it, as
+// `tokens create` and a SIGHUP would; environments nil means unscoped.
+func (g *Gateway) AddToken(t testing.TB, subject string, roles []auth.Role, environments []string) string {
+	t.Helper()
+	f, err := auth.ReadTokenFile(g.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := f.Add(subject, roles, environments, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Write(g.tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.static.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	return token
 }
 
 // Health checks run fast in tests so reachability changes show within
@@ -69,8 +110,10 @@ func Start(t testing.TB, opts Options) *Gateway {
 	var registry *environments.Service
 	var registrar *dcm.Registrar
 	var feed *fleet.Feed
+	limiters := clusters.NewLimiters(100, 200)
 	pool := clusters.NewPool(clusters.PoolOptions{
-		Client:         clusters.ClientOptions{Egress: registrytest.Loopback, QPS: 100, Burst: 200},
+		Client:         clusters.ClientOptions{Egress: registrytest.Loopback},
+		Limiters:       limiters,
 		SyncTimeout:    30 * time.Second,
 		HealthInterval: healthInterval,
 		HealthTimeout:  healthTimeout,
@@ -88,7 +131,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 	var handler http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
-	hooks := registrytest.Options{Pool: pool,
+	hooks := registrytest.Options{Pool: pool, Limiters: limiters,
 		Changed: func(string) {
 			feed.RegistryChanged()
 			if registrar != nil {
@@ -114,11 +157,43 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if opts.HealthUnhealthyCode == 0 {
 		opts.HealthUnhealthyCode = 200
 	}
+	if opts.AdminWriteRate == 0 {
+		opts.AdminWriteRate, opts.AdminWriteBurst = 1000, 1000
+	}
+	g := &Gateway{URL: srv.URL, Registry: reg, Pool: pool, Volumes: vols, Limiters: limiters}
+	g.startTokens(t)
 	handler = contract.Validating(t, api.New(api.Options{
 		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols, Fleet: index,
 		StartTime: time.Now(), HealthUnhealthyCode: opts.HealthUnhealthyCode,
+		Auth:  auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: g.static, TrustedNetworks: opts.TrustedNetworks}),
+		Audit: auth.NewAuditLog(reg.Pool, reg.Logger, 24*time.Hour), AdminWriteRate: opts.AdminWriteRate, AdminWriteBurst: opts.AdminWriteBurst,
 	}))
-	return &Gateway{URL: srv.URL, Registry: reg, Pool: pool, Volumes: vols}
+	return g
+}
+
+// startTokens writes a token file with one token per role and loads it.
+func (g *Gateway) startTokens(t testing.TB) {
+	t.Helper()
+	g.tokenFile = filepath.Join(t.TempDir(), "tokens.json")
+	var f auth.TokenFile
+	for _, one := range []struct {
+		role auth.Role
+		dst  *string
+	}{{auth.RoleAdmin, &g.Tokens.Admin}, {auth.RoleDCM, &g.Tokens.DCM}, {auth.RoleViewer, &g.Tokens.Viewer}} {
+		token, _, err := f.Add("test-"+string(one.role), []auth.Role{one.role}, nil, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		*one.dst = token
+	}
+	if err := f.Write(g.tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	static, err := auth.NewStaticTokens(g.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.static = static
 }
 
 // followInterval is short in tests so new environments are followed at once.

@@ -39,6 +39,9 @@ type Options struct {
 	AllowInsecure bool
 	// Pool, when set, receives the environments' connections.
 	Pool *clusters.Pool
+	// Limiters, when set, are the per-environment rate limiters the probes
+	// share (with the pool, if it uses them too).
+	Limiters *clusters.Limiters
 	// Changed and Deleted are the registry's change hooks (DCM registration).
 	Changed func(id string)
 	Deleted func(id string, registration environments.DCMRegistration)
@@ -102,7 +105,7 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 	return environments.NewService(environments.Options{
 		DB:            r.Pool,
 		Keys:          r.Keys,
-		Prober:        clusters.Prober{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout},
+		Prober:        clusters.NewProber(clusters.ProberOptions{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout, Limiters: opts.Limiters}),
 		AllowInsecure: opts.AllowInsecure,
 		Logger:        r.Logger,
 		Pool:          opts.Pool,

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+)
+
+// newTokensCommand manages the static token file (SG_AUTH_MODE=static).
+func newTokensCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "tokens",
+		Short: "Manage the static API tokens (SG_AUTH_MODE=static)",
+		Long: "tokens edits the token file (SG_AUTH_TOKEN_FILE, or --file): SHA-256 hashes of bearer tokens,\n" +
+			"each with a subject, roles and an optional environment scope. The file never holds a token;\n" +
+			"`tokens create` prints the new one once. Running gateways re-read the file on SIGHUP.",
+	}
+	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv("SG_AUTH_TOKEN_FILE"), "token file (default $SG_AUTH_TOKEN_FILE)")
+	path := func() (string, error) {
+		if file == "" {
+			return "", errors.New("no token file: set SG_AUTH_TOKEN_FILE or --file")
+		}
+		return file, nil
+	}
+	cmd.AddCommand(newTokensCreateCommand(path), newTokensListCommand(path), newTokensRevokeCommand(path))
+	return cmd
+}
+
+// readTokens reads the token file; a missing one is empty when create is
+// set (the first token creates the file).
+func readTokens(path string, create bool) (auth.TokenFile, error) {
+	f, err := auth.ReadTokenFile(path)
+	if create && errors.Is(err, fs.ErrNotExist) {
+		return auth.TokenFile{}, nil
+	}
+	return f, err
+}
+
+func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
+	var subject string
+	var roles, envs []string
+	var replace bool
+	cmd := &cobra.Command{
+		Use:   "create --role ROLE --subject NAME [--environments ID,...]",
+		Short: "Create a token; it is printed once, alone on the last line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := path()
+			if err != nil {
+				return err
+			}
+			var parsed []auth.Role
+			for _, r := range roles {
+				role, ok := auth.ParseRole(r)
+				if !ok {
+					return fmt.Errorf("--role %s: must be admin, dcm or viewer", r)
+				}
+				parsed = append(parsed, role)
+			}
+			if len(parsed) == 0 {
+				return errors.New("--role is required: admin, dcm or viewer (repeat it for several)")
+			}
+			f, err := readTokens(p, true)
+			if err != nil {
+				return err
+			}
+			revoked := 0
+			if replace {
+				for _, t := range f.Tokens {
+					if t.Subject == subject && f.Revoke(t.ID) {
+						revoked++
+					}
+				}
+			}
+			var scope []string
+			if cmd.Flags().Changed("environments") {
+				scope = envs
+				if scope == nil {
+					scope = []string{}
+				}
+			}
+			token, entry, err := f.Add(subject, parsed, scope, time.Now())
+			if err != nil {
+				return err
+			}
+			if err := f.Write(p); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "created token %s for %s (roles %s; environments %s) in %s\n",
+				entry.ID, entry.Subject, joinRoles(entry.Roles), describeScope(entry.Environments), p)
+			if revoked > 0 {
+				fmt.Fprintf(out, "revoked %d earlier token(s) of %s\n", revoked, subject)
+			}
+			fmt.Fprintln(out, "send SIGHUP to running gateways to load it; the token is shown only now:")
+			_, err = fmt.Fprintln(out, token)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&subject, "subject", "", "who the token stands for (audit records name it)")
+	cmd.Flags().StringSliceVar(&roles, "role", nil, "role: admin, dcm or viewer (repeatable)")
+	cmd.Flags().StringSliceVar(&envs, "environments", nil, "limit the token to these environment ids")
+	cmd.Flags().BoolVar(&replace, "replace", false, "revoke the subject's other tokens")
+	_ = cmd.MarkFlagRequired("subject")
+	return cmd
+}
+
+func newTokensListCommand(path func() (string, error)) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List tokens: id, subject, roles, environments, created (never a token or hash)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := path()
+			if err != nil {
+				return err
+			}
+			f, err := readTokens(p, false)
+			if err != nil {
+				return err
+			}
+			type listed struct {
+				ID           string    `json:"id"`
+				Subject      string    `json:"subject"`
+				Roles        []string  `json:"roles"`
+				Environments []string  `json:"environments,omitempty"`
+				CreateTime   time.Time `json:"create_time"`
+			}
+			rows := make([]listed, len(f.Tokens))
+			for i, t := range f.Tokens {
+				rows[i] = listed{ID: t.ID, Subject: t.Subject, Environments: t.Environments, CreateTime: t.CreateTime}
+				for _, r := range t.Roles {
+					rows[i].Roles = append(rows[i].Roles, string(r))
+				}
+			}
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			case "table":
+			default:
+				return errors.New("--output must be table or json")
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tSUBJECT\tROLES\tENVIRONMENTS\tCREATED")
+			for i, t := range f.Tokens {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, cell(t.Subject), strings.Join(rows[i].Roles, ","),
+					cell(describeScope(t.Environments)), t.CreateTime.Format(time.RFC3339))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func newTokensRevokeCommand(path func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Remove a token (running gateways stop accepting it on SIGHUP)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := path()
+			if err != nil {
+				return err
+			}
+			f, err := readTokens(p, false)
+			if err != nil {
+				return err
+			}
+			if !f.Revoke(args[0]) {
+				return fmt.Errorf("no token %s in %s (see `tokens list`)", args[0], p)
+			}
+			if err := f.Write(p); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked token %s; send SIGHUP to running gateways\n", args[0])
+			return err
+		},
+	}
+}
+
+func joinRoles(roles []auth.Role) string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+func describeScope(envs []string) string {
+	if envs == nil {
+		return "all"
+	}
+	return strings.Join(envs, ", ")
+}

@@ -1,0 +1,323 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/labstack/echo/v4"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/logging"
+)
+
+// Request body limits: an environment carries a kubeconfig of up to 64 KiB,
+// JSON-escaped; every other body is a small JSON object. maxJSONDepth bounds
+// nesting, so no body makes a decoder recurse deeply.
+const (
+	environmentBodyLimit = 512 << 10
+	defaultBodyLimit     = 64 << 10
+	maxJSONDepth         = 32
+)
+
+// operation is what the contract says about one operation, plus the
+// gateway's rules for it.
+type operation struct {
+	id string
+	// roles admitted, from the operation's security requirements (one
+	// scheme per role); open operations admit everyone.
+	roles []auth.Role
+	open  bool
+	// mutating operations are audited; admin-only ones are rate-limited per
+	// principal too.
+	mutating, adminWrite bool
+	bodyLimit            int64
+}
+
+// guard is the API's one request gate, driven by the OpenAPI contract: it
+// finds the operation, authenticates the caller, checks the operation's
+// roles and the principal's environment scope, limits admin writes, checks
+// the body and validates the request against the contract; after the
+// handler, it audits mutations.
+type guard struct {
+	router routers.Router
+	ops    map[*openapi3.Operation]operation
+	auth   *auth.Authenticator
+	audit  *auth.AuditLog
+	limits *principalLimits
+	log    *slog.Logger
+}
+
+func newGuard(opts Options) *guard {
+	spec, err := GetSwagger()
+	if err != nil {
+		panic("api: embedded OpenAPI document is invalid: " + err.Error()) // generated from a checked-in file
+	}
+	spec.Servers = nil // match on path only, whatever Host the client used
+	router, err := gorillamux.NewRouter(spec)
+	if err != nil {
+		panic("api: embedded OpenAPI document has unroutable paths: " + err.Error())
+	}
+	g := &guard{router: router, ops: map[*openapi3.Operation]operation{}, auth: opts.Auth, audit: opts.Audit,
+		limits: newPrincipalLimits(opts.AdminWriteRate, opts.AdminWriteBurst), log: opts.Logger}
+	for _, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			g.ops[op] = describeOperation(method, op)
+		}
+	}
+	return g
+}
+
+// describeOperation reads an operation's security requirements: each names
+// one role's scheme; `security: []` makes it open. An operation without a
+// declaration panics at start (a test walks them all, so it fails the build
+// first).
+func describeOperation(method string, op *openapi3.Operation) operation {
+	if op.Security == nil {
+		panic("api: operation " + op.OperationID + " declares no security requirement")
+	}
+	o := operation{id: op.OperationID, open: len(*op.Security) == 0, mutating: method != http.MethodGet && method != http.MethodHead}
+	for _, req := range *op.Security {
+		for name := range req {
+			role, ok := auth.ParseRole(name)
+			if !ok {
+				panic("api: operation " + op.OperationID + " names an unknown role " + name)
+			}
+			o.roles = append(o.roles, role)
+		}
+	}
+	o.adminWrite = o.mutating && slices.Equal(o.roles, []auth.Role{auth.RoleAdmin})
+	if op.RequestBody != nil {
+		o.bodyLimit = defaultBodyLimit
+		if strings.Contains(op.OperationID, "Environment") {
+			o.bodyLimit = environmentBodyLimit
+		}
+	}
+	return o
+}
+
+func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		route, params, err := g.router.FindRoute(req)
+		if err != nil {
+			if !strings.HasPrefix(req.URL.Path, "/api/") {
+				return next(c) // /metrics, and echo's own 404 for anything else
+			}
+			if errors.Is(err, routers.ErrMethodNotAllowed) {
+				return echo.ErrMethodNotAllowed
+			}
+			return echo.ErrNotFound
+		}
+		op := g.ops[route.Operation]
+		principal, err := g.auth.Authenticate(req)
+		if op.open {
+			if err == nil {
+				c.SetRequest(req.WithContext(auth.WithPrincipal(req.Context(), principal)))
+			}
+			return g.validated(c, op, route, params, next)
+		}
+		if err != nil {
+			return g.refuse(c, op, err)
+		}
+		c.Set(subjectKey, principal.Subject)
+		c.SetRequest(req.WithContext(auth.WithPrincipal(req.Context(), principal)))
+		env, vol := target(op, params, req)
+		err = g.admit(c, op, principal, env)
+		if err == nil {
+			err = g.validated(c, op, route, params, next)
+		}
+		if op.mutating {
+			g.audit.Record(c.Request().Context(), auth.AuditEvent{
+				RequestID: logging.RequestID(req.Context()), Subject: principal.Subject, Name: principal.Name,
+				Roles: principal.Roles, AuthMethod: principal.Method, Action: op.id,
+				EnvironmentID: env, VolumeID: vol, Status: statusOf(c, err), Peer: req.RemoteAddr,
+			})
+		}
+		return err
+	}
+}
+
+// admit checks the principal's roles, its scope and, for admin writes, its
+// rate limit.
+func (g *guard) admit(c echo.Context, op operation, p auth.Principal, env string) error {
+	if !p.HasAny(op.roles) {
+		return echo.NewHTTPError(http.StatusForbidden, fmt.Sprintf("%s needs one of the roles %s; %s has %s",
+			op.id, joinRoles(op.roles), p.Subject, joinRoles(p.Roles)))
+	}
+	if env != "" && !p.InScope(env) {
+		if op.id == "createEnvironment" {
+			return echo.NewHTTPError(http.StatusForbidden, fmt.Sprintf("environment %q is outside the environments %s may use", env, p.Subject))
+		}
+		// The same answer as for an environment that does not exist.
+		return fault.New(fault.NotFound, "environment %q not found", env)
+	}
+	if op.adminWrite {
+		if wait, ok := g.limits.allow(p.Subject); !ok {
+			c.Response().Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())+1))
+			return echo.NewHTTPError(http.StatusTooManyRequests, "too many admin changes by "+p.Subject+"; retry after the time in Retry-After")
+		}
+	}
+	return nil
+}
+
+// refuse answers a request whose caller could not be authenticated. A
+// refused token is logged (never the token), and so is a refused mutation,
+// whose caller is unknown and therefore not stored in the audit table.
+func (g *guard) refuse(c echo.Context, op operation, err error) error {
+	ctx := c.Request().Context()
+	if errors.Is(err, auth.ErrIssuerUnavailable) {
+		g.log.WarnContext(ctx, "bearer token not verified: the identity provider cannot be reached", "error", err)
+		c.Response().Header().Set("Retry-After", "5")
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "the identity provider cannot be reached; try again later")
+	}
+	realm := `Bearer realm="storage-gateway"`
+	detail := op.id + " needs a bearer token (Authorization: Bearer <token>)"
+	var invalid *auth.InvalidError
+	if errors.As(err, &invalid) {
+		realm += `, error="invalid_token"`
+		detail = "the bearer token was not accepted"
+		g.log.InfoContext(ctx, "bearer token refused", "operation", op.id, "reason", invalid.Reason.Error(), "peer", c.Request().RemoteAddr)
+	}
+	if op.mutating {
+		g.log.WarnContext(ctx, "unauthenticated change refused", "audit", true, "action", op.id, "status", http.StatusUnauthorized, "peer", c.Request().RemoteAddr)
+	}
+	c.Response().Header().Set("WWW-Authenticate", realm)
+	return echo.NewHTTPError(http.StatusUnauthorized, detail)
+}
+
+// target is the environment and volume an operation addresses: path
+// parameters, or the client-chosen ids of the create operations.
+func target(op operation, params map[string]string, r *http.Request) (env, vol string) {
+	env, vol = params["environment_id"], params["volume_id"]
+	switch op.id {
+	case "createEnvironment":
+		env = r.URL.Query().Get("id")
+	case "createVolume":
+		vol = r.URL.Query().Get("id")
+	}
+	return env, vol
+}
+
+// validated checks the body's size and form, then the whole request against
+// the contract, and runs the handler.
+func (g *guard) validated(c echo.Context, op operation, route *routers.Route, params map[string]string, next echo.HandlerFunc) error {
+	req := c.Request()
+	if op.bodyLimit > 0 && req.Body != nil && req.Body != http.NoBody {
+		body, err := readBody(req, op.bodyLimit)
+		if err != nil {
+			return err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	err := openapi3filter.ValidateRequest(req.Context(), &openapi3filter.RequestValidationInput{
+		Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	})
+	if err != nil {
+		return describeValidation(err)
+	}
+	return next(c)
+}
+
+// readBody reads at most limit bytes (413 beyond) and refuses what JSON
+// decoders would accept but should not: a charset other than UTF-8, data
+// after the JSON value, and nesting deeper than maxJSONDepth.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body must not exceed %d bytes", limit))
+	}
+	isJSON := false
+	if ct := r.Header.Get(echo.HeaderContentType); ct != "" {
+		media, params, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return nil, echo.NewHTTPError(http.StatusUnsupportedMediaType, "the Content-Type header cannot be parsed")
+		}
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return nil, echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be UTF-8 (charset=utf-8)")
+		}
+		isJSON = media == "application/json" || strings.HasSuffix(media, "+json")
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, echo.NewHTTPError(http.StatusBadRequest, "the body could not be read")
+	}
+	if int64(len(body)) > limit {
+		return nil, echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body must not exceed %d bytes", limit))
+	}
+	if !isJSON {
+		return body, nil // the contract refuses the media type (415)
+	}
+	return body, checkJSON(body)
+}
+
+// checkJSON walks the body's tokens: one value, nested at most
+// maxJSONDepth deep, and nothing after it but white space. An empty body is
+// left to the contract (a required body is reported missing).
+func checkJSON(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fault.Invalid("body", "is not valid JSON")
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if depth++; depth > maxJSONDepth {
+				return fault.Invalid("body", "is nested more than %d levels deep", maxJSONDepth)
+			}
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 && dec.More() {
+			return fault.Invalid("body", "has data after the JSON value")
+		}
+	}
+}
+
+// statusOf is the status the request is answered with: the handler's, or
+// the one its error maps to.
+func statusOf(c echo.Context, err error) int {
+	if err == nil {
+		return c.Response().Status
+	}
+	return toProblem(err).Status
+}
+
+func joinRoles(roles []auth.Role) string {
+	if len(roles) == 0 {
+		return "no role"
+	}
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// principal is the request's authenticated caller; every handler behind a
+// role has one (the guard put it there).
+func principal(ctx context.Context) auth.Principal {
+	p, _ := auth.FromContext(ctx)
+	return p
+}

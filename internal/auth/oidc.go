@@ -1,0 +1,222 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"github.com/go-jose/go-jose/v4"
+)
+
+// discoveryRetry is the least time between two failed attempts to read the
+// issuer's discovery document; until one succeeds, callers get
+// ErrIssuerUnavailable.
+const discoveryRetry = 5 * time.Second
+
+// ErrIssuerUnavailable means the identity provider's discovery document
+// could not be read yet, so no token can be verified (503, not 401).
+var ErrIssuerUnavailable = errors.New("the identity provider cannot be reached")
+
+// OIDCOptions configure bearer JWT verification.
+type OIDCOptions struct {
+	// IssuerURL is the issuer; its discovery document names the JWKS URL.
+	IssuerURL string
+	// Audience must appear in the token's `aud`.
+	Audience string
+	// RoleClaims are dotted paths to string arrays of role names, e.g.
+	// Keycloak's realm_access.roles and resource_access.<client>.roles.
+	RoleClaims []string
+	// RolePrefix is stripped from role names; names without it are ignored,
+	// so an unrelated realm role called "admin" grants nothing.
+	RolePrefix string
+	// EnvironmentsClaim, if set, is the claim whose string array limits the
+	// principal to those environments (a token without it is unscoped).
+	EnvironmentsClaim string
+	// SigningAlgs are the accepted JWS algorithms (default RS256, ES256).
+	SigningAlgs []string
+	// ClockSkew is the tolerance on exp and nbf.
+	ClockSkew time.Duration
+	// HTTPClient reaches the issuer (default: one with a 10 s timeout).
+	HTTPClient *http.Client
+	// Now is the clock (tests move it); default time.Now.
+	Now func() time.Time
+}
+
+// OIDC verifies bearer JWTs issued by one OpenID Connect issuer (Keycloak,
+// as DCM uses) with coreos/go-oidc, over a key set whose re-fetches are
+// rate-limited.
+type OIDC struct {
+	opts OIDCOptions
+	algs []jose.SignatureAlgorithm
+
+	mu            sync.Mutex
+	verifier      *oidc.IDTokenVerifier
+	keys          *keySet
+	lastDiscovery time.Time
+}
+
+// NewOIDC returns a verifier; the issuer is contacted on first use (or by
+// Discover), so a gateway starts while its identity provider is down.
+func NewOIDC(opts OIDCOptions) *OIDC {
+	if len(opts.SigningAlgs) == 0 {
+		opts.SigningAlgs = []string{string(jose.RS256), string(jose.ES256)}
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: keyFetchTimeout}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	o := &OIDC{opts: opts}
+	for _, a := range opts.SigningAlgs {
+		o.algs = append(o.algs, jose.SignatureAlgorithm(a))
+	}
+	return o
+}
+
+// Discover reads the issuer's discovery document now (at start, to learn
+// early that the issuer is misconfigured); verification retries it later
+// if it fails.
+func (o *OIDC) Discover(ctx context.Context) error {
+	_, err := o.verifierFor(ctx)
+	return err
+}
+
+// KeyFetches is how many times the issuer's JWKS was requested.
+func (o *OIDC) KeyFetches() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.keys == nil {
+		return 0
+	}
+	return o.keys.fetches.Load()
+}
+
+func (o *OIDC) verifierFor(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.verifier != nil {
+		return o.verifier, nil
+	}
+	now := o.opts.Now()
+	if !o.lastDiscovery.IsZero() && now.Sub(o.lastDiscovery) < discoveryRetry {
+		return nil, ErrIssuerUnavailable
+	}
+	o.lastDiscovery = now
+	dctx, cancel := context.WithTimeout(oidc.ClientContext(context.WithoutCancel(ctx), o.opts.HTTPClient), keyFetchTimeout)
+	defer cancel()
+	provider, err := oidc.NewProvider(dctx, o.opts.IssuerURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrIssuerUnavailable, err)
+	}
+	var meta struct {
+		JWKSURL string `json:"jwks_uri"`
+	}
+	if err := provider.Claims(&meta); err != nil || meta.JWKSURL == "" {
+		return nil, fmt.Errorf("%w: the discovery document names no jwks_uri", ErrIssuerUnavailable)
+	}
+	o.keys = &keySet{url: meta.JWKSURL, client: o.opts.HTTPClient, algs: o.algs, cooldown: keyRefetchCooldown, now: o.opts.Now}
+	skew := o.opts.ClockSkew
+	o.verifier = oidc.NewVerifier(o.opts.IssuerURL, o.keys, &oidc.Config{
+		ClientID:             o.opts.Audience,
+		SupportedSigningAlgs: o.opts.SigningAlgs,
+		// go-oidc compares exp with this clock: running it skew behind
+		// accepts a token up to skew after it expired.
+		Now: func() time.Time { return o.opts.Now().Add(-skew) },
+	})
+	return o.verifier, nil
+}
+
+// claims are the token fields the gateway reads beyond what go-oidc checks.
+type claims struct {
+	PreferredUsername string   `json:"preferred_username"`
+	NotBefore         *float64 `json:"nbf"`
+	IssuedAt          *float64 `json:"iat"`
+}
+
+// Verify checks the token's signature, issuer, audience, algorithm and
+// lifetime, and maps its claims to a principal.
+func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
+	verifier, err := o.verifierFor(ctx)
+	if err != nil {
+		return Principal{}, err
+	}
+	idt, err := verifier.Verify(ctx, token)
+	if err != nil {
+		return Principal{}, err
+	}
+	var c claims
+	var all map[string]any
+	if err := idt.Claims(&c); err != nil {
+		return Principal{}, err
+	}
+	if err := idt.Claims(&all); err != nil {
+		return Principal{}, err
+	}
+	// go-oidc allows nbf five minutes in the future whatever the operator
+	// set; the configured skew is the bound here.
+	now := o.opts.Now()
+	for name, t := range map[string]*float64{"nbf": c.NotBefore, "iat": c.IssuedAt} {
+		if t != nil && time.Unix(int64(*t), 0).After(now.Add(o.opts.ClockSkew)) {
+			return Principal{}, fmt.Errorf("the token's %s is in the future", name)
+		}
+	}
+	if idt.Subject == "" {
+		return Principal{}, errors.New("the token has no subject")
+	}
+	p := Principal{Subject: idt.Subject, Name: c.PreferredUsername, Method: MethodOIDC}
+	if p.Name == "" {
+		p.Name = p.Subject
+	}
+	for _, path := range o.opts.RoleClaims {
+		for _, name := range stringsAt(all, path) {
+			if r, ok := ParseRole(strings.TrimPrefix(name, o.opts.RolePrefix)); ok && strings.HasPrefix(name, o.opts.RolePrefix) && !slices.Contains(p.Roles, r) {
+				p.Roles = append(p.Roles, r)
+			}
+		}
+	}
+	if o.opts.EnvironmentsClaim != "" {
+		if raw, ok := all[o.opts.EnvironmentsClaim]; ok {
+			p.Environments = []string{}
+			for _, id := range asStrings(raw) {
+				if resourceIDMatch.MatchString(id) {
+					p.Environments = append(p.Environments, id)
+				}
+			}
+		}
+	}
+	return p, nil
+}
+
+// stringsAt returns the strings of the array at a dotted path, or nothing.
+func stringsAt(doc map[string]any, path string) []string {
+	var cur any = doc
+	for part := range strings.SplitSeq(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[part]
+	}
+	return asStrings(cur)
+}
+
+func asStrings(v any) []string {
+	list, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, item := range list {
+		if s, ok := item.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}

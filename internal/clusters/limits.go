@@ -1,0 +1,140 @@
+package clusters
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// limiterIdle is how long an environment's limiter is kept while no pool
+// connection holds it (a probe of an environment that was never registered,
+// say).
+const limiterIdle = 10 * time.Minute
+
+// Limiters holds one request rate limiter per environment, shared by every
+// client the gateway builds for it — the pool's watches, health checks and
+// writes, and every probe — so that however many connections, rotations and
+// :verify calls are in flight, the cluster sees at most the configured rate
+// from the gateway.
+type Limiters struct {
+	qps   float32
+	burst int
+
+	mu      sync.Mutex
+	entries map[string]*limiterEntry
+	swept   time.Time
+}
+
+type limiterEntry struct {
+	limiter  flowcontrol.RateLimiter
+	refs     int // pool connections holding it
+	lastUsed time.Time
+}
+
+// NewLimiters returns limiters of qps requests per second with burst.
+func NewLimiters(qps float32, burst int) *Limiters {
+	return &Limiters{qps: qps, burst: burst, entries: map[string]*limiterEntry{}}
+}
+
+// For returns the environment's limiter.
+func (l *Limiters) For(environmentID string) flowcontrol.RateLimiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.entry(environmentID).limiter
+}
+
+// acquire returns the environment's limiter for a pool connection, which
+// releases it when it stops.
+func (l *Limiters) acquire(environmentID string) flowcontrol.RateLimiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entry(environmentID)
+	e.refs++
+	return e.limiter
+}
+
+func (l *Limiters) release(environmentID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[environmentID]; e != nil {
+		e.refs--
+		e.lastUsed = time.Now()
+	}
+}
+
+// entry finds or makes the environment's entry, first dropping entries
+// nobody held for limiterIdle. The caller holds mu.
+func (l *Limiters) entry(environmentID string) *limiterEntry {
+	now := time.Now()
+	if now.Sub(l.swept) > limiterIdle {
+		for id, e := range l.entries {
+			if e.refs == 0 && now.Sub(e.lastUsed) > limiterIdle {
+				delete(l.entries, id)
+			}
+		}
+		l.swept = now
+	}
+	e := l.entries[environmentID]
+	if e == nil {
+		e = &limiterEntry{limiter: flowcontrol.NewTokenBucketRateLimiter(l.qps, l.burst)}
+		l.entries[environmentID] = e
+	}
+	e.lastUsed = now
+	return e
+}
+
+// ErrResponseTooLarge is a cluster's answer longer than the client accepts.
+var ErrResponseTooLarge = errors.New("the API server's answer is larger than the gateway accepts")
+
+// boundedBodies limits every response body read through it to max bytes:
+// the probe, health checks and writes read whole bodies into memory, and a
+// hostile API server would otherwise choose how much (a 64 MiB version
+// string was once accepted and stored). Informers list through a client
+// without it.
+type boundedBodies struct {
+	next http.RoundTripper
+	max  int64
+}
+
+func (b boundedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.next.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if resp.ContentLength > b.max {
+		_ = resp.Body.Close()
+		return nil, ErrResponseTooLarge
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: b.max}
+	return resp, nil
+}
+
+// WrappedRoundTripper lets client-go and connection tracking find the
+// transport beneath.
+func (b boundedBodies) WrappedRoundTripper() http.RoundTripper { return b.next }
+
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more than allowed tells a body at the limit from one over it.
+		var probe [1]byte
+		if n, _ := b.ReadCloser.Read(probe[:]); n > 0 {
+			return 0, ErrResponseTooLarge
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
