@@ -45,7 +45,7 @@ func (c *gatewayClient) registerFlags(cmd *cobra.Command) {
 	flags.StringVar(&c.gateway, "gateway", envOr("SG_GATEWAY_URL", "http://127.0.0.1:8080"), "gateway base URL (default $SG_GATEWAY_URL)")
 	// The token's default is read in client(), not here: cobra prints flag
 	// defaults in --help.
-	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN)")
+	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN, then the token of `storage-gateway login`)")
 	flags.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 }
 
@@ -62,6 +62,13 @@ func (c *gatewayClient) client() (*api.ClientWithResponses, error) {
 	}
 	if c.token == "" {
 		c.token = os.Getenv("SG_GATEWAY_TOKEN")
+	}
+	if c.token == "" {
+		token, err := loginToken(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		c.token = token
 	}
 	return api.NewClientWithResponses(strings.TrimRight(c.gateway, "/"),
 		api.WithHTTPClient(&http.Client{Timeout: time.Minute}),

@@ -41,7 +41,8 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newClassesCommand(), newKeysCommand(), newTokensCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newClassesCommand(), newKeysCommand(), newTokensCommand(),
+		newLoginCommand(), newLogoutCommand(), newAuditCommand(), newVersionCommand())
 	return root
 }
 

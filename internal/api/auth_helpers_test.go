@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -16,12 +17,17 @@ import (
 // it as the admin role.
 const adminToken = "sgw_api-test-admin-token"
 
-// testAuth authenticates static tokens, adminToken among them.
-func testAuth(tb testing.TB) *auth.Authenticator {
+// staticToken is a token file entry for token.
+func staticToken(token, subject string, roles ...auth.Role) auth.StaticToken {
+	sum := sha256.Sum256([]byte(token))
+	id := hex.EncodeToString(sum[:6])
+	return auth.StaticToken{ID: id, SHA256: hex.EncodeToString(sum[:]), Subject: subject, Roles: roles}
+}
+
+// testAuth authenticates static tokens: adminToken, and extra.
+func testAuth(tb testing.TB, extra ...auth.StaticToken) *auth.Authenticator {
 	tb.Helper()
-	sum := sha256.Sum256([]byte(adminToken))
-	f := auth.TokenFile{Tokens: []auth.StaticToken{{ID: "apitestadmin", SHA256: hex.EncodeToString(sum[:]), Subject: "api-test",
-		Roles: []auth.Role{auth.RoleAdmin}}}}
+	f := auth.TokenFile{Tokens: append([]auth.StaticToken{staticToken(adminToken, "api-test", auth.RoleAdmin)}, extra...)}
 	path := filepath.Join(tb.TempDir(), "tokens.json")
 	if err := f.Write(path); err != nil {
 		tb.Fatal(err)
@@ -35,5 +41,5 @@ func testAuth(tb testing.TB) *auth.Authenticator {
 
 // testAudit is an audit log on db; tests that never change anything pass nil.
 func testAudit(db *pgxpool.Pool, logger *slog.Logger) *auth.AuditLog {
-	return auth.NewAuditLog(db, logger, 24*60*60*1e9)
+	return auth.NewAuditLog(db, logger, 24*time.Hour)
 }

@@ -292,7 +292,7 @@ func (c Config) validateAuth(add func(name, msg string)) {
 			add("SG_AUTH_MODE", "disabled lets anyone who reaches the port do anything; it is refused unless SG_AUTH_DISABLED_I_UNDERSTAND=true")
 		}
 	case "oidc":
-		if err := validIssuer(c.OIDCIssuerURL); err != nil {
+		if err := CheckIssuerURL(c.OIDCIssuerURL); err != nil {
 			add("SG_OIDC_ISSUER_URL", err.Error())
 		}
 		if c.OIDCAudience == "" {
@@ -346,9 +346,10 @@ var signingAlgs = []string{"RS256", "RS384", "RS512", "ES256", "ES384", "ES512",
 // hostName is a DNS name or an IP address, without a port.
 var hostName = regexp.MustCompile(`^([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$|^[0-9a-fA-F:.]+$`)
 
-// validIssuer accepts https issuers, and http ones only on loopback (a
-// development identity provider): tokens' keys must not travel in the clear.
-func validIssuer(raw string) error {
+// CheckIssuerURL accepts https issuers, and http ones only on loopback (a
+// development identity provider): tokens and keys must not travel in the
+// clear. The CLI's login applies it too.
+func CheckIssuerURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return errors.New("must be the issuer URL, e.g. https://keycloak.example.com/realms/dcm (required with SG_AUTH_MODE=oidc)")

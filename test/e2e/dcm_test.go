@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,11 @@ import (
 	"github.com/dcm-project/storage-gateway/test/natstest"
 )
 
+// loopback is where DCM's service-provider-manager calls from in these tests.
+// v0.1.0-rc.1 sends no token, so the gateway runs with auth on and this as
+// SG_AUTH_DCM_TRUSTED_NETWORKS, the bridge until DCM sends tokens.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
 // TestEnvironmentsBecomeReadyDCMProviders runs DCM's real
 // service-provider-manager: every registered environment is registered as a
 // storage provider through DCM's official client and passes DCM's own
@@ -24,7 +32,7 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 	natsServer := natstest.Start(t)
 	natsServer.DCMStream()
 	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL})
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback})
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	dcm, err := spmclient.NewClientWithResponses(spm.URL)
 	if err != nil {
@@ -76,7 +84,7 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
 	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL})
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback})
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
@@ -133,6 +141,22 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 	if err != nil || gone.StatusCode() != http.StatusNotFound {
 		t.Fatalf("DCM still holds the deleted instance: %v, HTTP %d %s", err, gone.StatusCode(), gone.Body)
 	}
+
+	// DCM's calls were admitted by address, with the dcm role only, and
+	// audited as such.
+	for _, action := range []string{"createVolume", "deleteVolume"} {
+		code, page := c.do(http.MethodGet, "/api/v1alpha1/audit-events?environment="+envID+"&action="+action, nil)
+		c.want(http.StatusOK, code, page)
+		events, _ := page["audit_events"].([]any)
+		if len(events) != 1 {
+			t.Fatalf("%s: %d audit events, want 1: %v", action, len(events), page)
+		}
+		e := events[0].(map[string]any)
+		if e["auth_method"] != "trusted-network" || e["subject"] != "dcm-trusted-network" || e["volume_id"] != id ||
+			fmt.Sprint(e["roles"]) != "[dcm]" || !strings.HasPrefix(fmt.Sprint(e["peer"]), "127.0.0.1:") {
+			t.Fatalf("%s audit event: %v", action, e)
+		}
+	}
 }
 
 // TestDCMSeesAnUnreachableEnvironmentAsNotReady: with the gateway answering
@@ -143,7 +167,7 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 	natsServer := natstest.Start(t)
 	natsServer.DCMStream()
 	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, HealthUnhealthyCode: http.StatusServiceUnavailable})
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback, HealthUnhealthyCode: http.StatusServiceUnavailable})
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	providers, err := spmclient.NewClientWithResponses(spm.URL)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ import (
 func TestMakeRun(t *testing.T) {
 	state := t.TempDir()
 	port := ports.Free(t)
-	cmd, done := startMakeRun(t, port, state, nil, "SG_EMBEDDED_NATS_LISTEN=127.0.0.1:0")
+	cmd, done, out := startMakeRun(t, port, state, nil, "SG_EMBEDDED_NATS_LISTEN=127.0.0.1:0")
 
 	// Both local clusters run and the gateway kubeconfigs work.
 	specs, err := harness.LocalSpecs()
@@ -67,10 +68,22 @@ func TestMakeRun(t *testing.T) {
 	}
 
 	// make run registered both clusters through the admin CLI, with
-	// credentials sealed by the development key ring it generated.
-	waitForReadyEnvironments(t, fmt.Sprintf("http://127.0.0.1:%d", port), len(specs))
-	if fi, err := os.Stat(filepath.Join(state, "keyring.json")); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("development key ring: %v, %v", fi, err)
+	// credentials sealed by the development key ring it generated, and
+	// printed how to call the API with the admin token it created; without
+	// the token the API refuses.
+	gateway := fmt.Sprintf("http://127.0.0.1:%d", port)
+	token := makeRunToken(t, out)
+	waitForReadyEnvironments(t, gateway, len(specs), token)
+	if code, _ := (client{t: t, base: gateway}).do(http.MethodGet, "/api/v1alpha1/environments", nil); code != http.StatusUnauthorized {
+		t.Fatalf("an anonymous call answered %d, want 401", code)
+	}
+	for _, f := range []string{"keyring.json", "tokens.json"} {
+		if fi, err := os.Stat(filepath.Join(state, f)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("development %s: %v, %v", f, fi, err)
+		}
+	}
+	if raw, err := os.ReadFile(filepath.Join(state, "tokens.json")); err != nil || strings.Contains(string(raw), token) {
+		t.Fatalf("the token file holds the token itself (or is unreadable: %v)", err)
 	}
 
 	// Ctrl-C: the whole group gets SIGINT; gateway and clusters stop.
@@ -97,34 +110,38 @@ func TestMakeRun(t *testing.T) {
 
 // waitForReadyEnvironments polls the environments list until want
 // environments are READY.
-func waitForReadyEnvironments(t *testing.T, gateway string, want int) {
+func waitForReadyEnvironments(t *testing.T, gateway string, want int, token string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(gateway + "/api/v1alpha1/environments?state=READY")
-		if err == nil {
-			var list struct {
-				Environments []struct {
-					ID string `json:"id"`
-				} `json:"environments"`
+	c := client{t: t, base: gateway, token: token}
+	c.eventually(2*time.Minute, fmt.Sprintf("%d READY environments", want), func() bool {
+		code, list := c.do(http.MethodGet, "/api/v1alpha1/environments?state=READY", nil)
+		envs, _ := list["environments"].([]any)
+		return code == http.StatusOK && len(envs) == want
+	})
+}
+
+// makeRunToken waits for the admin token `make run` prints once the clusters
+// are registered (as `export SG_GATEWAY_TOKEN=...`).
+func makeRunToken(t *testing.T, out *syncbuf.Buffer) string {
+	t.Helper()
+	const prefix = "export SG_GATEWAY_TOKEN="
+	var token string
+	client{t: t}.eventually(3*time.Minute, "make run to print the admin token", func() bool {
+		for line := range strings.SplitSeq(out.String(), "\n") {
+			if _, after, ok := strings.Cut(line, prefix); ok && strings.HasPrefix(after, "sgw_") {
+				token = strings.TrimSpace(after)
+				return true
 			}
-			err = json.NewDecoder(resp.Body).Decode(&list)
-			_ = resp.Body.Close()
-			if err == nil && len(list.Environments) == want {
-				return
-			}
-			last = fmt.Sprintf("%d READY environments", len(list.Environments))
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("want %d READY environments, last saw %s", want, last)
+		return false
+	})
+	return token
 }
 
 // startMakeRun runs `make run MAKEARGS` with env, its own database, state
 // directory and port, in its own process group (as a terminal gives it), and
 // waits for the gateway's /readyz. The group is killed when the test ends.
-func startMakeRun(t *testing.T, port int, state string, makeArgs []string, env ...string) (*exec.Cmd, chan error) {
+func startMakeRun(t *testing.T, port int, state string, makeArgs []string, env ...string) (*exec.Cmd, chan error, *syncbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command("make", append([]string{"run"}, makeArgs...)...)
 	cmd.Dir = harness.RepoRoot()
@@ -132,8 +149,8 @@ func startMakeRun(t *testing.T, port int, state string, makeArgs []string, env .
 		fmt.Sprintf("SG_LISTEN_ADDR=127.0.0.1:%d", port))
 	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out syncbuf.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +177,7 @@ func startMakeRun(t *testing.T, port int, state string, makeArgs []string, env .
 		if resp, err := http.Get(ready); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return cmd, done
+				return cmd, done, out
 			}
 		}
 		select {

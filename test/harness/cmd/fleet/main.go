@@ -46,6 +46,7 @@ func run() (int, error) {
 	gateway := flag.String("gateway", "http://127.0.0.1:8080", "base URL of the gateway the command serves (for -register)")
 	register := flag.String("register", "", `command that registers one cluster, called as CMD ID -f MANIFEST --kubeconfig FILE once the gateway is ready (e.g. "storage-gateway env apply")`)
 	also := flag.String("also", "", "a command to run beside the main one for as long as it runs (e.g. DCM's service-provider-manager)")
+	note := flag.String("note", "", "text printed once the gateway is ready and the clusters are registered (how to call it)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: fleet [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
 		flag.PrintDefaults()
@@ -94,7 +95,7 @@ func run() (int, error) {
 		defer func() { stopCompanion(); <-done }()
 	}
 	if *register != "" {
-		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out)
+		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, *note)
 	}
 	return runChild(ctx, command, *out)
 }
@@ -117,8 +118,9 @@ func runCompanion(ctx context.Context, gateway string, command []string) {
 }
 
 // registerAll waits for the gateway's /readyz and registers every cluster by
-// running the registration command, whose output goes to the terminal.
-func registerAll(ctx context.Context, gateway string, command []string, clusters []*harness.Cluster, dir string) {
+// running the registration command, whose output goes to the terminal; then
+// it prints note.
+func registerAll(ctx context.Context, gateway string, command []string, clusters []*harness.Cluster, dir, note string) {
 	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet: gateway not ready, clusters not registered:", err)
 		return
@@ -133,6 +135,9 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "fleet: register %s: %v\n", c.Name(), err)
 		}
+	}
+	if note != "" {
+		fmt.Fprintln(os.Stderr, note)
 	}
 }
 

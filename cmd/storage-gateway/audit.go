@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+)
+
+// newAuditCommand prints the audit trail (admin role).
+func newAuditCommand() *cobra.Command {
+	c := &gatewayClient{}
+	var params api.ListAuditEventsParams
+	var subject, environment, action, since, until string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Show the audit trail: who changed what, newest first",
+		Long: "audit asks a running gateway (SG_GATEWAY_URL) for its audit events: every admin action and\n" +
+			"volume mutation, with who (subject, roles, how authenticated), the operation, environment,\n" +
+			"volume, HTTP status, TCP peer and request id. --since and --until take a duration back from\n" +
+			"now (24h) or a time (2026-11-23T10:00:00Z).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := c.client()
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			for _, f := range []struct {
+				name, value string
+				dst         **time.Time
+			}{{"since", since, &params.StartTime}, {"until", until, &params.EndTime}} {
+				if f.value == "" {
+					continue
+				}
+				t, err := timeFlag(f.value, now)
+				if err != nil {
+					return fmt.Errorf("--%s: %w", f.name, err)
+				}
+				*f.dst = &t
+			}
+			for _, f := range []struct {
+				value string
+				dst   **string
+			}{{subject, &params.Subject}, {environment, &params.Environment}, {action, &params.Action}} {
+				if f.value != "" {
+					v := f.value
+					*f.dst = &v
+				}
+			}
+			if limit < 1 {
+				return errors.New("--limit must be at least 1")
+			}
+			var events []api.AuditEvent
+			for {
+				resp, err := client.ListAuditEventsWithResponse(cmd.Context(), &params)
+				if err != nil {
+					return err
+				}
+				if resp.JSON200 == nil {
+					return problemError(resp.HTTPResponse, resp.Body)
+				}
+				events = append(events, resp.JSON200.AuditEvents...)
+				if len(events) >= limit || resp.JSON200.NextPageToken == nil {
+					break
+				}
+				params.PageToken = resp.JSON200.NextPageToken
+			}
+			if len(events) > limit {
+				events = events[:limit]
+			}
+			return c.printAudit(cmd, events)
+		},
+	}
+	c.registerFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&subject, "subject", "", "only events of this subject")
+	f.StringVar(&environment, "environment", "", "only events of this environment")
+	f.StringVar(&action, "action", "", "only this operation, e.g. deleteEnvironment")
+	f.StringVar(&since, "since", "", "only events at or after this (duration back from now, or RFC 3339 time)")
+	f.StringVar(&until, "until", "", "only events before this (duration back from now, or RFC 3339 time)")
+	f.IntVar(&limit, "limit", 100, "at most this many events")
+	return cmd
+}
+
+// timeFlag reads "24h" (that long before now) or an RFC 3339 time.
+func timeFlag(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, errors.New("must be a duration (24h) or an RFC 3339 time (2026-11-23T10:00:00Z)")
+	}
+	return t, nil
+}
+
+func (c *gatewayClient) printAudit(cmd *cobra.Command, events []api.AuditEvent) error {
+	if c.output == "json" {
+		if events == nil {
+			events = []api.AuditEvent{}
+		}
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(events)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tSUBJECT\tROLES\tMETHOD\tACTION\tENVIRONMENT\tVOLUME\tSTATUS\tPEER\tREQUEST")
+	for _, e := range events {
+		roles := make([]string, len(e.Roles))
+		for i, r := range e.Roles {
+			roles[i] = string(r)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), cell(e.Subject),
+			strings.Join(roles, ","), e.AuthMethod, cell(e.Action), cell(derefString(e.EnvironmentId)),
+			cell(derefString(e.VolumeId)), e.Status, cell(e.Peer), cell(e.RequestId))
+	}
+	return tw.Flush()
+}

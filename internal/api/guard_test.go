@@ -1,0 +1,287 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/logging"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
+)
+
+// The contract is the one place roles are declared: every operation states
+// its security (an open one, `[]`), and every refusal the guard can give is a
+// declared answer of the operation.
+func TestEveryOperationDeclaresItsSecurityAndRefusals(t *testing.T) {
+	spec, err := api.GetSwagger()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.Security == nil {
+				t.Errorf("%s %s (%s) declares no security: add `security:` (roles, or [] for an open endpoint)", method, path, op.OperationID)
+				continue
+			}
+			need := []string{"400"}
+			var roles []string
+			for _, req := range *op.Security {
+				for name := range req {
+					roles = append(roles, name)
+					if _, ok := auth.ParseRole(name); !ok {
+						t.Errorf("%s names %s, which is not a role", op.OperationID, name)
+					}
+				}
+			}
+			if len(roles) > 0 {
+				need = append(need, "401", "403", "503")
+				if strings.Contains(path, "{environment_id}") {
+					need = append(need, "404")
+				}
+				if method != http.MethodGet && fmt.Sprint(roles) == "[admin]" {
+					need = append(need, "429")
+				}
+				if op.RequestBody != nil {
+					need = append(need, "413", "415")
+				}
+			}
+			for _, code := range need {
+				if op.Responses.Value(code) == nil {
+					t.Errorf("%s does not declare the %s it can answer", op.OperationID, code)
+				}
+			}
+		}
+	}
+	for _, name := range []string{"admin", "dcm", "viewer"} {
+		if s, ok := spec.Components.SecuritySchemes[name]; !ok || s.Value.Type != "http" || s.Value.Scheme != "bearer" {
+			t.Errorf("role %s has no bearer security scheme", name)
+		}
+	}
+}
+
+// send makes one request to h as the admin and returns the recorder.
+func send(h http.Handler, method, path, contentType, body string, headers ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// Bodies are bounded per operation and must be one UTF-8 JSON value of
+// bounded depth; each refusal is a problem and changes nothing.
+func TestRequestBodiesAreBoundedAndWellFormed(t *testing.T) {
+	h, reg := registryServer(t)
+	create := "/api/v1alpha1/environments?id=east"
+	deep := strings.Repeat("[", 40) + strings.Repeat("]", 40)
+	for name, tc := range map[string]struct {
+		contentType, body string
+		status            int
+		mention           string
+	}{
+		"too large":               {"application/json", `{"description":"` + strings.Repeat("x", 600<<10) + `"}`, 413, "524288"},
+		"too deep":                {"application/json", `{"labels":` + deep + `}`, 400, "nested"},
+		"two values":              {"application/json", `{"namespace":"a"} {"namespace":"b"}`, 400, "after the JSON value"},
+		"trailing garbage":        {"application/json", `{"namespace":"a"}garbage`, 400, "body"},
+		"UTF-16":                  {"application/json; charset=utf-16", `{"namespace":"a"}`, 415, "UTF-8"},
+		"unparsable content type": {"application/json; charset", `{}`, 415, "Content-Type"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := send(h, http.MethodPost, create, tc.contentType, tc.body)
+			if rec.Code != tc.status || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/problem+json") ||
+				!strings.Contains(rec.Body.String(), tc.mention) {
+				t.Fatalf("%d %s, want %d mentioning %q", rec.Code, rec.Body, tc.status, tc.mention)
+			}
+		})
+	}
+	// A volume body has a smaller bound than an environment's.
+	rec := send(h, http.MethodPost, "/api/v1alpha1/environments/east/volumes?id=v", "application/json",
+		`{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"`+strings.Repeat("x", 70<<10)+`"}}}`)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a 70 KiB volume body: %d %s", rec.Code, rec.Body)
+	}
+	var n int
+	if err := reg.Pool.QueryRow(t.Context(), `SELECT count(*) FROM environments`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d environments after refused requests (%v)", n, err)
+	}
+}
+
+// A client-supplied field name is repeated back only if it is plain; PATCH
+// follows the same rule as POST.
+func TestUnknownFieldsAreNamedOnlyWhenPlain(t *testing.T) {
+	h, _ := registryServer(t)
+	kc, _ := json.Marshal(map[string]any{"kubeconfig": gatewayKubeconfig(t)})
+	if rec := send(h, http.MethodPost, "/api/v1alpha1/environments?id=east", "application/json", string(kc)); rec.Code != http.StatusCreated {
+		t.Fatalf("register: %d %s", rec.Code, rec.Body)
+	}
+	secretish := "sgw_" + strings.Repeat("Zq9", 16)
+	for _, tc := range []struct{ method, path, ct string }{
+		{http.MethodPost, "/api/v1alpha1/environments?id=west", "application/json"},
+		{http.MethodPatch, "/api/v1alpha1/environments/east", "application/merge-patch+json"},
+	} {
+		rec := send(h, tc.method, tc.path, tc.ct, `{"colour":"red"}`)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "colour") {
+			t.Errorf("%s a plain unknown field: %d %s", tc.method, rec.Code, rec.Body)
+		}
+		rec = send(h, tc.method, tc.path, tc.ct, `{"`+secretish+`":"red"}`)
+		if rec.Code != http.StatusBadRequest || strings.Contains(rec.Body.String(), secretish) {
+			t.Errorf("%s a secret-looking unknown field was echoed: %d %s", tc.method, rec.Code, rec.Body)
+		}
+	}
+}
+
+// Each principal has its own bucket of admin writes; beyond it the answer is
+// 429 with Retry-After, and reads are never limited.
+func TestAdminWritesAreRateLimitedPerPrincipal(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	const otherToken = "sgw_api-test-other-admin"
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
+		Auth: testAuth(t, staticToken(otherToken, "other-admin", auth.RoleAdmin)), Audit: testAudit(reg.Pool, reg.Logger),
+		AdminWriteRate: 0.5, AdminWriteBurst: 3})
+	invalid := `{"namespace":"Not A Namespace"}`
+	for i := range 3 {
+		if rec := send(h, http.MethodPost, "/api/v1alpha1/environments?id=east", "application/json", invalid); rec.Code != http.StatusBadRequest {
+			t.Fatalf("write %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	rec := send(h, http.MethodPost, "/api/v1alpha1/environments?id=east", "application/json", invalid)
+	retry, _ := strconv.Atoi(rec.Header().Get("Retry-After"))
+	if rec.Code != http.StatusTooManyRequests || retry < 1 || retry > 3 {
+		t.Fatalf("write over the burst: %d (Retry-After %q) %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if rec := send(h, http.MethodGet, "/api/v1alpha1/environments", "", ""); rec.Code != http.StatusOK {
+		t.Fatalf("a read while writes are limited: %d", rec.Code)
+	}
+	other := send(h, http.MethodPost, "/api/v1alpha1/environments?id=east", "application/json", invalid, "Authorization", "Bearer "+otherToken)
+	if other.Code != http.StatusBadRequest {
+		t.Fatalf("another admin is limited by the first one's writes: %d %s", other.Code, other.Body)
+	}
+	// The refusal is audited.
+	page, err := testAudit(reg.Pool, reg.Logger).List(t.Context(), auth.AuditQuery{Subject: "api-test"})
+	if err != nil || len(page.Events) != 4 || page.Events[0].Status != http.StatusTooManyRequests {
+		t.Fatalf("audit of the limited writes: %+v %v", page.Events, err)
+	}
+}
+
+// Request ids: a plain one from the client is kept, anything else replaced;
+// the id is answered and on every log line of the request.
+func TestRequestIDsAreAnsweredAndLogged(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	var logs syncbuf.Buffer
+	logger := logging.New(&logs, slog.LevelDebug)
+	h := api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(),
+		Environments: registrytest.New(t, registrytest.Options{}).Service, Auth: testAuth(t), Audit: testAudit(reg.Pool, logger)})
+	rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/nowhere", "", "", "X-Request-Id", "trace-42.a:b")
+	if rec.Header().Get("X-Request-Id") != "trace-42.a:b" || rec.Code != http.StatusNotFound {
+		t.Fatalf("kept id: %q %d", rec.Header().Get("X-Request-Id"), rec.Code)
+	}
+	lines := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("a log line is not JSON: %s", line)
+		}
+		if entry["request_id"] != "trace-42.a:b" {
+			t.Errorf("a line of the request lacks its id: %s", line)
+		}
+		lines++
+	}
+	if lines < 2 { // the audit line and the access log line at least
+		t.Fatalf("%d log lines:\n%s", lines, logs.String())
+	}
+	for _, bad := range []string{"has spaces", strings.Repeat("a", 200), "new\nline"} {
+		rec := send(h, http.MethodGet, "/healthz", "", "", "X-Request-Id", bad)
+		if got := rec.Header().Get("X-Request-Id"); got == bad || len(got) != 36 {
+			t.Errorf("id %q answered as %q, want a fresh UUID", bad, got)
+		}
+	}
+}
+
+func TestSecurityHeadersAndHostNames(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	newServer := func(a *auth.Authenticator, hosts ...string) http.Handler {
+		return api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(), Auth: a, Audit: testAudit(nil, logger), AllowedHosts: hosts})
+	}
+	get := func(h http.Handler, host string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := get(newServer(testAuth(t)), "gateway.example.com")
+	for header, want := range map[string]string{"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
+		"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'"} {
+		if got := rec.Header().Get(header); got != want {
+			t.Errorf("%s: %q, want %q", header, got, want)
+		}
+	}
+	listed := newServer(testAuth(t), "gateway.example.com")
+	disabled := newServer(auth.New(auth.Options{Mode: auth.ModeDisabled}))
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		host string
+		want int
+	}{
+		{"listed name", listed, "gateway.example.com:8080", 200},
+		{"listed name, other case", listed, "Gateway.Example.COM", 200},
+		{"unlisted name", listed, "attacker.example.net", 400},
+		{"IP literal", listed, "10.0.0.7:8080", 200},
+		{"IPv6 literal", listed, "[fd00::7]:8080", 200},
+		{"localhost", listed, "localhost:8080", 200},
+		{"any name with auth on and no list", newServer(testAuth(t)), "anything.example", 200},
+		{"a name with auth off and no list", disabled, "rebound.example.net", 400},
+		{"loopback with auth off", disabled, "127.0.0.1:8080", 200},
+	} {
+		if rec := get(tc.h, tc.host); rec.Code != tc.want {
+			t.Errorf("%s: Host %s answered %d, want %d", tc.name, tc.host, rec.Code, tc.want)
+		}
+	}
+}
+
+// /readyz says which check failed to anyone, but why (it can name the
+// database host and user) only to an authenticated caller; it always says
+// how callers are authenticated.
+func TestReadyzExplainsFailuresOnlyToAuthenticatedCallers(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	h := api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(), Auth: testAuth(t), Audit: testAudit(nil, logger),
+		Readiness: []api.Check{{Name: "postgres", Check: func(context.Context) error {
+			return errors.New("connect to database postgres@db.internal:5432/storage_gateway: refused")
+		}}}})
+	anonymous := httptest.NewRecorder()
+	h.ServeHTTP(anonymous, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	authenticated := send(h, http.MethodGet, "/readyz", "", "")
+	for _, rec := range []*httptest.ResponseRecorder{anonymous, authenticated} {
+		var body api.Readiness
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != 503 || body.AuthMode != api.ReadinessAuthModeStatic ||
+			len(body.Checks) != 1 || body.Checks[0].Ok || body.Checks[0].Name != "postgres" {
+			t.Fatalf("readyz: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if bytes.Contains(anonymous.Body.Bytes(), []byte("db.internal")) {
+		t.Fatalf("an anonymous caller learns the database address: %s", anonymous.Body)
+	}
+	if !bytes.Contains(authenticated.Body.Bytes(), []byte("db.internal")) {
+		t.Fatalf("an authenticated caller is not told why: %s", authenticated.Body)
+	}
+}

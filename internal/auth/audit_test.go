@@ -1,0 +1,97 @@
+package auth_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	log := auth.NewAuditLog(reg.Pool, reg.Logger, 48*time.Hour)
+	ctx := context.Background()
+	for i := range 5 {
+		log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", Name: "Alice",
+			Roles: []auth.Role{auth.RoleAdmin}, AuthMethod: auth.MethodOIDC, Action: "updateEnvironment",
+			EnvironmentID: []string{"east", "west"}[i%2], Status: 200, Peer: "10.0.0.1:4000"})
+	}
+	log.Record(ctx, auth.AuditEvent{Subject: "dcm-trusted-network", Roles: []auth.Role{auth.RoleDCM}, AuthMethod: auth.MethodTrustedNetwork,
+		Action: "createVolume", EnvironmentID: "east", VolumeID: "v1", Status: 201, Peer: "10.0.0.2:4000"})
+
+	page, err := log.List(ctx, auth.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 6 || page.Events[0].Action != "createVolume" || page.Events[0].VolumeID != "v1" || page.Events[5].RequestID != "req-0" {
+		t.Fatalf("newest first: %+v", page.Events)
+	}
+	first := page.Events[1]
+	if first.Subject != "alice" || first.Name != "Alice" || first.AuthMethod != auth.MethodOIDC || first.Status != 200 ||
+		fmt.Sprint(first.Roles) != "[admin]" || first.Peer != "10.0.0.1:4000" || first.Time.IsZero() {
+		t.Fatalf("event %+v", first)
+	}
+	count := func(q auth.AuditQuery) int {
+		t.Helper()
+		p, err := log.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.Events)
+	}
+	future := time.Now().Add(time.Hour)
+	for name, tc := range map[string]struct {
+		q    auth.AuditQuery
+		want int
+	}{
+		"subject":            {auth.AuditQuery{Subject: "alice"}, 5},
+		"action":             {auth.AuditQuery{Action: "createVolume"}, 1},
+		"environment":        {auth.AuditQuery{Environments: []string{"west"}}, 2},
+		"out of scope":       {auth.AuditQuery{Environments: []string{}}, 0},
+		"after now":          {auth.AuditQuery{Since: &future}, 0},
+		"before the future":  {auth.AuditQuery{Until: &future}, 6},
+		"subject and action": {auth.AuditQuery{Subject: "alice", Action: "createVolume"}, 0},
+	} {
+		if got := count(tc.q); got != tc.want {
+			t.Errorf("%s: %d events, want %d", name, got, tc.want)
+		}
+	}
+
+	// Pages of two, bound to their query.
+	var ids []int64
+	q := auth.AuditQuery{MaxPageSize: 2}
+	for {
+		p, err := log.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.Events {
+			ids = append(ids, e.ID)
+		}
+		if p.NextPageToken == "" {
+			break
+		}
+		q.PageToken = p.NextPageToken
+		if _, err := log.List(ctx, auth.AuditQuery{Subject: "alice", PageToken: p.NextPageToken}); err == nil {
+			t.Fatal("a page token was accepted for another query")
+		}
+	}
+	if len(ids) != 6 || ids[0] <= ids[5] {
+		t.Fatalf("paged ids %v", ids)
+	}
+
+	// Events older than the retention are pruned.
+	if _, err := reg.Pool.Exec(ctx, `UPDATE audit_events SET time = now() - interval '3 days' WHERE subject = 'alice'`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := log.Prune(ctx)
+	if err != nil || n != 5 {
+		t.Fatalf("pruned %d, %v; want 5", n, err)
+	}
+	if got := count(auth.AuditQuery{}); got != 1 {
+		t.Fatalf("%d events left, want the recent one", got)
+	}
+}

@@ -1,0 +1,250 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/test/oidctest"
+)
+
+// clock is a settable clock for the verifier.
+type clock struct{ now atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.now.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
+func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+
+func verifier(issuer *oidctest.Issuer, c *clock) *auth.OIDC {
+	return auth.NewOIDC(auth.OIDCOptions{
+		IssuerURL: issuer.URL, Audience: "dcm-api", ClockSkew: 30 * time.Second,
+		RoleClaims: []string{"realm_access.roles", "resource_access.dcm-api.roles"}, RolePrefix: "storage-gateway-",
+		EnvironmentsClaim: "storage_gateway_environments", Now: c.Now,
+	})
+}
+
+// bearer authenticates token through an Authenticator in OIDC mode.
+func bearer(a *auth.Authenticator, token string) (auth.Principal, error) {
+	r := httptest.NewRequest("GET", "/api/v1alpha1/environments", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	return a.Authenticate(r)
+}
+
+func TestOIDCAcceptsValidTokensWithTheirRolesAndScope(t *testing.T) {
+	issuer := oidctest.Start(t)
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, newClock())})
+
+	claims := issuer.Claims("alice", "admin", "viewer")
+	// An unprefixed realm role named like a gateway role grants nothing.
+	claims["realm_access"] = map[string]any{"roles": []any{"admin", "storage-gateway-dcm", 7}}
+	p, err := bearer(a, issuer.Token(t, claims))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Subject != "alice" || p.Name != "alice-name" || p.Method != auth.MethodOIDC || p.Scoped() {
+		t.Fatalf("principal %+v", p)
+	}
+	if got := fmt.Sprint(p.Roles); got != "[dcm admin viewer]" {
+		t.Fatalf("roles %s, want dcm (realm) then admin and viewer (client)", got)
+	}
+
+	scoped := issuer.Claims("bob", "admin")
+	scoped["storage_gateway_environments"] = []any{"east", "Not An Id", "west"}
+	p, err = bearer(a, issuer.Token(t, scoped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(p.Environments) != "[east west]" || !p.InScope("east") || p.InScope("north") {
+		t.Fatalf("scope %v", p.Environments)
+	}
+
+	// ES256 is accepted too.
+	issuer.AddKey(t, jose.ES256)
+	c := newClock()
+	c.Advance(time.Minute)
+	a = auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	if _, err := bearer(a, issuer.Token(t, issuer.Claims("carol", "viewer"))); err != nil {
+		t.Fatalf("ES256 token: %v", err)
+	}
+}
+
+// Every forgery and every invalid token is refused as invalid (401), never
+// as an error of another kind.
+func TestOIDCRefusesInvalidAndForgedTokens(t *testing.T) {
+	issuer := oidctest.Start(t)
+	other := oidctest.Start(t) // a real issuer, but not the configured one
+	c := newClock()
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	valid := func() map[string]any { return issuer.Claims("mallory", "admin") }
+	with := func(k string, v any) map[string]any {
+		claims := valid()
+		claims[k] = v
+		return claims
+	}
+	now := time.Now()
+	good := issuer.Token(t, valid())
+	parts := strings.Split(good, ".")
+	tamperedClaims := with("sub", "admin")
+	tampered := parts[0] + "." + strings.Split(issuer.Token(t, tamperedClaims), ".")[1] + "." + parts[2]
+
+	cases := map[string]string{
+		"malformed":                  "not-a-jwt",
+		"three garbage segments":     "a.b.c",
+		"expired":                    issuer.Token(t, with("exp", now.Add(-time.Hour).Unix())),
+		"expired beyond the skew":    issuer.Token(t, with("exp", now.Add(-45*time.Second).Unix())),
+		"not yet valid":              issuer.Token(t, with("nbf", now.Add(time.Hour).Unix())),
+		"not valid beyond the skew":  issuer.Token(t, with("nbf", now.Add(2*time.Minute).Unix())),
+		"issued in the future":       issuer.Token(t, with("iat", now.Add(time.Hour).Unix())),
+		"wrong issuer":               issuer.Token(t, with("iss", other.URL)),
+		"signed by another issuer":   other.Token(t, valid()),
+		"wrong audience":             issuer.Token(t, with("aud", []any{"account"})),
+		"no subject":                 issuer.Token(t, with("sub", "")),
+		"alg none":                   oidctest.Unsigned(valid()),
+		"HS256 with the public key":  issuer.HMACWithPublicKey(t, valid()),
+		"unknown kid":                issuer.TokenWithKid(t, "no-such-key", valid()),
+		"tampered payload":           tampered,
+		"signature of another token": parts[0] + "." + parts[1] + "." + strings.Split(issuer.Token(t, with("sub", "x")), ".")[2],
+		"JSON serialization":         `{"payload":"e30","signatures":[]}`,
+	}
+	if _, err := bearer(a, good); err != nil {
+		t.Fatalf("the valid token itself: %v", err)
+	}
+	for name, token := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := bearer(a, token)
+			var invalid *auth.InvalidError
+			if !errors.As(err, &invalid) {
+				t.Fatalf("accepted or wrong error: %+v, %v", p, err)
+			}
+			if strings.Contains(err.Error(), token) {
+				t.Fatal("the error repeats the token")
+			}
+		})
+	}
+	// Inside the skew is fine.
+	for name, claims := range map[string]map[string]any{
+		"expired 20s ago":      with("exp", now.Add(-20*time.Second).Unix()),
+		"valid from 20s ahead": with("nbf", now.Add(20*time.Second).Unix()),
+	} {
+		if _, err := bearer(a, issuer.Token(t, claims)); err != nil {
+			t.Errorf("%s: refused within the clock skew: %v", name, err)
+		}
+	}
+}
+
+// A flood of tokens naming random key ids costs the identity provider at
+// most one JWKS fetch per 30 s cooldown; a key the issuer really rotated in
+// is accepted on first sight once the cooldown has passed.
+func TestUnknownKeyIDsFetchTheKeySetAtMostOncePerCooldown(t *testing.T) {
+	issuer := oidctest.Start(t)
+	c := newClock()
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	if _, err := bearer(a, issuer.Token(t, issuer.Claims("alice", "admin"))); err != nil {
+		t.Fatal(err)
+	}
+	base := issuer.JWKSFetches()
+	if base != 1 {
+		t.Fatalf("%d fetches for the first token, want 1", base)
+	}
+	flood := func() {
+		var wg sync.WaitGroup
+		for i := range 500 {
+			wg.Go(func() {
+				if _, err := bearer(a, issuer.TokenWithKid(t, fmt.Sprintf("random-%d-%d", c.Now().Unix(), i), issuer.Claims("x", "admin"))); err == nil {
+					t.Error("a token with an unknown kid was accepted")
+				}
+			})
+		}
+		wg.Wait()
+	}
+	flood()
+	if got := issuer.JWKSFetches() - base; got != 0 {
+		t.Fatalf("a flood within the cooldown of the first fetch caused %d fetches, want 0", got)
+	}
+	c.Advance(31 * time.Second)
+	flood()
+	if got := issuer.JWKSFetches() - base; got != 1 {
+		t.Fatalf("a flood after the cooldown caused %d fetches, want exactly 1", got)
+	}
+
+	// The issuer rotates its key; a token signed with the new key arrives
+	// 10 s after the flood's fetch: refused, no fetch. After the cooldown it
+	// is accepted on first sight, with one fetch.
+	issuer.AddKey(t, jose.RS256)
+	rotated := issuer.Token(t, issuer.Claims("alice", "admin"))
+	c.Advance(10 * time.Second)
+	if _, err := bearer(a, rotated); err == nil {
+		t.Fatal("a new key was accepted inside the cooldown without a fetch")
+	}
+	if got := issuer.JWKSFetches() - base; got != 1 {
+		t.Fatalf("%d fetches, want still 1", got)
+	}
+	c.Advance(21 * time.Second)
+	if _, err := bearer(a, rotated); err != nil {
+		t.Fatalf("the rotated key was not accepted after the cooldown: %v", err)
+	}
+	if got := issuer.JWKSFetches() - base; got != 2 {
+		t.Fatalf("%d fetches, want 2", got)
+	}
+	// Known keys cost nothing per request.
+	before := issuer.JWKSFetches()
+	for range 100 {
+		if _, err := bearer(a, rotated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if issuer.JWKSFetches() != before {
+		t.Fatal("verifying a token with a known key fetched the key set")
+	}
+}
+
+// A withdrawn key stops verifying once the cached key set is an hour old.
+func TestWithdrawnKeysStopVerifying(t *testing.T) {
+	issuer := oidctest.Start(t)
+	first := issuer.Token(t, issuer.Claims("alice", "admin"))
+	c := newClock()
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	if _, err := bearer(a, first); err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := issuer.SigningKeyID()
+	issuer.AddKey(t, jose.RS256) // the new key signs from now on
+	issuer.RemoveKey(withdrawn)
+	c.Advance(59 * time.Minute)
+	if _, err := bearer(a, first); err != nil {
+		t.Fatalf("within the hour the cached key still verifies: %v", err)
+	}
+	c.Advance(2 * time.Minute)
+	if _, err := bearer(a, first); err == nil {
+		t.Fatal("a key the issuer withdrew still verifies after the key set was re-read")
+	}
+}
+
+// An issuer that cannot be reached makes verification unavailable (503), not
+// invalid (401); once it is up, tokens verify.
+func TestIssuerOutageIsUnavailableNotUnauthenticated(t *testing.T) {
+	issuer := oidctest.Start(t)
+	c := newClock()
+	v := auth.NewOIDC(auth.OIDCOptions{IssuerURL: "http://127.0.0.1:1", Audience: "dcm-api", Now: c.Now})
+	if err := v.Discover(context.Background()); !errors.Is(err, auth.ErrIssuerUnavailable) {
+		t.Fatalf("discovery of a closed port: %v", err)
+	}
+	_, err := bearer(auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: v}), issuer.Token(t, issuer.Claims("a", "admin")))
+	if !errors.Is(err, auth.ErrIssuerUnavailable) {
+		t.Fatalf("a token while the issuer is down: %v", err)
+	}
+}

@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+)
+
+// call is one request of the authorization walk.
+type call struct {
+	method, path string
+	body         any
+	contentType  string
+	// want is the status the right role gets.
+	want int
+}
+
+// send makes c with token ("" for none) and returns the status, headers and
+// decoded body.
+func (c call) send(t *testing.T, base, token string) (int, http.Header, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if c.body != nil {
+		raw, err := json.Marshal(c.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), c.method, base+c.path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.body != nil {
+		ct := c.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, resp.Header, out
+}
+
+// TestEveryOperationEnforcesItsRoles walks every operation of the OpenAPI
+// document. A protected one answers 401 without a token and with a bad one,
+// 403 to a principal lacking its roles, 404 (403 for a create) to one whose
+// environment scope excludes the environment, and succeeds for each role it
+// admits; an open one answers without a token. An operation this walk has no
+// request for fails it: a new endpoint cannot ship without a rule.
+func TestEveryOperationEnforcesItsRoles(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	admin := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east := clusters[0]
+	envID := east.Spec.Environment.ID
+	admin.register(east)
+	admin.waitLive(envID)
+	kubeconfig, err := east.GatewayKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[auth.Role]string{auth.RoleAdmin: g.Tokens.Admin, auth.RoleDCM: g.Tokens.DCM, auth.RoleViewer: g.Tokens.Viewer}
+	outOfScope := g.AddToken(t, "elsewhere", auth.Roles, []string{"elsewhere"})
+
+	registrations := 0
+	newEnvironment := func() string {
+		registrations++
+		id := fmt.Sprintf("walk-%d", registrations)
+		code, body := admin.do(http.MethodPost, "/api/v1alpha1/environments?id="+id, map[string]any{"kubeconfig": string(kubeconfig)})
+		admin.want(http.StatusCreated, code, body)
+		return id
+	}
+	newVolume := func() string {
+		id := uuid.NewString()
+		code, body := admin.do(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("walk", "1Gi", nil)})
+		admin.want(http.StatusCreated, code, body)
+		admin.waitStatus(envID, id, "RUNNING", time.Minute)
+		return id
+	}
+	envPath := "/api/v1alpha1/environments/" + envID
+	// requests builds, for an operation, the request a principal of the
+	// admitted roles succeeds with; it may set up what that needs.
+	requests := map[string]func() call{
+		"getHealthz": func() call { return call{method: "GET", path: "/healthz", want: 200} },
+		"getReadyz":  func() call { return call{method: "GET", path: "/readyz", want: 200} },
+		"getOpenAPI": func() call { return call{method: "GET", path: "/api/v1alpha1/openapi.yaml", want: 200} },
+		"getVolumesHealth": func() call {
+			return call{method: "GET", path: volumesPath(envID) + "/health", want: 200}
+		},
+		"createEnvironment": func() call {
+			registrations++
+			return call{method: "POST", path: fmt.Sprintf("/api/v1alpha1/environments?id=walk-%d", registrations),
+				body: map[string]any{"kubeconfig": string(kubeconfig)}, want: 201}
+		},
+		"listEnvironments": func() call { return call{method: "GET", path: "/api/v1alpha1/environments", want: 200} },
+		"getEnvironment":   func() call { return call{method: "GET", path: envPath, want: 200} },
+		"updateEnvironment": func() call {
+			return call{method: "PATCH", path: envPath, body: map[string]any{"description": "walked"},
+				contentType: "application/merge-patch+json", want: 200}
+		},
+		"deleteEnvironment": func() call {
+			return call{method: "DELETE", path: "/api/v1alpha1/environments/" + newEnvironment(), want: 204}
+		},
+		"verifyEnvironment":  func() call { return call{method: "POST", path: envPath + ":verify", want: 200} },
+		"listStorageClasses": func() call { return call{method: "GET", path: "/api/v1alpha1/storage-classes", want: 200} },
+		"listFleetVolumes":   func() call { return call{method: "GET", path: "/api/v1alpha1/volumes", want: 200} },
+		"listEnvironmentStorageClasses": func() call {
+			return call{method: "GET", path: envPath + "/storage-classes", want: 200}
+		},
+		"getEnvironmentStorageClass": func() call {
+			return call{method: "GET", path: envPath + "/storage-classes/standard", want: 200}
+		},
+		"createVolume": func() call {
+			return call{method: "POST", path: volumesPath(envID) + "?id=" + uuid.NewString(),
+				body: map[string]any{"spec": storageSpec("walk", "1Gi", nil)}, want: 201}
+		},
+		"listVolumes": func() call { return call{method: "GET", path: volumesPath(envID), want: 200} },
+		"getVolume":   func() call { return call{method: "GET", path: volumesPath(envID) + "/" + newVolume(), want: 200} },
+		"updateVolume": func() call {
+			return call{method: "PATCH", path: volumesPath(envID) + "/" + newVolume(), body: map[string]any{"capacity": "2Gi"}, want: 200}
+		},
+		"deleteVolume": func() call {
+			return call{method: "DELETE", path: volumesPath(envID) + "/" + newVolume(), want: 204}
+		},
+		"listAuditEvents": func() call { return call{method: "GET", path: "/api/v1alpha1/audit-events", want: 200} },
+	}
+
+	spec, err := api.GetSwagger()
+	if err != nil {
+		t.Fatal(err)
+	}
+	walked := 0
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			walked++
+			t.Run(op.OperationID, func(t *testing.T) {
+				build, ok := requests[op.OperationID]
+				if !ok {
+					t.Fatalf("%s %s (%s) has no authorization case here: add one", method, path, op.OperationID)
+				}
+				if op.Security == nil {
+					t.Fatalf("%s declares no security requirement", op.OperationID)
+				}
+				var admitted []auth.Role
+				for _, req := range *op.Security {
+					for name := range req {
+						admitted = append(admitted, auth.Role(name))
+					}
+				}
+				if len(admitted) == 0 {
+					c := build()
+					if code, _, body := c.send(t, g.URL, ""); code != c.want {
+						t.Fatalf("open operation without a token: %d %v, want %d", code, body, c.want)
+					}
+					return
+				}
+				// Refusals are checked on one request, which never runs.
+				c := build()
+				for name, token := range map[string]string{"no token": "", "a bad token": "sgw_not-a-token", "a JWT-looking token": "e30.e30.e30"} {
+					code, hdr, body := c.send(t, g.URL, token)
+					if code != http.StatusUnauthorized || body["type"] != "UNAUTHENTICATED" || !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
+						t.Fatalf("%s: %d %v (WWW-Authenticate %q), want 401", name, code, body, hdr.Get("WWW-Authenticate"))
+					}
+				}
+				for _, role := range auth.Roles {
+					if slices.Contains(admitted, role) {
+						continue
+					}
+					if code, _, body := c.send(t, g.URL, tokens[role]); code != http.StatusForbidden || body["type"] != "PERMISSION_DENIED" {
+						t.Fatalf("role %s: %d %v, want 403", role, code, body)
+					}
+				}
+				if strings.Contains(path, "{environment_id}") || op.OperationID == "createEnvironment" {
+					want := http.StatusNotFound
+					if op.OperationID == "createEnvironment" {
+						want = http.StatusForbidden
+					}
+					if code, _, body := c.send(t, g.URL, outOfScope); code != want {
+						t.Fatalf("a principal scoped to other environments: %d %v, want %d", code, body, want)
+					}
+				}
+				for _, role := range admitted {
+					c := build()
+					if code, _, body := c.send(t, g.URL, tokens[role]); code != c.want {
+						t.Fatalf("role %s: %d %v, want %d", role, code, body, c.want)
+					}
+				}
+			})
+		}
+	}
+	if walked != len(requests) {
+		t.Errorf("walked %d operations but have requests for %d: remove the requests of operations that are gone", walked, len(requests))
+	}
+
+	// Refused mutations by known principals are audited with their answer.
+	code, page := admin.do(http.MethodGet, "/api/v1alpha1/audit-events?subject=test-viewer&action=deleteEnvironment", nil)
+	admin.want(http.StatusOK, code, page)
+	events, _ := page["audit_events"].([]any)
+	if len(events) != 1 || fmt.Sprint(events[0].(map[string]any)["status"]) != "403" {
+		t.Fatalf("the viewer's refused delete: %v", page)
+	}
+}
