@@ -4761,13 +4761,13 @@ type GetOpenAPIResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// YAML200 the response for an HTTP 200 `application/yaml` response
-	YAML200 *string
+	YAML200 *map[string]interface{}
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 }
 
 // GetYAML200 returns the response for an HTTP 200 `application/yaml` response
-func (r GetOpenAPIResponse) GetYAML200() *string {
+func (r GetOpenAPIResponse) GetYAML200() *map[string]interface{} {
 	return r.YAML200
 }
 
@@ -6515,7 +6515,7 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
-		var dest string
+		var dest map[string]interface{}
 		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -10201,24 +10201,24 @@ var swaggerSpec = []string{
 	"1Moxx4FpT4MqT7U426W81ZE5HjYKHm662rcz7emMc2fbuujmTIQSSUqjd0TLopGMcSmQe/wN5VSSRI/B",
 	"QV/ar1arhWZ7ZtJhl5fydOyZuudLSDaG/U6cp36JtxJnfzgm/waOicZ7/JyOyXF1jdzLBOOudLStWZHc",
 	"rOit3UGnQ1oy57Slrlh9SWFh/ZJVi+qz3tJ3WU9UHgyyNR8n6Mbs4kb36RGFRM2Tf5Gigu8hKX+pq2sa",
-	"OXnKFlsk4e0xyO4Sp8m6pORFBrR3OdiO4IpBK4JrRge9ZGXnQq+qA6brzpM+gZ7WuID6YGuxgmJ+B6Al",
-	"ZLzgbK9aWM3LmHvaM+C12+AJNT2LdJImdE5dm0be+szJHfBl7UC4OdrLplN95b1EO6ROE3owc+8GRnav",
-	"+tp8OYe0i96SRDd2pJhze9dpMZ3uuXaiLwFWa9TLocycTSJ0NqLmQYWVBKYSsVx2UU835EJTPax5tjgq",
-	"WtxiYNxLyUbU3u+vZ9Wv7ax02kM31h+9sdk+O+RuF13iWVGVNlk6gGw7hrpSJ/C7HQTr185liBNljgI2",
-	"cCiH0MEue5eSOQqWJbr3gzGutzmQumEf5eoEh+66MDBvHezv+7rELRNbAp0GL35qrN7ncfN8dctw7oUE",
-	"m3op/paCbTO4Vwts5wetH7fW+G1FtDodl/2v1zpkrnn9yzeqN9kkdV3xtfh3PVVXF1wIR5wJY1WZupHV",
-	"OpIV5fRYJcbb1dh8/XiFydnaqLluTFr0ZN0tqwpGdLJEddUEFJG4i2zjmKrtBQeUECH1zQ2JvXkai1vQ",
-	"Tc1tNtdakT/Zl2/a5LpuaPrtKzv+XaV61bdrC7FW9B9rH7Reo7RFTdL3VGDz7yqhPhd8vZloMkmbXx/N",
-	"GOqijfLYWMaZ7rxEbM0LnelUXhedm6v4Wa5tzRgyoDHQiIDHj34H8r2d/QUJp7wPqMXNcbaCE3IHz+vH",
-	"lLOvcV10ZqUdAwbyQO2h6RKmS3stRaZV0TG6tLdBmNtAlGESIgOEEXVukrCN8UN03hteF1cGQtxFr/df",
-	"maZVCyLAujxqJDPND0KfGNH3FS7mS+WKOJdiaEKY61SV7kTDdGdXtz2OvRujJUF7ZUDwgmRQ3cviPXyL",
-	"Y71qrUafJDmeM9m6dq29ou6KUVglBoOO9enVavg2olwf+NABAKPRc54Ex8Gejs/ZoZrkW3BAqPtv6XnL",
-	"6zeLTlWISAHJtFspIWc9q9rd3EOlD3UvjV1qGmOhHb3Q3S46deN93L3nUzfFWiJdMmcaBiAsEQfhlDiU",
-	"x8FDlLDZDHQbRYjmTBE6RaB7ZhlKXrULfAu21YE2j92sEizBENqyZNOmTccknIGPR/Rrlk8SEo1znjw8",
-	"IT3dRb2y05W5AMw0fSbSWPVFJUVZQFfbY2G3rm7v5zlDMYnRYo7bG20VzcTLDlu6B7Q2MXVnubPBcHzV",
-	"H/bPh4OLc4tJLU12a6swLWhW1/DWadym7DqWCVT1b9MryBIcgYZk45xCGd4hfETLsEdxv3OR6wqdbYiw",
-	"0K9mt+5hLTScw9LEQkRrUTWhnRRSxpeI0BjubVBam/ehJcLJUi3GtPXDVaE1piinpYiv2fhKAjcvuRhR",
-	"fTlKirmy6G90O/SbGkSNNfDw5eH/BwAA//8=",
+	"OXnKFlsk4e0xyO4Sp8m6pORFBrR3OdiO4IpB3drIRrG0HRe9Ks97epr8+Klv9dW1x06fQHZrPEV9/rVY",
+	"QTG/A/cSgF6otxc3rKZvzHXuGfDapfGEmtZGOpcTOoezTb9vfTTlDviydm7cnABm06m+GV+iHVInHT2Y",
+	"uZ4DI7tXfbu+nEPaRW9Jovs/Usy5vRK1mE63ZjvRdwWrNerlUGaOMBE6G1HzoMJKAlOJWC67qKf7dqGp",
+	"HtY8W5woLS47MF6oZCMq8kw3GFaz6td2VhryoRvrtt7YpKAdcreLLvGsKF6bLB1Atp1WXSkn+N3Oi/Vr",
+	"xzfEibJaARs4lEPomJi9csmcGMsS3SLC2ODbnFvdsN1yddBDN2cYmLcO9vd9zeSWia2UToMXP1xWbwe5",
+	"eVq7ZTj33oJNnRl/58G2GdwbCLZzl9aPW+sPVw272pjZ/3qtkeaa1798o7KUTTLcFV+Lf9fDd3XBhXDE",
+	"mTDGlykvWS03WVFOjxVsvF0N4ddPYZjUrg2u6/6lRevW3bL4YEQnS1RXTUARibvI9pepumNwQAkRUl/w",
+	"kNgLqrG4Bd373CZ9rbH5k335pk2u676n374A5N9VqlftvbYQa0WbsvZB66VMW5QufU91OP+uEupzwdeb",
+	"iSaT2/n10cSiru0oT5dlnOkGTcSWxtCZzvh10bm5sZ/l2taMIQMaA40IeNztdyDf29lfkHDKa4Na3Bxn",
+	"Kzghd/C8fkw5+xrXRSdg2jFgIA/Unq0uYbq0t1dkWhUdo0t7aYS5NEQZJiEyQBhR58IJ2z8/ROe94XVx",
+	"syDEXfR6/5XpbbUgAqzLo0Yy0/wg9MESfa3hYr5Urohzd4YmhLnOaOmGNUw3gHW76NgrNFryuFcGBC9I",
+	"BtX1Ld4zujjWq9Zq9EmS4zlzsmvX2ivKsxiFVWIw6Fifha2GbyPK9fERHQAwGj3nSXAc7Okwnh2qSb4F",
+	"B4S6TZeet7yls2hohYgUkEy7lRJy1rOq3c11Vfrs99LYpaZ/FtrRC93tolM3LMjd60B176wl0pV1pq8A",
+	"whJxEE4lRHlqPEQJm81Ad1uEaM4UoVMEurWWoeRVu8C3YFtEaNPdzWLCEgyhrV423dx0TMIZ+HhEv2b5",
+	"JCHROOfJwxOy2F3UKxtimXvCTG9oIo1VXxRclHV2tT0Wduvq9n6eMxSTGC3muL0fV9FzvGzEpVtFaxNT",
+	"N6A7GwzHV/1h/3w4uDi3mNTSZLe2CtOpZnUNb53+bsquY5lAVZs3vYIswRFoSDaOM5ThHcJHtAx7FNdA",
+	"Fymx0NmGCAv9anbrnulCwzksTSxEtNZeE9pJIWV8iQiN4d7GrrV5H1oinCzVYkz3P1zVY2OKclqK+JqN",
+	"ryRw8y6MEdV3qKSYK4v+RndNv6lB1FgDD18e/n8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

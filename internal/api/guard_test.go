@@ -26,7 +26,7 @@ import (
 // its security (an open one, `[]`), and every refusal the guard can give is a
 // declared answer of the operation.
 func TestEveryOperationDeclaresItsSecurityAndRefusals(t *testing.T) {
-	spec, err := api.GetSwagger()
+	spec, err := api.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 		"listAuditEvents": func() call { return call{method: "GET", path: "/api/v1alpha1/audit-events", want: 200} },
 	}
 
-	spec, err := api.GetSwagger()
+	spec, err := api.Contract()
 	if err != nil {
 		t.Fatal(err)
 	}
