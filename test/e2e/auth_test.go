@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	clusterpool "github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
 // call is one request of the authorization walk.
@@ -221,4 +224,122 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 	if len(events) != 1 || fmt.Sprint(events[0].(map[string]any)["status"]) != "403" {
 		t.Fatalf("the viewer's refused delete: %v", page)
 	}
+}
+
+// TestScopedPrincipalsSeeOnlyTheirEnvironments: a principal limited to east
+// finds west nowhere — not in lists, fleet views, filters, volumes or the
+// audit trail — and west's own paths answer 404 as if it did not exist.
+func TestScopedPrincipalsSeeOnlyTheirEnvironments(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	admin := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east, west := clusters[0].Spec.Environment.ID, clusters[1].Spec.Environment.ID
+	for _, c := range clusters {
+		admin.register(c)
+	}
+	admin.waitLive(east, west)
+	for _, env := range []string{east, west} {
+		code, body := admin.do(http.MethodPost, volumesPath(env)+"?id="+uuid.NewString(), map[string]any{"spec": storageSpec("scoped", "1Gi", nil)})
+		admin.want(http.StatusCreated, code, body)
+	}
+	scoped := client{t: t, base: g.URL, token: g.AddToken(t, "east-ops", []auth.Role{auth.RoleAdmin}, []string{east})}
+
+	ids := func(path, list, key string) []string {
+		t.Helper()
+		code, body := scoped.do(http.MethodGet, path, nil)
+		scoped.want(http.StatusOK, code, body)
+		var out []string
+		items, _ := body[list].([]any)
+		for _, item := range items {
+			m := item.(map[string]any)
+			if key == "environments" { // one entry per class; collect its environments
+				for _, d := range m["environments"].([]any) {
+					out = append(out, d.(map[string]any)["environment_id"].(string))
+				}
+				continue
+			}
+			out = append(out, fmt.Sprint(m[key]))
+		}
+		return out
+	}
+	onlyEast := func(what string, got []string) {
+		t.Helper()
+		if len(got) == 0 || slices.ContainsFunc(got, func(id string) bool { return id != east }) {
+			t.Errorf("%s: %v, want east only", what, got)
+		}
+	}
+	onlyEast("environments", ids("/api/v1alpha1/environments", "environments", "id"))
+	onlyEast("storage classes", ids("/api/v1alpha1/storage-classes", "storage_classes", "environments"))
+	onlyEast("fleet volumes", ids("/api/v1alpha1/volumes", "volumes", "environment_id"))
+	onlyEast("audit events", ids("/api/v1alpha1/audit-events", "audit_events", "environment_id"))
+	for _, path := range []string{
+		"/api/v1alpha1/storage-classes?environment=" + west,
+		"/api/v1alpha1/volumes?environment=" + west,
+		"/api/v1alpha1/audit-events?environment=" + west,
+	} {
+		code, body := scoped.do(http.MethodGet, path, nil)
+		scoped.want(http.StatusOK, code, body)
+		for _, list := range []string{"storage_classes", "volumes", "audit_events"} {
+			if items, ok := body[list].([]any); ok && len(items) != 0 {
+				t.Errorf("%s shows %d items of the out-of-scope environment", path, len(items))
+			}
+		}
+	}
+	// West's paths answer exactly as for an environment that does not exist.
+	_, unknown := admin.do(http.MethodGet, "/api/v1alpha1/environments/nowhere", nil)
+	for _, path := range []string{"/api/v1alpha1/environments/" + west, "/api/v1alpha1/environments/" + west + "/storage-classes", volumesPath(west)} {
+		code, body := scoped.do(http.MethodGet, path, nil)
+		if code != http.StatusNotFound || strings.ReplaceAll(fmt.Sprint(body["detail"]), west, "nowhere") != fmt.Sprint(unknown["detail"]) {
+			t.Errorf("%s: %d %v, want the 404 of an unknown environment (%v)", path, code, body, unknown["detail"])
+		}
+	}
+}
+
+// TestConcurrentVerifiesShareOneProbe: a hundred simultaneous :verify calls
+// of one environment send one probe's worth of access reviews to the
+// cluster (counted by the API server itself), not a hundred.
+func TestConcurrentVerifiesShareOneProbe(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	admin := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east := clusters[0]
+	admin.register(east)
+	before := accessReviews(t, east)
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			code, body, err := admin.try(http.MethodPost, "/api/v1alpha1/environments/"+east.Name()+":verify", nil)
+			if err != nil || code != http.StatusOK {
+				t.Errorf("verify: %d %v %v", code, body, err)
+			}
+		})
+	}
+	wg.Wait()
+	perProbe := len(clusterpool.RequiredPermissions(append([]string{east.Spec.Environment.Namespace}, east.Spec.Environment.AllowedNamespaces...)))
+	got := accessReviews(t, east) - before
+	// Calls that arrive after a probe finished start the next one; a
+	// hundred calls at once fit in very few.
+	if got < perProbe || got > 3*perProbe {
+		t.Fatalf("100 concurrent verifies sent %d access reviews; one probe sends %d", got, perProbe)
+	}
+	t.Logf("100 concurrent verifies: %d access reviews (%d per probe)", got, perProbe)
+}
+
+// accessReviews is how many SelfSubjectAccessReviews the cluster's API
+// server has answered, from its own metrics.
+func accessReviews(t *testing.T, c *harness.Cluster) int {
+	t.Helper()
+	raw, err := c.AdminClient().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `resource="selfsubjectaccessreviews"`) {
+			var n float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &n); err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			total += int(n)
+		}
+	}
+	return total
 }
