@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -59,6 +60,8 @@ type OIDC struct {
 	verifier      *oidc.IDTokenVerifier
 	keys          *keySet
 	lastDiscovery time.Time
+
+	verified verifiedTokens
 }
 
 // NewOIDC returns a verifier; the issuer is contacted on first use (or by
@@ -73,7 +76,7 @@ func NewOIDC(opts OIDCOptions) *OIDC {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	o := &OIDC{opts: opts}
+	o := &OIDC{opts: opts, verified: verifiedTokens{entries: map[[sha256.Size]byte]verifiedToken{}}}
 	for _, a := range opts.SigningAlgs {
 		o.algs = append(o.algs, jose.SignatureAlgorithm(a))
 	}
@@ -133,16 +136,15 @@ func (o *OIDC) verifierFor(ctx context.Context) (*oidc.IDTokenVerifier, error) {
 	return o.verifier, nil
 }
 
-// claims are the token fields the gateway reads beyond what go-oidc checks.
-type claims struct {
-	PreferredUsername string   `json:"preferred_username"`
-	NotBefore         *float64 `json:"nbf"`
-	IssuedAt          *float64 `json:"iat"`
-}
-
 // Verify checks the token's signature, issuer, audience, algorithm and
-// lifetime, and maps its claims to a principal.
+// lifetime, and maps its claims to a principal. A token verified in the
+// last minute is answered from the cache of verified tokens.
 func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
+	now := o.opts.Now()
+	sum := sha256.Sum256([]byte(token))
+	if p, ok := o.verified.get(sum, now); ok {
+		return p, nil
+	}
 	verifier, err := o.verifierFor(ctx)
 	if err != nil {
 		return Principal{}, err
@@ -151,27 +153,22 @@ func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 	if err != nil {
 		return Principal{}, err
 	}
-	var c claims
 	var all map[string]any
-	if err := idt.Claims(&c); err != nil {
-		return Principal{}, err
-	}
 	if err := idt.Claims(&all); err != nil {
 		return Principal{}, err
 	}
 	// go-oidc allows nbf five minutes in the future whatever the operator
 	// set; the configured skew is the bound here.
-	now := o.opts.Now()
-	for name, t := range map[string]*float64{"nbf": c.NotBefore, "iat": c.IssuedAt} {
-		if t != nil && time.Unix(int64(*t), 0).After(now.Add(o.opts.ClockSkew)) {
+	for _, name := range []string{"nbf", "iat"} {
+		if t, ok := all[name].(float64); ok && time.Unix(int64(t), 0).After(now.Add(o.opts.ClockSkew)) {
 			return Principal{}, fmt.Errorf("the token's %s is in the future", name)
 		}
 	}
 	if idt.Subject == "" {
 		return Principal{}, errors.New("the token has no subject")
 	}
-	p := Principal{Subject: idt.Subject, Name: c.PreferredUsername, Method: MethodOIDC}
-	if p.Name == "" {
+	p := Principal{Subject: idt.Subject, Method: MethodOIDC}
+	if p.Name, _ = all["preferred_username"].(string); p.Name == "" {
 		p.Name = p.Subject
 	}
 	for _, path := range o.opts.RoleClaims {
@@ -191,6 +188,11 @@ func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 			}
 		}
 	}
+	until := now.Add(verifiedTTL)
+	if expiry := idt.Expiry.Add(o.opts.ClockSkew); expiry.Before(until) {
+		until = expiry
+	}
+	o.verified.put(sum, p, until, now)
 	return p, nil
 }
 

@@ -248,3 +248,43 @@ func TestIssuerOutageIsUnavailableNotUnauthenticated(t *testing.T) {
 		t.Fatalf("a token while the issuer is down: %v", err)
 	}
 }
+
+// A verified token is answered from the cache, but never after it expires,
+// and never longer than a minute.
+func TestVerifiedTokensAreCachedWithinTheirLifetime(t *testing.T) {
+	issuer := oidctest.Start(t)
+	c := newClock()
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	short := issuer.Claims("alice", "admin")
+	short["exp"] = c.Now().Add(20 * time.Second).Unix()
+	token := issuer.Token(t, short)
+	if _, err := bearer(a, token); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(45 * time.Second) // within the minute, within exp + 30 s skew
+	if _, err := bearer(a, token); err != nil {
+		t.Fatalf("within its lifetime and the skew: %v", err)
+	}
+	c.Advance(10 * time.Second) // past exp + skew, still within the minute
+	if _, err := bearer(a, token); err == nil {
+		t.Fatal("an expired token was served from the cache")
+	}
+
+	longClaims := issuer.Claims("bob", "admin")
+	longClaims["exp"] = c.Now().Add(3 * time.Hour).Unix()
+	long := issuer.Token(t, longClaims)
+	if _, err := bearer(a, long); err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := issuer.SigningKeyID()
+	issuer.AddKey(t, jose.RS256)
+	issuer.RemoveKey(withdrawn)
+	c.Advance(30 * time.Second)
+	if _, err := bearer(a, long); err != nil {
+		t.Fatalf("within the cache's minute: %v", err)
+	}
+	c.Advance(2 * time.Hour) // cache entry and key set both old: re-verified, refused
+	if _, err := bearer(a, long); err == nil {
+		t.Fatal("a token signed by a withdrawn key was still accepted from the cache")
+	}
+}

@@ -129,3 +129,62 @@ func TestStateDirRequiredWithoutHome(t *testing.T) {
 		t.Fatalf("want SG_STATE_DIR error without HOME, got %v", err)
 	}
 }
+
+func TestAuthDefaults(t *testing.T) {
+	cfg, err := config.FromMap(map[string]string{"HOME": "/h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AuthMode != "static" || cfg.AuthDisabledAcknowledged || cfg.OIDCAudience != "dcm-api" || cfg.OIDCRolePrefix != "storage-gateway-" ||
+		strings.Join(cfg.OIDCRoleClaimList(), " ") != "realm_access.roles resource_access.dcm-api.roles" ||
+		strings.Join(cfg.OIDCSigningAlgList(), " ") != "RS256 ES256" || cfg.OIDCClockSkew != 30*time.Second ||
+		len(cfg.DCMTrustedNetworks()) != 0 || cfg.AuditRetention != 90*24*time.Hour || cfg.MetricsRequireAuth ||
+		cfg.AdminWriteRate != 5 || cfg.AdminWriteBurst != 20 || cfg.HTTPReadTimeout != 30*time.Second ||
+		cfg.HTTPWriteTimeout != 2*time.Minute || cfg.HTTPIdleTimeout != 2*time.Minute || cfg.ProbeConcurrency != 8 {
+		t.Fatalf("unexpected auth defaults: %+v", cfg)
+	}
+}
+
+func TestAuthSettingsAreValidated(t *testing.T) {
+	for name, tc := range map[string]struct {
+		vars map[string]string
+		want string // "" means valid
+	}{
+		"disabled without the acknowledgement": {map[string]string{"SG_AUTH_MODE": "disabled"}, "SG_AUTH_DISABLED_I_UNDERSTAND"},
+		"disabled, acknowledged":               {map[string]string{"SG_AUTH_MODE": "disabled", "SG_AUTH_DISABLED_I_UNDERSTAND": "true"}, ""},
+		"unknown mode":                         {map[string]string{"SG_AUTH_MODE": "ldap"}, "SG_AUTH_MODE"},
+		"oidc without an issuer":               {map[string]string{"SG_AUTH_MODE": "oidc"}, "SG_OIDC_ISSUER_URL"},
+		"oidc over plain http":                 {map[string]string{"SG_AUTH_MODE": "oidc", "SG_OIDC_ISSUER_URL": "http://keycloak.example.com/realms/dcm"}, "SG_OIDC_ISSUER_URL"},
+		"oidc over http on loopback":           {map[string]string{"SG_AUTH_MODE": "oidc", "SG_OIDC_ISSUER_URL": "http://127.0.0.1:8180/realms/dcm"}, ""},
+		"oidc with a symmetric algorithm":      {map[string]string{"SG_AUTH_MODE": "oidc", "SG_OIDC_ISSUER_URL": "https://kc/realms/dcm", "SG_OIDC_SIGNING_ALGS": "RS256,HS256"}, "SG_OIDC_SIGNING_ALGS"},
+		"oidc with alg none":                   {map[string]string{"SG_AUTH_MODE": "oidc", "SG_OIDC_ISSUER_URL": "https://kc/realms/dcm", "SG_OIDC_SIGNING_ALGS": "none"}, "SG_OIDC_SIGNING_ALGS"},
+		"oidc with a huge skew":                {map[string]string{"SG_AUTH_MODE": "oidc", "SG_OIDC_ISSUER_URL": "https://kc/realms/dcm", "SG_OIDC_CLOCK_SKEW": "1h"}, "SG_OIDC_CLOCK_SKEW"},
+		"oidc without role claims":             {map[string]string{"SG_AUTH_MODE": "oidc", "SG_OIDC_ISSUER_URL": "https://kc/realms/dcm", "SG_OIDC_ROLE_CLAIMS": " , "}, "SG_OIDC_ROLE_CLAIMS"},
+		"bad trusted networks":                 {map[string]string{"SG_AUTH_DCM_TRUSTED_NETWORKS": "10.0.0.0/8,anywhere"}, "SG_AUTH_DCM_TRUSTED_NETWORKS"},
+		"trusted networks":                     {map[string]string{"SG_AUTH_DCM_TRUSTED_NETWORKS": "10.0.0.0/8, 127.0.0.1/32"}, ""},
+		"a port in allowed hosts":              {map[string]string{"SG_ALLOWED_HOSTS": "gateway.example.com:8080"}, "SG_ALLOWED_HOSTS"},
+		"allowed hosts":                        {map[string]string{"SG_ALLOWED_HOSTS": "gateway.example.com, 10.0.0.7"}, ""},
+		"short retention":                      {map[string]string{"SG_AUDIT_RETENTION": "10m"}, "SG_AUDIT_RETENTION"},
+		"no admin writes":                      {map[string]string{"SG_ADMIN_WRITE_RATE": "0"}, "SG_ADMIN_WRITE_RATE"},
+		"no read timeout":                      {map[string]string{"SG_HTTP_READ_TIMEOUT": "0s"}, "SG_HTTP_READ_TIMEOUT"},
+		"no probes":                            {map[string]string{"SG_PROBE_CONCURRENCY": "0"}, "SG_PROBE_CONCURRENCY"},
+		"DCM token file and client":            {map[string]string{"SG_DCM_TOKEN_FILE": "/t", "SG_DCM_CLIENT_ID": "gw"}, "SG_DCM_TOKEN_FILE"},
+		"DCM client without a secret":          {map[string]string{"SG_DCM_CLIENT_ID": "gw", "SG_DCM_TOKEN_URL": "https://kc/token"}, "SG_DCM_CLIENT_ID"},
+		"DCM client credentials": {map[string]string{"SG_DCM_CLIENT_ID": "gw", "SG_DCM_CLIENT_SECRET_FILE": "/s",
+			"SG_DCM_TOKEN_URL": "https://kc/realms/dcm/protocol/openid-connect/token"}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			vars := map[string]string{"HOME": "/h"}
+			for k, v := range tc.vars {
+				vars[k] = v
+			}
+			_, err := config.FromMap(vars)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v does not name %s", err, tc.want)
+			}
+		})
+	}
+}

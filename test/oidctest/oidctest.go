@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,8 +246,8 @@ func (i *Issuer) device(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// token answers the device code grant (after pendingPolls pending answers)
-// and the client credentials grant.
+// token answers the device code grant (after pendingPolls pending answers),
+// the refresh token grant and the client credentials grant.
 func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 	i.tokenRequests.Add(1)
 	if r.ParseForm() != nil {
@@ -269,6 +270,15 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 		if claims == nil {
 			claims = i.Claims("cli-user", "admin")
 		}
+	case "refresh_token":
+		if !strings.HasPrefix(r.PostForm.Get("refresh_token"), "refresh-") {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_grant"})
+			return
+		}
+		claims = i.DeviceClaims
+		if claims == nil {
+			claims = i.Claims("cli-user", "admin")
+		}
 	case "client_credentials":
 		id, secret, ok := r.BasicAuth()
 		if !ok {
@@ -284,6 +294,7 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	claims["exp"] = time.Now().Add(lifetime).Unix()
+	claims["jti"] = fmt.Sprint("token-", i.tokenRequests.Load()) // every token differs
 	k := i.newest()
 	token, err := k.sign(k.kid, claims)
 	if err != nil {

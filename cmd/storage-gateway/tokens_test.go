@@ -1,0 +1,126 @@
+package main_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+)
+
+// lastLine is a command's last line of output (where `tokens create`
+// prints the token, alone).
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
+// authGet calls the gateway's API with token and returns the status.
+func (g *gateway) authGet(t *testing.T, path, token string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.Addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestTokensCommands: create prints the token once (last line) and stores
+// only its hash, in a 0600 file; list shows who and what, never a token or
+// hash; revoke removes it; a running gateway picks each change up on SIGHUP.
+func TestTokensCommands(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	env := []string{"SG_AUTH_TOKEN_FILE=" + file}
+	viewer := lastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "dashboards", "--environments", "east,west"))
+	admin := lastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--role", "viewer", "--subject", "alice"))
+	if !strings.HasPrefix(viewer, "sgw_") || !strings.HasPrefix(admin, "sgw_") || viewer == admin {
+		t.Fatalf("tokens %q %q", viewer, admin)
+	}
+	info, err := os.Stat(file)
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", info, err)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil || strings.Contains(string(raw), viewer) || strings.Contains(string(raw), admin) {
+		t.Fatalf("the token file holds a token (or is unreadable: %v)", err)
+	}
+
+	table := mustRun(t, env, "tokens", "list")
+	if !strings.Contains(table, "dashboards") || !strings.Contains(table, "east, west") || !strings.Contains(table, "admin,viewer") {
+		t.Fatalf("tokens list:\n%s", table)
+	}
+	var listed []struct {
+		ID           string   `json:"id"`
+		Subject      string   `json:"subject"`
+		Environments []string `json:"environments"`
+	}
+	out := mustRun(t, env, "tokens", "list", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 2 || listed[0].Subject != "dashboards" {
+		t.Fatalf("tokens list -o json: %v\n%s", err, out)
+	}
+	for _, secret := range []string{viewer, admin, "sha256"} {
+		if strings.Contains(table+out, secret) {
+			t.Fatalf("tokens list shows %q", secret)
+		}
+	}
+	for _, args := range [][]string{
+		{"tokens", "create", "--role", "root", "--subject", "x"},
+		{"tokens", "create", "--subject", "x"},
+		{"tokens", "create", "--role", "admin"},
+		{"tokens", "create", "--role", "admin", "--subject", "x", "--environments", "Not_An_Id"},
+		{"tokens", "revoke", "nosuchtoken"},
+	} {
+		if out, err := run(t, env, args...); err == nil {
+			t.Errorf("%v succeeded:\n%s", args, out)
+		}
+	}
+
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": pgtest.NewDatabase(t).URL, "SG_AUTH_TOKEN_FILE": file})
+	if code := g.authGet(t, "/api/v1alpha1/environments", admin); code != http.StatusOK {
+		t.Fatalf("admin token: %d", code)
+	}
+	// --replace revokes alice's other token; the gateway still accepts it
+	// until it is told to reload.
+	second := lastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--subject", "alice", "--replace"))
+	if code := g.authGet(t, "/api/v1alpha1/environments", admin); code != http.StatusOK {
+		t.Fatalf("the old token before SIGHUP: %d", code)
+	}
+	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	g.WaitLog(t, "token file reloaded", 10*time.Second)
+	if code := g.authGet(t, "/api/v1alpha1/environments", admin); code != http.StatusUnauthorized {
+		t.Fatalf("a replaced token after SIGHUP: %d", code)
+	}
+	if code := g.authGet(t, "/api/v1alpha1/environments", second); code != http.StatusOK {
+		t.Fatalf("the new token after SIGHUP: %d", code)
+	}
+	id := listed[0].ID
+	mustRun(t, env, "tokens", "revoke", id)
+	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for g.authGet(t, "/api/v1alpha1/volumes", viewer) != http.StatusUnauthorized {
+		if time.Now().After(deadline) {
+			t.Fatal("a revoked token is still accepted after SIGHUP")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, token := range []string{viewer, admin, second} {
+		if strings.Contains(g.Logs(), token) {
+			t.Fatal("a token reached the gateway's log")
+		}
+	}
+}

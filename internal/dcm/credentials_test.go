@@ -1,0 +1,146 @@
+package dcm_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/dcm"
+	"github.com/dcm-project/storage-gateway/test/oidctest"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// fakeDCM records the Authorization header of every registration call.
+func fakeDCM(t *testing.T) (*httptest.Server, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "provider-1", "name": "storage-gateway-east",
+			"endpoint": "x", "service_type": "storage", "schema_version": "v1alpha1"})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+func runRegistrar(t *testing.T, opts dcm.Options) {
+	t.Helper()
+	r, err := dcm.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func waitCalls(t *testing.T, calls func() []string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(calls()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls to DCM, want %d", len(calls()), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return calls()
+}
+
+// A token file is read for every call: a rotated token is sent from the
+// next call on.
+func TestRegistrationSendsTheTokenFile(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	environment(t, reg, "east")
+	srv, calls := fakeDCM(t)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Service,
+		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{TokenFile: file}})
+	if got := waitCalls(t, calls, 1); got[0] != "Bearer first-token" {
+		t.Fatalf("Authorization %q", got[0])
+	}
+	if err := os.WriteFile(file, []byte("second-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := len(calls())
+	if got := waitCalls(t, calls, n+2); got[len(got)-1] != "Bearer second-token" {
+		t.Fatalf("after rotation: %q", got[len(got)-1])
+	}
+	if strings.Contains(reg.Logs.String(), "second-token") {
+		t.Fatal("the token reached the log")
+	}
+}
+
+// With client credentials every call carries a token from the issuer that
+// has not expired; it is fetched again shortly before it would.
+func TestRegistrationUsesClientCredentials(t *testing.T) {
+	issuer := oidctest.Start(t)
+	issuer.SetTokenLifetime(14 * time.Second)
+	reg := registrytest.New(t, registrytest.Options{})
+	environment(t, reg, "east")
+	srv, calls := fakeDCM(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(issuer.ClientSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Service,
+		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{
+			ClientID: issuer.ClientID, ClientSecretFile: secret, TokenURL: issuer.URL + "/token"}})
+	got := waitCalls(t, calls, 8)
+	tokens := map[string]bool{}
+	for _, header := range got {
+		token, ok := strings.CutPrefix(header, "Bearer ")
+		if !ok {
+			t.Fatalf("a call without a bearer token: %q", header)
+		}
+		tokens[token] = true
+		if exp := expiry(t, token); time.Until(exp) < -time.Second {
+			t.Fatalf("a call carried a token that expired at %s", exp)
+		}
+	}
+	// 8 calls a second apart with 14 s tokens refreshed 10 s early: a new
+	// token every 4 s or so, never one per call.
+	if n := issuer.TokenRequests(); n < 2 || n > 4 || len(tokens) != int(n) {
+		t.Fatalf("%d token requests and %d distinct tokens for %d calls", n, len(tokens), len(got))
+	}
+	if strings.Contains(reg.Logs.String(), issuer.ClientSecret) {
+		t.Fatal("the client secret reached the log")
+	}
+}
+
+func expiry(t *testing.T, jwt string) time.Time {
+	t.Helper()
+	parts := strings.Split(jwt, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(raw, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return time.Unix(claims.Exp, 0)
+}
