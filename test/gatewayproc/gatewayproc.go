@@ -157,6 +157,9 @@ func Start(t *testing.T, binary string, env []string) *Process {
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
+		if token := p.Token(); token != "" && strings.Contains(p.Logs(), token) {
+			t.Error("the gateway's admin token appears in its log")
+		}
 		if t.Failed() {
 			t.Logf("gateway logs:\n%s", p.Logs())
 		}

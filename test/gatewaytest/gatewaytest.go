@@ -6,14 +6,17 @@ package gatewaytest
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
@@ -27,6 +30,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 	"github.com/dcm-project/storage-gateway/test/contract"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
 // Options adjust a Gateway.
@@ -65,6 +69,10 @@ type Gateway struct {
 
 	tokenFile string
 	static    *auth.StaticTokens
+	// tokens lists every bearer token issued (one per line), and seen holds
+	// every answer and CloudEvent: at the end, no secret may be in either
+	// or in the logs.
+	tokens, seen *syncbuf.Buffer
 }
 
 // Tokens are bearer tokens of the gateway's token file, one per role.
@@ -88,7 +96,54 @@ func (g *Gateway) AddToken(t testing.TB, subject string, roles []auth.Role, envi
 	if err := g.static.Reload(); err != nil {
 		t.Fatal(err)
 	}
+	fmt.Fprintln(g.tokens, token)
 	return token
+}
+
+// assertNoCanary fails the test if a bearer token the gateway accepts, or a
+// cluster credential it stores, appears in its logs, in any answer it gave
+// (headers included) or in any CloudEvent it published.
+func (g *Gateway) assertNoCanary(t testing.TB) {
+	t.Helper()
+	secrets := append(strings.Fields(g.tokens.String()), g.Registry.StoredSecrets(t)...)
+	for _, secret := range secrets {
+		for where, text := range map[string]string{"log": g.Registry.Logs.String(), "answer or CloudEvent": g.seen.String()} {
+			if strings.Contains(text, secret) {
+				t.Errorf("a secret (a bearer token or stored cluster credential) appears in a %s", where)
+			}
+		}
+	}
+}
+
+// watchEvents records every status CloudEvent published on the server.
+func (g *Gateway) watchEvents(t testing.TB, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("dcm.>", func(m *nats.Msg) { g.seen.Write(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Drain() })
+}
+
+// recordingWriter copies an answer's headers and body to seen.
+type recordingWriter struct {
+	http.ResponseWriter
+	seen *syncbuf.Buffer
+}
+
+func (w *recordingWriter) WriteHeader(code int) {
+	for k, v := range w.Header() {
+		fmt.Fprintf(w.seen, "%s: %s\n", k, strings.Join(v, ","))
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recordingWriter) Write(p []byte) (int, error) {
+	w.seen.Write(p)
+	return w.ResponseWriter.Write(p)
 }
 
 // Health checks run fast in tests so reachability changes show within
@@ -102,11 +157,18 @@ const (
 func Start(t testing.TB, opts Options) *Gateway {
 	t.Helper()
 	reg := registrytest.New(t, registrytest.Options{})
+	g := &Gateway{Registry: reg, tokens: &syncbuf.Buffer{}, seen: &syncbuf.Buffer{}}
+	// Registered first, so it runs last: after the gateway stopped, while
+	// the database is still open.
 	t.Cleanup(func() {
+		g.assertNoCanary(t)
 		if t.Failed() {
 			t.Logf("gateway logs:\n%s", reg.Logs.String())
 		}
 	})
+	if opts.NATSURL != "" {
+		g.watchEvents(t, opts.NATSURL)
+	}
 	var registry *environments.Service
 	var registrar *dcm.Registrar
 	var feed *fleet.Feed
@@ -129,7 +191,9 @@ func Start(t testing.TB, opts Options) *Gateway {
 	})
 	// The server starts first: DCM registration needs its URL.
 	var handler http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler.ServeHTTP(&recordingWriter{ResponseWriter: w, seen: g.seen}, r)
+	}))
 	t.Cleanup(srv.Close)
 	hooks := registrytest.Options{Pool: pool, Limiters: limiters,
 		Changed: func(string) {
@@ -160,7 +224,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if opts.AdminWriteRate == 0 {
 		opts.AdminWriteRate, opts.AdminWriteBurst = 1000, 1000
 	}
-	g := &Gateway{URL: srv.URL, Registry: reg, Pool: pool, Volumes: vols, Limiters: limiters}
+	g.URL, g.Pool, g.Volumes, g.Limiters = srv.URL, pool, vols, limiters
 	g.startTokens(t)
 	handler = contract.Validating(t, api.New(api.Options{
 		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols, Fleet: index,
@@ -185,6 +249,7 @@ func (g *Gateway) startTokens(t testing.TB) {
 			t.Fatal(err)
 		}
 		*one.dst = token
+		fmt.Fprintln(g.tokens, token)
 	}
 	if err := f.Write(g.tokenFile); err != nil {
 		t.Fatal(err)

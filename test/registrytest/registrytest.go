@@ -8,6 +8,7 @@ package registrytest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/hex"
 	"log/slog"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
@@ -166,4 +168,38 @@ func (r *Registry) DumpTable(t testing.TB, table string) string {
 		t.Fatal(err)
 	}
 	return out.String()
+}
+
+// StoredSecrets opens every stored environment's sealed credentials and
+// returns the secrets in them (tokens, client keys): canaries a test then
+// greps its logs, answers and events for.
+func (r *Registry) StoredSecrets(t testing.TB) []string {
+	t.Helper()
+	rows, err := r.Pool.Query(context.Background(), `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	var id string
+	var sealed secrets.Sealed
+	if _, err := pgx.ForEachRow(rows, []any{&id, &sealed.KeyID, &sealed.Generation, &sealed.Blob}, func() error {
+		plain, err := r.Keys.Open(id, sealed)
+		if err != nil {
+			return nil // a test that damaged a row on purpose
+		}
+		var creds environments.ExplicitCredentials
+		if err := json.Unmarshal(plain, &creds); err != nil {
+			return err
+		}
+		if creds.Token != "" {
+			found = append(found, creds.Token)
+		}
+		if len(creds.ClientKeyData) > 0 {
+			found = append(found, string(creds.ClientKeyData))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return found
 }
