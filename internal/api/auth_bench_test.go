@@ -109,6 +109,7 @@ func runAuthModes(b *testing.B, issuer *oidctest.Issuer, target bool, modes []au
 		b.ReportMetric(float64(percentile(times[k+1], 0.50))/1e3, m.name+"-p50-µs")
 		b.ReportMetric(float64(p99)/1e3, m.name+"-p99-µs")
 		b.ReportMetric(float64(p99-base)/1e3, m.name+"-added-p99-µs")
+		b.ReportMetric(float64(p99)/float64(base), m.name+"-p99-ratio")
 		if target && p99-base > authAddedTarget {
 			b.Errorf("%s adds %s to the p99, over the %s target", m.name, p99-base, authAddedTarget)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -39,7 +40,7 @@ func verifier(issuer *oidctest.Issuer, c *clock) *auth.OIDC {
 
 // bearer authenticates token through an Authenticator in OIDC mode.
 func bearer(a *auth.Authenticator, token string) (auth.Principal, error) {
-	r := httptest.NewRequest("GET", "/api/v1alpha1/environments", nil)
+	r := httptest.NewRequest(http.MethodGet, "/api/v1alpha1/environments", nil)
 	r.Header.Set("Authorization", "Bearer "+token)
 	return a.Authenticate(r)
 }

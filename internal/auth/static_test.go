@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -157,7 +158,7 @@ func TestAuthenticatorModesAndTrustedNetworks(t *testing.T) {
 	a := auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: tokens,
 		TrustedNetworks: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, TrustedHosts: []string{"gateway.example.com"}})
 	request := func(peer, host string, headers ...string) (auth.Principal, error) {
-		r := httptest.NewRequest("GET", "/api/v1alpha1/volumes", nil)
+		r := httptest.NewRequest(http.MethodGet, "/api/v1alpha1/volumes", nil)
 		r.RemoteAddr, r.Host = peer, host
 		for i := 0; i+1 < len(headers); i += 2 {
 			r.Header.Set(headers[i], headers[i+1])
@@ -202,7 +203,7 @@ func TestAuthenticatorModesAndTrustedNetworks(t *testing.T) {
 	}
 
 	open := auth.New(auth.Options{Mode: auth.ModeDisabled})
-	if p, err := open.Authenticate(httptest.NewRequest("DELETE", "/x", nil)); err != nil || p.Method != auth.MethodDisabled || len(p.Roles) != 3 {
+	if p, err := open.Authenticate(httptest.NewRequest(http.MethodDelete, "/x", nil)); err != nil || p.Method != auth.MethodDisabled || len(p.Roles) != 3 {
 		t.Fatalf("disabled: %+v %v", p, err)
 	}
 }

@@ -73,7 +73,7 @@ func readToken(path string) (string, error) {
 	if info.Size() > maxTokenFileSize {
 		return "", fmt.Errorf("DCM credentials: %s is larger than %d bytes", path, maxTokenFileSize)
 	}
-	data, err := os.ReadFile(path) //nolint:gosec // G304: the operator names the file
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("DCM credentials: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"errors"
 	"testing"
 )
 
@@ -71,7 +72,7 @@ func TestLegacyBlobsOpenOnlyWithoutGeneration(t *testing.T) {
 	for _, gen := range []int64{1, 7} {
 		moved := legacy
 		moved.Generation = gen
-		if _, err := ring.Open("row", moved); err != ErrDecrypt {
+		if _, err := ring.Open("row", moved); !errors.Is(err, ErrDecrypt) {
 			t.Fatalf("legacy blob opened at generation %d: %v", gen, err)
 		}
 	}
@@ -80,7 +81,7 @@ func TestLegacyBlobsOpenOnlyWithoutGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	current.Generation = 0
-	if _, err := ring.Open("row", current); err != ErrDecrypt {
+	if _, err := ring.Open("row", current); !errors.Is(err, ErrDecrypt) {
 		t.Fatalf("format 2 blob opened at generation 0: %v", err)
 	}
 }

@@ -122,7 +122,7 @@ func (g *Gateway) watchEvents(t testing.TB, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Subscribe("dcm.>", func(m *nats.Msg) { g.seen.Write(m.Data) }); err != nil {
+	if _, err := nc.Subscribe("dcm.>", func(m *nats.Msg) { _, _ = g.seen.Write(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = nc.Drain() })
@@ -142,7 +142,7 @@ func (w *recordingWriter) WriteHeader(code int) {
 }
 
 func (w *recordingWriter) Write(p []byte) (int, error) {
-	w.seen.Write(p)
+	_, _ = w.seen.Write(p)
 	return w.ResponseWriter.Write(p)
 }
 

@@ -8,8 +8,8 @@ package registrytest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
