@@ -20,14 +20,17 @@ func lastLine(out string) string {
 	return lines[len(lines)-1]
 }
 
-// authGet calls the gateway's API with token and returns the status.
+// authGet calls the gateway's API with token (none if empty) and returns
+// the status.
 func (g *gateway) authGet(t *testing.T, path, token string) int {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.Addr+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -122,5 +125,26 @@ func TestTokensCommands(t *testing.T) {
 		if strings.Contains(g.Logs(), token) {
 			t.Fatal("a token reached the gateway's log")
 		}
+	}
+}
+
+// TestDisabledAuthenticationIsRefusedUnlessAcknowledgedAndThenLoud: the
+// escape hatch needs a second setting, and is then logged at ERROR and shown
+// in /readyz.
+func TestDisabledAuthenticationIsRefusedUnlessAcknowledgedAndThenLoud(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	out, err := run(t, []string{"SG_DATABASE_URL=" + db.URL, "SG_AUTH_MODE=disabled", "SG_KEY_RING_FILE=" + newKeyRing(t)}, "serve")
+	if err == nil || !strings.Contains(out, "SG_AUTH_DISABLED_I_UNDERSTAND") {
+		t.Fatalf("serve with authentication disabled but not acknowledged: %v\n%s", err, out)
+	}
+	g := startGateway(t, map[string]string{"SG_DATABASE_URL": db.URL, "SG_AUTH_MODE": "disabled", "SG_AUTH_DISABLED_I_UNDERSTAND": "true"})
+	if !strings.Contains(g.Logs(), `"level":"ERROR","msg":"AUTHENTICATION IS DISABLED`) {
+		t.Fatalf("no loud warning:\n%s", g.Logs())
+	}
+	if body := g.waitReady(t, http.StatusOK, 10*time.Second); !strings.Contains(body, `"auth_mode":"disabled"`) {
+		t.Fatalf("/readyz does not say so: %s", body)
+	}
+	if code := g.authGet(t, "/api/v1alpha1/environments", ""); code != http.StatusOK {
+		t.Fatalf("with authentication disabled, a call without a token: %d", code)
 	}
 }

@@ -285,3 +285,33 @@ func TestReadyzExplainsFailuresOnlyToAuthenticatedCallers(t *testing.T) {
 		t.Fatalf("an authenticated caller is not told why: %s", authenticated.Body)
 	}
 }
+
+// /metrics is open unless the operator puts it behind the admin or viewer
+// role.
+func TestMetricsCanRequireARole(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	const dcmToken, viewerToken = "sgw_api-test-dcm", "sgw_api-test-viewer"
+	a := testAuth(t, staticToken(dcmToken, "dcm", auth.RoleDCM), staticToken(viewerToken, "viewer", auth.RoleViewer))
+	for _, tc := range []struct {
+		require bool
+		token   string
+		want    int
+	}{
+		{false, "", 200},
+		{true, "", 401},
+		{true, dcmToken, 403},
+		{true, viewerToken, 200},
+		{true, adminToken, 200},
+	} {
+		h := api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(), Auth: a, Audit: testAudit(nil, logger), MetricsRequireAuth: tc.require})
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("require=%v token=%q: %d, want %d", tc.require, tc.token, rec.Code, tc.want)
+		}
+	}
+}

@@ -9,11 +9,17 @@
 // beside the blob (its own column) so operators can count the rows still
 // using a key, and re-seal them with Open then Seal, before removing it.
 //
-// Both AEAD operations authenticate the row id and the key id, so a sealed
-// value only opens for the row and key it was sealed for: copying it to
-// another row or relabelling it with another key id of the ring makes Open fail exactly like
-// tampering does, with the single generic ErrDecrypt, so callers and
-// attackers learn nothing about which check failed.
+// Both AEAD operations authenticate the row id, the key id and the row's
+// credential generation, so a sealed value only opens for the row, key and
+// seal it was made for: copying it to another row, relabelling it with
+// another key id of the ring, or restoring it after the row was re-sealed
+// makes Open fail exactly like tampering does, with the single generic
+// ErrDecrypt, so callers and attackers learn nothing about which check
+// failed.
+//
+// It also owns how files that hold secrets (the key ring, the static token
+// file, a saved login) are read and written: mode 0600 or stricter, bounded
+// in size, replaced atomically.
 //
 // The package composes only the standard library's AES-GCM; it implements
 // no cryptographic primitive of its own.

@@ -15,10 +15,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/google/uuid"
 
-	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/test/contract"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 )
 
@@ -95,15 +94,7 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 		"getHealthz": {}, "getReadyz": {}, "getOpenAPI": {},
 	}
 
-	spec, err := api.Contract()
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Servers = nil
-	router, err := gorillamux.NewRouter(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, router := contract.Load(t)
 	sent := 0
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {

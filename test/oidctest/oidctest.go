@@ -45,8 +45,6 @@ type Issuer struct {
 	pendingPolls atomic.Int64
 	// tokenLifetime of tokens the token endpoint issues.
 	tokenLifetime atomic.Int64
-	// DeviceClaims are the claims of tokens the device grant issues.
-	DeviceClaims map[string]any
 }
 
 type key struct {
@@ -266,19 +264,13 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "authorization_pending"})
 			return
 		}
-		claims = i.DeviceClaims
-		if claims == nil {
-			claims = i.Claims("cli-user", "admin")
-		}
+		claims = i.Claims("cli-user", "admin")
 	case "refresh_token":
 		if !strings.HasPrefix(r.PostForm.Get("refresh_token"), "refresh-") {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_grant"})
 			return
 		}
-		claims = i.DeviceClaims
-		if claims == nil {
-			claims = i.Claims("cli-user", "admin")
-		}
+		claims = i.Claims("cli-user", "admin")
 	case "client_credentials":
 		id, secret, ok := r.BasicAuth()
 		if !ok {
