@@ -51,18 +51,18 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json
 	$(BIN) migrate --create-database
 	$(if $(DCM),$(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm)
-	@export SG_GATEWAY_TOKEN=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1); \
+	@token=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1) || exit 1; \
+	export SG_GATEWAY_TOKEN=$$token MAKE_RUN_NOTE="$$(printf '%s\n' \
+		'make run: the API needs a bearer token; the admin token of this run (replaced by the next run):' \
+		"  export SG_GATEWAY_TOKEN=$$token" \
+		'  curl -H "Authorization: Bearer $$SG_GATEWAY_TOKEN" $(GATEWAY_URL)/api/v1alpha1/environments' \
+		'  bin/storage-gateway env list      # the CLI sends $$SG_GATEWAY_TOKEN')"; \
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \
 	SG_AUTH_MODE=static SG_AUTH_TOKEN_FILE=$(STATE_DIR)/tokens.json \
 	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
 	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8) \
 	$(GO) run ./test/harness/cmd/fleet -out $(STATE_DIR)/clusters \
-		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" \
-		-note "$$(printf '%s\n' \
-			'make run: the API needs a bearer token; the admin token of this run (replaced by the next run):' \
-			"  export SG_GATEWAY_TOKEN=$$SG_GATEWAY_TOKEN" \
-			'  curl -H "Authorization: Bearer $$SG_GATEWAY_TOKEN" $(GATEWAY_URL)/api/v1alpha1/environments' \
-			'  bin/storage-gateway env list      # the CLI sends $$SG_GATEWAY_TOKEN')" \
+		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -note-env MAKE_RUN_NOTE \
 		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS)") -- $(BIN) serve
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)

@@ -39,7 +39,23 @@ ALTER TABLE environments
     ADD COLUMN credentials_generation bigint NOT NULL DEFAULT 0,
     ADD COLUMN registered_by          text   NOT NULL DEFAULT '';
 
+-- A Kubernetes version is kept only if it looks like one (clusters.Prober);
+-- drop what earlier probes stored unchecked.
+UPDATE environments SET kubernetes_version = ''
+WHERE length(kubernetes_version) > 64
+   OR kubernetes_version !~ '^v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6}([-+][0-9A-Za-z.+_-]{1,48})?$';
+
 -- +goose Down
+-- Credentials sealed since (format 2) do not open for an older gateway:
+-- going down is refused while any exist.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM environments WHERE credentials_generation > 0) THEN
+        RAISE EXCEPTION 'credentials are sealed with generations; a gateway before migration 7 cannot open them';
+    END IF;
+END $$;
+-- +goose StatementEnd
 ALTER TABLE environments DROP COLUMN registered_by, DROP COLUMN credentials_generation;
 DROP SEQUENCE credentials_generation_seq;
 DROP TABLE audit_events;

@@ -28,7 +28,7 @@ func newAuditCommand() *cobra.Command {
 			"now (24h) or a time (2026-11-23T10:00:00Z).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := c.client()
+			client, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}

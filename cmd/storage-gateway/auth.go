@@ -50,12 +50,22 @@ func newAuthenticator(ctx context.Context, cfg config.Config, logger *slog.Logge
 	return auth.New(opts), reload, nil
 }
 
-// servedHosts are the host names the API answers to besides IP literals and
-// localhost: SG_ALLOWED_HOSTS and the host of SG_PUBLIC_URL.
+// servedHosts are the gateway's own host names: SG_ALLOWED_HOSTS and the
+// host of SG_PUBLIC_URL. A token-less DCM caller must name one of them (or
+// an IP literal).
 func servedHosts(cfg config.Config) []string {
 	hosts := cfg.AllowedHostList()
 	if u, err := url.Parse(cfg.PublicURL); err == nil && u.Hostname() != "" {
 		hosts = append(hosts, u.Hostname())
 	}
 	return hosts
+}
+
+// allowedHosts is the API's Host allow-list: none (any name) unless
+// SG_ALLOWED_HOSTS lists some, then those and the public URL's host.
+func allowedHosts(cfg config.Config) []string {
+	if len(cfg.AllowedHostList()) == 0 {
+		return nil
+	}
+	return servedHosts(cfg)
 }

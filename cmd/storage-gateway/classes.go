@@ -32,7 +32,7 @@ func newClassesCommand() *cobra.Command {
 			"environment the gateway cannot reach now: its last known classes, as of the time shown.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := c.client()
+			client, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -137,8 +137,9 @@ func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Tim
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := []string{"CLASS"}
 	for _, e := range envs {
+		at, isStale := stale[e]
 		e = cell(e)
-		if at, ok := stale[e]; ok {
+		if isStale {
 			e += fmt.Sprintf(" (stale, seen %s ago)", now.Sub(at).Round(time.Second))
 		}
 		header = append(header, e)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -45,7 +47,7 @@ func (c *gatewayClient) registerFlags(cmd *cobra.Command) {
 	flags.StringVar(&c.gateway, "gateway", envOr("SG_GATEWAY_URL", "http://127.0.0.1:8080"), "gateway base URL (default $SG_GATEWAY_URL)")
 	// The token's default is read in client(), not here: cobra prints flag
 	// defaults in --help.
-	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN, then the token of `storage-gateway login`)")
+	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN, then the token saved by storage-gateway login)")
 	flags.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 }
 
@@ -56,7 +58,7 @@ func envOr(name, def string) string {
 	return def
 }
 
-func (c *gatewayClient) client() (*api.ClientWithResponses, error) {
+func (c *gatewayClient) client(ctx context.Context) (*api.ClientWithResponses, error) {
 	if c.output != "table" && c.output != "json" {
 		return nil, errors.New("--output must be table or json")
 	}
@@ -64,9 +66,14 @@ func (c *gatewayClient) client() (*api.ClientWithResponses, error) {
 		c.token = os.Getenv("SG_GATEWAY_TOKEN")
 	}
 	if c.token == "" {
-		token, err := loginToken(context.Background())
+		token, err := loginToken(ctx)
 		if err != nil {
 			return nil, err
+		}
+		// The login's token is an OIDC access token that DCM accepts too:
+		// it is sent only over TLS, or to a gateway on this machine.
+		if token != "" && !secureOrLocal(c.gateway) {
+			return nil, fmt.Errorf("the saved login is sent only to an https gateway or one on loopback, not %s", c.gateway)
 		}
 		c.token = token
 	}
@@ -78,6 +85,19 @@ func (c *gatewayClient) client() (*api.ClientWithResponses, error) {
 			}
 			return nil
 		}))
+}
+
+// secureOrLocal reports whether raw is an https URL, or http on loopback.
+func secureOrLocal(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	if u.Scheme == "https" {
+		return true
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	return u.Scheme == "http" && (u.Hostname() == "localhost" || err == nil && ip.IsLoopback())
 }
 
 // credentialFlags are the ways to hand credentials to add and rotate.
@@ -295,7 +315,7 @@ func (c *gatewayClient) writeCommand(use, short string, write func(*cobra.Comman
 }
 
 func (c *gatewayClient) create(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
-	client, err := c.client()
+	client, err := c.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -308,7 +328,7 @@ func (c *gatewayClient) create(cmd *cobra.Command, id string, in api.Environment
 
 // apply creates the environment, or merge-patches everything in into it.
 func (c *gatewayClient) apply(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
-	client, err := c.client()
+	client, err := c.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -324,7 +344,7 @@ func (c *gatewayClient) apply(cmd *cobra.Command, id string, in api.EnvironmentI
 
 // patch sends in as a merge patch: fields left nil are left unchanged.
 func (c *gatewayClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
-	client, err := c.client()
+	client, err := c.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -365,7 +385,7 @@ func (c *gatewayClient) listCommand() *cobra.Command {
 		Short: "List environments (all pages)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := c.client()
+			client, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -424,7 +444,7 @@ func (c *gatewayClient) idCommand(use, short string, send func(context.Context, 
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := c.client()
+			client, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -449,7 +469,7 @@ func (c *gatewayClient) rmCommand() *cobra.Command {
 		Short: "Delete an environment (refused while it has volumes unless --force; PVCs are never deleted)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := c.client()
+			client, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -152,12 +153,18 @@ func newKeysRewrapCommand(path func() (string, error)) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withRegistry(cmd, path, func(reg *registry) error {
-				n, err := reg.service.Rewrap(cmd.Context())
+				n, unreadable, err := reg.service.Rewrap(cmd.Context())
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d environment(s) with key %s\n", n, reg.keys.Primary())
-				return err
+				if _, err := fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d environment(s) with key %s\n", n, reg.keys.Primary()); err != nil {
+					return err
+				}
+				if len(unreadable) > 0 {
+					return fmt.Errorf("the credentials of %s cannot be opened and were not re-sealed: rotate them (env rotate), then rewrap again",
+						strings.Join(unreadable, ", "))
+				}
+				return nil
 			})
 		},
 	}

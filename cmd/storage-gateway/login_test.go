@@ -38,6 +38,11 @@ func TestLoginWithTheDeviceFlowThenUseTheAPI(t *testing.T) {
 	if out := mustRun(t, cli, "env", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Fatalf("env list with the saved login: %s", out)
 	}
+	// The saved token (DCM accepts it too) travels only over TLS or loopback.
+	remote := []string{"XDG_CONFIG_HOME=" + config, "SG_GATEWAY_URL=http://gateway.example.com:8080"}
+	if out, err := run(t, remote, "env", "list"); err == nil || !strings.Contains(out, "https") {
+		t.Fatalf("the saved login sent to a plain-http remote gateway: %v\n%s", err, out)
+	}
 
 	// A login whose token has expired is refreshed on first use.
 	issuer.SetTokenLifetime(5 * time.Second) // within oauth2's 10 s margin: expired at once

@@ -155,10 +155,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := registry.CheckKeys(startCtx); err != nil {
 		return err
 	}
-	if n, err := registry.UpgradeSeals(startCtx); err != nil {
+	if err := registry.UpgradeSeals(startCtx); err != nil {
 		logger.Warn("credentials sealed in the legacy format were not all re-sealed; retried at the next start", "error", err)
-	} else if n > 0 {
-		logger.Info("credentials re-sealed with a generation", "environments", n)
 	}
 	if cfg.DCMRegistrationURL != "" {
 		if registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
@@ -214,7 +212,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Audit:               audit,
 		AdminWriteRate:      cfg.AdminWriteRate,
 		AdminWriteBurst:     cfg.AdminWriteBurst,
-		AllowedHosts:        servedHosts(cfg),
+		AllowedHosts:        allowedHosts(cfg),
 		MetricsRequireAuth:  cfg.MetricsRequireAuth,
 		Logger:              logger,
 		Metrics:             metrics,

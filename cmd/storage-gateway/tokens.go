@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 )
@@ -46,6 +47,29 @@ func readTokens(path string, create bool) (auth.TokenFile, error) {
 	return f, err
 }
 
+// editTokens reads the token file, lets change edit it and writes it back,
+// holding an exclusive lock (on a lock file beside it) throughout, so two
+// commands at once cannot lose each other's change — a revocation least of
+// all.
+func editTokens(path string, create bool, change func(*auth.TokenFile) error) error {
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("lock the token file: %w", err)
+	}
+	defer func() { _ = lock.Close() }()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock the token file: %w", err)
+	}
+	f, err := readTokens(path, create)
+	if err != nil {
+		return err
+	}
+	if err := change(&f); err != nil {
+		return err
+	}
+	return f.Write(path)
+}
+
 func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
 	var subject string
 	var roles, envs []string
@@ -70,18 +94,6 @@ func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
 			if len(parsed) == 0 {
 				return errors.New("--role is required: admin, dcm or viewer (repeat it for several)")
 			}
-			f, err := readTokens(p, true)
-			if err != nil {
-				return err
-			}
-			revoked := 0
-			if replace {
-				for _, t := range f.Tokens {
-					if t.Subject == subject && f.Revoke(t.ID) {
-						revoked++
-					}
-				}
-			}
 			var scope []string
 			if cmd.Flags().Changed("environments") {
 				scope = envs
@@ -89,11 +101,28 @@ func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
 					scope = []string{}
 				}
 			}
-			token, entry, err := f.Add(subject, parsed, scope, time.Now())
-			if err != nil {
+			revoked := 0
+			var token string
+			var entry auth.StaticToken
+			err = editTokens(p, true, func(f *auth.TokenFile) error {
+				if replace {
+					var ids []string
+					for _, t := range f.Tokens {
+						if t.Subject == subject {
+							ids = append(ids, t.ID)
+						}
+					}
+					for _, id := range ids {
+						if f.Revoke(id) {
+							revoked++
+						}
+					}
+				}
+				var err error
+				token, entry, err = f.Add(subject, parsed, scope, time.Now())
 				return err
-			}
-			if err := f.Write(p); err != nil {
+			})
+			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -176,14 +205,13 @@ func newTokensRevokeCommand(path func() (string, error)) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f, err := readTokens(p, false)
+			err = editTokens(p, false, func(f *auth.TokenFile) error {
+				if !f.Revoke(args[0]) {
+					return fmt.Errorf("no token %s in %s (see `tokens list`)", args[0], p)
+				}
+				return nil
+			})
 			if err != nil {
-				return err
-			}
-			if !f.Revoke(args[0]) {
-				return fmt.Errorf("no token %s in %s (see `tokens list`)", args[0], p)
-			}
-			if err := f.Write(p); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked token %s; send SIGHUP to running gateways\n", args[0])

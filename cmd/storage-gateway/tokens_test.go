@@ -47,6 +47,7 @@ func TestTokensCommands(t *testing.T) {
 	env := []string{"SG_AUTH_TOKEN_FILE=" + file}
 	viewer := lastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "dashboards", "--environments", "east,west"))
 	admin := lastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--role", "viewer", "--subject", "alice"))
+	older := lastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "alice"))
 	if !strings.HasPrefix(viewer, "sgw_") || !strings.HasPrefix(admin, "sgw_") || viewer == admin {
 		t.Fatalf("tokens %q %q", viewer, admin)
 	}
@@ -69,7 +70,7 @@ func TestTokensCommands(t *testing.T) {
 		Environments []string `json:"environments"`
 	}
 	out := mustRun(t, env, "tokens", "list", "-o", "json")
-	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 2 || listed[0].Subject != "dashboards" {
+	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 3 || listed[0].Subject != "dashboards" {
 		t.Fatalf("tokens list -o json: %v\n%s", err, out)
 	}
 	for _, secret := range []string{viewer, admin, "sha256"} {
@@ -96,6 +97,9 @@ func TestTokensCommands(t *testing.T) {
 	// --replace revokes alice's other token; the gateway still accepts it
 	// until it is told to reload.
 	second := lastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--subject", "alice", "--replace"))
+	if out := mustRun(t, env, "tokens", "list"); strings.Count(out, "alice") != 1 {
+		t.Fatalf("--replace left other tokens of alice:\n%s", out)
+	}
 	if code := g.authGet(t, "/api/v1alpha1/environments", admin); code != http.StatusOK {
 		t.Fatalf("the old token before SIGHUP: %d", code)
 	}
@@ -103,8 +107,10 @@ func TestTokensCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.WaitLog(t, "token file reloaded", 10*time.Second)
-	if code := g.authGet(t, "/api/v1alpha1/environments", admin); code != http.StatusUnauthorized {
-		t.Fatalf("a replaced token after SIGHUP: %d", code)
+	for _, replaced := range []string{admin, older} {
+		if code := g.authGet(t, "/api/v1alpha1/environments", replaced); code != http.StatusUnauthorized {
+			t.Fatalf("a replaced token after SIGHUP: %d", code)
+		}
 	}
 	if code := g.authGet(t, "/api/v1alpha1/environments", second); code != http.StatusOK {
 		t.Fatalf("the new token after SIGHUP: %d", code)
@@ -121,7 +127,7 @@ func TestTokensCommands(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, token := range []string{viewer, admin, second} {
+	for _, token := range []string{viewer, admin, older, second} {
 		if strings.Contains(g.Logs(), token) {
 			t.Fatal("a token reached the gateway's log")
 		}

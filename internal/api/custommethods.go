@@ -47,12 +47,17 @@ func (r *customMethodRouter) dispatch(prefix string) echo.HandlerFunc {
 			return echo.ErrNotFound
 		}
 		last := len(values) - 1
-		id, verb, ok := strings.Cut(values[last], ":")
-		h := r.verbs[prefix][verb]
-		if !ok || h == nil {
+		// The verb follows the last colon, as the contract's router (and
+		// so the guard) reads the path.
+		i := strings.LastIndexByte(values[last], ':')
+		if i < 0 {
 			return echo.ErrNotFound
 		}
-		values[last] = id
+		h := r.verbs[prefix][values[last][i+1:]]
+		if h == nil {
+			return echo.ErrNotFound
+		}
+		values[last] = values[last][:i]
 		c.SetParamValues(values...)
 		return h(c)
 	}

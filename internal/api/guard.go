@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -22,6 +23,13 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/logging"
+)
+
+// refusalRate and refusalBurst bound how many refused requests per second
+// one principal or peer gets audited or logged.
+const (
+	refusalRate  = 1
+	refusalBurst = 20
 )
 
 // Request body limits: an environment carries a kubeconfig of up to 64 KiB,
@@ -41,10 +49,10 @@ type operation struct {
 	// scheme per role); open operations admit everyone.
 	roles []auth.Role
 	open  bool
-	// mutating operations are audited; admin-only ones are rate-limited per
-	// principal too.
-	mutating, adminWrite bool
-	bodyLimit            int64
+	// mutating operations and admin-only ones are audited; admin-only
+	// mutations are rate-limited per principal too.
+	mutating, audited, adminWrite bool
+	bodyLimit                     int64
 }
 
 // guard is the API's one request gate, driven by the OpenAPI contract: it
@@ -58,7 +66,10 @@ type guard struct {
 	auth   *auth.Authenticator
 	audit  *auth.AuditLog
 	limits *principalLimits
-	log    *slog.Logger
+	// refusals bounds how often refused requests of one principal (or,
+	// unauthenticated, one peer) are audited or logged.
+	refusals *principalLimits
+	log      *slog.Logger
 }
 
 func newGuard(opts Options) *guard {
@@ -72,7 +83,8 @@ func newGuard(opts Options) *guard {
 		panic("api: embedded OpenAPI document has unroutable paths: " + err.Error())
 	}
 	g := &guard{router: router, ops: map[*openapi3.Operation]operation{}, auth: opts.Auth, audit: opts.Audit,
-		limits: newPrincipalLimits(opts.AdminWriteRate, opts.AdminWriteBurst), log: opts.Logger}
+		limits:   newPrincipalLimits(opts.AdminWriteRate, opts.AdminWriteBurst),
+		refusals: newPrincipalLimits(refusalRate, refusalBurst), log: opts.Logger}
 	for _, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
 			g.ops[op] = describeOperation(method, op)
@@ -99,7 +111,9 @@ func describeOperation(method string, op *openapi3.Operation) operation {
 			o.roles = append(o.roles, role)
 		}
 	}
-	o.adminWrite = o.mutating && slices.Equal(o.roles, []auth.Role{auth.RoleAdmin})
+	adminOnly := slices.Equal(o.roles, []auth.Role{auth.RoleAdmin})
+	o.audited = o.mutating || adminOnly
+	o.adminWrite = o.mutating && adminOnly
 	if op.RequestBody != nil {
 		o.bodyLimit = defaultBodyLimit
 		if op.OperationID == "createEnvironment" || op.OperationID == "updateEnvironment" {
@@ -123,31 +137,54 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			return echo.ErrNotFound
 		}
 		op := g.ops[route.Operation]
-		principal, err := g.auth.Authenticate(req)
 		if op.open {
-			if err == nil {
-				c.SetRequest(req.WithContext(auth.WithPrincipal(req.Context(), principal)))
+			// Of the open operations only /readyz asks who is calling (it
+			// explains failed checks to authenticated callers); the others
+			// never spend a verification on a token they do not need.
+			if op.id == "getReadyz" {
+				if p, err := g.auth.Authenticate(req); err == nil {
+					c.SetRequest(req.WithContext(auth.WithPrincipal(req.Context(), p)))
+				}
 			}
 			return g.validated(c, op, route, params, next)
 		}
+		principal, err := g.auth.Authenticate(req)
 		if err != nil {
-			return g.refuse(c, op, err)
+			return g.refuse(c, op.id, op.mutating, err)
 		}
 		c.Set(subjectKey, principal.Subject)
-		c.SetRequest(req.WithContext(auth.WithPrincipal(req.Context(), principal)))
 		env, vol := target(op, params, req)
-		err = g.admit(c, op, principal, env)
+		note := &auditNote{volume: vol}
+		c.SetRequest(req.WithContext(context.WithValue(auth.WithPrincipal(req.Context(), principal), auditNoteKey{}, note)))
+		admitErr := g.admit(c, op, principal, env)
+		err = admitErr
 		if err == nil {
 			err = g.validated(c, op, route, params, next)
 		}
-		if op.mutating {
+		// Refusals by one principal are stored at a bounded rate, so an
+		// authenticated caller cannot grow the audit table at line rate
+		// (the access log still shows every request).
+		if op.audited && (admitErr == nil || g.refusals.allowNow(principal.Subject)) {
 			g.audit.Record(c.Request().Context(), auth.AuditEvent{
 				RequestID: logging.RequestID(req.Context()), Subject: principal.Subject, Name: principal.Name,
 				Roles: principal.Roles, AuthMethod: principal.Method, Action: op.id,
-				EnvironmentID: env, VolumeID: vol, Status: statusOf(c, err), Peer: req.RemoteAddr,
+				EnvironmentID: env, VolumeID: note.volume, Status: statusOf(c, err), Peer: req.RemoteAddr,
 			})
 		}
 		return err
+	}
+}
+
+// auditNote lets a handler name what an audited request created when the
+// request did not (a volume created under an Idempotency-Key).
+type auditNote struct{ volume string }
+
+type auditNoteKey struct{}
+
+// noteVolume records the volume a request created for its audit record.
+func noteVolume(ctx context.Context, id string) {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok {
+		n.volume = id
 	}
 }
 
@@ -174,29 +211,61 @@ func (g *guard) admit(c echo.Context, op operation, p auth.Principal, env string
 	return nil
 }
 
-// refuse answers a request whose caller could not be authenticated. A
-// refused token is logged (never the token), and so is a refused mutation,
-// whose caller is unknown and therefore not stored in the audit table.
-func (g *guard) refuse(c echo.Context, op operation, err error) error {
-	ctx := c.Request().Context()
+// refuse answers a request whose caller could not be authenticated: 503
+// while tokens cannot be checked, 401 otherwise. A refused token (never the
+// token) and a refused mutation, whose caller is unknown and so not stored
+// in the audit table, are logged — at a bounded rate per peer, so
+// anonymous floods cannot fill the log either.
+func (g *guard) refuse(c echo.Context, what string, mutating bool, err error) error {
+	ctx, peer := c.Request().Context(), c.Request().RemoteAddr
 	if errors.Is(err, auth.ErrIssuerUnavailable) {
 		g.log.WarnContext(ctx, "bearer token not verified: the identity provider cannot be reached", "error", err)
 		c.Response().Header().Set("Retry-After", "5")
 		return echo.NewHTTPError(http.StatusServiceUnavailable, "the identity provider cannot be reached; try again later")
 	}
 	realm := `Bearer realm="storage-gateway"`
-	detail := op.id + " needs a bearer token (Authorization: Bearer <token>)"
+	detail := what + " needs a bearer token (Authorization: Bearer <token>)"
 	var invalid *auth.InvalidError
+	logged := g.refusals.allowNow("peer " + peerIP(peer))
 	if errors.As(err, &invalid) {
 		realm += `, error="invalid_token"`
 		detail = "the bearer token was not accepted"
-		g.log.InfoContext(ctx, "bearer token refused", "operation", op.id, "reason", invalid.Reason.Error(), "peer", c.Request().RemoteAddr)
+		if logged {
+			g.log.InfoContext(ctx, "bearer token refused", "operation", what, "reason", invalid.Reason.Error(), "peer", peer)
+		}
 	}
-	if op.mutating {
-		g.log.WarnContext(ctx, "unauthenticated change refused", "audit", true, "action", op.id, "status", http.StatusUnauthorized, "peer", c.Request().RemoteAddr)
+	if mutating && logged {
+		g.log.WarnContext(ctx, "unauthenticated change refused", "audit", true, "action", what, "status", http.StatusUnauthorized, "peer", peer)
 	}
 	c.Response().Header().Set("WWW-Authenticate", realm)
 	return echo.NewHTTPError(http.StatusUnauthorized, detail)
+}
+
+// metrics serves Prometheus metrics, behind the admin or viewer role when
+// the operator asks for it (refusals as for any operation).
+func (g *guard) metrics(serve echo.HandlerFunc, requireAuth bool) echo.HandlerFunc {
+	if !requireAuth {
+		return serve
+	}
+	allowed := []auth.Role{auth.RoleAdmin, auth.RoleViewer}
+	return func(c echo.Context) error {
+		p, err := g.auth.Authenticate(c.Request())
+		if err != nil {
+			return g.refuse(c, "/metrics", false, err)
+		}
+		if !p.HasAny(allowed) {
+			return echo.NewHTTPError(http.StatusForbidden, "/metrics needs one of the roles "+joinRoles(allowed))
+		}
+		return serve(c)
+	}
+}
+
+// peerIP is the address part of a TCP peer.
+func peerIP(peer string) string {
+	if host, _, err := net.SplitHostPort(peer); err == nil {
+		return host
+	}
+	return peer
 }
 
 // target is the environment and volume an operation addresses: path
@@ -272,6 +341,7 @@ func checkJSON(body []byte) error {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // 1e400 is valid JSON, if not a float64
 	depth := 0
 	for {
 		tok, err := dec.Token()

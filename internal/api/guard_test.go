@@ -104,6 +104,8 @@ func TestRequestBodiesAreBoundedAndWellFormed(t *testing.T) {
 		"trailing garbage":        {"application/json", `{"namespace":"a"}garbage`, 400, "body"},
 		"UTF-16":                  {"application/json; charset=utf-16", `{"namespace":"a"}`, 415, "UTF-8"},
 		"unparsable content type": {"application/json; charset", `{}`, 415, "Content-Type"},
+		// Valid JSON, if no float64: the contract, not the parser, refuses it.
+		"huge number": {"application/json", `{"description": 1e400}`, 400, "description"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := send(h, http.MethodPost, create, tc.contentType, tc.body)
@@ -283,6 +285,45 @@ func TestReadyzExplainsFailuresOnlyToAuthenticatedCallers(t *testing.T) {
 	}
 	if !bytes.Contains(authenticated.Body.Bytes(), []byte("db.internal")) {
 		t.Fatalf("an authenticated caller is not told why: %s", authenticated.Body)
+	}
+	// With authentication disabled nobody has shown a credential.
+	disabled := api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(), Auth: auth.New(auth.Options{Mode: auth.ModeDisabled}),
+		Audit: testAudit(nil, logger), Readiness: []api.Check{{Name: "postgres", Check: func(context.Context) error {
+			return errors.New("connect to database postgres@db.internal:5432/storage_gateway: refused")
+		}}}})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+	req.Host = "127.0.0.1"
+	disabled.ServeHTTP(rec, req)
+	if rec.Code != 503 || bytes.Contains(rec.Body.Bytes(), []byte("db.internal")) || !bytes.Contains(rec.Body.Bytes(), []byte(`"auth_mode":"disabled"`)) {
+		t.Fatalf("readyz with authentication disabled: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// A principal's refused requests are audited at a bounded rate, so refusals
+// cannot grow the audit table at line rate; its admitted ones always are.
+func TestRefusalsAreAuditedAtABoundedRate(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	const viewer = "sgw_api-test-viewer"
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
+		Auth: testAuth(t, staticToken(viewer, "viewer", auth.RoleViewer)), Audit: testAudit(reg.Pool, reg.Logger)})
+	for range 50 {
+		if rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/east", "", "", "Authorization", "Bearer "+viewer); rec.Code != http.StatusForbidden {
+			t.Fatalf("a viewer's delete: %d", rec.Code)
+		}
+	}
+	page, err := testAudit(reg.Pool, reg.Logger).List(t.Context(), auth.AuditQuery{Subject: "viewer", MaxPageSize: 100})
+	if err != nil || len(page.Events) < 20 || len(page.Events) > 22 {
+		t.Fatalf("%d refusals of 50 audited (%v), want the burst of 20 (and at most a couple more)", len(page.Events), err)
+	}
+	if page.Events[0].Status != http.StatusForbidden || page.Events[0].Action != "deleteEnvironment" {
+		t.Fatalf("event %+v", page.Events[0])
+	}
+	// Reading the audit trail is an admin action, audited too.
+	send(h, http.MethodGet, "/api/v1alpha1/audit-events", "", "")
+	page, err = testAudit(reg.Pool, reg.Logger).List(t.Context(), auth.AuditQuery{Action: "listAuditEvents"})
+	if err != nil || len(page.Events) != 1 || page.Events[0].Subject != "api-test" || page.Events[0].Status != http.StatusOK {
+		t.Fatalf("reading the audit trail: %+v %v", page.Events, err)
 	}
 }
 

@@ -29,11 +29,19 @@ type bucket struct {
 	lastUsed time.Time
 }
 
+// newPrincipalLimits allows perSecond per principal with burst; zero
+// settings (tests that do not care) are the production defaults.
 func newPrincipalLimits(perSecond float64, burst int) *principalLimits {
 	if perSecond <= 0 {
 		perSecond, burst = 5, 20
 	}
 	return &principalLimits{limit: rate.Limit(perSecond), burst: max(burst, 1), buckets: map[string]*bucket{}}
+}
+
+// allowNow reports whether key may go ahead now.
+func (l *principalLimits) allowNow(key string) bool {
+	_, ok := l.allow(key)
+	return ok
 }
 
 // allow takes a token for subject now, or says how long until one is free.

@@ -1,15 +1,11 @@
 package api
 
 import (
-	"net"
-	"net/http"
-	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/google/uuid"
-	"github.com/labstack/echo-contrib/echoprometheus"
 	"github.com/labstack/echo/v4"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
@@ -67,14 +63,9 @@ func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 func hostCheck(allowed []string, authDisabled bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			host := c.Request().Host
-			if h, _, err := net.SplitHostPort(host); err == nil {
-				host = h
-			}
-			host = strings.ToLower(strings.TrimSuffix(host, "."))
-			_, ipErr := netip.ParseAddr(strings.Trim(host, "[]"))
+			host, literal := auth.HostName(c.Request().Host)
 			switch {
-			case ipErr == nil, host == "localhost", host == "":
+			case literal, host == "":
 			case len(allowed) == 0 && !authDisabled:
 			case slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, host) }):
 			default:
@@ -82,25 +73,5 @@ func hostCheck(allowed []string, authDisabled bool) echo.MiddlewareFunc {
 			}
 			return next(c)
 		}
-	}
-}
-
-// metricsHandler serves Prometheus metrics, behind the admin or viewer role
-// when the operator asks for it.
-func metricsHandler(opts Options) echo.HandlerFunc {
-	serve := echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics})
-	if !opts.MetricsRequireAuth {
-		return serve
-	}
-	return func(c echo.Context) error {
-		p, err := opts.Auth.Authenticate(c.Request())
-		if err != nil {
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="storage-gateway"`)
-			return echo.NewHTTPError(http.StatusUnauthorized, "/metrics needs a bearer token (SG_METRICS_REQUIRE_AUTH)")
-		}
-		if !p.HasAny([]auth.Role{auth.RoleAdmin, auth.RoleViewer}) {
-			return echo.NewHTTPError(http.StatusForbidden, "/metrics needs the admin or viewer role")
-		}
-		return serve(c)
 	}
 }

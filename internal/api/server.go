@@ -94,16 +94,19 @@ func New(opts Options) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = problemHandler(opts.Logger)
 
-	e.Use(requestID, securityHeaders, hostCheck(opts.AllowedHosts, opts.Auth.Mode() == auth.ModeDisabled))
-	e.Use(accessLog(opts.Logger))
-	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
-		// The stack goes to the gateway's JSON log; the panic itself becomes
-		// an opaque INTERNAL problem, logged by the error handler.
+	// A panic becomes an opaque INTERNAL problem, logged by the error
+	// handler, with its stack in the gateway's JSON log. It is recovered
+	// inside the guard too, so a request that panicked is still audited.
+	recoverPanics := middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			opts.Logger.ErrorContext(c.Request().Context(), "panic while serving a request", "stack", string(stack))
 			return err
 		},
-	}))
+	})
+	g := newGuard(opts)
+	e.Use(requestID, securityHeaders, hostCheck(opts.AllowedHosts, opts.Auth.Mode() == auth.ModeDisabled))
+	e.Use(accessLog(opts.Logger))
+	e.Use(recoverPanics)
 	// Label values must stay bounded whatever clients send: the route
 	// template, never the raw path of an unmatched request or the Host header.
 	e.Use(echoprometheus.NewMiddlewareWithConfig(echoprometheus.MiddlewareConfig{
@@ -116,9 +119,9 @@ func New(opts Options) *echo.Echo {
 			"host": func(echo.Context, error) string { return "" },
 		},
 	}))
-	e.GET("/metrics", metricsHandler(opts))
+	e.GET("/metrics", g.metrics(echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}), opts.MetricsRequireAuth))
 
-	e.Use(newGuard(opts).middleware)
+	e.Use(g.middleware, recoverPanics)
 	RegisterHandlersWithOptions(newCustomMethodRouter(e), NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{
 		OperationMiddlewares: map[string][]echo.MiddlewareFunc{
 			"updateEnvironment": {mergePatchAsJSON},
@@ -165,9 +168,10 @@ func (h *handlers) GetHealthz(context.Context, GetHealthzRequestObject) (GetHeal
 }
 
 // GetReadyz runs every check. Why a check failed (it can name the database
-// host and user) is shown only to an authenticated caller.
+// host and user) is shown only to a caller who presented a valid token.
 func (h *handlers) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetReadyzResponseObject, error) {
-	_, authenticated := auth.FromContext(ctx)
+	p, ok := auth.FromContext(ctx)
+	authenticated := ok && (p.Method == auth.MethodOIDC || p.Method == auth.MethodStatic)
 	results := make([]ReadinessCheck, len(h.opts.Readiness))
 	var wg sync.WaitGroup
 	for i, c := range h.opts.Readiness {

@@ -25,6 +25,7 @@ func (h *handlers) CreateVolume(ctx context.Context, req CreateVolumeRequestObje
 	if err != nil {
 		return nil, err
 	}
+	noteVolume(ctx, v.ID)
 	if created {
 		return CreateVolume201JSONResponse(toVolume(v)), nil
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -116,20 +117,21 @@ func (a *Authenticator) trusted(r *http.Request) bool {
 }
 
 func (a *Authenticator) trustedHost(hostport string) bool {
-	host := hostport
+	host, literal := HostName(hostport)
+	return literal || slices.ContainsFunc(a.opts.TrustedHosts, func(h string) bool { return strings.EqualFold(h, host) })
+}
+
+// HostName is a Host header's name without its port, in lower case, and
+// whether it is one no DNS-rebinding page can produce: an IP literal or
+// localhost.
+func HostName(hostport string) (name string, literal bool) {
+	name = hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
+		name = h
 	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil || host == "localhost" {
-		return true
-	}
-	for _, h := range a.opts.TrustedHosts {
-		if strings.EqualFold(h, host) {
-			return true
-		}
-	}
-	return false
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	_, err := netip.ParseAddr(strings.Trim(name, "[]"))
+	return name, err == nil || name == "localhost"
 }
 
 // Describe says, for the start-up log, how callers are authenticated.

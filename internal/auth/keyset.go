@@ -70,12 +70,12 @@ func (k *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error
 	kid := jws.Signatures[0].Header.KeyID
 
 	keys, fresh := k.cached()
-	if payload, known, err := verifyWith(jws, keys, kid); known {
-		if fresh || err != nil {
-			return payload, err
-		}
+	if payload, _, err := verifyWith(jws, keys, kid); err == nil && fresh {
+		return payload, nil
 	}
-	// An unknown key id, or known keys due for a re-read.
+	// An unknown key id, a key that does not verify (the issuer may have
+	// rotated it under the same id), or known keys due for a re-read: look
+	// again, as the cooldown allows.
 	keys, err = k.refresh(ctx)
 	if err != nil && len(keys) == 0 {
 		return nil, err
@@ -85,6 +85,14 @@ func (k *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error
 		return nil, errUnknownKey
 	}
 	return payload, err
+}
+
+// unavailable reports whether the key set cannot verify anything: its last
+// fetch failed and it holds no keys from an earlier one.
+func (k *keySet) unavailable() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fetchErr != nil && len(k.keys) == 0
 }
 
 // verifyWith verifies jws with the key named kid (or, without a kid, with

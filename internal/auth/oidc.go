@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -36,8 +37,9 @@ type OIDCOptions struct {
 	// RolePrefix is stripped from role names; names without it are ignored,
 	// so an unrelated realm role called "admin" grants nothing.
 	RolePrefix string
-	// EnvironmentsClaim, if set, is the claim whose string array limits the
-	// principal to those environments (a token without it is unscoped).
+	// EnvironmentsClaim, if set, is the claim (a dotted path, like a role
+	// claim) whose string array limits the principal to those environments;
+	// a token without it is unscoped.
 	EnvironmentsClaim string
 	// SigningAlgs are the accepted JWS algorithms (default RS256, ES256).
 	SigningAlgs []string
@@ -56,12 +58,20 @@ type OIDC struct {
 	opts OIDCOptions
 	algs []jose.SignatureAlgorithm
 
+	// current is set once the issuer's discovery document was read.
+	current atomic.Pointer[discovered]
+
 	mu            sync.Mutex
-	verifier      *oidc.IDTokenVerifier
-	keys          *keySet
+	discovering   bool
 	lastDiscovery time.Time
 
 	verified verifiedTokens
+}
+
+// discovered is what the issuer's discovery document yields.
+type discovered struct {
+	verifier *oidc.IDTokenVerifier
+	keys     *keySet
 }
 
 // NewOIDC returns a verifier; the issuer is contacted on first use (or by
@@ -87,31 +97,38 @@ func NewOIDC(opts OIDCOptions) *OIDC {
 // early that the issuer is misconfigured); verification retries it later
 // if it fails.
 func (o *OIDC) Discover(ctx context.Context) error {
-	_, err := o.verifierFor(ctx)
+	_, err := o.discovered(ctx)
 	return err
 }
 
-// KeyFetches is how many times the issuer's JWKS was requested.
-func (o *OIDC) KeyFetches() int64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.keys == nil {
-		return 0
-	}
-	return o.keys.fetches.Load()
-}
-
-func (o *OIDC) verifierFor(ctx context.Context) (*oidc.IDTokenVerifier, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.verifier != nil {
-		return o.verifier, nil
+// discovered reads the discovery document once. While one attempt runs, or
+// within discoveryRetry of a failed one, callers get ErrIssuerUnavailable at
+// once instead of queueing behind the network.
+func (o *OIDC) discovered(ctx context.Context) (*discovered, error) {
+	if d := o.current.Load(); d != nil {
+		return d, nil
 	}
 	now := o.opts.Now()
-	if !o.lastDiscovery.IsZero() && now.Sub(o.lastDiscovery) < discoveryRetry {
+	o.mu.Lock()
+	if o.discovering || !o.lastDiscovery.IsZero() && now.Sub(o.lastDiscovery) < discoveryRetry {
+		o.mu.Unlock()
 		return nil, ErrIssuerUnavailable
 	}
-	o.lastDiscovery = now
+	o.discovering, o.lastDiscovery = true, now
+	o.mu.Unlock()
+
+	d, err := o.discover(ctx)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.discovering = false
+	if err != nil {
+		return nil, err
+	}
+	o.current.Store(d)
+	return d, nil
+}
+
+func (o *OIDC) discover(ctx context.Context) (*discovered, error) {
 	dctx, cancel := context.WithTimeout(oidc.ClientContext(context.WithoutCancel(ctx), o.opts.HTTPClient), keyFetchTimeout)
 	defer cancel()
 	provider, err := oidc.NewProvider(dctx, o.opts.IssuerURL)
@@ -124,16 +141,14 @@ func (o *OIDC) verifierFor(ctx context.Context) (*oidc.IDTokenVerifier, error) {
 	if err := provider.Claims(&meta); err != nil || meta.JWKSURL == "" {
 		return nil, fmt.Errorf("%w: the discovery document names no jwks_uri", ErrIssuerUnavailable)
 	}
-	o.keys = &keySet{url: meta.JWKSURL, client: o.opts.HTTPClient, algs: o.algs, cooldown: keyRefetchCooldown, now: o.opts.Now}
-	skew := o.opts.ClockSkew
-	o.verifier = oidc.NewVerifier(o.opts.IssuerURL, o.keys, &oidc.Config{
+	keys := &keySet{url: meta.JWKSURL, client: o.opts.HTTPClient, algs: o.algs, cooldown: keyRefetchCooldown, now: o.opts.Now}
+	return &discovered{keys: keys, verifier: oidc.NewVerifier(o.opts.IssuerURL, keys, &oidc.Config{
 		ClientID:             o.opts.Audience,
 		SupportedSigningAlgs: o.opts.SigningAlgs,
-		// go-oidc compares exp with this clock: running it skew behind
-		// accepts a token up to skew after it expired.
-		Now: func() time.Time { return o.opts.Now().Add(-skew) },
-	})
-	return o.verifier, nil
+		// go-oidc's own lifetime check has a fixed five-minute leeway on
+		// nbf; Verify checks exp, nbf and iat with the configured skew.
+		SkipExpiryCheck: true,
+	})}, nil
 }
 
 // Verify checks the token's signature, issuer, audience, algorithm and
@@ -145,24 +160,25 @@ func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 	if p, ok := o.verified.get(sum, now); ok {
 		return p, nil
 	}
-	verifier, err := o.verifierFor(ctx)
+	d, err := o.discovered(ctx)
 	if err != nil {
 		return Principal{}, err
 	}
-	idt, err := verifier.Verify(ctx, token)
+	idt, err := d.verifier.Verify(ctx, token)
 	if err != nil {
+		// go-oidc flattens the key set's errors: ask it directly whether
+		// the issuer's keys could not be had at all.
+		if d.keys.unavailable() {
+			return Principal{}, fmt.Errorf("%w: its key set cannot be read", ErrIssuerUnavailable)
+		}
 		return Principal{}, err
 	}
 	var all map[string]any
 	if err := idt.Claims(&all); err != nil {
 		return Principal{}, err
 	}
-	// go-oidc allows nbf five minutes in the future whatever the operator
-	// set; the configured skew is the bound here.
-	for _, name := range []string{"nbf", "iat"} {
-		if t, ok := all[name].(float64); ok && time.Unix(int64(t), 0).After(now.Add(o.opts.ClockSkew)) {
-			return Principal{}, fmt.Errorf("the token's %s is in the future", name)
-		}
+	if err := o.checkLifetime(all, now); err != nil {
+		return Principal{}, err
 	}
 	if idt.Subject == "" {
 		return Principal{}, errors.New("the token has no subject")
@@ -172,14 +188,15 @@ func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 		p.Name = p.Subject
 	}
 	for _, path := range o.opts.RoleClaims {
-		for _, name := range stringsAt(all, path) {
+		v, _ := lookup(all, path)
+		for _, name := range asStrings(v) {
 			if r, ok := ParseRole(strings.TrimPrefix(name, o.opts.RolePrefix)); ok && strings.HasPrefix(name, o.opts.RolePrefix) && !slices.Contains(p.Roles, r) {
 				p.Roles = append(p.Roles, r)
 			}
 		}
 	}
 	if o.opts.EnvironmentsClaim != "" {
-		if raw, ok := all[o.opts.EnvironmentsClaim]; ok {
+		if raw, ok := lookup(all, o.opts.EnvironmentsClaim); ok {
 			p.Environments = []string{}
 			for _, id := range asStrings(raw) {
 				if resourceIDMatch.MatchString(id) {
@@ -196,17 +213,37 @@ func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 	return p, nil
 }
 
-// stringsAt returns the strings of the array at a dotted path, or nothing.
-func stringsAt(doc map[string]any, path string) []string {
+// checkLifetime holds exp (required), nbf and iat to now within the skew.
+func (o *OIDC) checkLifetime(claims map[string]any, now time.Time) error {
+	exp, ok := claims["exp"].(float64)
+	if !ok {
+		return errors.New("the token has no expiry")
+	}
+	if now.After(time.Unix(int64(exp), 0).Add(o.opts.ClockSkew)) {
+		return errors.New("the token has expired")
+	}
+	for _, name := range []string{"nbf", "iat"} {
+		if t, ok := claims[name].(float64); ok && time.Unix(int64(t), 0).After(now.Add(o.opts.ClockSkew)) {
+			return fmt.Errorf("the token's %s is in the future", name)
+		}
+	}
+	return nil
+}
+
+// lookup returns the value at a dotted path of claims, and whether it is
+// there at all.
+func lookup(doc map[string]any, path string) (any, bool) {
 	var cur any = doc
 	for part := range strings.SplitSeq(path, ".") {
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return nil
+			return nil, false
 		}
-		cur = m[part]
+		if cur, ok = m[part]; !ok {
+			return nil, false
+		}
 	}
-	return asStrings(cur)
+	return cur, true
 }
 
 func asStrings(v any) []string {

@@ -34,7 +34,7 @@ func verifier(issuer *oidctest.Issuer, c *clock) *auth.OIDC {
 	return auth.NewOIDC(auth.OIDCOptions{
 		IssuerURL: issuer.URL, Audience: "dcm-api", ClockSkew: 30 * time.Second,
 		RoleClaims: []string{"realm_access.roles", "resource_access.dcm-api.roles"}, RolePrefix: "storage-gateway-",
-		EnvironmentsClaim: "storage_gateway_environments", Now: c.Now,
+		EnvironmentsClaim: "storage_gateway.environments", Now: c.Now,
 	})
 }
 
@@ -64,7 +64,7 @@ func TestOIDCAcceptsValidTokensWithTheirRolesAndScope(t *testing.T) {
 	}
 
 	scoped := issuer.Claims("bob", "admin")
-	scoped["storage_gateway_environments"] = []any{"east", "Not An Id", "west"}
+	scoped["storage_gateway"] = map[string]any{"environments": []any{"east", "Not An Id", "west"}}
 	p, err = bearer(a, issuer.Token(t, scoped))
 	if err != nil {
 		t.Fatal(err)
@@ -287,5 +287,64 @@ func TestVerifiedTokensAreCachedWithinTheirLifetime(t *testing.T) {
 	c.Advance(2 * time.Hour) // cache entry and key set both old: re-verified, refused
 	if _, err := bearer(a, long); err == nil {
 		t.Fatal("a token signed by a withdrawn key was still accepted from the cache")
+	}
+}
+
+// A key the issuer replaced under the same kid is picked up once the
+// cooldown has passed, as a new kid would be.
+func TestAKeyReplacedUnderTheSameIDIsFetchedAgain(t *testing.T) {
+	issuer := oidctest.Start(t)
+	c := newClock()
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	if _, err := bearer(a, issuer.Token(t, issuer.Claims("alice", "admin"))); err != nil {
+		t.Fatal(err)
+	}
+	issuer.ReplaceKeyKeepingID(t)
+	token := issuer.Token(t, issuer.Claims("alice", "admin"))
+	if _, err := bearer(a, token); err == nil {
+		t.Fatal("a signature by an unfetched key verified")
+	}
+	c.Advance(31 * time.Second)
+	if _, err := bearer(a, token); err != nil {
+		t.Fatalf("the replaced key after the cooldown: %v", err)
+	}
+	if n := issuer.JWKSFetches(); n != 2 {
+		t.Fatalf("%d key set fetches, want 2", n)
+	}
+}
+
+// While the issuer's keys cannot be read, tokens are unavailable to check
+// (503), not invalid (401).
+func TestAKeySetOutageIsUnavailable(t *testing.T) {
+	issuer := oidctest.Start(t)
+	c := newClock()
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
+	issuer.SetKeysDown(true)
+	token := issuer.Token(t, issuer.Claims("alice", "admin"))
+	for range 2 { // the fetch, then inside its cooldown
+		if _, err := bearer(a, token); !errors.Is(err, auth.ErrIssuerUnavailable) {
+			t.Fatalf("a token while the key set is down: %v", err)
+		}
+	}
+	issuer.SetKeysDown(false)
+	c.Advance(31 * time.Second)
+	if _, err := bearer(a, token); err != nil {
+		t.Fatalf("once the key set is back: %v", err)
+	}
+}
+
+// The configured skew is the tolerance on nbf, up to its 5 minute maximum.
+func TestTheClockSkewIsTheNotBeforeTolerance(t *testing.T) {
+	issuer := oidctest.Start(t)
+	v := auth.NewOIDC(auth.OIDCOptions{IssuerURL: issuer.URL, Audience: "dcm-api", ClockSkew: 5 * time.Minute,
+		RoleClaims: []string{"resource_access.dcm-api.roles"}, RolePrefix: "storage-gateway-"})
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: v})
+	for ahead, ok := range map[time.Duration]bool{150 * time.Second: true, 290 * time.Second: true, 6 * time.Minute: false} {
+		claims := issuer.Claims("alice", "admin")
+		claims["nbf"] = time.Now().Add(ahead).Unix()
+		claims["iat"] = time.Now().Unix()
+		if _, err := bearer(a, issuer.Token(t, claims)); (err == nil) != ok {
+			t.Errorf("nbf %s ahead with a 5m skew: %v", ahead, err)
+		}
 	}
 }

@@ -99,6 +99,10 @@ func (f TokenFile) validate() error {
 			return fmt.Errorf("%s.id: %s is used twice", where, t.ID)
 		case !sha256Pattern.MatchString(t.SHA256):
 			return fmt.Errorf("%s.sha256: must be 64 lowercase hex digits", where)
+		case seen[t.SHA256]:
+			// One token, two entries: which roles it has would depend on
+			// the order, and revoking one entry would leave it valid.
+			return fmt.Errorf("%s.sha256: the same token is listed twice", where)
 		case !subjectPattern.MatchString(t.Subject):
 			return fmt.Errorf("%s.subject: must be 1 to 256 letters, digits or @._:/+-", where)
 		case len(t.Roles) == 0:
@@ -106,7 +110,7 @@ func (f TokenFile) validate() error {
 		case t.Environments != nil && len(t.Environments) == 0:
 			return fmt.Errorf("%s.environments: leave it out for every environment, or list at least one", where)
 		}
-		seen[t.ID] = true
+		seen[t.ID], seen[t.SHA256] = true, true
 		for j, r := range t.Roles {
 			if _, ok := ParseRole(string(r)); !ok {
 				return fmt.Errorf("%s.roles[%d]: must be one of admin, dcm, viewer", where, j)

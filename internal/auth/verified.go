@@ -38,9 +38,10 @@ func (c *verifiedTokens) get(sum [sha256.Size]byte, now time.Time) (Principal, b
 	return e.principal, true
 }
 
-// put keeps p until until. A full cache first drops its expired entries,
-// and everything if that is not enough: a flood of distinct valid tokens
-// costs verifications, never unbounded memory.
+// put keeps p until until. A full cache drops its expired entries and, if
+// that frees less than a tenth of it, random others until a tenth is free
+// (map order is random): a flood of distinct valid tokens costs
+// verifications and one sweep per tenth, never unbounded memory.
 func (c *verifiedTokens) put(sum [sha256.Size]byte, p Principal, until, now time.Time) {
 	if !now.Before(until) {
 		return
@@ -49,12 +50,9 @@ func (c *verifiedTokens) put(sum [sha256.Size]byte, p Principal, until, now time
 	defer c.mu.Unlock()
 	if len(c.entries) >= maxVerifiedEntries {
 		for k, e := range c.entries {
-			if !now.Before(e.until) {
+			if !now.Before(e.until) || len(c.entries) > maxVerifiedEntries*9/10 {
 				delete(c.entries, k)
 			}
-		}
-		if len(c.entries) >= maxVerifiedEntries {
-			clear(c.entries)
 		}
 	}
 	c.entries[sum] = verifiedToken{principal: p, until: until}

@@ -40,6 +40,16 @@ func NewLimiters(qps float32, burst int) *Limiters {
 	return &Limiters{qps: qps, burst: burst, entries: map[string]*limiterEntry{}}
 }
 
+// waitFor is how long n requests at once wait for tokens from a full
+// bucket: a probe's deadline allows for it, since the wait is the gateway's
+// own pacing, not the cluster's slowness.
+func (l *Limiters) waitFor(n int) time.Duration {
+	if n <= l.burst {
+		return 0
+	}
+	return time.Duration(float64(n-l.burst) / float64(l.qps) * float64(time.Second))
+}
+
 // For returns the environment's limiter.
 func (l *Limiters) For(environmentID string) flowcontrol.RateLimiter {
 	l.mu.Lock()
@@ -47,14 +57,12 @@ func (l *Limiters) For(environmentID string) flowcontrol.RateLimiter {
 	return l.entry(environmentID).limiter
 }
 
-// acquire returns the environment's limiter for a pool connection, which
-// releases it when it stops.
-func (l *Limiters) acquire(environmentID string) flowcontrol.RateLimiter {
+// acquire holds the environment's limiter for a pool connection, which
+// releases it when it stops; a held limiter is never dropped.
+func (l *Limiters) acquire(environmentID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.entry(environmentID)
-	e.refs++
-	return e.limiter
+	l.entry(environmentID).refs++
 }
 
 func (l *Limiters) release(environmentID string) {
@@ -124,12 +132,15 @@ type boundedBody struct {
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
-		// One byte more than allowed tells a body at the limit from one over it.
+		// One byte more than allowed tells a body at the limit from one over
+		// it; the underlying reader's own answer (EOF, an error, nothing
+		// yet) is passed on.
 		var probe [1]byte
-		if n, _ := b.ReadCloser.Read(probe[:]); n > 0 {
+		n, err := b.ReadCloser.Read(probe[:])
+		if n > 0 {
 			return 0, ErrResponseTooLarge
 		}
-		return 0, io.EOF
+		return 0, err
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]

@@ -48,13 +48,15 @@ type Cluster struct {
 func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{})}
 	var err error
-	if c.watch, err = p.newClient(t, 0, c.conns); err != nil {
+	// Informers list and watch without a timeout or a bound on answers;
+	// health checks and writes read answers of known, small size.
+	if c.watch, err = p.newClient(t, 0, 0, c.conns); err != nil {
 		return nil, err
 	}
-	if c.checks, err = p.newClient(t, p.opts.HealthTimeout, c.conns); err != nil {
+	if c.checks, err = p.newClient(t, p.opts.HealthTimeout, maxAnswer, c.conns); err != nil {
 		return nil, err
 	}
-	if c.writes, err = p.newClient(t, requestTimeout, nil); err != nil {
+	if c.writes, err = p.newClient(t, requestTimeout, maxAnswer, nil); err != nil {
 		return nil, err
 	}
 	var onStorage func()
@@ -73,15 +75,14 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 // /readyz); the watch client, whose lists can be long, is not bounded.
 const maxAnswer = 4 << 20
 
-// newClient builds a client whose requests time out after timeout (0: never,
-// for watches, whose answers are also unbounded) and, if conns is set, whose
-// connections it tracks. Every client of an environment shares its limiter.
-func (p *Pool) newClient(t Target, timeout time.Duration, conns *connections) (*Client, error) {
+// newClient builds a client whose requests time out after timeout (0: never)
+// and whose answers are bounded to maxBytes (0: unbounded) and, if conns is
+// set, whose connections it tracks. Every client of an environment shares
+// its limiter.
+func (p *Pool) newClient(t Target, timeout time.Duration, maxBytes int64, conns *connections) (*Client, error) {
 	opts := p.opts.Client
 	opts.Timeout = timeout
-	if timeout > 0 {
-		opts.MaxResponseBytes = maxAnswer
-	}
+	opts.MaxResponseBytes = maxBytes
 	if p.opts.Limiters != nil {
 		opts.RateLimiter = p.opts.Limiters.For(t.EnvironmentID)
 	}

@@ -103,13 +103,15 @@ const maxProbeResponse = 4 << 20
 type ProberOptions struct {
 	// Client holds the egress policy.
 	Client ClientOptions
-	// Timeout bounds one probe, once it runs.
+	// Timeout bounds one probe, once it runs, plus the time its requests
+	// wait for the environment's rate limiter.
 	Timeout time.Duration
 	// Limiters, when set, give each environment's probes the rate limiter
 	// its pool connection uses.
 	Limiters *Limiters
 	// Concurrency caps probes in flight across every environment (default
-	// 8); further probes wait their turn, within their caller's context.
+	// 8); further probes wait their turn, as long as their caller's context
+	// lets them.
 	Concurrency int
 }
 
@@ -140,17 +142,20 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 		res.State, res.Message = StateUnreachable, "the probe was cancelled while waiting for other probes to finish"
 		return res
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	defer cancel()
-
+	perms := RequiredPermissions(namespaces)
+	timeout := p.opts.Timeout
 	opts := p.opts.Client
 	opts.Timeout = p.opts.Timeout
 	opts.MaxResponseBytes = maxProbeResponse
 	if p.opts.Limiters != nil {
 		opts.RateLimiter = p.opts.Limiters.For(environmentID)
+		timeout += p.opts.Limiters.waitFor(len(perms) + 2) // and /version, StorageClasses
 	} else if opts.QPS == 0 {
 		opts.QPS, opts.Burst = probeQPS, probeBurst
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
 	client, err := NewClient(conn, opts)
 	if err != nil {
 		res.State, res.Message = StateUnreachable, "the connection settings cannot be used: "+err.Error()
@@ -165,11 +170,11 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	}
 	// The version is the cluster's own text, stored and shown to admins:
 	// only a plausible version string is kept.
-	if validVersion.MatchString(info.GitVersion) {
+	if len(info.GitVersion) <= maxVersionLength && validVersion.MatchString(info.GitVersion) {
 		res.KubernetesVersion = info.GitVersion
 	}
 
-	missing, err := missingPermissions(ctx, client, RequiredPermissions(namespaces))
+	missing, err := missingPermissions(ctx, client, perms)
 	if err != nil {
 		res.State, res.Message = classify(ctx, err, p.opts.Timeout)
 		return res
@@ -195,7 +200,9 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 }
 
 // validVersion is a Kubernetes gitVersion as real distributions report it
-// (v1.36.3, v1.30.2-eks-1234567, v1.29.4+k3s1), at most 64 characters.
+// (v1.36.3, v1.30.2-eks-1234567, v1.29.4+k3s1); maxVersionLength bounds it.
+const maxVersionLength = 64
+
 var validVersion = regexp.MustCompile(`^v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6}([-+][0-9A-Za-z.+_-]{1,48})?$`)
 
 // missingPermissions asks the cluster, concurrently, which permissions the

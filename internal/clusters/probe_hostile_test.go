@@ -166,3 +166,18 @@ func TestProbesInFlightAreCapped(t *testing.T) {
 		t.Fatalf("peak of %d probes in flight, want at most 2", got)
 	}
 }
+
+// An environment with many namespaces needs more access reviews than its
+// rate limit's burst: the probe's deadline allows for the pacing, which is
+// the gateway's own, not the cluster's slowness.
+func TestAProbeOfManyNamespacesFitsItsRateLimit(t *testing.T) {
+	conn, requests := hostileServer(t, versionBody("v1.36.3"), nil)
+	namespaces := make([]string, 33)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprint("ns-", i)
+	}
+	p := newProber(clusters.ProberOptions{Timeout: 500 * time.Millisecond, Limiters: clusters.NewLimiters(200, 40)})
+	if res := p.Probe(context.Background(), "wide", conn, namespaces); res.State != clusters.StateReady {
+		t.Fatalf("probe of 33 namespaces: %+v after %d requests", res, requests.Load())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -48,10 +49,15 @@ func (c Credentials) httpClient() (*http.Client, error) {
 		// carries the client it fetches tokens with.
 		source = cc.TokenSource(context.WithValue(context.Background(), oauth2.HTTPClient, tokenClient))
 	default:
-		return &http.Client{Timeout: requestTimeout}, nil
+		return &http.Client{Timeout: requestTimeout, CheckRedirect: noRedirects}, nil
 	}
-	return &http.Client{Timeout: requestTimeout, Transport: &oauth2.Transport{Source: source, Base: http.DefaultTransport}}, nil
+	return &http.Client{Timeout: requestTimeout, CheckRedirect: noRedirects,
+		Transport: &oauth2.Transport{Source: source, Base: http.DefaultTransport}}, nil
 }
+
+// noRedirects answers a redirect with itself: oauth2.Transport would put the
+// token on the redirected request too, wherever it points.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // fileToken reads the bearer token from a file for every request.
 type fileToken string
@@ -64,18 +70,21 @@ func (f fileToken) Token() (*oauth2.Token, error) {
 	return &oauth2.Token{AccessToken: token, TokenType: "Bearer"}, nil
 }
 
-// readToken reads a one-line secret. Errors name the file, never its content.
+// readToken reads a one-line secret of at most maxTokenFileSize. Errors
+// name the file, never its content. (A projected service account token is
+// readable by its group, so the mode is not checked.)
 func readToken(path string) (string, error) {
-	info, err := os.Stat(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("DCM credentials: %w", err)
 	}
-	if info.Size() > maxTokenFileSize {
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, maxTokenFileSize+1))
+	if err != nil {
+		return "", fmt.Errorf("DCM credentials: %w", err)
+	}
+	if len(data) > maxTokenFileSize {
 		return "", fmt.Errorf("DCM credentials: %s is larger than %d bytes", path, maxTokenFileSize)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("DCM credentials: %w", err)
 	}
 	token := strings.TrimSpace(string(data))
 	if token == "" || strings.ContainsAny(token, " \t\r\n") {

@@ -92,6 +92,31 @@ func TestRegistrationSendsTheTokenFile(t *testing.T) {
 	}
 }
 
+// A redirect from "DCM" is not followed: the token would go with it.
+func TestRegistrationNeverFollowsARedirectWithItsToken(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	environment(t, reg, "east")
+	elsewhere, calls := fakeDCM(t)
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirector.Close)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("redirect-canary-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runRegistrar(t, dcm.Options{URL: redirector.URL, PublicURL: "https://gateway.example.com", Environments: reg.Service,
+		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{TokenFile: file}})
+	deadline := time.Now().Add(3 * time.Second)
+	for registration(t, reg, "east").State == "" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if n := len(calls()); n != 0 {
+		t.Fatalf("the redirect target received %d calls (and the token)", n)
+	}
+}
+
 // With client credentials every call carries a token from the issuer that
 // has not expired; it is fetched again shortly before it would.
 func TestRegistrationUsesClientCredentials(t *testing.T) {

@@ -126,12 +126,25 @@ func (s *Service) setCredentials(ctx context.Context, rec *record, conn kubeconf
 	return nil
 }
 
+// errChangedMeanwhile is a row read before a concurrent change of its
+// credentials: retrying reads the new ones.
+var errChangedMeanwhile = &fault.Error{Kind: fault.Conflict, Detail: "the environment's credentials were changed concurrently; retry"}
+
 // open unseals the connection of a stored environment and checks that the
 // plain columns still describe it, and that the row does not hold an older
 // generation of credentials than this process has already seen for it
 // (credentials rolled back by someone who can write to the database).
-func (s *Service) open(rec record) (kubeconfig.Connection, error) {
+func (s *Service) open(ctx context.Context, rec record) (kubeconfig.Connection, error) {
 	if seen, ok := s.generations.Load(rec.ID); ok && rec.sealed.Generation < seen.(int64) {
+		// rec may just have been read before a rotation: only a row that
+		// still holds the older generation has been rolled back.
+		current, err := s.repo.credentialsGeneration(ctx, rec.ID)
+		if err != nil {
+			return kubeconfig.Connection{}, err
+		}
+		if current != rec.sealed.Generation {
+			return kubeconfig.Connection{}, errChangedMeanwhile
+		}
 		return kubeconfig.Connection{}, fmt.Errorf("environment %s: its stored credentials are older (generation %d) than ones already in use (%d): rolled back? refusing to use them",
 			rec.ID, rec.sealed.Generation, seen)
 	}

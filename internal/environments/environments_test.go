@@ -391,9 +391,9 @@ func TestKeyRotation(t *testing.T) {
 	if err := reg.Keys.Promote("k2"); err != nil {
 		t.Fatal(err)
 	}
-	n, err := reg.Service.Rewrap(ctx)
-	if err != nil || n != 3 {
-		t.Fatalf("Rewrap = %d, %v; want 3", n, err)
+	n, unreadable, err := reg.Service.Rewrap(ctx)
+	if err != nil || n != 3 || len(unreadable) != 0 {
+		t.Fatalf("Rewrap = %d, %v, %v; want 3", n, unreadable, err)
 	}
 	usage, err := reg.Service.KeyUsage(ctx)
 	if err != nil || usage["k2"] != 3 || usage["k1"] != 0 {

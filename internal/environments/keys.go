@@ -63,10 +63,11 @@ func (s *Service) checkKeys(ctx context.Context, ring *secrets.KeyRing) error {
 		return fmt.Errorf("check credential keys: %w", err)
 	}
 	var missing, wrong []string
+	known := ring.IDs()
 	for _, keyID := range slices.Sorted(maps.Keys(perKey)) {
 		c := perKey[keyID]
 		switch {
-		case !slices.Contains(ring.IDs(), keyID):
+		case !slices.Contains(known, keyID):
 			missing = append(missing, fmt.Sprintf("%s (%d environments)", keyID, c.rows))
 		case c.opened == 0:
 			wrong = append(wrong, fmt.Sprintf("%s (%d environments)", keyID, c.rows))
@@ -97,20 +98,24 @@ func (s *Service) KeyUsage(ctx context.Context) (map[string]int, error) {
 // UpgradeSeals re-seals credentials still in the legacy format (sealed
 // before credential generations existed) so they gain a generation; serve
 // runs it at start.
-func (s *Service) UpgradeSeals(ctx context.Context) (int, error) {
-	return s.reseal(ctx, true)
+func (s *Service) UpgradeSeals(ctx context.Context) error {
+	_, _, err := s.reseal(ctx, true)
+	return err
 }
 
 // Rewrap re-seals every credential not sealed under the primary key with a
 // fresh data key under the primary, in batches. It returns how many rows it
-// re-sealed; rows locked by a concurrent writer are left for the next run
-// (they are re-sealed by that writer if it rotates them).
-func (s *Service) Rewrap(ctx context.Context) (int, error) {
+// re-sealed and the environments whose credentials do not open (they keep
+// their seal, and their old key stays in use, until an admin rotates them);
+// rows locked by a concurrent writer are left for the next run (they are
+// re-sealed by that writer if it rotates them).
+func (s *Service) Rewrap(ctx context.Context) (int, []string, error) {
 	return s.reseal(ctx, false)
 }
 
-func (s *Service) reseal(ctx context.Context, legacyOnly bool) (int, error) {
-	total := 0
+func (s *Service) reseal(ctx context.Context, legacyOnly bool) (int, []string, error) {
+	total, after := 0, ""
+	var unreadable []string
 	ring := s.keys.Load()
 	reseal := func(id string, old secrets.Sealed, gen int64) (secrets.Sealed, error) {
 		plain, err := ring.Open(id, old)
@@ -121,13 +126,18 @@ func (s *Service) reseal(ctx context.Context, legacyOnly bool) (int, error) {
 		return ring.Seal(id, gen, plain)
 	}
 	for {
-		n, err := s.repo.resealBatch(ctx, ring.Primary(), legacyOnly, rewrapBatch, reseal)
+		n, last, skipped, err := s.repo.resealBatch(ctx, ring.Primary(), legacyOnly, after, rewrapBatch, reseal)
 		total += n
-		if err != nil || n == 0 {
+		unreadable = append(unreadable, skipped...)
+		if err != nil || last == "" {
 			if total > 0 {
 				s.log.InfoContext(ctx, "credentials re-sealed", "audit", true, "key_id", ring.Primary(), "environments", total)
 			}
-			return total, err
+			for _, id := range unreadable {
+				s.log.ErrorContext(ctx, "stored credentials cannot be opened, so they were not re-sealed; rotate them", "environment", id)
+			}
+			return total, unreadable, err
 		}
+		after = last
 	}
 }

@@ -151,6 +151,17 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 	return tag.RowsAffected() == 1, nil
 }
 
+// credentialsGeneration reads the generation of an environment's stored
+// credentials.
+func (r *repository) credentialsGeneration(ctx context.Context, id string) (int64, error) {
+	var gen int64
+	err := r.db.QueryRow(ctx, `SELECT credentials_generation FROM environments WHERE id = $1`, id).Scan(&gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, errNotFound
+	}
+	return gen, err
+}
+
 // nextGeneration draws a credential generation: unique across every row
 // and every seal, ever (see secrets.Sealed).
 func (r *repository) nextGeneration(ctx context.Context, q interface {
@@ -288,9 +299,13 @@ func (r *repository) each(ctx context.Context, fn func(record) error) error {
 // id order, stopping at fn's first error.
 func (r *repository) eachCredential(ctx context.Context, fn func(id string, sealed secrets.Sealed) error) error {
 	rows, err := r.db.Query(ctx, `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments ORDER BY id`)
+	if postgres.ErrorCode(err) == pgerrcode.UndefinedColumn {
+		// A schema from before credential generations (not migrated yet):
+		// every credential is of the legacy format, generation 0.
+		rows, err = r.db.Query(ctx, `SELECT id, credentials_key_id, 0::bigint, credentials FROM environments ORDER BY id`)
+	}
 	if code := postgres.ErrorCode(err); code == pgerrcode.UndefinedTable || code == pgerrcode.UndefinedColumn {
-		// The schema predates sealed credentials (or their generations):
-		// there is nothing to open yet.
+		// The schema predates sealed credentials: there is nothing to open.
 		return nil
 	}
 	if err != nil {
@@ -321,15 +336,17 @@ func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
 }
 
 // resealBatch re-seals, with the given function and a new generation, up to
-// limit rows sealed in the legacy format or (unless legacyOnly) not under
-// primary, in one transaction that skips rows other writers hold.
-func (r *repository) resealBatch(ctx context.Context, primary string, legacyOnly bool, limit int,
-	reseal func(id string, s secrets.Sealed, generation int64) (secrets.Sealed, error)) (int, error) {
-	n := 0
+// limit rows after the id after that are sealed in the legacy format or
+// (unless legacyOnly) not under primary, in one transaction that skips rows
+// other writers hold. A row reseal refuses is left as it is and named in
+// skipped, so one damaged row never holds up the others. It returns the
+// last id it looked at ("" when there was none).
+func (r *repository) resealBatch(ctx context.Context, primary string, legacyOnly bool, after string, limit int,
+	reseal func(id string, s secrets.Sealed, generation int64) (secrets.Sealed, error)) (n int, last string, skipped []string, _ error) {
 	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments
-			WHERE credentials_generation = 0 OR (NOT $3 AND credentials_key_id <> $1)
-			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, primary, limit, legacyOnly)
+			WHERE (credentials_generation = 0 OR (NOT $3 AND credentials_key_id <> $1)) AND id > $4
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, primary, limit, legacyOnly, after)
 		if err != nil {
 			return err
 		}
@@ -347,24 +364,30 @@ func (r *repository) resealBatch(ctx context.Context, primary string, legacyOnly
 		}); err != nil {
 			return err
 		}
+		n, last, skipped = 0, "", nil
 		for _, b := range batch {
+			last = b.id
 			gen, err := r.nextGeneration(ctx, tx)
 			if err != nil {
 				return err
 			}
 			fresh, err := reseal(b.id, b.sealed, gen)
 			if err != nil {
-				return fmt.Errorf("environment %s: %w", b.id, err)
+				skipped = append(skipped, b.id)
+				continue
 			}
+			// generation moves too, so a PATCH that read the row before
+			// this re-seal cannot write its own (older) seal over it.
 			if _, err := tx.Exec(ctx, `UPDATE environments SET credentials_key_id = $2, credentials = $3,
-				credentials_generation = $4 WHERE id = $1`, b.id, fresh.KeyID, fresh.Blob, fresh.Generation); err != nil {
+				credentials_generation = $4, generation = generation + 1 WHERE id = $1`,
+				b.id, fresh.KeyID, fresh.Blob, fresh.Generation); err != nil {
 				return err
 			}
+			n++
 		}
-		n = len(batch)
 		return nil
 	})
-	return n, err
+	return n, last, skipped, err
 }
 
 func mustJSON(v any) []byte {

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
@@ -95,7 +96,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	existing, err := s.repo.get(ctx, reg.ID)
 	switch {
 	case err == nil:
-		return s.replay(existing, reg, spec, conn)
+		return s.replay(ctx, existing, reg, spec, conn)
 	case !errors.Is(err, errNotFound):
 		return Environment{}, false, err
 	}
@@ -114,7 +115,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 		if err != nil {
 			return Environment{}, false, err
 		}
-		return s.replay(existing, reg, spec, conn)
+		return s.replay(ctx, existing, reg, spec, conn)
 	} else if err != nil {
 		return Environment{}, false, err
 	}
@@ -131,13 +132,13 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 // are compared only for the subject that registered the environment (who
 // knows them anyway): for anyone else the answer is the same 409 whatever
 // was sent, so a registration cannot test guessed credentials.
-func (s *Service) replay(existing record, reg Registration, spec Spec, conn kubeconfig.Connection) (Environment, bool, error) {
+func (s *Service) replay(ctx context.Context, existing record, reg Registration, spec Spec, conn kubeconfig.Connection) (Environment, bool, error) {
 	exists := &fault.Error{Kind: fault.AlreadyExists, Field: "id",
 		Detail: "an environment with this id exists with a different specification or credentials, or was registered by someone else"}
 	if existing.registeredBy != reg.RegisteredBy || !reflect.DeepEqual(existing.Spec, spec) {
 		return Environment{}, false, exists
 	}
-	stored, err := s.open(existing)
+	stored, err := s.open(ctx, existing)
 	if err != nil {
 		return Environment{}, false, err
 	}
@@ -173,12 +174,19 @@ func (s *Service) Exists(ctx context.Context, id string) error {
 
 func notFound(id string) error { return fault.New(fault.NotFound, "environment %q not found", id) }
 
+// verifyTimeout bounds one shared :verify: waiting for a probe slot, the
+// probe, and recording its result.
+const verifyTimeout = 2 * time.Minute
+
 // Verify probes the environment now and records the result. Concurrent
-// calls for one environment share one probe; it runs to its own timeout
-// even if the caller that started it goes away.
+// calls for one environment share one probe, which serves every caller
+// waiting for it and so does not end with the first one's request (it has
+// its own bound); each caller stops waiting when its own context ends. The
+// answer is shared by the callers, which only read it.
 func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
-	env, err, _ := s.verifies.Do(id, func() (any, error) {
-		ctx := context.WithoutCancel(ctx)
+	done := s.verifies.DoChan(id, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), verifyTimeout)
+		defer cancel()
 		rec, err := s.get(ctx, id)
 		if err != nil {
 			return Environment{}, err
@@ -188,7 +196,13 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 		}
 		return s.Get(ctx, id)
 	})
-	return env.(Environment), err
+	select {
+	case r := <-done:
+		env, _ := r.Val.(Environment)
+		return env, r.Err
+	case <-ctx.Done():
+		return Environment{}, ctx.Err()
+	}
 }
 
 // probeAndRecord probes with the stored credentials and saves the status; a
@@ -214,7 +228,12 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 		refused.Message = "TLS verification is off for this environment but SG_ALLOW_INSECURE_CLUSTERS is not set; rotate its credentials"
 		return refused
 	}
-	conn, err := s.open(rec)
+	conn, err := s.open(ctx, rec)
+	if errors.Is(err, errChangedMeanwhile) {
+		// Rotated since rec was read: this result is for old settings and
+		// will not be recorded (the generation moved).
+		return refused
+	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "stored credentials unusable", "environment", rec.ID, "error", err)
 		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
@@ -261,7 +280,9 @@ func probeFailed(r clusters.ProbeResult) error {
 func statusFrom(prev Status, r clusters.ProbeResult) Status {
 	st := prev
 	st.State, st.Message = r.State, r.Message
-	if r.KubernetesVersion != "" {
+	// A cluster that answered (READY) said which version it runs, or gave
+	// none worth keeping; one that did not keeps its last known version.
+	if r.KubernetesVersion != "" || r.State == clusters.StateReady {
 		st.KubernetesVersion = r.KubernetesVersion
 	}
 	if r.StorageClassCount != nil {

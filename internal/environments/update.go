@@ -70,7 +70,7 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	case rotate:
 		conn, _, err = s.resolveCredentials(creds)
 	case probe:
-		conn, err = s.open(rec)
+		conn, err = s.open(ctx, rec)
 	}
 	if err != nil {
 		return Environment{}, err

@@ -12,10 +12,12 @@
 // Both AEAD operations authenticate the row id, the key id and the row's
 // credential generation, so a sealed value only opens for the row, key and
 // seal it was made for: copying it to another row, relabelling it with
-// another key id of the ring, or restoring it after the row was re-sealed
-// makes Open fail exactly like tampering does, with the single generic
-// ErrDecrypt, so callers and attackers learn nothing about which check
-// failed.
+// another key id of the ring, or putting an old blob back into a row that
+// was re-sealed since (without also putting back the old generation) makes
+// Open fail exactly like tampering does, with the single generic ErrDecrypt,
+// so callers and attackers learn nothing about which check failed. (Whoever
+// can rewrite both columns can restore an old state; the registry also
+// refuses generations older than it has seen, for as long as it runs.)
 //
 // It also owns how files that hold secrets (the key ring, the static token
 // file, a saved login) are read and written: mode 0600 or stricter, bounded

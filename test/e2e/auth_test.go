@@ -343,3 +343,25 @@ func accessReviews(t *testing.T, c *harness.Cluster) int {
 	}
 	return total
 }
+
+// TestAuditNamesWhatItCreated: a volume created under an Idempotency-Key
+// (no id in the request) is named in its audit record.
+func TestAuditNamesWhatItCreated(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	dcm := client{t: t, base: g.URL, token: g.Tokens.DCM}
+	admin := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east := clusters[0].Spec.Environment.ID
+	admin.register(clusters[0])
+	code, v := dcm.do(http.MethodPost, volumesPath(east), storageSpec("agent", "1Gi", nil), "Idempotency-Key", uuid.NewString())
+	dcm.want(http.StatusCreated, code, v)
+	code, page := admin.do(http.MethodGet, "/api/v1alpha1/audit-events?action=createVolume", nil)
+	admin.want(http.StatusOK, code, page)
+	events, _ := page["audit_events"].([]any)
+	if len(events) != 1 {
+		t.Fatalf("audit events: %v", page)
+	}
+	e := events[0].(map[string]any)
+	if e["volume_id"] != v["id"] || e["subject"] != "test-dcm" || fmt.Sprint(e["status"]) != "201" || e["environment_id"] != east {
+		t.Fatalf("audit event %v for volume %v", e, v["id"])
+	}
+}

@@ -39,7 +39,9 @@ type Issuer struct {
 	mu   sync.Mutex
 	keys []key // published, newest first; the first signs by default
 
-	jwksFetches, discoveryFetches, tokenRequests atomic.Int64
+	jwksFetches, tokenRequests atomic.Int64
+	// keysDown makes the JWKS endpoint answer 503.
+	keysDown atomic.Bool
 	// pendingPolls is how many device-code polls answer
 	// authorization_pending before the grant succeeds.
 	pendingPolls atomic.Int64
@@ -94,6 +96,22 @@ func (i *Issuer) AddKey(t testing.TB, alg jose.SignatureAlgorithm) string {
 	i.keys = append([]key{k}, i.keys...)
 	return k.kid
 }
+
+// ReplaceKeyKeepingID swaps the signing key for a new one published under
+// the same kid: a rotation some issuers make.
+func (i *Issuer) ReplaceKeyKeepingID(t testing.TB) {
+	t.Helper()
+	signer, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.keys[0] = key{kid: i.keys[0].kid, alg: jose.RS256, signer: signer}
+}
+
+// SetKeysDown makes the JWKS endpoint fail (true) or answer again.
+func (i *Issuer) SetKeysDown(down bool) { i.keysDown.Store(down) }
 
 // SigningKeyID is the kid of the key that signs by default.
 func (i *Issuer) SigningKeyID() string { return i.newest().kid }
@@ -211,7 +229,6 @@ func encodeSegment(v any) string {
 }
 
 func (i *Issuer) discovery(w http.ResponseWriter, _ *http.Request) {
-	i.discoveryFetches.Add(1)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"issuer": i.URL, "jwks_uri": i.URL + "/keys", "token_endpoint": i.URL + "/token",
 		"authorization_endpoint":                i.URL + "/auth",
@@ -223,6 +240,10 @@ func (i *Issuer) discovery(w http.ResponseWriter, _ *http.Request) {
 
 func (i *Issuer) jwks(w http.ResponseWriter, _ *http.Request) {
 	i.jwksFetches.Add(1)
+	if i.keysDown.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "unavailable"})
+		return
+	}
 	i.mu.Lock()
 	set := jose.JSONWebKeySet{}
 	for _, k := range i.keys {

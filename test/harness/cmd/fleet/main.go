@@ -46,7 +46,8 @@ func run() (int, error) {
 	gateway := flag.String("gateway", "http://127.0.0.1:8080", "base URL of the gateway the command serves (for -register)")
 	register := flag.String("register", "", `command that registers one cluster, called as CMD ID -f MANIFEST --kubeconfig FILE once the gateway is ready (e.g. "storage-gateway env apply")`)
 	also := flag.String("also", "", "a command to run beside the main one for as long as it runs (e.g. DCM's service-provider-manager)")
-	note := flag.String("note", "", "text printed once the gateway is ready and the clusters are registered (how to call it)")
+	noteEnv := flag.String("note-env", "", "an environment variable whose text is printed once the gateway is ready and the clusters are registered "+
+		"(how to call it; an environment variable, not an argument, since it may hold a token and arguments are visible to every local user)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: fleet [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
 		flag.PrintDefaults()
@@ -95,7 +96,7 @@ func run() (int, error) {
 		defer func() { stopCompanion(); <-done }()
 	}
 	if *register != "" {
-		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, *note)
+		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, os.Getenv(*noteEnv))
 	}
 	return runChild(ctx, command, *out)
 }
