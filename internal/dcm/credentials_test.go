@@ -69,7 +69,7 @@ func waitCalls(t *testing.T, calls func() []string, n int) []string {
 // next call on.
 func TestRegistrationSendsTheTokenFile(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
-	environment(t, reg, "east")
+	environment(t, reg)
 	srv, calls := fakeDCM(t)
 	file := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(file, []byte("first-token\n"), 0o600); err != nil {
@@ -95,7 +95,7 @@ func TestRegistrationSendsTheTokenFile(t *testing.T) {
 // A redirect from "DCM" is not followed: the token would go with it.
 func TestRegistrationNeverFollowsARedirectWithItsToken(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
-	environment(t, reg, "east")
+	environment(t, reg)
 	elsewhere, calls := fakeDCM(t)
 	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, elsewhere.URL+r.URL.Path, http.StatusTemporaryRedirect)
@@ -108,7 +108,7 @@ func TestRegistrationNeverFollowsARedirectWithItsToken(t *testing.T) {
 	runRegistrar(t, dcm.Options{URL: redirector.URL, PublicURL: "https://gateway.example.com", Environments: reg.Service,
 		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{TokenFile: file}})
 	deadline := time.Now().Add(3 * time.Second)
-	for registration(t, reg, "east").State == "" && time.Now().Before(deadline) {
+	for registration(t, reg).State == "" && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
@@ -123,7 +123,7 @@ func TestRegistrationUsesClientCredentials(t *testing.T) {
 	issuer := oidctest.Start(t)
 	issuer.SetTokenLifetime(14 * time.Second)
 	reg := registrytest.New(t, registrytest.Options{})
-	environment(t, reg, "east")
+	environment(t, reg)
 	srv, calls := fakeDCM(t)
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte(issuer.ClientSecret), 0o600); err != nil {

@@ -17,9 +17,10 @@ import (
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
-// environment stores a registered environment row directly (the registrar
+// environment stores the registered environment "east" directly (the registrar
 // only reads the registry).
-func environment(t *testing.T, reg *registrytest.Registry, id string) {
+func environment(t *testing.T, reg *registrytest.Registry) {
+	const id = "east"
 	t.Helper()
 	if _, err := reg.Pool.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, dcm)
 		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00', '{"register": true, "provider_name": "storage-gateway-east"}')`, id); err != nil {
@@ -27,7 +28,9 @@ func environment(t *testing.T, reg *registrytest.Registry, id string) {
 	}
 }
 
-func registration(t *testing.T, reg *registrytest.Registry, id string) environments.DCMRegistration {
+// registration is the DCM registration state of "east".
+func registration(t *testing.T, reg *registrytest.Registry) environments.DCMRegistration {
+	const id = "east"
 	t.Helper()
 	env, err := reg.Service.Get(context.Background(), id)
 	if err != nil {
@@ -52,7 +55,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := registrytest.New(t, registrytest.Options{})
-			environment(t, reg, "east")
+			environment(t, reg)
 			var calls atomic.Int32
 			var mu sync.Mutex
 			var at []time.Time
@@ -82,9 +85,9 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			defer func() { cancel(); <-done }()
 
 			deadline := time.Now().Add(20 * time.Second)
-			for registration(t, reg, "east").State != tt.wantState {
+			for registration(t, reg).State != tt.wantState {
 				if time.Now().After(deadline) {
-					t.Fatalf("state %+v after %d calls, want %s", registration(t, reg, "east"), calls.Load(), tt.wantState)
+					t.Fatalf("state %+v after %d calls, want %s", registration(t, reg), calls.Load(), tt.wantState)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -92,7 +95,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			if n := calls.Load(); n != tt.wantCalls {
 				t.Fatalf("%d calls to DCM, want %d", n, tt.wantCalls)
 			}
-			if got := registration(t, reg, "east"); tt.wantState == dcm.StateRegistered && got.ProviderID != "provider-1" {
+			if got := registration(t, reg); tt.wantState == dcm.StateRegistered && got.ProviderID != "provider-1" {
 				t.Fatalf("registration %+v lacks the provider id", got)
 			}
 			mu.Lock()
