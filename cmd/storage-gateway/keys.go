@@ -16,7 +16,6 @@ import (
 // newKeysCommand groups key-ring maintenance. Rotation is: keys add NEW →
 // SIGHUP the gateways → keys promote NEW → SIGHUP → keys rewrap → keys retire OLD.
 func newKeysCommand() *cobra.Command {
-	var file string
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Manage the key ring that seals cluster credentials",
@@ -24,13 +23,7 @@ func newKeysCommand() *cobra.Command {
 			"on SIGHUP. To rotate: keys add k2, SIGHUP the gateways, keys promote k2, SIGHUP them again,\n" +
 			"keys rewrap, keys retire k1.",
 	}
-	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv("SG_KEY_RING_FILE"), "key ring file (default $SG_KEY_RING_FILE)")
-	path := func() (string, error) {
-		if file == "" {
-			return "", errors.New("no key ring file: set SG_KEY_RING_FILE or --file")
-		}
-		return file, nil
-	}
+	path := fileFlag(cmd, "SG_KEY_RING_FILE", "key ring file")
 	cmd.AddCommand(
 		newKeysInitCommand(path),
 		newKeysAddCommand(path),
@@ -76,6 +69,20 @@ func newKeysInitCommand(path func() (string, error)) *cobra.Command {
 	cmd.Flags().StringVar(&id, "id", "k1", "id of the first key")
 	cmd.Flags().BoolVar(&ifMissing, "if-missing", false, "do nothing when the file exists")
 	return cmd
+}
+
+// fileFlag adds --file (default $envVar) to cmd's subcommands and returns
+// what they call for the path: an error saying how to name the file when
+// neither is set.
+func fileFlag(cmd *cobra.Command, envVar, what string) func() (string, error) {
+	var file string
+	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv(envVar), what+" (default $"+envVar+")")
+	return func() (string, error) {
+		if file == "" {
+			return "", fmt.Errorf("no %s: set %s or --file", what, envVar)
+		}
+		return file, nil
+	}
 }
 
 // editRing loads the ring, applies change and writes it back atomically.

@@ -18,7 +18,6 @@ import (
 
 // newTokensCommand manages the static token file (SG_AUTH_MODE=static).
 func newTokensCommand() *cobra.Command {
-	var file string
 	cmd := &cobra.Command{
 		Use:   "tokens",
 		Short: "Manage the static API tokens (SG_AUTH_MODE=static)",
@@ -26,13 +25,7 @@ func newTokensCommand() *cobra.Command {
 			"each with a subject, roles and an optional environment scope. The file never holds a token;\n" +
 			"`tokens create` prints the new one once. Running gateways re-read the file on SIGHUP.",
 	}
-	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv("SG_AUTH_TOKEN_FILE"), "token file (default $SG_AUTH_TOKEN_FILE)")
-	path := func() (string, error) {
-		if file == "" {
-			return "", errors.New("no token file: set SG_AUTH_TOKEN_FILE or --file")
-		}
-		return file, nil
-	}
+	path := fileFlag(cmd, "SG_AUTH_TOKEN_FILE", "token file")
 	cmd.AddCommand(newTokensCreateCommand(path), newTokensListCommand(path), newTokensRevokeCommand(path))
 	return cmd
 }
