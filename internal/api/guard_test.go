@@ -356,3 +356,39 @@ func TestMetricsCanRequireARole(t *testing.T) {
 		}
 	}
 }
+
+// Every contract violation names the JSON path of the offending field and
+// what was expected — also inside the two request shapes of a volume.
+func TestContractViolationsNameTheFieldAndTheExpectation(t *testing.T) {
+	h, _ := registryServer(t)
+	volumes := "/api/v1alpha1/environments/east/volumes"
+	for name, tc := range map[string]struct {
+		path, body   string
+		field, cause string
+	}{
+		"misspelled field":      {volumes + "?id=v1", `{"spec":{"service_type":"storage","capcity":"1Gi","metadata":{"name":"a"}}}`, "spec.capcity", "is not a known field"},
+		"missing capacity":      {volumes + "?id=v1", `{"spec":{"service_type":"storage","metadata":{"name":"a"}}}`, "spec.capacity", "is required"},
+		"wrong service type":    {volumes + "?id=v1", `{"spec":{"service_type":"compute","capacity":"1Gi","metadata":{"name":"a"}}}`, "spec.service_type", `must be one of "storage"`},
+		"unknown hint":          {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"a"},"provider_hints":{"kubernetes":{"colour":"red"}}}}`, "spec.provider_hints.kubernetes.colour", "is not a known field"},
+		"bad access mode":       {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"a"},"provider_hints":{"kubernetes":{"access_mode":"RWX"}}}}`, "spec.provider_hints.kubernetes.access_mode", `must be one of "ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"`},
+		"bad name":              {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"Not A Name"}}}`, "spec.metadata.name", "regular expression"},
+		"agent shape, bad type": {volumes, `{"service_type":"compute","capacity":"1Gi","metadata":{"name":"a"}}`, "service_type", `must be one of "storage"`},
+		"array parameter item":  {"/api/v1alpha1/storage-classes?environment=ok&environment=Not_OK", "", "environment[1]", "regular expression"},
+		"query enum":            {"/api/v1alpha1/environments?state=BROKEN", "", "state", "must be one of"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			method := http.MethodPost
+			if tc.body == "" {
+				method = http.MethodGet
+			}
+			rec := send(h, method, tc.path, "application/json", tc.body, "Idempotency-Key", "k1")
+			var p api.Problem
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusBadRequest {
+				t.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+			if p.Field == nil || *p.Field != tc.field || p.Detail == nil || !strings.Contains(*p.Detail, tc.cause) {
+				t.Fatalf("problem %s, want field %s and %q", rec.Body, tc.field, tc.cause)
+			}
+		})
+	}
+}

@@ -1,10 +1,11 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -14,56 +15,185 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
 
-// describeValidation rebuilds a validation failure as an InvalidArgument
-// from its structured parts; the library's own message can quote the value.
+// describeValidation turns a contract violation into an InvalidArgument that
+// names the offending field by its JSON path (`spec.capacity`,
+// `allowed_namespaces[1]`) or parameter name, and says what was expected:
+// an unknown field, a missing required one, the allowed values, the
+// pattern, the type, the length. It is rebuilt from the error's structured
+// parts: the library's own message can quote the submitted value.
 func describeValidation(err error) error {
 	var reqErr *openapi3filter.RequestError
 	if !errors.As(err, &reqErr) {
 		return fault.Invalid("body", "does not match the API contract")
 	}
-	field, reason := "body", "is invalid"
 	if reqErr.RequestBody != nil && strings.HasPrefix(reqErr.Reason, "header Content-Type") {
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "unsupported Content-Type for this operation")
 	}
+	field := "body"
 	if reqErr.Parameter != nil {
 		field = reqErr.Parameter.Name
 	}
-	var schemaErr *openapi3.SchemaError
-	switch {
-	case errors.As(reqErr.Err, &schemaErr):
-		if ptr := schemaErr.JSONPointer(); len(ptr) > 0 {
-			field = strings.Join(ptr, ".")
-			if reqErr.Parameter != nil {
-				field = reqErr.Parameter.Name
-			}
+	if leaf := mostSpecific(reqErr.Err); leaf != nil {
+		path, reason := describeSchemaError(leaf)
+		if reqErr.Parameter == nil && len(path) > 0 {
+			field = jsonPath(path)
+		} else if len(path) > 0 {
+			field += jsonPath(append([]string{""}, path...))
 		}
-		reason = safeReason(schemaErr.Reason)
+		return fault.Invalid(field, "%s", reason)
+	}
+	reason := "is invalid"
+	var parseErr *openapi3filter.ParseError
+	switch {
 	case reqErr.Err != nil && errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired):
 		reason = "is required"
 	case reqErr.RequestBody != nil && reqErr.Err == nil:
 		reason = "is required"
-	case reqErr.Err != nil:
-		var parseErr *openapi3filter.ParseError
-		if errors.As(reqErr.Err, &parseErr) {
-			reason = "could not be parsed as the declared type"
-		} else if errors.Is(reqErr.Err, openapi3filter.ErrInvalidEmptyValue) {
-			reason = "must not be empty"
-		}
+	case errors.As(reqErr.Err, &parseErr):
+		reason = "could not be parsed as the declared type"
+	case reqErr.Err != nil && errors.Is(reqErr.Err, openapi3filter.ErrInvalidEmptyValue):
+		reason = "must not be empty"
 	}
 	return fault.Invalid(field, "%s", reason)
 }
 
-// unsupportedProperty is kin-openapi's reason for an unknown field; it quotes
-// the client's key.
-var unsupportedProperty = regexp.MustCompile(`^property "(.*)" is unsupported$`)
+// mostSpecific is the schema error that says most exactly what is wrong:
+// the deepest in the document. A body that matches no branch of a oneOf
+// (the two request shapes of a volume) is held to the branch it looks most
+// like, so that branch's error is reported rather than "matches no schema".
+func mostSpecific(err error) *openapi3.SchemaError {
+	var best *openapi3.SchemaError
+	for _, leaf := range schemaErrorLeaves(err) {
+		if best == nil || len(leaf.JSONPointer()) > len(best.JSONPointer()) {
+			best = leaf
+		}
+	}
+	return best
+}
 
-func safeReason(reason string) string {
-	m := unsupportedProperty.FindStringSubmatch(reason)
-	if m == nil {
-		return reason
+// schemaErrorLeaves collects the schema errors that are not themselves a
+// combination of other errors (oneOf, anyOf, allOf), depth first.
+func schemaErrorLeaves(err error) []*openapi3.SchemaError {
+	switch e := err.(type) {
+	case nil:
+		return nil
+	case openapi3.MultiError:
+		var out []*openapi3.SchemaError
+		for _, one := range e {
+			out = append(out, schemaErrorLeaves(one)...)
+		}
+		return out
+	case *openapi3.SchemaError:
+		switch e.SchemaField {
+		case "oneOf", "anyOf", "allOf":
+			// Origin wraps the branches' errors (a MultiError beneath).
+			for inner := e.Origin; inner != nil; inner = errors.Unwrap(inner) {
+				if me, ok := inner.(openapi3.MultiError); ok {
+					if i := closestBranch(e, me); i >= 0 {
+						return schemaErrorLeaves(me[i])
+					}
+					return schemaErrorLeaves(me)
+				}
+			}
+		}
+		return []*openapi3.SchemaError{e}
 	}
-	if fe := fault.UnknownField(m[1]); fe.Field != "body" {
-		return fmt.Sprintf("has an unknown field %q", m[1])
+	return schemaErrorLeaves(errors.Unwrap(err))
+}
+
+// closestBranch is the index of the oneOf/anyOf branch whose properties
+// share most keys with the object that failed all of them, or -1 when that
+// cannot be told (not an object, a tie, or not one error per branch).
+func closestBranch(e *openapi3.SchemaError, branchErrors openapi3.MultiError) int {
+	branches := e.Schema.OneOf
+	if e.SchemaField == "anyOf" {
+		branches = e.Schema.AnyOf
 	}
-	return "has an unknown field"
+	obj, ok := e.Value.(map[string]any)
+	if !ok || len(branches) != len(branchErrors) {
+		return -1
+	}
+	best, bestShared, tie := -1, -1, false
+	for i, b := range branches {
+		shared := 0
+		for k := range obj {
+			if _, ok := b.Value.Properties[k]; ok {
+				shared++
+			}
+		}
+		switch {
+		case shared > bestShared:
+			best, bestShared, tie = i, shared, false
+		case shared == bestShared:
+			tie = true
+		}
+	}
+	if tie {
+		return -1
+	}
+	return best
+}
+
+// Reasons of kin-openapi that name a property: it belongs in the path.
+var (
+	unsupportedProperty = regexp.MustCompile(`^property "(.*)" is unsupported$`)
+	missingProperty     = regexp.MustCompile(`^property "(.*)" is missing$`)
+	allowedValues       = regexp.MustCompile(`^value is not one of the allowed values (\[.*\])$`)
+)
+
+// describeSchemaError returns the path of the value a schema error is about
+// and what was expected of it.
+func describeSchemaError(e *openapi3.SchemaError) (path []string, reason string) {
+	path = e.JSONPointer()
+	if m := unsupportedProperty.FindStringSubmatch(e.Reason); m != nil {
+		// A client's key is repeated back only if it is plain.
+		if fe := fault.UnknownField(m[1]); fe.Field == "body" {
+			return path, "has an unknown field"
+		}
+		return append(path, m[1]), "is not a known field"
+	}
+	if m := missingProperty.FindStringSubmatch(e.Reason); m != nil {
+		// The pointer names the missing property already.
+		if len(path) == 0 || path[len(path)-1] != m[1] {
+			path = append(path, m[1])
+		}
+		return path, "is required"
+	}
+	if m := allowedValues.FindStringSubmatch(e.Reason); m != nil {
+		var values []any
+		if json.Unmarshal([]byte(m[1]), &values) == nil {
+			names := make([]string, len(values))
+			for i, v := range values {
+				names[i] = strconv.Quote(jsonText(v))
+			}
+			return path, "must be one of " + strings.Join(names, ", ")
+		}
+	}
+	return path, e.Reason
+}
+
+func jsonText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	raw, _ := json.Marshal(v)
+	return string(raw)
+}
+
+// jsonPath writes a JSON pointer's segments as a dotted path with array
+// indexes in brackets: spec, metadata, name -> spec.metadata.name;
+// allowed_namespaces, 1 -> allowed_namespaces[1].
+func jsonPath(segments []string) string {
+	var b strings.Builder
+	for i, s := range segments {
+		if _, err := strconv.Atoi(s); err == nil && i > 0 {
+			b.WriteString("[" + s + "]")
+			continue
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s)
+	}
+	return b.String()
 }

@@ -33,8 +33,11 @@ type baseRequest struct {
 // mutation is one invalid request derived from a base.
 type mutation struct {
 	what string
-	req  baseRequest
-	raw  []byte // a body sent as is, when set
+	// field is what a 400 must name: the parameter, or the body field's
+	// JSON path (body for the body as a whole).
+	field string
+	req   baseRequest
+	raw   []byte // a body sent as is, when set
 }
 
 // TestInvalidRequestsAreRefusedNeverFailed generates invalid requests for
@@ -42,7 +45,8 @@ type mutation struct {
 // out of their enum, over their length or pattern, missing when required;
 // bodies with each required field missing, an unknown field, each field of
 // the wrong type, out of its enum or over its length, nested ones included —
-// and proves each is answered with a problem+json 4xx, never a 5xx, and that
+// and proves each is answered with a problem+json 4xx, never a 5xx, that a
+// 400 names the broken field (its JSON path, or the parameter), and that
 // none of them changed anything.
 func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
@@ -113,6 +117,11 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 				sent++
 				if code < 400 || code >= 500 || !strings.HasPrefix(ct, "application/problem+json") {
 					t.Errorf("%s with %s: %d %s %s, want a 4xx problem", op.OperationID, m.what, code, ct, answer)
+					continue
+				}
+				var problem struct{ Field string }
+				if code == http.StatusBadRequest && (json.Unmarshal([]byte(answer), &problem) != nil || problem.Field != m.field) {
+					t.Errorf("%s with %s: %s, want the field %q named", op.OperationID, m.what, answer, m.field)
 				}
 			}
 		}
@@ -142,12 +151,15 @@ func mutations(op *openapi3.Operation, shared openapi3.Parameters, base baseRequ
 	for _, ref := range params {
 		p := ref.Value
 		for what, value := range badValues(p.Schema.Value, true) {
-			m := mutation{what: fmt.Sprintf("%s %s %s", p.In, p.Name, what), req: base.clone()}
+			m := mutation{what: fmt.Sprintf("%s %s %s", p.In, p.Name, what), field: p.Name, req: base.clone()}
+			if strings.HasPrefix(what, "with an item") {
+				m.field += "[0]"
+			}
 			m.req.set(p, value)
 			out = append(out, m)
 		}
 		if p.Required && p.In == openapi3.ParameterInQuery {
-			m := mutation{what: "query " + p.Name + " missing", req: base.clone()}
+			m := mutation{what: "query " + p.Name + " missing", field: p.Name, req: base.clone()}
 			m.req.query.Del(p.Name)
 			out = append(out, m)
 		}
@@ -156,21 +168,25 @@ func mutations(op *openapi3.Operation, shared openapi3.Parameters, base baseRequ
 		return out
 	}
 	schema := op.RequestBody.Value.Content.Get("application/json").Schema.Value
-	walkBody(schema, base.body, "body", func(what string, broken any) {
-		m := mutation{what: what, req: base.clone()}
+	walkBody(schema, base.body, "", func(field, what string, broken any) {
+		m := mutation{what: "body " + field + " " + what, field: field, req: base.clone()}
+		if m.field == "" {
+			m.field = "body"
+		}
 		m.req.body = broken
 		out = append(out, m)
 	}, func(v any) any { return v })
 	for what, raw := range map[string]string{"body not JSON": "{", "body an array": "[]", "body empty": ""} {
-		out = append(out, mutation{what: what, req: base.clone(), raw: []byte(raw)})
+		out = append(out, mutation{what: what, field: "body", req: base.clone(), raw: []byte(raw)})
 	}
 	return out
 }
 
 // walkBody calls emit with a whole body in which one value under schema
-// (at path, inside the body rebuilt by wrap) is broken, recursing into
-// objects and arrays.
-func walkBody(schema *openapi3.Schema, value any, path string, emit func(string, any), wrap func(any) any) {
+// (at the JSON path path, "" for the body itself, inside the body rebuilt by
+// wrap) is broken, with the path of the field a 400 must name, recursing
+// into objects and arrays.
+func walkBody(schema *openapi3.Schema, value any, path string, emit func(field, what string, broken any), wrap func(any) any) {
 	if len(schema.OneOf) > 0 {
 		for _, branch := range schema.OneOf {
 			if branch.Value.VisitJSON(value) == nil {
@@ -180,7 +196,13 @@ func walkBody(schema *openapi3.Schema, value any, path string, emit func(string,
 		}
 	}
 	for what, bad := range badValues(schema, false) {
-		emit(path+" "+what, wrap(bad))
+		emit(path, what, wrap(bad))
+	}
+	child := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
 	}
 	switch v := value.(type) {
 	case map[string]any:
@@ -198,11 +220,11 @@ func walkBody(schema *openapi3.Schema, value any, path string, emit func(string,
 		}
 		for _, req := range schema.Required {
 			if _, ok := v[req]; ok {
-				emit(path+"."+req+" missing", wrap(with(req, nil, true)))
+				emit(child(req), "missing", wrap(with(req, nil, true)))
 			}
 		}
 		if ap := schema.AdditionalProperties; ap.Has != nil && !*ap.Has {
-			emit(path+" with an unknown field", wrap(with("not_a_field", 1, false)))
+			emit(child("not_a_field"), "an unknown field", wrap(with("not_a_field", 1, false)))
 		}
 		for key, val := range v {
 			prop := schema.Properties[key]
@@ -212,7 +234,7 @@ func walkBody(schema *openapi3.Schema, value any, path string, emit func(string,
 			if prop == nil {
 				continue
 			}
-			walkBody(prop.Value, val, path+"."+key, emit, func(x any) any { return wrap(with(key, x, false)) })
+			walkBody(prop.Value, val, child(key), emit, func(x any) any { return wrap(with(key, x, false)) })
 		}
 	case []any:
 		if len(v) > 0 && schema.Items != nil {
@@ -295,6 +317,7 @@ func (b *baseRequest) set(p *openapi3.Parameter, value any) {
 	var s string
 	switch v := value.(type) {
 	case []any:
+		b.query.Del(p.Name)
 		for _, item := range v {
 			b.query.Add(p.Name, fmt.Sprint(item))
 		}
