@@ -716,7 +716,7 @@ type ProblemType string
 
 // ProviderHealth defines model for ProviderHealth.
 type ProviderHealth struct {
-	// Message Why the environment is unhealthy.
+	// Message The environment's state and why (READY, or why it is unhealthy).
 	Message *string `json:"message,omitempty"`
 
 	// Path Example: environments/prod-east/volumes/health
@@ -4816,6 +4816,8 @@ type ListStorageClassesResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 }
@@ -4838,6 +4840,11 @@ func (r ListStorageClassesResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListStorageClassesResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListStorageClassesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -4885,6 +4892,8 @@ type ListFleetVolumesResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 }
@@ -4907,6 +4916,11 @@ func (r ListFleetVolumesResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListFleetVolumesResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListFleetVolumesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6575,6 +6589,13 @@ func ParseListStorageClassesResponse(rsp *http.Response) (*ListStorageClassesRes
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6628,6 +6649,13 @@ func ParseListFleetVolumesResponse(rsp *http.Response) (*ListFleetVolumesRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
@@ -9173,6 +9201,20 @@ func (response ListStorageClasses403ApplicationProblemPlusJSONResponse) VisitLis
 	return err
 }
 
+type ListStorageClasses404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListStorageClasses404ApplicationProblemPlusJSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListStorageClasses503ApplicationProblemPlusJSONResponse Problem
 
 func (response ListStorageClasses503ApplicationProblemPlusJSONResponse) VisitListStorageClassesResponse(w http.ResponseWriter) error {
@@ -9249,6 +9291,20 @@ func (response ListFleetVolumes403ApplicationProblemPlusJSONResponse) VisitListF
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFleetVolumes404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListFleetVolumes404ApplicationProblemPlusJSONResponse) VisitListFleetVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10083,142 +10139,143 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H2LbttItuCvFLgDtI1LyY84mWkbjQuNrSTaSWzDVtI7t5WVS+SRVNdkFaeqaFkdGNiP2C/cL1nUg2SR",
-	"KsqS205nZhoIAlki63Herzr1NYhYmjEKVIrg+GuQYY5TkMD1X316RzijKVA5OFNfEBocBxmW8yAMKE4h",
-	"OA6gemZM4iAMOPwjJxzi4FjyHMJARHNIsXr7TxymwXHwP/aqOffMr2LvCgTLeQSDs+DhIQw+4vtLPINr",
-	"8iuoN2MQESeZJEwtQP2CBPkV0E4MU5wnEr3eP0EJ5jPg6A4nOQiEOaCELYBDjCRDB/v7+7vdIDRb+EcO",
-	"fFntIcX34wzPYKwGDdwlp4SSNE+D4/0wkMtMPUyohBlwvUy1kiG7Bbq6yOEcEMvwP3JAFO6lGV+qZxGb",
-	"IjkHlHG4IywXSP3UtrTqtfq68P0HoDM5D44P9g+PysUJyQmdBQ9qcRxExqgAjcpLziYJpOpjxKgEKtVH",
-	"nGUJibBa8l5mnviP/xZMb2czvBXj6hnrELh6e4p+PHr9Z2RHRjFITBLR1aCzA6jxe1EEQnxkscY1UAXv",
-	"X4IrwPHPnEi4oJFCivr7gibLj5gu7Z/6Z/33lxUIhEEvj4ns39mtZpxlwCUx4MCRWaQPa73LAVLParCE",
-	"CLqzLoo4YAkOPyh8rcyIczkfpyDnLHZ3wkgcKexJLIn6IHkuJMQdCnLB+G0QBjEReJJA7N1Hg8OOv64+",
-	"Yr6ub2VA1aIFCLQgco7gDvhS/d+ydkNvnrEzAO4H1PD0EqlfEY5jDkJ4x1XiAETryjlLDEaIhFQ8KiVY",
-	"AuotOwzmHC/V3wq0ufCv8v1weInMAwXnYSoWwJ3lljwdBiKf/DdE0rtYSQyMpoynWAbHQYwldPS3np3f",
-	"sSRPwb/xB1dO/hJowWnHKRZgUVKAqE5dYUHB5d4tomoAr6iJmTFrXPGBCB9nqN/Hmk42x4vDah7sNOTf",
-	"4+CorcG3idPrwRknd8Df4kh68P7zHEuN6SjBQvwgUPkCMoOgGKIEcxAnCE8EUIkWc6D2FcWdHM2xQJRR",
-	"LZkbIJISR/NxteJyPxPGEsBULXEqxjPO8mycsYRESz9rsXhM6JSNGR2nLKfSP5SQjCvoRTjDEZFL/1OW",
-	"3BIyhWgZJTBOWdxgrVWCrmHqwQdpnOEJSYhcXtwB58TIaBzHRIEaJ5cOZKY4EdDUAtd5ljEuIUZ6PScI",
-	"o1tCY5TAVCKWSzTFSSKQnHOWz+ZKVSskxAZZUklFDwK0wvBscB2N/i2fAKcgQTj65iFUqnRg3j9aJV0L",
-	"1O1m+qxfWh3/8GkAF1tC3BI/EcjRHD8IwwsgkDAYCRXJc9DgnuQkkR1CDcARm47oApKkc0vZgir9fUcE",
-	"YRS4QEQgQRLFMYyjBWd01kWXHCKIgUZw7HLdSL+NKWVS61KBdiwpd2ZYwgIvu3GUdjPO1Ob3DFY7Gtbh",
-	"iHa73T0DfvPVbqjGVuMhoJIvkV79lPFqSqQkpn2MURhR9SuRwt2B/XmFyNCAIoxS4DNAGZbRPEQY0TxJ",
-	"RtRMxyFldyAQkd0RXSFJF0bt+FpPNx5e81FIKQ4MPl90tvUUeq1Ndp91VefPzZZhRjtXSs/DeduP0VQq",
-	"7qIa43/ZYJvn1kAqrLqKroOajabMOU1YQRjkVHOQ16w7daR5U2SmhaXi6K9rg/biNavIPArMknWWTxIi",
-	"5tCmxQTM0q2UfDHztXnRp+klkzjxaxr1y3iylGby0oIiVL45CrzOlYs8M3B9mLDaQhv+3OWuUKmrTuEe",
-	"p1miBjgcEp8xl+J75QiOLdkI65h69pmxhM08WD1nMSABCUSS8QK/dgeIUJTgCSSd8gGxpBLfnyBIM7k0",
-	"yFV4VPJ3Ru6AKoRWqy6m7d6WWq5L2N6vjMJPgIXs4NVNrYDYrjysILMOrsMC13WoflMS8K7P2G+nXGkk",
-	"SXCyrf7s3yunmEjl9BVDIEKFBBwrvGGkgBwxOiWzYySA3ymtwjIzPDrtIUzjEQUi58o3QhPAXKkZ4/ur",
-	"b6KEKKRHahlT5X8rlyRGt7Dsosv+RyeEMaITLODNUQdoxGKIQ4TVWmpr8KkjZ+ix8hsYJ3I5jrHENdAr",
-	"KAahG0148/r1qzce+jdLHrvjPnW0MFgYtz5ZmhhRNfwtLJ91WEIFRDmHsbgl2VgmYnwHnEw93KleQ0pF",
-	"ZMpULWWpiQModgQp0PW7ce/Dh4ufx4Pz6/7pp6v++PTDp+th/+ra8SVdw13TRl2+zKXMxPHeHs6Isnzi",
-	"jmLPrv29G7H0+M3R0av6fg/3j/7iwYnaj5liXHjv7kuvX/neKTwwN4L05tVfjh4HZ4Mf7ea8LMgoBe2f",
-	"DuiUrQL7PVto6ForEEXmeXGCKGiLTGk+h/nkHFIByR0Ijy+gvGKzgko3FwGzVar1quIIj8UcH75+49HF",
-	"73udw9dv0M4c7ncLqX3Wv0JaABVfTAkXUnG+M1NNdIulkJAizpg0oclcQOyNlzj7HudZrBhtu7DDOppf",
-	"JVHFcb7o0XAOSh511KjqwwpO1CYE4ERxC5Fz714q+t+EdterJzuWi6zQQX65k3YI+ij17PTjFcyIkCba",
-	"t6rOUhACz1oiY8rmj4G3xbaEVATn3ZlvIdcgJaGzx9WVx/OIHTjWEXl2+hEVj2j/6ATZoLlQznbDIet8",
-	"JfFDtyFtX3nDegpqRWRQj1cE/BtRYPvgikeqNBlGanl2DeUyfcLUBzMnHOvxQZKELSDWUBEZjrYLhRgb",
-	"yJj/Y+Y64tu5VEIPVYrDRweoC04jDrYXAXGUPjaTS286cm9I4rHXHJCfFa80A/8e4MZEZAlejluDzC0c",
-	"pG3itR5uGx4rKikJwM/DWJG4q6AdEhV7pYYOWnigZcNVQHpDaF6bFx7C4ElCXxn6G4aZbfquhpI6Bku4",
-	"l1u0E7jADH0c5hCSocIWPqrxhBPCdqm9Dokv6/n/zKHfLUz9XpYlxCQIjWMn0GLOBCAbREcJ4DsQ1lXT",
-	"7KJMQro2JPlosLwWfqxFczYy4ZzIxTaRyEck6IBmudwWfIg7yrOL+vc4kskSKT+VTdFN5aPcaAfnxlHN",
-	"N100nMOIltRTU0va9qZgAa9cYogdlwfpHOa91ApN+Bwgv/hvOnqSY1Q9gbClApTiJZKYz0CWgelSh84J",
-	"ldoO/X10Sd2tXTvCqiP8T6kbKrT7kpwJoeBSxt97Hz8oSoQIZUk+I1SESJmJJQJFiKYk0UHeuQjV1/dE",
-	"4Z7GiKQZcMGoJmdt4XKYFpb6U/zPal1jS7GrWzi1pCyZcgoq19PZ0xwLJJRnhBO9TspQlHMOVHbssI0F",
-	"egSHb3nPrl4bpqctzqhYfMp4IWi7W2rUdg23Tqr5c5yuit84/Olam5slORvC0oRpmcFugoUsCz/Wa+3a",
-	"ah/Rg5dYRvN2hHoN9Len6M+v/vIG/c/ri3M3AYJY4YsrytGJoSmBJNZeb1NzHI+oy8ghciYJTWxThMjg",
-	"N0QKmWFFF+GIrsrrsFQIIYqjNEQ+KRpqfijWCB1Gk6XLOTvKNx3RVT7cRYy7/myIFnMSzRFnymlrertd",
-	"1BtRmicJ4qAjQdiAQjEtkaJY6Yk7tVqY6zBHOmGAJmBG6qIrwLFZsAXrDolDLZZCVJlHoa1dCJFjHIUj",
-	"6hhHu3oum2soBnOklykAOdrfVxBXJowJWUASG825jqCuCx+2CK1c9s/PBufvgjC46vfO/h6EwVn/3VXv",
-	"rH8WhMGn86t+7/R9768f+vqv3qfh+4urwX/1z7xxl1X7d4VV4ygd84aH/ojuqjn0VgibkPj4DrhoEzCK",
-	"I8cZZ5NtbW/9IgccL7d8cV1soYwdbOE/rNqT46hRVeAUulgzsvWJZvxFT1AtujHAl8fIyCSvqpRlq0Ru",
-	"i6awiQ4BxSWQveJ1MVe6nTI5V4ROBDJMgScsl255h5MPX4JWn5vhTEicwCNlGtUmN1IsLmzOdImctzSj",
-	"RSWYmJdZ1uoafGh5mwDUEPJMCnKTfaypMxN5mmK+3GaWa/tKEzzWpy1GDB9Xod7ikKcWI4b1xy+Zv66v",
-	"mvM9oXLbsN+THc6awfZYmO939U4/kDug4KPPKrxS1ljeemDsEWG5H/9OeeymRaxNhJgfvKStda0/xl4E",
-	"Gow5sRMzqTxdbYopS2DXVgqbuYkwgiwsvQSuE8I2v+9LBUhMfaa5O7WapzYNi7R3ESNGuy0y0EJ/VatI",
-	"IhNY4zlUGBucf+59GJyNe1fvPn3snw+DMDi/GI7fXnw6V6ZE74O2L8b9/zW4Hl4HYXDZv/o4uL4eXJyP",
-	"z/rnA2tvKAujfz4cnPaG+pvB+bB/dd77YH783Bt8sMbI297gQ/9sfHnVP704PxsMBxfnj1OMTS2YTYWP",
-	"EJD2Lt8DTkxEsTWP0KzWMrkVNzJOBMrpXI+09GJg06ilLaASe2aw9cgsEGMn1uUrxWef/Goi1MoK77N5",
-	"5tfa18pajgUShEZQywkKibms5chc26XVjvMj0MY8yzhj8X65MB9KlRAnfvljSnGtiFvNbfYuByjCSQLc",
-	"2OHqceUGRFhCfIJuinLvG5QCpgJhumRUuf4MccDR3EYcM8alchtQzNQj2qTRZR8tdeVrq8ijOUS3W1Ra",
-	"F5s/Ve+tr7ku1qNt4CAMKLP28MYiuVxe6IB2LU7MsrZnMz0PmmKSKEy4pVPs1jiTU1OiodGnPSdlObq+",
-	"4Lrq+fqkGRNyxpWXmpIZtzWQjCOKTQSxYt/iSd/Y7NZnb/pNnpoadMFWnq6pSQ03vZFhKYGrZf/vX3Dn",
-	"1/3Oj1927IfOl6/74ZuDh+L73f/8k2+hujrfrZCLU0LLRMAdgUWtXqB60WM5PlpT2GL9Ay0c4VqI9imF",
-	"wU2C1yGKogAM7jNMGzLI8QWcWIUoiyS3KWEsBikK1DYpzNPvCDK25YePvVWvod/woIkYl9le375brftH",
-	"vLefy+JFLDFaYGECZAKAFqFOtKO/iuaYzkBxEQcbJbFOX0Lu4KSKnxaKJGGi5vmFiCldoz2m3c0dv/rJ",
-	"uI3jpatmV1HSWQ1YShkBEQfZSRi7tWUXAu1gutQFGBGjEhOqfjDPhSjDQoSmsCx0RFSonjdR7xBlnNxh",
-	"qQEWAZchirCADqECqCCS3BkYrEgMp57Zf24HogSTdN3phvXp0aTFKi2OX5ThMrTAMppDjChbnJgqAvVP",
-	"WhIx/r0iG38NluXXCaExobNSaZdWaJpCTExo42dM5FvG3xIu5CmjIk9b5FWzNvn5ZFH96EBTAm2W5fWc",
-	"yKwncYtgQZ0ny/NGLuprHO8HZqtgXCGSGhP5ZKRPdbm6wR/Nf8bI+9ODOKtBlcdiOJuEanzBji014ydK",
-	"GK1C+a6fgMT8JfTktmrLFBJXicaxS8BrApibPqYIMlaGscv3+jikPgCjGIKlUHymzHzy8X3zkMfmGWDN",
-	"cptuzAqNscMg5dONDLaLzeo4T6FiDGWgMulmjmCZ+kMzx4l+PqfaMp2zJLby1DzIaLJsccB++7mojQOc",
-	"Zu/tMFxHOGuA2UBnjVDCrU+LWE79CBIXBcxbBPOekIhtJpEzW8ei8Hn5+fTEWA85jYEj95SVTQwZye9V",
-	"/S11hCa7p5N2aKfXv+wcHB7uKlMjM6V87kmvE6R0t1oK0XP8dt+iFrXkNvpaJDQfD1s++oZFsH/vyi6Z",
-	"sJzG6BK4IEIClYaYu1rLrR3b56itoaDrDKItqSdqPUlUiWz0jxxTSeTSJAMxmhCK+VLJhhgikuIEiXw6",
-	"Jfchmuk8o1IXmKJfgbO6q3qw/440yiGOvMmtihM2iOeXjOPW1c7Xx8V92WwdSkcZ8LLe40SLMVOMZGBx",
-	"owxIhbUQMX1GQ7OK4gsyo4wbtqiDuHp5cy1povreyLbiPhLBePMQmqcauhzAUbkO3H00ZojWcxTqKVWm",
-	"G/cl+O3hy1fTw+hg8iN0XuM/x52j6AA6P073cedw8pf4DRxFf8YHB15rzjLTBgSo+W7jyk0DyKpo07w1",
-	"XpfRfUJd55ryzdUMoFq/E+JsrGjb2kqzwVP9zl9Z7JEtfXO+qcgiiDnOwByPMjMpJmIULqbB8S+bANPM",
-	"dWWGCx7CLbD2pbHgYhCvILes0ynkQyfFFM90Rri2F8+JyW2pqcm06st2YJvgXMN1MXoWkdicHPv0aXCG",
-	"dnRfG+XH756gkY3XjwIj1SrFXnHXhuzz27W02cjGblqLFt7WonzUmiyGbYd9M9/7liRgzuwEYfDXhEW3",
-	"XoegJgbcIpmri8+D68HFua2U+XRuP5kslC6a+dAfmu/0x5YKGTPBJ82sv8EqcI637m+ivhvwW3MeVCuz",
-	"KOdELq8VUorz6CnxOeL1s5D/7//8X2U2XgzOTgtXxfywc/1u3Ps0fD/+eHHW/4mRONo15G9SHSPqe8z8",
-	"tqtH1WIo44RGJMOJMXl04xe1LsRZAscj6uqc0Pycx0QiyTFJTC7ANM0xRkLZEsgUTWkS1LEmvaWKG+ZS",
-	"Zk6hbRMCnlXFUWrWpE/DRDhJiiKtDHjHTQwaQlZLjzOm65BRr5RaRRQRWyiaSvaySQ/Rh1hJDCNawO3s",
-	"9ON4ePXpetg/G5/3hz9fXP3tGs1AChNmU2tCO2enH38QI9omNpEAGgtEmZ11CXJ3QwjZjMBmQDIPWzgp",
-	"402XIdZxWNTw6/O30wRA6tcE2omxmE8Y5rHYbHEPOnvuO7t4QavQspxjaQ4Aa5PTegblMnYc8/vy86nY",
-	"RYyiFNNlEeQUpkPF2enHLhoqiMcsyosMsHbkGZUcR/LYFsLzO4PIGVBFjBCjKWepaUnR55zZfGOzaEH3",
-	"9CoHt/XyCYmACi1VbK+xXoajOXQOu/tOJj9onBBzsqfHwd0BTrI5PtAR/gwozohSN9397itrqmhxsIcz",
-	"slc8u6e5rFN1GJqBR1PrjkKmXZUIEYWFKZLgQh5brjS8bNogOcxasEiaS9vAS5PQYs7Qjm2tFNo+Ibqx",
-	"UojmbFHP0JpOIyPqNgGr6Kwgs9DtLBWWXEhivZiC7boj6pJzQlIijaMuWNoMx4GNuajpCbe7N9gq1zKI",
-	"g+NAadiq55KoR1bbzK3qkT23vV6bpeU8XrW5Uw/72tRVTau8PeoOX7/x6Bj/UPVWGk/pHrhCS7QS3ojE",
-	"61q6+RZUddoq1+JaSr3Of+HOr1++HoRvjh7+FHj32bCcNdIQ1i108LQ8HKmM8bZF6HKIwnivFrKZF9Gy",
-	"gAlMmY4YPjI30PiJM39pdCE83N9f04Fwu86DjUZmngaESlQrg1ObA4486SpxdWSW4puhXHLV3VA9f7Dl",
-	"86+2ev71Vs87Zpfmd2tw/fJFgbyspNT+jmPUKAzhmShbrAVf1EB16dws/bTSeVX+uLHnbyuAmqHPNMUd",
-	"AepxfUoMlj/pBhoow4SLE4STBKW5kCjFMpo3+qYQ4D9lnMWhINK0SmlhAh2iHRftWdoE3dH+j5tLujIv",
-	"5x3KU4/ZKn1tbfZmjLNaNf6ifNo8jfMIo9YtOsZj3cF1stSR5H9hvg2/lvZwk4sV2Gpwcfi4Xtmsewr6",
-	"Ah+fcUKUoDZmJaFZLvXRt4n9psi677zrD9GeNfBMq7QRvYZkem0UvMn8XYExq5XxaqyuDHhKhHqpVntB",
-	"AWKxa+xxZUfa2VyXRltnRIraWRnTWKKLriBL8FJ5Q5iOKImNiZbUjp3abp4CHe7vV+6Cni12Z/LZUadN",
-	"G2BVkK0GkGqVmnGVC2lTn8/VFflL2duzCMg9N3+aM8APdfffnhX8FvLBJxt6ymTz4z3RRYYI7omQ4gQR",
-	"aSJgMucUYpRTUypkxMahEQPfYsVFxwv4PgXW0f6P2z1/sOX4B6+3e/7wcMvnf/z9Dauyq4nuRumKjxbB",
-	"vNbO2vtaD+c/GAGegPQkI6/0oT6Bdo72f9y1pW9NoTrHojxni26mjEfwk+LjGyWyZyDFiDZf0eefZfGa",
-	"Lq7jsTjRgQtE6q1xMQfTqWlEzSpjn3A90z+tFa4+calXWzNmyopDG+dcKYVdNV+OfKeRzUq/T548elke",
-	"/h54xiBgY44J/a7HO5B1kvq9FFPDFPiXoKtvYMy+A7kFCWznVdbvq1DzZsV5+JYz75scd++iHqKwqLcz",
-	"YXxEa+1M7Mlx0Tw6fqLfdY1bxp2eIyOqhKm2xGPbRs50eDAHWI0JI6qqZv2kPr+gJDvNk+RmRNceSveJ",
-	"ZpNQavLRi9qWpjOBohl3OA3/job/f/zmob8ns1VJB5Njj//lpMQfFuQzaEPDgg1RiHaaTTh2n8uk3Cvy",
-	"OE5l8yaxvcbJ/W/DUY1JPfzV12EH0/XdNuGs5WgmplLxD628mVa+oNC4LWAF7wUV6rzqMyjn30a+e19r",
-	"NZ4PreRctxdrFfovSMu+XggP7ceB/iDTzcnUBa1ifVYn3een1NB771m9xHhdgO+Rlglbc4JTJOVNnV/r",
-	"CjBTGeAEY3V9m3bqS18/wtEcqqsGtHNf9GA2R2CLinL7Y9ebif5sF/TtkkAvma9watgeSVVYRPwzZCl+",
-	"R17WdVAbJDjuSioq+Lcs23sOR9CbFhkuWL3oU+garB8EeqTc6eY/SfzTKN/ffxXlOYn1J7gZUd3l8utI",
-	"l3qOgmPklIM+3JzYsWtht5n63wyK0US3/HdestX6FN0MYkgzJoFGy87fYHmD5oBjHYDU/QBJjHYcZh/R",
-	"okTIZnxMVQqHFNIJcPPlLSzNaXfd51RIdHiE5rumpCxL1CDF7Eq23WF964/amT/louPwymk1eGvPt9iq",
-	"zQ1SLTYYqTZnQFd0NEEk3tURf+WRp3aTl59PrdG3JhGzjRDwl5NcWUlfXMqhlufeyqGnNtip5m6gr71Q",
-	"5nUYpISWrflbaiqe31VfKfj+xv50UcrryQBZctRlHBQB5gkBbut3UAuJPnvSp319BmbxSUmDJiH1h6v/",
-	"Hbj6L6DHaprL4L5sHOxVXk8z74qWPa0FklYEe8w8bdbFuvTV4xsbjWGyNwuszMDqDjVj5KGbsvHPTRV5",
-	"bDQookwi3aHpxOSS3Gs2TfUqRdfvxu/7vQ/D9+NP5+bD38enF2d9tKMUB+Po9f6rothywuJlUfYqsF99",
-	"vIPC1nxf9DN6MXnUaOjk4XvzyxPZ/Enm2Dfa2KcC+2hnsQ6NPyn0dZtsU+MPM4mhQiJWbnrQah1lLEkE",
-	"InL3RWy/J7Lf1/L61rXZWJPUKu2PLjraP6p4prBfRNmdVZlbtm5hpjxXDQCppIiCAMICiVzX2Ox2WxKq",
-	"pfW0YcqTMFo000I7zvTmaPACL3f/8Fg2kPRF9nKdpG9PWbYh7VvYT5Uh/Qeit3ZNdbpyPc5fILhUXR39",
-	"1Moxx4FpT4MqT7U426W81ZE5HjYKHm662rcz7emMc2fbuujmTIQSSUqjd0TLopGMcSmQe/wN5VSSRI/B",
-	"QV/ar1arhWZ7ZtJhl5fydOyZuudLSDaG/U6cp36JtxJnfzgm/waOicZ7/JyOyXF1jdzLBOOudLStWZHc",
-	"rOit3UGnQ1oy57Slrlh9SWFh/ZJVi+qz3tJ3WU9UHgyyNR8n6Mbs4kb36RGFRM2Tf5Gigu8hKX+pq2sa",
-	"OXnKFlsk4e0xyO4Sp8m6pORFBrR3OdiO4IpB3drIRrG0HRe9Ks97epr8+Klv9dW1x06fQHZrPEV9/rVY",
-	"QTG/A/cSgF6otxc3rKZvzHXuGfDapfGEmtZGOpcTOoezTb9vfTTlDviydm7cnABm06m+GV+iHVInHT2Y",
-	"uZ4DI7tXfbu+nEPaRW9Jovs/Usy5vRK1mE63ZjvRdwWrNerlUGaOMBE6G1HzoMJKAlOJWC67qKf7dqGp",
-	"HtY8W5woLS47MF6oZCMq8kw3GFaz6td2VhryoRvrtt7YpKAdcreLLvGsKF6bLB1Atp1WXSkn+N3Oi/Vr",
-	"xzfEibJaARs4lEPomJi9csmcGMsS3SLC2ODbnFvdsN1yddBDN2cYmLcO9vd9zeSWia2UToMXP1xWbwe5",
-	"eVq7ZTj33oJNnRl/58G2GdwbCLZzl9aPW+sPVw272pjZ/3qtkeaa1798o7KUTTLcFV+Lf9fDd3XBhXDE",
-	"mTDGlykvWS03WVFOjxVsvF0N4ddPYZjUrg2u6/6lRevW3bL4YEQnS1RXTUARibvI9pepumNwQAkRUl/w",
-	"kNgLqrG4Bd373CZ9rbH5k335pk2u676n374A5N9VqlftvbYQa0WbsvZB66VMW5QufU91OP+uEupzwdeb",
-	"iSaT2/n10cSiru0oT5dlnOkGTcSWxtCZzvh10bm5sZ/l2taMIQMaA40IeNztdyDf29lfkHDKa4Na3Bxn",
-	"Kzghd/C8fkw5+xrXRSdg2jFgIA/Unq0uYbq0t1dkWhUdo0t7aYS5NEQZJiEyQBhR58IJ2z8/ROe94XVx",
-	"syDEXfR6/5XpbbUgAqzLo0Yy0/wg9MESfa3hYr5Urohzd4YmhLnOaOmGNUw3gHW76NgrNFryuFcGBC9I",
-	"BtX1Ld4zujjWq9Zq9EmS4zlzsmvX2ivKsxiFVWIw6Fifha2GbyNK25O00Ns5T4LjYE8H6+wLTSIt6DzU",
-	"zbj06OVdnEXbKkSkgGTarVSNM+uqDjeXUukT3ktjfZouWWhHy8HdLjp1g3/cvfRTd8haIl0/Z7oHICwR",
-	"B+HUO5Rnw0OUsNkMdE9FiOZMkTNFoBtoGXpd1f6+BdtSQZvUbpYMlmAIbY2y6dmmIw/OwMcj+jXLJwmJ",
-	"xjlPHp6Qq1aOf9H2ytwGZjpAE2ls96Ksoqymq+2xsE5Xt/fznKGYxGgxx+1dt4rO4mW7Ld0QWhuSus3c",
-	"2WA4vuoP++fDwcW5xaSWGbu1VZh+NKtreOt0cVPWG8sEqpq56RVkCY5AQ7JxaKEM4hA+omVwo7jsuUh8",
-	"hc42RFhoUbNb9+QWGs5haSIeorXCmtBOCinjS0RoDPc2Qq2N+NAS4WSpFmN6/OGq6hpTlNNSkNcseSVn",
-	"mzdejKi+KSXFXNntN7o3+k0NokbnP3x5+P8BAAD//w==",
+	"7H2Nbtu4uuCrENoDTIIrO2ma9pxJMLjwSdzWe9okSNzOnjvuOrT02eKtROqQVFxPEWAfYp9wn2TBH0mU",
+	"TDl2Ju30zh2gKBxb4s/3/8ePX4KIZTmjQKUITr4EOeY4Awlc/zWkd4QzmgGVo3P1BaHBSZBjmQRhQHEG",
+	"wUkA9TNTEgdhwOFfBeEQByeSFxAGIkogw+rtv3CYByfB/zio5zwwv4qDaxCs4BGMzoP7+zB4hz9f4QXc",
+	"kF9BvRmDiDjJJWFqAeoXJMivgPZimOMilejF4SlKMV8AR3c4LUAgzAGlbAkcYiQZenZ4eLjfD0KzhX8V",
+	"wFf1HjL8eZrjBUzVoIG75IxQkhVZcHIYBnKVq4cJlbAArpepVjJmn4CuL3KcAGI5/lcBiMJnacaX6lnE",
+	"5kgmgHIOd4QVAqmfupZWv9ZcF/78FuhCJsHJs8Oj42pxQnJCF8G9WhwHkTMqQKPyirNZCpn6GDEqgUr1",
+	"Eed5SiKslnyQmyf+7T8F09vZDm/luHrGJgSuX52hH49f/BXZkVEMEpNU9DXo7ABq/EEUgRDvWKxxDVTB",
+	"+5fgGnD8MycSLmmkkKL+vqTp6h2mK/un/ln//XENAmEwKGIih3d2qzlnOXBJDDhwZBbpw9rgaoTUsxos",
+	"IYL+oo8iDliCww8KX2sz4kIm0wxkwmJ3J4zEkcKexJKoD5IXQkLcoyCXjH8KwiAmAs9SiL37aHHYyZf1",
+	"R8zXza2MqFq0AIGWRCYI7oCv1P8dazf05hk7B+B+QI3PrpD6FeE45iCEd1wlDkB0rpyz1GCESMjEg1KC",
+	"paDessNgzvFK/a1AWwj/Kt+Mx1fIPFByHqZiCdxZbsXTYSCK2X9CJL2LlcTAaM54hmVwEsRYQk9/69n5",
+	"HUuLDPwbv3fl5C+BFpx2nHIBFiUliJrUFZYUXO3dIqoB8JqamBmzwRVvifBxhvp9qulke7w4rObBTkv+",
+	"PQyOxhp8mzi7GZ1zcgf8FY6kB+8/J1hqTEcpFuIHgaoXkBkExRClmIM4RXgmgEq0TIDaVxR3cpRggSij",
+	"WjK3QCQljpJpveJqPzPGUsBULXEupgvOinyas5REKz9rsXhK6JxNGZ1mrKDSP5SQjCvoRTjHEZEr/1OW",
+	"3FIyh2gVpTDNWNxirXWCbmDq3gdpnOMZSYlcXd4B58TIaBzHRIEap1cOZOY4FdDWAjdFnjMuIUZ6PacI",
+	"o0+ExiiFuUSskGiO01QgmXBWLBKlqhUSYoMsqaSiBwFaYXg2uIlG/1HMgFOQIBx9cx8qVToy7x+vk64F",
+	"6m4zfdAvrY9/9DiAix0hbomfCORojh+E4QUQSBiMhIrkOWhwzwqSyh6hBuCIzSd0CWna+0TZkir9fUcE",
+	"YRS4QEQgQVLFMYyjJWd00UdXHCKIgUZw4nLdRL+NKWVS61KB9iwp9xZYwhKv+nGU9XPO1OYPDFZ7Gtbh",
+	"hPb7/QMDfvPVfqjGVuMhoJKvkF79nPF6SqQkpn2MUZhQ9SuRwt2B/XmNyNCIIowy4AtAOZZREiKMaJGm",
+	"E2qm45CxOxCIyP6ErpGkC6NufG2mGw+v+SikEgcGn191ts0UeqNNdp911eTP7ZZhRrtQSs/DebuP0VYq",
+	"7qJa43/cYpsX1kAqrbqaroOGjabMOU1YQRgUVHOQ16w7c6R5W2RmpaXi6K8bg/byNavIPArMknVezFIi",
+	"EujSYgIW2U5Kvpz5xrzo0/SSSZz6NY36ZTpbSTN5ZUERKl8eB17nykWeGbg5TFhvoQt/7nLXqNRVp/AZ",
+	"Z3mqBjgaE58xl+HPyhGcWrIR1jH17DNnKVt4sHrBYkACUogk4yV+7Q4QoSjFM0h71QNiRSX+fIogy+XK",
+	"IFfhUcnfBbkDqhBar7qctv+p0nJ9wg5+ZRR+AixkD69vag3EduVhDZlNcB2XuG5C9ZuSgHd9xn4740oj",
+	"SYLTXfXn8LNyiolUTl85BCJUSMCxwhtGCsgRo3OyOEEC+J3SKiw3w6OzAcI0nlAgMlG+EZoB5krNGN9f",
+	"fROlRCE9UsuYK/9buSQx+gSrProavnNCGBM6wwJeHveARiyGOERYraWxBp86coaeKr+BcSJX0xhL3AC9",
+	"gmIQutGEly9ePH/poX+z5Kk77mNHC4OlcevTlYkR1cN/gtWTDkuogKjgMBWfSD6VqZjeASdzD3eq15BS",
+	"EbkyVStZauIAih1BCnTzejp4+/by5+no4mZ49v56OD17+/5mPLy+cXxJ13DXtNGUL4mUuTg5OMA5UZZP",
+	"3FPs2be/9yOWnbw8Pn7e3O/R4fHfPDhR+zFTTEvv3X3pxXPfO6UH5kaQXj7/2/HD4Gzxo92clwUZpaD9",
+	"0xGds3Vgv2FLDV1rBaLIPC9OEQVtkSnN5zCfTCATkN6B8PgCyis2K6h1cxkwW6daryqO8FQk+OjFS48u",
+	"fjPoHb14ifYS+LxfSu3z4TXSAqj8Yk64kIrznZkaolushIQMccakCU0WAmJvvMTZ97TIY8Vou4UdNtH8",
+	"OokqjvNFj8YJKHnUU6OqD2s4UZsQgFPFLUQm3r3U9L8N7W5WT3YsF1mhg/xqJ90Q9FHq+dm7a1gQIU20",
+	"b12dZSAEXnRExpTNHwPvim0JqQjOuzPfQm5ASkIXD6srj+cRO3BsIvL87B0qH9H+0SmyQXOhnO2WQ9b7",
+	"QuL7fkvaPveG9RTUysigHq8M+LeiwPbBNY9UaTKM1PLsGqpl+oSpD2ZOONbjg6QpW0KsoSJyHO0WCjE2",
+	"kDH/p8x1xHdzqYQeqhKHDw7QFJxGHOwuAuIoe2gml9505N6QxEOvOSA/L19pB/49wI2JyFO8mnYGmTs4",
+	"SNvEGz3cLjzWVFIRgJ+HsSJxV0E7JCoOKg0ddPBAx4brgPSW0LwxL9yHwaOEvjL0twwz2/RdAyVNDFZw",
+	"r7ZoJ3CBGfo4zCEkQ4UdfNTgCSeE7VJ7ExIfN/P/uUO/O5j6gzxPiUkQGsdOoGXCBCAbREcp4DsQ1lXT",
+	"7KJMQroxJPlgsLwRfmxEc7Yy4ZzIxS6RyAck6IjmhdwVfIg7yrOPhp9xJNMVUn4qm6Pb2ke51Q7OraOa",
+	"b/tonMCEVtTTUEva9qZgAa9cYogdlwfpHOZnqRWa8DlAfvHfdvQkx6h+AmFLBSjDKyQxX4CsAtOVDk0I",
+	"ldoO/X10SdOt3TjCuiP8X1I31Gj3JTlTQsGljH8O3r1VlAgRytNiQagIkTITKwSKEM1JqoO8iQjV15+J",
+	"wj2NEcly4IJRTc7awuUwLy31x/if9bqmlmLXt3BmSVky5RTUrqezpwQLJJRnhFO9TspQVHAOVPbssK0F",
+	"egSHb3lPrl5bpqctzqhZfM54KWj7O2rUbg23Sar5c5yuit86/Olam9slOVvC0oRpmcFuioWsCj82a+3G",
+	"ah/Qg1dYRkk3Qr0G+qsz9Nfnf3uJ/ufN5YWbAEGs9MUV5ejE0JxAGmuvt605TibUZeQQOZOEJrYpQmTw",
+	"GyKFzLCmi3BC1+V1WCmEEMVRFiKfFA01P5RrhB6j6crlnD3lm07oOh/uI8ZdfzZEy4RECeJMOW1tb7eP",
+	"BhNKizRFHHQkCBtQKKYlUpQrPXWnVgtzHeZIJwzQDMxIfXQNODYLtmDdI3GoxVKIavMotLULIXKMo3BC",
+	"HeNoX89lcw3lYI70MgUgx4eHCuLKhDEhC0hjozk3EdRN6cOWoZWr4cX56OJ1EAbXw8H5P4MwOB++vh6c",
+	"D8+DMHh/cT0cnL0Z/P3tUP81eD9+c3k9+o/huTfusm7/rrFqHGVT3vLQH9BdDYfeCmETEp/eARddAkZx",
+	"5DTnbLar7a1f5IDj1Y4vbootVLGDHfyHdXtyGrWqCpxCF2tGdj7Rjr/oCepFtwb4+BAZmeRVnbLslMhd",
+	"0RQ20yGguAKyV7wuE6XbKZOJInQikGEKPGOFdMs7nHz4CrT63A5nQuIUHijTqDe5lWJxYXOuS+S8pRkd",
+	"KsHEvMyy1tfgQ8urFKCBkCdSkNvsY0OdmSiyDPPVLrPc2Ffa4LE+bTli+LAK9RaHPLYYMWw+fsX8dX31",
+	"nG8IlbuG/R7tcDYMtofCfL+rd/qW3AEFH33W4ZWqxvKTB8YeEVb48e+Ux25bxNpGiPnBS9pa1/pj7GWg",
+	"wZgTezGTytPVppiyBPZtpbCZmwgjyMLKS+A6IWzz+75UgMTUZ5q7U6t5GtOwSHsXMWK03yEDLfTXtYok",
+	"MoUNnkONsdHFh8Hb0fl0cP36/bvhxTgIg4vL8fTV5fsLZUoM3mr7Yjr8X6Ob8U0QBlfD63ejm5vR5cX0",
+	"fHgxsvaGsjCGF+PR2WCsvxldjIfXF4O35scPg9Fba4y8GozeDs+nV9fDs8uL89F4dHnxMMXY1ILZVPgA",
+	"AWnv8g3g1EQUO/MI65ho1mlpTatNumWyQnsaDKGutkpWiEiF8IImep7VvhdB2wY1bX2VODCjbcZ1iTc7",
+	"s65uKT/7xFsb31aUeJ8tcr9Sv1HGdCyQIDSCRspQSMxlI4XmmjadZp4fvzYkWoUhy/erhfkwrmQ88Ysn",
+	"U6lrJeB66nNwNUIRTlPgxkxXjysvIcIS4lN0W1aD36IMMBUI0xWjgJYJQxxwlNiAZM64VF4Fipl6RFs8",
+	"uiqko+x8Y5F5lED0aYdC7HLzZ+q9zSXZ5Xq0iRyEAWXWXN5aYlfLCx3QbsSJWdb2XPhzYjOc6j00xyRV",
+	"mHArq9gn42vOTQWHRp92rJRh6bqKm4rrm5PmTMgFV05sRhbclkgyjig2AcaafcsnfWOzTz5z1G8RNbSk",
+	"C7bq8E1DarjZjxxLCVwt+3//gnu/HvZ+/LhnP/Q+fjkMXz67L7/f//e/+Baqi/fdAro4I7TKE9wRWDbK",
+	"CeoXPYblgyWHHc4B0NJPbkRwH1M33CZ4HcEo68Pgc45pSwY5roITyhBVDeUuFY7lIGX92jZ1e/odQaa2",
+	"OvGht5ol9lueQxHTKhns23en8f+Ac/dzVduIJUZLLEz8TADQMhKK9vRXUYLpAhQXcbBBFOsTpuQOTuvw",
+	"aqlIUiYajmGImNI12qHa394vbB6c2zqcum4LlBWf9YCVlBEQcZC9lLFPtipDoD1MV7o+I2JUYkLVD+a5",
+	"EOVYiNDUnYWOiArV8yYoHqKckztlbjCua1dCFGEBPUIFUEEkuQPXwqglhlPu7D/WA1GKSbbp8MPm7Gna",
+	"YSqVpzOqaBpaYhklECPKlqemyED9k5ZEjPuvyMZfomX5dUZoTOiiUtqVkZplEBMT+fgZE/mK8VeEC3nG",
+	"qCiyDnnVLl1+OlnUPFnQlkDbJYE9BzabOd4yltDkyeo4kov6Bsf7gdkpGNeIpMFEPhnpU12ubvAH+58w",
+	"MP/4GM96zOWhEM82kRxfLGRHzfieEkbrSL/rJyCRfA09uavaMnXGdR5y6hLwhvjmto8pgoyVYezyvT4t",
+	"qc/HKIZgGZSfKTOffHzfPgOyfYJYs9y2G7NCY+owSPV0K8HtYrM+7VOqGEMZqMrJmRNapjzRzHGqny+o",
+	"tkwTlsZWnpoHGU1XHQ7Ybz82tXX80+y9G4abCGcDMFvobBBKuPNhEsup70Disr55h1jfI/K07Rxzbstc",
+	"FD6vPpydGuuhoDFw5B7CsnkjI/m9qr+jzNAk/3ROD+0Nhle9Z0dH+8rUyE2ln3sQ7BQp3a2WQvQcv923",
+	"aAQ1uQ3OlvnOh6OaD75hEezfu7JLZqygMboCLoiQQKUh5r7WchvH9jlqGyjoJodoR+qJOg8a1SIb/avA",
+	"VBK5MrlCjGaEYr5SsiGGiGQ4RaKYz8nnEC10GlKpC0zRr8BZ01V9dviatKoljr25r5oTtgj3V4zjlt0m",
+	"m8PmvmS3jrSjHHhVDnKqxZipVTKwuFUGpMJaiJg+wqFZRfEFWVDGDVs0QVy/vL2WNEF/b+BbcR+JYLp9",
+	"CM1TLF0N4KhcB+4+GjNE6zkp9Zgi1K3bFvz28OXz+VH0bPYj9F7gv8a94+gZ9H6cH+Le0exv8Us4jv6K",
+	"nz3zWnOWmbYgQM13Wxd2GkDWNZ3mremmhO8jyj43VHeuJwjV+p0QZ2tFu5Zemg2e6Xf+zmKPbBma409l",
+	"kkEkOAdzesrMpJiIUbicBye/bANMM9e1GS64D3fA2sfWgstBvILcsk6vlA+9DFO80Anjxl48Byp3paY2",
+	"06ovu4FtgnMt18XoWURic7Ds/fvROdrTbW+UH79/iiY2Xj8JjFSrFXvNXVuyz2/X0mYjW7tpHVp4V4vy",
+	"QWuyHLYb9u108CuSgjnSE4TB31MWffI6BA0x4NbQXF9+GN2MLi9sIc37C/vJJKl0Tc3b4dh8pz92FNCY",
+	"Cd5rZv0NVoFz+vVwG/Xdgt+G46JamUUFJ3J1o5BSHlfPiM8Rbx6V/H//5/8qs/FydH5Wuirmh72b19PB",
+	"+/Gb6bvL8+FPjMTRviF/k+qYUN9j5rd9PaoWQzknNCI5To3Jo/vCqHUhzlI4mVBX54Tm5yImEkmOSWpy",
+	"AaanjjESqo5BpqZKk6CONekt1dyQSJk7dbhtCHhWFUeZWZM+LBPhNC1ruHLgPfdEjSFktfQ4Z7pMGQ0q",
+	"qVVGEbGFoil0r3r4EH3GlcQwoSXczs/eTcfX72/Gw/PpxXD88+X1P27QAqQwYTa1JrR3fvbuBzGhXWIT",
+	"CaCxQJTZWVcg97eEkM0IbAck87CFkzLedJViE4dlib8+njtPAaR+TaC9GItkxjCPxXaLu9fJdd/Rxkta",
+	"h5ZlgqU5H6xNTusZVMvYc8zvqw9nYh8xijJMV2WQU5gGFudn7/porCAes6gwx8VNBjBiVHIcyRNbJ8/v",
+	"DCIXQBUxQozmnGWmY8WQc2bzje2aBt3yqxrcltOnJAIqtFSxrcgGOY4S6B31D51Ef9A6QOZkT0+Cu2c4",
+	"zRP8TEf4c6A4J0rd9A/7z62posXBAc7JQfnsgeayXt2AaAEeTa0bDpluViJEFJamhoILeWK50vCy6ZLk",
+	"MGvJIlkhbX8vTULLhKE923kptG1EdN+lECVs2czQmkYkE+r2CKvprCSz0G08FVZcSGK9mJLt+hPqknNK",
+	"MiKNoy5Y1g7HgY25qOkJt7s32KrWMoqDk0Bp2Lolk2hGVrvMrfqRA7f7Xpel5Txed8FTD/u62NU9rbwt",
+	"7I5evPToGP9QzU4bj2kuuEZLtBbeiMSbOr75FlQ34qrW4lpKg95/4N6vH788C18e3/8l8O6zZTlrpCGs",
+	"O+zgeXV2UhnjXYvQ5RCl8V4vZDsvomMBM5gzHTF8YG6g8SNn/thqUnh0eLihQeFujQlbfc48/QmVqFYG",
+	"pzYHHHnSV+Lq2CzFN0O15Lr5oXr+2Y7PP9/p+Rc7Pe+YXZrfrcH1y0cF8qrQUvs7jlGjMIQXourAFnxU",
+	"AzWlc7sy1Erndfnjxp6/rQBqhz6zDPcEqMf1ITJY/aT7a6AcEy5OEU5TlBVCogzLKGm1VSHAf8o5i0NB",
+	"pOmk0sEEOkQ7Lbu3dAm648Mft5d0VV7OO5SnXLNT+trS7e0YZ72o/KvyafuwzgOM2rToGI91g9fZSkeS",
+	"/8B8G36p7OE2FyuwNeDi8HGz8Fm3HPQFPj7glChBbcxKQvNC6pNxM/tNmXXfez0cowNr4JlOahN6A+n8",
+	"xih4k/m7BmNWK+PVWF058IwI9VKj9oICxGLf2OPKjrSzuS6Nts6IFI2jNKbvRB9dQ57ilfKGMJ1QEhsT",
+	"LW2cSrXNPgU6Ojys3QU9W+zO5LOjzto2wLog21jMqay9KhfSpT6fqmnyx6r1ZxmQe2r+NEeE75vuvz1K",
+	"+C3kg082DJTJ5sd7qosMEXwmQopTWznLQRacQowKakqFjNg4MmLgW6y4bIgB36fAOj78cbfnn+04/rMX",
+	"uz1/dLTj8z/+/oZV1fREN6t0xUeHYN5oZx18aYbz740AT0F6kpHX+syfQHvHhz/u29K3tlBNsKiO4aLb",
+	"OeMR/KT4+FaJ7AVIMaHtV/TxaFm+povreCxOdeACkWbnXMzBNHKaULPK2Cdcz/VPG4WrT1zq1TaMmari",
+	"0MY510ph182XY99hZbPS75Mnj78uD38PPGMQsDXHhH7X4zXIJkn9XoqpZQr8IejqGxizr0HuQAK7eZXN",
+	"6yzUvHl5XL7jSPw2p+H7aIAoLJvdThif0Ea3E3uwXLRPlp/qd13jlnGnJcmEKmGqLfHYdpkzDSDM+VZj",
+	"woi6qlk/qc8vKMlOizS9ndCNZ9Z9otkklNp89FVtS9O4QNGMO5yGf0/D/99+89Dfk9mqpIPJscd/OCnx",
+	"pwX5BNrQsGBLFKK9do+O/acyKQ/KPI5T2bxNbK91sP/bcFRrUg9/DXXYwTSFtz06GzmamalU/FMrb6eV",
+	"L2n7kOoa3ksq1HnVJ1DOv418D740ajzvO8m5aS82KvS/Ii37WiXcdx8H+pNMtydTF7SK9VmTdJ+eUkPv",
+	"tWjNEuNNAb4HOirszAlOkZQ3dX6jK8BMZYATjNX1bdqpr3z9CEcJ1DcRaOe+bNFsjsCWFeX2x743E/3B",
+	"LujbJYG+Zr7CqWF7IFVhEfFfIUvxO/KyroPaIsFxV1FRyb9V2d5TOILetMh4yZpFn0LXYP0g0APlTrf/",
+	"TuKfJsXh4fOoKEisP8HthOommF8mutRzEpwgpxz0/vbUjt0Iuy3U/2ZQjGb6RgDnJVutT9HtKIYsZxJo",
+	"tOr9A1a3KAEc6wCkbhdIYrTnMPuEliVCNuNjqlI4ZJDNgJsvP8HKnHbXbVCFREfHKNk3JWV5qgYpZ1ey",
+	"7Q7rS4HUzvwpFx2HV06rwVt3vsVWbW6RarHBSLU5A7qy4Qki8b6O+CuPPLObvPpwZo2+DYmYXYSAv5zk",
+	"2kr68s4OtTz30g49tcFOPXcLfd2FMi/CICO06tzfUVPx9K76WsH3N/any1JeTwbIkqMu46AIME8JcFu/",
+	"gzpI9MmTPt3rMzCLTysaNAmpP13978DV/wp6rKG5DO6rvsJe5fU4865s2dNZIGlFsMfM02ZdrEtfPb6x",
+	"0Rgme7PEygysr1gzRh66rRr/3NaRx0baW+gDfrpz0anJJbm3cJrqVYpuXk/fDAdvx2+m7y/Mh39Ozy7P",
+	"h2hPKQ7G0YvD52Wx5YzFq7LsVWC/+ngNpa35puxn9NXkUavfk4fvzS+PZPNHmWPfaGPvS+yjveUmNP6k",
+	"0Ndvs02DP8wkhgqJWLsIQqt1lLM0FYjI/a9i+z2S/b5Ut7tuzMaapFZlf/TR8eFxzTOl/SKq5q3K3LJ1",
+	"CwvluWoASCVFFAQQFkgUusZmv9+RUK2spy1TnoTRspkW2nOmN0eDl3i1/6fHsoWkL7OXmyR9d8qyC2nf",
+	"wn6qDek/Eb2za6rTlZtx/hWCS/XN0o+tHHMcmO40qPJUy7NdyludmONhk+D+tq99O9Oezjh3tq2Lbs5E",
+	"KJGkMnontCoayRmXArnH31BBJUn1GBz0nf5qtVpodmcmHXb5Wp6OPVP3dAnJ1rDfifM0rPBW4exPx+S/",
+	"gWOi8R4/pWNyUt8y93WCcdc62tauSG5X9DauqNMhLVlw2lFXrL6ksLR+ybpF9UFv6busJ6oOBtmaj1N0",
+	"a3Zxq/v0iFKiFukfpKjge0jKX+nqmlZOnrLlDkl4ewyyv8JZuikpeZkDHVyNdiO4clC3NrJVLG3HRc+r",
+	"856eJj9+6lt/deOx00eQ3QZPUZ9/LVdQzu/AvQKgF+rdxQ3r6Rtz23sOvHGnPKGmtZHO5YTO4WzTDlwf",
+	"TbkDvmqcGzcngNl8ri/Ol2iPNElHD2Zu78DI7lVfvi8TyProFUl1/0eKObc3ppbT6dZsp/oqYbVGvRzK",
+	"zBEmQhcTah5UWElhLhErZB8NdN8uNNfDmmfLE6XlXQjGC5VsQkWR6wbDalb92t5aQz50a93WW5sUtEPu",
+	"99EVXpTFa7OVA8iu06pr5QS/23mxYeP4hjhVVitgA4dqCB0TszcymRNjeapbRBgbfJdzq1u2W64Peujm",
+	"DCPz1rPDQ18zuVVqK6Wz4KsfLmu2g9w+rd0xnHutwbbOjL/zYNcM7gUFu7lLm8dt9Ierh11vzOx/vdFI",
+	"c8PrH79RWco2Ge6ar7/rdEYHbNzuBzvFR62y8p1FunXY/LaUtBpAbbNBq4aYgQmV65yQjr8RoYS1ILHt",
+	"1agbjf8gkIhYDiYW9w0qaZryGOGIM2FsSlM1s15Fs6ZzH6pDebWemWgeLjEZa5sz0G1Zy460+1VNxYTO",
+	"Vi2wAkUk7iPbNqdu+sEBpURIfa1Faq/lxuIT6JbuNpdtbeif7Mu3XepKt3P99nUt/12VVd21bAdpXXZf",
+	"6x60WaG1Q0XW91Re9Kfg/UMJ3g+luNpO4ppM3K8PpoF1JU51FjDnTLfTIraQiS50fraPLrQZL1mhPYMY",
+	"cqAx0IiAJzjyGuQbO/tX5IfqDqgOp9TZCk7JHTyt11nNvsHR1OmybgwYyAO1J+ErmK7sXSO51rAn6Mpe",
+	"8WGueFFmZIgMECbUuR7E3nYQoovB+Ka8JhLiPnpx+Nx0IlsSAdZBVSOZaX4Q+hiQvqNymayU4+jcdKIJ",
+	"IdH5R91eiOl2vW7PI8sOHVn3awOCr0gG9WU73hPVONar1tbBowTiU2bQN651UBbTMQrrxGDQsTlnXg/f",
+	"RZS2g2xpjhQ8DU6CAx1atS+0ibSk81C3TtOjVxerlk3GEJEC0nm/1qDOrOumiblhTJ/HXxlfwfQ0Q3ta",
+	"Du730ZkbquXuDa66n9kK6WpH0+sBYYk4CKc6pTrJH6KULRagO2BClDBFzhSBbndm6HXdqPEt2BZ22hKE",
+	"doFnBYbQVpSbDns6TuQMfDKhX/JilpJoWvD0/hGVBX00qJqUmavdTL9uIo2nVRbBVLWPjT2WRvf69n5O",
+	"GIpJjJYJ7u6RVvaBr5qj6fbd2j7WTQHPR+Pp9XA8vBiPLi8sJrXM2G+swnQPWl/DK6fnnjJKWS5Q3XpP",
+	"ryBPcQQakq0jJlXIjfAJrUJR5c3dZZoydLYhwlKLmt265+zQOIGViU+Jznp4QnsZZIyvEKExfLb5BO2b",
+	"hJYIZyu1GNOREdc18piiglaCvGF+KDnbvp9kQvW9Nhnmyh251Z3sbxsQNTr//uP9/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

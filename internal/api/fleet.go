@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -14,7 +15,10 @@ import (
 
 func (h *handlers) ListStorageClasses(ctx context.Context, req ListStorageClassesRequestObject) (ListStorageClassesResponseObject, error) {
 	p := req.Params
-	envs := principal(ctx).Narrow(deref(p.Environment))
+	envs, err := h.environmentFilter(ctx, deref(p.Environment))
+	if err != nil {
+		return nil, err
+	}
 	if outOfScope(envs) {
 		return fleetResponse{value: StorageClassList{StorageClasses: []FleetStorageClass{}}}, nil
 	}
@@ -72,7 +76,10 @@ func (h *handlers) environmentClasses(ctx context.Context, id string) (fleet.Env
 
 func (h *handlers) ListFleetVolumes(ctx context.Context, req ListFleetVolumesRequestObject) (ListFleetVolumesResponseObject, error) {
 	p := req.Params
-	envs := principal(ctx).Narrow(deref(p.Environment))
+	envs, err := h.environmentFilter(ctx, deref(p.Environment))
+	if err != nil {
+		return nil, err
+	}
 	if outOfScope(envs) {
 		return ListFleetVolumes200JSONResponse{Volumes: []Volume{}}, nil
 	}
@@ -89,8 +96,30 @@ func (h *handlers) ListFleetVolumes(ctx context.Context, req ListFleetVolumesReq
 	return ListFleetVolumes200JSONResponse(toVolumeList(page)), nil
 }
 
-// outOfScope reports an environment filter a scoped principal narrowed to
-// nothing: the answer is empty, never the unfiltered fleet.
+// environmentFilter checks an environment filter of a fleet list: an id
+// that is not registered, or not in the caller's scope, is a 404 naming the
+// filter, as for the environment's own paths. It returns the filter narrowed
+// to the caller's scope (an empty filter: the whole scope).
+func (h *handlers) environmentFilter(ctx context.Context, ids []string) ([]string, error) {
+	p := principal(ctx)
+	for _, id := range ids {
+		if !p.InScope(id) {
+			return nil, &fault.Error{Kind: fault.NotFound, Field: "environment", Detail: fmt.Sprintf("environment %q not found", id)}
+		}
+	}
+	if len(ids) > 0 {
+		if err := h.opts.Environments.Exists(ctx, ids...); err != nil {
+			if fe, ok := fault.As(err); ok && fe.Kind == fault.NotFound {
+				return nil, &fault.Error{Kind: fault.NotFound, Field: "environment", Detail: fe.Detail}
+			}
+			return nil, err
+		}
+	}
+	return p.Narrow(ids), nil
+}
+
+// outOfScope reports a principal whose scope is empty: the answer is
+// empty, never the unfiltered fleet.
 func outOfScope(envs []string) bool { return envs != nil && len(envs) == 0 }
 
 // fleetResponse writes fleet answers, whose types carry the contract's JSON

@@ -124,10 +124,11 @@ func (h *handlers) GetVolumesHealth(ctx context.Context, req GetVolumesHealthReq
 		Version: version.Get().Version,
 		Uptime:  int(time.Since(h.opts.StartTime).Seconds()),
 	}
+	body.Message = &message
 	if healthy {
 		return GetVolumesHealth200JSONResponse(body), nil
 	}
-	body.Status, body.Message = Unhealthy, &message
+	body.Status = Unhealthy
 	if h.opts.HealthUnhealthyCode == http.StatusServiceUnavailable {
 		return GetVolumesHealth503JSONResponse(body), nil
 	}

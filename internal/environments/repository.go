@@ -243,11 +243,16 @@ func (r *repository) delete(ctx context.Context, id string, force bool) (volumes
 	return volumes, reg, err
 }
 
-// exists reports whether an environment is registered.
-func (r *repository) exists(ctx context.Context, id string) (bool, error) {
-	var found bool
-	err := r.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM environments WHERE id = $1)`, id).Scan(&found)
-	return found, err
+// firstMissing returns the first of ids that is not a registered
+// environment, or "".
+func (r *repository) firstMissing(ctx context.Context, ids []string) (string, error) {
+	var missing string
+	err := r.db.QueryRow(ctx, `SELECT id FROM unnest($1::text[]) WITH ORDINALITY AS requested(id, n)
+		WHERE NOT EXISTS (SELECT 1 FROM environments e WHERE e.id = requested.id) ORDER BY n LIMIT 1`, ids).Scan(&missing)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return missing, err
 }
 
 // listFilter is a validated ListQuery in SQL terms.

@@ -162,12 +162,13 @@ func (s *Service) get(ctx context.Context, id string) (record, error) {
 	return rec, err
 }
 
-// Exists returns a NotFound fault unless the environment is registered: for
-// callers that need nothing else of it, without reading the row.
-func (s *Service) Exists(ctx context.Context, id string) error {
-	found, err := s.repo.exists(ctx, id)
-	if err == nil && !found {
-		err = notFound(id)
+// Exists returns a NotFound fault naming the first of ids that is not
+// registered: for callers that need nothing else of them, without reading
+// the rows.
+func (s *Service) Exists(ctx context.Context, ids ...string) error {
+	missing, err := s.repo.firstMissing(ctx, ids)
+	if err == nil && missing != "" {
+		err = notFound(missing)
 	}
 	return err
 }

@@ -50,7 +50,15 @@ func (s *Service) ListFleet(ctx context.Context, q FleetQuery) (Page, error) {
 		page.NextPageToken = paging.Token(last.EnvironmentID+"/"+last.ID, q)
 	}
 	for _, rec := range recs {
-		page.Volumes = append(page.Volumes, fromRecord(rec))
+		v := fromRecord(rec)
+		// The bound volume's name comes from the pool's cache, when the
+		// environment is connected: a lookup in memory, never a cluster call.
+		if cluster, ok := s.pool.Get(rec.EnvironmentID); ok {
+			if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
+				v.VolumeName = pvc.Spec.VolumeName
+			}
+		}
+		page.Volumes = append(page.Volumes, v)
 	}
 	return page, nil
 }

@@ -201,5 +201,5 @@ func (s *Service) Health(ctx context.Context, envID string) (healthy bool, messa
 	if h := cluster.Health(); h.State != clusters.StateReady {
 		return false, fmt.Sprintf("%s: %s", h.State, h.Message), nil
 	}
-	return true, "", nil
+	return true, fmt.Sprintf("%s: %s", env.Status.State, env.Status.Message), nil
 }

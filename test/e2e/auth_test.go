@@ -271,25 +271,25 @@ func TestScopedPrincipalsSeeOnlyTheirEnvironments(t *testing.T) {
 	onlyEast("storage classes", ids("/api/v1alpha1/storage-classes", "storage_classes", "environments"))
 	onlyEast("fleet volumes", ids("/api/v1alpha1/volumes", "volumes", "environment_id"))
 	onlyEast("audit events", ids("/api/v1alpha1/audit-events", "audit_events", "environment_id"))
-	for _, path := range []string{
-		"/api/v1alpha1/storage-classes?environment=" + west,
-		"/api/v1alpha1/volumes?environment=" + west,
-		"/api/v1alpha1/audit-events?environment=" + west,
-	} {
-		code, body := scoped.do(http.MethodGet, path, nil)
-		scoped.want(http.StatusOK, code, body)
-		for _, list := range []string{"storage_classes", "volumes", "audit_events"} {
-			if items, ok := body[list].([]any); ok && len(items) != 0 {
-				t.Errorf("%s shows %d items of the out-of-scope environment", path, len(items))
-			}
-		}
+	// The audit trail outlives environments, so its filter is not checked
+	// for existence: out of scope it is simply empty.
+	code, body := scoped.do(http.MethodGet, "/api/v1alpha1/audit-events?environment="+west, nil)
+	if items, _ := body["audit_events"].([]any); code != http.StatusOK || len(items) != 0 {
+		t.Errorf("the audit trail of the out-of-scope environment: %d %v", code, body)
 	}
-	// West's paths answer exactly as for an environment that does not exist.
-	_, unknown := admin.do(http.MethodGet, "/api/v1alpha1/environments/nowhere", nil)
-	for _, path := range []string{"/api/v1alpha1/environments/" + west, "/api/v1alpha1/environments/" + west + "/storage-classes", volumesPath(west)} {
-		code, body := scoped.do(http.MethodGet, path, nil)
-		if code != http.StatusNotFound || strings.ReplaceAll(fmt.Sprint(body["detail"]), west, "nowhere") != fmt.Sprint(unknown["detail"]) {
-			t.Errorf("%s: %d %v, want the 404 of an unknown environment (%v)", path, code, body, unknown["detail"])
+	// West's paths, and filters naming it, answer exactly as for an
+	// environment that does not exist.
+	for _, tc := range []struct{ path, unknownPath string }{
+		{"/api/v1alpha1/environments/" + west, "/api/v1alpha1/environments/nowhere"},
+		{"/api/v1alpha1/environments/" + west + "/storage-classes", "/api/v1alpha1/environments/nowhere/storage-classes"},
+		{volumesPath(west), volumesPath("nowhere")},
+		{"/api/v1alpha1/storage-classes?environment=" + west, "/api/v1alpha1/storage-classes?environment=nowhere"},
+		{"/api/v1alpha1/volumes?environment=" + east + "&environment=" + west, "/api/v1alpha1/volumes?environment=" + east + "&environment=nowhere"},
+	} {
+		_, unknown := admin.do(http.MethodGet, tc.unknownPath, nil)
+		code, body := scoped.do(http.MethodGet, tc.path, nil)
+		if code != http.StatusNotFound || strings.ReplaceAll(fmt.Sprint(body), west, "nowhere") != fmt.Sprint(unknown) {
+			t.Errorf("%s: %d %v, want the 404 of an unknown environment (%v)", tc.path, code, body, unknown)
 		}
 	}
 }

@@ -411,7 +411,14 @@ func TestFleetVolumes(t *testing.T) {
 	if got := list(url.Values{"storage_class": {"archive"}}); !slices.Equal(got, want(eastID+"/archive")) {
 		t.Errorf("archive volumes: %v", got)
 	}
-	c.waitStatus(eastID, ids[eastID+"/standard"], "RUNNING", time.Minute)
+	running := c.waitStatus(eastID, ids[eastID+"/standard"], "RUNNING", time.Minute)
+	// The fleet list names the bound volume as the environment's list does.
+	pv := field(running, "spec", "metadata", "volume_name")
+	c.eventually(30*time.Second, "the fleet list to name the bound volume", func() bool {
+		_, page := c.do(http.MethodGet, "/api/v1alpha1/volumes?storage_class=standard&environment="+eastID, nil)
+		vols, _ := page["volumes"].([]any)
+		return pv != nil && len(vols) == 1 && field(vols[0].(map[string]any), "spec", "metadata", "volume_name") == pv
+	})
 	code, body := c.do(http.MethodDelete, volumesPath(eastID)+"/"+ids[eastID+"/standard"], nil)
 	c.want(http.StatusNoContent, code, body)
 	c.eventually(time.Minute, "the deleted volume recorded DELETED", func() bool {
@@ -422,6 +429,11 @@ func TestFleetVolumes(t *testing.T) {
 	}
 	code, body = c.do(http.MethodGet, "/api/v1alpha1/volumes?status=GONE", nil)
 	c.want(http.StatusBadRequest, code, body, "status")
+	// A filter naming an environment that does not exist is a 404 naming it.
+	for _, path := range []string{"/api/v1alpha1/volumes?environment=nowhere", "/api/v1alpha1/storage-classes?environment=" + eastID + "&environment=nowhere"} {
+		code, body = c.do(http.MethodGet, path, nil)
+		c.want(http.StatusNotFound, code, body, "nowhere", "environment")
+	}
 }
 
 // TestFleetSurvivesRestartWithDeadCluster: the gateway (the real binary) is

@@ -103,7 +103,7 @@ func (c client) register(cluster *harness.Cluster) {
 	c.want(http.StatusCreated, code, body)
 	c.eventually(30*time.Second, "healthy provider "+env.ID, func() bool {
 		_, h := c.do(http.MethodGet, volumesPath(env.ID)+"/health", nil)
-		return h["status"] == "healthy"
+		return h["status"] == "healthy" && strings.HasPrefix(fmt.Sprint(h["message"]), "READY: ")
 	})
 }
 
