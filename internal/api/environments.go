@@ -31,17 +31,13 @@ func (h *handlers) CreateEnvironment(ctx context.Context, req CreateEnvironmentR
 }
 
 func (h *handlers) ListEnvironments(ctx context.Context, req ListEnvironmentsRequestObject) (ListEnvironmentsResponseObject, error) {
-	labels, err := parseLabelSelector(deref(req.Params.LabelSelector))
-	if err != nil {
-		return nil, err
-	}
 	page, err := h.opts.Environments.List(ctx, environments.ListQuery{
-		Environments: principal(ctx).Narrow(nil),
-		Labels:       labels,
-		Region:       deref(req.Params.Region),
-		State:        clusters.State(deref(req.Params.State)),
-		MaxPageSize:  deref(req.Params.MaxPageSize),
-		PageToken:    deref(req.Params.PageToken),
+		Environments:  principal(ctx).Narrow(nil),
+		LabelSelector: deref(req.Params.LabelSelector),
+		Region:        deref(req.Params.Region),
+		State:         clusters.State(deref(req.Params.State)),
+		MaxPageSize:   deref(req.Params.MaxPageSize),
+		PageToken:     deref(req.Params.PageToken),
 	})
 	if err != nil {
 		return nil, err
@@ -107,22 +103,6 @@ func mergePatchAsJSON(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
-}
-
-// parseLabelSelector reads "k=v,k2=v2" (equality only).
-func parseLabelSelector(s string) (map[string]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	labels := map[string]string{}
-	for _, pair := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok || k == "" {
-			return nil, fault.Invalid("label_selector", "must be comma-separated key=value pairs")
-		}
-		labels[k] = v
-	}
-	return labels, nil
 }
 
 func registration(id string, in EnvironmentInput) environments.Registration {

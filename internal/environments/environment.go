@@ -112,11 +112,12 @@ type ListQuery struct {
 	// Environments limits the list to these ids; nil lists every one (a
 	// principal's scope, see auth.Principal.Narrow).
 	Environments []string
-	Labels       map[string]string
-	Region       string
-	State        clusters.State
-	MaxPageSize  int
-	PageToken    string
+	// LabelSelector is a Kubernetes label selector over the labels.
+	LabelSelector string
+	Region        string
+	State         clusters.State
+	MaxPageSize   int
+	PageToken     string
 }
 
 // Page is one page of a list.

@@ -296,6 +296,9 @@ func TestListPagesAndFilters(t *testing.T) {
 		in := registration(t, fmt.Sprintf("env-%d", i))
 		in.Spec.Region = []string{"north", "south"}[i%2]
 		in.Spec.Labels = map[string]string{"parity": []string{"even", "odd"}[i%2], "n": fmt.Sprint(i)}
+		if i == 2 {
+			in.Spec.Labels["gold"] = "yes"
+		}
 		if _, _, err := reg.Service.Register(ctx, in); err != nil {
 			t.Fatal(err)
 		}
@@ -322,9 +325,33 @@ func TestListPagesAndFilters(t *testing.T) {
 		t.Fatalf("paged ids = %v", ids)
 	}
 
-	page, err := reg.Service.List(ctx, environments.ListQuery{Region: "south", Labels: map[string]string{"parity": "odd"}})
+	page, err := reg.Service.List(ctx, environments.ListQuery{Region: "south", LabelSelector: "parity=odd"})
 	if err != nil || len(page.Environments) != 2 || page.Environments[0].ID != "env-1" {
 		t.Fatalf("filtered list = %+v, %v", page.Environments, err)
+	}
+	// Label selectors as kubectl writes them.
+	for selector, want := range map[string]string{
+		"parity==odd":             "env-1 env-3",
+		"parity!=odd":             "env-0 env-2 env-4",
+		"n in (1,3,4)":            "env-1 env-3 env-4",
+		"n notin (0),parity=even": "env-2 env-4",
+		"gold":                    "env-2",
+		"!gold":                   "env-0 env-1 env-3 env-4",
+		"gold,!parity":            "",
+		"nope=x":                  "",
+	} {
+		page, err := reg.Service.List(ctx, environments.ListQuery{LabelSelector: selector})
+		var got []string
+		for _, e := range page.Environments {
+			got = append(got, e.ID)
+		}
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("selector %q: %v %v, want %q", selector, got, err, want)
+		}
+	}
+	for _, bad := range []string{"a b", "n>1", "=x", "Tier_!=x"} {
+		_, err := reg.Service.List(ctx, environments.ListQuery{LabelSelector: bad})
+		wantKind(t, err, fault.InvalidArgument, "label_selector")
 	}
 	first, _ := reg.Service.List(ctx, environments.ListQuery{MaxPageSize: 1})
 	_, err = reg.Service.List(ctx, environments.ListQuery{Region: "north", PageToken: first.NextPageToken})

@@ -258,21 +258,39 @@ func (r *repository) firstMissing(ctx context.Context, ids []string) (string, er
 // listFilter is a validated ListQuery in SQL terms.
 type listFilter struct {
 	ids    []string // nil: every environment
-	labels []byte
+	labels []labelTerm
 	region string
 	state  string
 	after  string
 	limit  int
 }
 
+// labelTerm is one requirement of a label selector: the label key is (not)
+// one of values, or exists (or not) when values is nil.
+type labelTerm struct {
+	key    string
+	values []string
+	negate bool
+}
+
 func (r *repository) list(ctx context.Context, f listFilter) ([]record, error) {
-	rows, err := r.db.Query(ctx, `SELECT `+selectColumns+` FROM environments e
-		WHERE ($1::jsonb IS NULL OR e.labels @> $1::jsonb)
-		  AND ($2 = '' OR e.region = $2)
-		  AND ($3 = '' OR e.state = $3)
-		  AND e.id > $4
-		  AND ($6::text[] IS NULL OR e.id = ANY($6))
-		ORDER BY e.id LIMIT $5`, f.labels, f.region, f.state, f.after, f.limit, f.ids)
+	args := []any{f.region, f.state, f.after, f.limit, f.ids}
+	where := `($1 = '' OR e.region = $1) AND ($2 = '' OR e.state = $2) AND e.id > $3
+		  AND ($5::text[] IS NULL OR e.id = ANY($5))`
+	for _, term := range f.labels {
+		args = append(args, term.key)
+		key := fmt.Sprintf("$%d", len(args))
+		cond := "jsonb_exists(e.labels, " + key + ")"
+		if term.values != nil {
+			args = append(args, term.values)
+			cond = fmt.Sprintf("coalesce(e.labels->>%s = ANY($%d), false)", key, len(args))
+		}
+		if term.negate {
+			cond = "NOT " + cond
+		}
+		where += " AND " + cond
+	}
+	rows, err := r.db.Query(ctx, `SELECT `+selectColumns+` FROM environments e WHERE `+where+` ORDER BY e.id LIMIT $4`, args...)
 	if err != nil {
 		return nil, err
 	}
