@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
@@ -134,20 +136,50 @@ func newKeysPromoteCommand(path func() (string, error)) *cobra.Command {
 func newKeysListCommand(path func() (string, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List keys and how many environments each one seals",
-		Args:  cobra.NoArgs,
+		Short: "List keys, how many environments each one seals, and which of those it cannot open",
+		Long: "list opens every stored credential with the key ring file: a key whose id matches but whose bytes\n" +
+			"differ from the key that sealed a credential (a key ring from another installation, or restored\n" +
+			"from an old copy) is named with the environments it cannot open, and the command fails.",
+		Example: "  storage-gateway keys list --file /etc/storage-gateway/keys.json",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withRegistry(cmd, path, func(reg *registry) error {
 				usage, err := reg.service.KeyUsage(cmd.Context())
 				if err != nil {
 					return err
 				}
-				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "KEY\tPRIMARY\tENVIRONMENTS")
-				for _, id := range reg.keys.IDs() {
-					fmt.Fprintf(w, "%s\t%t\t%d\n", id, id == reg.keys.Primary(), usage[id])
+				ids := reg.keys.IDs()
+				for id := range usage {
+					if !slices.Contains(ids, id) {
+						ids = append(ids, id)
+					}
 				}
-				return w.Flush()
+				slices.Sort(ids)
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "KEY\tPRIMARY\tENVIRONMENTS\tCANNOT OPEN")
+				var problems []string
+				for _, id := range ids {
+					use := usage[id]
+					if use == nil {
+						use = &environments.KeyUse{}
+					}
+					primary := fmt.Sprint(id == reg.keys.Primary())
+					if !slices.Contains(reg.keys.IDs(), id) {
+						primary = "(not in the file)"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", id, primary, use.Environments, cell(strings.Join(use.Unopened, ",")))
+					if len(use.Unopened) > 0 {
+						problems = append(problems, fmt.Sprintf("key %s cannot open the credentials of %s", id, strings.Join(use.Unopened, ", ")))
+					}
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if len(problems) > 0 {
+					return fmt.Errorf("%s: this key ring file is not the one that sealed them (use that file), "+
+						"or the rows are damaged (env rotate them)", strings.Join(problems, "; "))
+				}
+				return nil
 			})
 		},
 	}
@@ -189,8 +221,8 @@ func newKeysRetireCommand(path func() (string, error)) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if n := usage[id]; n > 0 {
-					return fmt.Errorf("key %s still seals %d environment(s); run `keys rewrap` first", id, n)
+				if use := usage[id]; use != nil {
+					return fmt.Errorf("key %s still seals %d environment(s); run `keys rewrap` first", id, use.Environments)
 				}
 				if err := reg.keys.Remove(id); err != nil {
 					return err

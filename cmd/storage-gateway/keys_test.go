@@ -110,6 +110,40 @@ func TestKeyRotationCommands(t *testing.T) {
 	}
 }
 
+// TestKeysListNamesKeysThatCannotOpenTheirCredentials: a key ring whose k1
+// has other bytes than the k1 that sealed the rows (another installation's
+// file) must not be reported as sealing them fine.
+func TestKeysListNamesKeysThatCannotOpenTheirCredentials(t *testing.T) {
+	db, env := migratedDatabase(t)
+	ring := newKeyRing(t)
+	insertSealed(t, db, ring, "a")
+	insertSealed(t, db, ring, "b")
+	out := mustRun(t, append(env, "SG_KEY_RING_FILE="+ring), "keys", "list")
+	if !strings.Contains(out, "k1   true     2") || strings.Contains(out, "cannot open") {
+		t.Fatalf("list with the sealing ring:\n%s", out)
+	}
+
+	other := newKeyRing(t) // a k1 of other bytes
+	mustRun(t, []string{"SG_KEY_RING_FILE=" + other}, "keys", "add", "k9")
+	out, err := run(t, append(env, "SG_KEY_RING_FILE="+other), "keys", "list")
+	if err == nil || !strings.Contains(out, "key k1 cannot open the credentials of a, b") || !strings.Contains(out, "a,b") {
+		t.Fatalf("list with a foreign ring: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "k9   false    0") {
+		t.Fatalf("unused key missing from the list:\n%s", out)
+	}
+
+	// A row under a key the file lacks is listed too.
+	lost := newKeyRing(t)
+	mustRun(t, []string{"SG_KEY_RING_FILE=" + lost}, "keys", "add", "lost")
+	mustRun(t, []string{"SG_KEY_RING_FILE=" + lost}, "keys", "promote", "lost")
+	insertSealed(t, db, lost, "c")
+	out, err = run(t, append(env, "SG_KEY_RING_FILE="+ring), "keys", "list")
+	if err == nil || !strings.Contains(out, "lost  (not in the file)  1") || !strings.Contains(out, "key lost cannot open the credentials of c") {
+		t.Fatalf("list with a key missing from the file: %v\n%s", err, out)
+	}
+}
+
 func TestServeRefusesWithoutAUsableKeyRing(t *testing.T) {
 	db, env := migratedDatabase(t)
 	tokenFile, _ := gatewayproc.NewAdminToken(t, binary)

@@ -423,7 +423,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("Rewrap = %d, %v, %v; want 3", n, unreadable, err)
 	}
 	usage, err := reg.Service.KeyUsage(ctx)
-	if err != nil || usage["k2"] != 3 || usage["k1"] != 0 {
+	if err != nil || usage["k2"] == nil || usage["k2"].Environments != 3 || len(usage["k2"].Unopened) != 0 || usage["k1"] != nil {
 		t.Fatalf("usage after rewrap = %v, %v", usage, err)
 	}
 	// The re-sealed credentials still work.

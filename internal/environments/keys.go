@@ -32,6 +32,46 @@ func (s *Service) ReplaceKeys(ctx context.Context, ring *secrets.KeyRing) error 
 	return nil
 }
 
+// KeyUse is what the stored credentials say about one key id.
+type KeyUse struct {
+	// Environments counts the credentials sealed under the id.
+	Environments int
+	// Unopened names the environments whose credentials the ring's key of
+	// that id does not open: all of them when the ring lacks the id, or has
+	// a key of that id with other bytes.
+	Unopened []string
+}
+
+// KeyUsage opens every stored credential with the current key ring and
+// reports, per key id the credentials name, how many it seals and which it
+// cannot open: counting seals alone would call a key fine whose bytes differ
+// from the one that sealed them.
+func (s *Service) KeyUsage(ctx context.Context) (map[string]*KeyUse, error) {
+	return s.keyUsage(ctx, s.keys.Load())
+}
+
+func (s *Service) keyUsage(ctx context.Context, ring *secrets.KeyRing) (map[string]*KeyUse, error) {
+	usage := map[string]*KeyUse{}
+	err := s.repo.eachCredential(ctx, func(id string, sealed secrets.Sealed) error {
+		use := usage[sealed.KeyID]
+		if use == nil {
+			use = &KeyUse{}
+			usage[sealed.KeyID] = use
+		}
+		use.Environments++
+		plain, err := ring.Open(id, sealed)
+		clear(plain)
+		if err != nil {
+			use.Unopened = append(use.Unopened, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check credential keys: %w", err)
+	}
+	return usage, nil
+}
+
 // checkKeys opens every stored credential with ring. It fails when a
 // credential names a key the ring lacks, or when not one credential under a
 // key opens (the ring has a key of that id with other bytes): either way
@@ -40,37 +80,21 @@ func (s *Service) ReplaceKeys(ctx context.Context, ring *secrets.KeyRing) error 
 // for its environment, which the probes then report UNAUTHORIZED until an
 // admin rotates its credentials.
 func (s *Service) checkKeys(ctx context.Context, ring *secrets.KeyRing) error {
-	type count struct{ rows, opened int }
-	perKey := map[string]*count{}
-	var unreadable []string
-	err := s.repo.eachCredential(ctx, func(id string, sealed secrets.Sealed) error {
-		c := perKey[sealed.KeyID]
-		if c == nil {
-			c = &count{}
-			perKey[sealed.KeyID] = c
-		}
-		c.rows++
-		plain, err := ring.Open(id, sealed)
-		clear(plain)
-		if err == nil {
-			c.opened++
-		} else if !errors.Is(err, secrets.ErrUnknownKey) {
-			unreadable = append(unreadable, id)
-		}
-		return nil
-	})
+	usage, err := s.keyUsage(ctx, ring)
 	if err != nil {
-		return fmt.Errorf("check credential keys: %w", err)
+		return err
 	}
-	var missing, wrong []string
+	var missing, wrong, unreadable []string
 	known := ring.IDs()
-	for _, keyID := range slices.Sorted(maps.Keys(perKey)) {
-		c := perKey[keyID]
+	for _, keyID := range slices.Sorted(maps.Keys(usage)) {
+		use := usage[keyID]
 		switch {
 		case !slices.Contains(known, keyID):
-			missing = append(missing, fmt.Sprintf("%s (%d environments)", keyID, c.rows))
-		case c.opened == 0:
-			wrong = append(wrong, fmt.Sprintf("%s (%d environments)", keyID, c.rows))
+			missing = append(missing, fmt.Sprintf("%s (%d environments)", keyID, use.Environments))
+		case len(use.Unopened) == use.Environments:
+			wrong = append(wrong, fmt.Sprintf("%s (%d environments)", keyID, use.Environments))
+		default:
+			unreadable = append(unreadable, use.Unopened...)
 		}
 	}
 	var problems []string
@@ -88,11 +112,6 @@ func (s *Service) checkKeys(ctx context.Context, ring *secrets.KeyRing) error {
 			"environment", id)
 	}
 	return nil
-}
-
-// KeyUsage counts environments per sealing key.
-func (s *Service) KeyUsage(ctx context.Context) (map[string]int, error) {
-	return s.repo.keyUsage(ctx)
 }
 
 // UpgradeSeals re-seals credentials still in the legacy format (sealed

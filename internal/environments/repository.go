@@ -342,22 +342,6 @@ func (r *repository) eachCredential(ctx context.Context, fn func(id string, seal
 	return err
 }
 
-// keyUsage counts environments per sealing key.
-func (r *repository) keyUsage(ctx context.Context) (map[string]int, error) {
-	rows, err := r.db.Query(ctx, `SELECT credentials_key_id, count(*) FROM environments GROUP BY 1`)
-	if err != nil {
-		return nil, err
-	}
-	usage := map[string]int{}
-	var key string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&key, &n}, func() error {
-		usage[key] = n
-		return nil
-	})
-	return usage, err
-}
-
 // resealBatch re-seals, with the given function and a new generation, up to
 // limit rows after the id after that are sealed in the legacy format or
 // (unless legacyOnly) not under primary, in one transaction that skips rows
