@@ -255,3 +255,21 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version output %q (%v)", out, err)
 	}
 }
+
+// TestMissingDatabaseHintsHowToCreateIt: a fresh server without the
+// gateway's database is a first-day stumble; the message says what to run,
+// and that command then works.
+func TestMissingDatabaseHintsHowToCreateIt(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	db.Drop(t)
+	env := []string{"SG_DATABASE_URL=" + db.URL, "SG_KEY_RING_FILE=" + newKeyRing(t)}
+	for _, args := range [][]string{{"serve"}, {"migrate"}} {
+		out, err := run(t, env, args...)
+		if err == nil || !strings.Contains(out, "create it with `storage-gateway migrate --create-database`") {
+			t.Fatalf("%v on a missing database: %v\n%s", args, err, out)
+		}
+	}
+	if out := mustRun(t, env, "migrate", "--create-database"); !strings.Contains(out, "schema version") {
+		t.Fatalf("migrate --create-database: %s", out)
+	}
+}

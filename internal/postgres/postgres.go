@@ -27,6 +27,10 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if ErrorCode(err) == pgerrcode.InvalidCatalogName {
+			return nil, fmt.Errorf("connect to database %s: %w; create it with `storage-gateway migrate --create-database`",
+				describe(cfg.ConnConfig), safeErr(err))
+		}
 		return nil, fmt.Errorf("connect to database %s: %w", describe(cfg.ConnConfig), safeErr(err))
 	}
 	return pool, nil
