@@ -1,11 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +25,8 @@ func newAuditCommand() *cobra.Command {
 			"volume mutation, with who (subject, roles, how authenticated), the operation, environment,\n" +
 			"volume, HTTP status, TCP peer and request id. --since and --until take a duration back from\n" +
 			"now (24h) or a time (2026-11-23T10:00:00Z).",
+		Example: "  storage-gateway audit --since 24h\n  storage-gateway audit --environment east --action deleteEnvironment -o wide\n" +
+			"  storage-gateway audit --subject alice --since 2026-11-23T10:00:00Z -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := c.client(cmd.Context())
@@ -65,7 +66,7 @@ func newAuditCommand() *cobra.Command {
 					return err
 				}
 				if resp.JSON200 == nil {
-					return problemError(resp.HTTPResponse, resp.Body)
+					return problemError(cmd, resp.HTTPResponse, resp.Body)
 				}
 				events = append(events, resp.JSON200.AuditEvents...)
 				if len(events) >= limit || resp.JSON200.NextPageToken == nil {
@@ -76,7 +77,7 @@ func newAuditCommand() *cobra.Command {
 			if len(events) > limit {
 				events = events[:limit]
 			}
-			return c.printAudit(cmd, events)
+			return printItems(cmd.OutOrStdout(), c.output, events, false, auditTable, nil)
 		},
 	}
 	c.registerFlags(cmd)
@@ -102,25 +103,28 @@ func timeFlag(v string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-func (c *gatewayClient) printAudit(cmd *cobra.Command, events []api.AuditEvent) error {
-	if c.output == "json" {
-		if events == nil {
-			events = []api.AuditEvent{}
-		}
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(events)
-	}
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tSUBJECT\tROLES\tMETHOD\tACTION\tENVIRONMENT\tVOLUME\tSTATUS\tPEER\tREQUEST")
-	for _, e := range events {
-		roles := make([]string, len(e.Roles))
-		for i, r := range e.Roles {
-			roles[i] = string(r)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), cell(e.Subject),
-			strings.Join(roles, ","), e.AuthMethod, cell(e.Action), cell(derefString(e.EnvironmentId)),
-			cell(derefString(e.VolumeId)), e.Status, cell(e.Peer), cell(e.RequestId))
-	}
-	return tw.Flush()
+// auditTable is how audit events print as rows.
+var auditTable = table[api.AuditEvent]{
+	kind: "auditevent",
+	name: func(e api.AuditEvent) string { return e.Id },
+	columns: []column[api.AuditEvent]{
+		{header: "TIME", value: func(e api.AuditEvent) string { return e.Time.Local().Format(time.RFC3339) }},
+		{header: "SUBJECT", value: func(e api.AuditEvent) string { return e.Subject }},
+		{header: "ROLES", value: func(e api.AuditEvent) string {
+			roles := make([]string, len(e.Roles))
+			for i, r := range e.Roles {
+				roles[i] = string(r)
+			}
+			return strings.Join(roles, ",")
+		}},
+		{header: "METHOD", value: func(e api.AuditEvent) string { return string(e.AuthMethod) }},
+		{header: "ACTION", value: func(e api.AuditEvent) string { return e.Action }},
+		{header: "ENVIRONMENT", value: func(e api.AuditEvent) string { return derefString(e.EnvironmentId) }},
+		{header: "VOLUME", value: func(e api.AuditEvent) string { return derefString(e.VolumeId) }},
+		{header: "STATUS", value: func(e api.AuditEvent) string { return strconv.Itoa(e.Status) }},
+		{header: "PEER", value: func(e api.AuditEvent) string { return e.Peer }},
+		{header: "REQUEST", value: func(e api.AuditEvent) string { return e.RequestId }},
+		{header: "ID", wide: true, value: func(e api.AuditEvent) string { return e.Id }},
+		{header: "EVENT", wide: true, value: func(e api.AuditEvent) string { return e.Name }},
+	},
 }

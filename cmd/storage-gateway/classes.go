@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +29,8 @@ func newClassesCommand() *cobra.Command {
 			"the class supports there (? when unknown), then: exp (expandable), default, and the capacity\n" +
 			"its driver publishes; - means the environment has no such class. A stale column is an\n" +
 			"environment the gateway cannot reach now: its last known classes, as of the time shown.",
+		Example: "  storage-gateway classes\n  storage-gateway classes --access-mode RWX --expandable true\n" +
+			"  storage-gateway classes --environment east --environment west -o wide\n  storage-gateway classes -o name",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := c.client(cmd.Context())
@@ -46,22 +47,18 @@ func newClassesCommand() *cobra.Command {
 					return nil, nil, err
 				}
 				if resp.JSON200 == nil {
-					return nil, nil, problemError(resp.HTTPResponse, resp.Body)
+					return nil, nil, problemError(cmd, resp.HTTPResponse, resp.Body)
 				}
 				return resp.JSON200.StorageClasses, resp.JSON200.NextPageToken, nil
 			})
 			if err != nil {
 				return err
 			}
-			if c.output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if all == nil {
-					all = []api.FleetStorageClass{}
-				}
-				return enc.Encode(all)
+			switch c.output {
+			case "table", "wide":
+				return printClassMatrix(cmd.OutOrStdout(), all, time.Now(), c.output == "wide")
 			}
-			return printClassMatrix(cmd.OutOrStdout(), all, time.Now())
+			return printItems(cmd.OutOrStdout(), c.output, all, false, classTable, nil)
 		},
 	}
 	c.registerFlags(cmd)
@@ -69,12 +66,21 @@ func newClassesCommand() *cobra.Command {
 	f.StringArrayVar(&environments, "environment", nil, "only this environment (repeatable)")
 	f.StringVar(&region, "region", "", "only environments in this region")
 	f.StringVar(&provisioner, "provisioner", "", "only classes of this provisioner")
-	f.StringVar(&accessMode, "access-mode", "", "only classes known to support this access mode")
-	f.StringVar(&volumeMode, "volume-mode", "", "only classes known to support this volume mode")
+	f.StringVar(&accessMode, "access-mode", "", "only classes known to support this access mode: RWO, ROX, RWX or RWOP (or ReadWriteOnce, ...)")
+	f.StringVar(&volumeMode, "volume-mode", "", "only classes known to support this volume mode: Filesystem or Block")
 	f.StringVar(&expandable, "expandable", "", "only expandable (true) or fixed-size (false) classes")
 	f.StringVar(&isDefault, "default", "", "only default (true) or non-default (false) classes")
+	for flag, field := range map[string]string{
+		"environment": "environment", "region": "region", "provisioner": "provisioner", "access-mode": "access_mode",
+		"volume-mode": "volume_mode", "expandable": "expandable", "default": "is_default",
+	} {
+		setsFields(cmd, flag, field)
+	}
 	return cmd
 }
+
+// classTable is how classes print with -o name.
+var classTable = table[api.FleetStorageClass]{kind: "storageclass", name: func(c api.FleetStorageClass) string { return c.Name }}
 
 // classFilters turns the command's flags into query parameters.
 func classFilters(p *api.ListStorageClassesParams, environments []string, region, provisioner, accessMode, volumeMode, expandable, isDefault string) error {
@@ -90,7 +96,11 @@ func classFilters(p *api.ListStorageClassesParams, environments []string, region
 		}
 	}
 	if accessMode != "" {
-		m := api.KubernetesAccessMode(accessMode)
+		mode, err := accessModeFlag("--access-mode", accessMode)
+		if err != nil {
+			return err
+		}
+		m := api.KubernetesAccessMode(mode)
 		p.AccessMode = &m
 	}
 	if volumeMode != "" {
@@ -119,8 +129,29 @@ var accessAbbreviations = map[api.KubernetesAccessMode]string{
 	api.KubernetesAccessModeReadWriteMany: "RWX", api.KubernetesAccessModeReadWriteOncePod: "RWOP",
 }
 
-// printClassMatrix writes one row per class and one column per environment.
-func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Time) error {
+// accessModeFlag reads an access mode as the tables print it (RWO, ROX,
+// RWX, RWOP, in any case) or by its Kubernetes name.
+func accessModeFlag(flag, v string) (string, error) {
+	for full, short := range accessAbbreviations {
+		if strings.EqualFold(v, short) || strings.EqualFold(v, string(full)) {
+			return string(full), nil
+		}
+	}
+	return "", fmt.Errorf("%s %q: want RWO, ROX, RWX or RWOP (or ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod)", flag, v)
+}
+
+// shortAccessModes prints access modes as kubectl does.
+func shortAccessModes[M ~string](modes []M) string {
+	short := make([]string, len(modes))
+	for i, m := range modes {
+		short[i] = accessAbbreviations[api.KubernetesAccessMode(m)]
+	}
+	return strings.Join(short, ",")
+}
+
+// printClassMatrix writes one row per class and one column per environment;
+// wide adds the provisioners.
+func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Time, wide bool) error {
 	stale := map[string]time.Time{}
 	var envs []string
 	for _, c := range classes {
@@ -136,6 +167,9 @@ func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Tim
 	slices.Sort(envs)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := []string{"CLASS"}
+	if wide {
+		header = append(header, "PROVISIONERS")
+	}
 	for _, e := range envs {
 		at, isStale := stale[e]
 		e = cell(e)
@@ -147,6 +181,9 @@ func printClassMatrix(w io.Writer, classes []api.FleetStorageClass, now time.Tim
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, c := range classes {
 		row := []string{cell(c.Name)}
+		if wide {
+			row = append(row, cell(strings.Join(c.Summary.Provisioners, ",")))
+		}
 		for _, e := range envs {
 			row = append(row, cell(classCell(c.Environments, e)))
 		}
@@ -163,11 +200,7 @@ func classCell(details []api.StorageClassDetail, env string) string {
 	d := details[i]
 	modes := "?"
 	if d.AccessModes != nil {
-		var short []string
-		for _, m := range *d.AccessModes {
-			short = append(short, accessAbbreviations[m])
-		}
-		modes = strings.Join(short, ",")
+		modes = shortAccessModes(*d.AccessModes)
 	}
 	parts := []string{modes}
 	if d.AllowVolumeExpansion {

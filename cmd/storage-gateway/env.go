@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,84 +20,18 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/api"
 )
 
-// gatewayClient is the admin CLI's connection to a running gateway.
-type gatewayClient struct {
-	gateway string
-	token   string
-	output  string
-}
-
 func newEnvCommand() *cobra.Command {
 	c := &gatewayClient{}
 	cmd := &cobra.Command{
 		Use:   "env",
 		Short: "Manage registered environments through a running gateway's API",
-		Long: "env calls the gateway's admin API (SG_GATEWAY_URL, default http://127.0.0.1:8080).\n" +
+		Long: "env calls the gateway's admin API (--gateway, or SG_GATEWAY_URL; http://127.0.0.1:8080 when neither is set).\n" +
 			"Kubeconfig and credential files are read here and sent inline; the gateway never reads files.",
+		Example: "  storage-gateway env list\n  storage-gateway env get local-east",
 	}
 	c.registerFlags(cmd)
 	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.listCommand(), c.getCommand(), c.verifyCommand(), c.rotateCommand(), c.rmCommand())
 	return cmd
-}
-
-// registerFlags adds the flags that say how to reach the gateway and how to
-// print its answers.
-func (c *gatewayClient) registerFlags(cmd *cobra.Command) {
-	flags := cmd.PersistentFlags()
-	flags.StringVar(&c.gateway, "gateway", envOr("SG_GATEWAY_URL", "http://127.0.0.1:8080"), "gateway base URL (default $SG_GATEWAY_URL)")
-	// The token's default is read in client(), not here: cobra prints flag
-	// defaults in --help.
-	flags.StringVar(&c.token, "gateway-token", "", "bearer token for the gateway API (default $SG_GATEWAY_TOKEN, then the token saved by storage-gateway login)")
-	flags.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func (c *gatewayClient) client(ctx context.Context) (*api.ClientWithResponses, error) {
-	if c.output != "table" && c.output != "json" {
-		return nil, errors.New("--output must be table or json")
-	}
-	if c.token == "" {
-		c.token = os.Getenv("SG_GATEWAY_TOKEN")
-	}
-	if c.token == "" {
-		token, err := loginToken(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// The login's token is an OIDC access token that DCM accepts too:
-		// it is sent only over TLS, or to a gateway on this machine.
-		if token != "" && !secureOrLocal(c.gateway) {
-			return nil, fmt.Errorf("the saved login is sent only to an https gateway or one on loopback, not %s", c.gateway)
-		}
-		c.token = token
-	}
-	return api.NewClientWithResponses(strings.TrimRight(c.gateway, "/"),
-		api.WithHTTPClient(&http.Client{Timeout: time.Minute}),
-		api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
-			if c.token != "" {
-				req.Header.Set("Authorization", "Bearer "+c.token)
-			}
-			return nil
-		}))
-}
-
-// secureOrLocal reports whether raw is an https URL, or http on loopback.
-func secureOrLocal(raw string) bool {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return false
-	}
-	if u.Scheme == "https" {
-		return true
-	}
-	ip, err := netip.ParseAddr(u.Hostname())
-	return u.Scheme == "http" && (u.Hostname() == "localhost" || err == nil && ip.IsLoopback())
 }
 
 // credentialFlags are the ways to hand credentials to add and rotate.
@@ -117,6 +51,14 @@ func (f *credentialFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding a bearer token")
 	fl.StringVar(&f.clientCertFile, "client-cert-file", "", "PEM client certificate")
 	fl.StringVar(&f.clientKeyFile, "client-key-file", "", "PEM client key")
+	for flag, field := range map[string]string{
+		"kubeconfig": "kubeconfig", "context": "kubeconfig_context", "api-server": "credentials.server",
+		"ca-file": "credentials.certificate_authority_data", "tls-server-name": "credentials.tls_server_name",
+		"token-file": "credentials.token", "client-cert-file": "credentials.client_certificate_data",
+		"client-key-file": "credentials.client_key_data",
+	} {
+		setsFields(cmd, flag, field)
+	}
 }
 
 // apply copies the chosen credentials into in.
@@ -175,23 +117,33 @@ func (f *credentialFlags) applyExplicit(in *api.EnvironmentInput) error {
 type specFlags struct {
 	file                                       string
 	namespace, region, zone, displayName, desc string
-	storageClass                               string
+	storageClass, accessMode, volumeMode       string
 	allowedNamespaces, labels                  []string
 	noRegister                                 bool
 }
 
 func (f *specFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVarP(&f.file, "file", "f", "", "environment manifest (YAML with an `environment:` block, as in environments/*.yaml)")
-	fl.StringVar(&f.namespace, "namespace", "", "default namespace for volumes (default: the kubeconfig context's)")
+	fl.StringVarP(&f.file, "file", "f", "", "environment manifest: YAML with an environment block, as in environments/*.yaml")
+	fl.StringVar(&f.namespace, "namespace", "", "default namespace for volumes (when empty: the kubeconfig context's)")
 	fl.StringSliceVar(&f.allowedNamespaces, "allowed-namespaces", nil, "extra namespaces volumes may use")
 	fl.StringVar(&f.region, "region", "", "region label")
 	fl.StringVar(&f.zone, "zone", "", "zone label")
 	fl.StringVar(&f.displayName, "display-name", "", "display name")
 	fl.StringVar(&f.desc, "description", "", "description")
-	fl.StringVar(&f.storageClass, "storage-class", "", "default StorageClass")
+	fl.StringVar(&f.storageClass, "storage-class", "", "default StorageClass of volumes")
+	fl.StringVar(&f.accessMode, "access-mode", "", "default access mode of volumes: RWO, ROX or RWX (or ReadWriteOnce, ...)")
+	fl.StringVar(&f.volumeMode, "volume-mode", "", "default volume mode of volumes: Filesystem or Block")
 	fl.StringArrayVar(&f.labels, "label", nil, "label key=value (repeatable)")
 	fl.BoolVar(&f.noRegister, "no-dcm-register", false, "do not register the environment as a DCM provider")
+	for flag, field := range map[string]string{
+		"namespace": "namespace", "allowed-namespaces": "allowed_namespaces", "region": "region", "zone": "zone",
+		"display-name": "display_name", "description": "description", "storage-class": "defaults.storage_class",
+		"access-mode": "defaults.access_mode", "volume-mode": "defaults.volume_mode", "label": "labels",
+		"no-dcm-register": "dcm.register",
+	} {
+		setsFields(cmd, flag, field)
+	}
 }
 
 // input builds the request from the manifest (if any) overlaid with flags;
@@ -205,7 +157,7 @@ func (f *specFlags) input(cmd *cobra.Command, id string) (string, api.Environmen
 		}
 	}
 	if id == "" {
-		return "", in, errors.New("an environment id is required (argument or `id:` in the manifest)")
+		return "", in, errors.New("an environment id is required (argument or id: in the manifest)")
 	}
 	set := func(flag string, dst **string, v string) {
 		if cmd.Flags().Changed(flag) {
@@ -220,17 +172,13 @@ func (f *specFlags) input(cmd *cobra.Command, id string) (string, api.Environmen
 	if cmd.Flags().Changed("allowed-namespaces") {
 		in.AllowedNamespaces = &f.allowedNamespaces
 	}
-	if cmd.Flags().Changed("storage-class") {
-		in.Defaults = &api.EnvironmentDefaults{StorageClass: &f.storageClass}
+	if err := f.defaults(cmd, &in); err != nil {
+		return "", in, err
 	}
 	if len(f.labels) > 0 {
-		labels := map[string]string{}
-		for _, kv := range f.labels {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return "", in, fmt.Errorf("--label must be key=value")
-			}
-			labels[k] = v
+		labels, err := keyValues("--label", f.labels)
+		if err != nil {
+			return "", in, err
 		}
 		in.Labels = &labels
 	}
@@ -239,6 +187,45 @@ func (f *specFlags) input(cmd *cobra.Command, id string) (string, api.Environmen
 		in.Dcm = &api.DCMSettings{Register: &register}
 	}
 	return id, in, nil
+}
+
+// defaults overlays the volume default flags on the manifest's defaults.
+func (f *specFlags) defaults(cmd *cobra.Command, in *api.EnvironmentInput) error {
+	if !cmd.Flags().Changed("storage-class") && !cmd.Flags().Changed("access-mode") && !cmd.Flags().Changed("volume-mode") {
+		return nil
+	}
+	if in.Defaults == nil {
+		in.Defaults = &api.EnvironmentDefaults{}
+	}
+	if cmd.Flags().Changed("storage-class") {
+		in.Defaults.StorageClass = &f.storageClass
+	}
+	if cmd.Flags().Changed("access-mode") {
+		mode, err := accessModeFlag("--access-mode", f.accessMode)
+		if err != nil {
+			return err
+		}
+		m := api.AccessMode(mode)
+		in.Defaults.AccessMode = &m
+	}
+	if cmd.Flags().Changed("volume-mode") {
+		m := api.VolumeMode(f.volumeMode)
+		in.Defaults.VolumeMode = &m
+	}
+	return nil
+}
+
+// keyValues reads repeated key=value flags.
+func keyValues(flag string, pairs []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s %q: want key=value", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
 }
 
 // manifest is the file format of environments/*.yaml: other top-level keys
@@ -281,12 +268,15 @@ func readManifest(path, id string) (string, api.EnvironmentInput, error) {
 func (c *gatewayClient) addCommand() *cobra.Command {
 	cmd := c.writeCommand("add [ID]", "Register an environment (the gateway probes the cluster first)", c.create)
 	cmd.Example = "  storage-gateway env add east --kubeconfig ~/.kube/config --context east --namespace dcm\n" +
-		"  storage-gateway env add -f environments/local-east.yaml --kubeconfig east.kubeconfig"
+		"  storage-gateway env add -f environments/local-east.yaml --kubeconfig east.kubeconfig\n" +
+		"  storage-gateway env add west --api-server https://west.example.com:6443 --ca-file ca.crt --token-file token --namespace dcm"
 	return cmd
 }
 
 func (c *gatewayClient) applyCommand() *cobra.Command {
-	return c.writeCommand("apply [ID]", "Register an environment, or update its settings and rotate its credentials if it exists", c.apply)
+	cmd := c.writeCommand("apply [ID]", "Register an environment, or update its settings and rotate its credentials if it exists", c.apply)
+	cmd.Example = "  storage-gateway env apply -f environments/local-east.yaml --kubeconfig east.kubeconfig"
+	return cmd
 }
 
 // writeCommand builds a command that assembles an environment from a
@@ -311,6 +301,7 @@ func (c *gatewayClient) writeCommand(use, short string, write func(*cobra.Comman
 	}
 	spec.register(cmd)
 	creds.register(cmd)
+	argumentSets(cmd, "id", "environment id")
 	return cmd
 }
 
@@ -364,7 +355,10 @@ func (c *gatewayClient) rotateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rotate ID",
 		Short: "Replace an environment's credentials (probed before they are stored)",
-		Args:  cobra.ExactArgs(1),
+		Example: "  storage-gateway env rotate east --kubeconfig east-new.kubeconfig\n" +
+			"  storage-gateway env rotate west --api-server https://west.example.com:6443 --ca-file ca.crt --token-file new-token",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeEnvironments,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var in api.EnvironmentInput // only credentials set: nothing else changes
 			if err := creds.apply(&in); err != nil {
@@ -378,12 +372,13 @@ func (c *gatewayClient) rotateCommand() *cobra.Command {
 }
 
 func (c *gatewayClient) listCommand() *cobra.Command {
-	var region, state string
-	var labels []string
+	var region, state, selector string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List environments (all pages)",
-		Args:  cobra.NoArgs,
+		Example: "  storage-gateway env list\n  storage-gateway env list -l tier=prod,region!=eu --state READY\n" +
+			"  storage-gateway env list -l '!deprecated' -o name",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -397,9 +392,8 @@ func (c *gatewayClient) listCommand() *cobra.Command {
 				s := api.EnvironmentState(strings.ToUpper(state))
 				params.State = &s
 			}
-			if len(labels) > 0 {
-				sel := strings.Join(labels, ",")
-				params.LabelSelector = &sel
+			if selector != "" {
+				params.LabelSelector = &selector
 			}
 			all, err := allPages(func(token *string) ([]api.Environment, *string, error) {
 				params.PageToken = token
@@ -408,41 +402,52 @@ func (c *gatewayClient) listCommand() *cobra.Command {
 					return nil, nil, err
 				}
 				if resp.JSON200 == nil {
-					return nil, nil, problemError(resp.HTTPResponse, resp.Body)
+					return nil, nil, problemError(cmd, resp.HTTPResponse, resp.Body)
 				}
 				return resp.JSON200.Environments, resp.JSON200.NextPageToken, nil
 			})
 			if err != nil {
 				return err
 			}
-			return c.print(cmd.OutOrStdout(), all, false)
+			return c.printEnvironments(cmd.OutOrStdout(), all, false)
 		},
 	}
 	cmd.Flags().StringVar(&region, "region", "", "only this region")
-	cmd.Flags().StringVar(&state, "state", "", "only this state (READY, UNREACHABLE, ...)")
-	cmd.Flags().StringArrayVar(&labels, "label", nil, "only environments with label key=value (repeatable)")
+	cmd.Flags().StringVar(&state, "state", "", "only this state: READY, DEGRADED, UNREACHABLE, UNAUTHORIZED or PENDING")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "",
+		"label selector as kubectl takes it: k=v, k!=v, 'k in (a,b)', 'k notin (a,b)', k, !k; comma-separated terms must all hold")
+	setsFields(cmd, "region", "region")
+	setsFields(cmd, "state", "state")
+	setsFields(cmd, "selector", "label_selector")
 	return cmd
 }
 
 func (c *gatewayClient) getCommand() *cobra.Command {
-	return c.idCommand("get ID", "Show one environment", func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
-		return client.GetEnvironment(ctx, id)
-	})
+	cmd := c.idCommand("get ID", "Show one environment: labels, namespaces, connection, status, DCM registration, overrides",
+		func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
+			return client.GetEnvironment(ctx, id)
+		})
+	cmd.Example = "  storage-gateway env get local-east\n  storage-gateway env get local-east -o yaml"
+	return cmd
 }
 
 func (c *gatewayClient) verifyCommand() *cobra.Command {
-	return c.idCommand("verify ID", "Probe an environment now and show the result", func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
-		return client.VerifyEnvironment(ctx, id)
-	})
+	cmd := c.idCommand("verify ID", "Probe an environment now and show the result",
+		func(ctx context.Context, client *api.ClientWithResponses, id string) (*http.Response, error) {
+			return client.VerifyEnvironment(ctx, id)
+		})
+	cmd.Example = "  storage-gateway env verify local-east"
+	return cmd
 }
 
 // idCommand builds a command that sends one request about the environment
 // named by its argument and prints the environment it answers with.
 func (c *gatewayClient) idCommand(use, short string, send func(context.Context, *api.ClientWithResponses, string) (*http.Response, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Use:               use,
+		Short:             short,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeEnvironments,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -465,9 +470,12 @@ func (c *gatewayClient) idCommand(use, short string, send func(context.Context, 
 func (c *gatewayClient) rmCommand() *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
-		Use:   "rm ID",
-		Short: "Delete an environment (refused while it has volumes unless --force; PVCs are never deleted)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "rm ID",
+		Short:             "Delete an environment (refused while it has volumes unless --force; PVCs are never deleted)",
+		Example:           "  storage-gateway env rm east\n  storage-gateway env rm east --force",
+		Aliases:           []string{"delete"},
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeEnvironments,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -478,50 +486,169 @@ func (c *gatewayClient) rmCommand() *cobra.Command {
 				return err
 			}
 			if resp.StatusCode() != http.StatusNoContent {
-				return problemError(resp.HTTPResponse, resp.Body)
+				return problemError(cmd, resp.HTTPResponse, resp.Body)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", args[0])
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "environment/%s deleted\n", args[0])
 			return err
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "forget the environment and its volume records even if volumes exist")
+	setsFields(cmd, "force", "force")
 	return cmd
 }
 
 // printEnvironment prints a single-environment response or its problem.
 func (c *gatewayClient) printEnvironment(cmd *cobra.Command, resp *http.Response, body []byte) error {
 	if resp.StatusCode >= http.StatusBadRequest {
-		return problemError(resp, body)
+		return problemError(cmd, resp, body)
 	}
 	var env api.Environment
 	if err := json.Unmarshal(body, &env); err != nil {
-		return fmt.Errorf("unexpected response from the gateway (HTTP %d)", resp.StatusCode)
+		return fmt.Errorf("unexpected answer from %s: HTTP %d (is --gateway the address of a storage-gateway?)",
+			resp.Request.URL.Redacted(), resp.StatusCode)
 	}
-	return c.print(cmd.OutOrStdout(), []api.Environment{env}, true)
+	return c.printEnvironments(cmd.OutOrStdout(), []api.Environment{env}, true)
 }
 
-// print writes environments as a table, or as JSON: one object for a single
-// environment, an array (possibly empty) for a list.
-func (c *gatewayClient) print(w io.Writer, envs []api.Environment, single bool) error {
-	if c.output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if single {
-			return enc.Encode(envs[0])
-		}
-		if envs == nil {
-			envs = []api.Environment{}
-		}
-		return enc.Encode(envs)
+// environmentTable is how environments print as rows.
+var environmentTable = table[api.Environment]{
+	kind: "environment",
+	name: func(e api.Environment) string { return e.Id },
+	columns: []column[api.Environment]{
+		{header: "ID", value: func(e api.Environment) string { return e.Id }},
+		{header: "STATE", value: func(e api.Environment) string { return string(e.Status.State) }},
+		{header: "SERVER", value: func(e api.Environment) string { return e.Connection.Server }},
+		{header: "NAMESPACES", value: func(e api.Environment) string {
+			return strings.Join(append([]string{e.Namespace}, e.AllowedNamespaces...), ",")
+		}},
+		{header: "REGION", value: func(e api.Environment) string { return e.Region }},
+		{header: "ZONE", wide: true, value: func(e api.Environment) string { return e.Zone }},
+		{header: "KUBERNETES", value: func(e api.Environment) string { return derefString(e.Status.KubernetesVersion) }},
+		{header: "VOLUMES", value: func(e api.Environment) string { return strconv.Itoa(e.Status.VolumeCount) }},
+		{header: "CLASSES", wide: true, value: func(e api.Environment) string { return optionalInt(e.Status.StorageClassCount) }},
+		{header: "DCM", wide: true, value: func(e api.Environment) string { return dcmState(e) }},
+		{header: "LABELS", wide: true, value: func(e api.Environment) string { return joinLabels(e.Labels) }},
+		{header: "MESSAGE", value: func(e api.Environment) string { return e.Status.Message }},
+	},
+}
+
+// printEnvironments prints environments in the chosen format; a single one
+// in the table formats is the detailed view.
+func (c *gatewayClient) printEnvironments(w io.Writer, envs []api.Environment, single bool) error {
+	return printItems(w, c.output, envs, single, environmentTable, describeEnvironment)
+}
+
+// describeEnvironment is the detailed view of one environment.
+func describeEnvironment(w io.Writer, e api.Environment) error {
+	d := newDetails(w)
+	d.add("ID", e.Id)
+	d.add("Display name", e.DisplayName)
+	d.add("Description", e.Description)
+	d.add("Labels", joinLabels(e.Labels))
+	d.add("Region", e.Region)
+	d.add("Zone", e.Zone)
+	d.add("Namespace", e.Namespace)
+	d.add("Allowed namespaces", strings.Join(e.AllowedNamespaces, ", "))
+	d.add("State", string(e.Status.State))
+	d.add("Message", e.Status.Message)
+	d.add("Kubernetes", derefString(e.Status.KubernetesVersion))
+	d.add("Volumes", strconv.Itoa(e.Status.VolumeCount))
+	d.add("Storage classes", optionalInt(e.Status.StorageClassCount))
+	d.add("Last probe", optionalTime(e.Status.LastProbeTime))
+	d.add("Last ready", optionalTime(e.Status.LastReadyTime))
+	d.add("Server", e.Connection.Server)
+	d.add("TLS server name", derefString(e.Connection.TlsServerName))
+	d.add("Authentication", string(e.Connection.AuthType))
+	d.add("CA (SHA-256)", e.Connection.CaSha256)
+	if e.Connection.InsecureSkipTlsVerify != nil && *e.Connection.InsecureSkipTlsVerify {
+		d.add("TLS verification", "OFF (insecure-skip-tls-verify)")
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tSERVER\tNAMESPACES\tREGION\tKUBERNETES\tVOLUMES\tMESSAGE")
-	for _, e := range envs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Id, e.Status.State, cell(e.Connection.Server),
-			cell(strings.Join(append([]string{e.Namespace}, e.AllowedNamespaces...), ",")), cell(e.Region),
-			cell(derefString(e.Status.KubernetesVersion)), e.Status.VolumeCount, cell(e.Status.Message))
+	d.add("Credentials sealed with key", e.Connection.KeyId)
+	d.add("Credentials updated", e.Connection.CredentialsUpdateTime.Local().Format(time.RFC3339))
+	d.add("Default storage class", derefString(e.Defaults.StorageClass))
+	if e.Defaults.AccessMode != nil {
+		d.add("Default access mode", string(*e.Defaults.AccessMode))
 	}
-	return tw.Flush()
+	if e.Defaults.VolumeMode != nil {
+		d.add("Default volume mode", string(*e.Defaults.VolumeMode))
+	}
+	register := e.Dcm.Register == nil || *e.Dcm.Register
+	d.add("Register with DCM", map[bool]string{true: "yes", false: "no"}[register])
+	d.add("DCM provider name", derefString(e.Dcm.ProviderName))
+	if r := e.Status.DcmRegistration; r != nil {
+		d.add("DCM state", derefString(r.State))
+		d.add("DCM provider id", derefString(r.ProviderId))
+		d.add("DCM message", derefString(r.Message))
+	}
+	for _, o := range overrides("provisioner", e.CapabilityOverrides.Provisioners) {
+		d.add("Override", o)
+	}
+	for _, o := range overrides("storage class", e.CapabilityOverrides.StorageClasses) {
+		d.add("Override", o)
+	}
+	d.add("Created", e.CreateTime.Local().Format(time.RFC3339))
+	d.add("Updated", e.UpdateTime.Local().Format(time.RFC3339))
+	return d.flush()
+}
+
+// overrides describes capability overrides one per line, sorted by name.
+func overrides(what string, m *map[string]api.CapabilityOverride) []string {
+	if m == nil {
+		return nil
+	}
+	var lines []string
+	for _, name := range slices.Sorted(maps.Keys(*m)) {
+		o := (*m)[name]
+		var parts []string
+		if o.AccessModes != nil {
+			var modes []string
+			for _, mode := range *o.AccessModes {
+				modes = append(modes, string(mode))
+			}
+			parts = append(parts, "access modes "+strings.Join(modes, ","))
+		}
+		if o.VolumeModes != nil {
+			var modes []string
+			for _, mode := range *o.VolumeModes {
+				modes = append(modes, string(mode))
+			}
+			parts = append(parts, "volume modes "+strings.Join(modes, ","))
+		}
+		lines = append(lines, fmt.Sprintf("%s %s: %s", what, name, strings.Join(parts, "; ")))
+	}
+	return lines
+}
+
+func dcmState(e api.Environment) string {
+	if e.Dcm.Register != nil && !*e.Dcm.Register {
+		return "off"
+	}
+	if e.Status.DcmRegistration == nil {
+		return ""
+	}
+	return derefString(e.Status.DcmRegistration.State)
+}
+
+func joinLabels(labels map[string]string) string {
+	var pairs []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		pairs = append(pairs, k+"="+labels[k])
+	}
+	return strings.Join(pairs, ",")
+}
+
+func optionalInt(n *int) string {
+	if n == nil {
+		return ""
+	}
+	return strconv.Itoa(*n)
+}
+
+func optionalTime(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return t.Local().Format(time.RFC3339)
 }
 
 // allPages collects every page of a list: fetch gets the page token (nil
@@ -541,27 +668,4 @@ func allPages[T any](fetch func(token *string) ([]T, *string, error)) ([]T, erro
 		}
 		token = next
 	}
-}
-
-// problemError turns a problem+json answer into an error for the terminal.
-func problemError(resp *http.Response, body []byte) error {
-	var p api.Problem
-	if json.Unmarshal(body, &p) != nil || p.Type == "" {
-		return fmt.Errorf("gateway answered HTTP %d", resp.StatusCode)
-	}
-	return fmt.Errorf("%s (HTTP %d): %s", p.Type, p.Status, derefString(p.Detail))
-}
-
-func derefString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func firstArg(args []string) string {
-	if len(args) == 0 {
-		return ""
-	}
-	return args[0]
 }

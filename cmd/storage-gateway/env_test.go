@@ -44,7 +44,8 @@ func TestEnvCommands(t *testing.T) {
 	manifest := filepath.Join(harness.RepoRoot(), "environments", "local-east.yaml")
 
 	out := mustRun(t, cli, "env", "add", "-f", manifest, "--kubeconfig", kubeconfig)
-	if !strings.Contains(out, "local-east") || !strings.Contains(out, "READY") || !strings.Contains(out, "dcm-volumes,dcm-scratch") {
+	if !strings.Contains(out, "local-east") || !strings.Contains(out, "READY") || !strings.Contains(out, "dcm-volumes") ||
+		!strings.Contains(out, "dcm-scratch") {
 		t.Fatalf("env add:\n%s", out)
 	}
 
@@ -53,7 +54,7 @@ func TestEnvCommands(t *testing.T) {
 		Labels map[string]string `json:"labels"`
 		Status struct{ State string }
 	}
-	if err := json.Unmarshal([]byte(mustRun(t, cli, "env", "list", "-o", "json", "--label", "site=east")), &list); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, cli, "env", "list", "-o", "json", "-l", "site=east")), &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != 1 || list[0].ID != "local-east" || list[0].Labels["tier"] != "dev" || list[0].Status.State != "READY" {
@@ -118,12 +119,14 @@ func TestEnvCommands(t *testing.T) {
 	hostile := filepath.Join(dir, "hostile.kubeconfig")
 	writeFile(t, hostile, []byte("apiVersion: v1\nusers:\n- name: u\n  user:\n    exec:\n      command: touch\n      args: ["+filepath.Join(dir, "pwned")+"]\n"))
 	out, err = run(t, cli, "env", "add", "hostile", "--kubeconfig", hostile, "--namespace", "dcm")
-	if err == nil || !strings.Contains(out, "INVALID_ARGUMENT (HTTP 400): kubeconfig.users[0].user.exec") {
+	if err == nil || !strings.Contains(out, "INVALID_ARGUMENT (HTTP 400): --kubeconfig: users[0].user.exec") {
 		t.Fatalf("hostile kubeconfig: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
 		t.Fatal("the exec plugin ran")
 	}
+
+	volumeCommands(t, cli, g.Addr)
 
 	mustRun(t, cli, "env", "rm", "local-east")
 	if out, err := run(t, cli, "env", "get", "local-east"); err == nil || !strings.Contains(out, "NOT_FOUND") {
@@ -133,6 +136,135 @@ func TestEnvCommands(t *testing.T) {
 		if strings.Contains(g.Logs(), secret) {
 			t.Fatal("a token reached the gateway's logs")
 		}
+	}
+}
+
+// volumeCommands drives the volume commands, the output formats and the
+// CLI's wording of refusals against the gateway serving local-east.
+func volumeCommands(t *testing.T, cli []string, addr string) {
+	t.Helper()
+	// The detailed view, not the list row.
+	out := mustRun(t, cli, "env", "get", "local-east")
+	for _, want := range []string{"Labels:", "site=east,tier=dev", "Allowed namespaces:", "dcm-scratch", "Zone:", "east-a",
+		"Server:", "State:", "READY", "Register with DCM:", "yes"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("env get lacks %q:\n%s", want, out)
+		}
+	}
+	// kubectl's selector forms, and -o name.
+	if out := mustRun(t, cli, "env", "list", "-l", "tier", "-o", "name"); out != "environment/local-east\n" {
+		t.Fatalf("env list -l tier -o name: %q", out)
+	}
+	if out := mustRun(t, cli, "env", "list", "-l", "!tier", "-o", "name"); out != "" {
+		t.Fatalf("env list -l '!tier' -o name: %q", out)
+	}
+	// Shell completion offers the environments the gateway has.
+	for _, args := range [][]string{{"__complete", "env", "get", ""}, {"__complete", "volume", "list", "-e", ""}} {
+		if out := mustRun(t, cli, args...); !strings.Contains(out, "local-east\tREADY") {
+			t.Fatalf("%v:\n%s", args, out)
+		}
+	}
+	// host:port without a scheme is a gateway on plain http.
+	if out := mustRun(t, append(cli, "SG_GATEWAY_URL="), "env", "list", "--gateway", addr, "-o", "name"); out != "environment/local-east\n" {
+		t.Fatalf("--gateway %s: %q", addr, out)
+	}
+
+	// Create with an id, with short access-mode names, and read it back.
+	out = mustRun(t, cli, "volume", "create", "db-1", "-e", "local-east", "--capacity", "1Gi", "--storage-class", "standard",
+		"--access-mode", "rwo", "--label", "team=db", "-o", "json")
+	var created struct {
+		ID   string `json:"id"`
+		Spec struct {
+			ProviderHints struct {
+				Kubernetes struct {
+					AccessMode string `json:"access_mode"`
+				} `json:"kubernetes"`
+			} `json:"provider_hints"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.ID != "db-1" ||
+		created.Spec.ProviderHints.Kubernetes.AccessMode != "ReadWriteOnce" {
+		t.Fatalf("volume create db-1: %v\n%s", err, out)
+	}
+	// Without an id the gateway picks one (no uuidgen needed).
+	picked := strings.TrimPrefix(strings.TrimSpace(mustRun(t, cli, "volume", "create", "-e", "local-east", "--name", "scratch",
+		"--capacity", "1Gi", "-o", "name")), "volume/")
+	if picked == "" || picked == "scratch" {
+		t.Fatalf("volume create without an id named %q", picked)
+	}
+	out = mustRun(t, cli, "volume", "list", "-e", "local-east")
+	if !strings.Contains(out, "db-1") || !strings.Contains(out, picked) || !strings.Contains(out, "CAPACITY") {
+		t.Fatalf("volume list -e local-east:\n%s", out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out = mustRun(t, cli, "volume", "get", "db-1", "-e", "local-east")
+		if strings.Contains(out, "RUNNING") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, want := range []string{"Status:", "RUNNING", "Access mode:", "RWO", "Bound to:", "Labels:", "team=db"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("volume get lacks %q:\n%s", want, out)
+		}
+	}
+	// The fleet list reads the records, which the status pipeline updates
+	// a moment after the cluster's cache.
+	for deadline = time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out = mustRun(t, cli, "volume", "list", "-A", "-o", "yaml", "--status", "running")
+		if strings.Contains(out, "id: db-1") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(out, "id: db-1") || !strings.Contains(out, "volume_name: pvc-") {
+		t.Fatalf("volume list -A -o yaml:\n%s", out)
+	}
+	if out := mustRun(t, cli, "volume", "list", "-A", "-o", "wide"); !strings.Contains(out, "BOUND TO") || !strings.Contains(out, "team=db") {
+		t.Fatalf("volume list -A -o wide:\n%s", out)
+	}
+	if out := mustRun(t, cli, "volume", "expand", "db-1", "-e", "local-east", "--capacity", "2Gi"); !strings.Contains(out, "2Gi") {
+		t.Fatalf("volume expand:\n%s", out)
+	}
+
+	// Refusals speak the CLI's words.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"volume", "create", "-e", "local-east", "--name", "x", "--capacity", "lots"}, "(HTTP 400): --capacity:"},
+		{[]string{"volume", "create", "Bad_Id", "-e", "local-east", "--capacity", "1Gi"}, "(HTTP 400): volume id:"},
+		{[]string{"volume", "expand", "db-1", "-e", "local-east", "--capacity", "1Gi"}, "(HTTP 400): --capacity: must be larger"},
+		{[]string{"volume", "create", "-e", "local-east", "--name", "x", "--capacity", "1Gi", "--access-mode", "many"}, "--access-mode \"many\": want RWO"},
+		{[]string{"volume", "list", "-e", "nowhere"}, "NOT_FOUND (HTTP 404)"},
+		{[]string{"volume", "list"}, "give either --environment ID or --all-environments"},
+		{[]string{"env", "rm", "local-east"}, "or use --force to forget them"},
+		{[]string{"env", "list", "-l", "tier in (a"}, "(HTTP 400): --selector:"},
+		{[]string{"env", "add", "Bad_Id", "--kubeconfig", "/dev/null"}, "(HTTP 400): environment id:"},
+		{[]string{"env", "lst"}, "Did you mean this?\n\tget\n\tlist"},
+		{[]string{"env", "list", "-o", "xml"}, "--output must be one of table, wide, json, yaml, name"},
+	} {
+		out, err := run(t, cli, c.args...)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("%v: want a failure saying %q, got %v:\n%s", c.args, c.want, err, out)
+		}
+		if strings.Contains(out, "force=true") || strings.Contains(out, "label_selector") {
+			t.Errorf("%v speaks API words:\n%s", c.args, out)
+		}
+	}
+
+	for _, id := range []string{"db-1", picked} {
+		if out := mustRun(t, cli, "volume", "delete", id, "-e", "local-east"); out != "volume/"+id+" deleted\n" {
+			t.Fatalf("volume delete %s: %q", id, out)
+		}
+	}
+	// The claims terminate; then the environment has no volumes left.
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"), "volume_count: 0\n") {
+		if time.Now().After(deadline) {
+			t.Fatal("deleted volumes still counted after 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

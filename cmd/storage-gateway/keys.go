@@ -19,8 +19,9 @@ import (
 // SIGHUP the gateways → keys promote NEW → SIGHUP → keys rewrap → keys retire OLD.
 func newKeysCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "keys",
-		Short: "Manage the key ring that seals cluster credentials",
+		Use:     "keys",
+		Example: "  storage-gateway keys init --file /etc/storage-gateway/keys.json\n  storage-gateway keys list",
+		Short:   "Manage the key ring that seals cluster credentials",
 		Long: "keys manages the key ring file (SG_KEY_RING_FILE, or --file). Running gateways re-read it\n" +
 			"on SIGHUP. To rotate: keys add k2, SIGHUP the gateways, keys promote k2, SIGHUP them again,\n" +
 			"keys rewrap, keys retire k1.",
@@ -41,9 +42,10 @@ func newKeysInitCommand(path func() (string, error)) *cobra.Command {
 	var id string
 	var ifMissing bool
 	cmd := &cobra.Command{
-		Use:   "init",
-		Short: "Create a key ring file with one fresh primary key (mode 0600)",
-		Args:  cobra.NoArgs,
+		Use:     "init",
+		Example: "  storage-gateway keys init --file /etc/storage-gateway/keys.json\n  storage-gateway keys init --if-missing",
+		Short:   "Create a key ring file with one fresh primary key (mode 0600)",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := path()
 			if err != nil {
@@ -73,12 +75,12 @@ func newKeysInitCommand(path func() (string, error)) *cobra.Command {
 	return cmd
 }
 
-// fileFlag adds --file (default $envVar) to cmd's subcommands and returns
+// fileFlag adds --file (envVar sets its default) to cmd's subcommands and returns
 // what they call for the path: an error saying how to name the file when
 // neither is set.
 func fileFlag(cmd *cobra.Command, envVar, what string) func() (string, error) {
 	var file string
-	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv(envVar), what+" (default $"+envVar+")")
+	cmd.PersistentFlags().StringVar(&file, "file", os.Getenv(envVar), what+"; "+envVar+" sets the default")
 	return func() (string, error) {
 		if file == "" {
 			return "", fmt.Errorf("no %s: set %s or --file", what, envVar)
@@ -105,9 +107,10 @@ func editRing(path func() (string, error), change func(*secrets.KeyRing) error) 
 
 func newKeysAddCommand(path func() (string, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "add ID",
-		Short: "Add a fresh random key (not yet primary)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "add ID",
+		Example: "  storage-gateway keys add k2",
+		Short:   "Add a fresh random key (not yet primary)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := editRing(path, func(r *secrets.KeyRing) error { return r.Add(args[0]) }); err != nil {
 				return err
@@ -120,9 +123,10 @@ func newKeysAddCommand(path func() (string, error)) *cobra.Command {
 
 func newKeysPromoteCommand(path func() (string, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "promote ID",
-		Short: "Make a key the primary: new credentials are sealed with it",
-		Args:  cobra.ExactArgs(1),
+		Use:     "promote ID",
+		Example: "  storage-gateway keys promote k2",
+		Short:   "Make a key the primary: new credentials are sealed with it",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := editRing(path, func(r *secrets.KeyRing) error { return r.Promote(args[0]) }); err != nil {
 				return err
@@ -187,9 +191,10 @@ func newKeysListCommand(path func() (string, error)) *cobra.Command {
 
 func newKeysRewrapCommand(path func() (string, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rewrap",
-		Short: "Re-seal every credential with the primary key",
-		Args:  cobra.NoArgs,
+		Use:     "rewrap",
+		Example: "  storage-gateway keys rewrap",
+		Short:   "Re-seal every credential with the primary key",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withRegistry(cmd, path, func(reg *registry) error {
 				n, unreadable, err := reg.service.Rewrap(cmd.Context())
@@ -211,9 +216,10 @@ func newKeysRewrapCommand(path func() (string, error)) *cobra.Command {
 
 func newKeysRetireCommand(path func() (string, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "retire ID",
-		Short: "Remove a key; refused while it is primary or any credential uses it",
-		Args:  cobra.ExactArgs(1),
+		Use:     "retire ID",
+		Example: "  storage-gateway keys retire k1",
+		Short:   "Remove a key; refused while it is primary or any credential uses it",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return withRegistry(cmd, path, func(reg *registry) error {

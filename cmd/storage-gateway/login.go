@@ -46,8 +46,9 @@ func newLoginCommand() *cobra.Command {
 	var issuer, clientID string
 	var scopes []string
 	cmd := &cobra.Command{
-		Use:   "login",
-		Short: "Sign in to the gateway's identity provider (OAuth 2.0 device authorization)",
+		Use:     "login",
+		Example: "  storage-gateway login --issuer https://sso.example.com/realms/dcm --client-id storage-gateway-cli",
+		Short:   "Sign in to the gateway's identity provider (OAuth 2.0 device authorization)",
 		Long: "login signs you in with the identity provider the gateway trusts (SG_AUTH_MODE=oidc): it shows a\n" +
 			"URL and a code to confirm in a browser, then keeps the token in your config directory (mode 0600).\n" +
 			"The CLI then sends it to the gateway, refreshing it when it expires. SG_GATEWAY_TOKEN and\n" +
@@ -89,17 +90,18 @@ func newLoginCommand() *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&issuer, "issuer", os.Getenv("SG_OIDC_ISSUER_URL"), "OIDC issuer URL (default $SG_OIDC_ISSUER_URL)")
-	cmd.Flags().StringVar(&clientID, "client-id", envOr("SG_OIDC_CLIENT_ID", "storage-gateway-cli"), "OAuth client id of the CLI (default $SG_OIDC_CLIENT_ID)")
+	cmd.Flags().StringVar(&issuer, "issuer", os.Getenv("SG_OIDC_ISSUER_URL"), "OIDC issuer URL; SG_OIDC_ISSUER_URL sets the default")
+	cmd.Flags().StringVar(&clientID, "client-id", envOr("SG_OIDC_CLIENT_ID", "storage-gateway-cli"), "OAuth client id of the CLI; SG_OIDC_CLIENT_ID sets the default")
 	cmd.Flags().StringSliceVar(&scopes, "scopes", []string{"openid"}, "scopes to ask for")
 	return cmd
 }
 
 func newLogoutCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "logout",
-		Short: "Forget the token `login` saved",
-		Args:  cobra.NoArgs,
+		Use:     "logout",
+		Example: "  storage-gateway logout",
+		Short:   "Forget the token `login` saved",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path, err := loginFile()
 			if err != nil {

@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,10 @@ func main() {
 	root.SetOut(&terminalWriter{w: os.Stdout})
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		var unreachable *unreachableError
+		if errors.As(err, &unreachable) {
+			err = unreachable
+		}
 		fmt.Fprintln(stderr, "storage-gateway:", err)
 		stop()
 		os.Exit(1)
@@ -35,15 +41,45 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "storage-gateway",
 		Short: "Serve persistent volumes on many Kubernetes clusters for DCM",
+		Example: "  storage-gateway serve\n  storage-gateway env list\n  storage-gateway volume create -e local-east --name data --capacity 1Gi\n" +
+			"  source <(storage-gateway completion bash)",
 		Long: "storage-gateway keeps a registry of Kubernetes environments and serves DCM's\n" +
 			"storage service-provider contract for each of them. Settings come from SG_*\n" +
 			"environment variables (see the README).",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newClassesCommand(), newKeysCommand(), newTokensCommand(),
-		newLoginCommand(), newLogoutCommand(), newAuditCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newVolumeCommand(), newClassesCommand(),
+		newKeysCommand(), newTokensCommand(), newLoginCommand(), newLogoutCommand(), newAuditCommand(), newVersionCommand())
+	for _, cmd := range root.Commands() {
+		refuseUnknownSubcommands(cmd)
+	}
 	return root
+}
+
+// refuseUnknownSubcommands makes cmd and the command groups under it fail on
+// a word that is none of their subcommands, with cobra's suggestions; cobra
+// does so only for the root, and prints a group's help and exits 0 for
+// `env lst`.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	if !cmd.HasSubCommands() {
+		return
+	}
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.SuggestionsMinimumDistance = 2 // what cobra uses for the root
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(suggestions, "\n\t")
+		}
+		return errors.New(msg + "\n\nRun '" + cmd.CommandPath() + " --help' for usage")
+	}
 }
 
 // loadConfig reads SG_* settings and builds the JSON logger every command

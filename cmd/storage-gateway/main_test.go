@@ -273,3 +273,56 @@ func TestMissingDatabaseHintsHowToCreateIt(t *testing.T) {
 		t.Fatalf("migrate --create-database: %s", out)
 	}
 }
+
+// TestUnreachableGatewaySaysHowToPointTheCLIAtIt: no answer is said once,
+// with what went wrong and the flag and variable that choose the gateway.
+func TestUnreachableGatewaySaysHowToPointTheCLIAtIt(t *testing.T) {
+	env := []string{"SG_GATEWAY_TOKEN=t"}
+	for _, c := range []struct {
+		gateway, want string
+	}{
+		{"127.0.0.1:1", `cannot reach the gateway at http://127.0.0.1:1: nothing is listening there`},
+		{"http://no-such-host.invalid:8080", `cannot reach the gateway at http://no-such-host.invalid:8080: no host named "no-such-host.invalid" was found`},
+		{"ftp://gateway", `--gateway "ftp://gateway" is not a gateway address`},
+	} {
+		out, err := run(t, env, "volume", "list", "-A", "--gateway", c.gateway)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("--gateway %s: want %q, got %v:\n%s", c.gateway, c.want, err, out)
+		}
+		if strings.HasPrefix(c.want, "cannot reach") && (!strings.Contains(out, "--gateway URL or SG_GATEWAY_URL") ||
+			strings.Count(out, "no-such-host") > 2 || strings.Contains(out, "lookup") || strings.Count(out, "\n") != 1) {
+			t.Errorf("--gateway %s: want one line naming --gateway and SG_GATEWAY_URL once:\n%s", c.gateway, out)
+		}
+	}
+}
+
+// TestMistypedSubcommandFails: `env lst` is an error with suggestions, not
+// help and exit 0; a group alone still prints its help.
+func TestMistypedSubcommandFails(t *testing.T) {
+	for _, args := range [][]string{{"env", "lst"}, {"volume", "creat"}, {"keys", "lsit"}, {"tokens", "revok"}} {
+		out, err := run(t, nil, args...)
+		if err == nil || !strings.Contains(out, `unknown command "`+args[1]+`"`) || !strings.Contains(out, "Did you mean this?") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+	}
+	if out := mustRun(t, nil, "env"); !strings.Contains(out, "Available Commands:") {
+		t.Errorf("env alone:\n%s", out)
+	}
+}
+
+// TestShellCompletion: the completion scripts are generated for each shell.
+func TestShellCompletion(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash": "complete -o default -F __start_storage-gateway storage-gateway",
+		"zsh":  "#compdef storage-gateway",
+		"fish": "complete -c storage-gateway",
+	} {
+		if out := mustRun(t, nil, "completion", shell); !strings.Contains(out, want) {
+			t.Errorf("completion %s lacks %q", shell, want)
+		}
+	}
+	// The scripts complete subcommands through the binary itself.
+	if out := mustRun(t, nil, "__complete", "volume", ""); !strings.Contains(out, "create") || !strings.Contains(out, "expand") {
+		t.Errorf("__complete volume:\n%s", out)
+	}
+}

@@ -11,8 +11,9 @@ import (
 func newMigrateCommand() *cobra.Command {
 	var createDatabase bool
 	cmd := &cobra.Command{
-		Use:   "migrate",
-		Short: "Apply pending database schema migrations and exit",
+		Use:     "migrate",
+		Example: "  SG_DATABASE_URL=postgres://postgres@127.0.0.1:5432/storage_gateway storage-gateway migrate --create-database",
+		Short:   "Apply pending database schema migrations and exit",
 		Long: "migrate applies the schema migrations embedded in this binary to SG_DATABASE_URL.\n" +
 			"It is safe to run concurrently with other replicas (an advisory lock serialises them).",
 		Args: cobra.NoArgs,

@@ -51,7 +51,9 @@ const (
 
 func newServeCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "serve",
+		Use: "serve",
+		Example: "  SG_DATABASE_URL=postgres://postgres@127.0.0.1:5432/storage_gateway SG_KEY_RING_FILE=keys.json \\\n" +
+			"    SG_AUTH_TOKEN_FILE=tokens.json storage-gateway serve",
 		Short: "Run the gateway's HTTP API until SIGTERM or SIGINT",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

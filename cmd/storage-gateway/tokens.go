@@ -1,13 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,8 +18,9 @@ import (
 // newTokensCommand manages the static token file (SG_AUTH_MODE=static).
 func newTokensCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "tokens",
-		Short: "Manage the static API tokens (SG_AUTH_MODE=static)",
+		Use:     "tokens",
+		Example: "  storage-gateway tokens create --file tokens.json --role admin --subject alice\n  storage-gateway tokens list --file tokens.json",
+		Short:   "Manage the static API tokens (SG_AUTH_MODE=static)",
 		Long: "tokens edits the token file (SG_AUTH_TOKEN_FILE, or --file): SHA-256 hashes of bearer tokens,\n" +
 			"each with a subject, roles and an optional environment scope. The file never holds a token;\n" +
 			"`tokens create` prints the new one once. Running gateways re-read the file on SIGHUP.",
@@ -68,7 +68,10 @@ func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
 	var roles, envs []string
 	var replace bool
 	cmd := &cobra.Command{
-		Use:   "create --role ROLE --subject NAME [--environments ID,...]",
+		Use: "create --role ROLE --subject NAME [--environments ID,...]",
+		Example: "  storage-gateway tokens create --role admin --subject alice\n" +
+			"  storage-gateway tokens create --role dcm --subject dcm-east --environments east,east-2\n" +
+			"  storage-gateway tokens create --role viewer --subject grafana --replace",
 		Short: "Create a token; it is printed once, alone on the last line",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -137,13 +140,39 @@ func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
 	return cmd
 }
 
+// listedToken is what tokens list shows of a token: never the token or
+// its hash.
+type listedToken struct {
+	ID           string    `json:"id"`
+	Subject      string    `json:"subject"`
+	Roles        []string  `json:"roles"`
+	Environments []string  `json:"environments,omitempty"`
+	CreateTime   time.Time `json:"create_time"`
+}
+
+var tokenTable = table[listedToken]{
+	kind: "token",
+	name: func(t listedToken) string { return t.ID },
+	columns: []column[listedToken]{
+		{header: "ID", value: func(t listedToken) string { return t.ID }},
+		{header: "SUBJECT", value: func(t listedToken) string { return t.Subject }},
+		{header: "ROLES", value: func(t listedToken) string { return strings.Join(t.Roles, ",") }},
+		{header: "ENVIRONMENTS", value: func(t listedToken) string { return describeScope(t.Environments) }},
+		{header: "CREATED", value: func(t listedToken) string { return t.CreateTime.Format(time.RFC3339) }},
+	},
+}
+
 func newTokensListCommand(path func() (string, error)) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List tokens: id, subject, roles, environments, created (never a token or hash)",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List tokens: id, subject, roles, environments, created (never a token or hash)",
+		Example: "  storage-gateway tokens list --file /etc/storage-gateway/tokens.json\n  storage-gateway tokens list -o json",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains(outputFormats, output) {
+				return fmt.Errorf("--output must be one of %s", strings.Join(outputFormats, ", "))
+			}
 			p, err := path()
 			if err != nil {
 				return err
@@ -152,47 +181,26 @@ func newTokensListCommand(path func() (string, error)) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			type listed struct {
-				ID           string    `json:"id"`
-				Subject      string    `json:"subject"`
-				Roles        []string  `json:"roles"`
-				Environments []string  `json:"environments,omitempty"`
-				CreateTime   time.Time `json:"create_time"`
-			}
-			rows := make([]listed, len(f.Tokens))
+			rows := make([]listedToken, len(f.Tokens))
 			for i, t := range f.Tokens {
-				rows[i] = listed{ID: t.ID, Subject: t.Subject, Environments: t.Environments, CreateTime: t.CreateTime}
+				rows[i] = listedToken{ID: t.ID, Subject: t.Subject, Environments: t.Environments, CreateTime: t.CreateTime}
 				for _, r := range t.Roles {
 					rows[i].Roles = append(rows[i].Roles, string(r))
 				}
 			}
-			switch output {
-			case "json":
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			case "table":
-			default:
-				return errors.New("--output must be table or json")
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tSUBJECT\tROLES\tENVIRONMENTS\tCREATED")
-			for i, t := range f.Tokens {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, cell(t.Subject), strings.Join(rows[i].Roles, ","),
-					cell(describeScope(t.Environments)), t.CreateTime.Format(time.RFC3339))
-			}
-			return w.Flush()
+			return printItems(cmd.OutOrStdout(), output, rows, false, tokenTable, nil)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: "+strings.Join(outputFormats, ", "))
 	return cmd
 }
 
 func newTokensRevokeCommand(path func() (string, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Remove a token (running gateways stop accepting it on SIGHUP)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "revoke ID",
+		Example: "  storage-gateway tokens revoke 3f9a1c2b",
+		Short:   "Remove a token (running gateways stop accepting it on SIGHUP)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := path()
 			if err != nil {

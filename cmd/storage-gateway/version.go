@@ -12,9 +12,10 @@ import (
 func newVersionCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "version",
-		Short: "Print the gateway's version",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Example: "  storage-gateway version\n  storage-gateway version --json",
+		Short:   "Print the gateway's version",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info := version.Get()
 			if asJSON {

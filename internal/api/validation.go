@@ -74,7 +74,9 @@ func mostSpecific(err error) *openapi3.SchemaError {
 // schemaErrorLeaves collects the schema errors that are not themselves a
 // combination of other errors (oneOf, anyOf, allOf), depth first.
 func schemaErrorLeaves(err error) []*openapi3.SchemaError {
-	switch e := err.(type) {
+	// The chain is walked one link at a time (the default case unwraps), so
+	// a link's own type is what counts, not the first match errors.As finds.
+	switch e := err.(type) { //nolint:errorlint // see above
 	case nil:
 		return nil
 	case openapi3.MultiError:
@@ -88,7 +90,8 @@ func schemaErrorLeaves(err error) []*openapi3.SchemaError {
 		case "oneOf", "anyOf", "allOf":
 			// Origin wraps the branches' errors (a MultiError beneath).
 			for inner := e.Origin; inner != nil; inner = errors.Unwrap(inner) {
-				if me, ok := inner.(openapi3.MultiError); ok {
+				if me, ok := inner.(openapi3.MultiError); ok { //nolint:errorlint // walked link by link
+
 					if i := closestBranch(e, me); i >= 0 {
 						return schemaErrorLeaves(me[i])
 					}
