@@ -19,6 +19,7 @@ GATEWAY_URL := http://127.0.0.1:$(lastword $(subst :, ,$(LISTEN_ADDR)))
 # make run DCM=1: DCM's service-provider-manager beside the gateway, on the
 # gateway's embedded NATS.
 DCM_ADDR      ?= 127.0.0.1:8081
+DCM_DATABASE  := service_provider
 EMBEDDED_NATS := $(or $(SG_EMBEDDED_NATS_LISTEN),127.0.0.1:4223)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION)
@@ -31,7 +32,7 @@ CONTROL_PLANE = $$(bash test/tools/build-control-plane.sh)
 
 GO_TEST_FLAGS ?= -count=1 -timeout 45m
 
-.PHONY: help build run test bench lint fmt generate check-generated control-plane kind-up clean
+.PHONY: help build run run-reset test bench lint fmt generate check-generated control-plane kind-up clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -45,25 +46,33 @@ control-plane: ## build and cache etcd, kube-apiserver, kube-controller-manager 
 # make run authenticates API callers with static tokens: each run replaces the
 # admin token of the subject make-run and prints it once the clusters are
 # registered. With DCM=1, token-less requests from loopback get the dcm role
-# (DCM's service-provider-manager sends no token).
+# (DCM's service-provider-manager sends no token). fleet runs in place of the
+# recipe's shell, so a signal from the terminal (Ctrl-C, or SIGHUP when it is
+# closed) reaches it directly: it stops the gateway and every cluster process
+# and exits 0.
 run: build ## run the gateway (embedded NATS) with two local clusters, registered; DCM=1 adds DCM's service-provider-manager
 	@mkdir -p $(STATE_DIR)
 	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json
 	$(BIN) migrate --create-database
+	$(GO) build -o bin/fleet ./test/harness/cmd/fleet
 	$(if $(DCM),$(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm)
 	@token=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1) || exit 1; \
 	export SG_GATEWAY_TOKEN=$$token MAKE_RUN_NOTE="$$(printf '%s\n' \
-		'make run: the API needs a bearer token; the admin token of this run (replaced by the next run):' \
-		"  export SG_GATEWAY_TOKEN=$$token" \
-		'  curl -H "Authorization: Bearer $$SG_GATEWAY_TOKEN" $(GATEWAY_URL)/api/v1alpha1/environments' \
-		'  bin/storage-gateway env list      # the CLI sends $$SG_GATEWAY_TOKEN')"; \
+		'make run: the gateway is ready. The API needs a bearer token; the admin token of this run (replaced by the next run):' \
+		"  export SG_GATEWAY_TOKEN=$$token SG_GATEWAY_URL=$(GATEWAY_URL)" \
+		'  bin/storage-gateway env list      # the CLI sends $$SG_GATEWAY_TOKEN to $$SG_GATEWAY_URL' \
+		'  curl -H "Authorization: Bearer $$SG_GATEWAY_TOKEN" $$SG_GATEWAY_URL/api/v1alpha1/environments')"; \
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \
 	SG_AUTH_MODE=static SG_AUTH_TOKEN_FILE=$(STATE_DIR)/tokens.json \
 	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
 	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8) \
-	$(GO) run ./test/harness/cmd/fleet -out $(STATE_DIR)/clusters \
+	exec bin/fleet -out $(STATE_DIR)/clusters \
 		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -note-env MAKE_RUN_NOTE \
-		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS)") -- $(BIN) serve
+		-reset-hint "make run-reset (with make run stopped) drops the local database and state to start afresh" \
+		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
+
+run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state
+	$(GO) run ./test/harness/cmd/reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE)
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind

@@ -196,14 +196,16 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	if !strings.Contains(out, "db-1") || !strings.Contains(out, picked) || !strings.Contains(out, "CAPACITY") {
 		t.Fatalf("volume list -e local-east:\n%s", out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out = mustRun(t, cli, "volume", "get", "db-1", "-e", "local-east")
-		if strings.Contains(out, "RUNNING") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+	// --wait returns once the claim is bound; a claim that never binds ends
+	// the wait with its status.
+	mustRun(t, cli, "volume", "create", "db-1", "-e", "local-east", "--capacity", "1Gi", "--storage-class", "standard",
+		"--access-mode", "RWO", "--label", "team=db", "--wait", "1m")
+	if out, err := run(t, cli, "volume", "create", "stuck", "-e", "local-east", "--capacity", "1Gi", "--storage-class", "broken",
+		"--wait", "2s"); err == nil || !strings.Contains(out, "volume stuck is still PROVISIONING after 2s") {
+		t.Fatalf("volume create --wait on a class that never provisions: %v\n%s", err, out)
 	}
+	mustRun(t, cli, "volume", "delete", "stuck", "-e", "local-east")
+	out = mustRun(t, cli, "volume", "get", "db-1", "-e", "local-east")
 	for _, want := range []string{"Status:", "RUNNING", "Access mode:", "RWO", "Bound to:", "Labels:", "team=db"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("volume get lacks %q:\n%s", want, out)
@@ -211,7 +213,7 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	}
 	// The fleet list reads the records, which the status pipeline updates
 	// a moment after the cluster's cache.
-	for deadline = time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		out = mustRun(t, cli, "volume", "list", "-A", "-o", "yaml", "--status", "running")
 		if strings.Contains(out, "id: db-1") || time.Now().After(deadline) {
 			break
@@ -259,7 +261,7 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 		}
 	}
 	// The claims terminate; then the environment has no volumes left.
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"), "volume_count: 0\n") {
 		if time.Now().After(deadline) {
 			t.Fatal("deleted volumes still counted after 30s")

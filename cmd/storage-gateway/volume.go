@@ -49,6 +49,7 @@ func (c *volumeClient) environmentFlag(cmd *cobra.Command, required bool) {
 func (c *volumeClient) createCommand() *cobra.Command {
 	var capacity, name, namespace, storageClass, accessMode, volumeMode, key string
 	var labels []string
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "create [ID]",
 		Short: "Create a volume; without an ID the gateway picks one",
@@ -107,7 +108,14 @@ func (c *volumeClient) createCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.printVolume(cmd, resp.HTTPResponse, resp.Body, resp.JSON201, resp.JSON200)
+			created := resp.JSON201
+			if created == nil {
+				created = resp.JSON200
+			}
+			if created == nil || wait == 0 {
+				return c.printVolume(cmd, resp.HTTPResponse, resp.Body, created)
+			}
+			return c.waitRunning(cmd, client, created.Id, wait)
 		},
 	}
 	c.environmentFlag(cmd, true)
@@ -119,6 +127,7 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	f.StringVar(&accessMode, "access-mode", "", "access mode: RWO, ROX or RWX (or ReadWriteOnce, ...)")
 	f.StringVar(&volumeMode, "volume-mode", "", "volume mode: Filesystem or Block")
 	f.StringArrayVar(&labels, "label", nil, "label key=value copied to the claim (repeatable)")
+	f.DurationVar(&wait, "wait", 0, "wait up to this long for the volume to be RUNNING (bound); FAILED ends the wait with an error")
 	f.StringVar(&key, "idempotency-key", "", "key that makes a retried create without an ID safe (when empty: a fresh random one)")
 	_ = cmd.MarkFlagRequired("capacity")
 	for flag, field := range map[string][]string{
@@ -136,6 +145,34 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	}
 	argumentSets(cmd, "id", "volume id")
 	return cmd
+}
+
+// waitRunning polls the volume until it is RUNNING and prints it; FAILED,
+// or still not RUNNING after wait, is an error naming its status message.
+func (c *volumeClient) waitRunning(cmd *cobra.Command, client *api.ClientWithResponses, id string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, id)
+		if err != nil {
+			return err
+		}
+		v := resp.JSON200
+		switch {
+		case v == nil:
+			return problemError(cmd, resp.HTTPResponse, resp.Body)
+		case v.Status == api.RUNNING:
+			return c.printVolume(cmd, resp.HTTPResponse, resp.Body, v)
+		case v.Status == api.FAILED:
+			return fmt.Errorf("volume %s FAILED: %s", id, v.StatusMessage)
+		case time.Now().After(deadline):
+			return fmt.Errorf("volume %s is still %s after %s: %s", id, v.Status, wait, v.StatusMessage)
+		}
+		select {
+		case <-cmd.Context().Done():
+			return cmd.Context().Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // kubernetesHints builds the provider hints from the flags, nil when none

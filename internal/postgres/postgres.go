@@ -65,6 +65,31 @@ func EnsureDatabase(ctx context.Context, url string) error {
 	return nil
 }
 
+// DropDatabase drops the database named in url, if it exists, closing its
+// connections, from the server's maintenance database. It exists for
+// `make run-reset`, which starts local runs afresh; the maintenance and
+// template databases are refused.
+func DropDatabase(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return errors.New("parse database URL: invalid connection string")
+	}
+	name := cfg.Database
+	if name == "" || name == "postgres" || name == "template0" || name == "template1" {
+		return fmt.Errorf("refusing to drop database %q", name)
+	}
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to maintenance database on %s: %w", describe(cfg), safeErr(err))
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %q: %w", name, safeErr(err))
+	}
+	return nil
+}
+
 // describe names the server and database without credentials.
 func describe(c *pgx.ConnConfig) string {
 	return fmt.Sprintf("%s:%d/%s", c.Host, c.Port, c.Database)

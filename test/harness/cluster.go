@@ -49,9 +49,11 @@ type Cluster struct {
 
 	env     *envtest.Environment
 	workDir string
-	admin   *rest.Config
-	client  kubernetes.Interface
-	proxy   *proxy
+	// workDirLock holds workDir's owner lock until Stop removes it.
+	workDirLock *os.File
+	admin       *rest.Config
+	client      kubernetes.Interface
+	proxy       *proxy
 
 	gatewayToken string
 
@@ -136,29 +138,37 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	workDir, err := os.MkdirTemp("", "sg-harness-"+spec.Environment.ID+"-")
+	workDir, lock, err := newWorkDir(spec.Environment.ID)
 	if err != nil {
 		return nil, err
 	}
-	certDir := filepath.Join(workDir, "apiserver")
-	if err := os.Mkdir(certDir, 0o700); err != nil {
-		return nil, err
-	}
-	c := &Cluster{Spec: spec, workDir: workDir}
+	c := &Cluster{Spec: spec, workDir: workDir, workDirLock: lock}
 	defer func() {
 		if err != nil {
 			c.Stop()
 		}
 	}()
+	certDir, dataDir, launchers := filepath.Join(workDir, "apiserver"), filepath.Join(workDir, "etcd"), filepath.Join(workDir, "bin")
+	for _, dir := range []string{certDir, dataDir} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := linkLaunchers(launchers, bins); err != nil {
+		return nil, fmt.Errorf("control-plane launchers: %w", err)
+	}
 
-	// A fixed cert dir keeps certificates and the service-account signing
-	// key across RestartAPIServer.
+	// Everything lives in the work directory; a fixed cert dir keeps
+	// certificates and the service-account signing key across
+	// RestartAPIServer. kube-apiserver has been seen to ignore SIGTERM for
+	// over 25 s: Stop kills it after 10.
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory:    bins,
 		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  20 * time.Second,
+		ControlPlaneStopTimeout:  10 * time.Second,
 	}
-	c.env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
+	c.env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(launchers, "etcd"), DataDir: dataDir}
+	c.env.ControlPlane.APIServer = &envtest.APIServer{Path: filepath.Join(launchers, "kube-apiserver"), CertDir: certDir}
 	// Close open watches promptly on SIGTERM; otherwise graceful shutdown
 	// waits for every controller's watch stream and a restart takes minutes.
 	c.env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "2s")
@@ -354,6 +364,10 @@ func (c *Cluster) Stop() {
 	if c.workDir != "" {
 		_ = os.RemoveAll(c.workDir)
 		c.workDir = ""
+	}
+	if c.workDirLock != nil {
+		_ = c.workDirLock.Close()
+		c.workDirLock = nil
 	}
 }
 

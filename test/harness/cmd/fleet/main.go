@@ -3,7 +3,9 @@
 // for each into -out, and then either waits for SIGINT/SIGTERM or runs the
 // command after "--" (the gateway, in `make run`) until it exits. With
 // -register it registers every cluster with that gateway once it is ready,
-// through the admin CLI. Clusters are torn down either way.
+// through the admin CLI, and says which environments the gateway had from
+// before. SIGINT, SIGTERM and SIGHUP (a closed terminal) stop the command
+// and tear the clusters down; so does the death of fleet's parent.
 //
 //	go run ./test/harness/cmd/fleet -out /tmp/clusters \
 //	    -gateway http://127.0.0.1:8080 -register "storage-gateway env apply" -- storage-gateway serve
@@ -25,8 +27,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
@@ -46,6 +50,7 @@ func run() (int, error) {
 	gateway := flag.String("gateway", "http://127.0.0.1:8080", "base URL of the gateway the command serves (for -register)")
 	register := flag.String("register", "", `command that registers one cluster, called as CMD ID -f MANIFEST --kubeconfig FILE once the gateway is ready (e.g. "storage-gateway env apply")`)
 	also := flag.String("also", "", "a command to run beside the main one for as long as it runs (e.g. DCM's service-provider-manager)")
+	resetHint := flag.String("reset-hint", "", "how to start afresh, printed when the gateway had environments from before")
 	noteEnv := flag.String("note-env", "", "an environment variable whose text is printed once the gateway is ready and the clusters are registered "+
 		"(how to call it; an environment variable, not an argument, since it may hold a token and arguments are visible to every local user)")
 	flag.Usage = func() {
@@ -62,8 +67,13 @@ func run() (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// `make run` runs fleet directly: should make be killed outright, fleet
+	// gets SIGTERM and stops everything it started.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
+		return 1, fmt.Errorf("set the parent-death signal: %w", err)
+	}
 
 	start := time.Now()
 	fmt.Fprintf(os.Stderr, "fleet: starting %d cluster(s) (the first run builds Kubernetes, ~10 min)\n", len(specs))
@@ -96,7 +106,7 @@ func run() (int, error) {
 		defer func() { stopCompanion(); <-done }()
 	}
 	if *register != "" {
-		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, os.Getenv(*noteEnv))
+		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, os.Getenv(*noteEnv), *resetHint)
 	}
 	return runChild(ctx, command, *out)
 }
@@ -118,13 +128,17 @@ func runCompanion(ctx context.Context, gateway string, command []string) {
 	}
 }
 
-// registerAll waits for the gateway's /readyz and registers every cluster by
-// running the registration command, whose output goes to the terminal; then
-// it prints note.
-func registerAll(ctx context.Context, gateway string, command []string, clusters []*harness.Cluster, dir, note string) {
+// registerAll waits for the gateway's /readyz, says which environments it
+// had from before, and registers every cluster by running the registration
+// command, whose output goes to the terminal; then it prints note.
+func registerAll(ctx context.Context, gateway string, command []string, clusters []*harness.Cluster, dir, note, resetHint string) {
 	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet: gateway not ready, clusters not registered:", err)
 		return
+	}
+	restored, err := existingEnvironments(ctx, gateway)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet: list the gateway's environments:", err)
 	}
 	for _, c := range clusters {
 		args := append(slices.Clone(command[1:]), c.Name(),
@@ -137,9 +151,61 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 			fmt.Fprintf(os.Stderr, "fleet: register %s: %v\n", c.Name(), err)
 		}
 	}
+	if len(restored) > 0 {
+		fmt.Fprintln(os.Stderr, describeRestored(restored, clusters, resetHint))
+	}
 	if note != "" {
 		fmt.Fprintln(os.Stderr, note)
 	}
+}
+
+// existingEnvironments lists the environments the gateway has (with the
+// token in SG_GATEWAY_TOKEN), by id, with their state.
+func existingEnvironments(ctx context.Context, gateway string) ([]api.Environment, error) {
+	client, err := api.NewClientWithResponses(gateway, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		if token := os.Getenv("SG_GATEWAY_TOKEN"); token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	var all []api.Environment
+	params := api.ListEnvironmentsParams{}
+	for {
+		resp, err := client.ListEnvironmentsWithResponse(ctx, &params)
+		if err != nil {
+			return nil, err
+		}
+		if resp.JSON200 == nil {
+			return nil, fmt.Errorf("HTTP %d", resp.StatusCode())
+		}
+		all = append(all, resp.JSON200.Environments...)
+		if resp.JSON200.NextPageToken == nil {
+			return all, nil
+		}
+		params.PageToken = resp.JSON200.NextPageToken
+	}
+}
+
+// describeRestored says which environments the gateway kept from an earlier
+// run: those of this run's clusters got the new clusters' credentials; any
+// other one still points at a cluster of that run, gone now.
+func describeRestored(restored []api.Environment, clusters []*harness.Cluster, resetHint string) string {
+	var parts []string
+	for _, e := range restored {
+		if slices.ContainsFunc(clusters, func(c *harness.Cluster) bool { return c.Name() == e.Id }) {
+			parts = append(parts, e.Id+" (now this run's cluster)")
+		} else {
+			parts = append(parts, fmt.Sprintf("%s (%s: not a cluster of this run)", e.Id, e.Status.State))
+		}
+	}
+	msg := "fleet: restored from an earlier run (kept in the database): " + strings.Join(parts, ", ")
+	if resetHint != "" {
+		msg += "\n  " + resetHint
+	}
+	return msg
 }
 
 func waitReady(ctx context.Context, url string) error {

@@ -1,0 +1,62 @@
+// Command reset drops what `make run` keeps from one run to the next, so the
+// next starts afresh: the gateway's database (SG_DATABASE_URL, read as serve
+// reads it), the database of DCM's manager that `make run DCM=1` uses, and
+// the state directory (key ring, token file, cluster kubeconfigs, the
+// embedded NATS store). Stop `make run` first.
+//
+//	go run ./test/harness/cmd/reset -state ~/.local/state/storage-gateway -dcm-database service_provider
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "reset:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	state := flag.String("state", "", "the state directory make run uses (removed)")
+	dcmDatabase := flag.String("dcm-database", "", "the database of DCM's manager on the same server (dropped)")
+	flag.Parse()
+	if *state == "" {
+		return errors.New("-state is required")
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	databases := []string{cfg.DatabaseURL}
+	if *dcmDatabase != "" {
+		u, err := url.Parse(cfg.DatabaseURL)
+		if err != nil {
+			return errors.New("SG_DATABASE_URL: use the URL form to reset the DCM database beside it")
+		}
+		u.Path = "/" + *dcmDatabase
+		databases = append(databases, u.String())
+	}
+	for _, db := range databases {
+		if err := postgres.DropDatabase(ctx, db); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(*state); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "reset: dropped the local databases and removed %s; the next make run starts afresh\n", *state)
+	return nil
+}
