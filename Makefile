@@ -19,7 +19,7 @@ GATEWAY_URL := http://127.0.0.1:$(lastword $(subst :, ,$(LISTEN_ADDR)))
 # make run DCM=1: DCM's service-provider-manager beside the gateway, on the
 # gateway's embedded NATS.
 DCM_ADDR      ?= 127.0.0.1:8081
-DCM_DATABASE  := service_provider
+DCM_DATABASE  ?= service_provider
 EMBEDDED_NATS := $(or $(SG_EMBEDDED_NATS_LISTEN),127.0.0.1:4223)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION)
@@ -59,7 +59,7 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	@token=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1) || exit 1; \
 	export SG_GATEWAY_TOKEN=$$token MAKE_RUN_NOTE="$$(printf '%s\n' \
 		'make run: the gateway is ready. The API needs a bearer token; the admin token of this run (replaced by the next run):' \
-		"  export SG_GATEWAY_TOKEN=$$token SG_GATEWAY_URL=$(GATEWAY_URL)" \
+		"  export SG_GATEWAY_TOKEN=$$token SG_GATEWAY_URL=$(GATEWAY_URL)$(if $(DCM), DCM_URL=http://$(DCM_ADDR)/api/v1alpha1)" \
 		'  bin/storage-gateway env list      # the CLI sends $$SG_GATEWAY_TOKEN to $$SG_GATEWAY_URL' \
 		'  curl -H "Authorization: Bearer $$SG_GATEWAY_TOKEN" $$SG_GATEWAY_URL/api/v1alpha1/environments')"; \
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \

@@ -314,7 +314,7 @@ func (c *gatewayClient) create(cmd *cobra.Command, id string, in api.Environment
 	if err != nil {
 		return err
 	}
-	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
+	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body, false)
 }
 
 // apply creates the environment, or merge-patches everything in into it.
@@ -347,7 +347,7 @@ func (c *gatewayClient) patch(cmd *cobra.Command, id string, in api.EnvironmentI
 	if err != nil {
 		return err
 	}
-	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body)
+	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body, false)
 }
 
 func (c *gatewayClient) rotateCommand() *cobra.Command {
@@ -409,7 +409,7 @@ func (c *gatewayClient) listCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.printEnvironments(cmd.OutOrStdout(), all, false)
+			return printItems(cmd.OutOrStdout(), c.output, all, false, environmentTable, nil)
 		},
 	}
 	cmd.Flags().StringVar(&region, "region", "", "only this region")
@@ -462,7 +462,7 @@ func (c *gatewayClient) idCommand(use, short string, send func(context.Context, 
 			if err != nil {
 				return err
 			}
-			return c.printEnvironment(cmd, resp, body)
+			return c.printEnvironment(cmd, resp, body, true)
 		},
 	}
 }
@@ -497,8 +497,10 @@ func (c *gatewayClient) rmCommand() *cobra.Command {
 	return cmd
 }
 
-// printEnvironment prints a single-environment response or its problem.
-func (c *gatewayClient) printEnvironment(cmd *cobra.Command, resp *http.Response, body []byte) error {
+// printEnvironment prints a single-environment response or its problem:
+// in the table formats, as the detailed view when detailed is set (get,
+// verify), else as its list row (add, apply, rotate).
+func (c *gatewayClient) printEnvironment(cmd *cobra.Command, resp *http.Response, body []byte, detailed bool) error {
 	if resp.StatusCode >= http.StatusBadRequest {
 		return problemError(cmd, resp, body)
 	}
@@ -507,7 +509,11 @@ func (c *gatewayClient) printEnvironment(cmd *cobra.Command, resp *http.Response
 		return fmt.Errorf("unexpected answer from %s: HTTP %d (is --gateway the address of a storage-gateway?)",
 			resp.Request.URL.Redacted(), resp.StatusCode)
 	}
-	return c.printEnvironments(cmd.OutOrStdout(), []api.Environment{env}, true)
+	var describe func(io.Writer, api.Environment) error
+	if detailed {
+		describe = describeEnvironment
+	}
+	return printItems(cmd.OutOrStdout(), c.output, []api.Environment{env}, true, environmentTable, describe)
 }
 
 // environmentTable is how environments print as rows.
@@ -532,11 +538,6 @@ var environmentTable = table[api.Environment]{
 	},
 }
 
-// printEnvironments prints environments in the chosen format; a single one
-// in the table formats is the detailed view.
-func (c *gatewayClient) printEnvironments(w io.Writer, envs []api.Environment, single bool) error {
-	return printItems(w, c.output, envs, single, environmentTable, describeEnvironment)
-}
 
 // describeEnvironment is the detailed view of one environment.
 func describeEnvironment(w io.Writer, e api.Environment) error {

@@ -309,6 +309,9 @@ func reloadOnHangup(ctx context.Context, hangups <-chan os.Signal, cfg config.Co
 		if err == nil {
 			err = registry.ReplaceKeys(ctx, ring)
 		}
+		if ctx.Err() != nil {
+			return // shutting down (a closed terminal sends SIGHUP, then SIGTERM follows): nothing to reload for
+		}
 		if err != nil {
 			logger.ErrorContext(ctx, "key ring not reloaded; keeping the current one", "error", err)
 		}

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
@@ -154,20 +155,26 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 	if len(restored) > 0 {
 		fmt.Fprintln(os.Stderr, describeRestored(restored, clusters, resetHint))
 	}
+	waitSettled(ctx, gateway, clusters)
 	if note != "" {
 		fmt.Fprintln(os.Stderr, note)
 	}
 }
 
-// existingEnvironments lists the environments the gateway has (with the
-// token in SG_GATEWAY_TOKEN), by id, with their state.
-func existingEnvironments(ctx context.Context, gateway string) ([]api.Environment, error) {
-	client, err := api.NewClientWithResponses(gateway, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+// gatewayClient calls the gateway with the token in SG_GATEWAY_TOKEN.
+func gatewayClient(gateway string) (*api.ClientWithResponses, error) {
+	return api.NewClientWithResponses(gateway, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
 		if token := os.Getenv("SG_GATEWAY_TOKEN"); token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		return nil
 	}))
+}
+
+// existingEnvironments lists the environments the gateway has (with the
+// token in SG_GATEWAY_TOKEN), by id, with their state.
+func existingEnvironments(ctx context.Context, gateway string) ([]api.Environment, error) {
+	client, err := gatewayClient(gateway)
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +194,67 @@ func existingEnvironments(ctx context.Context, gateway string) ([]api.Environmen
 		}
 		params.PageToken = resp.JSON200.NextPageToken
 	}
+}
+
+// waitSettled waits, for up to two minutes, until every cluster's
+// environment is healthy as DCM sees it (the gateway's connection synced,
+// which a credential rotation renews) and no DCM registration of theirs is
+// pending: once the note is printed, volumes can be created, through the
+// gateway or through DCM.
+func waitSettled(ctx context.Context, gateway string, clusters []*harness.Cluster) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	client, err := gatewayClient(gateway)
+	if err != nil {
+		return
+	}
+	said := false
+	for {
+		unsettled, err := unsettledClusters(ctx, client, clusters)
+		if err != nil || len(unsettled) == 0 {
+			return
+		}
+		if !said {
+			fmt.Fprintf(os.Stderr, "fleet: waiting for %s to be served (and known to DCM, if registering)\n", strings.Join(unsettled, ", "))
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(os.Stderr, "fleet: still not served: %s\n", strings.Join(unsettled, ", "))
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// unsettledClusters names the clusters whose environment is not healthy
+// yet, or whose DCM registration is pending.
+func unsettledClusters(ctx context.Context, client *api.ClientWithResponses, clusters []*harness.Cluster) ([]string, error) {
+	var unsettled []string
+	for _, c := range clusters {
+		health, err := client.GetVolumesHealthWithResponse(ctx, c.Name())
+		if err != nil {
+			return nil, err
+		}
+		env, err := client.GetEnvironmentWithResponse(ctx, c.Name())
+		if err != nil {
+			return nil, err
+		}
+		healthy := health.JSON200 != nil && health.JSON200.Status == api.Healthy
+		pending := env.JSON200 != nil && env.JSON200.Status.DcmRegistration != nil &&
+			derefState(env.JSON200.Status.DcmRegistration.State) == dcm.StatePending
+		if !healthy || pending {
+			unsettled = append(unsettled, c.Name())
+		}
+	}
+	return unsettled, nil
+}
+
+func derefState(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // describeRestored says which environments the gateway kept from an earlier

@@ -1,0 +1,286 @@
+// Package makerun_test runs `make run` the way a person does on the first
+// day, on its own database, state directory, ports and temporary directory:
+// the README's walkthrough blocks run verbatim against it, closing the
+// terminal (SIGHUP) and Ctrl-C (SIGINT) leave no process or directory behind
+// and no make error, a second run says what it restored, and
+// `make run-reset` starts afresh.
+package makerun_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/ports"
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
+)
+
+// readyLine is the first line of the note make run prints once the
+// clusters are registered.
+const readyLine = "make run: the gateway is ready"
+
+// exportLine is the note's line a person pastes.
+var exportLine = regexp.MustCompile(`(?m)^  export (SG_GATEWAY_TOKEN=\S+ SG_GATEWAY_URL=\S+(?: DCM_URL=\S+)?)$`)
+
+func TestMakeRunFirstDay(t *testing.T) {
+	root := harness.RepoRoot()
+	dir := t.TempDir()
+	tmp := filepath.Join(dir, "tmp")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.NewDatabase(t)
+	dcmDB := pgtest.NewDatabase(t) // a name of its own, for DCM's manager
+	// A person's shell: the test's environment without any SG_* setting,
+	// then what keeps this run apart from others on the machine.
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SG_") && !strings.HasPrefix(kv, "TMPDIR=") {
+			base = append(base, kv)
+		}
+	}
+	base = append(base, "TMPDIR="+tmp, "SG_STATE_DIR="+state, "SG_DATABASE_URL="+db.URL,
+		"SG_LISTEN_ADDR=127.0.0.1:"+strconv.Itoa(ports.Free(t)))
+
+	// The first run: the README's walkthrough, then the terminal closes.
+	first := startMakeRun(t, root, append(base, "SG_EMBEDDED_NATS_LISTEN=off"))
+	first.waitFor(t, readyLine, 10*time.Minute)
+	exports := first.exports(t)
+	for i, block := range readmeBlocks(t, root, "walkthrough") {
+		out := runBlock(t, root, append(base, exports...), block, first)
+		t.Logf("walkthrough block %d:\n%s", i+1, out)
+		if i == 0 && (!strings.Contains(out, "local-east") || !strings.Contains(out, "READY") || !strings.Contains(out, "401")) {
+			t.Fatalf("walkthrough block 1 printed:\n%s", out)
+		}
+	}
+	first.signal(t, syscall.SIGHUP)
+	first.wait(t)
+	first.checkCleanExit(t, tmp)
+
+	// The second run, with DCM: it names what it restored; DCM's walkthrough
+	// runs; Ctrl-C ends it without a make error.
+	second := startMakeRun(t, root, append(base, "DCM_ADDR=127.0.0.1:"+strconv.Itoa(ports.Free(t)),
+		"DCM_DATABASE="+dcmDB.Name, "SG_EMBEDDED_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(ports.Free(t))), "DCM=1")
+	second.waitFor(t, readyLine, 5*time.Minute)
+	if out := second.out.String(); !strings.Contains(out, "restored from an earlier run (kept in the database): local-east (now this run's cluster)") ||
+		!strings.Contains(out, "make run-reset") {
+		t.Fatalf("second run does not say what it restored:\n%s", out)
+	}
+	for _, block := range readmeBlocks(t, root, "walkthrough-dcm") {
+		t.Logf("DCM walkthrough:\n%s", runBlock(t, root, append(base, second.exports(t)...), block, second))
+	}
+	second.signal(t, syscall.SIGINT)
+	second.wait(t)
+	second.checkCleanExit(t, tmp)
+
+	// make run-reset: the databases and the state are gone.
+	reset := exec.Command("make", "run-reset")
+	reset.Dir, reset.Env = root, append(base, "DCM_DATABASE="+dcmDB.Name)
+	if out, err := reset.CombinedOutput(); err != nil {
+		t.Fatalf("make run-reset: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state directory after make run-reset: %v", err)
+	}
+	for _, url := range []string{db.URL, dcmDB.URL} {
+		conn, err := pgx.Connect(context.Background(), url)
+		var pgErr *pgconn.PgError
+		if err == nil {
+			_ = conn.Close(context.Background())
+		}
+		if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+			t.Fatalf("database %s after make run-reset: %v", url, err)
+		}
+	}
+}
+
+// makeRun is one `make run` in a process group of its own, as a terminal
+// runs a foreground job.
+type makeRun struct {
+	cmd  *exec.Cmd
+	out  *syncbuf.Buffer
+	done chan error
+}
+
+func startMakeRun(t *testing.T, root string, env []string, args ...string) *makeRun {
+	t.Helper()
+	r := &makeRun{out: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	r.cmd = exec.Command("make", append([]string{"run"}, args...)...)
+	r.cmd.Dir, r.cmd.Env = root, env
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.done <- r.cmd.Wait() }()
+	t.Cleanup(func() {
+		if r.cmd.ProcessState == nil {
+			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+			<-r.done
+		}
+	})
+	return r
+}
+
+func (r *makeRun) waitFor(t *testing.T, text string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(r.out.String(), text) {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("make run ended (%v) before printing %q:\n%s", err, text, r.out)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("make run did not print %q within %s:\n%s", text, timeout, r.out)
+		}
+	}
+}
+
+// exports are the variables of the note's export line.
+func (r *makeRun) exports(t *testing.T) []string {
+	t.Helper()
+	m := exportLine.FindStringSubmatch(r.out.String())
+	if m == nil {
+		t.Fatalf("no export line in make run's note:\n%s", r.out)
+	}
+	return strings.Fields(m[1])
+}
+
+// signal sends sig to the whole foreground job, as the terminal does.
+func (r *makeRun) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := syscall.Kill(-r.cmd.Process.Pid, sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *makeRun) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("make run still running 2 minutes after the signal:\n%s", r.out)
+	}
+}
+
+// checkCleanExit: make reported no error, fleet stopped the clusters, and
+// nothing the run started is left — no process carrying its TMPDIR, no
+// harness directory in it.
+func (r *makeRun) checkCleanExit(t *testing.T, tmp string) {
+	t.Helper()
+	out := r.out.String()
+	if strings.Contains(out, "make: ***") || !strings.Contains(out, "fleet: clusters stopped") {
+		t.Fatalf("make run did not end cleanly:\n%s", out)
+	}
+	// Processes killed at the end may take a moment to be reaped.
+	deadline := time.Now().Add(15 * time.Second)
+	for left := leftoverProcesses(tmp); len(left) > 0; left = leftoverProcesses(tmp) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left behind:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(tmp, "sg-harness-*")); len(dirs) > 0 {
+		t.Fatalf("directories left behind: %v", dirs)
+	}
+}
+
+// leftoverProcesses lists the live processes whose environment has
+// TMPDIR=tmp: everything make run started inherits it.
+func leftoverProcesses(tmp string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var left []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !containsVar(environ, "TMPDIR="+tmp) {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if isZombie(stat) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		left = append(left, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return left
+}
+
+func containsVar(environ []byte, kv string) bool {
+	for _, v := range strings.Split(string(environ), "\x00") {
+		if v == kv {
+			return true
+		}
+	}
+	return false
+}
+
+// isZombie reads the state field of /proc/PID/stat (after the command in
+// parentheses).
+func isZombie(stat []byte) bool {
+	i := strings.LastIndexByte(string(stat), ')')
+	return i >= 0 && len(stat) > i+2 && stat[i+2] == 'Z'
+}
+
+// readmeBlocks returns the README's shell blocks whose info string is
+// "sh TAG", in order.
+func readmeBlocks(t *testing.T, root, tag string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	var current []string
+	in := false
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case !in && line == "```sh "+tag:
+			in, current = true, nil
+		case in && line == "```":
+			in = false
+			blocks = append(blocks, strings.Join(current, "\n"))
+		case in:
+			current = append(current, line)
+		}
+	}
+	if len(blocks) == 0 {
+		t.Fatalf("README.md has no ```sh %s block", tag)
+	}
+	return blocks
+}
+
+// runBlock runs a README block with bash in the repository, failing on the
+// first command that fails (with the output of the make run it ran
+// against), and returns its output.
+func runBlock(t *testing.T, root string, env []string, block string, against *makeRun) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir, cmd.Env = root, env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("README block failed: %v\n--- block:\n%s\n--- output:\n%s\n--- make run:\n%s", err, block, out, against.out)
+	}
+	return string(out)
+}
