@@ -138,3 +138,29 @@ func removeAbandonedWorkDirs() {
 		_ = lock.Close()
 	}
 }
+
+// ProcessesWithEnv lists the live processes (pid and command line) whose
+// environment holds kv, such as TMPDIR=<a test's directory>: every process
+// a harness user starts inherits it, so tests find what was left behind.
+func ProcessesWithEnv(kv string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var found []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(environ), "\x00"), kv) {
+			continue
+		}
+		// Zombies are gone but for their parent's wait: the state field
+		// follows the command in parentheses.
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		found = append(found, e.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return found
+}

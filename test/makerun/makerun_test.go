@@ -9,7 +9,6 @@ package makerun_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,7 +191,7 @@ func (r *makeRun) checkCleanExit(t *testing.T, tmp string) {
 	}
 	// Processes killed at the end may take a moment to be reaped.
 	deadline := time.Now().Add(15 * time.Second)
-	for left := leftoverProcesses(tmp); len(left) > 0; left = leftoverProcesses(tmp) {
+	for left := harness.ProcessesWithEnv("TMPDIR=" + tmp); len(left) > 0; left = harness.ProcessesWithEnv("TMPDIR=" + tmp) {
 		if time.Now().After(deadline) {
 			t.Fatalf("processes left behind:\n%s", strings.Join(left, "\n"))
 		}
@@ -201,46 +200,6 @@ func (r *makeRun) checkCleanExit(t *testing.T, tmp string) {
 	if dirs, _ := filepath.Glob(filepath.Join(tmp, "sg-harness-*")); len(dirs) > 0 {
 		t.Fatalf("directories left behind: %v", dirs)
 	}
-}
-
-// leftoverProcesses lists the live processes whose environment has
-// TMPDIR=tmp: everything make run started inherits it.
-func leftoverProcesses(tmp string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var left []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !containsVar(environ, "TMPDIR="+tmp) {
-			continue
-		}
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if isZombie(stat) {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		left = append(left, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
-	}
-	return left
-}
-
-func containsVar(environ []byte, kv string) bool {
-	for _, v := range strings.Split(string(environ), "\x00") {
-		if v == kv {
-			return true
-		}
-	}
-	return false
-}
-
-// isZombie reads the state field of /proc/PID/stat (after the command in
-// parentheses).
-func isZombie(stat []byte) bool {
-	i := strings.LastIndexByte(string(stat), ')')
-	return i >= 0 && len(stat) > i+2 && stat[i+2] == 'Z'
 }
 
 // readmeBlocks returns the README's shell blocks whose info string is

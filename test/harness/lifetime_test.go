@@ -1,0 +1,81 @@
+package harness
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/test/syncbuf"
+)
+
+// TestControlPlaneDiesWithAKilledHarness kills a harness process outright
+// (SIGKILL: no cleanup runs): its etcd, kube-apiserver and
+// kube-controller-manager must die with it, and the next harness start
+// removes the work directory it left.
+func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
+	tmp := t.TempDir()
+	fleet := filepath.Join(t.TempDir(), "fleet")
+	build := exec.Command("go", "build", "-o", fleet, "./cmd/fleet")
+	build.Dir = filepath.Join(RepoRoot(), "test", "harness")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build fleet: %v\n%s", err, out)
+	}
+	out := &syncbuf.Buffer{}
+	cmd := exec.Command(fleet, "-out", filepath.Join(tmp, "out"), filepath.Join(RepoRoot(), "environments", "local-east.yaml"))
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(out.String(), "cluster(s) ready") {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("fleet not ready:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	running := strings.Join(ProcessesWithEnv("TMPDIR="+tmp), "\n")
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		if !strings.Contains(running, name) {
+			t.Fatalf("no %s among the harness's processes:\n%s", name, running)
+		}
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline = time.Now().Add(15 * time.Second)
+	for left := ProcessesWithEnv("TMPDIR=" + tmp); len(left) > 0; left = ProcessesWithEnv("TMPDIR=" + tmp) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes outlived the killed harness:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	abandoned, _ := filepath.Glob(filepath.Join(tmp, workDirPattern+"*"))
+	if len(abandoned) != 1 {
+		t.Fatalf("work directories after the kill: %v", abandoned)
+	}
+	t.Setenv("TMPDIR", tmp)
+	dir, lock, err := newWorkDir("live") // sweeps first
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(abandoned[0]); !os.IsNotExist(err) {
+		t.Fatalf("the abandoned work directory survived the next start: %v", err)
+	}
+	removeAbandonedWorkDirs()
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("a work directory in use was swept: %v", err)
+	}
+	_ = lock.Close()
+	removeAbandonedWorkDirs()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a released work directory was not swept: %v", err)
+	}
+}
