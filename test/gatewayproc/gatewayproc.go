@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,6 +132,7 @@ func Start(t *testing.T, binary string, env []string) *Process {
 	t.Helper()
 	cmd := exec.CommandContext(context.Background(), binary, "serve")
 	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a test binary killed at its timeout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
