@@ -538,7 +538,6 @@ var environmentTable = table[api.Environment]{
 	},
 }
 
-
 // describeEnvironment is the detailed view of one environment.
 func describeEnvironment(w io.Writer, e api.Environment) error {
 	d := newDetails(w)

@@ -84,6 +84,10 @@ func TestEnvCommands(t *testing.T) {
 	if len(rwx) != 1 || rwx[0].Name != "shared-files" {
 		t.Fatalf("classes --access-mode ReadWriteMany: %+v", rwx)
 	}
+	// The short access-mode names the tables print are accepted as input.
+	if out := mustRun(t, cli, "classes", "--access-mode", "rwx", "-o", "name"); out != "storageclass/shared-files\n" {
+		t.Fatalf("classes --access-mode rwx -o name: %q", out)
+	}
 	if out, err := run(t, cli, "classes", "--expandable", "maybe"); err == nil || !strings.Contains(out, "--expandable must be true or false") {
 		t.Fatalf("classes --expandable maybe: %v\n%s", err, out)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,12 @@ func TestAuditCommand(t *testing.T) {
 	}
 	if len(events) != 1 || events[0].Subject != "test-admin" || events[0].EnvironmentID != "nowhere" || events[0].Status != 404 {
 		t.Fatalf("audit events: %+v", events)
+	}
+	if out := mustRun(t, cli, "audit", "-o", "name", "--action", "deleteEnvironment"); !regexp.MustCompile(`^auditevent/\d+\n$`).MatchString(out) {
+		t.Fatalf("audit -o name: %q", out)
+	}
+	if out := mustRun(t, cli, "audit", "-o", "wide", "--action", "deleteEnvironment"); !strings.Contains(out, "EVENT") || !strings.Contains(out, "nowhere") {
+		t.Fatalf("audit -o wide:\n%s", out)
 	}
 	table := mustRun(t, cli, "audit", "--subject", "test-admin")
 	if !strings.Contains(table, "deleteEnvironment") || !strings.Contains(table, "nowhere") || !strings.Contains(table, "404") {

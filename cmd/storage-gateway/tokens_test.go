@@ -73,8 +73,14 @@ func TestTokensCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 3 || listed[0].Subject != "dashboards" {
 		t.Fatalf("tokens list -o json: %v\n%s", err, out)
 	}
+	yamlOut := mustRun(t, env, "tokens", "list", "-o", "yaml")
+	names := mustRun(t, env, "tokens", "list", "-o", "name")
+	if !strings.Contains(yamlOut, "- create_time:") || !strings.Contains(yamlOut, "subject: dashboards") ||
+		!strings.HasPrefix(names, "token/"+listed[0].ID+"\n") || strings.Count(names, "\n") != 3 {
+		t.Fatalf("tokens list -o yaml:\n%s\n-o name:\n%s", yamlOut, names)
+	}
 	for _, secret := range []string{viewer, admin, "sha256"} {
-		if strings.Contains(table+out, secret) {
+		if strings.Contains(table+out+yamlOut, secret) {
 			t.Fatalf("tokens list shows %q", secret)
 		}
 	}

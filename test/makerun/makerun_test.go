@@ -1,18 +1,22 @@
 // Package makerun_test runs `make run` the way a person does on the first
 // day, on its own database, state directory, ports and temporary directory:
-// the README's walkthrough blocks run verbatim against it, closing the
-// terminal (SIGHUP) and Ctrl-C (SIGINT) leave no process or directory behind
-// and no make error, a second run says what it restored, and
-// `make run-reset` starts afresh.
+// its state files are the owner's and its gateway kubeconfigs work; the
+// README's walkthrough blocks run verbatim against it (with DCM's manager
+// too); closing the terminal (SIGHUP) and Ctrl-C (SIGINT) leave no process,
+// directory or listener behind and no make error; a second run says what it
+// restored; and `make run-reset` starts afresh.
 package makerun_test
 
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +25,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
@@ -47,9 +54,12 @@ func TestMakeRunFirstDay(t *testing.T) {
 	dcmDB := pgtest.NewDatabase(t) // a name of its own, for DCM's manager
 	// A person's shell: the test's environment without any SG_* setting,
 	// then what keeps this run apart from others on the machine.
+	// (`make test` runs this inside make: its variables would make this
+	// make a sub-make.)
 	var base []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SG_") && !strings.HasPrefix(kv, "TMPDIR=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "SG_") && !slices.Contains([]string{"TMPDIR", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}, name) {
 			base = append(base, kv)
 		}
 	}
@@ -60,6 +70,7 @@ func TestMakeRunFirstDay(t *testing.T) {
 	first := startMakeRun(t, root, append(base, "SG_EMBEDDED_NATS_LISTEN=off"))
 	first.waitFor(t, readyLine, 10*time.Minute)
 	exports := first.exports(t)
+	checkStateFiles(t, state, exports)
 	for i, block := range readmeBlocks(t, root, "walkthrough") {
 		out := runBlock(t, root, append(base, exports...), block, first)
 		t.Logf("walkthrough block %d:\n%s", i+1, out)
@@ -69,7 +80,7 @@ func TestMakeRunFirstDay(t *testing.T) {
 	}
 	first.signal(t, syscall.SIGHUP)
 	first.wait(t)
-	first.checkCleanExit(t, tmp)
+	first.checkCleanExit(t, tmp, exports)
 
 	// The second run, with DCM: it names what it restored; DCM's walkthrough
 	// runs; Ctrl-C ends it without a make error.
@@ -81,11 +92,17 @@ func TestMakeRunFirstDay(t *testing.T) {
 		t.Fatalf("second run does not say what it restored:\n%s", out)
 	}
 	for _, block := range readmeBlocks(t, root, "walkthrough-dcm") {
-		t.Logf("DCM walkthrough:\n%s", runBlock(t, root, append(base, second.exports(t)...), block, second))
+		out := runBlock(t, root, append(base, second.exports(t)...), block, second)
+		t.Logf("DCM walkthrough:\n%s", out)
+		for _, provider := range []string{"storage-gateway-local-east", "storage-gateway-local-west"} {
+			if !regexp.MustCompile(`"display_name":"` + provider + `"[^}]*"health_status":"ready"`).MatchString(out) {
+				t.Fatalf("DCM does not list %s as a ready provider:\n%s", provider, out)
+			}
+		}
 	}
 	second.signal(t, syscall.SIGINT)
 	second.wait(t)
-	second.checkCleanExit(t, tmp)
+	second.checkCleanExit(t, tmp, second.exports(t))
 
 	// make run-reset: the databases and the state are gone.
 	reset := exec.Command("make", "run-reset")
@@ -111,14 +128,16 @@ func TestMakeRunFirstDay(t *testing.T) {
 // makeRun is one `make run` in a process group of its own, as a terminal
 // runs a foreground job.
 type makeRun struct {
-	cmd  *exec.Cmd
-	out  *syncbuf.Buffer
-	done chan error
+	cmd *exec.Cmd
+	out *syncbuf.Buffer
+	// exited is closed once make has exited, with err its Wait error.
+	exited chan struct{}
+	err    error
 }
 
 func startMakeRun(t *testing.T, root string, env []string, args ...string) *makeRun {
 	t.Helper()
-	r := &makeRun{out: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	r := &makeRun{out: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	r.cmd = exec.Command("make", append([]string{"run"}, args...)...)
 	r.cmd.Dir, r.cmd.Env = root, env
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
@@ -126,11 +145,13 @@ func startMakeRun(t *testing.T, root string, env []string, args ...string) *make
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { r.done <- r.cmd.Wait() }()
+	go func() { r.err = r.cmd.Wait(); close(r.exited) }()
 	t.Cleanup(func() {
-		if r.cmd.ProcessState == nil {
+		select {
+		case <-r.exited:
+		default:
 			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-			<-r.done
+			<-r.exited
 		}
 	})
 	return r
@@ -141,9 +162,8 @@ func (r *makeRun) waitFor(t *testing.T, text string, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(r.out.String(), text) {
 		select {
-		case err := <-r.done:
-			r.done <- err
-			t.Fatalf("make run ended (%v) before printing %q:\n%s", err, text, r.out)
+		case <-r.exited:
+			t.Fatalf("make run ended (%v) before printing %q:\n%s", r.err, text, r.out)
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -173,21 +193,31 @@ func (r *makeRun) signal(t *testing.T, sig syscall.Signal) {
 func (r *makeRun) wait(t *testing.T) {
 	t.Helper()
 	select {
-	case err := <-r.done:
-		r.done <- err
+	case <-r.exited:
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("make run still running 2 minutes after the signal:\n%s", r.out)
 	}
 }
 
+// makeError is how make reports a failed recipe or its own interruption.
+var makeError = regexp.MustCompile(`make(\[\d+\])?: \*\*\*`)
+
 // checkCleanExit: make reported no error, fleet stopped the clusters, and
 // nothing the run started is left — no process carrying its TMPDIR, no
-// harness directory in it.
-func (r *makeRun) checkCleanExit(t *testing.T, tmp string) {
+// harness directory in it, nothing listening at the gateway's address.
+func (r *makeRun) checkCleanExit(t *testing.T, tmp string, exports []string) {
 	t.Helper()
 	out := r.out.String()
-	if strings.Contains(out, "make: ***") || !strings.Contains(out, "fleet: clusters stopped") {
+	if makeError.MatchString(out) || !strings.Contains(out, "fleet: clusters stopped") {
 		t.Fatalf("make run did not end cleanly:\n%s", out)
+	}
+	gateway, err := url.Parse(exportValue(t, exports, "SG_GATEWAY_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(t.Context(), "tcp", gateway.Host); err == nil {
+		_ = conn.Close()
+		t.Fatalf("%s still accepts connections", gateway.Host)
 	}
 	// Processes killed at the end may take a moment to be reaped.
 	deadline := time.Now().Add(15 * time.Second)
@@ -199,6 +229,54 @@ func (r *makeRun) checkCleanExit(t *testing.T, tmp string) {
 	}
 	if dirs, _ := filepath.Glob(filepath.Join(tmp, "sg-harness-*")); len(dirs) > 0 {
 		t.Fatalf("directories left behind: %v", dirs)
+	}
+}
+
+// exportValue is the value of name in the note's export line.
+func exportValue(t *testing.T, exports []string, name string) string {
+	t.Helper()
+	for _, kv := range exports {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s in %v", name, exports)
+	return ""
+}
+
+// checkStateFiles: the development key ring, the token file and the
+// cluster kubeconfigs are the owner's alone; the token file holds no token;
+// each gateway kubeconfig reaches its cluster.
+func checkStateFiles(t *testing.T, state string, exports []string) {
+	t.Helper()
+	files := []string{"keyring.json", "tokens.json"}
+	specs, err := harness.LocalSpecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		files = append(files, filepath.Join("clusters", s.Environment.ID+".kubeconfig"), filepath.Join("clusters", s.Environment.ID+".admin.kubeconfig"))
+	}
+	for _, f := range files {
+		if fi, err := os.Stat(filepath.Join(state, f)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, %v; want mode 0600", f, fi, err)
+		}
+	}
+	if raw, err := os.ReadFile(filepath.Join(state, "tokens.json")); err != nil || strings.Contains(string(raw), exportValue(t, exports, "SG_GATEWAY_TOKEN")) {
+		t.Fatalf("the token file holds the token (or is unreadable: %v)", err)
+	}
+	for _, s := range specs {
+		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(state, "clusters", s.Environment.ID+".kubeconfig"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if classes, err := cs.StorageV1().StorageClasses().List(t.Context(), metav1.ListOptions{}); err != nil || len(classes.Items) == 0 {
+			t.Fatalf("%s: the gateway kubeconfig lists %v storage classes: %v", s.Environment.ID, classes, err)
+		}
 	}
 }
 
