@@ -132,12 +132,20 @@ var accessAbbreviations = map[api.KubernetesAccessMode]string{
 // accessModeFlag reads an access mode as the tables print it (RWO, ROX,
 // RWX, RWOP, in any case) or by its Kubernetes name.
 func accessModeFlag(flag, v string) (string, error) {
-	for full, short := range accessAbbreviations {
-		if strings.EqualFold(v, short) || strings.EqualFold(v, string(full)) {
-			return string(full), nil
-		}
+	if full, ok := fullAccessMode(v); ok {
+		return full, nil
 	}
 	return "", fmt.Errorf("%s %q: want RWO, ROX, RWX or RWOP (or ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod)", flag, v)
+}
+
+// fullAccessMode is the Kubernetes name of an access mode given either way.
+func fullAccessMode(v string) (string, bool) {
+	for full, short := range accessAbbreviations {
+		if strings.EqualFold(v, short) || strings.EqualFold(v, string(full)) {
+			return string(full), true
+		}
+	}
+	return v, false
 }
 
 // shortAccessModes prints access modes as kubectl does.

@@ -262,7 +262,35 @@ func readManifest(path, id string) (string, api.EnvironmentInput, error) {
 	if id == "" {
 		id = withID.ID
 	}
+	expandAccessModes(&in)
 	return id, in, nil
+}
+
+// expandAccessModes writes the access modes of a manifest written the way
+// the tables print them (RWO, ...) by their Kubernetes names; anything else
+// is left for the gateway to judge.
+func expandAccessModes(in *api.EnvironmentInput) {
+	if in.Defaults != nil && in.Defaults.AccessMode != nil {
+		full, _ := fullAccessMode(string(*in.Defaults.AccessMode))
+		*in.Defaults.AccessMode = api.AccessMode(full)
+	}
+	if in.CapabilityOverrides == nil {
+		return
+	}
+	for _, overrides := range []*map[string]api.CapabilityOverride{in.CapabilityOverrides.Provisioners, in.CapabilityOverrides.StorageClasses} {
+		if overrides == nil {
+			continue
+		}
+		for _, o := range *overrides {
+			if o.AccessModes == nil {
+				continue
+			}
+			for i, m := range *o.AccessModes {
+				full, _ := fullAccessMode(string(m))
+				(*o.AccessModes)[i] = api.KubernetesAccessMode(full)
+			}
+		}
+	}
 }
 
 func (c *gatewayClient) addCommand() *cobra.Command {
