@@ -88,6 +88,11 @@ func newAuditCommand() *cobra.Command {
 	f.StringVar(&since, "since", "", "only events at or after this (duration back from now, or RFC 3339 time)")
 	f.StringVar(&until, "until", "", "only events before this (duration back from now, or RFC 3339 time)")
 	f.IntVar(&limit, "limit", 100, "at most this many events")
+	for flag, field := range map[string]string{
+		"subject": "subject", "environment": "environment", "action": "action", "since": "start_time", "until": "end_time",
+	} {
+		setsFields(cmd, flag, field)
+	}
 	return cmd
 }
 

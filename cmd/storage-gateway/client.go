@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -234,6 +235,15 @@ func cliWords(cmd *cobra.Command, field, detail string) string {
 	if word, ok := cmd.Annotations[apiFieldAnnotation+":"+field]; ok && !named && strings.HasPrefix(detail, field+": ") {
 		detail = word + strings.TrimPrefix(detail, field)
 	}
+	// Parameter names such as start_time are API words wherever they stand
+	// ("end_time: must not be before start_time").
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		for _, apiField := range f.Annotations[apiFieldAnnotation] {
+			if strings.Contains(apiField, "_") && !strings.Contains(apiField, ".") {
+				detail = regexp.MustCompile(`\b`+regexp.QuoteMeta(apiField)+`\b`).ReplaceAllString(detail, "--"+f.Name)
+			}
+		}
+	})
 	return detail
 }
 

@@ -116,6 +116,9 @@ func TestAuditCommand(t *testing.T) {
 	if out := mustRun(t, cli, "audit", "--action", "createVolume"); strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Fatalf("a filter that matches nothing printed rows:\n%s", out)
 	}
+	if out, err := run(t, cli, "audit", "--since", "1h", "--until", "2h"); err == nil || !strings.Contains(out, "--until: must not be before --since") {
+		t.Fatalf("--until before --since: %v\n%s", err, out)
+	}
 	if out, err := run(t, cli, "audit", "--since", "yesterday"); err == nil || !strings.Contains(out, "--since") {
 		t.Fatalf("a bad --since: %v\n%s", err, out)
 	}
