@@ -72,7 +72,7 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
 
 run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state
-	$(GO) run ./test/harness/cmd/reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE)
+	$(GO) run ./test/harness/cmd/reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE) -gateway $(GATEWAY_URL)
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind

@@ -96,7 +96,7 @@ func classFilters(p *api.ListStorageClassesParams, environments []string, region
 		}
 	}
 	if accessMode != "" {
-		mode, err := accessModeFlag("--access-mode", accessMode)
+		mode, err := accessModeFlag("--access-mode", accessMode, classAccessModes)
 		if err != nil {
 			return err
 		}
@@ -129,13 +129,26 @@ var accessAbbreviations = map[api.KubernetesAccessMode]string{
 	api.KubernetesAccessModeReadWriteMany: "RWX", api.KubernetesAccessModeReadWriteOncePod: "RWOP",
 }
 
-// accessModeFlag reads an access mode as the tables print it (RWO, ROX,
-// RWX, RWOP, in any case) or by its Kubernetes name.
-func accessModeFlag(flag, v string) (string, error) {
-	if full, ok := fullAccessMode(v); ok {
+// The access modes a flag may take: a StorageClass may support any of
+// them; a volume, and an environment's default for volumes, asks for one of
+// the first three (ReadWriteOncePod is not part of DCM's volume contract).
+var (
+	classAccessModes = []api.KubernetesAccessMode{api.KubernetesAccessModeReadWriteOnce, api.KubernetesAccessModeReadOnlyMany,
+		api.KubernetesAccessModeReadWriteMany, api.KubernetesAccessModeReadWriteOncePod}
+	volumeAccessModes = classAccessModes[:3]
+)
+
+// accessModeFlag reads an access mode among allowed, as the tables print it
+// (RWO, ROX, RWX, RWOP, in any case) or by its Kubernetes name.
+func accessModeFlag(flag, v string, allowed []api.KubernetesAccessMode) (string, error) {
+	if full, ok := fullAccessMode(v); ok && slices.Contains(allowed, api.KubernetesAccessMode(full)) {
 		return full, nil
 	}
-	return "", fmt.Errorf("%s %q: want RWO, ROX, RWX or RWOP (or ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod)", flag, v)
+	short, full := make([]string, len(allowed)), make([]string, len(allowed))
+	for i, m := range allowed {
+		short[i], full[i] = accessAbbreviations[m], string(m)
+	}
+	return "", fmt.Errorf("%s %q: want %s (or %s)", flag, v, strings.Join(short, ", "), strings.Join(full, ", "))
 }
 
 // fullAccessMode is the Kubernetes name of an access mode given either way.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,8 +57,8 @@ func envOr(name, def string) string {
 
 // client checks the flags and returns an API client for the gateway.
 func (c *gatewayClient) client(ctx context.Context) (*api.ClientWithResponses, error) {
-	if !slices.Contains(outputFormats, c.output) {
-		return nil, fmt.Errorf("--output must be one of %s", strings.Join(outputFormats, ", "))
+	if err := checkOutput(c.output); err != nil {
+		return nil, err
 	}
 	base, err := gatewayURL(c.gateway)
 	if err != nil {
@@ -93,18 +94,26 @@ func (c *gatewayClient) client(ctx context.Context) (*api.ClientWithResponses, e
 		}))
 }
 
-// gatewayURL reads --gateway: a base URL, or host:port for plain http (what
-// people type for a gateway on their own machine).
+// gatewayURL reads --gateway: a base URL, or host:port — http for a gateway
+// on this machine (what `make run` serves), https for any other, so a bearer
+// token never leaves the machine unencrypted because a scheme was left out.
 func gatewayURL(raw string) (string, error) {
 	withScheme := raw
 	if !strings.Contains(raw, "://") {
-		withScheme = "http://" + raw
+		withScheme = "https://" + raw
+		if u, err := url.Parse("http://" + raw); err == nil && secureOrLocal(u.String()) {
+			withScheme = u.String()
+		}
 	}
 	u, err := url.Parse(withScheme)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 		u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("--gateway %q is not a gateway address: give its base URL (http://127.0.0.1:8080, "+
-			"https://gateway.example.com) or host:port", raw)
+		shown := fmt.Sprintf(" %q", raw)
+		if strings.Contains(raw, "@") {
+			shown = "" // it may carry a password
+		}
+		return "", fmt.Errorf("--gateway%s is not a gateway address: give its base URL (http://127.0.0.1:8080, "+
+			"https://gateway.example.com) or host:port", shown)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
@@ -122,8 +131,8 @@ func secureOrLocal(raw string) bool {
 	return u.Scheme == "http" && (u.Hostname() == "localhost" || err == nil && ip.IsLoopback())
 }
 
-// reachTransport marks a request that got no answer from the gateway, so
-// the CLI can say that once, plainly, with how to point it elsewhere.
+// reachTransport marks a request the gateway did not answer, so the CLI
+// can say that once, plainly.
 type reachTransport struct {
 	base    http.RoundTripper
 	gateway string
@@ -132,9 +141,18 @@ type reachTransport struct {
 func (t reachTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err != nil && req.Context().Err() == nil {
-		return nil, &unreachableError{gateway: t.gateway, err: err}
+		return nil, &unreachableError{gateway: t.gateway, err: err, sent: !notSent(err)}
 	}
 	return resp, err
+}
+
+// notSent reports whether err ended the request before any of it reached
+// the gateway: no address, no connection, or no TLS session.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	var certErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	return errors.As(err, &opErr) && opErr.Op == "dial" || errors.As(err, &certErr) || errors.As(err, &recordErr)
 }
 
 // unreachableError is a request the gateway never answered. main prints it
@@ -143,26 +161,34 @@ func (t reachTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type unreachableError struct {
 	gateway string
 	err     error
+	// sent is set when the request may have reached the gateway (the
+	// connection broke, or no answer came in time): a change may have been
+	// made, and the gateway is not the wrong address.
+	sent bool
 }
 
 func (e *unreachableError) Error() string {
 	var dnsErr *net.DNSError
-	var reason string
+	var certErr *tls.CertificateVerificationError
 	switch {
+	case e.sent:
+		return fmt.Sprintf("no answer from the gateway at %s (%s); the request may have been carried out: "+
+			"check before repeating a change", e.gateway, e.err)
 	case errors.As(e.err, &dnsErr):
-		reason = fmt.Sprintf("no host named %q was found", dnsErr.Name)
+		return e.wrongAddress(fmt.Sprintf("no host named %q was found", dnsErr.Name))
 	case errors.Is(e.err, syscall.ECONNREFUSED):
-		reason = "nothing is listening there (is the gateway running? `make run` starts one)"
-	case errors.Is(e.err, os.ErrDeadlineExceeded):
-		reason = "it did not answer in time"
-	default:
-		var opErr *net.OpError
-		if errors.As(e.err, &opErr) && opErr.Err != nil {
-			reason = opErr.Err.Error()
-		} else {
-			reason = e.err.Error()
-		}
+		return e.wrongAddress("nothing is listening there (is the gateway running? `make run` starts one)")
+	case errors.As(e.err, &certErr):
+		return e.wrongAddress("its TLS certificate is not trusted: " + certErr.Err.Error())
 	}
+	var opErr *net.OpError
+	if errors.As(e.err, &opErr) && opErr.Err != nil {
+		return e.wrongAddress(opErr.Err.Error())
+	}
+	return e.wrongAddress(e.err.Error())
+}
+
+func (e *unreachableError) wrongAddress(reason string) string {
 	return fmt.Sprintf("cannot reach the gateway at %s: %s; point the CLI at the gateway with --gateway URL or SG_GATEWAY_URL",
 		e.gateway, reason)
 }
@@ -195,8 +221,7 @@ func argumentSets(cmd *cobra.Command, field, word string) {
 func problemError(cmd *cobra.Command, resp *http.Response, body []byte) error {
 	var p api.Problem
 	if json.Unmarshal(body, &p) != nil || p.Type == "" {
-		return fmt.Errorf("unexpected answer from %s: HTTP %d (is --gateway the address of a storage-gateway?)",
-			resp.Request.URL.Redacted(), resp.StatusCode)
+		return unexpectedAnswer(resp)
 	}
 	detail := cliWords(cmd, derefString(p.Field), derefString(p.Detail))
 	switch p.Type {
@@ -206,6 +231,21 @@ func problemError(cmd *cobra.Command, resp *http.Response, body []byte) error {
 		detail += " (see `storage-gateway tokens list` for the roles of static tokens)"
 	}
 	return fmt.Errorf("%s (HTTP %d): %s", p.Type, p.Status, detail)
+}
+
+// unexpectedAnswer is an answer that is not the API's: most likely
+// --gateway names something else.
+func unexpectedAnswer(resp *http.Response) error {
+	return fmt.Errorf("unexpected answer from %s: HTTP %d (is --gateway the address of a storage-gateway?)",
+		resp.Request.URL.Redacted(), resp.StatusCode)
+}
+
+// checkOutput refuses an -o value the printers do not know.
+func checkOutput(format string) error {
+	if !slices.Contains(outputFormats, format) {
+		return fmt.Errorf("--output must be one of %s", strings.Join(outputFormats, ", "))
+	}
+	return nil
 }
 
 // cliWords rewrites a problem's detail ("field: what is wrong") to name the
@@ -235,12 +275,14 @@ func cliWords(cmd *cobra.Command, field, detail string) string {
 	if word, ok := cmd.Annotations[apiFieldAnnotation+":"+field]; ok && !named && strings.HasPrefix(detail, field+": ") {
 		detail = word + strings.TrimPrefix(detail, field)
 	}
-	// Parameter names such as start_time are API words wherever they stand
-	// ("end_time: must not be before start_time").
+	// The name of a query parameter the command line set is an API word
+	// wherever it stands ("end_time: must not be before start_time"), but
+	// not as part of a longer path (spec.provider_hints.kubernetes.access_mode).
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		for _, apiField := range f.Annotations[apiFieldAnnotation] {
-			if strings.Contains(apiField, "_") && !strings.Contains(apiField, ".") {
-				detail = regexp.MustCompile(`\b`+regexp.QuoteMeta(apiField)+`\b`).ReplaceAllString(detail, "--"+f.Name)
+			if f.Changed && strings.Contains(apiField, "_") && !strings.Contains(apiField, ".") {
+				word := regexp.MustCompile(`(^|[^.\w])` + regexp.QuoteMeta(apiField) + `\b`)
+				detail = word.ReplaceAllString(detail, "${1}--"+f.Name)
 			}
 		}
 	})

@@ -201,7 +201,7 @@ func (f *specFlags) defaults(cmd *cobra.Command, in *api.EnvironmentInput) error
 		in.Defaults.StorageClass = &f.storageClass
 	}
 	if cmd.Flags().Changed("access-mode") {
-		mode, err := accessModeFlag("--access-mode", f.accessMode)
+		mode, err := accessModeFlag("--access-mode", f.accessMode, volumeAccessModes)
 		if err != nil {
 			return err
 		}
@@ -534,8 +534,7 @@ func (c *gatewayClient) printEnvironment(cmd *cobra.Command, resp *http.Response
 	}
 	var env api.Environment
 	if err := json.Unmarshal(body, &env); err != nil {
-		return fmt.Errorf("unexpected answer from %s: HTTP %d (is --gateway the address of a storage-gateway?)",
-			resp.Request.URL.Redacted(), resp.StatusCode)
+		return unexpectedAnswer(resp)
 	}
 	var describe func(io.Writer, api.Environment) error
 	if detailed {
@@ -629,22 +628,22 @@ func overrides(what string, m *map[string]api.CapabilityOverride) []string {
 		o := (*m)[name]
 		var parts []string
 		if o.AccessModes != nil {
-			var modes []string
-			for _, mode := range *o.AccessModes {
-				modes = append(modes, string(mode))
-			}
-			parts = append(parts, "access modes "+strings.Join(modes, ","))
+			parts = append(parts, "access modes "+joinModes(*o.AccessModes))
 		}
 		if o.VolumeModes != nil {
-			var modes []string
-			for _, mode := range *o.VolumeModes {
-				modes = append(modes, string(mode))
-			}
-			parts = append(parts, "volume modes "+strings.Join(modes, ","))
+			parts = append(parts, "volume modes "+joinModes(*o.VolumeModes))
 		}
 		lines = append(lines, fmt.Sprintf("%s %s: %s", what, name, strings.Join(parts, "; ")))
 	}
 	return lines
+}
+
+func joinModes[M ~string](modes []M) string {
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = string(m)
+	}
+	return strings.Join(names, ",")
 }
 
 func dcmState(e api.Environment) string {

@@ -167,12 +167,15 @@ func newKeysListCommand(path func() (string, error)) *cobra.Command {
 					if use == nil {
 						use = &environments.KeyUse{}
 					}
-					primary := fmt.Sprint(id == reg.keys.Primary())
-					if !slices.Contains(reg.keys.IDs(), id) {
+					primary, inFile := fmt.Sprint(id == reg.keys.Primary()), slices.Contains(reg.keys.IDs(), id)
+					if !inFile {
 						primary = "(not in the file)"
 					}
 					fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", id, primary, use.Environments, cell(strings.Join(use.Unopened, ",")))
-					if len(use.Unopened) > 0 {
+					switch {
+					case !inFile:
+						problems = append(problems, fmt.Sprintf("the file has no key %s, which sealed the credentials of %s", id, strings.Join(use.Unopened, ", ")))
+					case len(use.Unopened) > 0:
 						problems = append(problems, fmt.Sprintf("key %s cannot open the credentials of %s", id, strings.Join(use.Unopened, ", ")))
 					}
 				}

@@ -139,7 +139,7 @@ func TestKeysListNamesKeysThatCannotOpenTheirCredentials(t *testing.T) {
 	mustRun(t, []string{"SG_KEY_RING_FILE=" + lost}, "keys", "promote", "lost")
 	insertSealed(t, db, lost, "c")
 	out, err = run(t, append(env, "SG_KEY_RING_FILE="+ring), "keys", "list")
-	if err == nil || !strings.Contains(out, "lost  (not in the file)  1") || !strings.Contains(out, "key lost cannot open the credentials of c") {
+	if err == nil || !strings.Contains(out, "lost  (not in the file)  1") || !strings.Contains(out, "the file has no key lost, which sealed the credentials of c") {
 		t.Fatalf("list with a key missing from the file: %v\n%s", err, out)
 	}
 }

@@ -51,10 +51,34 @@ func newRootCommand() *cobra.Command {
 	}
 	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newVolumeCommand(), newClassesCommand(),
 		newKeysCommand(), newTokensCommand(), newLoginCommand(), newLogoutCommand(), newAuditCommand(), newVersionCommand())
+	// Added now rather than by cobra at Execute, so that it is part of the
+	// tree the loop below and the help test see.
+	root.InitDefaultCompletionCmd()
 	for _, cmd := range root.Commands() {
+		if cmd.Name() == "completion" {
+			completionExamples(cmd)
+		}
 		refuseUnknownSubcommands(cmd)
 	}
 	return root
+}
+
+// completionExamples gives cobra's completion commands examples like the
+// rest.
+func completionExamples(cmd *cobra.Command) {
+	cmd.Example = "  source <(storage-gateway completion bash)\n  storage-gateway completion zsh > \"${fpath[1]}/_storage-gateway\""
+	for _, shell := range cmd.Commands() {
+		switch shell.Name() {
+		case "bash":
+			shell.Example = "  source <(storage-gateway completion bash)"
+		case "zsh":
+			shell.Example = "  storage-gateway completion zsh > \"${fpath[1]}/_storage-gateway\""
+		case "fish":
+			shell.Example = "  storage-gateway completion fish > ~/.config/fish/completions/storage-gateway.fish"
+		default:
+			shell.Example = "  storage-gateway completion " + shell.Name() + " | Out-String | Invoke-Expression"
+		}
+	}
 }
 
 // refuseUnknownSubcommands makes cmd and the command groups under it fail on

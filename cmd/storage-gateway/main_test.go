@@ -278,9 +278,26 @@ func TestMissingDatabaseHintsHowToCreateIt(t *testing.T) {
 // with what went wrong and the flag and variable that choose the gateway.
 func TestUnreachableGatewaySaysHowToPointTheCLIAtIt(t *testing.T) {
 	env := []string{"SG_GATEWAY_TOKEN=t"}
+	// Something that takes the request and hangs up without an answer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = conn.Read(make([]byte, 4096))
+			_ = conn.Close()
+		}
+	}()
 	for _, c := range []struct {
 		gateway, want string
 	}{
+		{ln.Addr().String(), "no answer from the gateway at http://" + ln.Addr().String() + " (EOF); the request may have been carried out"},
 		{"127.0.0.1:1", `cannot reach the gateway at http://127.0.0.1:1: nothing is listening there`},
 		{"http://no-such-host.invalid:8080", `cannot reach the gateway at http://no-such-host.invalid:8080: no host named "no-such-host.invalid" was found`},
 		{"ftp://gateway", `--gateway "ftp://gateway" is not a gateway address`},
@@ -299,7 +316,7 @@ func TestUnreachableGatewaySaysHowToPointTheCLIAtIt(t *testing.T) {
 // TestMistypedSubcommandFails: `env lst` is an error with suggestions, not
 // help and exit 0; a group alone still prints its help.
 func TestMistypedSubcommandFails(t *testing.T) {
-	for _, args := range [][]string{{"env", "lst"}, {"volume", "creat"}, {"keys", "lsit"}, {"tokens", "revok"}} {
+	for _, args := range [][]string{{"env", "lst"}, {"volume", "creat"}, {"keys", "lsit"}, {"tokens", "revok"}, {"completion", "bsh"}} {
 		out, err := run(t, nil, args...)
 		if err == nil || !strings.Contains(out, `unknown command "`+args[1]+`"`) || !strings.Contains(out, "Did you mean this?") {
 			t.Errorf("%v: %v\n%s", args, err, out)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -170,8 +169,8 @@ func newTokensListCommand(path func() (string, error)) *cobra.Command {
 		Example: "  storage-gateway tokens list --file /etc/storage-gateway/tokens.json\n  storage-gateway tokens list -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(outputFormats, output) {
-				return fmt.Errorf("--output must be one of %s", strings.Join(outputFormats, ", "))
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			p, err := path()
 			if err != nil {

@@ -189,7 +189,7 @@ func kubernetesHints(namespace, storageClass, accessMode, volumeMode string) (*a
 		h.StorageClass = &storageClass
 	}
 	if accessMode != "" {
-		mode, err := accessModeFlag("--access-mode", accessMode)
+		mode, err := accessModeFlag("--access-mode", accessMode, volumeAccessModes)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -163,4 +165,18 @@ func ProcessesWithEnv(kv string) []string {
 		found = append(found, e.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 	return found
+}
+
+// WaitForNoProcessesWithEnv fails t when processes with kv in their
+// environment are still alive after timeout (killed ones may take a moment
+// to go).
+func WaitForNoProcessesWithEnv(t testing.TB, kv string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for left := ProcessesWithEnv(kv); len(left) > 0; left = ProcessesWithEnv(kv) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes with %s left behind:\n%s", kv, strings.Join(left, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -49,13 +49,7 @@ func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	deadline = time.Now().Add(15 * time.Second)
-	for left := ProcessesWithEnv("TMPDIR=" + tmp); len(left) > 0; left = ProcessesWithEnv("TMPDIR=" + tmp) {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes outlived the killed harness:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	WaitForNoProcessesWithEnv(t, "TMPDIR="+tmp, 15*time.Second)
 
 	abandoned, _ := filepath.Glob(filepath.Join(tmp, workDirPattern+"*"))
 	if len(abandoned) != 1 {

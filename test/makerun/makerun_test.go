@@ -71,16 +71,26 @@ func TestMakeRunFirstDay(t *testing.T) {
 	first.waitFor(t, readyLine, 10*time.Minute)
 	exports := first.exports(t)
 	checkStateFiles(t, state, exports)
+	// Each block runs with bash -euo pipefail: a failing command fails the
+	// test. What the first two print is checked too.
+	expect := [][]string{
+		{`"status":"ready"`, "\n401\n", "local-east", "local-west", "READY", "Labels:", "shared-files"},
+		{"volume/db-1 deleted", `"status":"healthy"`, `"message":"READY: `, "createVolume"},
+	}
 	for i, block := range readmeBlocks(t, root, "walkthrough") {
 		out := runBlock(t, root, append(base, exports...), block, first)
 		t.Logf("walkthrough block %d:\n%s", i+1, out)
-		if i == 0 && (!strings.Contains(out, "local-east") || !strings.Contains(out, "READY") || !strings.Contains(out, "401")) {
-			t.Fatalf("walkthrough block 1 printed:\n%s", out)
+		if i < len(expect) {
+			for _, want := range expect[i] {
+				if !strings.Contains(out, want) {
+					t.Fatalf("walkthrough block %d printed no %q:\n%s", i+1, want, out)
+				}
+			}
 		}
 	}
 	first.signal(t, syscall.SIGHUP)
 	first.wait(t)
-	first.checkCleanExit(t, tmp, exports)
+	first.checkCleanExit(t, tmp, exports, syscall.SIGHUP)
 
 	// The second run, with DCM: it names what it restored; DCM's walkthrough
 	// runs; Ctrl-C ends it without a make error.
@@ -100,14 +110,22 @@ func TestMakeRunFirstDay(t *testing.T) {
 			}
 		}
 	}
+	// make run-reset refuses while make run runs.
+	reset := func() (string, error) {
+		cmd := exec.Command("make", "run-reset")
+		cmd.Dir, cmd.Env = root, append(base, "DCM_DATABASE="+dcmDB.Name)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := reset(); err == nil || !strings.Contains(out, "stop make run first") {
+		t.Fatalf("make run-reset while make run runs: %v\n%s", err, out)
+	}
 	second.signal(t, syscall.SIGINT)
 	second.wait(t)
-	second.checkCleanExit(t, tmp, second.exports(t))
+	second.checkCleanExit(t, tmp, second.exports(t), syscall.SIGINT)
 
 	// make run-reset: the databases and the state are gone.
-	reset := exec.Command("make", "run-reset")
-	reset.Dir, reset.Env = root, append(base, "DCM_DATABASE="+dcmDB.Name)
-	if out, err := reset.CombinedOutput(); err != nil {
+	if out, err := reset(); err != nil {
 		t.Fatalf("make run-reset: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
@@ -205,11 +223,18 @@ var makeError = regexp.MustCompile(`make(\[\d+\])?: \*\*\*`)
 // checkCleanExit: make reported no error, fleet stopped the clusters, and
 // nothing the run started is left — no process carrying its TMPDIR, no
 // harness directory in it, nothing listening at the gateway's address.
-func (r *makeRun) checkCleanExit(t *testing.T, tmp string, exports []string) {
+func (r *makeRun) checkCleanExit(t *testing.T, tmp string, exports []string, sig syscall.Signal) {
 	t.Helper()
 	out := r.out.String()
 	if makeError.MatchString(out) || !strings.Contains(out, "fleet: clusters stopped") {
 		t.Fatalf("make run did not end cleanly:\n%s", out)
+	}
+	// make itself ends by the terminal's signal (it re-raises it once its
+	// recipe is done) or exits 0; any exit code is a failure it reported.
+	status, ok := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	byTheSignal := ok && status.Signaled() && status.Signal() == sig
+	if !byTheSignal && (!ok || !status.Exited() || status.ExitStatus() != 0) {
+		t.Fatalf("make run ended with %v after %v:\n%s", r.err, sig, out)
 	}
 	gateway, err := url.Parse(exportValue(t, exports, "SG_GATEWAY_URL"))
 	if err != nil {
@@ -219,14 +244,7 @@ func (r *makeRun) checkCleanExit(t *testing.T, tmp string, exports []string) {
 		_ = conn.Close()
 		t.Fatalf("%s still accepts connections", gateway.Host)
 	}
-	// Processes killed at the end may take a moment to be reaped.
-	deadline := time.Now().Add(15 * time.Second)
-	for left := harness.ProcessesWithEnv("TMPDIR=" + tmp); len(left) > 0; left = harness.ProcessesWithEnv("TMPDIR=" + tmp) {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left behind:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	harness.WaitForNoProcessesWithEnv(t, "TMPDIR="+tmp, 15*time.Second)
 	if dirs, _ := filepath.Glob(filepath.Join(tmp, "sg-harness-*")); len(dirs) > 0 {
 		t.Fatalf("directories left behind: %v", dirs)
 	}

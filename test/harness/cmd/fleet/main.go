@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -70,6 +71,10 @@ func run() (int, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// After the first signal, a second one ends fleet at once: what it
+	// started dies with it (parent-death signals), and the next start
+	// sweeps the clusters' directories.
+	context.AfterFunc(ctx, stop)
 	// `make run` runs fleet directly: should make be killed outright, fleet
 	// gets SIGTERM and stops everything it started.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
@@ -80,12 +85,17 @@ func run() (int, error) {
 	fmt.Fprintf(os.Stderr, "fleet: starting %d cluster(s) (the first run builds Kubernetes, ~10 min)\n", len(specs))
 	clusters, err := harness.StartAll(ctx, specs)
 	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil // interrupted while starting; StartAll stopped what it had started
+		}
 		return 1, err
 	}
 	defer func() {
+		var wg sync.WaitGroup
 		for _, c := range clusters {
-			c.Stop()
+			wg.Go(c.Stop)
 		}
+		wg.Wait()
 		fmt.Fprintln(os.Stderr, "fleet: clusters stopped")
 	}()
 	if err := writeKubeconfigs(*out, clusters); err != nil {
@@ -98,18 +108,36 @@ func run() (int, error) {
 		return 0, nil
 	}
 	if *also != "" {
-		companionCtx, stopCompanion := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			runCompanion(companionCtx, *gateway, strings.Fields(*also))
-		}()
-		defer func() { stopCompanion(); <-done }()
+		defer inBackground(ctx, func(ctx context.Context) { runCompanion(ctx, *gateway, strings.Fields(*also)) })()
 	}
 	if *register != "" {
-		go registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, os.Getenv(*noteEnv), *resetHint)
+		defer inBackground(ctx, func(ctx context.Context) {
+			registerAll(ctx, *gateway, strings.Fields(*register), clusters, *out, os.Getenv(*noteEnv), *resetHint)
+		})()
 	}
 	return runChild(ctx, command, *out)
+}
+
+// inBackground runs fn in a goroutine; the function it returns cancels fn's
+// context and waits for fn to return.
+func inBackground(ctx context.Context, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// childProcess is command as a child of fleet: when ctx ends it gets
+// SIGTERM, and SIGKILL grace later; when fleet dies, it gets SIGTERM.
+func childProcess(ctx context.Context, command []string, grace time.Duration) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = grace
+	return cmd
 }
 
 // runCompanion runs a command beside the main one once the gateway is ready
@@ -119,11 +147,8 @@ func runCompanion(ctx context.Context, gateway string, command []string) {
 	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
 		return
 	}
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd := childProcess(ctx, command, 10*time.Second)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "fleet: companion exited:", err)
 	}
@@ -145,7 +170,7 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 		args := append(slices.Clone(command[1:]), c.Name(),
 			"-f", filepath.Join(dir, c.Name()+".environment.yaml"),
 			"--kubeconfig", filepath.Join(dir, c.Name()+".kubeconfig"))
-		cmd := exec.CommandContext(ctx, command[0], args...)
+		cmd := childProcess(ctx, append([]string{command[0]}, args...), 10*time.Second)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.Env = append(os.Environ(), "SG_GATEWAY_URL="+gateway)
 		if err := cmd.Run(); err != nil {
@@ -368,12 +393,9 @@ func printSummary(clusters []*harness.Cluster, dir string, took time.Duration) {
 // kubeconfigs until it exits or ctx ends (then it gets SIGTERM, and SIGKILL
 // 30 s later), and returns its exit code.
 func runChild(ctx context.Context, command []string, dir string) (int, error) {
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd := childProcess(ctx, command, 30*time.Second)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "SG_LOCAL_CLUSTERS_DIR="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
 	return exitCode(cmd.Run())
 }
 

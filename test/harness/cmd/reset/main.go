@@ -4,7 +4,8 @@
 // the state directory (key ring, token file, cluster kubeconfigs, the
 // embedded NATS store). Stop `make run` first.
 //
-//	go run ./test/harness/cmd/reset -state ~/.local/state/storage-gateway -dcm-database service_provider
+//	go run ./test/harness/cmd/reset -state ~/.local/state/storage-gateway -dcm-database service_provider \
+//	    -gateway http://127.0.0.1:8080
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"time"
@@ -30,20 +32,29 @@ func main() {
 func run() error {
 	state := flag.String("state", "", "the state directory make run uses (removed)")
 	dcmDatabase := flag.String("dcm-database", "", "the database of DCM's manager on the same server (dropped)")
+	gateway := flag.String("gateway", "", "where make run serves: nothing is reset while something answers there")
 	flag.Parse()
 	if *state == "" {
 		return errors.New("-state is required")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if *gateway != "" {
+		if u, err := url.Parse(*gateway); err == nil {
+			if conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", u.Host); err == nil {
+				_ = conn.Close()
+				return fmt.Errorf("something listens at %s: stop make run first (dropping its database under it would break it)", u.Host)
+			}
+		}
 	}
 	cfg, err := config.Load()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	databases := []string{cfg.DatabaseURL}
 	if *dcmDatabase != "" {
 		u, err := url.Parse(cfg.DatabaseURL)
-		if err != nil {
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			return errors.New("SG_DATABASE_URL: use the URL form to reset the DCM database beside it")
 		}
 		u.Path = "/" + *dcmDatabase
