@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 )
@@ -115,17 +115,11 @@ var auditTable = table[api.AuditEvent]{
 	columns: []column[api.AuditEvent]{
 		{header: "TIME", value: func(e api.AuditEvent) string { return e.Time.Local().Format(time.RFC3339) }},
 		{header: "SUBJECT", value: func(e api.AuditEvent) string { return e.Subject }},
-		{header: "ROLES", value: func(e api.AuditEvent) string {
-			roles := make([]string, len(e.Roles))
-			for i, r := range e.Roles {
-				roles[i] = string(r)
-			}
-			return strings.Join(roles, ",")
-		}},
+		{header: "ROLES", value: func(e api.AuditEvent) string { return joinNames(e.Roles, ",") }},
 		{header: "METHOD", value: func(e api.AuditEvent) string { return string(e.AuthMethod) }},
 		{header: "ACTION", value: func(e api.AuditEvent) string { return e.Action }},
-		{header: "ENVIRONMENT", value: func(e api.AuditEvent) string { return derefString(e.EnvironmentId) }},
-		{header: "VOLUME", value: func(e api.AuditEvent) string { return derefString(e.VolumeId) }},
+		{header: "ENVIRONMENT", value: func(e api.AuditEvent) string { return ptr.Deref(e.EnvironmentId, "") }},
+		{header: "VOLUME", value: func(e api.AuditEvent) string { return ptr.Deref(e.VolumeId, "") }},
 		{header: "STATUS", value: func(e api.AuditEvent) string { return strconv.Itoa(e.Status) }},
 		{header: "PEER", value: func(e api.AuditEvent) string { return e.Peer }},
 		{header: "REQUEST", value: func(e api.AuditEvent) string { return e.RequestId }},

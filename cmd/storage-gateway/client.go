@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 )
@@ -223,7 +224,7 @@ func problemError(cmd *cobra.Command, resp *http.Response, body []byte) error {
 	if json.Unmarshal(body, &p) != nil || p.Type == "" {
 		return unexpectedAnswer(resp)
 	}
-	detail := cliWords(cmd, derefString(p.Field), derefString(p.Detail))
+	detail := cliWords(cmd, ptr.Deref(p.Field, ""), ptr.Deref(p.Detail, ""))
 	switch p.Type {
 	case api.UNAUTHENTICATED:
 		detail += "; give a token with --gateway-token or SG_GATEWAY_TOKEN, or sign in with `storage-gateway login`"
@@ -287,13 +288,6 @@ func cliWords(cmd *cobra.Command, field, detail string) string {
 		}
 	})
 	return detail
-}
-
-func derefString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 func firstArg(args []string) string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
@@ -556,7 +557,7 @@ var environmentTable = table[api.Environment]{
 		}},
 		{header: "REGION", value: func(e api.Environment) string { return e.Region }},
 		{header: "ZONE", wide: true, value: func(e api.Environment) string { return e.Zone }},
-		{header: "KUBERNETES", value: func(e api.Environment) string { return derefString(e.Status.KubernetesVersion) }},
+		{header: "KUBERNETES", value: func(e api.Environment) string { return ptr.Deref(e.Status.KubernetesVersion, "") }},
 		{header: "VOLUMES", value: func(e api.Environment) string { return strconv.Itoa(e.Status.VolumeCount) }},
 		{header: "CLASSES", wide: true, value: func(e api.Environment) string { return optionalInt(e.Status.StorageClassCount) }},
 		{header: "DCM", wide: true, value: func(e api.Environment) string { return dcmState(e) }},
@@ -578,13 +579,13 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	d.add("Allowed namespaces", strings.Join(e.AllowedNamespaces, ", "))
 	d.add("State", string(e.Status.State))
 	d.add("Message", e.Status.Message)
-	d.add("Kubernetes", derefString(e.Status.KubernetesVersion))
+	d.add("Kubernetes", ptr.Deref(e.Status.KubernetesVersion, ""))
 	d.add("Volumes", strconv.Itoa(e.Status.VolumeCount))
 	d.add("Storage classes", optionalInt(e.Status.StorageClassCount))
 	d.add("Last probe", optionalTime(e.Status.LastProbeTime))
 	d.add("Last ready", optionalTime(e.Status.LastReadyTime))
 	d.add("Server", e.Connection.Server)
-	d.add("TLS server name", derefString(e.Connection.TlsServerName))
+	d.add("TLS server name", ptr.Deref(e.Connection.TlsServerName, ""))
 	d.add("Authentication", string(e.Connection.AuthType))
 	d.add("CA (SHA-256)", e.Connection.CaSha256)
 	if e.Connection.InsecureSkipTlsVerify != nil && *e.Connection.InsecureSkipTlsVerify {
@@ -592,7 +593,7 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	}
 	d.add("Credentials sealed with key", e.Connection.KeyId)
 	d.add("Credentials updated", e.Connection.CredentialsUpdateTime.Local().Format(time.RFC3339))
-	d.add("Default storage class", derefString(e.Defaults.StorageClass))
+	d.add("Default storage class", ptr.Deref(e.Defaults.StorageClass, ""))
 	if e.Defaults.AccessMode != nil {
 		d.add("Default access mode", string(*e.Defaults.AccessMode))
 	}
@@ -601,11 +602,11 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	}
 	register := e.Dcm.Register == nil || *e.Dcm.Register
 	d.add("Register with DCM", map[bool]string{true: "yes", false: "no"}[register])
-	d.add("DCM provider name", derefString(e.Dcm.ProviderName))
+	d.add("DCM provider name", ptr.Deref(e.Dcm.ProviderName, ""))
 	if r := e.Status.DcmRegistration; r != nil {
-		d.add("DCM state", derefString(r.State))
-		d.add("DCM provider id", derefString(r.ProviderId))
-		d.add("DCM message", derefString(r.Message))
+		d.add("DCM state", ptr.Deref(r.State, ""))
+		d.add("DCM provider id", ptr.Deref(r.ProviderId, ""))
+		d.add("DCM message", ptr.Deref(r.Message, ""))
 	}
 	for _, o := range overrides("provisioner", e.CapabilityOverrides.Provisioners) {
 		d.add("Override", o)
@@ -628,22 +629,23 @@ func overrides(what string, m *map[string]api.CapabilityOverride) []string {
 		o := (*m)[name]
 		var parts []string
 		if o.AccessModes != nil {
-			parts = append(parts, "access modes "+joinModes(*o.AccessModes))
+			parts = append(parts, "access modes "+joinNames(*o.AccessModes, ","))
 		}
 		if o.VolumeModes != nil {
-			parts = append(parts, "volume modes "+joinModes(*o.VolumeModes))
+			parts = append(parts, "volume modes "+joinNames(*o.VolumeModes, ","))
 		}
 		lines = append(lines, fmt.Sprintf("%s %s: %s", what, name, strings.Join(parts, "; ")))
 	}
 	return lines
 }
 
-func joinModes[M ~string](modes []M) string {
-	names := make([]string, len(modes))
-	for i, m := range modes {
-		names[i] = string(m)
+// joinNames joins enum values (modes, roles) with sep.
+func joinNames[S ~string](items []S, sep string) string {
+	names := make([]string, len(items))
+	for i, item := range items {
+		names[i] = string(item)
 	}
-	return strings.Join(names, ",")
+	return strings.Join(names, sep)
 }
 
 func dcmState(e api.Environment) string {
@@ -653,7 +655,7 @@ func dcmState(e api.Environment) string {
 	if e.Status.DcmRegistration == nil {
 		return ""
 	}
-	return derefString(e.Status.DcmRegistration.State)
+	return ptr.Deref(e.Status.DcmRegistration.State, "")
 }
 
 func joinLabels(labels map[string]string) string {

@@ -122,7 +122,7 @@ func newTokensCreateCommand(path func() (string, error)) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "created token %s for %s (roles %s; environments %s) in %s\n",
-				entry.ID, entry.Subject, joinRoles(entry.Roles), describeScope(entry.Environments), p)
+				entry.ID, entry.Subject, joinNames(entry.Roles, ", "), describeScope(entry.Environments), p)
 			if revoked > 0 {
 				fmt.Fprintf(out, "revoked %d earlier token(s) of %s\n", revoked, subject)
 			}
@@ -182,10 +182,8 @@ func newTokensListCommand(path func() (string, error)) *cobra.Command {
 			}
 			rows := make([]listedToken, len(f.Tokens))
 			for i, t := range f.Tokens {
-				rows[i] = listedToken{ID: t.ID, Subject: t.Subject, Environments: t.Environments, CreateTime: t.CreateTime}
-				for _, r := range t.Roles {
-					rows[i].Roles = append(rows[i].Roles, string(r))
-				}
+				rows[i] = listedToken{ID: t.ID, Subject: t.Subject, Roles: auth.RoleNames(t.Roles), Environments: t.Environments,
+					CreateTime: t.CreateTime}
 			}
 			return printItems(cmd.OutOrStdout(), output, rows, false, tokenTable, nil)
 		},
@@ -218,14 +216,6 @@ func newTokensRevokeCommand(path func() (string, error)) *cobra.Command {
 			return err
 		},
 	}
-}
-
-func joinRoles(roles []auth.Role) string {
-	names := make([]string, len(roles))
-	for i, r := range roles {
-		names[i] = string(r)
-	}
-	return strings.Join(names, ", ")
 }
 
 func describeScope(envs []string) string {

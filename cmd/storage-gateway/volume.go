@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 )
@@ -353,15 +354,13 @@ func (c *volumeClient) deleteCommand() *cobra.Command {
 	return cmd
 }
 
-// printVolume prints the volume among answers (the first non-nil one), or
-// the problem the gateway answered with.
-func (c *volumeClient) printVolume(cmd *cobra.Command, resp *http.Response, body []byte, answers ...*api.Volume) error {
-	for _, v := range answers {
-		if v != nil {
-			return printItems(cmd.OutOrStdout(), c.output, []api.Volume{*v}, true, volumeTable, describeVolume)
-		}
+// printVolume prints the volume the gateway answered with or, when there
+// is none, the problem it answered with.
+func (c *volumeClient) printVolume(cmd *cobra.Command, resp *http.Response, body []byte, v *api.Volume) error {
+	if v == nil {
+		return problemError(cmd, resp, body)
 	}
-	return problemError(cmd, resp, body)
+	return printItems(cmd.OutOrStdout(), c.output, []api.Volume{*v}, true, volumeTable, describeVolume)
 }
 
 // volumeTable is how volumes print as rows.
@@ -374,10 +373,10 @@ var volumeTable = table[api.Volume]{
 		{header: "NAME", value: func(v api.Volume) string { return v.Spec.Metadata.Name }},
 		{header: "STATUS", value: func(v api.Volume) string { return string(v.Status) }},
 		{header: "CAPACITY", value: func(v api.Volume) string { return v.Spec.Capacity }},
-		{header: "CLASS", value: func(v api.Volume) string { return derefString(v.Spec.Metadata.StorageClass) }},
-		{header: "NAMESPACE", value: func(v api.Volume) string { return derefString(v.Spec.Metadata.Namespace) }},
+		{header: "CLASS", value: func(v api.Volume) string { return ptr.Deref(v.Spec.Metadata.StorageClass, "") }},
+		{header: "NAMESPACE", value: func(v api.Volume) string { return ptr.Deref(v.Spec.Metadata.Namespace, "") }},
 		{header: "ACCESS", wide: true, value: func(v api.Volume) string { return volumeAccessMode(v) }},
-		{header: "BOUND TO", wide: true, value: func(v api.Volume) string { return derefString(v.Spec.Metadata.VolumeName) }},
+		{header: "BOUND TO", wide: true, value: func(v api.Volume) string { return ptr.Deref(v.Spec.Metadata.VolumeName, "") }},
 		{header: "LABELS", wide: true, value: func(v api.Volume) string { return volumeLabels(v) }},
 		{header: "AGE", wide: true, value: func(v api.Volume) string { return age(v.CreateTime) }},
 		{header: "MESSAGE", value: func(v api.Volume) string { return v.StatusMessage }},
@@ -393,13 +392,13 @@ func describeVolume(w io.Writer, v api.Volume) error {
 	d.add("Status", string(v.Status))
 	d.add("Message", v.StatusMessage)
 	d.add("Capacity", v.Spec.Capacity)
-	d.add("Namespace", derefString(v.Spec.Metadata.Namespace))
-	d.add("Storage class", derefString(v.Spec.Metadata.StorageClass))
+	d.add("Namespace", ptr.Deref(v.Spec.Metadata.Namespace, ""))
+	d.add("Storage class", ptr.Deref(v.Spec.Metadata.StorageClass, ""))
 	d.add("Access mode", volumeAccessMode(v))
 	if h := hintsOf(v); h != nil && h.VolumeMode != nil {
 		d.add("Volume mode", string(*h.VolumeMode))
 	}
-	d.add("Bound to", derefString(v.Spec.Metadata.VolumeName))
+	d.add("Bound to", ptr.Deref(v.Spec.Metadata.VolumeName, ""))
 	d.add("Labels", volumeLabels(v))
 	d.add("Path", v.Path)
 	d.add("Created", v.CreateTime.Local().Format(time.RFC3339))

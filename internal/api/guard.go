@@ -378,11 +378,7 @@ func joinRoles(roles []auth.Role) string {
 	if len(roles) == 0 {
 		return "no role"
 	}
-	names := make([]string, len(roles))
-	for i, r := range roles {
-		names[i] = string(r)
-	}
-	return strings.Join(names, ", ")
+	return strings.Join(auth.RoleNames(roles), ", ")
 }
 
 // principal is the request's authenticated caller; every handler behind a

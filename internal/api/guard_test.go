@@ -191,7 +191,7 @@ func TestRequestIDsAreAnsweredAndLogged(t *testing.T) {
 	var logs syncbuf.Buffer
 	logger := logging.New(&logs, slog.LevelDebug)
 	h := api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(),
-		Environments: registrytest.New(t, registrytest.Options{}).Service, Auth: testAuth(t), Audit: testAudit(reg.Pool, logger)})
+		Environments: reg.Service, Auth: testAuth(t), Audit: testAudit(reg.Pool, logger)})
 	rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/nowhere", "", "", "X-Request-Id", "trace-42.a:b")
 	if rec.Header().Get("X-Request-Id") != "trace-42.a:b" || rec.Code != http.StatusNotFound {
 		t.Fatalf("kept id: %q %d", rec.Header().Get("X-Request-Id"), rec.Code)

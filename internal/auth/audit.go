@@ -59,10 +59,7 @@ func NewAuditLog(db *pgxpool.Pool, logger *slog.Logger, retention time.Duration)
 // event, so the log still holds it) but never fails the request, whose
 // effect has already happened.
 func (a *AuditLog) Record(ctx context.Context, e AuditEvent) {
-	roles := make([]string, len(e.Roles))
-	for i, r := range e.Roles {
-		roles[i] = string(r)
-	}
+	roles := RoleNames(e.Roles)
 	attrs := []slog.Attr{
 		slog.Bool("audit", true), slog.String("action", e.Action), slog.String("subject", e.Subject),
 		slog.String("name", e.Name), slog.Any("roles", roles), slog.String("auth_method", string(e.AuthMethod)),

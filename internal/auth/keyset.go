@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -50,9 +49,6 @@ type keySet struct {
 	fetched  time.Time     // when the last fetch started
 	inflight chan struct{} // closed when the running fetch ends
 	fetchErr error         // of the last fetch
-
-	// fetches counts requests sent to the JWKS URL (tests and metrics).
-	fetches atomic.Int64
 }
 
 // VerifySignature implements oidc.KeySet: it checks the token's one
@@ -161,7 +157,6 @@ func (k *keySet) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
 // fetch reads the JWKS document and keeps the public signature keys in it;
 // keys of types go-jose does not know are skipped, as RFC 7517 §5 asks.
 func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
-	k.fetches.Add(1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.url, nil)
 	if err != nil {
 		return nil, err

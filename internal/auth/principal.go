@@ -23,6 +23,15 @@ const (
 // Roles lists every role, in the order they are documented.
 var Roles = []Role{RoleAdmin, RoleDCM, RoleViewer}
 
+// RoleNames is roles as plain strings, for logs and listings.
+func RoleNames(roles []Role) []string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return names
+}
+
 // ParseRole returns the role named s, if it is one.
 func ParseRole(s string) (Role, bool) {
 	r := Role(s)

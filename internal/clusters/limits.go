@@ -50,8 +50,8 @@ func (l *Limiters) waitFor(n int) time.Duration {
 	return time.Duration(float64(n-l.burst) / float64(l.qps) * float64(time.Second))
 }
 
-// For returns the environment's limiter.
-func (l *Limiters) For(environmentID string) flowcontrol.RateLimiter {
+// forEnvironment returns the environment's limiter.
+func (l *Limiters) forEnvironment(environmentID string) flowcontrol.RateLimiter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.entry(environmentID).limiter
@@ -94,6 +94,13 @@ func (l *Limiters) entry(environmentID string) *limiterEntry {
 	e.lastUsed = now
 	return e
 }
+
+// maxResponseBytes bounds each answer read outside the informers — the
+// probe's /version and access reviews, health checks, a PVC written: real
+// ones are a few KiB; a hostile API server must not choose how much memory
+// the gateway spends. The watch client, whose lists can be long, is not
+// bounded.
+const maxResponseBytes = 4 << 20
 
 // ErrResponseTooLarge is a cluster's answer longer than the client accepts.
 var ErrResponseTooLarge = errors.New("the API server's answer is larger than the gateway accepts")

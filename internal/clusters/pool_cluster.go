@@ -53,10 +53,10 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	if c.watch, err = p.newClient(t, 0, 0, c.conns); err != nil {
 		return nil, err
 	}
-	if c.checks, err = p.newClient(t, p.opts.HealthTimeout, maxAnswer, c.conns); err != nil {
+	if c.checks, err = p.newClient(t, p.opts.HealthTimeout, maxResponseBytes, c.conns); err != nil {
 		return nil, err
 	}
-	if c.writes, err = p.newClient(t, requestTimeout, maxAnswer, nil); err != nil {
+	if c.writes, err = p.newClient(t, requestTimeout, maxResponseBytes, nil); err != nil {
 		return nil, err
 	}
 	var onStorage func()
@@ -71,10 +71,6 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	return c, nil
 }
 
-// maxAnswer bounds each answer the health and write clients read (a PVC,
-// /readyz); the watch client, whose lists can be long, is not bounded.
-const maxAnswer = 4 << 20
-
 // newClient builds a client whose requests time out after timeout (0: never)
 // and whose answers are bounded to maxBytes (0: unbounded) and, if conns is
 // set, whose connections it tracks. Every client of an environment shares
@@ -84,7 +80,7 @@ func (p *Pool) newClient(t Target, timeout time.Duration, maxBytes int64, conns 
 	opts.Timeout = timeout
 	opts.MaxResponseBytes = maxBytes
 	if p.opts.Limiters != nil {
-		opts.RateLimiter = p.opts.Limiters.For(t.EnvironmentID)
+		opts.RateLimiter = p.opts.Limiters.forEnvironment(t.EnvironmentID)
 	}
 	client, err := NewClient(t.Connection, opts)
 	if err != nil || conns == nil {

@@ -95,10 +95,6 @@ const (
 	probeBurst = 200
 )
 
-// maxProbeResponse bounds each answer a probe reads: /version, access
-// reviews and the StorageClass list are far smaller.
-const maxProbeResponse = 4 << 20
-
 // ProberOptions configure a Prober.
 type ProberOptions struct {
 	// Client holds the egress policy.
@@ -146,9 +142,9 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	timeout := p.opts.Timeout
 	opts := p.opts.Client
 	opts.Timeout = p.opts.Timeout
-	opts.MaxResponseBytes = maxProbeResponse
+	opts.MaxResponseBytes = maxResponseBytes
 	if p.opts.Limiters != nil {
-		opts.RateLimiter = p.opts.Limiters.For(environmentID)
+		opts.RateLimiter = p.opts.Limiters.forEnvironment(environmentID)
 		timeout += p.opts.Limiters.waitFor(len(perms) + 2) // and /version, StorageClasses
 	} else if opts.QPS == 0 {
 		opts.QPS, opts.Burst = probeQPS, probeBurst

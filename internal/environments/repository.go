@@ -371,14 +371,18 @@ func (r *repository) resealBatch(ctx context.Context, primary string, legacyOnly
 		}); err != nil {
 			return err
 		}
-		n, last, skipped = 0, "", nil
-		for _, b := range batch {
+		// One round trip for the batch's generations, not one per row.
+		gens, err := tx.Query(ctx, `SELECT nextval('credentials_generation_seq') FROM generate_series(1, $1)`, len(batch))
+		if err != nil {
+			return err
+		}
+		generations, err := pgx.CollectRows(gens, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for i, b := range batch {
 			last = b.id
-			gen, err := r.nextGeneration(ctx, tx)
-			if err != nil {
-				return err
-			}
-			fresh, err := reseal(b.id, b.sealed, gen)
+			fresh, err := reseal(b.id, b.sealed, generations[i])
 			if err != nil {
 				skipped = append(skipped, b.id)
 				continue

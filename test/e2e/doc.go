@@ -1,4 +1,4 @@
 // Package e2e holds end-to-end scenarios that run the gateway as users do:
-// through the Makefile, as a real process, against real Postgres, NATS and
-// harness clusters.
+// in process and as a real binary, against real Postgres, NATS, harness
+// clusters and DCM's service-provider-manager.
 package e2e

@@ -9,7 +9,7 @@ import (
 )
 
 // clusters are the two local harness clusters (east, west), shared by the
-// in-process scenarios; TestMakeRun starts its own through `make run`.
+// scenarios (test/makerun runs `make run` with clusters of its own).
 var clusters []*harness.Cluster
 
 func TestMain(m *testing.M) {

@@ -50,10 +50,6 @@ type Options struct {
 	// TrustedNetworks give requests without a token from these networks the
 	// dcm role (DCM's service-provider-manager sends none).
 	TrustedNetworks []netip.Prefix
-	// AdminWriteRate and AdminWriteBurst default to 1000 and 1000: tests
-	// change the registry faster than any admin; the limit has its own test.
-	AdminWriteRate  float64
-	AdminWriteBurst int
 }
 
 // Gateway is a running in-process gateway. Its API authenticates static
@@ -64,8 +60,6 @@ type Gateway struct {
 	Pool     *clusters.Pool
 	Volumes  *volumes.Service
 	Tokens   Tokens
-	// Limiters are the per-environment rate limiters of the pool and probes.
-	Limiters *clusters.Limiters
 
 	tokenFile string
 	static    *auth.StaticTokens
@@ -221,16 +215,15 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if opts.HealthUnhealthyCode == 0 {
 		opts.HealthUnhealthyCode = 200
 	}
-	if opts.AdminWriteRate == 0 {
-		opts.AdminWriteRate, opts.AdminWriteBurst = 1000, 1000
-	}
-	g.URL, g.Pool, g.Volumes, g.Limiters = srv.URL, pool, vols, limiters
+	g.URL, g.Pool, g.Volumes = srv.URL, pool, vols
 	g.startTokens(t)
 	handler = contract.Validating(t, api.New(api.Options{
 		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols, Fleet: index,
 		StartTime: time.Now(), HealthUnhealthyCode: opts.HealthUnhealthyCode,
 		Auth:  auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: g.static, TrustedNetworks: opts.TrustedNetworks}),
-		Audit: auth.NewAuditLog(reg.Pool, reg.Logger, 24*time.Hour), AdminWriteRate: opts.AdminWriteRate, AdminWriteBurst: opts.AdminWriteBurst,
+		Audit: auth.NewAuditLog(reg.Pool, reg.Logger, 24*time.Hour),
+		// Tests change the registry faster than any admin; the limit has its own test.
+		AdminWriteRate: 1000, AdminWriteBurst: 1000,
 	}))
 	return g
 }

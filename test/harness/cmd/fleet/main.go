@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
@@ -267,19 +268,12 @@ func unsettledClusters(ctx context.Context, client *api.ClientWithResponses, clu
 		}
 		healthy := health.JSON200 != nil && health.JSON200.Status == api.Healthy
 		pending := env.JSON200 != nil && env.JSON200.Status.DcmRegistration != nil &&
-			derefState(env.JSON200.Status.DcmRegistration.State) == dcm.StatePending
+			ptr.Deref(env.JSON200.Status.DcmRegistration.State, "") == dcm.StatePending
 		if !healthy || pending {
 			unsettled = append(unsettled, c.Name())
 		}
 	}
 	return unsettled, nil
-}
-
-func derefState(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // describeRestored says which environments the gateway kept from an earlier
