@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/config"
 )
 
 // defaultGateway is where the CLI looks for a gateway when neither --gateway
@@ -122,14 +122,7 @@ func gatewayURL(raw string) (string, error) {
 // secureOrLocal reports whether raw is an https URL, or http on loopback.
 func secureOrLocal(raw string) bool {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return false
-	}
-	if u.Scheme == "https" {
-		return true
-	}
-	ip, err := netip.ParseAddr(u.Hostname())
-	return u.Scheme == "http" && (u.Hostname() == "localhost" || err == nil && ip.IsLoopback())
+	return err == nil && config.SecureOrLoopback(u)
 }
 
 // reachTransport marks a request the gateway did not answer, so the CLI

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+	"golang.org/x/sync/singleflight"
 )
 
 // Key set timing. go-oidc's RemoteKeySet fetches the issuer's JWKS again for
@@ -34,8 +35,8 @@ var (
 )
 
 // keySet is an oidc.KeySet over the issuer's JWKS URL with a cooldown on
-// fetches caused by unknown key ids. Fetches run on the goroutine of the
-// request that needs them; concurrent requests wait for that one fetch.
+// fetches caused by unknown key ids. Concurrent requests that need a fetch
+// share one.
 type keySet struct {
 	url      string
 	client   *http.Client
@@ -43,12 +44,13 @@ type keySet struct {
 	cooldown time.Duration
 	now      func() time.Time
 
+	fetches singleflight.Group
+
 	mu       sync.Mutex
 	keys     []jose.JSONWebKey
-	keysTime time.Time     // when keys were fetched
-	fetched  time.Time     // when the last fetch started
-	inflight chan struct{} // closed when the running fetch ends
-	fetchErr error         // of the last fetch
+	keysTime time.Time // when keys were fetched
+	fetched  time.Time // when the last fetch started
+	fetchErr error     // of the last fetch
 }
 
 // VerifySignature implements oidc.KeySet: it checks the token's one
@@ -115,43 +117,37 @@ func (k *keySet) cached() (keys []jose.JSONWebKey, fresh bool) {
 }
 
 // refresh fetches the key set unless one was fetched within the cooldown;
-// if a fetch is running, it waits for that one. It returns the keys it has
-// either way.
+// concurrent callers share one fetch (which does not end with the context
+// of the caller that started it). It returns the keys it has either way.
 func (k *keySet) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
-	k.mu.Lock()
-	if done := k.inflight; done != nil {
-		k.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	result := k.fetches.DoChan("jwks", func() (any, error) {
+		k.mu.Lock()
+		if !k.fetched.IsZero() && k.now().Sub(k.fetched) < k.cooldown {
+			defer k.mu.Unlock()
+			return k.keys, nil
 		}
+		k.fetched = k.now()
+		k.mu.Unlock()
+
+		fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFetchTimeout)
+		defer cancel()
+		keys, err := k.fetch(fetchCtx)
+
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		return k.keys, k.fetchErr
+		if err == nil {
+			k.keys, k.keysTime = keys, k.now()
+		}
+		k.fetchErr = err
+		return k.keys, err
+	})
+	select {
+	case r := <-result:
+		keys, _ := r.Val.([]jose.JSONWebKey)
+		return keys, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	if !k.fetched.IsZero() && k.now().Sub(k.fetched) < k.cooldown {
-		defer k.mu.Unlock()
-		return k.keys, nil
-	}
-	done := make(chan struct{})
-	k.inflight, k.fetched = done, k.now()
-	k.mu.Unlock()
-
-	// The fetch serves every waiting request, so it does not end with the
-	// context of the one that started it.
-	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFetchTimeout)
-	keys, err := k.fetch(fetchCtx)
-	cancel()
-
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err == nil {
-		k.keys, k.keysTime = keys, k.now()
-	}
-	k.fetchErr, k.inflight = err, nil
-	close(done)
-	return k.keys, err
 }
 
 // fetch reads the JWKS document and keeps the public signature keys in it;

@@ -354,15 +354,20 @@ func CheckIssuerURL(raw string) error {
 	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return errors.New("must be the issuer URL, e.g. https://keycloak.example.com/realms/dcm (required with SG_AUTH_MODE=oidc)")
 	}
+	if !SecureOrLoopback(u) {
+		return errors.New("must be an https URL (http only for a loopback issuer)")
+	}
+	return nil
+}
+
+// SecureOrLoopback reports whether u is https, or http to this machine:
+// where a bearer token may be sent.
+func SecureOrLoopback(u *url.URL) bool {
 	if u.Scheme == "https" {
-		return nil
+		return true
 	}
-	if u.Scheme == "http" {
-		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.IsLoopback() || u.Hostname() == "localhost" {
-			return nil
-		}
-	}
-	return errors.New("must be an https URL (http only for a loopback issuer)")
+	ip, err := netip.ParseAddr(u.Hostname())
+	return u.Scheme == "http" && (u.Hostname() == "localhost" || err == nil && ip.IsLoopback())
 }
 
 // OIDCRoleClaimList is SG_OIDC_ROLE_CLAIMS as a list.

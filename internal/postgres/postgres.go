@@ -27,11 +27,11 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		hint := ""
 		if ErrorCode(err) == pgerrcode.InvalidCatalogName {
-			return nil, fmt.Errorf("connect to database %s: %w; create it with `storage-gateway migrate --create-database`",
-				describe(cfg.ConnConfig), safeErr(err))
+			hint = "; create it with `storage-gateway migrate --create-database`"
 		}
-		return nil, fmt.Errorf("connect to database %s: %w", describe(cfg.ConnConfig), safeErr(err))
+		return nil, fmt.Errorf("connect to database %s: %w%s", describe(cfg.ConnConfig), safeErr(err), hint)
 	}
 	return pool, nil
 }
@@ -40,29 +40,14 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 // connecting to the server's maintenance database "postgres" with the same
 // credentials. It exists so `make run` works on a fresh machine.
 func EnsureDatabase(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return errors.New("parse database URL: invalid connection string")
-	}
-	name := cfg.Database
-	if name == "" || name == "postgres" {
+	skipped := func(name string) (bool, error) { return name == "" || name == "postgres", nil }
+	return onMaintenance(ctx, url, skipped, func(conn *pgx.Conn, name string) error {
+		_, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+		if err != nil && ErrorCode(err) != pgerrcode.DuplicateDatabase {
+			return fmt.Errorf("create database %q: %w", name, safeErr(err))
+		}
 		return nil
-	}
-	cfg.Database = "postgres"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect to maintenance database on %s: %w", describe(cfg), safeErr(err))
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	if ErrorCode(err) == pgerrcode.DuplicateDatabase {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create database %q: %w", name, safeErr(err))
-	}
-	return nil
+	})
 }
 
 // DropDatabase drops the database named in url, if it exists, closing its
@@ -70,13 +55,32 @@ func EnsureDatabase(ctx context.Context, url string) error {
 // `make run-reset`, which starts local runs afresh; the maintenance and
 // template databases are refused.
 func DropDatabase(ctx context.Context, url string) error {
+	refused := func(name string) (bool, error) {
+		if name == "" || name == "postgres" || name == "template0" || name == "template1" {
+			return false, fmt.Errorf("refusing to drop database %q", name)
+		}
+		return false, nil
+	}
+	return onMaintenance(ctx, url, refused, func(conn *pgx.Conn, name string) error {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop database %q: %w", name, safeErr(err))
+		}
+		return nil
+	})
+}
+
+// onMaintenance runs fn on a connection to the maintenance database
+// "postgres" of url's server, with url's credentials, passing the name of
+// the database url names — unless skip, asked first, says there is nothing
+// to do or refuses that name.
+func onMaintenance(ctx context.Context, url string, skip func(name string) (bool, error), fn func(conn *pgx.Conn, name string) error) error {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return errors.New("parse database URL: invalid connection string")
 	}
 	name := cfg.Database
-	if name == "" || name == "postgres" || name == "template0" || name == "template1" {
-		return fmt.Errorf("refusing to drop database %q", name)
+	if skipped, err := skip(name); skipped || err != nil {
+		return err
 	}
 	cfg.Database = "postgres"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -84,10 +88,7 @@ func DropDatabase(ctx context.Context, url string) error {
 		return fmt.Errorf("connect to maintenance database on %s: %w", describe(cfg), safeErr(err))
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop database %q: %w", name, safeErr(err))
-	}
-	return nil
+	return fn(conn, name)
 }
 
 // describe names the server and database without credentials.
