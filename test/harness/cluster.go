@@ -217,14 +217,22 @@ func StartAll(ctx context.Context, specs []Spec) ([]*Cluster, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		for _, c := range clusters {
-			if c != nil {
-				c.Stop()
-			}
-		}
+		StopAll(clusters)
 		return nil, err
 	}
 	return clusters, nil
+}
+
+// StopAll stops clusters (nil ones skipped) in parallel: each may wait
+// seconds for its processes to exit.
+func StopAll(clusters []*Cluster) {
+	var wg sync.WaitGroup
+	for _, c := range clusters {
+		if c != nil {
+			wg.Go(c.Stop)
+		}
+	}
+	wg.Wait()
 }
 
 // applyObjects creates every object in the cluster file (after GrantGateway

@@ -33,11 +33,7 @@ func RunWithLocalClusters(m *testing.M, n int, use func([]*Cluster)) int {
 		fmt.Fprintln(os.Stderr, "start clusters:", err)
 		return 1
 	}
-	defer func() {
-		for _, c := range clusters {
-			c.Stop()
-		}
-	}()
+	defer StopAll(clusters)
 	use(clusters)
 	return m.Run()
 }

@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -92,11 +91,7 @@ func run() (int, error) {
 		return 1, err
 	}
 	defer func() {
-		var wg sync.WaitGroup
-		for _, c := range clusters {
-			wg.Go(c.Stop)
-		}
-		wg.Wait()
+		harness.StopAll(clusters)
 		fmt.Fprintln(os.Stderr, "fleet: clusters stopped")
 	}()
 	if err := writeKubeconfigs(*out, clusters); err != nil {
@@ -163,7 +158,12 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 		fmt.Fprintln(os.Stderr, "fleet: gateway not ready, clusters not registered:", err)
 		return
 	}
-	restored, err := existingEnvironments(ctx, gateway)
+	client, err := gatewayClient(gateway)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet: gateway client:", err)
+		return
+	}
+	restored, err := existingEnvironments(ctx, client)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet: list the gateway's environments:", err)
 	}
@@ -181,7 +181,7 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 	if len(restored) > 0 {
 		fmt.Fprintln(os.Stderr, describeRestored(restored, clusters, resetHint))
 	}
-	waitSettled(ctx, gateway, clusters)
+	waitSettled(ctx, client, clusters)
 	if note != "" {
 		fmt.Fprintln(os.Stderr, note)
 	}
@@ -199,11 +199,7 @@ func gatewayClient(gateway string) (*api.ClientWithResponses, error) {
 
 // existingEnvironments lists the environments the gateway has (with the
 // token in SG_GATEWAY_TOKEN), by id, with their state.
-func existingEnvironments(ctx context.Context, gateway string) ([]api.Environment, error) {
-	client, err := gatewayClient(gateway)
-	if err != nil {
-		return nil, err
-	}
+func existingEnvironments(ctx context.Context, client *api.ClientWithResponses) ([]api.Environment, error) {
 	var all []api.Environment
 	params := api.ListEnvironmentsParams{}
 	for {
@@ -227,13 +223,9 @@ func existingEnvironments(ctx context.Context, gateway string) ([]api.Environmen
 // which a credential rotation renews) and no DCM registration of theirs is
 // pending: once the note is printed, volumes can be created, through the
 // gateway or through DCM.
-func waitSettled(ctx context.Context, gateway string, clusters []*harness.Cluster) {
+func waitSettled(ctx context.Context, client *api.ClientWithResponses, clusters []*harness.Cluster) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	client, err := gatewayClient(gateway)
-	if err != nil {
-		return
-	}
 	said := false
 	for {
 		unsettled, err := unsettledClusters(ctx, client, clusters)
