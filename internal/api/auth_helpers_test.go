@@ -27,6 +27,12 @@ func staticToken(token, subject string, roles ...auth.Role) auth.StaticToken {
 // testAuth authenticates static tokens: adminToken, and extra.
 func testAuth(tb testing.TB, extra ...auth.StaticToken) *auth.Authenticator {
 	tb.Helper()
+	return auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: testTokens(tb, extra...)})
+}
+
+// testTokens are the static tokens of testAuth.
+func testTokens(tb testing.TB, extra ...auth.StaticToken) *auth.StaticTokens {
+	tb.Helper()
 	f := auth.TokenFile{Tokens: append([]auth.StaticToken{staticToken(adminToken, "api-test", auth.RoleAdmin)}, extra...)}
 	path := filepath.Join(tb.TempDir(), "tokens.json")
 	if err := f.Write(path); err != nil {
@@ -36,7 +42,7 @@ func testAuth(tb testing.TB, extra ...auth.StaticToken) *auth.Authenticator {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: tokens})
+	return tokens
 }
 
 // testAudit is an audit log on db; tests that never change anything pass nil.

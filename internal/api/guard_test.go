@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -390,5 +391,38 @@ func TestContractViolationsNameTheFieldAndTheExpectation(t *testing.T) {
 				t.Fatalf("problem %s, want field %s and %q", rec.Body, tc.field, tc.cause)
 			}
 		})
+	}
+}
+
+// countingVerifier counts the tokens it is asked to verify.
+type countingVerifier struct {
+	auth.TokenVerifier
+	calls atomic.Int32
+}
+
+func (v *countingVerifier) Verify(ctx context.Context, token string) (auth.Principal, error) {
+	v.calls.Add(1)
+	return v.TokenVerifier.Verify(ctx, token)
+}
+
+// Open endpoints never spend a verification on a token sent to them (an
+// identity provider round trip, or a token flood, costs nothing there);
+// /readyz verifies one, since it explains failures only to token holders.
+func TestOpenEndpointsDoNotVerifyTokens(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	verifier := &countingVerifier{TokenVerifier: testTokens(t)}
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
+		Auth: auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: verifier}), Audit: testAudit(reg.Pool, reg.Logger)})
+	for _, path := range []string{"/healthz", "/metrics", "/api/v1alpha1/openapi.yaml"} {
+		if rec := send(h, http.MethodGet, path, "", ""); rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	if n := verifier.calls.Load(); n != 0 {
+		t.Fatalf("open endpoints verified %d tokens, want none", n)
+	}
+	send(h, http.MethodGet, "/readyz", "", "")
+	if n := verifier.calls.Load(); n != 1 {
+		t.Fatalf("/readyz verified %d tokens, want 1", n)
 	}
 }

@@ -16,10 +16,11 @@ import (
 const limiterIdle = 10 * time.Minute
 
 // Limiters holds one request rate limiter per environment, shared by every
-// client the gateway builds for it — the pool's watches, health checks and
+// client the gateway builds for it — the pool's lists, health checks and
 // writes, and every probe — so that however many connections, rotations and
 // :verify calls are in flight, the cluster sees at most the configured rate
-// from the gateway.
+// of requests from the gateway. (client-go never throttles watches, nor the
+// watch-based initial lists of its informers.)
 type Limiters struct {
 	qps   float32
 	burst int

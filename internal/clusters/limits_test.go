@@ -1,10 +1,18 @@
 package clusters
 
 import (
+	"bytes"
+	"encoding/pem"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
 // A bounded body reads up to its limit; one byte more is an error, and the
@@ -36,3 +44,31 @@ func TestBoundedBody(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// The pool's health and write clients read answers bounded like the
+// probe's; its watch client, whose lists can be long, is not bounded.
+func TestPoolClientsBoundTheirAnswers(t *testing.T) {
+	huge := bytes.Repeat([]byte("v"), maxResponseBytes+1)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"gitVersion":"`))
+		_, _ = w.Write(huge)
+		_, _ = w.Write([]byte(`"}`))
+	}))
+	t.Cleanup(srv.Close)
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	p := NewPool(PoolOptions{Client: ClientOptions{Egress: egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}})
+	t.Cleanup(p.Close)
+	c, err := p.newCluster(Target{EnvironmentID: "hostile", Connection: kubeconfig.Connection{Server: srv.URL, CAData: cert, Token: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, client := range map[string]*Client{"checks": c.checks, "writes": c.writes} {
+		if _, err := client.Discovery().ServerVersion(); !errors.Is(err, ErrResponseTooLarge) {
+			t.Errorf("%s client read an answer over %d bytes: %v", name, maxResponseBytes, err)
+		}
+	}
+	if v, err := c.watch.Discovery().ServerVersion(); err != nil || len(v.GitVersion) != len(huge) {
+		t.Errorf("watch client: %v (want the whole answer)", err)
+	}
+}

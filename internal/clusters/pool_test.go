@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -553,5 +554,37 @@ func TestEnsureRefusesUnusableTargets(t *testing.T) {
 	p.Close()
 	if err := p.Ensure(valid); err == nil {
 		t.Error("Ensure after Close succeeded; nothing would ever stop that connection")
+	}
+}
+
+// The pool's connection to an environment and every probe of it draw on one
+// rate limiter: once a probe has spent the environment's burst, the pool's
+// requests for it wait for tokens, while the same cluster under another
+// environment id is served at once.
+func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
+	namespaces := east.Spec.Environment.Namespaces()
+	perProbe := len(clusters.RequiredPermissions(namespaces)) + 2 // + /version + StorageClasses
+	limiters := clusters.NewLimiters(0.2, perProbe)               // one token every 5 s after the burst
+	conn := eastTarget("spent").Connection
+	res := newProber(clusters.ProberOptions{Limiters: limiters}).Probe(t.Context(), "spent", conn, namespaces)
+	if res.State != clusters.StateReady {
+		t.Fatalf("probe: %+v", res)
+	}
+	opts := fast
+	opts.Limiters = limiters
+	p := newPool(t, opts)
+	list := func(c *clusters.Cluster) error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := c.Client().CoreV1().PersistentVolumeClaims(namespaces[0]).List(ctx, metav1.ListOptions{})
+		return err
+	}
+	if err := list(ensureReady(t, p, eastTarget("fresh"))); err != nil {
+		t.Fatalf("a request of an environment with tokens left: %v", err)
+	}
+	// The informers' watches are not throttled, so the connection syncs; its
+	// requests wait for the probe's environment's tokens.
+	if err := list(ensureReady(t, p, eastTarget("spent"))); err == nil || !strings.Contains(err.Error(), "rate limiter") {
+		t.Fatalf("a request of the environment whose tokens a probe spent: %v, want a wait on the rate limiter", err)
 	}
 }
