@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -81,17 +80,8 @@ func TestAHostileClusterCannotForgeLogLines(t *testing.T) {
 		"server": cluster.URL, "token": token,
 		"certificate_authority_data": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cluster.Certificate().Raw}),
 	}})
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.Addr+"/api/v1alpha1/environments?id=hostile", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+g.Token())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("register the hostile cluster: %d %s", resp.StatusCode, answer)
+	if status, answer := g.request(t, http.MethodPost, "/api/v1alpha1/environments?id=hostile", g.Token(), body); status != http.StatusCreated {
+		t.Fatalf("register the hostile cluster: %d %s", status, answer)
 	}
 	g.WaitLog(t, `"source":"kubernetes-client"`, 30*time.Second)
 	time.Sleep(time.Second) // a few more reflector retries

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,13 +55,30 @@ func newKeyRing(t *testing.T) string { return gatewayproc.NewKeyRing(t, binary) 
 
 func (g *gateway) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + g.Addr + path)
+	return g.request(t, http.MethodGet, path, "", nil)
+}
+
+// request calls the gateway's API with token (none if empty) and a JSON
+// body (none if nil), and returns the status and the answer.
+func (g *gateway) request(t *testing.T, method, path, token string, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+g.Addr+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(answer)
 }
 
 // waitReady polls /readyz until it answers want, returning the last body.

@@ -10,33 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 )
-
-// lastLine is a command's last line of output (where `tokens create`
-// prints the token, alone).
-func lastLine(out string) string {
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	return lines[len(lines)-1]
-}
 
 // authGet calls the gateway's API with token (none if empty) and returns
 // the status.
 func (g *gateway) authGet(t *testing.T, path, token string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.Addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	status, _ := g.request(t, http.MethodGet, path, token, nil)
+	return status
 }
 
 // TestTokensCommands: create prints the token once (last line) and stores
@@ -45,9 +28,9 @@ func (g *gateway) authGet(t *testing.T, path, token string) int {
 func TestTokensCommands(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens.json")
 	env := []string{"SG_AUTH_TOKEN_FILE=" + file}
-	viewer := lastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "dashboards", "--environments", "east,west"))
-	admin := lastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--role", "viewer", "--subject", "alice"))
-	older := lastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "alice"))
+	viewer := gatewayproc.LastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "dashboards", "--environments", "east,west"))
+	admin := gatewayproc.LastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--role", "viewer", "--subject", "alice"))
+	older := gatewayproc.LastLine(mustRun(t, env, "tokens", "create", "--role", "viewer", "--subject", "alice"))
 	if !strings.HasPrefix(viewer, "sgw_") || !strings.HasPrefix(admin, "sgw_") || viewer == admin {
 		t.Fatalf("tokens %q %q", viewer, admin)
 	}
@@ -102,7 +85,7 @@ func TestTokensCommands(t *testing.T) {
 	}
 	// --replace revokes alice's other token; the gateway still accepts it
 	// until it is told to reload.
-	second := lastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--subject", "alice", "--replace"))
+	second := gatewayproc.LastLine(mustRun(t, env, "tokens", "create", "--role", "admin", "--subject", "alice", "--replace"))
 	if out := mustRun(t, env, "tokens", "list"); strings.Count(out, "alice") != 1 {
 		t.Fatalf("--replace left other tokens of alice:\n%s", out)
 	}

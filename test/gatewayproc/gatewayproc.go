@@ -101,8 +101,14 @@ func NewAdminToken(t *testing.T, binary string) (file, token string) {
 	if err != nil {
 		t.Fatalf("tokens create: %v", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return file, lines[len(lines)-1]
+	return file, LastLine(string(out))
+}
+
+// LastLine is a command's last line of output (where `tokens create`
+// prints the token, alone).
+func LastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
 
 // Env is the environment of a private gateway: its own home, state
