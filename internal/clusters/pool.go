@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
@@ -60,17 +61,6 @@ type PoolOptions struct {
 	// UNREACHABLE (default 2); one success makes it READY again.
 	FailureThreshold int
 	Logger           *slog.Logger
-	// OnHealth, if set, is called whenever an environment's health state
-	// changes, from a pool goroutine and never while a pool lock is held.
-	// Calls for one environment are ordered. It must not call Close, or
-	// Remove for that environment: they wait for the goroutine calling it.
-	OnHealth func(environmentID string, h Health)
-	// OnStorage, if set, is called when any connection of an environment
-	// sees a StorageClass, CSIDriver or CSIStorageCapacity change, and when
-	// a replacement connection takes over; the environment's live cluster
-	// then has the current objects (fleet index). It is called from informer
-	// goroutines, often in bursts, and must return quickly.
-	OnStorage func(environmentID string)
 }
 
 func (o PoolOptions) withDefaults() PoolOptions {
@@ -129,10 +119,15 @@ type Pool struct {
 	opts PoolOptions
 	// slots holds one token per initial sync in flight.
 	slots chan struct{}
+	// changes tells subscribers about health and storage changes.
+	changes changes.Topic[Change]
 
 	mu     sync.Mutex
 	envs   map[string]*environment
 	closed bool
+	// stopped are the clusters StopWatching stopped, whose connections
+	// Close closes.
+	stopped []*Cluster
 }
 
 // environment is one environment's place in the pool. During a change of
@@ -141,7 +136,7 @@ type Pool struct {
 // no gap.
 type environment struct {
 	live, next *Cluster
-	// reported is the last state given to OnHealth (or the first state).
+	// reported is the last state published (or the first state).
 	reported State
 	// handlers outlive any one connection (see Cluster.OnPVC).
 	handlers *pvcHandlers
@@ -164,6 +159,33 @@ func NewPool(opts PoolOptions) *Pool {
 		envs:  map[string]*environment{},
 	}
 }
+
+// ChangeKind says what a Change is about.
+type ChangeKind int
+
+const (
+	// HealthChanged: the environment's live cluster changed state
+	// (Change.Health), or a replacement took over with another state.
+	HealthChanged ChangeKind = iota + 1
+	// StorageChanged: a StorageClass, CSIDriver or CSIStorageCapacity of
+	// the environment changed, or a replacement connection took over; the
+	// live cluster has the current objects.
+	StorageChanged
+)
+
+// Change is a notice the pool publishes. Health changes of one environment
+// are published in order; subscribers that need the latest state read it
+// from Get.
+type Change struct {
+	Kind          ChangeKind
+	EnvironmentID string
+	// Health is the new health of a HealthChanged notice.
+	Health Health
+}
+
+// Subscribe returns a subscription to the pool's changes; its owner runs it
+// (changes.Subscription.Run). Delivery never runs on a cluster's goroutine.
+func (p *Pool) Subscribe() *changes.Subscription[Change] { return p.changes.Subscribe() }
 
 // Ensure starts a connection for t, or replaces the existing one when its
 // connection settings or namespaces changed; identical targets are a no-op.
@@ -244,8 +266,11 @@ func (p *Pool) Remove(environmentID string) {
 	}
 }
 
-// Close removes every environment; Ensure fails afterwards.
-func (p *Pool) Close() {
+// StopWatching ends every environment's informers and health loop and waits
+// for them; no change is published afterwards and Ensure fails. The
+// connections stay open until Close: the gateway stops its inputs first and
+// closes connections last.
+func (p *Pool) StopWatching() {
 	p.mu.Lock()
 	p.closed = true
 	var all []*Cluster
@@ -253,17 +278,32 @@ func (p *Pool) Close() {
 		all = append(all, env.live, env.next)
 	}
 	clear(p.envs)
+	p.stopped = append(p.stopped, all...)
 	p.mu.Unlock()
-	stopAll(all)
+	each(all, (*Cluster).stopWatching)
 }
 
-// stopAll stops clusters concurrently (nil entries are skipped), so closing a
-// large pool takes as long as its slowest cluster, not their sum.
-func stopAll(clusters []*Cluster) {
+// Close stops watching (if StopWatching has not) and closes every
+// connection.
+func (p *Pool) Close() {
+	p.StopWatching()
+	p.mu.Lock()
+	all := p.stopped
+	p.stopped = nil
+	p.mu.Unlock()
+	each(all, (*Cluster).closeConnections)
+}
+
+// stopAll stops clusters.
+func stopAll(clusters []*Cluster) { each(clusters, (*Cluster).stop) }
+
+// each runs fn on clusters concurrently (nil entries are skipped), so
+// stopping a large pool takes as long as its slowest cluster, not their sum.
+func each(clusters []*Cluster, fn func(*Cluster)) {
 	var wg sync.WaitGroup
 	for _, c := range clusters {
 		if c != nil {
-			wg.Go(c.stop)
+			wg.Go(func() { fn(c) })
 		}
 	}
 	wg.Wait()
@@ -341,9 +381,7 @@ func (p *Pool) settled(c *Cluster) (final bool) {
 	if report {
 		p.report(c.target.EnvironmentID, h)
 	}
-	if p.opts.OnStorage != nil {
-		p.opts.OnStorage(c.target.EnvironmentID)
-	}
+	p.storageChanged(c.target.EnvironmentID)
 	return true
 }
 
@@ -354,7 +392,11 @@ func (p *Pool) report(environmentID string, h Health) {
 	}
 	p.opts.Logger.Log(context.Background(), level, "cluster health changed",
 		"environment", environmentID, "state", h.State, "message", h.Message)
-	if p.opts.OnHealth != nil {
-		p.opts.OnHealth(environmentID, h)
-	}
+	p.changes.Publish(Change{Kind: HealthChanged, EnvironmentID: environmentID, Health: h})
+}
+
+// storageChanged is called from informer goroutines, often in bursts:
+// equal notices waiting in a subscriber's queue merge.
+func (p *Pool) storageChanged(environmentID string) {
+	p.changes.Publish(Change{Kind: StorageChanged, EnvironmentID: environmentID})
 }

@@ -74,8 +74,7 @@ type namespaceCaches struct {
 	warningIndex cache.Indexer
 }
 
-// newCaches sets up the informers without starting them; onStorage, if set,
-// is called after every change to a cached StorageClass, CSIDriver or
+// newCaches sets up the informers without starting them; onStorage is called after every change to a cached StorageClass, CSIDriver or
 // CSIStorageCapacity, from an informer goroutine.
 func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func()) (*caches, error) {
 	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}
@@ -99,16 +98,14 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	c.add(cacheStorageClasses, storage.StorageClasses().Informer())
 	c.add(cacheCSIDrivers, storage.CSIDrivers().Informer())
 	c.add(cacheCapacities, storage.CSIStorageCapacities().Informer())
-	if onStorage != nil {
-		notify := cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { onStorage() },
-			UpdateFunc: func(any, any) { onStorage() },
-			DeleteFunc: func(any) { onStorage() },
-		}
-		for _, inf := range []cache.SharedIndexInformer{storage.StorageClasses().Informer(), storage.CSIDrivers().Informer(), storage.CSIStorageCapacities().Informer()} {
-			_, err := inf.AddEventHandler(notify)
-			errs = append(errs, err)
-		}
+	notify := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { onStorage() },
+		UpdateFunc: func(any, any) { onStorage() },
+		DeleteFunc: func(any) { onStorage() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{storage.StorageClasses().Informer(), storage.CSIDrivers().Informer(), storage.CSIStorageCapacities().Informer()} {
+		_, err := inf.AddEventHandler(notify)
+		errs = append(errs, err)
 	}
 	for _, inf := range c.informers {
 		errs = append(errs, inf.SetWatchErrorHandlerWithContext(logCacheFailure(logger, inf.name)))

@@ -59,10 +59,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	if c.writes, err = p.newClient(t, requestTimeout, maxResponseBytes, nil); err != nil {
 		return nil, err
 	}
-	var onStorage func()
-	if p.opts.OnStorage != nil {
-		onStorage = func() { p.opts.OnStorage(t.EnvironmentID) }
-	}
+	onStorage := func() { p.storageChanged(t.EnvironmentID) }
 	if c.caches, err = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage); err != nil {
 		return nil, err
 	}
@@ -124,12 +121,24 @@ func (c *Cluster) start() {
 }
 
 // stop ends every goroutine of a started cluster, waits for them, and
-// closes its connections. A write still in flight keeps its connection until
-// it ends; the connection then closes when idle.
+// closes its connections.
 func (c *Cluster) stop() {
+	c.stopWatching()
+	c.closeConnections()
+}
+
+// stopWatching ends the cluster's informers and health loop and waits for
+// them; its connections stay open.
+func (c *Cluster) stopWatching() {
 	c.handlers.leave(c)
 	c.cancel()
 	<-c.done
+}
+
+// closeConnections closes a stopped cluster's connections. A write still in
+// flight keeps its connection until it ends; the connection then closes when
+// idle.
+func (c *Cluster) closeConnections() {
 	c.conns.closeAll()
 	c.writes.Close()
 	if l := c.pool.opts.Limiters; l != nil {

@@ -244,10 +244,25 @@ func ptrs[T any](items []T) []*T {
 	return out
 }
 
-// healthLog records OnHealth calls.
+// healthLog records the health changes a pool publishes.
 type healthLog struct {
 	mu     sync.Mutex
 	states map[string][]clusters.State
+}
+
+// follow subscribes to p's changes until the test ends.
+func (l *healthLog) follow(t *testing.T, p *clusters.Pool) {
+	sub := p.Subscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		sub.Run(ctx, func(_ context.Context, c clusters.Change) {
+			if c.Kind == clusters.HealthChanged {
+				l.record(c.EnvironmentID, c.Health)
+			}
+		})
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
 func (l *healthLog) record(env string, h clusters.Health) {
@@ -268,8 +283,8 @@ func (l *healthLog) of(env string) []clusters.State {
 func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	var log healthLog
 	opts := fast
-	opts.OnHealth = log.record
 	p := newPool(t, opts)
+	log.follow(t, p)
 	ns := east.Spec.Environment.Namespace
 	c := ensureReady(t, p, eastTarget("pool-unreachable"))
 	pvc := createClaim(t, ns, claim("pool-unreachable-claim", managed, nil))
@@ -309,7 +324,7 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	}
 	want := []clusters.State{clusters.StateReady, clusters.StateUnreachable, clusters.StateReady}
 	if got := log.of("pool-unreachable"); !slices.Equal(got, want) {
-		t.Errorf("OnHealth saw %v, want %v", got, want)
+		t.Errorf("published health changes %v, want %v", got, want)
 	}
 }
 
@@ -503,8 +518,8 @@ func TestCachesRecoverAfterAPIServerRestart(t *testing.T) {
 	ns := east.Spec.Environment.Namespace
 	var log healthLog
 	opts := fast
-	opts.OnHealth = log.record
 	p := newPool(t, opts)
+	log.follow(t, p)
 	c := ensureReady(t, p, eastTarget("pool-restart"))
 	before := createClaim(t, ns, claim("pool-before-restart", managed, nil))
 	eventually(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, before.Name); return ok })

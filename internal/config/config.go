@@ -78,6 +78,9 @@ type Config struct {
 	// StatusDebounce is the window in which further status changes of a
 	// volume are coalesced after one was reported at once.
 	StatusDebounce time.Duration `env:"SG_STATUS_DEBOUNCE" envDefault:"500ms"`
+	// OutboxRetention is how long sent status events stay in the outbox
+	// (for inspection) before they are pruned.
+	OutboxRetention time.Duration `env:"SG_OUTBOX_RETENTION" envDefault:"24h"`
 	// ProvisioningTimeout is how long provisioning may fail continuously
 	// before a volume is reported FAILED.
 	ProvisioningTimeout time.Duration `env:"SG_PROVISIONING_TIMEOUT" envDefault:"10m"`
@@ -223,6 +226,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.SlogLevel(); err != nil {
 		add("SG_LOG_LEVEL", err.Error())
+	}
+	if c.OutboxRetention < time.Minute {
+		add("SG_OUTBOX_RETENTION", "must be at least 1m")
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("SG_SHUTDOWN_TIMEOUT", "must be a positive duration, e.g. 30s")

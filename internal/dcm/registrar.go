@@ -17,6 +17,8 @@ import (
 	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 )
 
@@ -41,24 +43,30 @@ type Options struct {
 	// idempotent), so a DCM that lost its state learns it again.
 	Interval time.Duration
 	Logger   *slog.Logger
-	// TotalStorage, if set, reports an environment's published storage
-	// capacity (metadata.resources.total_storage) when it is known.
-	TotalStorage func(environmentID string) (string, bool)
+	// Clusters, if set, gives each environment's published storage capacity
+	// (metadata.resources.total_storage), and a cluster that becomes ready
+	// and synced wakes the registrar to publish it.
+	Clusters *clusters.Pool
 	// Credentials authenticate the calls to DCM (none by default).
 	Credentials Credentials
 }
 
-// Registrar keeps every environment with dcm.register registered.
+// Registrar keeps every environment with dcm.register registered. It
+// subscribes to the registry's changes (and the pool's, when it has one):
+// a registration or update wakes it, a deletion deregisters the provider.
 type Registrar struct {
 	opts   Options
 	client *spmclient.ClientWithResponses
 	log    *slog.Logger
 	wake   chan struct{}
-	// forget queues deleted environments' providers for deregistration.
-	forget chan forgotten
+
+	registryChanges *changes.Subscription[environments.Change]
+	clusterChanges  *changes.Subscription[clusters.Change]
 
 	mu    sync.Mutex
 	state map[string]*registration
+	// forgotten are deleted environments whose providers leave DCM next.
+	forgotten []environments.Change
 }
 
 // registration is what the registrar knows about one environment.
@@ -79,41 +87,61 @@ func New(opts Options) (*Registrar, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Registrar{opts: opts, client: client, log: opts.Logger.With("component", "dcm"),
-		wake: make(chan struct{}, 1), forget: make(chan forgotten, 64), state: map[string]*registration{}}, nil
-}
-
-// forgotten is a deleted environment whose provider should leave DCM.
-type forgotten struct{ environmentID, providerID string }
-
-// Forget queues the deregistration of a deleted environment's provider; it
-// never blocks (if the queue is full, DCM's health checks retire the
-// provider instead).
-func (r *Registrar) Forget(environmentID string, registration environments.DCMRegistration) {
-	select {
-	case r.forget <- forgotten{environmentID, registration.ProviderID}:
-	default:
-		r.log.Warn("deregistration queue full; DCM will see the provider unhealthy", "environment", environmentID)
+	r := &Registrar{opts: opts, client: client, log: opts.Logger.With("component", "dcm"),
+		wake: make(chan struct{}, 1), state: map[string]*registration{},
+		registryChanges: opts.Environments.Subscribe()}
+	if opts.Clusters != nil {
+		r.clusterChanges = opts.Clusters.Subscribe()
 	}
+	return r, nil
 }
 
-// Changed wakes the registrar: an environment was registered or updated.
-func (r *Registrar) Changed() {
+// changed wakes the registration loop.
+func (r *Registrar) changed() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Run registers until ctx ends.
+// Run registers until ctx ends. Deregistrations run on the same loop as
+// registrations, so a registration that read the environment before it was
+// deleted can never land after its deregistration.
 func (r *Registrar) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		r.registryChanges.Run(ctx, func(ctx context.Context, c environments.Change) {
+			if c.Deleted {
+				r.mu.Lock()
+				r.forgotten = append(r.forgotten, c)
+				r.mu.Unlock()
+			}
+			r.changed()
+		})
+	})
+	if r.clusterChanges != nil {
+		wg.Go(func() {
+			r.clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) {
+				// The capacity it publishes is known now.
+				if c.Kind == clusters.HealthChanged && c.Health.State == clusters.StateReady && c.Health.Synced {
+					r.changed()
+				}
+			})
+		})
+	}
 	for {
+		r.mu.Lock()
+		forgotten := r.forgotten
+		r.forgotten = nil
+		r.mu.Unlock()
+		for _, c := range forgotten {
+			r.deregister(ctx, c.EnvironmentID, c.DCMProviderID)
+		}
 		next := r.sync(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case f := <-r.forget:
-			r.deregister(ctx, f.environmentID, f.providerID)
 		case <-r.wake:
 		case <-time.After(time.Until(next)):
 		}
@@ -258,8 +286,8 @@ func (r *Registrar) provider(env environments.Environment) spmapi.Provider {
 	if env.Spec.Zone != "" {
 		meta.Zone = &env.Spec.Zone
 	}
-	if r.opts.TotalStorage != nil {
-		if total, ok := r.opts.TotalStorage(env.ID); ok {
+	if r.opts.Clusters != nil {
+		if total, ok := r.opts.Clusters.TotalStorage(env.ID); ok {
 			meta.Resources = &spmapi.ResourceCapacity{TotalStorage: &total}
 		}
 	}

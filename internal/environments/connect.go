@@ -2,65 +2,168 @@ package environments
 
 import (
 	"context"
-
+	"errors"
+	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
-	"github.com/dcm-project/storage-gateway/internal/fault"
-	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
 // healthWriteTimeout bounds recording one health change.
 const healthWriteTimeout = 10 * time.Second
 
-// ensure hands an environment's connection to the cluster pool, which
-// swaps a live client when the settings changed (identical ones: no-op).
-func (s *Service) ensure(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) {
-	if s.pool == nil {
-		return
-	}
-	if err := s.pool.Ensure(clusters.Target{EnvironmentID: id, Connection: conn, Namespaces: spec.Namespaces()}); err != nil {
-		s.log.ErrorContext(ctx, "connect environment", "environment", id, "error", err)
+// Connector is the one owner of which clusters the pool connects to: the
+// pool follows the registry. It reacts to the registry's changes at once,
+// re-reads the whole registry every interval (other replicas' changes,
+// anything a notice missed) and connects, replaces or removes pool entries
+// to match; it never touches the network itself (Pool.Ensure does not), so
+// at start a dead cluster cannot delay connecting a healthy one. It also
+// records what the pool learns about reachability (see RecordHealth).
+type Connector struct {
+	registry *Service
+	pool     *clusters.Pool
+	interval time.Duration
+	log      *slog.Logger
+
+	registryChanges *changes.Subscription[Change]
+	poolChanges     *changes.Subscription[clusters.Change]
+
+	// mu serializes connecting: a full re-read and a single change never
+	// interleave, so a deletion handled after a re-read always wins.
+	mu sync.Mutex
+	// connected is the row generation each pool entry was made from; an
+	// unchanged row is not opened again.
+	connected map[string]int64
+}
+
+// NewConnector subscribes to the registry's and the pool's changes; Run
+// acts on them.
+func NewConnector(registry *Service, pool *clusters.Pool, interval time.Duration) *Connector {
+	return &Connector{
+		registry: registry, pool: pool, interval: interval, log: registry.log,
+		registryChanges: registry.Subscribe(), poolChanges: pool.Subscribe(),
+		connected: map[string]int64{},
 	}
 }
 
-// connect is ensure after a registration or update, and returns the
-// environment as stored now: one deleted meanwhile (its Remove may have run
-// first) is disconnected again and not found.
-func (s *Service) connect(ctx context.Context, id string, spec Spec, conn kubeconfig.Connection) (Environment, error) {
-	s.ensure(ctx, id, spec, conn)
-	env, err := s.Get(ctx, id)
-	if s.pool != nil && fault.Is(err, fault.NotFound) {
-		s.pool.Remove(id)
-	}
-	return env, err
-}
-
-// disconnectAllBut removes pool entries of environments not in registered.
-func (s *Service) disconnectAllBut(registered map[string]bool) {
-	if s.pool == nil {
-		return
-	}
-	for _, id := range s.pool.IDs() {
-		if !registered[id] {
-			s.pool.Remove(id)
+// Run connects every registered environment, then follows changes until
+// ctx ends.
+func (c *Connector) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { c.registryChanges.Run(ctx, c.follow) })
+	wg.Go(func() {
+		c.poolChanges.Run(ctx, func(ctx context.Context, ch clusters.Change) {
+			if ch.Kind == clusters.HealthChanged {
+				c.registry.RecordHealth(ctx, ch.EnvironmentID, ch.Health)
+			}
+		})
+	})
+	defer wg.Wait()
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		c.SyncAll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
+}
+
+// SyncAll makes the pool hold exactly the registered environments, each
+// with its current credentials and namespaces.
+func (c *Connector) SyncAll(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	registered := map[string]bool{}
+	err := c.registry.repo.each(ctx, func(rec record) error {
+		registered[rec.ID] = true
+		c.connect(ctx, rec)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.ErrorContext(ctx, "list environments to connect", "error", err)
+		}
+		return // a partial list must not disconnect the rest
+	}
+	for _, id := range c.pool.IDs() {
+		if !registered[id] {
+			c.disconnect(id)
+		}
+	}
+}
+
+// follow applies one registry change.
+func (c *Connector) follow(ctx context.Context, ch Change) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch.Deleted {
+		c.disconnect(ch.EnvironmentID)
+		return
+	}
+	rec, err := c.registry.repo.get(ctx, ch.EnvironmentID)
+	switch {
+	case errors.Is(err, errNotFound):
+		c.disconnect(ch.EnvironmentID)
+	case err != nil:
+		if ctx.Err() == nil {
+			c.log.ErrorContext(ctx, "read environment to connect (retried at the next re-read)", "environment", ch.EnvironmentID, "error", err)
+		}
+	default:
+		c.connect(ctx, rec)
+	}
+}
+
+// connect hands rec's connection to the pool, which starts it or swaps the
+// live one when settings changed (identical ones: no-op). Credentials that
+// cannot be opened leave the pool as it is: the probe records why.
+func (c *Connector) connect(ctx context.Context, rec record) {
+	if gen, ok := c.connected[rec.ID]; ok && gen == rec.generation {
+		return
+	}
+	if rec.Connection.Insecure && !c.registry.allowInsecure {
+		c.disconnect(rec.ID)
+		return
+	}
+	conn, err := c.registry.open(ctx, rec)
+	if errors.Is(err, errChangedMeanwhile) {
+		return // rotated since rec was read: its own change follows
+	}
+	if err != nil {
+		c.log.ErrorContext(ctx, "stored credentials unusable; not connected", "environment", rec.ID, "error", err)
+		return
+	}
+	if err := c.pool.Ensure(clusters.Target{EnvironmentID: rec.ID, Connection: conn, Namespaces: rec.Spec.Namespaces()}); err != nil {
+		c.log.ErrorContext(ctx, "connect environment", "environment", rec.ID, "error", err)
+		return
+	}
+	c.connected[rec.ID] = rec.generation
+}
+
+func (c *Connector) disconnect(id string) {
+	c.pool.Remove(id)
+	delete(c.connected, id)
 }
 
 // RecordHealth stores what the pool learns about reachability between
 // probes. It only moves an environment to UNREACHABLE, or back from it (or
 // from PENDING) to READY: a reachable cluster may still lack permissions,
 // which only the probe can tell.
-func (s *Service) RecordHealth(id string, h clusters.Health) {
+func (s *Service) RecordHealth(ctx context.Context, id string, h clusters.Health) {
 	if h.State != clusters.StateReady && h.State != clusters.StateUnreachable {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), healthWriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, healthWriteTimeout)
 	defer cancel()
 	changed, err := s.repo.recordReachability(ctx, id, h.State, h.Message, now())
 	if err != nil {
-		s.log.ErrorContext(ctx, "record environment health", "environment", id, "error", err)
+		if ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "record environment health", "environment", id, "error", err)
+		}
 		return
 	}
 	if changed {

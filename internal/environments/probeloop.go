@@ -11,9 +11,9 @@ import (
 const probeConcurrency = 4
 
 // RunProbes runs a probe round at once and then once per interval until ctx
-// ends, so status reflects clusters that died or recovered while the gateway
-// was down or between admin actions, and the cluster pool follows the
-// registry (several replicas pick up each other's changes).
+// ends, so status reflects clusters that died, recovered or lost
+// permissions while the gateway was down or between admin actions. Probes
+// only check and record; the Connector decides what the pool connects to.
 func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -27,16 +27,13 @@ func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// ProbeAll is one round: every registered environment is probed (and handed
-// to the cluster pool with the credentials the probe opened), the results
-// recorded, and pool entries of environments no longer registered removed.
-// Failures are logged per environment; one never stops the others.
+// ProbeAll is one round: every registered environment is probed and the
+// results recorded. Failures are logged per environment; one never stops the
+// others.
 func (s *Service) ProbeAll(ctx context.Context) {
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
-	registered := map[string]bool{}
 	err := s.repo.each(ctx, func(rec record) error {
-		registered[rec.ID] = true
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -51,11 +48,7 @@ func (s *Service) ProbeAll(ctx context.Context) {
 		return nil
 	})
 	wg.Wait()
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.ErrorContext(ctx, "list environments to probe", "error", err)
-		}
-		return // a partial list must not disconnect the rest
+	if err != nil && ctx.Err() == nil {
+		s.log.ErrorContext(ctx, "list environments to probe", "error", err)
 	}
-	s.disconnectAllBut(registered)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
@@ -20,24 +21,17 @@ import (
 
 // Options wires a Service.
 type Options struct {
-	DB     *pgxpool.Pool
-	Keys   *secrets.KeyRing
-	Prober *clusters.Prober
+	DB   *pgxpool.Pool
+	Keys *secrets.KeyRing
+	// Probe is how registration, rotation, :verify and the probe loop reach
+	// clusters: egress policy, timeout, concurrency, rate limiters.
+	Probe clusters.ProberOptions
 	// AllowInsecure accepts clusters registered with TLS verification off.
 	AllowInsecure bool
 	Logger        *slog.Logger
-	// Pool, when set, keeps a live connection per environment: registration,
-	// rotation and deletion update it. Offline tools leave it nil.
-	Pool *clusters.Pool
-	// Changed, if set, is called after an environment was registered or
-	// updated (DCM registration follows it).
-	Changed func(id string)
-	// Deleted, if set, is called after an environment was deleted, with its
-	// last DCM registration (to deregister it).
-	Deleted func(id string, registration DCMRegistration)
 }
 
-// Service implements the registry's use cases.
+// Service implements the registry's use cases and publishes its changes.
 type Service struct {
 	repo repository
 	// keys is swapped whole by ReplaceKeys (SIGHUP), never mutated.
@@ -45,9 +39,7 @@ type Service struct {
 	prober        *clusters.Prober
 	allowInsecure bool
 	log           *slog.Logger
-	pool          *clusters.Pool
-	changed       func(id string)
-	deleted       func(id string, registration DCMRegistration)
+	changes       changes.Topic[Change]
 	// generations is each environment's highest credential generation this
 	// process has opened or written (see open).
 	generations sync.Map
@@ -57,16 +49,30 @@ type Service struct {
 	verifies singleflight.Group
 }
 
-// NewService returns a Service over the given database and key ring.
+// Change is a notice the registry publishes after an environment was
+// registered, updated or deleted (by this replica; others' changes are
+// found by periodic re-reads).
+type Change struct {
+	EnvironmentID string
+	// Deleted is set for a deletion; DCMProviderID is then the provider
+	// the environment was last registered as in DCM, if any.
+	Deleted       bool
+	DCMProviderID string
+}
+
+// Subscribe returns a subscription to the registry's changes; its owner
+// runs it (changes.Subscription.Run).
+func (s *Service) Subscribe() *changes.Subscription[Change] { return s.changes.Subscribe() }
+
+// NewService returns a Service over the given database and key ring. It is
+// the one constructor of the registry: the gateway, the offline key
+// commands and the tests build it here.
 func NewService(opts Options) *Service {
 	s := &Service{
 		repo:          repository{db: opts.DB},
-		prober:        opts.Prober,
+		prober:        clusters.NewProber(opts.Probe),
 		allowInsecure: opts.AllowInsecure,
 		log:           opts.Logger,
-		pool:          opts.Pool,
-		changed:       opts.Changed,
-		deleted:       opts.Deleted,
 	}
 	s.keys.Store(opts.Keys)
 	return s
@@ -121,10 +127,8 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
-	env, err = s.connect(ctx, rec.ID, spec, conn)
-	if s.changed != nil {
-		s.changed(rec.ID)
-	}
+	s.changes.Publish(Change{EnvironmentID: rec.ID})
+	env, err = s.Get(ctx, rec.ID)
 	return env, err == nil, err
 }
 
@@ -240,7 +244,6 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
 		return refused
 	}
-	s.ensure(ctx, rec.ID, rec.Spec, conn) // the pool follows the registry with the same credentials
 	return s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces())
 }
 
@@ -257,12 +260,7 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 	if volumes > 0 && !force {
 		return fault.New(fault.Conflict, "environment %q still has %d volume(s); delete them first, or use force=true to forget them (their PVCs stay in the cluster)", id, volumes)
 	}
-	if s.pool != nil {
-		s.pool.Remove(id)
-	}
-	if s.deleted != nil {
-		s.deleted(id, reg)
-	}
+	s.changes.Publish(Change{EnvironmentID: id, Deleted: true, DCMProviderID: reg.ProviderID})
 	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
 	return nil
 }

@@ -106,16 +106,8 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		s.sawGeneration(id, next.sealed.Generation)
 	}
 	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
-	var env Environment
-	if probe {
-		env, err = s.connect(ctx, id, spec, conn)
-	} else {
-		env, err = s.Get(ctx, id)
-	}
-	if s.changed != nil {
-		s.changed(id)
-	}
-	return env, err
+	s.changes.Publish(Change{EnvironmentID: id})
+	return s.Get(ctx, id)
 }
 
 // checkRemovedNamespaces refuses to drop a namespace that still holds

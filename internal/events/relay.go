@@ -49,6 +49,10 @@ type Relay struct {
 	log     *slog.Logger
 	metrics relayMetrics
 	wake    chan struct{}
+	// retention is how long sent events are kept; pruned is when Run last
+	// pruned them.
+	retention time.Duration
+	pruned    time.Time
 
 	// streamChecked is when it was last asked whether a stream covers the
 	// subject, and streamFound the answer (asked again after streamCheckTTL).
@@ -62,14 +66,65 @@ type Relay struct {
 // subject" is trusted.
 const streamCheckTTL = 30 * time.Second
 
-// NewRelay returns a relay over db and conn; metrics go to reg.
-func NewRelay(db *pgxpool.Pool, conn *nats.Conn, reg prometheus.Registerer, logger *slog.Logger) (*Relay, error) {
-	js, err := jetstream.New(conn)
+// RelayOptions wire a Relay.
+type RelayOptions struct {
+	DB   *pgxpool.Pool
+	Conn *nats.Conn
+	// Metrics receives the relay's metrics.
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
+	// Retention is how long sent events stay in the outbox (for
+	// inspection) before Run prunes them; 0 keeps them forever.
+	Retention time.Duration
+}
+
+// NewRelay returns a relay; Run starts it.
+func NewRelay(opts RelayOptions) (*Relay, error) {
+	js, err := jetstream.New(opts.Conn)
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{db: db, conn: conn, js: js, log: logger.With("component", "relay"),
-		metrics: newRelayMetrics(reg), wake: make(chan struct{}, 1)}, nil
+	return &Relay{db: opts.DB, conn: opts.Conn, js: js, log: opts.Logger.With("component", "relay"), retention: opts.Retention,
+		metrics: newRelayMetrics(opts.Metrics), wake: make(chan struct{}, 1)}, nil
+}
+
+// pruneInterval is how often Run prunes sent events; pruneBatch bounds one
+// delete, so pruning a large backlog never holds long locks.
+const (
+	pruneInterval = 10 * time.Minute
+	pruneBatch    = 1000
+)
+
+// Prune deletes sent events older than the retention and returns how many.
+func (r *Relay) Prune(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := r.db.Exec(ctx, `DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox WHERE sent_time < now() - $1::interval ORDER BY sent_time LIMIT $2)`,
+			r.retention.String(), pruneBatch)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
+// prune runs Prune when it is due.
+func (r *Relay) prune(ctx context.Context) {
+	if r.retention <= 0 || time.Since(r.pruned) < pruneInterval {
+		return
+	}
+	r.pruned = time.Now()
+	n, err := r.Prune(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		r.log.WarnContext(ctx, "prune sent status events (retried later)", "error", err)
+	case n > 0:
+		r.log.InfoContext(ctx, "sent status events pruned", "count", n, "retention", r.retention.String())
+	}
 }
 
 // Notify wakes the relay: an event was queued.
@@ -84,6 +139,7 @@ func (r *Relay) Notify() {
 func (r *Relay) Run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
+		r.prune(ctx)
 		err := r.Drain(ctx)
 		switch {
 		case ctx.Err() != nil:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -59,7 +60,7 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close(context.Background())
-		relay, err := events.NewRelay(reg.Pool, nc.Conn, registries[i], slog.New(slog.DiscardHandler))
+		relay, err := events.NewRelay(events.RelayOptions{DB: reg.Pool, Conn: nc.Conn, Metrics: registries[i], Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +143,7 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := events.NewRelay(reg.Pool, nc.Conn, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	relay, err := events.NewRelay(events.RelayOptions{DB: reg.Pool, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,5 +162,52 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	var unsent int
 	if err := reg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
 		t.Fatalf("%d events left unsent (%v)", unsent, err)
+	}
+}
+
+// Sent events older than the retention are pruned; unsent ones and recent
+// ones stay, and a volume's next event still gets a new id (the outbox is
+// not what numbers transitions).
+func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	natsServer := natstest.Start(t)
+	natsServer.DCMStream()
+	queue(t, reg, 3, 2)
+	nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close(context.Background())
+	relay, err := events.NewRelay(events.RelayOptions{DB: reg.Pool, Conn: nc.Conn, Metrics: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two volumes' events were sent two hours ago, one volume's just now;
+	// one more event waits unsent.
+	if _, err := reg.Pool.Exec(ctx, `UPDATE outbox SET sent_time = now() - interval '2 hours' WHERE volume_id IN ('vol-0', 'vol-1')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := (status.Recorder{DB: reg.Pool}).Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := relay.Prune(ctx)
+	if err != nil || n != 4 {
+		t.Fatalf("pruned %d (%v), want the 4 old sent events", n, err)
+	}
+	rows, err := reg.Pool.Query(ctx, `SELECT volume_id || ':' || status || ':' || (sent_time IS NOT NULL)::text FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"vol-2:PROVISIONING:true", "vol-2:RUNNING:true", "vol-0:FAILED:false"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
 	}
 }

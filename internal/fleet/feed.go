@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 )
@@ -25,20 +26,21 @@ const (
 // live ones (a variable for tests).
 var storeTimeout = 10 * time.Second
 
-// Registry is what the feed reads environments from.
+// Registry is what the feed reads environments from and follows.
 type Registry interface {
 	Each(ctx context.Context, fn func(environments.Environment) error) error
+	Subscribe() *changes.Subscription[environments.Change]
 }
 
 // FeedOptions wire a Feed.
 type FeedOptions struct {
 	Index    *Index
-	Pool     *clusters.Pool
+	Clusters *clusters.Pool
 	Registry Registry
 	Store    Store
 	Logger   *slog.Logger
-	// RegistryInterval is how often the registry is re-read without a hook
-	// firing, so replicas follow each other's changes (default 30s).
+	// RegistryInterval is how often the registry is re-read without a
+	// change notice, so replicas follow each other's changes (default 30s).
 	RegistryInterval time.Duration
 	// TouchInterval is how often live environments' persisted snapshots are
 	// re-dated (default 1m): after a restart with a dead cluster, its
@@ -48,12 +50,15 @@ type FeedOptions struct {
 
 // Feed keeps an Index current: environments and their settings from the
 // registry, classes from the cluster pool's caches, staleness from cluster
-// health; and it persists what it learns. Hooks only mark work; Run does it,
-// so informer goroutines and registry calls never wait on the index or the
-// database.
+// health; and it persists what it learns. It subscribes to the pool's and
+// the registry's changes; notices only mark work and Run does it, so
+// nothing waits on the index or the database but the feed itself.
 type Feed struct {
 	opts FeedOptions
 	wake chan struct{}
+
+	clusterChanges  *changes.Subscription[clusters.Change]
+	registryChanges *changes.Subscription[environments.Change]
 
 	// loaded is set once Load succeeded; until then every step retries it
 	// (the schema may not be migrated yet when the gateway starts).
@@ -65,7 +70,8 @@ type Feed struct {
 	unsaved       map[string]bool // environments whose snapshot is not persisted yet
 }
 
-// NewFeed returns a feed; call Load, then Run.
+// NewFeed returns a feed subscribed to the pool's and the registry's
+// changes; call Load, then Run.
 func NewFeed(opts FeedOptions) *Feed {
 	if opts.RegistryInterval <= 0 {
 		opts.RegistryInterval = defaultRegistryInterval
@@ -76,20 +82,22 @@ func NewFeed(opts FeedOptions) *Feed {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Feed{opts: opts, wake: make(chan struct{}, 1), dirty: map[string]bool{}, unsaved: map[string]bool{}}
+	return &Feed{opts: opts, wake: make(chan struct{}, 1), dirty: map[string]bool{}, unsaved: map[string]bool{},
+		clusterChanges: opts.Clusters.Subscribe(), registryChanges: opts.Registry.Subscribe()}
 }
 
-// ClusterChanged says an environment's storage objects or health changed
-// (the pool's OnStorage and OnHealth hooks).
-func (f *Feed) ClusterChanged(id string) {
+// clusterChanged marks an environment whose storage objects or health
+// changed.
+func (f *Feed) clusterChanged(id string) {
 	f.mu.Lock()
 	f.dirty[id] = true
 	f.mu.Unlock()
 	f.signal()
 }
 
-// RegistryChanged says an environment was registered, changed or deleted.
-func (f *Feed) RegistryChanged() {
+// registryChanged marks the registry for a re-read: an environment was
+// registered, changed or deleted.
+func (f *Feed) registryChanged() {
 	f.mu.Lock()
 	f.registryDirty = true
 	f.mu.Unlock()
@@ -128,6 +136,14 @@ func (f *Feed) Load(ctx context.Context) error {
 
 // Run applies changes until ctx ends, then persists what is left.
 func (f *Feed) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		f.clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) { f.clusterChanged(c.EnvironmentID) })
+	})
+	wg.Go(func() {
+		f.registryChanges.Run(ctx, func(context.Context, environments.Change) { f.registryChanged() })
+	})
+	defer wg.Wait()
 	registryTick := time.NewTicker(f.opts.RegistryInterval)
 	defer registryTick.Stop()
 	touchTick := time.NewTicker(f.opts.TouchInterval)
@@ -212,7 +228,7 @@ func (f *Feed) syncRegistry(ctx context.Context) error {
 // do not matter here.
 func (f *Feed) refresh(id string) {
 	now := time.Now()
-	if c, ok := f.opts.Pool.Get(id); ok {
+	if c, ok := f.opts.Clusters.Get(id); ok {
 		if c.StorageSynced() && c.Health().State != clusters.StateUnreachable {
 			if f.opts.Index.Observe(id, c.StorageObjects(), now) {
 				f.mu.Lock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
@@ -40,12 +41,16 @@ func (r registry) Each(_ context.Context, fn func(environments.Environment) erro
 	return nil
 }
 
+func (r registry) Subscribe() *changes.Subscription[environments.Change] {
+	return new(changes.Topic[environments.Change]).Subscribe()
+}
+
 func newFeed(db *pgxpool.Pool, ids ...string) *Feed {
 	return newFeedLogging(db, slog.New(slog.DiscardHandler), ids...)
 }
 
 func newFeedLogging(db *pgxpool.Pool, logger *slog.Logger, ids ...string) *Feed {
-	return NewFeed(FeedOptions{Index: NewIndex(), Pool: clusters.NewPool(clusters.PoolOptions{}), Registry: registry(ids),
+	return NewFeed(FeedOptions{Index: NewIndex(), Clusters: clusters.NewPool(clusters.PoolOptions{}), Registry: registry(ids),
 		Store: Store{DB: db}, Logger: logger})
 }
 

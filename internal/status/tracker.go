@@ -7,15 +7,25 @@ import (
 	"time"
 )
 
+// recordTimeout bounds writing one observation.
+const recordTimeout = 30 * time.Second
+
 // Tracker turns a stream of observations into recorded transitions, fast
 // but calm: a volume's new status is recorded at once (leading edge); further
 // changes of that volume inside the debounce window are coalesced and only
 // the last is recorded when the window closes. Flapping never floods DCM,
-// and a change after a quiet window is recorded at once.
+// and a change after a quiet window is recorded at once. A volume is
+// forgotten once its DELETED window is over (the database refuses anything
+// after DELETED), so memory follows the live volumes, not every volume
+// ever seen.
 type Tracker struct {
-	recorder Recorder
-	window   time.Duration
-	log      *slog.Logger
+	record func(context.Context, Observation) error
+	window time.Duration
+	log    *slog.Logger
+	// writing is the writer's context: Close cancels it when its deadline
+	// passes, and what is still queued is left for the next start.
+	writing       context.Context
+	cancelWriting context.CancelFunc
 
 	mu      sync.Mutex
 	windows map[volumeKey]*debounceWindow
@@ -25,6 +35,13 @@ type Tracker struct {
 	closed bool
 	queue  chan Observation
 	done   chan struct{}
+
+	// failed holds writes that failed, to be written again when seen
+	// again, until the next holder of mu applies it (always before the
+	// next observation is judged). The writer never waits for mu: an
+	// Observe holding it may be waiting for room in the queue.
+	settledMu sync.Mutex
+	failed    []Observation
 }
 
 type volumeKey struct{ env, volume string }
@@ -40,12 +57,14 @@ type debounceWindow struct {
 // the one writer — which delays statuses rather than dropping one.
 const queueSize = 4096
 
-// NewTracker starts a tracker; Close stops it.
-func NewTracker(recorder Recorder, window time.Duration, logger *slog.Logger) *Tracker {
+// NewTracker starts a tracker writing through record (Recorder.Record);
+// Close stops it.
+func NewTracker(record func(context.Context, Observation) error, window time.Duration, logger *slog.Logger) *Tracker {
 	t := &Tracker{
-		recorder: recorder, window: window, log: logger,
+		record: record, window: window, log: logger,
 		windows: map[volumeKey]*debounceWindow{}, last: map[volumeKey]Observation{}, queue: make(chan Observation, queueSize), done: make(chan struct{}),
 	}
+	t.writing, t.cancelWriting = context.WithCancel(context.Background())
 	go t.write()
 	return t
 }
@@ -58,6 +77,7 @@ func (t *Tracker) Observe(o Observation) {
 	if t.closed {
 		return
 	}
+	t.applySettled()
 	if w, open := t.windows[k]; open {
 		// Only a change from what was last queued keeps the window busy;
 		// a repeat (resync, sweep) or a flap back cancels what was pending.
@@ -90,6 +110,10 @@ func (t *Tracker) closeWindow(k volumeKey) {
 	}
 	if w.pending == nil {
 		delete(t.windows, k)
+		if t.last[k].Status == Deleted {
+			delete(t.last, k) // nothing follows DELETED (the database refuses it)
+		}
+		t.shrink()
 		return
 	}
 	t.enqueue(k, *w.pending)
@@ -97,58 +121,98 @@ func (t *Tracker) closeWindow(k volumeKey) {
 	w.timer.Reset(t.window)
 }
 
-// enqueue hands o to the writer; the caller holds t.mu. A DELETED volume
-// stays in last as a tombstone, so a stale observation is recognised.
+// shrink replaces emptied maps: a Go map keeps the room of its largest size,
+// so after a burst of volumes ends the memory would not come back. The
+// caller holds t.mu.
+func (t *Tracker) shrink() {
+	if len(t.windows) == 0 {
+		t.windows = map[volumeKey]*debounceWindow{}
+	}
+	if len(t.last) == 0 {
+		t.last = map[volumeKey]Observation{}
+	}
+}
+
+// enqueue hands o to the writer; the caller holds t.mu.
 func (t *Tracker) enqueue(k volumeKey, o Observation) {
 	t.queue <- o
 	t.last[k] = o
 }
 
-// write records queued observations in order.
-func (t *Tracker) write() {
-	defer close(t.done)
-	for o := range t.queue {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := t.recorder.Record(ctx, o); err != nil {
-			t.log.ErrorContext(ctx, "record volume status (the next sweep retries)", "environment", o.EnvironmentID, "volume", o.VolumeID, "status", o.Status, "error", err)
-			// Not inline: an Observe holding t.mu may be waiting for room
-			// in the queue, which only this goroutine makes.
-			go t.forgetFailed(o)
+// applySettled forgets the writes that failed, unless the volume moved on
+// since, so the next observation of the same status is written again; the
+// caller holds t.mu.
+func (t *Tracker) applySettled() {
+	t.settledMu.Lock()
+	failed := t.failed
+	t.failed = nil
+	t.settledMu.Unlock()
+	for _, o := range failed {
+		if k := (volumeKey{o.EnvironmentID, o.VolumeID}); t.last[k] == o {
+			delete(t.last, k)
 		}
-		cancel()
 	}
 }
 
-// forgetFailed drops o from last if it is still the latest queued for its
-// volume, so the next observation of the same status is written again.
-func (t *Tracker) forgetFailed(o Observation) {
-	k := volumeKey{o.EnvironmentID, o.VolumeID}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.last[k] == o {
-		delete(t.last, k)
+// writeFailed tells the tracker a write of o failed.
+func (t *Tracker) writeFailed(o Observation) {
+	t.settledMu.Lock()
+	t.failed = append(t.failed, o)
+	t.settledMu.Unlock()
+	if t.mu.TryLock() { // otherwise the holder, or the next, applies it
+		t.applySettled()
+		t.mu.Unlock()
+	}
+}
+
+// write records queued observations in order.
+func (t *Tracker) write() {
+	defer close(t.done)
+	dropped := 0
+	for o := range t.queue {
+		if t.writing.Err() != nil {
+			dropped++ // Close's deadline passed: the next start records it
+			continue
+		}
+		ctx, cancel := context.WithTimeout(t.writing, recordTimeout)
+		err := t.record(ctx, o)
+		cancel()
+		switch {
+		case err != nil && t.writing.Err() != nil:
+			dropped++
+		case err != nil:
+			t.log.Error("record volume status (the next sweep retries)", "environment", o.EnvironmentID, "volume", o.VolumeID, "status", o.Status, "error", err)
+			t.writeFailed(o)
+		}
+	}
+	if dropped > 0 {
+		t.log.Warn("volume statuses not recorded before the shutdown deadline; the next start observes and records them", "count", dropped)
 	}
 }
 
 // Close flushes every open window's pending observation, records all that
-// is queued and stops. Observations after Close are dropped: the next start
-// sees the same cluster state and records it.
-func (t *Tracker) Close() {
+// is queued and stops; when ctx ends first, the writer stops at once and
+// what is left is recorded by the next start, which sees the same cluster
+// state. Observations after Close are dropped for the same reason.
+func (t *Tracker) Close(ctx context.Context) {
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		<-t.done
-		return
-	}
-	t.closed = true
-	for k, w := range t.windows {
-		w.timer.Stop()
-		if w.pending != nil && t.last[k] != *w.pending {
-			t.enqueue(k, *w.pending)
+	if !t.closed {
+		t.closed = true
+		for k, w := range t.windows {
+			w.timer.Stop()
+			if w.pending != nil && t.last[k] != *w.pending {
+				t.enqueue(k, *w.pending)
+			}
+			delete(t.windows, k)
 		}
-		delete(t.windows, k)
+		close(t.queue)
 	}
-	close(t.queue)
 	t.mu.Unlock()
-	<-t.done
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		t.cancelWriting()
+		<-t.done
+	}
+	t.cancelWriting()
 }

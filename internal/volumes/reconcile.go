@@ -2,11 +2,13 @@ package volumes
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -21,23 +23,52 @@ const (
 	keyRetention = 24 * time.Hour
 )
 
-// RunReconciler repairs what an interrupted flow left behind, once per
-// interval and for each environment received on resynced (its cache just
-// (re)synced), until ctx ends: a record whose claim was never created gets
-// it, a claim created but not recorded gets recorded, a volume whose claim
-// vanished — also while the gateway was down or disconnected — is reported
-// DELETED. It also forgets idempotency keys past their retention.
-func (s *Service) RunReconciler(ctx context.Context, interval time.Duration, resynced <-chan string) {
-	t := time.NewTicker(interval)
+// Reconciler repairs what an interrupted flow left behind, once per
+// interval and for each environment whose cluster became ready with synced
+// caches (it subscribes to the pool): a record whose claim was never created
+// gets it; a record whose claim exists but whose uid was never stored gets
+// the uid; a claim created after its volume was deleted is deleted; a volume
+// whose claim vanished — also while the gateway was down or disconnected —
+// is reported DELETED. It also forgets idempotency keys past their
+// retention. Claims without a record are never touched.
+type Reconciler struct {
+	service        *Service
+	interval       time.Duration
+	clusterChanges *changes.Subscription[clusters.Change]
+	// passes serializes a resynced environment's pass and the periodic one,
+	// so two never settle the same record at once.
+	passes sync.Mutex
+}
+
+// NewReconciler returns a reconciler subscribed to the pool's changes; Run
+// starts it.
+func (s *Service) NewReconciler(interval time.Duration) *Reconciler {
+	return &Reconciler{service: s, interval: interval, clusterChanges: s.pool.Subscribe()}
+}
+
+// Run reconciles until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		r.clusterChanges.Run(ctx, func(ctx context.Context, c clusters.Change) {
+			if c.Kind == clusters.HealthChanged && c.Health.State == clusters.StateReady && c.Health.Synced {
+				r.passes.Lock()
+				defer r.passes.Unlock()
+				r.service.ReconcileEnvironment(ctx, c.EnvironmentID)
+			}
+		})
+	})
+	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case envID := <-resynced:
-			s.ReconcileEnvironment(ctx, envID)
 		case <-t.C:
-			s.ReconcileAll(ctx)
+			r.passes.Lock()
+			r.service.ReconcileAll(ctx)
+			r.passes.Unlock()
 		}
 	}
 }

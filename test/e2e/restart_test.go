@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -57,4 +58,72 @@ func TestGatewayKilledAndRestarted(t *testing.T) {
 	waitEvents(t, stream, inFlight, []string{"PROVISIONING", "RUNNING"}, time.Minute)
 	waitEvents(t, stream, gone, []string{"PROVISIONING", "RUNNING", "DELETED"}, 2*time.Minute)
 	stillExactly(t, stream, map[string][]string{inFlight: {"PROVISIONING", "RUNNING"}, gone: {"PROVISIONING", "RUNNING", "DELETED"}})
+}
+
+// TestShutdownFlushesAndKeepsItsDeadline: SIGTERM publishes a transition
+// the debounce window still held, and shutdown ends within
+// SG_SHUTDOWN_TIMEOUT even with NATS down and a cluster unreachable, with
+// "stopped" logged last.
+func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
+	const budget = 5 * time.Second
+	binary := gatewayproc.Binary(t)
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	env := gatewayproc.Env(t, binary, "SG_DATABASE_URL="+pgtest.NewDatabase(t).URL, "SG_NATS_URL="+natsServer.URL,
+		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_STATUS_DEBOUNCE=10m", "SG_SHUTDOWN_TIMEOUT="+budget.String())
+	east := clusters[0]
+	envID := east.Spec.Environment.ID
+
+	first := gatewayproc.Start(t, binary, env)
+	c := client{t: t, base: "http://" + first.Addr, token: first.Token()}
+	c.register(east)
+	held := uuid.NewString()
+	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+held, map[string]any{"spec": storageSpec("held", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	waitEvents(t, stream, held, []string{"PROVISIONING"}, time.Minute)
+	c.waitStatus(envID, held, "RUNNING", time.Minute)
+	// stillExactly waits 3s, longer than the follower's 2s sweep of every
+	// cached claim: by then the tracker holds RUNNING in the ten-minute
+	// window.
+	stillExactly(t, stream, map[string][]string{held: {"PROVISIONING"}})
+	stop(t, first)
+	waitEvents(t, stream, held, []string{"PROVISIONING", "RUNNING"}, 10*time.Second)
+
+	second := gatewayproc.Start(t, binary, env)
+	c = client{t: t, base: "http://" + second.Addr, token: second.Token()}
+	c.eventually(time.Minute, "east served again", func() bool {
+		_, h := c.do(http.MethodGet, volumesPath(envID)+"/health", nil)
+		return h["status"] == "healthy"
+	})
+	stranded := uuid.NewString()
+	code, body = c.do(http.MethodPost, volumesPath(envID)+"?id="+stranded, map[string]any{"spec": storageSpec("stranded", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	natsServer.Stop()
+	east.SetReachable(false)
+	defer east.SetReachable(true)
+	start := time.Now()
+	stop(t, second)
+	if took := time.Since(start); took > budget+2*time.Second {
+		t.Fatalf("shutdown with NATS down and a cluster unreachable took %s; SG_SHUTDOWN_TIMEOUT is %s", took, budget)
+	}
+	lines := strings.Split(strings.TrimSpace(second.Logs()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, `"msg":"stopped"`) {
+		t.Fatalf("the last log line is %s, want \"stopped\"", last)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func stop(t *testing.T, p *gatewayproc.Process) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.Done:
+		if err != nil {
+			t.Fatalf("gateway stopped with %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("gateway did not stop within a minute of SIGTERM")
+	}
 }

@@ -36,7 +36,7 @@ func waitReported(t *testing.T, g *gatewaytest.Gateway, volumeID, status string)
 	t.Helper()
 	client{t: t}.eventually(time.Minute, volumeID+" reported "+status, func() bool {
 		var reported string
-		err := g.Registry.Pool.QueryRow(t.Context(), `SELECT reported_status FROM volumes WHERE id = $1`, volumeID).Scan(&reported)
+		err := g.DB.QueryRow(t.Context(), `SELECT reported_status FROM volumes WHERE id = $1`, volumeID).Scan(&reported)
 		return err == nil && reported == status
 	})
 }

@@ -402,7 +402,7 @@ func TestInterruptedCreateLeavesOneClaim(t *testing.T) {
 	spec := map[string]any{"name": "half", "labels": map[string]string{"team": "e2e"}, "capacity": "1Gi",
 		"storage_class": "standard", "access_mode": "ReadWriteOnce", "volume_mode": "Filesystem", "namespace": ns}
 	raw, _ := json.Marshal(spec)
-	if _, err := g.Registry.Pool.Exec(context.Background(),
+	if _, err := g.DB.Exec(context.Background(),
 		`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message) VALUES ($1, $2, $3, $4, 'PROVISIONING', 'creating the claim')`,
 		envID, id, ns, raw); err != nil {
 		t.Fatal(err)
@@ -435,7 +435,7 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 	orphan := uuid.NewString()
 	spec, _ := json.Marshal(map[string]any{"name": "orphan", "labels": map[string]string{}, "capacity": "1Gi",
 		"storage_class": "standard", "access_mode": "ReadWriteOnce", "volume_mode": "Filesystem", "namespace": ns})
-	if _, err := g.Registry.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, create_time, update_time)
+	if _, err := g.DB.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, create_time, update_time)
 		VALUES ($1, $2, $3, $4, now() - interval '2 minutes', now() - interval '2 minutes')`, envID, orphan, ns, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -447,14 +447,14 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.eventually(time.Minute, "out-of-band deletion in the gateway's cache", func() bool {
-		cluster, ok := g.Pool.Get(envID)
+		cluster, ok := g.Clusters.Get(envID)
 		if !ok {
 			return false
 		}
 		_, exists := cluster.PVC(ns, gone)
 		return !exists
 	})
-	if _, err := g.Registry.Pool.Exec(ctx, `UPDATE volumes SET update_time = now() - interval '1 minute' WHERE id = $1`, gone); err != nil {
+	if _, err := g.DB.Exec(ctx, `UPDATE volumes SET update_time = now() - interval '1 minute' WHERE id = $1`, gone); err != nil {
 		t.Fatal(err)
 	}
 
@@ -467,7 +467,7 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 	code, body = c.do(http.MethodGet, volumesPath(envID)+"/"+gone, nil)
 	c.want(http.StatusNotFound, code, body)
 	var st string
-	if err := g.Registry.Pool.QueryRow(ctx, `SELECT status FROM volumes WHERE id = $1`, gone).Scan(&st); err != nil || st != "DELETED" {
+	if err := g.DB.QueryRow(ctx, `SELECT status FROM volumes WHERE id = $1`, gone).Scan(&st); err != nil || st != "DELETED" {
 		t.Fatalf("record of the out-of-band deleted volume: %q, %v", st, err)
 	}
 }
@@ -481,7 +481,7 @@ func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
 	east := clusters[0]
 	c.register(east)
 	envID := east.Spec.Environment.ID
-	before, ok := g.Pool.Get(envID)
+	before, ok := g.Clusters.Get(envID)
 	if !ok {
 		t.Fatal("no connection after registration")
 	}
@@ -493,7 +493,7 @@ func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
 		"server": east.ServerURL(), "certificate_authority_data": east.CAData(), "token": token}})
 	c.want(http.StatusOK, code, body)
 	c.eventually(30*time.Second, "the new connection to take over", func() bool {
-		after, ok := g.Pool.Get(envID)
+		after, ok := g.Clusters.Get(envID)
 		return ok && after != before && after.Health().Synced
 	})
 	id := uuid.NewString()
@@ -502,13 +502,14 @@ func TestCredentialRotationSwapsTheLiveConnection(t *testing.T) {
 	c.waitStatus(envID, id, "RUNNING", time.Minute)
 	code, body = c.do(http.MethodDelete, "/api/v1alpha1/environments/"+envID+"?force=true", nil)
 	c.want(http.StatusNoContent, code, body)
-	if _, ok := g.Pool.Get(envID); ok {
-		t.Fatal("the deleted environment is still connected")
-	}
+	c.eventually(10*time.Second, "the deleted environment disconnected", func() bool {
+		_, ok := g.Clusters.Get(envID)
+		return !ok
+	})
 	if n := claims(t, east, east.Spec.Environment.Namespace, id); n != 1 {
 		t.Fatalf("forcing the environment out deleted its PVC (%d claims)", n)
 	}
-	g.Registry.AssertNoSecret(t, token)
+	g.AssertNoSecret(t, token)
 }
 
 // TestConcurrentCreatesConverge: DCM redelivers a create while the first is

@@ -1,68 +1,90 @@
 // Package gatewaytest runs the gateway in-process for end-to-end tests: the
-// HTTP API over a real registry (Postgres, key ring), a real cluster pool and
-// the volume service, served on a local port with every response checked
-// against the OpenAPI contract. It must never be imported by production code.
+// production assembly (gateway.New and Run, every worker serve runs) on a
+// fresh database, with a loopback listener whose every answer is checked
+// against the OpenAPI contract, and static tokens, one per role. It must
+// never be imported by production code.
 package gatewaytest
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
-	"github.com/dcm-project/storage-gateway/internal/dcm"
-	"github.com/dcm-project/storage-gateway/internal/environments"
-	"github.com/dcm-project/storage-gateway/internal/events"
-	"github.com/dcm-project/storage-gateway/internal/fleet"
-	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/gateway"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 	"github.com/dcm-project/storage-gateway/test/contract"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
-// Options adjust a Gateway.
+// Options are the named overrides of the production settings a test needs.
 type Options struct {
-	// HealthUnhealthyCode defaults to 200.
+	// HealthUnhealthyCode sets SG_HEALTH_UNHEALTHY_CODE.
 	HealthUnhealthyCode int
-	// NATSURL, when set, runs status reporting: follower, tracker, outbox
-	// relay publishing to this server.
+	// NATSURL sets SG_NATS_URL; empty runs the embedded server, in-process
+	// only.
 	NATSURL string
-	// StatusDebounce defaults to the production 500ms.
+	// StatusDebounce sets SG_STATUS_DEBOUNCE.
 	StatusDebounce time.Duration
-	// ProvisioningTimeout defaults to the production 10m.
+	// ProvisioningTimeout sets SG_PROVISIONING_TIMEOUT.
 	ProvisioningTimeout time.Duration
-	// DCMURL, when set, registers environments as providers with DCM's
-	// service-provider-manager at this API base.
+	// DCMURL sets SG_DCM_REGISTRATION_URL: environments register as
+	// providers with DCM's service-provider-manager at this API base.
 	DCMURL string
-	// TrustedNetworks give requests without a token from these networks the
-	// dcm role (DCM's service-provider-manager sends none).
+	// TrustedNetworks sets SG_AUTH_DCM_TRUSTED_NETWORKS: requests without a
+	// token from these networks get the dcm role (DCM's
+	// service-provider-manager sends none).
 	TrustedNetworks []netip.Prefix
 }
+
+// settings are what every test gateway changes from production: harness
+// clusters listen on loopback, and tests change the registry faster and
+// reach clusters harder than any admin (the limits have their own tests).
+var settings = map[string]string{
+	"SG_ALLOWED_CLUSTER_CIDRS":     "127.0.0.0/8",
+	"SG_EMBEDDED_NATS_LISTEN":      config.EmbeddedNATSListenOff,
+	"SG_CLUSTER_QPS":               "100",
+	"SG_CLUSTER_BURST":             "200",
+	"SG_ADMIN_WRITE_RATE":          "1000",
+	"SG_ADMIN_WRITE_BURST":         "1000",
+	"SG_DCM_REGISTRATION_INTERVAL": "1m",
+	"SG_SHUTDOWN_TIMEOUT":          "10s",
+}
+
+// intervals are short in tests so reachability changes and new
+// environments show within a second.
+var intervals = gateway.Intervals{Health: 500 * time.Millisecond, HealthTimeout: time.Second, Follow: 200 * time.Millisecond}
 
 // Gateway is a running in-process gateway. Its API authenticates static
 // tokens; Tokens holds one per role.
 type Gateway struct {
 	URL      string
-	Registry *registrytest.Registry
-	Pool     *clusters.Pool
-	Volumes  *volumes.Service
 	Tokens   Tokens
+	DB       *pgxpool.Pool
+	Clusters *clusters.Pool
+	Volumes  *volumes.Service
 
+	gateway   *gateway.Gateway
 	tokenFile string
-	static    *auth.StaticTokens
+	// stored searches the database and the logs for secrets.
+	stored *registrytest.Registry
 	// tokens lists every bearer token issued (one per line), and seen holds
 	// every answer and CloudEvent: at the end, no secret may be in either
 	// or in the logs.
@@ -72,7 +94,123 @@ type Gateway struct {
 // Tokens are bearer tokens of the gateway's token file, one per role.
 type Tokens struct{ Admin, DCM, Viewer string }
 
-// AddToken adds a token to the gateway's token file and loads it, as
+// Start runs a gateway until the test ends.
+func Start(t testing.TB, opts Options) *Gateway {
+	t.Helper()
+	dir := t.TempDir()
+	logs := &syncbuf.Buffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := &Gateway{tokens: &syncbuf.Buffer{}, seen: &syncbuf.Buffer{}, tokenFile: filepath.Join(dir, "tokens.json")}
+	keys := newKeyRing(t, filepath.Join(dir, "keyring.json"))
+	g.writeTokens(t)
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.URL = "http://" + ln.Addr().String()
+	database := pgtest.NewDatabase(t)
+	vars := map[string]string{
+		"SG_DATABASE_URL":         database.URL,
+		"SG_KEY_RING_FILE":        filepath.Join(dir, "keyring.json"),
+		"SG_AUTH_TOKEN_FILE":      g.tokenFile,
+		"SG_STATE_DIR":            dir,
+		"SG_PUBLIC_URL":           g.URL,
+		"SG_NATS_URL":             opts.NATSURL,
+		"SG_DCM_REGISTRATION_URL": opts.DCMURL,
+	}
+	for k, v := range settings {
+		vars[k] = v
+	}
+	optional := map[string]string{"SG_HEALTH_UNHEALTHY_CODE": strconv.Itoa(opts.HealthUnhealthyCode),
+		"SG_STATUS_DEBOUNCE": opts.StatusDebounce.String(), "SG_PROVISIONING_TIMEOUT": opts.ProvisioningTimeout.String()}
+	for k, v := range optional {
+		if v != "0" && v != "0s" {
+			vars[k] = v
+		}
+	}
+	var networks []string
+	for _, n := range opts.TrustedNetworks {
+		networks = append(networks, n.String())
+	}
+	vars["SG_AUTH_DCM_TRUSTED_NETWORKS"] = strings.Join(networks, ",")
+	cfg, err := config.FromMap(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.NATSURL != "" {
+		g.watchEvents(t, opts.NATSURL)
+	}
+	gw, err := gateway.New(t.Context(), cfg, gateway.Options{
+		Logger: logger, Listener: ln, Intervals: intervals,
+		WrapHandler: func(h http.Handler) http.Handler {
+			validating := contract.Validating(t, h)
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				validating.ServeHTTP(&recordingWriter{ResponseWriter: w, seen: g.seen}, r)
+			})
+		},
+	})
+	if err != nil {
+		t.Fatalf("%v\ngateway logs:\n%s", err, logs.String())
+	}
+	// The test's own connections: they outlive the gateway, so what it
+	// logged and stored until it stopped is searched for secrets.
+	g.DB, err = postgres.Open(t.Context(), database.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.DB.Close)
+	g.gateway, g.Clusters, g.Volumes = gw, gw.Clusters(), gw.Volumes()
+	g.stored = &registrytest.Registry{Pool: g.DB, Keys: keys, Logs: logs}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+		g.assertNoCanary(t)
+		if t.Failed() {
+			t.Logf("gateway logs:\n%s", logs.String())
+		}
+	})
+	return g
+}
+
+// newKeyRing writes a fresh key ring to path.
+func newKeyRing(t testing.TB, path string) *secrets.KeyRing {
+	t.Helper()
+	keys, err := secrets.NewKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// writeTokens writes a token file with one token per role.
+func (g *Gateway) writeTokens(t testing.TB) {
+	t.Helper()
+	var f auth.TokenFile
+	for _, one := range []struct {
+		role auth.Role
+		dst  *string
+	}{{auth.RoleAdmin, &g.Tokens.Admin}, {auth.RoleDCM, &g.Tokens.DCM}, {auth.RoleViewer, &g.Tokens.Viewer}} {
+		token, _, err := f.Add("test-"+string(one.role), []auth.Role{one.role}, nil, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		*one.dst = token
+		fmt.Fprintln(g.tokens, token)
+	}
+	if err := f.Write(g.tokenFile); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AddToken adds a token to the gateway's token file and reloads it, as
 // `tokens create` and a SIGHUP would; environments nil means unscoped.
 func (g *Gateway) AddToken(t testing.TB, subject string, roles []auth.Role, environments []string) string {
 	t.Helper()
@@ -87,11 +225,18 @@ func (g *Gateway) AddToken(t testing.TB, subject string, roles []auth.Role, envi
 	if err := f.Write(g.tokenFile); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.static.Reload(); err != nil {
+	if err := g.gateway.Reload(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(g.tokens, token)
 	return token
+}
+
+// AssertNoSecret fails if secret appears in the logs or in any stored row of
+// the environments and volumes tables.
+func (g *Gateway) AssertNoSecret(t testing.TB, secret string) {
+	t.Helper()
+	g.stored.AssertNoSecret(t, secret)
 }
 
 // assertNoCanary fails the test if a bearer token the gateway accepts, or a
@@ -99,9 +244,9 @@ func (g *Gateway) AddToken(t testing.TB, subject string, roles []auth.Role, envi
 // (headers included) or in any CloudEvent it published.
 func (g *Gateway) assertNoCanary(t testing.TB) {
 	t.Helper()
-	secrets := append(strings.Fields(g.tokens.String()), g.Registry.StoredSecrets(t)...)
+	secrets := append(strings.Fields(g.tokens.String()), g.stored.StoredSecrets(t)...)
 	for _, secret := range secrets {
-		for where, text := range map[string]string{"log": g.Registry.Logs.String(), "answer or CloudEvent": g.seen.String()} {
+		for where, text := range map[string]string{"log": g.stored.Logs.String(), "answer or CloudEvent": g.seen.String()} {
 			if strings.Contains(text, secret) {
 				t.Errorf("a secret (a bearer token or stored cluster credential) appears in a %s", where)
 			}
@@ -138,193 +283,4 @@ func (w *recordingWriter) WriteHeader(code int) {
 func (w *recordingWriter) Write(p []byte) (int, error) {
 	_, _ = w.seen.Write(p)
 	return w.ResponseWriter.Write(p)
-}
-
-// Health checks run fast in tests so reachability changes show within
-// seconds.
-const (
-	healthInterval = 500 * time.Millisecond
-	healthTimeout  = time.Second
-)
-
-// Start runs a gateway until the test ends.
-func Start(t testing.TB, opts Options) *Gateway {
-	t.Helper()
-	reg := registrytest.New(t, registrytest.Options{})
-	g := &Gateway{Registry: reg, tokens: &syncbuf.Buffer{}, seen: &syncbuf.Buffer{}}
-	// Registered first, so it runs last: after the gateway stopped, while
-	// the database is still open.
-	t.Cleanup(func() {
-		g.assertNoCanary(t)
-		if t.Failed() {
-			t.Logf("gateway logs:\n%s", reg.Logs.String())
-		}
-	})
-	if opts.NATSURL != "" {
-		g.watchEvents(t, opts.NATSURL)
-	}
-	var registry *environments.Service
-	var registrar *dcm.Registrar
-	var feed *fleet.Feed
-	limiters := clusters.NewLimiters(100, 200)
-	pool := clusters.NewPool(clusters.PoolOptions{
-		Client:         clusters.ClientOptions{Egress: registrytest.Loopback},
-		Limiters:       limiters,
-		SyncTimeout:    30 * time.Second,
-		HealthInterval: healthInterval,
-		HealthTimeout:  healthTimeout,
-		Logger:         reg.Logger,
-		OnHealth: func(id string, h clusters.Health) {
-			registry.RecordHealth(id, h)
-			feed.ClusterChanged(id)
-			if registrar != nil && h.State == clusters.StateReady {
-				registrar.Changed()
-			}
-		},
-		OnStorage: func(id string) { feed.ClusterChanged(id) },
-	})
-	// The server starts first: DCM registration needs its URL.
-	var handler http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		handler.ServeHTTP(&recordingWriter{ResponseWriter: w, seen: g.seen}, r)
-	}))
-	t.Cleanup(srv.Close)
-	hooks := registrytest.Options{Pool: pool, Limiters: limiters,
-		Changed: func(string) {
-			feed.RegistryChanged()
-			if registrar != nil {
-				registrar.Changed()
-			}
-		},
-		Deleted: func(id string, r environments.DCMRegistration) {
-			feed.RegistryChanged()
-			if registrar != nil {
-				registrar.Forget(id, r)
-			}
-		},
-	}
-	registry = reg.NewService(hooks)
-	if opts.DCMURL != "" {
-		registrar = startRegistrar(t, opts.DCMURL, srv.URL, registry, reg, pool)
-	}
-	t.Cleanup(pool.Close)
-	index := fleet.NewIndex()
-	feed = startFleet(t, index, pool, registry, reg)
-	queued := startStatus(t, opts, reg, pool)
-	vols := volumes.NewService(volumes.Options{DB: reg.Pool, Environments: registry, Pool: pool, Logger: reg.Logger, Queued: queued})
-	if opts.HealthUnhealthyCode == 0 {
-		opts.HealthUnhealthyCode = 200
-	}
-	g.URL, g.Pool, g.Volumes = srv.URL, pool, vols
-	g.startTokens(t)
-	handler = contract.Validating(t, api.New(api.Options{
-		Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: registry, Volumes: vols, Fleet: index,
-		StartTime: time.Now(), HealthUnhealthyCode: opts.HealthUnhealthyCode,
-		Auth:  auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: g.static, TrustedNetworks: opts.TrustedNetworks}),
-		Audit: auth.NewAuditLog(reg.Pool, reg.Logger, 24*time.Hour),
-		// Tests change the registry faster than any admin; the limit has its own test.
-		AdminWriteRate: 1000, AdminWriteBurst: 1000,
-	}))
-	return g
-}
-
-// startTokens writes a token file with one token per role and loads it.
-func (g *Gateway) startTokens(t testing.TB) {
-	t.Helper()
-	g.tokenFile = filepath.Join(t.TempDir(), "tokens.json")
-	var f auth.TokenFile
-	for _, one := range []struct {
-		role auth.Role
-		dst  *string
-	}{{auth.RoleAdmin, &g.Tokens.Admin}, {auth.RoleDCM, &g.Tokens.DCM}, {auth.RoleViewer, &g.Tokens.Viewer}} {
-		token, _, err := f.Add("test-"+string(one.role), []auth.Role{one.role}, nil, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		*one.dst = token
-		fmt.Fprintln(g.tokens, token)
-	}
-	if err := f.Write(g.tokenFile); err != nil {
-		t.Fatal(err)
-	}
-	static, err := auth.NewStaticTokens(g.tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.static = static
-}
-
-// followInterval is short in tests so new environments are followed at once.
-const followInterval = 200 * time.Millisecond
-
-// startStatus runs status reporting when opts ask for it and returns the
-// relay's wake-up (nil otherwise). Shutdown mirrors serve: stop the
-// follower and relay, flush the tracker, drain the outbox.
-func startStatus(t testing.TB, opts Options, reg *registrytest.Registry, pool *clusters.Pool) func() {
-	t.Helper()
-	if opts.NATSURL == "" {
-		return nil
-	}
-	if opts.StatusDebounce == 0 {
-		opts.StatusDebounce = 500 * time.Millisecond
-	}
-	if opts.ProvisioningTimeout == 0 {
-		opts.ProvisioningTimeout = 10 * time.Minute
-	}
-	nc, err := events.ConnectNATS(events.NATSOptions{URL: opts.NATSURL}, reg.Logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay, err := events.NewRelay(reg.Pool, nc.Conn, prometheus.NewRegistry(), reg.Logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracker := status.NewTracker(status.Recorder{DB: reg.Pool, Queued: relay.Notify}, opts.StatusDebounce, reg.Logger)
-	follower := &status.Follower{Tracker: tracker, Pool: pool, ProvisioningTimeout: opts.ProvisioningTimeout, Logger: reg.Logger}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { follower.Run(ctx, followInterval) })
-	wg.Go(func() { relay.Run(ctx) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		tracker.Close()
-		drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancelDrain()
-		_ = relay.Drain(drainCtx)
-		nc.Close(drainCtx)
-	})
-	return relay.Notify
-}
-
-// startFleet loads and runs the fleet index's feed until the test ends.
-func startFleet(t testing.TB, index *fleet.Index, pool *clusters.Pool, registry *environments.Service, reg *registrytest.Registry) *fleet.Feed {
-	t.Helper()
-	feed := fleet.NewFeed(fleet.FeedOptions{Index: index, Pool: pool, Registry: registry, Store: fleet.Store{DB: reg.Pool}, Logger: reg.Logger})
-	if err := feed.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, feed.Run)
-	return feed
-}
-
-// startRegistrar runs DCM registration until the test ends.
-func startRegistrar(t testing.TB, dcmURL, publicURL string, registry *environments.Service, reg *registrytest.Registry, pool *clusters.Pool) *dcm.Registrar {
-	t.Helper()
-	registrar, err := dcm.New(dcm.Options{URL: dcmURL, PublicURL: publicURL, Environments: registry, Interval: time.Minute,
-		Logger: reg.Logger, TotalStorage: pool.TotalStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, registrar.Run)
-	return registrar
-}
-
-// runUntilCleanup runs a background worker until the test ends and waits
-// for it to return.
-func runUntilCleanup(t testing.TB, run func(context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 }

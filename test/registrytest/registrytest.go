@@ -39,14 +39,6 @@ type Options struct {
 	// ProbeTimeout defaults to 5s.
 	ProbeTimeout  time.Duration
 	AllowInsecure bool
-	// Pool, when set, receives the environments' connections.
-	Pool *clusters.Pool
-	// Limiters, when set, are the per-environment rate limiters the probes
-	// share (with the pool, if it uses them too).
-	Limiters *clusters.Limiters
-	// Changed and Deleted are the registry's change hooks (DCM registration).
-	Changed func(id string)
-	Deleted func(id string, registration environments.DCMRegistration)
 }
 
 // Registry is a ready environments.Service and what it runs on.
@@ -107,12 +99,9 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 	return environments.NewService(environments.Options{
 		DB:            r.Pool,
 		Keys:          r.Keys,
-		Prober:        clusters.NewProber(clusters.ProberOptions{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout, Limiters: opts.Limiters}),
+		Probe:         clusters.ProberOptions{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout},
 		AllowInsecure: opts.AllowInsecure,
 		Logger:        r.Logger,
-		Pool:          opts.Pool,
-		Changed:       opts.Changed,
-		Deleted:       opts.Deleted,
 	})
 }
 

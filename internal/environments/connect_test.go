@@ -1,0 +1,127 @@
+package environments_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// runConnector runs a connector over a fresh pool until the test ends.
+func runConnector(t *testing.T, reg *environments.Service) (*environments.Connector, *clusters.Pool) {
+	t.Helper()
+	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback},
+		HealthInterval: 500 * time.Millisecond, HealthTimeout: 500 * time.Millisecond})
+	t.Cleanup(pool.Close)
+	c := environments.NewConnector(reg, pool, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return c, pool
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPoolFollowsTheRegistry: the connector connects registered
+// environments, follows updates and deletions at once, and records what
+// the pool learns about reachability without a probe.
+func TestPoolFollowsTheRegistry(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	_, pool := runConnector(t, reg.Service)
+
+	if _, _, err := reg.Service.Register(ctx, registration(t, "follow")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the registered environment synced in the pool", 30*time.Second, func() bool {
+		c, ok := pool.Get("follow")
+		return ok && c.Health().Synced
+	})
+	before, _ := pool.Get("follow")
+	if _, err := reg.Service.Update(ctx, "follow", []byte(`{"allowed_namespaces":[]}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a connection with the updated namespaces took over", 30*time.Second, func() bool {
+		c, ok := pool.Get("follow")
+		return ok && c != before && c.Health().Synced
+	})
+
+	cluster.SetReachable(false)
+	waitFor(t, "the registry shows the pool's UNREACHABLE without a probe", 30*time.Second, func() bool {
+		env, err := reg.Service.Get(ctx, "follow")
+		return err == nil && env.Status.State == clusters.StateUnreachable
+	})
+	cluster.SetReachable(true)
+	waitFor(t, "READY again", 30*time.Second, func() bool {
+		env, err := reg.Service.Get(ctx, "follow")
+		return err == nil && env.Status.State == clusters.StateReady
+	})
+
+	if err := reg.Service.Delete(ctx, "follow", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted environment left the pool", 10*time.Second, func() bool {
+		_, ok := pool.Get("follow")
+		return !ok
+	})
+}
+
+// TestDeadClustersDoNotDelayConnecting: connecting the registry never waits
+// on the network, so at start every environment is in the pool at once,
+// however many clusters are dead, and the live ones sync without waiting
+// for any probe.
+func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("dead-%d", i)
+		if _, _, err := reg.Service.Register(ctx, registration(t, id)); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	cluster.SetReachable(false)
+	t.Cleanup(func() { cluster.SetReachable(true) })
+
+	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback}})
+	t.Cleanup(pool.Close)
+	connector := environments.NewConnector(reg.Service, pool, time.Hour)
+	start := time.Now()
+	connector.SyncAll(ctx)
+	took := time.Since(start)
+	got := pool.IDs()
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("pool holds %v, want %v", got, ids)
+	}
+	// One probe of a dead cluster alone takes the probe timeout (seconds).
+	if took > time.Second {
+		t.Fatalf("connecting %d dead clusters took %s; it must not touch the network", len(ids), took)
+	}
+	cluster.SetReachable(true)
+	waitFor(t, "every environment synced once its cluster answers", time.Minute, func() bool {
+		for _, id := range ids {
+			if c, ok := pool.Get(id); !ok || !c.Health().Synced {
+				return false
+			}
+		}
+		return true
+	})
+}

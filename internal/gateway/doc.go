@@ -1,0 +1,23 @@
+// Package gateway is the assembly of the storage gateway: New builds every
+// part from the configuration, Run starts them, serves the API and stops
+// them in order under one deadline. `storage-gateway serve` and the
+// in-process end-to-end tests both call it; nothing else wires parts
+// together. It owns no table; each table's owner is named in its package's
+// doc (environments, volumes, status, events, fleet, auth).
+//
+// The runtime graph — who publishes, who subscribes:
+//
+//	clusters.Pool ── health, storage changes ──► environments.Connector (records reachability)
+//	                                          ├► fleet.Feed (classes, staleness)
+//	                                          ├► dcm.Registrar (capacity known: register)
+//	                                          └► volumes.Reconciler (ready and synced: reconcile)
+//	environments.Service ── registered, updated, deleted ──► environments.Connector (the pool follows)
+//	                                                      ├► fleet.Feed (environments)
+//	                                                      └► dcm.Registrar (register, deregister)
+//	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
+//
+// Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
+// stop the background workers and the informers → flush the debounce
+// tracker → drain the outbox → close NATS → close cluster connections →
+// close the database; "stopped" is logged last.
+package gateway

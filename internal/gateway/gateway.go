@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/dcm"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/internal/version"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
+)
+
+// startTimeout bounds connecting to Postgres and migrating at start.
+const startTimeout = time.Minute
+
+// readHeaderTimeout and maxHeaderBytes bound a request's headers, before any
+// handler sees it.
+const (
+	readHeaderTimeout = 10 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// Options are what differs between `serve` and the in-process tests; the
+// configuration says everything else.
+type Options struct {
+	Logger *slog.Logger
+	// Listener, when set, is served instead of listening on SG_LISTEN_ADDR
+	// (a test knows its URL before the gateway starts).
+	Listener net.Listener
+	// Reload delivers reload requests (SIGHUP in serve): the key ring and
+	// the static token file are read again.
+	Reload <-chan os.Signal
+	// WrapHandler, when set, wraps the API handler (tests check every
+	// answer against the contract).
+	WrapHandler func(http.Handler) http.Handler
+	// Intervals default to production's; tests shorten them.
+	Intervals Intervals
+}
+
+// Intervals of the background work; zero values take the defaults.
+type Intervals struct {
+	// Health is how often each cluster's API server is checked (10s) and
+	// HealthTimeout bounds one check (5s).
+	Health, HealthTimeout time.Duration
+	// Follow is how often the status follower picks up new connections and
+	// re-evaluates cached claims (2s).
+	Follow time.Duration
+	// Reconcile is how often interrupted volume flows are repaired (30s).
+	Reconcile time.Duration
+	// Connect is how often the pool re-reads the whole registry, for other
+	// replicas' changes (30s).
+	Connect time.Duration
+}
+
+func (i Intervals) withDefaults() Intervals {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	set(&i.Follow, 2*time.Second)
+	set(&i.Reconcile, 30*time.Second)
+	set(&i.Connect, 30*time.Second)
+	return i // Health and HealthTimeout: the pool's defaults
+}
+
+// Gateway is the assembled runtime. New builds it; Run runs it once and
+// releases everything it holds.
+type Gateway struct {
+	cfg       config.Config
+	opts      Options
+	log       *slog.Logger
+	startTime time.Time
+
+	db           *pgxpool.Pool
+	migrator     *postgres.Migrator
+	auth         *auth.Authenticator
+	reloadTokens func() error
+	audit        *auth.AuditLog
+	clusters     *clusters.Pool
+	registry     *environments.Service
+	connector    *environments.Connector
+	registrar    *dcm.Registrar // nil when DCM registration is off
+	index        *fleet.Index
+	feed         *fleet.Feed
+	nats         *events.NATS
+	relay        *events.Relay
+	tracker      *status.Tracker
+	follower     *status.Follower
+	volumes      *volumes.Service
+	reconciler   *volumes.Reconciler
+	listener     net.Listener
+	server       *http.Server
+}
+
+// New builds every part: it connects to Postgres (migrating it when
+// SG_MIGRATE_ON_START is set), NATS (or starts the embedded server) and
+// opens the listener, but starts no background work; Run does. If New
+// fails, everything it opened is closed again.
+func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err error) {
+	g := &Gateway{cfg: cfg, opts: opts, log: opts.Logger, startTime: time.Now()}
+	g.opts.Intervals = opts.Intervals.withDefaults()
+	g.log.Info("starting", "version", version.Get().Version)
+	defer func() {
+		if err != nil {
+			g.release()
+		}
+	}()
+	keys, err := LoadKeyRing(cfg)
+	if err != nil {
+		return nil, err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := g.openDatabase(startCtx); err != nil {
+		return nil, err
+	}
+	if g.auth, g.reloadTokens, err = newAuthenticator(startCtx, cfg, g.log); err != nil {
+		return nil, err
+	}
+	g.audit = auth.NewAuditLog(g.db, g.log, cfg.AuditRetention)
+	// One rate limiter per environment, shared by its pool connection and
+	// every probe of it.
+	limiters := clusters.NewLimiters(cfg.ClusterQPS, cfg.ClusterBurst)
+	g.clusters = clusters.NewPool(clusters.PoolOptions{
+		Client:         clusters.ClientOptions{Egress: cfg.EgressPolicy()},
+		Limiters:       limiters,
+		SyncTimeout:    cfg.ClusterSyncTimeout,
+		HealthInterval: g.opts.Intervals.Health,
+		HealthTimeout:  g.opts.Intervals.HealthTimeout,
+		Logger:         g.log,
+	})
+	g.registry = environments.NewService(RegistryOptions(cfg, g.db, keys, limiters, g.log))
+	if err := g.registry.CheckKeys(startCtx); err != nil {
+		return nil, err
+	}
+	if err := g.registry.UpgradeSeals(startCtx); err != nil {
+		g.log.Warn("credentials sealed in the legacy format were not all re-sealed; retried at the next start", "error", err)
+	}
+	g.connector = environments.NewConnector(g.registry, g.clusters, g.opts.Intervals.Connect)
+	if err := g.newRegistrar(); err != nil {
+		return nil, err
+	}
+	g.index = fleet.NewIndex()
+	g.feed = fleet.NewFeed(fleet.FeedOptions{Index: g.index, Clusters: g.clusters, Registry: g.registry,
+		Store: fleet.Store{DB: g.db}, Logger: g.log})
+	if err := g.feed.Load(startCtx); err != nil {
+		// Not migrated yet (SG_MIGRATE_ON_START off): /readyz says so, and
+		// the feed retries until it loads.
+		g.log.Warn("fleet index not loaded yet; retrying in the background", "error", err)
+	}
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := g.newStatusReporting(metrics); err != nil {
+		return nil, err
+	}
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Pool: g.clusters, Logger: g.log, Queued: g.relay.Notify})
+	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
+	return g, g.newServer(ctx, metrics)
+}
+
+// RegistryOptions is the registry's wiring from the operator's settings,
+// for the gateway and the offline key commands (limiters nil: no pool).
+func RegistryOptions(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, limiters *clusters.Limiters, logger *slog.Logger) environments.Options {
+	return environments.Options{
+		DB:   db,
+		Keys: keys,
+		Probe: clusters.ProberOptions{
+			Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy()},
+			Timeout:     cfg.ProbeTimeout,
+			Limiters:    limiters,
+			Concurrency: cfg.ProbeConcurrency,
+		},
+		AllowInsecure: cfg.AllowInsecureClusters,
+		Logger:        logger,
+	}
+}
+
+// LoadKeyRing reads SG_KEY_RING_FILE; the gateway never runs without one,
+// since it could neither seal new credentials nor open stored ones.
+func LoadKeyRing(cfg config.Config) (*secrets.KeyRing, error) {
+	if cfg.KeyRingFile == "" {
+		return nil, errors.New("SG_KEY_RING_FILE: must name the key ring file that seals cluster credentials " +
+			"(create one with `storage-gateway keys init --file PATH`)")
+	}
+	ring, err := secrets.LoadKeyRing(cfg.KeyRingFile)
+	if err != nil {
+		return nil, fmt.Errorf("SG_KEY_RING_FILE: %w", err)
+	}
+	return ring, nil
+}
+
+func (g *Gateway) openDatabase(ctx context.Context) error {
+	db, err := postgres.Open(ctx, g.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	g.db = db
+	if g.migrator, err = postgres.NewMigrator(db, g.log); err != nil {
+		return err
+	}
+	if g.cfg.MigrateOnStart {
+		applied, err := g.migrator.Up(ctx)
+		if err != nil {
+			return err
+		}
+		g.log.Info("schema migrated", "applied", applied)
+	}
+	return nil
+}
+
+func (g *Gateway) newRegistrar() error {
+	cfg := g.cfg
+	if cfg.DCMRegistrationURL == "" {
+		g.log.Info("DCM registration off (SG_DCM_REGISTRATION_URL is unset)")
+		return nil
+	}
+	var err error
+	g.registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
+		Environments: g.registry, Interval: cfg.DCMRegistrationInterval, Logger: g.log, Clusters: g.clusters,
+		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
+			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}})
+	return err
+}
+
+// newStatusReporting builds the status flow: cluster -> follower -> tracker
+// (debounce) -> outbox (with the volume record, one transaction) -> relay
+// -> NATS.
+func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
+	cfg := g.cfg
+	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
+	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
+		natsOpts.EmbeddedListen = cfg.EmbeddedNATSListen
+	}
+	var err error
+	if g.nats, err = events.ConnectNATS(natsOpts, g.log); err != nil {
+		return err
+	}
+	if g.relay, err = events.NewRelay(events.RelayOptions{DB: g.db, Conn: g.nats.Conn, Metrics: metrics, Logger: g.log,
+		Retention: cfg.OutboxRetention}); err != nil {
+		return err
+	}
+	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify}.Record, cfg.StatusDebounce, g.log)
+	g.follower = &status.Follower{Tracker: g.tracker, Pool: g.clusters, ProvisioningTimeout: cfg.ProvisioningTimeout, Logger: g.log}
+	return nil
+}
+
+func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) error {
+	cfg := g.cfg
+	var handler http.Handler = api.New(api.Options{
+		Auth:                g.auth,
+		Audit:               g.audit,
+		AdminWriteRate:      cfg.AdminWriteRate,
+		AdminWriteBurst:     cfg.AdminWriteBurst,
+		AllowedHosts:        allowedHosts(cfg),
+		MetricsRequireAuth:  cfg.MetricsRequireAuth,
+		Logger:              g.log,
+		Metrics:             metrics,
+		Environments:        g.registry,
+		Volumes:             g.volumes,
+		Fleet:               g.index,
+		StartTime:           g.startTime,
+		HealthUnhealthyCode: cfg.HealthUnhealthyCode,
+		Readiness: []api.Check{
+			{Name: "postgres", Check: g.db.Ping},
+			{Name: "migrations", Check: g.migrator.CheckCurrent},
+			{Name: "nats", Check: g.nats.Check},
+		},
+	})
+	if g.opts.WrapHandler != nil {
+		handler = g.opts.WrapHandler(handler)
+	}
+	g.listener = g.opts.Listener
+	if g.listener == nil {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.ListenAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
+		}
+		g.listener = ln
+	}
+	g.server = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	return nil
+}
+
+// Addr is the address the API listens on.
+func (g *Gateway) Addr() net.Addr { return g.listener.Addr() }
+
+// Clusters is the cluster pool (tests inspect connections through it).
+func (g *Gateway) Clusters() *clusters.Pool { return g.clusters }
+
+// Volumes is the volume service (tests run reconciliation passes on it).
+func (g *Gateway) Volumes() *volumes.Service { return g.volumes }
+
+func (g *Gateway) natsDescription() string {
+	if g.cfg.NATSURL != "" {
+		return g.nats.Conn.ConnectedUrlRedacted()
+	}
+	if addr := g.nats.EmbeddedAddr(); addr != "" {
+		return "embedded, nats://" + addr
+	}
+	return "embedded, in-process only"
+}

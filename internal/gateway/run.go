@@ -1,0 +1,200 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// worker is one background part under the gateway's ownership: Start runs
+// it on its own goroutine, Stop ends it and waits for it within the
+// deadline it is given.
+type worker struct {
+	name   string
+	run    func(context.Context)
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (w *worker) Start(ctx context.Context) {
+	ctx, w.cancel = context.WithCancel(ctx)
+	w.done = make(chan struct{})
+	go func() {
+		defer close(w.done)
+		w.run(ctx)
+	}()
+}
+
+func (w *worker) Stop(ctx context.Context) error {
+	w.cancel()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", w.name, ctx.Err())
+	}
+}
+
+// workers are the background parts, in start order.
+func (g *Gateway) workers() []*worker {
+	ws := []*worker{
+		{name: "connector", run: g.connector.Run}, // the pool follows the registry
+		{name: "probes", run: func(ctx context.Context) { g.registry.RunProbes(ctx, g.cfg.ProbeInterval) }},
+		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
+		{name: "outbox relay", run: g.relay.Run},
+		{name: "volume reconciler", run: g.reconciler.Run},
+		{name: "fleet feed", run: g.feed.Run},
+		{name: "reloader", run: g.reloadOnRequest},
+		{name: "audit retention", run: g.audit.Run},
+	}
+	if g.registrar != nil {
+		ws = append(ws, &worker{name: "DCM registrar", run: g.registrar.Run})
+	}
+	return ws
+}
+
+// Run starts the background work and serves the API until ctx ends or the
+// server fails, then shuts down (see the package doc) and returns. Run may
+// be called once; it releases everything New opened.
+func (g *Gateway) Run(ctx context.Context) error {
+	// Workers stop in the shutdown sequence, not when ctx ends.
+	background := context.WithoutCancel(ctx)
+	workers := g.workers()
+	for _, w := range workers {
+		w.Start(background)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.server.Serve(g.listener) }()
+	g.log.Info("listening", "addr", g.listener.Addr().String(), "nats", g.natsDescription(), "auth", g.auth.Describe())
+
+	var runErr error
+	select {
+	case err := <-served:
+		runErr = fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(background, g.cfg.ShutdownTimeout)
+	defer cancel()
+	g.shutdown(shutdownCtx, workers, served)
+	return runErr
+}
+
+// shutdown stops everything in dependency order, every step under the one
+// deadline of ctx; a step that misses it is logged and the next still runs
+// (later steps then only release what they hold).
+func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan error) {
+	step := func(name string, stop func(context.Context) error) {
+		if err := stop(ctx); err != nil {
+			g.log.Warn("shutdown step incomplete", "step", name, "error", err)
+		}
+	}
+	step("stop accepting HTTP", func(ctx context.Context) error {
+		err := g.server.Shutdown(ctx)
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	})
+	step("stop background workers and informers", func(ctx context.Context) error {
+		var errs []error
+		for _, w := range workers {
+			errs = append(errs, w.Stop(ctx))
+		}
+		errs = append(errs, within(ctx, g.clusters.StopWatching))
+		return errors.Join(errs...)
+	})
+	step("flush status transitions", func(ctx context.Context) error {
+		g.tracker.Close(ctx)
+		return ctx.Err()
+	})
+	step("drain the outbox", func(ctx context.Context) error {
+		if err := g.relay.Drain(ctx); err != nil {
+			return fmt.Errorf("status events left in the outbox for the next start: %w", err)
+		}
+		return nil
+	})
+	g.release()
+	select {
+	case <-served: // Serve returned when Shutdown began
+	default:
+	}
+	g.log.Info("stopped")
+}
+
+// release closes what New opened, last first: NATS, cluster connections,
+// the database. It is safe on a partly built gateway.
+func (g *Gateway) release() {
+	if g.nats != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+		g.nats.Close(ctx)
+		cancel()
+	}
+	if g.clusters != nil {
+		g.clusters.Close()
+	}
+	if g.migrator != nil {
+		_ = g.migrator.Close()
+	}
+	if g.db != nil {
+		g.db.Close()
+	}
+}
+
+// within runs fn and waits for it until ctx ends; fn keeps running after
+// that, owned by the process that is about to exit.
+func within(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Reload reads the key ring and the static token file again (SIGHUP in
+// serve), so key rotation and token changes need no restart: `keys
+// add`/`keys promote` or `tokens create`/`tokens revoke`, then SIGHUP every
+// replica. A ring that cannot be read, or lacks a key stored credentials
+// use, is refused and the current one kept; so is a token file that cannot
+// be read. Each failure is logged, and the first returned.
+func (g *Gateway) Reload(ctx context.Context) error {
+	ring, keysErr := LoadKeyRing(g.cfg)
+	if keysErr == nil {
+		keysErr = g.registry.ReplaceKeys(ctx, ring)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err() // shutting down (a closed terminal sends SIGHUP, then SIGTERM follows): nothing to reload for
+	}
+	if keysErr != nil {
+		g.log.ErrorContext(ctx, "key ring not reloaded; keeping the current one", "error", keysErr)
+	}
+	if g.reloadTokens == nil {
+		return keysErr
+	}
+	tokensErr := g.reloadTokens()
+	if tokensErr != nil {
+		g.log.ErrorContext(ctx, "token file not reloaded; keeping the current tokens", "error", tokensErr)
+	} else {
+		g.log.InfoContext(ctx, "token file reloaded", "audit", true)
+	}
+	return errors.Join(keysErr, tokensErr)
+}
+
+// reloadOnRequest reloads on every request from Options.Reload.
+func (g *Gateway) reloadOnRequest(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.opts.Reload:
+			_ = g.Reload(ctx) // logged
+		}
+	}
+}
