@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
@@ -128,6 +130,9 @@ type Pool struct {
 	// stopped are the clusters StopWatching stopped, whose connections
 	// Close closes.
 	stopped []*Cluster
+	// pvcFollowers give every environment, current and future, a PVC
+	// event handler (see FollowPVCs).
+	pvcFollowers []func(environmentID string) cache.ResourceEventHandler
 }
 
 // environment is one environment's place in the pool. During a change of
@@ -236,6 +241,9 @@ func (p *Pool) install(c *Cluster) (dropped *Cluster, _ error) {
 	switch {
 	case env == nil:
 		env = &environment{live: c, reported: StatePending, handlers: &pvcHandlers{}}
+		for _, follow := range p.pvcFollowers {
+			env.handlers.handlers = append(env.handlers.handlers, follow(c.target.EnvironmentID))
+		}
 	case env.wants(c.target):
 		return nil, nil
 	case env.live.target.same(c.target):
@@ -252,6 +260,24 @@ func (p *Pool) install(c *Cluster) (dropped *Cluster, _ error) {
 	}
 	c.start()
 	return dropped, nil
+}
+
+// FollowPVCs subscribes to the DCM-managed PVCs of every environment the
+// pool holds now or connects later: handler(environmentID) is called once
+// per environment and its result receives that environment's PVC adds,
+// updates and deletes from before its informers start (see Cluster.OnPVC
+// for what the handler must tolerate). Subscribing before the pool connects
+// anything means no claim's first state is ever missed.
+func (p *Pool) FollowPVCs(handler func(environmentID string) cache.ResourceEventHandler) error {
+	p.mu.Lock()
+	p.pvcFollowers = append(p.pvcFollowers, handler)
+	current := maps.Clone(p.envs)
+	p.mu.Unlock()
+	var errs []error
+	for id, env := range current {
+		errs = append(errs, env.handlers.add(handler(id)))
+	}
+	return errors.Join(errs...)
 }
 
 // Remove stops an environment's informers, health loop and connections and

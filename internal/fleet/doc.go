@@ -2,9 +2,10 @@
 // (SPEC.md §2.3): an in-memory index of every environment's StorageClasses,
 // with their capabilities, CSI driver facts and published capacity.
 //
-// The index is fed from the cluster pool's informers (Feed) and from the
-// registry, and persisted (Store) so a restarted gateway still shows clusters
-// it cannot reach, marked stale. Queries read only the index: they never call
+// The index is fed by subscribing to the cluster pool's and the registry's
+// changes (Feed), and persisted in the fleet_snapshots table (Store), which
+// this package owns, so a restarted gateway still shows clusters it cannot
+// reach, marked stale. Queries read only the index: they never call
 // a cluster, never wait for one, and cost the same whether an environment is
 // up or down. Each class is encoded to JSON when its environment changes,
 // not per query, so a fleet-wide answer is mostly a copy.

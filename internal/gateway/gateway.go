@@ -260,8 +260,8 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 		return err
 	}
 	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify}.Record, cfg.StatusDebounce, g.log)
-	g.follower = &status.Follower{Tracker: g.tracker, Pool: g.clusters, ProvisioningTimeout: cfg.ProvisioningTimeout, Logger: g.log}
-	return nil
+	g.follower, err = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
+	return err
 }
 
 func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) error {

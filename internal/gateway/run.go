@@ -123,9 +123,13 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 	g.log.Info("stopped")
 }
 
-// release closes what New opened, last first: NATS, cluster connections,
-// the database. It is safe on a partly built gateway.
+// release closes what New opened, last first: the status writer (closed
+// already on the way out of Run), NATS, cluster connections, the database.
+// It is safe on a partly built gateway.
 func (g *Gateway) release() {
+	if g.tracker != nil {
+		g.tracker.Close(context.Background())
+	}
 	if g.nats != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 		g.nats.Close(ctx)

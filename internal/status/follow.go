@@ -3,8 +3,6 @@ package status
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,66 +15,48 @@ import (
 // provisioningFailed is the event reason of a failed provisioning attempt.
 const provisioningFailed = "ProvisioningFailed"
 
-// Follower feeds a Tracker from the cluster pool: it subscribes to every
-// connected environment's PVC cache, and sweeps the caches periodically for
-// what no PVC change announces — provisioning that keeps failing past the
-// timeout turns FAILED, and new warning messages.
+// Follower feeds a Tracker from the cluster pool: it follows every
+// environment's PVC events (subscribed before the pool connects anything,
+// so no claim's first state is missed), and sweeps the caches periodically
+// for what no PVC change announces — provisioning that keeps failing past
+// the timeout turns FAILED, and new warning messages.
 type Follower struct {
-	Tracker *Tracker
-	Pool    *clusters.Pool
-	// ProvisioningTimeout is how long provisioning may fail continuously
+	tracker  *Tracker
+	clusters *clusters.Pool
+	// provisioningTimeout is how long provisioning may fail continuously
 	// before the volume is FAILED.
-	ProvisioningTimeout time.Duration
-	Logger              *slog.Logger
-
-	mu       sync.Mutex
-	followed map[string]bool
+	provisioningTimeout time.Duration
+	log                 *slog.Logger
 }
 
-// Run follows new environments and sweeps every interval until ctx ends.
+// NewFollower subscribes to the PVC events of every environment in the
+// pool, now and later; Run sweeps.
+func NewFollower(tracker *Tracker, pool *clusters.Pool, provisioningTimeout time.Duration, logger *slog.Logger) (*Follower, error) {
+	f := &Follower{tracker: tracker, clusters: pool, provisioningTimeout: provisioningTimeout, log: logger}
+	if err := pool.FollowPVCs(f.handler); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Run sweeps every interval until ctx ends.
 func (f *Follower) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		f.Sweep()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			f.sweep()
 		}
 	}
 }
 
-// Sweep subscribes to environments connected since the last sweep and
-// re-evaluates every cached claim.
-func (f *Follower) Sweep() {
-	ids := f.Pool.IDs()
-	f.mu.Lock()
-	if f.followed == nil {
-		f.followed = map[string]bool{}
-	}
-	current := map[string]bool{}
-	var fresh []string
-	for _, id := range ids {
-		current[id] = true
-		if !f.followed[id] {
-			fresh = append(fresh, id)
-		}
-	}
-	f.followed = current
-	f.mu.Unlock()
-
-	for _, id := range ids {
-		c, ok := f.Pool.Get(id)
-		if !ok {
-			continue
-		}
-		if slices.Contains(fresh, id) {
-			if err := c.OnPVC(f.handler(id)); err != nil {
-				f.Logger.Error("follow volume status", "environment", id, "error", err)
-			}
-		}
-		if c.Health().Synced {
+// sweep re-evaluates every cached claim of every synced environment.
+func (f *Follower) sweep() {
+	for _, id := range f.clusters.IDs() {
+		if c, ok := f.clusters.Get(id); ok && c.Health().Synced {
 			for _, pvc := range c.PVCs() {
 				f.observe(id, c, pvc)
 			}
@@ -93,7 +73,7 @@ func (f *Follower) handler(envID string) cache.ResourceEventHandler {
 				obj = tomb.Obj
 			}
 			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-				f.Tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: Deleted, Message: "the claim was deleted"})
+				f.tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: Deleted, Message: "the claim was deleted"})
 			}
 		},
 	}
@@ -106,7 +86,7 @@ func (f *Follower) observeObject(envID string, obj any) {
 	}
 	// The live cluster, not the one the handler was added on: handlers
 	// outlive credential swaps.
-	if c, ok := f.Pool.Get(envID); ok {
+	if c, ok := f.clusters.Get(envID); ok {
 		f.observe(envID, c, pvc)
 	}
 }
@@ -120,10 +100,10 @@ func (f *Follower) observe(envID string, c *clusters.Cluster, pvc *corev1.Persis
 	}
 	warnings := OwnWarnings(c, pvc)
 	st, msg := Of(pvc, class, warnings)
-	if failingFor(pvc, warnings) > f.ProvisioningTimeout {
-		st, msg = Failed, "provisioning kept failing for more than "+f.ProvisioningTimeout.String()+": "+clean(warnings[0].Message)
+	if failingFor(pvc, warnings) > f.provisioningTimeout {
+		st, msg = Failed, "provisioning kept failing for more than "+f.provisioningTimeout.String()+": "+clean(warnings[0].Message)
 	}
-	f.Tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg})
+	f.tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg})
 }
 
 // failingFor is how long a pending claim's provisioning has been failing
