@@ -54,7 +54,7 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	@mkdir -p $(STATE_DIR)
 	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json
 	$(BIN) migrate --create-database
-	$(GO) build -o bin/fleet ./test/harness/cmd/fleet
+	$(GO) build -o bin/local-clusters ./cmd/local-clusters
 	$(if $(DCM),$(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm)
 	@token=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1) || exit 1; \
 	export SG_GATEWAY_TOKEN=$$token MAKE_RUN_NOTE="$$(printf '%s\n' \
@@ -66,13 +66,13 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	SG_AUTH_MODE=static SG_AUTH_TOKEN_FILE=$(STATE_DIR)/tokens.json \
 	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
 	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8) \
-	exec bin/fleet -out $(STATE_DIR)/clusters \
+	exec bin/local-clusters -out $(STATE_DIR)/clusters \
 		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -note-env MAKE_RUN_NOTE \
 		-reset-hint "make run-reset (with make run stopped) drops the local database and state to start afresh" \
 		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
 
 run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state
-	$(GO) run ./test/harness/cmd/reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE) -gateway $(GATEWAY_URL)
+	$(GO) run ./cmd/local-reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE) -gateway $(GATEWAY_URL)
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind

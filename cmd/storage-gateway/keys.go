@@ -147,12 +147,12 @@ func newKeysListCommand(path func() (string, error)) *cobra.Command {
 		Example: "  storage-gateway keys list --file /etc/storage-gateway/keys.json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withRegistry(cmd, path, func(reg *registry) error {
-				usage, err := reg.service.KeyUsage(cmd.Context())
+			return withKeyTarget(cmd, path, func(target *keyTarget) error {
+				usage, err := target.registry.KeyUsage(cmd.Context())
 				if err != nil {
 					return err
 				}
-				ids := reg.keys.IDs()
+				ids := target.keys.IDs()
 				for id := range usage {
 					if !slices.Contains(ids, id) {
 						ids = append(ids, id)
@@ -167,7 +167,7 @@ func newKeysListCommand(path func() (string, error)) *cobra.Command {
 					if use == nil {
 						use = &environments.KeyUse{}
 					}
-					primary, inFile := fmt.Sprint(id == reg.keys.Primary()), slices.Contains(reg.keys.IDs(), id)
+					primary, inFile := fmt.Sprint(id == target.keys.Primary()), slices.Contains(target.keys.IDs(), id)
 					if !inFile {
 						primary = "(not in the file)"
 					}
@@ -199,12 +199,12 @@ func newKeysRewrapCommand(path func() (string, error)) *cobra.Command {
 		Short:   "Re-seal every credential with the primary key",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withRegistry(cmd, path, func(reg *registry) error {
-				n, unreadable, err := reg.service.Rewrap(cmd.Context())
+			return withKeyTarget(cmd, path, func(target *keyTarget) error {
+				n, unreadable, err := target.registry.Rewrap(cmd.Context())
 				if err != nil {
 					return err
 				}
-				if _, err := fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d environment(s) with key %s\n", n, reg.keys.Primary()); err != nil {
+				if _, err := fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d environment(s) with key %s\n", n, target.keys.Primary()); err != nil {
 					return err
 				}
 				if len(unreadable) > 0 {
@@ -225,18 +225,18 @@ func newKeysRetireCommand(path func() (string, error)) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return withRegistry(cmd, path, func(reg *registry) error {
-				usage, err := reg.service.KeyUsage(cmd.Context())
+			return withKeyTarget(cmd, path, func(target *keyTarget) error {
+				usage, err := target.registry.KeyUsage(cmd.Context())
 				if err != nil {
 					return err
 				}
 				if use := usage[id]; use != nil {
 					return fmt.Errorf("key %s still seals %d environment(s); run `keys rewrap` first", id, use.Environments)
 				}
-				if err := reg.keys.Remove(id); err != nil {
+				if err := target.keys.Remove(id); err != nil {
 					return err
 				}
-				if err := reg.keys.WriteFile(reg.keyFile); err != nil {
+				if err := target.keys.WriteFile(target.keyFile); err != nil {
 					return err
 				}
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "retired key %s\n", id)

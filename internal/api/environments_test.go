@@ -28,11 +28,11 @@ func TestMain(m *testing.M) {
 }
 
 // registryServer serves the API over a fresh registry.
-func registryServer(t *testing.T) (*echo.Echo, *registrytest.Registry) {
+func registryServer(t *testing.T) (*echo.Echo, *registrytest.Fixture) {
 	t.Helper()
 	reg := registrytest.New(t, registrytest.Options{})
-	return api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
-		Auth: testAuth(t), Audit: testAudit(reg.Pool, reg.Logger), AdminWriteRate: 1000, AdminWriteBurst: 1000}), reg
+	return api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t), Audit: testAudit(reg.DB, reg.Logger), AdminWriteRate: 1000, AdminWriteBurst: 1000}), reg
 }
 
 // call sends one request and returns the recorder; body may be nil, a string
@@ -145,7 +145,7 @@ func TestEnvironmentLifecycleOverHTTP(t *testing.T) {
 		t.Fatalf("verify: %d %s", rec.Code, rec.Body)
 	}
 
-	if _, err := reg.Pool.Exec(context.Background(), `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('east', 'v1', 'dcm-volumes', '{}')`); err != nil {
+	if _, err := reg.DB.Exec(context.Background(), `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('east', 'v1', 'dcm-volumes', '{}')`); err != nil {
 		t.Fatal(err)
 	}
 	problem(t, call(t, h, http.MethodDelete, base+"/east", "", nil), http.StatusConflict, api.FAILEDPRECONDITION, "")

@@ -83,7 +83,7 @@ func (h *handlers) ListFleetVolumes(ctx context.Context, req ListFleetVolumesReq
 	if outOfScope(envs) {
 		return ListFleetVolumes200JSONResponse{Volumes: []Volume{}}, nil
 	}
-	page, err := h.opts.Volumes.ListFleet(ctx, volumes.FleetQuery{
+	page, err := h.opts.Volumes.ListAll(ctx, volumes.AllQuery{
 		Environments: envs,
 		Status:       status.Status(deref(p.Status)),
 		StorageClass: deref(p.StorageClass),

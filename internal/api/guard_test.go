@@ -123,7 +123,7 @@ func TestRequestBodiesAreBoundedAndWellFormed(t *testing.T) {
 		t.Fatalf("a 70 KiB volume body: %d %s", rec.Code, rec.Body)
 	}
 	var n int
-	if err := reg.Pool.QueryRow(t.Context(), `SELECT count(*) FROM environments`).Scan(&n); err != nil || n != 0 {
+	if err := reg.DB.QueryRow(t.Context(), `SELECT count(*) FROM environments`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d environments after refused requests (%v)", n, err)
 	}
 }
@@ -157,8 +157,8 @@ func TestUnknownFieldsAreNamedOnlyWhenPlain(t *testing.T) {
 func TestAdminWritesAreRateLimitedPerPrincipal(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	const otherToken = "sgw_api-test-other-admin"
-	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
-		Auth: testAuth(t, staticToken(otherToken, "other-admin", auth.RoleAdmin)), Audit: testAudit(reg.Pool, reg.Logger),
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t, staticToken(otherToken, "other-admin", auth.RoleAdmin)), Audit: testAudit(reg.DB, reg.Logger),
 		AdminWriteRate: 0.5, AdminWriteBurst: 3})
 	invalid := `{"namespace":"Not A Namespace"}`
 	for i := range 3 {
@@ -179,7 +179,7 @@ func TestAdminWritesAreRateLimitedPerPrincipal(t *testing.T) {
 		t.Fatalf("another admin is limited by the first one's writes: %d %s", other.Code, other.Body)
 	}
 	// The refusal is audited.
-	page, err := testAudit(reg.Pool, reg.Logger).List(t.Context(), auth.AuditQuery{Subject: "api-test"})
+	page, err := testAudit(reg.DB, reg.Logger).List(t.Context(), auth.AuditQuery{Subject: "api-test"})
 	if err != nil || len(page.Events) != 4 || page.Events[0].Status != http.StatusTooManyRequests {
 		t.Fatalf("audit of the limited writes: %+v %v", page.Events, err)
 	}
@@ -192,7 +192,7 @@ func TestRequestIDsAreAnsweredAndLogged(t *testing.T) {
 	var logs syncbuf.Buffer
 	logger := logging.New(&logs, slog.LevelDebug)
 	h := api.New(api.Options{Logger: logger, Metrics: prometheus.NewRegistry(),
-		Environments: reg.Service, Auth: testAuth(t), Audit: testAudit(reg.Pool, logger)})
+		Environments: reg.Registry, Auth: testAuth(t), Audit: testAudit(reg.DB, logger)})
 	rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/nowhere", "", "", "X-Request-Id", "trace-42.a:b")
 	if rec.Header().Get("X-Request-Id") != "trace-42.a:b" || rec.Code != http.StatusNotFound {
 		t.Fatalf("kept id: %q %d", rec.Header().Get("X-Request-Id"), rec.Code)
@@ -306,14 +306,14 @@ func TestReadyzExplainsFailuresOnlyToAuthenticatedCallers(t *testing.T) {
 func TestRefusalsAreAuditedAtABoundedRate(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	const viewer = "sgw_api-test-viewer"
-	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
-		Auth: testAuth(t, staticToken(viewer, "viewer", auth.RoleViewer)), Audit: testAudit(reg.Pool, reg.Logger)})
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t, staticToken(viewer, "viewer", auth.RoleViewer)), Audit: testAudit(reg.DB, reg.Logger)})
 	for range 50 {
 		if rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/east", "", "", "Authorization", "Bearer "+viewer); rec.Code != http.StatusForbidden {
 			t.Fatalf("a viewer's delete: %d", rec.Code)
 		}
 	}
-	page, err := testAudit(reg.Pool, reg.Logger).List(t.Context(), auth.AuditQuery{Subject: "viewer", MaxPageSize: 100})
+	page, err := testAudit(reg.DB, reg.Logger).List(t.Context(), auth.AuditQuery{Subject: "viewer", MaxPageSize: 100})
 	if err != nil || len(page.Events) < 20 || len(page.Events) > 22 {
 		t.Fatalf("%d refusals of 50 audited (%v), want the burst of 20 (and at most a couple more)", len(page.Events), err)
 	}
@@ -322,7 +322,7 @@ func TestRefusalsAreAuditedAtABoundedRate(t *testing.T) {
 	}
 	// Reading the audit trail is an admin action, audited too.
 	send(h, http.MethodGet, "/api/v1alpha1/audit-events", "", "")
-	page, err = testAudit(reg.Pool, reg.Logger).List(t.Context(), auth.AuditQuery{Action: "listAuditEvents"})
+	page, err = testAudit(reg.DB, reg.Logger).List(t.Context(), auth.AuditQuery{Action: "listAuditEvents"})
 	if err != nil || len(page.Events) != 1 || page.Events[0].Subject != "api-test" || page.Events[0].Status != http.StatusOK {
 		t.Fatalf("reading the audit trail: %+v %v", page.Events, err)
 	}
@@ -411,8 +411,8 @@ func (v *countingVerifier) Verify(ctx context.Context, token string) (auth.Princ
 func TestOpenEndpointsDoNotVerifyTokens(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	verifier := &countingVerifier{TokenVerifier: testTokens(t)}
-	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Service,
-		Auth: auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: verifier}), Audit: testAudit(reg.Pool, reg.Logger)})
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: auth.New(auth.Options{Mode: auth.ModeStatic, Tokens: verifier}), Audit: testAudit(reg.DB, reg.Logger)})
 	for _, path := range []string{"/healthz", "/metrics", "/api/v1alpha1/openapi.yaml"} {
 		if rec := send(h, http.MethodGet, path, "", ""); rec.Code != http.StatusOK {
 			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)

@@ -12,7 +12,7 @@ import (
 
 func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
-	log := auth.NewAuditLog(reg.Pool, reg.Logger, 48*time.Hour)
+	log := auth.NewAuditLog(reg.DB, reg.Logger, 48*time.Hour)
 	ctx := context.Background()
 	for i := range 5 {
 		log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", Name: "Alice",
@@ -84,7 +84,7 @@ func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
 	}
 
 	// Events older than the retention are pruned.
-	if _, err := reg.Pool.Exec(ctx, `UPDATE audit_events SET time = now() - interval '3 days' WHERE subject = 'alice'`); err != nil {
+	if _, err := reg.DB.Exec(ctx, `UPDATE audit_events SET time = now() - interval '3 days' WHERE subject = 'alice'`); err != nil {
 		t.Fatal(err)
 	}
 	n, err := log.Prune(ctx)

@@ -19,20 +19,20 @@ import (
 
 // environment stores the registered environment "east" directly (the registrar
 // only reads the registry).
-func environment(t *testing.T, reg *registrytest.Registry) {
+func environment(t *testing.T, reg *registrytest.Fixture) {
 	const id = "east"
 	t.Helper()
-	if _, err := reg.Pool.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, dcm)
+	if _, err := reg.DB.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, dcm)
 		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00', '{"register": true, "provider_name": "storage-gateway-east"}')`, id); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // registration is the DCM registration state of "east".
-func registration(t *testing.T, reg *registrytest.Registry) environments.DCMRegistration {
+func registration(t *testing.T, reg *registrytest.Fixture) environments.DCMRegistration {
 	const id = "east"
 	t.Helper()
-	env, err := reg.Service.Get(context.Background(), id)
+	env, err := reg.Registry.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 					"endpoint": "x", "service_type": "storage", "schema_version": "v1alpha1"})
 			}))
 			defer srv.Close()
-			r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Service,
+			r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
 				Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)

@@ -44,9 +44,9 @@ func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
 func TestPoolFollowsTheRegistry(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	_, pool := runConnector(t, reg.Service)
+	_, pool := runConnector(t, reg.Registry)
 
-	if _, _, err := reg.Service.Register(ctx, registration(t, "follow")); err != nil {
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "follow")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the registered environment synced in the pool", 30*time.Second, func() bool {
@@ -54,7 +54,7 @@ func TestPoolFollowsTheRegistry(t *testing.T) {
 		return ok && c.Health().Synced
 	})
 	before, _ := pool.Get("follow")
-	if _, err := reg.Service.Update(ctx, "follow", []byte(`{"allowed_namespaces":[]}`)); err != nil {
+	if _, err := reg.Registry.Update(ctx, "follow", []byte(`{"allowed_namespaces":[]}`)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a connection with the updated namespaces took over", 30*time.Second, func() bool {
@@ -64,16 +64,16 @@ func TestPoolFollowsTheRegistry(t *testing.T) {
 
 	cluster.SetReachable(false)
 	waitFor(t, "the registry shows the pool's UNREACHABLE without a probe", 30*time.Second, func() bool {
-		env, err := reg.Service.Get(ctx, "follow")
+		env, err := reg.Registry.Get(ctx, "follow")
 		return err == nil && env.Status.State == clusters.StateUnreachable
 	})
 	cluster.SetReachable(true)
 	waitFor(t, "READY again", 30*time.Second, func() bool {
-		env, err := reg.Service.Get(ctx, "follow")
+		env, err := reg.Registry.Get(ctx, "follow")
 		return err == nil && env.Status.State == clusters.StateReady
 	})
 
-	if err := reg.Service.Delete(ctx, "follow", false); err != nil {
+	if err := reg.Registry.Delete(ctx, "follow", false); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the deleted environment left the pool", 10*time.Second, func() bool {
@@ -92,7 +92,7 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 	var ids []string
 	for i := range 6 {
 		id := fmt.Sprintf("dead-%d", i)
-		if _, _, err := reg.Service.Register(ctx, registration(t, id)); err != nil {
+		if _, _, err := reg.Registry.Register(ctx, registration(t, id)); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
@@ -102,7 +102,7 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 
 	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback}})
 	t.Cleanup(pool.Close)
-	connector := environments.NewConnector(reg.Service, pool, time.Hour)
+	connector := environments.NewConnector(reg.Registry, pool, time.Hour)
 	start := time.Now()
 	connector.SyncAll(ctx)
 	took := time.Since(start)

@@ -70,7 +70,7 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	in := registration(t, "east")
 
-	env, created, err := reg.Service.Register(ctx, in)
+	env, created, err := reg.Registry.Register(ctx, in)
 	if err != nil || !created {
 		t.Fatalf("Register: created=%v err=%v", created, err)
 	}
@@ -91,14 +91,14 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 		t.Fatalf("connection = %+v", c)
 	}
 
-	again, created, err := reg.Service.Register(ctx, in)
+	again, created, err := reg.Registry.Register(ctx, in)
 	if err != nil || created || again.ID != "east" || !again.CreateTime.Equal(env.CreateTime) {
 		t.Fatalf("identical replay: created=%v err=%v", created, err)
 	}
 
 	changed := in
 	changed.Spec.Region = "elsewhere"
-	_, _, err = reg.Service.Register(ctx, changed)
+	_, _, err = reg.Registry.Register(ctx, changed)
 	wantKind(t, err, fault.AlreadyExists, "different specification")
 
 	otherToken, err := cluster.NewGatewayToken(ctx)
@@ -108,7 +108,7 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	rotated := in
 	rotated.Credentials = environments.Credentials{Explicit: tokenConnection(otherToken)}
 	rotated.Spec.Namespace = "dcm-volumes"
-	_, _, err = reg.Service.Register(ctx, rotated)
+	_, _, err = reg.Registry.Register(ctx, rotated)
 	wantKind(t, err, fault.AlreadyExists, "credentials")
 
 	reg.AssertNoSecret(t, cluster.GatewayToken(), fmt.Sprintf("%+v", env), err.Error())
@@ -161,12 +161,12 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 			in.Credentials = environments.Credentials{Explicit: tt.conn}
 			in.Spec.Namespace = "dcm-volumes"
 			start := time.Now()
-			_, _, err := r.Service.Register(ctx, in)
+			_, _, err := r.Registry.Register(ctx, in)
 			wantKind(t, err, fault.FailedPrecondition, tt.want)
 			if elapsed := time.Since(start); elapsed > 4*time.Second {
 				t.Fatalf("probe took %s; the timeout is 2s", elapsed)
 			}
-			_, err = r.Service.Get(ctx, "probe-fails")
+			_, err = r.Registry.Get(ctx, "probe-fails")
 			wantKind(t, err, fault.NotFound, "not found")
 			r.AssertNoSecret(t, tt.conn.Token, err.Error())
 		})
@@ -176,13 +176,13 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	env, _, err := reg.Service.Register(ctx, registration(t, "east"))
+	env, _, err := reg.Registry.Register(ctx, registration(t, "east"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A spec-only patch changes what it names, resets nulls and keeps the rest.
-	got, err := reg.Service.Update(ctx, "east", []byte(`{"display_name":"East (renamed)","labels":{"tier":null,"team":"storage"},"defaults":{"storage_class":"standard"}}`))
+	got, err := reg.Registry.Update(ctx, "east", []byte(`{"display_name":"East (renamed)","labels":{"tier":null,"team":"storage"},"defaults":{"storage_class":"standard"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,21 +208,21 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 		{`{"credentials":null}`, "credentials"},
 	}
 	for _, b := range bad {
-		_, err := reg.Service.Update(ctx, "east", []byte(b.patch))
+		_, err := reg.Registry.Update(ctx, "east", []byte(b.patch))
 		if fe := wantKind(t, err, fault.InvalidArgument, ""); fe.Field != b.field {
 			t.Errorf("patch %s: field %q, want %q", b.patch, fe.Field, b.field)
 		}
 	}
 
 	// Rotation: a failing probe changes nothing; a good one replaces the credentials.
-	_, err = reg.Service.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
+	_, err = reg.Registry.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
 		"server": cluster.ServerURL(), "certificate_authority_data": cluster.CAData(), "token": "revoked-canary-token"}}))
 	wantKind(t, err, fault.FailedPrecondition, "401")
 	fresh, err := cluster.NewGatewayToken(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rotated, err := reg.Service.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
+	rotated, err := reg.Registry.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
 		"server": cluster.ServerURL(), "certificate_authority_data": cluster.CAData(), "token": fresh}}))
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 		t.Fatalf("rotation did not take: %+v", rotated.Connection)
 	}
 	// Namespaces the credentials cannot serve are refused after a probe.
-	_, err = reg.Service.Update(ctx, "east", []byte(`{"allowed_namespaces":["kube-system"]}`))
+	_, err = reg.Registry.Update(ctx, "east", []byte(`{"allowed_namespaces":["kube-system"]}`))
 	wantKind(t, err, fault.FailedPrecondition, "create persistentvolumeclaims in namespace kube-system")
 	reg.AssertNoSecret(t, fresh)
 	reg.AssertNoSecret(t, "revoked-canary-token")
@@ -240,11 +240,11 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 func TestVerifyRecordsReachability(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{ProbeTimeout: 2 * time.Second})
-	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
 		t.Fatal(err)
 	}
 	cluster.SetReachable(false)
-	env, err := reg.Service.Verify(ctx, "east")
+	env, err := reg.Registry.Verify(ctx, "east")
 	cluster.SetReachable(true)
 	if err != nil {
 		t.Fatal(err)
@@ -252,12 +252,12 @@ func TestVerifyRecordsReachability(t *testing.T) {
 	if env.Status.State != clusters.StateUnreachable || env.Status.LastProbeTime == nil || !env.Status.LastProbeTime.After(*env.Status.LastReadyTime) {
 		t.Fatalf("cut cluster: status %+v", env.Status)
 	}
-	list, err := reg.Service.List(ctx, environments.ListQuery{State: clusters.StateUnreachable})
+	list, err := reg.Registry.List(ctx, environments.ListQuery{State: clusters.StateUnreachable})
 	if err != nil || len(list.Environments) != 1 {
 		t.Fatalf("list UNREACHABLE = %d, %v", len(list.Environments), err)
 	}
-	reg.Service.ProbeAll(ctx)
-	env, err = reg.Service.Get(ctx, "east")
+	reg.Registry.ProbeAll(ctx)
+	env, err = reg.Registry.Get(ctx, "east")
 	if err != nil || env.Status.State != clusters.StateReady {
 		t.Fatalf("after recovery: %+v, %v", env.Status, err)
 	}
@@ -266,27 +266,27 @@ func TestVerifyRecordsReachability(t *testing.T) {
 func TestDeleteRefusesWhileVolumesExistUnlessForced(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Pool.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('east', 'v1', 'dcm-volumes', '{}')`); err != nil {
+	if _, err := reg.DB.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ('east', 'v1', 'dcm-volumes', '{}')`); err != nil {
 		t.Fatal(err)
 	}
-	env, _ := reg.Service.Get(ctx, "east")
+	env, _ := reg.Registry.Get(ctx, "east")
 	if env.Status.VolumeCount != 1 {
 		t.Fatalf("volume_count = %d, want 1", env.Status.VolumeCount)
 	}
-	_, err := reg.Service.Update(ctx, "east", []byte(`{"namespace":"dcm-scratch","allowed_namespaces":[]}`))
+	_, err := reg.Registry.Update(ctx, "east", []byte(`{"namespace":"dcm-scratch","allowed_namespaces":[]}`))
 	wantKind(t, err, fault.Conflict, "namespaces dcm-volumes still hold 1 volume(s)")
-	wantKind(t, reg.Service.Delete(ctx, "east", false), fault.Conflict, "still has 1 volume")
-	if err := reg.Service.Delete(ctx, "east", true); err != nil {
+	wantKind(t, reg.Registry.Delete(ctx, "east", false), fault.Conflict, "still has 1 volume")
+	if err := reg.Registry.Delete(ctx, "east", true); err != nil {
 		t.Fatal(err)
 	}
 	var left int
-	if err := reg.Pool.QueryRow(ctx, `SELECT count(*) FROM volumes`).Scan(&left); err != nil || left != 0 {
+	if err := reg.DB.QueryRow(ctx, `SELECT count(*) FROM volumes`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("volume records left: %d, %v", left, err)
 	}
-	wantKind(t, reg.Service.Delete(ctx, "east", false), fault.NotFound, "not found")
+	wantKind(t, reg.Registry.Delete(ctx, "east", false), fault.NotFound, "not found")
 }
 
 func TestListPagesAndFilters(t *testing.T) {
@@ -299,14 +299,14 @@ func TestListPagesAndFilters(t *testing.T) {
 		if i == 2 {
 			in.Spec.Labels["gold"] = "yes"
 		}
-		if _, _, err := reg.Service.Register(ctx, in); err != nil {
+		if _, _, err := reg.Registry.Register(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var ids []string
 	q := environments.ListQuery{MaxPageSize: 2}
 	for pages := 0; ; pages++ {
-		page, err := reg.Service.List(ctx, q)
+		page, err := reg.Registry.List(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +325,7 @@ func TestListPagesAndFilters(t *testing.T) {
 		t.Fatalf("paged ids = %v", ids)
 	}
 
-	page, err := reg.Service.List(ctx, environments.ListQuery{Region: "south", LabelSelector: "parity=odd"})
+	page, err := reg.Registry.List(ctx, environments.ListQuery{Region: "south", LabelSelector: "parity=odd"})
 	if err != nil || len(page.Environments) != 2 || page.Environments[0].ID != "env-1" {
 		t.Fatalf("filtered list = %+v, %v", page.Environments, err)
 	}
@@ -340,7 +340,7 @@ func TestListPagesAndFilters(t *testing.T) {
 		"gold,!parity":            "",
 		"nope=x":                  "",
 	} {
-		page, err := reg.Service.List(ctx, environments.ListQuery{LabelSelector: selector})
+		page, err := reg.Registry.List(ctx, environments.ListQuery{LabelSelector: selector})
 		var got []string
 		for _, e := range page.Environments {
 			got = append(got, e.ID)
@@ -350,13 +350,13 @@ func TestListPagesAndFilters(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"a b", "n>1", "=x", "Tier_!=x"} {
-		_, err := reg.Service.List(ctx, environments.ListQuery{LabelSelector: bad})
+		_, err := reg.Registry.List(ctx, environments.ListQuery{LabelSelector: bad})
 		wantKind(t, err, fault.InvalidArgument, "label_selector")
 	}
-	first, _ := reg.Service.List(ctx, environments.ListQuery{MaxPageSize: 1})
-	_, err = reg.Service.List(ctx, environments.ListQuery{Region: "north", PageToken: first.NextPageToken})
+	first, _ := reg.Registry.List(ctx, environments.ListQuery{MaxPageSize: 1})
+	_, err = reg.Registry.List(ctx, environments.ListQuery{Region: "north", PageToken: first.NextPageToken})
 	wantKind(t, err, fault.InvalidArgument, "page_token")
-	_, err = reg.Service.List(ctx, environments.ListQuery{PageToken: "garbage"})
+	_, err = reg.Registry.List(ctx, environments.ListQuery{PageToken: "garbage"})
 	wantKind(t, err, fault.InvalidArgument, "page_token")
 }
 
@@ -389,7 +389,7 @@ func TestRegistrationValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := registration(t, "valid-id")
 			tt.edit(&in)
-			_, _, err := reg.Service.Register(ctx, in)
+			_, _, err := reg.Registry.Register(ctx, in)
 			fe := wantKind(t, err, fault.InvalidArgument, "")
 			if fe.Field != tt.field {
 				t.Fatalf("field = %q, want %q (%v)", fe.Field, tt.field, fe)
@@ -408,7 +408,7 @@ func TestKeyRotation(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
 	for _, id := range []string{"a", "b", "c"} {
-		if _, _, err := reg.Service.Register(ctx, registration(t, id)); err != nil {
+		if _, _, err := reg.Registry.Register(ctx, registration(t, id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -418,23 +418,23 @@ func TestKeyRotation(t *testing.T) {
 	if err := reg.Keys.Promote("k2"); err != nil {
 		t.Fatal(err)
 	}
-	n, unreadable, err := reg.Service.Rewrap(ctx)
+	n, unreadable, err := reg.Registry.Rewrap(ctx)
 	if err != nil || n != 3 || len(unreadable) != 0 {
 		t.Fatalf("Rewrap = %d, %v, %v; want 3", n, unreadable, err)
 	}
-	usage, err := reg.Service.KeyUsage(ctx)
+	usage, err := reg.Registry.KeyUsage(ctx)
 	if err != nil || usage["k2"] == nil || usage["k2"].Environments != 3 || len(usage["k2"].Unopened) != 0 || usage["k1"] != nil {
 		t.Fatalf("usage after rewrap = %v, %v", usage, err)
 	}
 	// The re-sealed credentials still work.
-	env, err := reg.Service.Verify(ctx, "b")
+	env, err := reg.Registry.Verify(ctx, "b")
 	if err != nil || env.Status.State != clusters.StateReady || env.Connection.KeyID != "k2" {
 		t.Fatalf("verify after rewrap: %+v, %v", env, err)
 	}
 	if err := reg.Keys.Remove("k1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Service.CheckKeys(ctx); err != nil {
+	if err := reg.Registry.CheckKeys(ctx); err != nil {
 		t.Fatalf("CheckKeys with every used key present: %v", err)
 	}
 	if err := reg.Keys.Promote("k1"); err == nil {
@@ -450,7 +450,7 @@ func TestKeyRotation(t *testing.T) {
 	if err := reg.Keys.Remove("k2"); err != nil {
 		t.Fatal(err)
 	}
-	err = reg.Service.CheckKeys(ctx)
+	err = reg.Registry.CheckKeys(ctx)
 	if err == nil || !strings.Contains(err.Error(), "k2 (3 environments)") {
 		t.Fatalf("CheckKeys = %v, want k2 named as missing", err)
 	}
@@ -465,7 +465,7 @@ func TestConcurrentRegistrationsConverge(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
-			_, c, err := reg.Service.Register(ctx, in)
+			_, c, err := reg.Registry.Register(ctx, in)
 			created <- c
 			errs <- err
 		}()
@@ -503,17 +503,17 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestTamperedConnectionColumnsAreRefused(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
 		t.Fatal(err)
 	}
 	var hits atomic.Int32
 	attacker := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	defer attacker.Close()
-	if _, err := reg.Pool.Exec(ctx, `UPDATE environments SET server = $1, certificate_authority = $2`,
+	if _, err := reg.DB.Exec(ctx, `UPDATE environments SET server = $1, certificate_authority = $2`,
 		attacker.URL, pemCert(attacker.Certificate().Raw)); err != nil {
 		t.Fatal(err)
 	}
-	env, err := reg.Service.Verify(ctx, "east")
+	env, err := reg.Registry.Verify(ctx, "east")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,11 +536,11 @@ func TestInsecureEnvironmentsStopWhenInsecureIsDisallowed(t *testing.T) {
 	in := registration(t, "lax")
 	in.Spec.Namespace = "dcm-volumes"
 	in.Credentials = environments.Credentials{Explicit: &kubeconfig.Connection{Server: cluster.ServerURL(), Insecure: true, Token: cluster.GatewayToken()}}
-	env, _, err := reg.Service.Register(ctx, in)
+	env, _, err := reg.Registry.Register(ctx, in)
 	if err != nil || !env.Connection.Insecure || env.Status.State != clusters.StateReady {
 		t.Fatalf("insecure registration while allowed: %+v, %v", env, err)
 	}
-	strict := reg.NewService(registrytest.Options{})
+	strict := reg.NewRegistry(registrytest.Options{})
 	env, err = strict.Verify(ctx, "lax")
 	if err != nil || env.Status.State != clusters.StateUnreachable || !strings.Contains(env.Status.Message, "SG_ALLOW_INSECURE_CLUSTERS") {
 		t.Fatalf("insecure environment under a strict gateway: %+v, %v", env.Status, err)

@@ -12,9 +12,9 @@ import (
 )
 
 // storedCredentials reads a row's sealed credentials and their generation.
-func storedCredentials(t *testing.T, reg *registrytest.Registry, id string) (blob []byte, gen int64) {
+func storedCredentials(t *testing.T, reg *registrytest.Fixture, id string) (blob []byte, gen int64) {
 	t.Helper()
-	if err := reg.Pool.QueryRow(context.Background(), `SELECT credentials, credentials_generation FROM environments WHERE id = $1`, id).Scan(&blob, &gen); err != nil {
+	if err := reg.DB.QueryRow(context.Background(), `SELECT credentials, credentials_generation FROM environments WHERE id = $1`, id).Scan(&blob, &gen); err != nil {
 		t.Fatal(err)
 	}
 	return blob, gen
@@ -28,7 +28,7 @@ func storedCredentials(t *testing.T, reg *registrytest.Registry, id string) (blo
 func TestRolledBackCredentialsAreRefused(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
 		t.Fatal(err)
 	}
 	oldBlob, oldGen := storedCredentials(t, reg, "east")
@@ -39,7 +39,7 @@ func TestRolledBackCredentialsAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Service.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
+	if _, err := reg.Registry.Update(ctx, "east", mustJSON(t, map[string]any{"credentials": map[string]any{
 		"server": cluster.ServerURL(), "certificate_authority_data": cluster.CAData(), "token": newToken}})); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestRolledBackCredentialsAreRefused(t *testing.T) {
 	}
 	restore := func(blob []byte, gen int64) {
 		t.Helper()
-		if _, err := reg.Pool.Exec(ctx, `UPDATE environments SET credentials = $2, credentials_generation = $3 WHERE id = $1`, "east", blob, gen); err != nil {
+		if _, err := reg.DB.Exec(ctx, `UPDATE environments SET credentials = $2, credentials_generation = $3 WHERE id = $1`, "east", blob, gen); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,23 +65,23 @@ func TestRolledBackCredentialsAreRefused(t *testing.T) {
 	}
 	// Only the blob restored: it is bound to the old generation.
 	restore(oldBlob, rotatedGen)
-	refused(reg.Service, "old blob in the rotated row")
+	refused(reg.Registry, "old blob in the rotated row")
 	// Blob and generation restored: this process has seen the newer one.
 	restore(oldBlob, oldGen)
-	refused(reg.Service, "old blob and old generation")
+	refused(reg.Registry, "old blob and old generation")
 	if !strings.Contains(reg.Logs.String(), "rolled back?") {
 		t.Fatal("the rollback is not logged")
 	}
 
 	// Deleted and registered again: the old blob does not fit the new row.
-	if err := reg.Service.Delete(ctx, "east", true); err != nil {
+	if err := reg.Registry.Delete(ctx, "east", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := reg.Service.Register(ctx, registration(t, "east")); err != nil {
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
 		t.Fatal(err)
 	}
 	_, reborn := storedCredentials(t, reg, "east")
-	fresh := reg.NewService(registrytest.Options{}) // a process that never saw the old rows
+	fresh := reg.NewRegistry(registrytest.Options{}) // a process that never saw the old rows
 	restore(oldBlob, reborn)
 	refused(fresh, "an earlier row's blob in a re-created row")
 	reg.AssertNoSecret(t, newToken, cluster.GatewayToken())
@@ -94,18 +94,18 @@ func TestOneUnreadableRowDoesNotStopStartUp(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
 	for _, id := range []string{"a", "b", "c"} {
-		if _, _, err := reg.Service.Register(ctx, registration(t, id)); err != nil {
+		if _, _, err := reg.Registry.Register(ctx, registration(t, id)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	flip := func(id string) {
 		t.Helper()
-		if _, err := reg.Pool.Exec(ctx, `UPDATE environments SET credentials = overlay(credentials placing '\x00'::bytea from 40 for 1) WHERE id = $1`, id); err != nil {
+		if _, err := reg.DB.Exec(ctx, `UPDATE environments SET credentials = overlay(credentials placing '\x00'::bytea from 40 for 1) WHERE id = $1`, id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	flip("a") // the first by id: the one a sample check would have opened
-	if err := reg.Service.CheckKeys(ctx); err != nil {
+	if err := reg.Registry.CheckKeys(ctx); err != nil {
 		t.Fatalf("one damaged row stopped start-up: %v", err)
 	}
 	var reported []string
@@ -117,7 +117,7 @@ func TestOneUnreadableRowDoesNotStopStartUp(t *testing.T) {
 	if len(reported) != 1 || !strings.Contains(reported[0], `"environment":"a"`) {
 		t.Fatalf("the damaged row is not reported on its own: %q", reported)
 	}
-	if env, err := reg.Service.Verify(ctx, "b"); err != nil || env.Status.State != clusters.StateReady {
+	if env, err := reg.Registry.Verify(ctx, "b"); err != nil || env.Status.State != clusters.StateReady {
 		t.Fatalf("an intact environment after another's damage: %+v %v", env.Status, err)
 	}
 	// Re-sealing under a new key passes the damaged row by, naming it.
@@ -127,13 +127,13 @@ func TestOneUnreadableRowDoesNotStopStartUp(t *testing.T) {
 	if err := reg.Keys.Promote("k2"); err != nil {
 		t.Fatal(err)
 	}
-	n, unreadable, err := reg.Service.Rewrap(ctx)
+	n, unreadable, err := reg.Registry.Rewrap(ctx)
 	if err != nil || n != 2 || strings.Join(unreadable, ",") != "a" {
 		t.Fatalf("Rewrap past a damaged row = %d, %v, %v; want b and c re-sealed, a named", n, unreadable, err)
 	}
 	flip("b")
 	flip("c")
-	err = reg.Service.CheckKeys(ctx)
+	err = reg.Registry.CheckKeys(ctx)
 	if err == nil || !strings.Contains(err.Error(), "k2 (2 environments)") || !strings.Contains(err.Error(), "open none") {
 		t.Fatalf("CheckKeys with no credential of k2 opening: %v", err)
 	}
@@ -147,20 +147,20 @@ func TestReplaysCompareCredentialsOnlyForTheRegisteringSubject(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	in := registration(t, "east")
 	in.RegisteredBy = "alice"
-	if _, created, err := reg.Service.Register(ctx, in); err != nil || !created {
+	if _, created, err := reg.Registry.Register(ctx, in); err != nil || !created {
 		t.Fatal(err)
 	}
-	if _, created, err := reg.Service.Register(ctx, in); err != nil || created {
+	if _, created, err := reg.Registry.Register(ctx, in); err != nil || created {
 		t.Fatalf("alice's replay: created=%v %v", created, err)
 	}
 	guess := in
 	guess.RegisteredBy = "mallory"
-	_, _, right := reg.Service.Register(ctx, guess)
+	_, _, right := reg.Registry.Register(ctx, guess)
 	wrongToken := in
 	wrongToken.RegisteredBy = "mallory"
 	wrongToken.Credentials = environments.Credentials{Explicit: tokenConnection("a-wrong-guess")}
 	wrongToken.Spec.Namespace = "dcm-volumes"
-	_, _, wrong := reg.Service.Register(ctx, wrongToken)
+	_, _, wrong := reg.Registry.Register(ctx, wrongToken)
 	a := wantKind(t, right, fault.AlreadyExists, "registered by someone else")
 	b := wantKind(t, wrong, fault.AlreadyExists, "registered by someone else")
 	if a != b {

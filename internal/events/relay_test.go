@@ -21,11 +21,11 @@ import (
 
 // queue records transitions through the status recorder, as the gateway
 // does, for volumes created here.
-func queue(t *testing.T, reg *registrytest.Registry, volumes, transitions int) map[string][]string {
+func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) map[string][]string {
 	t.Helper()
 	ctx := context.Background()
 	reg.InsertEnvironment(t, "env")
-	rec := status.Recorder{DB: reg.Pool}
+	rec := status.Recorder{DB: reg.DB}
 	want := map[string][]string{}
 	cycle := []status.Status{status.Provisioning, status.Running}
 	for v := range volumes {
@@ -60,7 +60,7 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close(context.Background())
-		relay, err := events.NewRelay(events.RelayOptions{DB: reg.Pool, Conn: nc.Conn, Metrics: registries[i], Logger: slog.New(slog.DiscardHandler)})
+		relay, err := events.NewRelay(events.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: registries[i], Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 		}
 	}
 	var unsent int
-	if err := reg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
+	if err := reg.DB.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
 		t.Fatalf("%d events left unsent (%v)", unsent, err)
 	}
 	// The metrics add up: every event counted once by status; a relay's next
@@ -143,7 +143,7 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := events.NewRelay(events.RelayOptions{DB: reg.Pool, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+	relay, err := events.NewRelay(events.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 		}
 	}
 	var unsent int
-	if err := reg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
+	if err := reg.DB.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
 		t.Fatalf("%d events left unsent (%v)", unsent, err)
 	}
 }
@@ -178,7 +178,7 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close(context.Background())
-	relay, err := events.NewRelay(events.RelayOptions{DB: reg.Pool, Conn: nc.Conn, Metrics: prometheus.NewRegistry(),
+	relay, err := events.NewRelay(events.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(),
 		Logger: slog.New(slog.DiscardHandler), Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -189,17 +189,17 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	}
 	// Two volumes' events were sent two hours ago, one volume's just now;
 	// one more event waits unsent.
-	if _, err := reg.Pool.Exec(ctx, `UPDATE outbox SET sent_time = now() - interval '2 hours' WHERE volume_id IN ('vol-0', 'vol-1')`); err != nil {
+	if _, err := reg.DB.Exec(ctx, `UPDATE outbox SET sent_time = now() - interval '2 hours' WHERE volume_id IN ('vol-0', 'vol-1')`); err != nil {
 		t.Fatal(err)
 	}
-	if err := (status.Recorder{DB: reg.Pool}).Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
+	if err := (status.Recorder{DB: reg.DB}).Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := relay.Prune(ctx)
 	if err != nil || n != 4 {
 		t.Fatalf("pruned %d (%v), want the 4 old sent events", n, err)
 	}
-	rows, err := reg.Pool.Query(ctx, `SELECT volume_id || ':' || status || ':' || (sent_time IS NOT NULL)::text FROM outbox ORDER BY id`)
+	rows, err := reg.DB.Query(ctx, `SELECT volume_id || ':' || status || ':' || (sent_time IS NOT NULL)::text FROM outbox ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

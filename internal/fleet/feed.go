@@ -26,8 +26,9 @@ const (
 // live ones (a variable for tests).
 var storeTimeout = 10 * time.Second
 
-// Registry is what the feed reads environments from and follows.
-type Registry interface {
+// EnvironmentSource is what the feed reads environments from and follows:
+// the registry.
+type EnvironmentSource interface {
 	Each(ctx context.Context, fn func(environments.Environment) error) error
 	Subscribe() *changes.Subscription[environments.Change]
 }
@@ -36,7 +37,7 @@ type Registry interface {
 type FeedOptions struct {
 	Index    *Index
 	Clusters *clusters.Pool
-	Registry Registry
+	Registry EnvironmentSource
 	Store    Store
 	Logger   *slog.Logger
 	// RegistryInterval is how often the registry is re-read without a

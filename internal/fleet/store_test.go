@@ -25,7 +25,7 @@ func migrated(t *testing.T, ids ...string) *pgxpool.Pool {
 	for _, id := range ids {
 		reg.InsertEnvironment(t, id)
 	}
-	return reg.Pool
+	return reg.DB
 }
 
 // registry lists fixed environments (the registry's rows are not the point

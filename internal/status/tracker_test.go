@@ -288,13 +288,13 @@ func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	reg.InsertEnvironment(t, "env")
 	reg.InsertVolume(t, "env", "gone")
-	rec := Recorder{DB: reg.Pool}
+	rec := Recorder{DB: reg.DB}
 	for _, st := range []Status{Running, Deleted, Running} {
 		if err := rec.Record(t.Context(), Observation{EnvironmentID: "env", VolumeID: "gone", Status: st, Message: string(st)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rows, err := reg.Pool.Query(t.Context(), `SELECT status FROM outbox WHERE volume_id = 'gone' ORDER BY id`)
+	rows, err := reg.DB.Query(t.Context(), `SELECT status FROM outbox WHERE volume_id = 'gone' ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

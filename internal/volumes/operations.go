@@ -191,7 +191,7 @@ func (s *Service) Health(ctx context.Context, envID string) (healthy bool, messa
 	if err != nil {
 		return false, "", err
 	}
-	cluster, ok := s.pool.Get(envID)
+	cluster, ok := s.clusters.Get(envID)
 	switch {
 	case !ok:
 		return false, "not connected", nil

@@ -43,7 +43,7 @@ type Reconciler struct {
 // NewReconciler returns a reconciler subscribed to the pool's changes; Run
 // starts it.
 func (s *Service) NewReconciler(interval time.Duration) *Reconciler {
-	return &Reconciler{service: s, interval: interval, clusterChanges: s.pool.Subscribe()}
+	return &Reconciler{service: s, interval: interval, clusterChanges: s.clusters.Subscribe()}
 }
 
 // Run reconciles until ctx ends.

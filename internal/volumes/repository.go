@@ -138,9 +138,9 @@ func (r *repository) list(ctx context.Context, env, after string, limit int) ([]
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
 }
 
-// listFleet returns records of every environment matching q after
+// listAll returns records of every environment matching q after
 // (afterEnv, afterID), in that order.
-func (r *repository) listFleet(ctx context.Context, q FleetQuery, afterEnv, afterID string, limit int) ([]record, error) {
+func (r *repository) listAll(ctx context.Context, q AllQuery, afterEnv, afterID string, limit int) ([]record, error) {
 	envs := q.Environments
 	if envs == nil {
 		envs = []string{}

@@ -30,7 +30,7 @@ import (
 type Options struct {
 	DB           *pgxpool.Pool
 	Environments *environments.Service
-	Pool         *clusters.Pool
+	Clusters     *clusters.Pool
 	Logger       *slog.Logger
 	// Queued, if set, is called when a status event was queued in the
 	// outbox (it wakes the relay).
@@ -42,7 +42,7 @@ type Service struct {
 	repo     repository
 	recorder status.Recorder
 	envs     *environments.Service
-	pool     *clusters.Pool
+	clusters *clusters.Pool
 	log      *slog.Logger
 }
 
@@ -50,7 +50,7 @@ type Service struct {
 func NewService(opts Options) *Service {
 	return &Service{
 		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued},
-		envs: opts.Environments, pool: opts.Pool, log: opts.Logger,
+		envs: opts.Environments, clusters: opts.Clusters, log: opts.Logger,
 	}
 }
 
@@ -304,7 +304,7 @@ func (s *Service) writable(envID string) (*clusters.Cluster, error) {
 
 // readable returns the environment's cluster if its caches can answer.
 func (s *Service) readable(envID string) (*clusters.Cluster, error) {
-	cluster, ok := s.pool.Get(envID)
+	cluster, ok := s.clusters.Get(envID)
 	if !ok || !cluster.Health().Synced {
 		return nil, fault.New(fault.Unavailable, "environment %s is not connected yet; retry shortly", envID)
 	}

@@ -84,7 +84,7 @@ type Gateway struct {
 	gateway   *gateway.Gateway
 	tokenFile string
 	// stored searches the database and the logs for secrets.
-	stored *registrytest.Registry
+	stored *registrytest.Fixture
 	// tokens lists every bearer token issued (one per line), and seen holds
 	// every answer and CloudEvent: at the end, no secret may be in either
 	// or in the logs.
@@ -160,7 +160,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 	}
 	t.Cleanup(g.DB.Close)
 	g.gateway, g.Clusters, g.Volumes = gw, gw.Clusters(), gw.Volumes()
-	g.stored = &registrytest.Registry{Pool: g.DB, Keys: keys, Logs: logs}
+	g.stored = &registrytest.Fixture{DB: g.DB, Keys: keys, Logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- gw.Run(ctx) }()

@@ -17,14 +17,14 @@ import (
 // removes the work directory it left.
 func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 	tmp := t.TempDir()
-	fleet := filepath.Join(t.TempDir(), "fleet")
-	build := exec.Command("go", "build", "-o", fleet, "./cmd/fleet")
-	build.Dir = filepath.Join(RepoRoot(), "test", "harness")
+	launcher := filepath.Join(t.TempDir(), "local-clusters")
+	build := exec.Command("go", "build", "-o", launcher, "./cmd/local-clusters")
+	build.Dir = RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build fleet: %v\n%s", err, out)
+		t.Fatalf("build local-clusters: %v\n%s", err, out)
 	}
 	out := &syncbuf.Buffer{}
-	cmd := exec.Command(fleet, "-out", filepath.Join(tmp, "out"), filepath.Join(RepoRoot(), "environments", "local-east.yaml"))
+	cmd := exec.Command(launcher, "-out", filepath.Join(tmp, "out"), filepath.Join(RepoRoot(), "environments", "local-east.yaml"))
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -34,7 +34,7 @@ func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 	for !strings.Contains(out.String(), "cluster(s) ready") {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			t.Fatalf("fleet not ready:\n%s", out)
+			t.Fatalf("local-clusters not ready:\n%s", out)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -220,13 +220,13 @@ func (r *makeRun) wait(t *testing.T) {
 // makeError is how make reports a failed recipe or its own interruption.
 var makeError = regexp.MustCompile(`make(\[\d+\])?: \*\*\*`)
 
-// checkCleanExit: make reported no error, fleet stopped the clusters, and
+// checkCleanExit: make reported no error, local-clusters stopped the clusters, and
 // nothing the run started is left — no process carrying its TMPDIR, no
 // harness directory in it, nothing listening at the gateway's address.
 func (r *makeRun) checkCleanExit(t *testing.T, tmp string, exports []string, sig syscall.Signal) {
 	t.Helper()
 	out := r.out.String()
-	if makeError.MatchString(out) || !strings.Contains(out, "fleet: clusters stopped") {
+	if makeError.MatchString(out) || !strings.Contains(out, "local-clusters: clusters stopped") {
 		t.Fatalf("make run did not end cleanly:\n%s", out)
 	}
 	// make itself ends by the terminal's signal (it re-raises it once its

@@ -32,7 +32,7 @@ import (
 // Loopback is the allow-list tests use: harness clusters listen on 127.0.0.1.
 var Loopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 
-// Options adjust a Registry.
+// Options adjust a Fixture.
 type Options struct {
 	// Egress overrides the loopback-allowing policy.
 	Egress *egress.Policy
@@ -41,20 +41,19 @@ type Options struct {
 	AllowInsecure bool
 }
 
-// Registry is a ready environments.Service and what it runs on.
-type Registry struct {
-	Service     *environments.Service
-	Pool        *pgxpool.Pool
+// Fixture is a ready registry (environments.Service) and what it runs on.
+type Fixture struct {
+	Registry    *environments.Service
+	DB          *pgxpool.Pool
 	Keys        *secrets.KeyRing
 	KeyRingFile string
-	DB          pgtest.Database
 	Logs        *syncbuf.Buffer
 	Logger      *slog.Logger
 }
 
-// New builds a Registry on a new database; everything is released when the
+// New builds a Fixture on a new database; everything is released when the
 // test ends.
-func New(t testing.TB, opts Options) *Registry {
+func New(t testing.TB, opts Options) *Fixture {
 	t.Helper()
 	ctx := context.Background()
 	db := pgtest.NewDatabase(t)
@@ -81,14 +80,14 @@ func New(t testing.TB, opts Options) *Registry {
 	if err := keys.WriteFile(keyFile); err != nil {
 		t.Fatal(err)
 	}
-	r := &Registry{Pool: pool, Keys: keys, KeyRingFile: keyFile, DB: db, Logs: logs, Logger: logger}
-	r.Service = r.NewService(opts)
+	r := &Fixture{DB: pool, Keys: keys, KeyRingFile: keyFile, Logs: logs, Logger: logger}
+	r.Registry = r.NewRegistry(opts)
 	return r
 }
 
-// NewService returns another service over the same database and key ring,
-// as a second replica or a restart with other settings would see them.
-func (r *Registry) NewService(opts Options) *environments.Service {
+// NewRegistry returns another registry over the same database and key
+// ring, as a second replica or a restart with other settings would see them.
+func (r *Fixture) NewRegistry(opts Options) *environments.Service {
 	policy := Loopback
 	if opts.Egress != nil {
 		policy = *opts.Egress
@@ -97,7 +96,7 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 		opts.ProbeTimeout = 5 * time.Second
 	}
 	return environments.NewService(environments.Options{
-		DB:            r.Pool,
+		DB:            r.DB,
 		Keys:          r.Keys,
 		Probe:         clusters.ProberOptions{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout},
 		AllowInsecure: opts.AllowInsecure,
@@ -108,18 +107,18 @@ func (r *Registry) NewService(opts Options) *environments.Service {
 // InsertEnvironment stores a bare environment row, unless one with that id
 // exists: for tests of components that only need the row to exist (its
 // credentials cannot be opened).
-func (r *Registry) InsertEnvironment(t testing.TB, id string) {
+func (r *Fixture) InsertEnvironment(t testing.TB, id string) {
 	t.Helper()
-	if _, err := r.Pool.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
+	if _, err := r.DB.Exec(context.Background(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials)
 		VALUES ($1, 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00') ON CONFLICT DO NOTHING`, id); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // InsertVolume stores a volume record in namespace "ns" of an environment.
-func (r *Registry) InsertVolume(t testing.TB, envID, id string) {
+func (r *Fixture) InsertVolume(t testing.TB, envID, id string) {
 	t.Helper()
-	if _, err := r.Pool.Exec(context.Background(), `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ($1, $2, 'ns', '{}')`, envID, id); err != nil {
+	if _, err := r.DB.Exec(context.Background(), `INSERT INTO volumes (environment_id, id, namespace, spec) VALUES ($1, $2, 'ns', '{}')`, envID, id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,7 +126,7 @@ func (r *Registry) InsertVolume(t testing.TB, envID, id string) {
 // AssertNoSecret fails if secret appears in the logs, in any stored row of
 // the environments and volumes tables (bytea columns are searched as the hex
 // Postgres prints them) or in any of texts.
-func (r *Registry) AssertNoSecret(t testing.TB, secret string, texts ...string) {
+func (r *Fixture) AssertNoSecret(t testing.TB, secret string, texts ...string) {
 	t.Helper()
 	stored := r.DumpTable(t, "environments") + r.DumpTable(t, "volumes")
 	for i, s := range append([]string{r.Logs.String(), stored}, texts...) {
@@ -139,9 +138,9 @@ func (r *Registry) AssertNoSecret(t testing.TB, secret string, texts ...string) 
 
 // DumpTable returns every row of table as text, to search stored bytes for
 // secrets that must only exist sealed.
-func (r *Registry) DumpTable(t testing.TB, table string) string {
+func (r *Fixture) DumpTable(t testing.TB, table string) string {
 	t.Helper()
-	rows, err := r.Pool.Query(context.Background(), `SELECT t::text FROM `+table+` t`)
+	rows, err := r.DB.Query(context.Background(), `SELECT t::text FROM `+table+` t`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +161,9 @@ func (r *Registry) DumpTable(t testing.TB, table string) string {
 // StoredSecrets opens every stored environment's sealed credentials and
 // returns the secrets in them (tokens, client keys): canaries a test then
 // greps its logs, answers and events for.
-func (r *Registry) StoredSecrets(t testing.TB) []string {
+func (r *Fixture) StoredSecrets(t testing.TB) []string {
 	t.Helper()
-	rows, err := r.Pool.Query(context.Background(), `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments`)
+	rows, err := r.DB.Query(context.Background(), `SELECT id, credentials_key_id, credentials_generation, credentials FROM environments`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,13 @@
-// Command fleet starts harness clusters (environments/local-*.yaml by default),
+// Command local-clusters starts harness clusters (environments/local-*.yaml by default),
 // writes a gateway kubeconfig, an admin kubeconfig and an environment manifest
 // for each into -out, and then either waits for SIGINT/SIGTERM or runs the
 // command after "--" (the gateway, in `make run`) until it exits. With
 // -register it registers every cluster with that gateway once it is ready,
 // through the admin CLI, and says which environments the gateway had from
 // before. SIGINT, SIGTERM and SIGHUP (a closed terminal) stop the command
-// and tear the clusters down; so does the death of fleet's parent.
+// and tear the clusters down; so does the death of its parent.
 //
-//	go run ./test/harness/cmd/fleet -out /tmp/clusters \
+//	go run ./cmd/local-clusters -out /tmp/clusters \
 //	    -gateway http://127.0.0.1:8080 -register "storage-gateway env apply" -- storage-gateway serve
 package main
 
@@ -39,7 +39,7 @@ import (
 func main() {
 	code, err := run()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
+		fmt.Fprintln(os.Stderr, "local-clusters:", err)
 		if code == 0 {
 			code = 1
 		}
@@ -56,7 +56,7 @@ func run() (int, error) {
 	noteEnv := flag.String("note-env", "", "an environment variable whose text is printed once the gateway is ready and the clusters are registered "+
 		"(how to call it; an environment variable, not an argument, since it may hold a token and arguments are visible to every local user)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: fleet [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
+		fmt.Fprintf(os.Stderr, "usage: local-clusters [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
 		flag.PrintDefaults()
 	}
 	args, command := splitCommand(os.Args[1:])
@@ -71,18 +71,18 @@ func run() (int, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	// After the first signal, a second one ends fleet at once: what it
+	// After the first signal, a second one ends it at once: what it
 	// started dies with it (parent-death signals), and the next start
 	// sweeps the clusters' directories.
 	context.AfterFunc(ctx, stop)
-	// `make run` runs fleet directly: should make be killed outright, fleet
+	// `make run` runs local-clusters directly: should make be killed outright, it
 	// gets SIGTERM and stops everything it started.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
 		return 1, fmt.Errorf("set the parent-death signal: %w", err)
 	}
 
 	start := time.Now()
-	fmt.Fprintf(os.Stderr, "fleet: starting %d cluster(s) (the first run builds Kubernetes, ~10 min)\n", len(specs))
+	fmt.Fprintf(os.Stderr, "local-clusters: starting %d cluster(s) (the first run builds Kubernetes, ~10 min)\n", len(specs))
 	clusters, err := harness.StartAll(ctx, specs)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -92,7 +92,7 @@ func run() (int, error) {
 	}
 	defer func() {
 		harness.StopAll(clusters)
-		fmt.Fprintln(os.Stderr, "fleet: clusters stopped")
+		fmt.Fprintln(os.Stderr, "local-clusters: clusters stopped")
 	}()
 	if err := writeKubeconfigs(*out, clusters); err != nil {
 		return 1, err
@@ -126,8 +126,8 @@ func inBackground(ctx context.Context, fn func(context.Context)) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// childProcess is command as a child of fleet: when ctx ends it gets
-// SIGTERM, and SIGKILL grace later; when fleet dies, it gets SIGTERM.
+// childProcess is command as a child of local-clusters: when ctx ends it gets
+// SIGTERM, and SIGKILL grace later; when local-clusters dies, it gets SIGTERM.
 func childProcess(ctx context.Context, command []string, grace time.Duration) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -138,7 +138,7 @@ func childProcess(ctx context.Context, command []string, grace time.Duration) *e
 
 // runCompanion runs a command beside the main one once the gateway is ready
 // (a companion such as DCM's manager needs its NATS), its output on the
-// terminal, until ctx ends; it dies with fleet.
+// terminal, until ctx ends; it dies with local-clusters.
 func runCompanion(ctx context.Context, gateway string, command []string) {
 	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
 		return
@@ -146,7 +146,7 @@ func runCompanion(ctx context.Context, gateway string, command []string) {
 	cmd := childProcess(ctx, command, 10*time.Second)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil && ctx.Err() == nil {
-		fmt.Fprintln(os.Stderr, "fleet: companion exited:", err)
+		fmt.Fprintln(os.Stderr, "local-clusters: companion exited:", err)
 	}
 }
 
@@ -155,17 +155,17 @@ func runCompanion(ctx context.Context, gateway string, command []string) {
 // command, whose output goes to the terminal; then it prints note.
 func registerAll(ctx context.Context, gateway string, command []string, clusters []*harness.Cluster, dir, note, resetHint string) {
 	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
-		fmt.Fprintln(os.Stderr, "fleet: gateway not ready, clusters not registered:", err)
+		fmt.Fprintln(os.Stderr, "local-clusters: gateway not ready, clusters not registered:", err)
 		return
 	}
 	client, err := gatewayClient(gateway)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet: gateway client:", err)
+		fmt.Fprintln(os.Stderr, "local-clusters: gateway client:", err)
 		return
 	}
 	restored, err := existingEnvironments(ctx, client)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet: list the gateway's environments:", err)
+		fmt.Fprintln(os.Stderr, "local-clusters: list the gateway's environments:", err)
 	}
 	for _, c := range clusters {
 		args := append(slices.Clone(command[1:]), c.Name(),
@@ -175,7 +175,7 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.Env = append(os.Environ(), "SG_GATEWAY_URL="+gateway)
 		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "fleet: register %s: %v\n", c.Name(), err)
+			fmt.Fprintf(os.Stderr, "local-clusters: register %s: %v\n", c.Name(), err)
 		}
 	}
 	if len(restored) > 0 {
@@ -233,12 +233,12 @@ func waitSettled(ctx context.Context, client *api.ClientWithResponses, clusters 
 			return
 		}
 		if !said {
-			fmt.Fprintf(os.Stderr, "fleet: waiting for %s to be served (and known to DCM, if registering)\n", strings.Join(unsettled, ", "))
+			fmt.Fprintf(os.Stderr, "local-clusters: waiting for %s to be served (and known to DCM, if registering)\n", strings.Join(unsettled, ", "))
 			said = true
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(os.Stderr, "fleet: still not served: %s\n", strings.Join(unsettled, ", "))
+			fmt.Fprintf(os.Stderr, "local-clusters: still not served: %s\n", strings.Join(unsettled, ", "))
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
@@ -280,7 +280,7 @@ func describeRestored(restored []api.Environment, clusters []*harness.Cluster, r
 			parts = append(parts, fmt.Sprintf("%s (%s: not a cluster of this run)", e.Id, e.Status.State))
 		}
 	}
-	msg := "fleet: restored from an earlier run (kept in the database): " + strings.Join(parts, ", ")
+	msg := "local-clusters: restored from an earlier run (kept in the database): " + strings.Join(parts, ", ")
 	if resetHint != "" {
 		msg += "\n  " + resetHint
 	}
@@ -309,7 +309,7 @@ func waitReady(ctx context.Context, url string) error {
 	}
 }
 
-// splitCommand separates fleet's own arguments from the command after "--"
+// splitCommand separates local-clusters' own arguments from the command after "--"
 // (done before flag parsing, which would swallow the "--").
 func splitCommand(args []string) (own, command []string) {
 	if i := slices.Index(args, "--"); i >= 0 {
@@ -365,7 +365,7 @@ func writeKubeconfigs(dir string, clusters []*harness.Cluster) error {
 }
 
 func printSummary(clusters []*harness.Cluster, dir string, took time.Duration) {
-	fmt.Fprintf(os.Stderr, "fleet: %d cluster(s) ready in %s\n", len(clusters), took.Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "local-clusters: %d cluster(s) ready in %s\n", len(clusters), took.Round(100*time.Millisecond))
 	w := tabwriter.NewWriter(os.Stderr, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "  ENVIRONMENT\tAPI SERVER (gateway path)\tGATEWAY KUBECONFIG\tADMIN KUBECONFIG")
 	for _, c := range clusters {

@@ -10,10 +10,10 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
-// FleetQuery filters the fleet-wide volume list; zero fields match
+// AllQuery filters the fleet-wide volume list; zero fields match
 // everything except DELETED volumes, which are listed only when Status asks
 // for them.
-type FleetQuery struct {
+type AllQuery struct {
 	Environments []string      `json:"e,omitempty"`
 	Status       status.Status `json:"s,omitempty"`
 	StorageClass string        `json:"c,omitempty"`
@@ -23,10 +23,10 @@ type FleetQuery struct {
 
 var statuses = []status.Status{status.Provisioning, status.Running, status.Failed, status.Deleting, status.Deleted}
 
-// ListFleet returns volumes of every environment from the records alone (the
+// ListAll returns volumes of every environment from the records alone (the
 // status last observed): it never reads a cluster, so an unreachable one
 // cannot slow or fail it. Order is by environment, then id.
-func (s *Service) ListFleet(ctx context.Context, q FleetQuery) (Page, error) {
+func (s *Service) ListAll(ctx context.Context, q AllQuery) (Page, error) {
 	if q.Status != "" && !slices.Contains(statuses, q.Status) {
 		return Page{}, fault.Invalid("status", "must be one of PROVISIONING, RUNNING, FAILED, DELETING, DELETED")
 	}
@@ -39,7 +39,7 @@ func (s *Service) ListFleet(ctx context.Context, q FleetQuery) (Page, error) {
 		return Page{}, err
 	}
 	afterEnv, afterID, _ := strings.Cut(cursor, "/")
-	recs, err := s.repo.listFleet(ctx, q, afterEnv, afterID, size+1)
+	recs, err := s.repo.listAll(ctx, q, afterEnv, afterID, size+1)
 	if err != nil {
 		return Page{}, err
 	}
@@ -53,7 +53,7 @@ func (s *Service) ListFleet(ctx context.Context, q FleetQuery) (Page, error) {
 		v := fromRecord(rec)
 		// The bound volume's name comes from the pool's cache, when the
 		// environment is connected: a lookup in memory, never a cluster call.
-		if cluster, ok := s.pool.Get(rec.EnvironmentID); ok {
+		if cluster, ok := s.clusters.Get(rec.EnvironmentID); ok {
 			if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
 				v.VolumeName = pvc.Spec.VolumeName
 			}

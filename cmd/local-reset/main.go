@@ -4,7 +4,7 @@
 // the state directory (key ring, token file, cluster kubeconfigs, the
 // embedded NATS store). Stop `make run` first.
 //
-//	go run ./test/harness/cmd/reset -state ~/.local/state/storage-gateway -dcm-database service_provider \
+//	go run ./cmd/local-reset -state ~/.local/state/storage-gateway -dcm-database service_provider \
 //	    -gateway http://127.0.0.1:8080
 package main
 
