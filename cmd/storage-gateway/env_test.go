@@ -11,6 +11,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // TestEnvCommands drives the admin CLI against a real gateway and a real
@@ -62,11 +63,10 @@ func TestEnvCommands(t *testing.T) {
 	}
 
 	// The fleet matrix: one row per class, one column per environment.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out, "shared-files") && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	poll.Until(t, 30*time.Second, "classes listing shared-files", func() bool {
 		out = mustRun(t, cli, "classes")
-	}
+		return strings.Contains(out, "shared-files")
+	})
 	rows := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if name, rest, ok := strings.Cut(line, " "); ok {
@@ -217,13 +217,11 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	}
 	// The fleet list reads the records, which the status pipeline updates
 	// a moment after the cluster's cache.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	poll.Until(t, 30*time.Second, "db-1 in the fleet list as running", func() bool {
 		out = mustRun(t, cli, "volume", "list", "-A", "-o", "yaml", "--status", "running")
-		if strings.Contains(out, "id: db-1") || time.Now().After(deadline) {
-			break
-		}
-	}
-	if !strings.Contains(out, "id: db-1") || !strings.Contains(out, "volume_name: pvc-") {
+		return strings.Contains(out, "id: db-1")
+	})
+	if !strings.Contains(out, "volume_name: pvc-") {
 		t.Fatalf("volume list -A -o yaml:\n%s", out)
 	}
 	if out := mustRun(t, cli, "volume", "list", "-A", "-o", "wide"); !strings.Contains(out, "BOUND TO") || !strings.Contains(out, "team=db") {
@@ -266,13 +264,9 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 		}
 	}
 	// The claims terminate; then the environment has no volumes left.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"), "volume_count: 0\n") {
-		if time.Now().After(deadline) {
-			t.Fatal("deleted volumes still counted after 30s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "deleted volumes no longer counted", func() bool {
+		return strings.Contains(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"), "volume_count: 0\n")
+	})
 }
 
 func writeFile(t *testing.T, path string, data []byte) {

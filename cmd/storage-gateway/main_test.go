@@ -19,6 +19,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/ports"
 )
 
@@ -84,17 +85,13 @@ func (g *gateway) request(t *testing.T, method, path, token string, body []byte)
 // waitReady polls /readyz until it answers want, returning the last body.
 func (g *gateway) waitReady(t *testing.T, want int, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		code, body := g.get(t, "/readyz")
-		if code == want {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz = %d %s, want %d within %s", code, body, want, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var code int
+	var body string
+	poll.Until(t, within, fmt.Sprintf("/readyz answering %d", want), func() bool {
+		code, body = g.get(t, "/readyz")
+		return code == want
+	})
+	return body
 }
 
 func failedChecks(t *testing.T, body string) []string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // authGet calls the gateway's API with token (none if empty) and returns
@@ -109,13 +110,9 @@ func TestTokensCommands(t *testing.T) {
 	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for g.authGet(t, "/api/v1alpha1/volumes", viewer) != http.StatusUnauthorized {
-		if time.Now().After(deadline) {
-			t.Fatal("a revoked token is still accepted after SIGHUP")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "a revoked token refused after SIGHUP", func() bool {
+		return g.authGet(t, "/api/v1alpha1/volumes", viewer) == http.StatusUnauthorized
+	})
 	for _, token := range []string{viewer, admin, older, second} {
 		if strings.Contains(g.Logs(), token) {
 			t.Fatal("a token reached the gateway's log")

@@ -2,6 +2,7 @@ package clusters_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
@@ -53,12 +57,12 @@ func TestRemoveReleasesEverything(t *testing.T) {
 	}
 	t.Logf("50 Ensure/Remove cycles took %s", time.Since(start))
 	// Connections close asynchronously once released.
-	leaked := grown(before, goroutines())
-	for deadline := time.Now().Add(10 * time.Second); len(leaked) > 0 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+	var leaked []string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		leaked = grown(before, goroutines())
-	}
-	if len(leaked) > 0 {
+		return len(leaked) == 0, nil
+	})
+	if err != nil {
 		t.Errorf("leaked goroutines:\n%s", strings.Join(leaked, "\n"))
 	}
 }
@@ -203,13 +207,13 @@ func TestInitialSyncsAreBounded(t *testing.T) {
 		}
 		return ids, waiting
 	}
-	eventually(t, 5*time.Second, "4 syncing, 2 queued", func() bool {
+	poll.Until(t, 5*time.Second, "4 syncing, 2 queued", func() bool {
 		ids, waiting := syncing()
 		return len(ids) == 4 && waiting == 2
 	})
 	ids, _ := syncing()
 	p.Remove(ids[0])
-	eventually(t, 5*time.Second, "a queued cluster takes the free slot", func() bool {
+	poll.Until(t, 5*time.Second, "a queued cluster takes the free slot", func() bool {
 		ids, waiting := syncing()
 		return len(ids) == 4 && waiting == 1
 	})

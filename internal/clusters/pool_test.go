@@ -18,6 +18,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // fast are health settings that make the tests quick; the defaults' bounds
@@ -49,26 +50,13 @@ func eastTarget(id string) clusters.Target {
 	}
 }
 
-// eventually polls cond until it holds and returns how long that took.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // ensureReady adds t to p and waits until its caches serve.
 func ensureReady(t *testing.T, p *clusters.Pool, target clusters.Target) *clusters.Cluster {
 	t.Helper()
 	if err := p.Ensure(target); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, target.EnvironmentID+" READY and synced", func() bool {
+	poll.Until(t, 15*time.Second, target.EnvironmentID+" READY and synced", func() bool {
 		c, ok := p.Get(target.EnvironmentID)
 		return ok && c.Health().State == clusters.StateReady && c.Health().Synced
 	})
@@ -151,7 +139,7 @@ func TestPoolServesReadsFromCaches(t *testing.T) {
 		t.Cleanup(func() { _ = events.Delete(context.Background(), e.Name, metav1.DeleteOptions{}) })
 	}
 
-	eventually(t, 10*time.Second, "the managed PVC in the cache", func() bool { _, ok := c.PVC(ns, created.Name); return ok })
+	poll.Until(t, 10*time.Second, "the managed PVC in the cache", func() bool { _, ok := c.PVC(ns, created.Name); return ok })
 	t.Run("PVCs", func(t *testing.T) {
 		pvc, _ := c.PVC(ns, created.Name)
 		if pvc.ManagedFields != nil || pvc.Annotations[corev1.LastAppliedConfigAnnotation] != "" || pvc.Annotations["keep"] != "me" {
@@ -202,7 +190,7 @@ func TestPoolServesReadsFromCaches(t *testing.T) {
 	})
 	t.Run("warning events", func(t *testing.T) {
 		var got []string
-		eventually(t, 10*time.Second, "both warnings cached", func() bool {
+		poll.Until(t, 10*time.Second, "both warnings cached", func() bool {
 			got = names(c.WarningEvents(ns, created.Name))
 			return slices.Contains(got, "pool-reads-older") && slices.Contains(got, "pool-reads-newer")
 		})
@@ -222,14 +210,14 @@ func TestPoolServesReadsFromCaches(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = classes.Delete(context.Background(), newer.Name, metav1.DeleteOptions{}) }()
-		eventually(t, 10*time.Second, "the newer default class chosen", func() bool {
+		poll.Until(t, 10*time.Second, "the newer default class chosen", func() bool {
 			def, ok := c.DefaultStorageClass()
 			return ok && def.Name == newer.Name
 		})
 		if err := classes.Delete(ctx, newer.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "standard is the default again", func() bool {
+		poll.Until(t, 10*time.Second, "standard is the default again", func() bool {
 			def, ok := c.DefaultStorageClass()
 			return ok && def.Name == "standard"
 		})
@@ -288,7 +276,7 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	ns := east.Spec.Environment.Namespace
 	c := ensureReady(t, p, eastTarget("pool-unreachable"))
 	pvc := createClaim(t, ns, claim("pool-unreachable-claim", managed, nil))
-	eventually(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, pvc.Name); return ok })
+	poll.Until(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, pvc.Name); return ok })
 
 	// Checks start every interval; a failing one ends within the timeout.
 	detectBound := time.Duration(opts.FailureThreshold)*opts.HealthInterval + opts.HealthTimeout
@@ -297,7 +285,7 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 
 	t.Cleanup(func() { east.SetReachable(true) })
 	east.SetReachable(false)
-	took := eventually(t, 60*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.StateUnreachable })
+	took := poll.Until(t, 60*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.StateUnreachable })
 	t.Logf("unreachable detected after %s (bound %s)", took, detectBound)
 	if took > detectBound+slack {
 		t.Errorf("unreachable detected after %s, want within %s", took, detectBound)
@@ -317,7 +305,7 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	}
 
 	east.SetReachable(true)
-	took = eventually(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.StateReady })
+	took = poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.StateReady })
 	t.Logf("recovery detected after %s (bound %s)", took, recoverBound)
 	if took > recoverBound+slack {
 		t.Errorf("recovery detected after %s, want within %s", took, recoverBound)
@@ -398,7 +386,7 @@ func TestDeadClustersDoNotDelayHealthyOnes(t *testing.T) {
 	if err := p.Ensure(eastTarget("pool-healthy")); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, 5*time.Second, "the healthy cluster synced while dead ones are pending", func() bool {
+	took := poll.Until(t, 5*time.Second, "the healthy cluster synced while dead ones are pending", func() bool {
 		c, _ := p.Get("pool-healthy")
 		return c.Health().Synced
 	})
@@ -476,7 +464,7 @@ func TestPoolSwapsConnectionsLive(t *testing.T) {
 				t.Error("Get returned the replacement before its caches synced")
 			}
 			var current *clusters.Cluster
-			took := eventually(t, 15*time.Second, "replacement live and READY", func() bool {
+			took := poll.Until(t, 15*time.Second, "replacement live and READY", func() bool {
 				current, _ = p.Get(id)
 				return current != old && current.Health().State == clusters.StateReady && current.Health().Synced
 			})
@@ -488,14 +476,14 @@ func TestPoolSwapsConnectionsLive(t *testing.T) {
 			}
 
 			pvc := createClaim(t, tt.namespace, claim(fmt.Sprintf("pool-swap-%d-after", i), managed, nil))
-			eventually(t, 10*time.Second, "claim created after the swap cached", func() bool {
+			poll.Until(t, 10*time.Second, "claim created after the swap cached", func() bool {
 				_, ok := current.PVC(tt.namespace, pvc.Name)
 				return ok
 			})
 			if _, ok := old.PVC(tt.namespace, pvc.Name); ok {
 				t.Error("the retired connection's cache still follows the cluster")
 			}
-			eventually(t, 10*time.Second, "handler registered on the old connection sees the new claim", func() bool {
+			poll.Until(t, 10*time.Second, "handler registered on the old connection sees the new claim", func() bool {
 				for {
 					select {
 					case name := <-seen:
@@ -522,7 +510,7 @@ func TestCachesRecoverAfterAPIServerRestart(t *testing.T) {
 	log.follow(t, p)
 	c := ensureReady(t, p, eastTarget("pool-restart"))
 	before := createClaim(t, ns, claim("pool-before-restart", managed, nil))
-	eventually(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, before.Name); return ok })
+	poll.Until(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, before.Name); return ok })
 
 	start := time.Now()
 	if err := east.RestartAPIServer(); err != nil {
@@ -533,13 +521,13 @@ func TestCachesRecoverAfterAPIServerRestart(t *testing.T) {
 	if err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), before.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, 60*time.Second, "cache follows changes made after the restart", func() bool {
+	took := poll.Until(t, 60*time.Second, "cache follows changes made after the restart", func() bool {
 		_, added := c.PVC(ns, after.Name)
 		_, kept := c.PVC(ns, before.Name)
 		return added && !kept
 	})
 	t.Logf("cache caught up %s after the changes; health states seen: %v", took, log.of("pool-restart"))
-	eventually(t, 15*time.Second, "READY after the restart", func() bool { return c.Health().State == clusters.StateReady })
+	poll.Until(t, 15*time.Second, "READY after the restart", func() bool { return c.Health().State == clusters.StateReady })
 }
 
 func TestEnsureRefusesUnusableTargets(t *testing.T) {

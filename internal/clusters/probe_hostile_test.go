@@ -14,6 +14,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // hostileServer answers like a Kubernetes API server that grants every
@@ -152,10 +153,7 @@ func TestProbesInFlightAreCapped(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() { p.Probe(context.Background(), fmt.Sprint("env-", i), conn, []string{"dcm"}) })
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for inFlight.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "two probes in flight", func() bool { return inFlight.Load() >= 2 })
 	time.Sleep(300 * time.Millisecond) // time for a third to start, if it could
 	if got := peak.Load(); got != 2 {
 		t.Fatalf("%d probes in flight, want 2", got)

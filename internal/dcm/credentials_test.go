@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/test/oidctest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -55,13 +57,7 @@ func runRegistrar(t *testing.T, opts dcm.Options) {
 
 func waitCalls(t *testing.T, calls func() []string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(calls()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls to DCM, want %d", len(calls()), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, 20*time.Second, fmt.Sprintf("%d calls to DCM", n), func() bool { return len(calls()) >= n })
 	return calls()
 }
 
@@ -107,11 +103,8 @@ func TestRegistrationNeverFollowsARedirectWithItsToken(t *testing.T) {
 	}
 	runRegistrar(t, dcm.Options{URL: redirector.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
 		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{TokenFile: file}})
-	deadline := time.Now().Add(3 * time.Second)
-	for registration(t, reg).State == "" && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(time.Second)
+	poll.Until(t, 3*time.Second, "a registration outcome recorded", func() bool { return registration(t, reg).State != "" })
+	time.Sleep(time.Second) // a followed redirect would have arrived by now
 	if n := len(calls()); n != 0 {
 		t.Fatalf("the redirect target received %d calls (and the token)", n)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -84,13 +85,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			go func() { defer close(done); r.Run(ctx) }()
 			defer func() { cancel(); <-done }()
 
-			deadline := time.Now().Add(20 * time.Second)
-			for registration(t, reg).State != tt.wantState {
-				if time.Now().After(deadline) {
-					t.Fatalf("state %+v after %d calls, want %s", registration(t, reg), calls.Load(), tt.wantState)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			poll.Until(t, 20*time.Second, "registration state "+tt.wantState, func() bool { return registration(t, reg).State == tt.wantState })
 			time.Sleep(2 * time.Second) // nothing further is attempted
 			if n := calls.Load(); n != tt.wantCalls {
 				t.Fatalf("%d calls to DCM, want %d", n, tt.wantCalls)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -27,17 +28,6 @@ func runConnector(t *testing.T, reg *environments.Service) (*environments.Connec
 	return c, pool
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestPoolFollowsTheRegistry: the connector connects registered
 // environments, follows updates and deletions at once, and records what
 // the pool learns about reachability without a probe.
@@ -49,7 +39,7 @@ func TestPoolFollowsTheRegistry(t *testing.T) {
 	if _, _, err := reg.Registry.Register(ctx, registration(t, "follow")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the registered environment synced in the pool", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "the registered environment synced in the pool", func() bool {
 		c, ok := pool.Get("follow")
 		return ok && c.Health().Synced
 	})
@@ -57,18 +47,18 @@ func TestPoolFollowsTheRegistry(t *testing.T) {
 	if _, err := reg.Registry.Update(ctx, "follow", []byte(`{"allowed_namespaces":[]}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a connection with the updated namespaces took over", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "a connection with the updated namespaces took over", func() bool {
 		c, ok := pool.Get("follow")
 		return ok && c != before && c.Health().Synced
 	})
 
 	cluster.SetReachable(false)
-	waitFor(t, "the registry shows the pool's UNREACHABLE without a probe", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "the registry shows the pool's UNREACHABLE without a probe", func() bool {
 		env, err := reg.Registry.Get(ctx, "follow")
 		return err == nil && env.Status.State == clusters.StateUnreachable
 	})
 	cluster.SetReachable(true)
-	waitFor(t, "READY again", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "READY again", func() bool {
 		env, err := reg.Registry.Get(ctx, "follow")
 		return err == nil && env.Status.State == clusters.StateReady
 	})
@@ -76,7 +66,7 @@ func TestPoolFollowsTheRegistry(t *testing.T) {
 	if err := reg.Registry.Delete(ctx, "follow", false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deleted environment left the pool", 10*time.Second, func() bool {
+	poll.Until(t, 10*time.Second, "the deleted environment left the pool", func() bool {
 		_, ok := pool.Get("follow")
 		return !ok
 	})
@@ -116,7 +106,7 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 		t.Fatalf("connecting %d dead clusters took %s; it must not touch the network", len(ids), took)
 	}
 	cluster.SetReachable(true)
-	waitFor(t, "every environment synced once its cluster answers", time.Minute, func() bool {
+	poll.Until(t, time.Minute, "every environment synced once its cluster answers", func() bool {
 		for _, id := range ids {
 			if c, ok := pool.Get(id); !ok || !c.Health().Synced {
 				return false

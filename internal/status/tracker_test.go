@@ -48,6 +48,14 @@ func (r *memRecorder) statuses(volumeID string) []Status {
 	return out
 }
 
+// advance moves the bubble's fake clock on by d (no wall time passes) and
+// waits until every goroutine in it is idle: windows that closed meanwhile
+// have queued, and the writer has recorded.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
 func observe(tr *Tracker, volumeID string, st Status) {
 	tr.Observe(Observation{EnvironmentID: "env", VolumeID: volumeID, Status: st, Message: string(st)})
 }
@@ -73,10 +81,9 @@ func TestTrackerCalmsFlapping(t *testing.T) {
 			} else {
 				observe(tr, "flappy", Provisioning)
 			}
-			time.Sleep(20 * time.Millisecond)
+			advance(20 * time.Millisecond)
 		}
-		time.Sleep(time.Second)
-		synctest.Wait()
+		advance(time.Second)
 		if got := r.statuses("flappy"); !slices.Equal(got, []Status{Provisioning}) {
 			t.Fatalf("flapping recorded %v; want [PROVISIONING] once", got)
 		}
@@ -93,8 +100,7 @@ func TestTrackerPublishesTheLastStatusOfABurst(t *testing.T) {
 		for _, st := range []Status{Provisioning, Running, Failed, Provisioning, Running} {
 			observe(tr, "burst", st)
 		}
-		time.Sleep(time.Second)
-		synctest.Wait()
+		advance(time.Second)
 		if got := r.statuses("burst"); !slices.Equal(got, []Status{Provisioning, Running}) {
 			t.Fatalf("burst recorded %v, want [PROVISIONING RUNNING]", got)
 		}
@@ -111,7 +117,7 @@ func TestTrackerReportsRealTransitionsAtOnce(t *testing.T) {
 		var r memRecorder
 		tr := newTracker(t, &r, 500*time.Millisecond)
 		observe(tr, "steady", Provisioning)
-		time.Sleep(700 * time.Millisecond) // the window closes
+		advance(700 * time.Millisecond) // the window closes
 		observed := time.Now()
 		observe(tr, "steady", Running)
 		synctest.Wait()
@@ -119,8 +125,7 @@ func TestTrackerReportsRealTransitionsAtOnce(t *testing.T) {
 			t.Fatalf("recorded %v at %v; want RUNNING at once (%v)", got, r.at, observed)
 		}
 		observe(tr, "steady", Running)
-		time.Sleep(700 * time.Millisecond)
-		synctest.Wait()
+		advance(700 * time.Millisecond)
 		if got := r.statuses("steady"); len(got) != 2 {
 			t.Fatalf("recorded %v; an unchanged status must not be recorded again", got)
 		}
@@ -182,7 +187,7 @@ func TestTrackerRepeatsDoNotHoldBackTransitions(t *testing.T) {
 				}
 			}
 		})
-		time.Sleep(1200 * time.Millisecond)
+		advance(1200 * time.Millisecond)
 		for range 3 {
 			mu.Lock()
 			current = map[Status]Status{Running: Provisioning, Provisioning: Running}[current]
@@ -193,7 +198,7 @@ func TestTrackerRepeatsDoNotHoldBackTransitions(t *testing.T) {
 			if r.at[len(r.at)-1] != changed {
 				t.Fatalf("the change to %s was recorded %s late, behind repeats", current, r.at[len(r.at)-1].Sub(changed))
 			}
-			time.Sleep(700 * time.Millisecond)
+			advance(700 * time.Millisecond)
 		}
 		cancel()
 		wg.Wait()
@@ -217,8 +222,7 @@ func TestTrackerSurvivesAFullQueueOfFailingWrites(t *testing.T) {
 		r.fail = false
 		r.mu.Unlock()
 		tr.Observe(Observation{EnvironmentID: "env", VolumeID: "vol-1", Status: Provisioning})
-		time.Sleep(time.Hour) // its window closes
-		synctest.Wait()
+		advance(time.Hour) // its window closes
 		if got := r.statuses("vol-1"); !slices.Equal(got, []Status{Provisioning}) {
 			t.Fatalf("a status whose write failed, seen again: recorded %v", got)
 		}
@@ -253,8 +257,7 @@ func TestTrackerForgetsDeletedVolumes(t *testing.T) {
 				for _, id := range ids {
 					observe(tr, id, st)
 				}
-				time.Sleep(time.Second) // every window closes
-				synctest.Wait()
+				advance(time.Second) // every window closes
 			}
 		}
 		// The first round grows the runtime's own tables (timers, stacks);

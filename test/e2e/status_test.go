@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,23 +12,18 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // waitEvents polls the stream until volumeID's statuses are want.
 func waitEvents(t *testing.T, stream *natstest.Stream, volumeID string, want []string, within time.Duration) []natstest.Event {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		all := stream.Events()
-		got := natstest.For(all, volumeID)
-		if slices.Equal(got, want) {
-			return all
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("volume %s reported %v, want %v", volumeID, got, want)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	var all []natstest.Event
+	poll.Until(t, within, fmt.Sprintf("volume %s reported %v", volumeID, want), func() bool {
+		all = stream.Events()
+		return slices.Equal(natstest.For(all, volumeID), want)
+	})
+	return all
 }
 
 // waitReported waits until the gateway recorded status as a volume's

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // client speaks HTTP to a gateway.
@@ -109,13 +110,7 @@ func (c client) register(cluster *harness.Cluster) {
 
 func (c client) eventually(within time.Duration, what string, ok func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("not %s within %s", what, within)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	poll.Until(c.t, within, what, ok)
 }
 
 // waitStatus polls a volume until it reports status (and, if given, capacity).

@@ -19,8 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // clusters are the repository's local clusters (environments/local-*.yaml),
@@ -244,7 +245,7 @@ func TestStorageQuotaIsEnforced(t *testing.T) {
 	t.Cleanup(func() {
 		_ = east.AdminClient().CoreV1().PersistentVolumeClaims("dcm-scratch").Delete(context.Background(), small.Name, metav1.DeleteOptions{})
 	})
-	poll(t, 60*time.Second, func() (string, bool) {
+	poll.Value(t, 60*time.Second, func() (string, bool) {
 		q, err := east.AdminClient().CoreV1().ResourceQuotas("dcm-scratch").Get(t.Context(), "storage", metav1.GetOptions{})
 		if err != nil {
 			return err.Error(), false
@@ -354,7 +355,7 @@ func TestUnreachableAndBack(t *testing.T) {
 		t.Fatalf("admin path broken while the gateway path is cut: %v", err)
 	}
 	c.SetReachable(true)
-	poll(t, 15*time.Second, func() (string, bool) {
+	poll.Value(t, 15*time.Second, func() (string, bool) {
 		_, err := gw.Discovery().ServerVersion()
 		return fmt.Sprint(err), err == nil
 	})
@@ -372,7 +373,7 @@ func TestRestartAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Same address, certificates, token and data after the restart.
-	got := poll(t, 30*time.Second, func() (*corev1.PersistentVolumeClaim, bool) {
+	got := poll.Value(t, 30*time.Second, func() (*corev1.PersistentVolumeClaim, bool) {
 		p, err := gw.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(t.Context(), pvc.Name, metav1.GetOptions{})
 		return p, err == nil
 	})
@@ -465,7 +466,7 @@ func getClaim(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim) *core
 
 func waitForBound(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	t.Helper()
-	return poll(t, 60*time.Second, func() (*corev1.PersistentVolumeClaim, bool) {
+	return poll.Value(t, 60*time.Second, func() (*corev1.PersistentVolumeClaim, bool) {
 		got := getClaim(t, c, pvc)
 		return got, got.Status.Phase == corev1.ClaimBound
 	})
@@ -496,7 +497,7 @@ func countEvents(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim, re
 // waitForEvent waits for an event with the reason and returns its message.
 func waitForEvent(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim, reason string) string {
 	t.Helper()
-	return poll(t, 60*time.Second, func() (string, bool) {
+	return poll.Value(t, 60*time.Second, func() (string, bool) {
 		for _, e := range claimEvents(t, c, pvc) {
 			if e.Reason == reason {
 				return e.Message, true
@@ -508,26 +509,10 @@ func waitForEvent(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim, r
 
 func waitForEventCount(t *testing.T, c *Cluster, pvc *corev1.PersistentVolumeClaim, reason string, n int) {
 	t.Helper()
-	poll(t, 60*time.Second, func() (int, bool) {
+	poll.Value(t, 60*time.Second, func() (int, bool) {
 		got := countEvents(t, c, pvc, reason)
 		return got, got >= n
 	})
-}
-
-// poll calls f until it reports done or the timeout passes, then fails the
-// test with the last value f returned.
-func poll[T any](t *testing.T, timeout time.Duration, f func() (T, bool)) T {
-	t.Helper()
-	var last T
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		var done bool
-		last, done = f()
-		return done, nil
-	})
-	if err != nil {
-		t.Fatalf("condition not met within %s; last: %v", timeout, last)
-	}
-	return last
 }
 
 func classes(t *testing.T, c *Cluster) []storagev1.StorageClass {

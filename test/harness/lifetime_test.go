@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
@@ -30,14 +31,8 @@ func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for !strings.Contains(out.String(), "cluster(s) ready") {
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("local-clusters not ready:\n%s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	poll.Until(t, 3*time.Minute, "local-clusters ready", func() bool { return strings.Contains(out.String(), "cluster(s) ready") })
 	running := strings.Join(ProcessesWithEnv("TMPDIR="+tmp), "\n")
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
 		if !strings.Contains(running, name) {

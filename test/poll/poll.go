@@ -1,0 +1,45 @@
+// Package poll waits, in tests, for a condition that a real component (a
+// cluster, a process, the database, a server) makes true in its own time:
+// one helper on apimachinery's wait package instead of a sleep loop in every
+// test. Logic that only depends on time is tested with testing/synctest
+// instead. It must never be imported by production code.
+package poll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// interval is how often a condition is checked.
+const interval = 50 * time.Millisecond
+
+// Until checks cond at once and then every 50 ms until it holds, and
+// returns how long that took; the test fails, naming what, if it does not
+// hold within the given time.
+func Until(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	Value(t, within, func() (string, bool) { return what, cond() })
+	return time.Since(start)
+}
+
+// Value calls f at once and then every 50 ms until it reports done, and
+// returns its value then; the test fails with the last value if f is not
+// done within the given time.
+func Value[T any](t testing.TB, within time.Duration, f func() (T, bool)) T {
+	t.Helper()
+	var last T
+	err := wait.PollUntilContextTimeout(context.Background(), interval, within, true, func(context.Context) (bool, error) {
+		var done bool
+		last, done = f()
+		return done, nil
+	})
+	if err != nil {
+		t.Fatal(fmt.Sprintf("not within %s: %v", within, last))
+	}
+	return last
+}
