@@ -72,6 +72,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	select {
 	case err := <-served:
 		runErr = fmt.Errorf("http server: %w", err)
+		served = nil // Serve has returned
 	case <-ctx.Done():
 	}
 	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout.String())
@@ -83,7 +84,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // shutdown stops everything in dependency order, every step under the one
 // deadline of ctx; a step that misses it is logged and the next still runs
-// (later steps then only release what they hold).
+// (later steps then only release what they hold). served is Serve's result,
+// nil if it has returned already.
 func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan error) {
 	step := func(name string, stop func(context.Context) error) {
 		if err := stop(ctx); err != nil {
@@ -92,8 +94,12 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 	}
 	step("stop accepting HTTP", func(ctx context.Context) error {
 		err := g.server.Shutdown(ctx)
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
+		if served != nil {
+			// Serve returns ErrServerClosed as soon as Shutdown closed the
+			// listener.
+			if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
+				err = errors.Join(err, serveErr)
+			}
 		}
 		return err
 	})
@@ -116,10 +122,6 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 		return nil
 	})
 	g.release()
-	select {
-	case <-served: // Serve returned when Shutdown began
-	default:
-	}
 	g.log.Info("stopped")
 }
 

@@ -7,7 +7,6 @@ package poll
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -39,7 +38,7 @@ func Value[T any](t testing.TB, within time.Duration, f func() (T, bool)) T {
 		return done, nil
 	})
 	if err != nil {
-		t.Fatal(fmt.Sprintf("not within %s: %v", within, last))
+		t.Fatalf("not within %s: %v", within, last)
 	}
 	return last
 }
