@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 )
@@ -61,16 +63,7 @@ func (c *Connector) Run(ctx context.Context) {
 		})
 	})
 	defer wg.Wait()
-	t := time.NewTicker(c.interval)
-	defer t.Stop()
-	for {
-		c.SyncAll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	wait.UntilWithContext(ctx, c.SyncAll, c.interval)
 }
 
 // SyncAll makes the pool hold exactly the registered environments, each

@@ -4,27 +4,20 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // probeConcurrency bounds how many clusters one round probes at once, so a
 // fleet of slow clusters cannot exhaust connections.
 const probeConcurrency = 4
 
-// RunProbes runs a probe round at once and then once per interval until ctx
-// ends, so status reflects clusters that died, recovered or lost
+// RunProbes runs a probe round at once and then an interval after each round
+// ends, until ctx ends, so status reflects clusters that died, recovered or lost
 // permissions while the gateway was down or between admin actions. Probes
 // only check and record; the Connector decides what the pool connects to.
 func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		s.ProbeAll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	wait.UntilWithContext(ctx, s.ProbeAll, interval)
 }
 
 // ProbeAll is one round: every registered environment is probed and the
