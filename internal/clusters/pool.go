@@ -169,8 +169,8 @@ func NewPool(opts PoolOptions) *Pool {
 type ChangeKind int
 
 const (
-	// HealthChanged: the environment's live cluster changed state
-	// (Change.Health), or a replacement took over with another state.
+	// HealthChanged: the environment's live cluster changed state, or a
+	// replacement took over with another state.
 	HealthChanged ChangeKind = iota + 1
 	// StorageChanged: a StorageClass, CSIDriver or CSIStorageCapacity of
 	// the environment changed, or a replacement connection took over; the
@@ -178,14 +178,13 @@ const (
 	StorageChanged
 )
 
-// Change is a notice the pool publishes. Health changes of one environment
-// are published in order; subscribers that need the latest state read it
-// from Get.
+// Change is a notice the pool publishes: what changed, not to what. Equal
+// notices waiting in a subscriber's queue merge, so a subscriber reads the
+// current state when it handles one (Health, Get) and always acts on the
+// latest, never on a stale state delivered late.
 type Change struct {
 	Kind          ChangeKind
 	EnvironmentID string
-	// Health is the new health of a HealthChanged notice.
-	Health Health
 }
 
 // Subscribe returns a subscription to the pool's changes; its owner runs it
@@ -353,6 +352,22 @@ func (p *Pool) TotalStorage(environmentID string) (string, bool) {
 	return total.String(), ok
 }
 
+// Health is the health of the environment's live cluster.
+func (p *Pool) Health(environmentID string) (Health, bool) {
+	c, ok := p.Get(environmentID)
+	if !ok {
+		return Health{}, false
+	}
+	return c.Health(), true
+}
+
+// ReadyAndSynced reports whether the environment's live cluster answers
+// and its caches have synced.
+func (p *Pool) ReadyAndSynced(environmentID string) bool {
+	h, ok := p.Health(environmentID)
+	return ok && h.State == StateReady && h.Synced
+}
+
 // Get returns the environment's live cluster.
 func (p *Pool) Get(environmentID string) (*Cluster, bool) {
 	p.mu.Lock()
@@ -418,7 +433,7 @@ func (p *Pool) report(environmentID string, h Health) {
 	}
 	p.opts.Logger.Log(context.Background(), level, "cluster health changed",
 		"environment", environmentID, "state", h.State, "message", h.Message)
-	p.changes.Publish(Change{Kind: HealthChanged, EnvironmentID: environmentID, Health: h})
+	p.changes.Publish(Change{Kind: HealthChanged, EnvironmentID: environmentID})
 }
 
 // storageChanged is called from informer goroutines, often in bursts:

@@ -74,7 +74,8 @@ type namespaceCaches struct {
 	warningIndex cache.Indexer
 }
 
-// newCaches sets up the informers without starting them; onStorage is called after every change to a cached StorageClass, CSIDriver or
+// newCaches sets up the informers without starting them; onStorage is
+// called after every change to a cached StorageClass, CSIDriver or
 // CSIStorageCapacity, from an informer goroutine.
 func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func()) (*caches, error) {
 	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}

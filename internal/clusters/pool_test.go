@@ -232,7 +232,8 @@ func ptrs[T any](items []T) []*T {
 	return out
 }
 
-// healthLog records the health changes a pool publishes.
+// healthLog records the states a subscriber of the pool's health changes
+// reads, each change of state once.
 type healthLog struct {
 	mu     sync.Mutex
 	states map[string][]clusters.State
@@ -245,8 +246,8 @@ func (l *healthLog) follow(t *testing.T, p *clusters.Pool) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		sub.Run(ctx, func(_ context.Context, c clusters.Change) {
-			if c.Kind == clusters.HealthChanged {
-				l.record(c.EnvironmentID, c.Health)
+			if h, ok := p.Health(c.EnvironmentID); ok && c.Kind == clusters.HealthChanged {
+				l.record(c.EnvironmentID, h)
 			}
 		})
 	})
@@ -259,7 +260,9 @@ func (l *healthLog) record(env string, h clusters.Health) {
 	if l.states == nil {
 		l.states = map[string][]clusters.State{}
 	}
-	l.states[env] = append(l.states[env], h.State)
+	if seen := l.states[env]; len(seen) == 0 || seen[len(seen)-1] != h.State {
+		l.states[env] = append(seen, h.State)
+	}
 }
 
 func (l *healthLog) of(env string) []clusters.State {

@@ -75,6 +75,10 @@ type registration struct {
 	done        time.Time // when that happened
 	retryAt     time.Time
 	backoff     *backoff.ExponentialBackOff
+	// providerID is the provider DCM answered with, kept for deregistering:
+	// an environment deleted while its registration was in flight has no
+	// provider id in its row.
+	providerID string
 }
 
 // New returns a Registrar; Run starts it.
@@ -124,7 +128,7 @@ func (r *Registrar) Run(ctx context.Context) {
 		wg.Go(func() {
 			r.clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) {
 				// The capacity it publishes is known now.
-				if c.Kind == clusters.HealthChanged && c.Health.State == clusters.StateReady && c.Health.Synced {
+				if c.Kind == clusters.HealthChanged && r.opts.Clusters.ReadyAndSynced(c.EnvironmentID) {
 					r.changed()
 				}
 			})
@@ -204,6 +208,9 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment) ti
 	}
 	reg.backoff.Reset()
 	reg.fingerprint, reg.done = fp, time.Now()
+	if outcome.ProviderID != "" {
+		reg.providerID = outcome.ProviderID
+	}
 	return reg.done.Add(r.opts.Interval)
 }
 
@@ -258,6 +265,9 @@ func (r *Registrar) record(ctx context.Context, id string, o outcome) {
 // effort: DCM's health checks mark a provider that stays behind unhealthy).
 func (r *Registrar) deregister(ctx context.Context, environmentID, providerID string) {
 	r.mu.Lock()
+	if reg := r.state[environmentID]; reg != nil && providerID == "" {
+		providerID = reg.providerID
+	}
 	delete(r.state, environmentID)
 	r.mu.Unlock()
 	if providerID == "" {

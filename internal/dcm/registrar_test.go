@@ -101,3 +101,42 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 		})
 	}
 }
+
+// An environment deleted while its registration is in flight still leaves
+// DCM: its row never learned the provider id DCM answered with, but the
+// registrar did, and deregisters that provider.
+func TestRegistrarDeregistersAProviderRegisteredWhileDeleted(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	environment(t, reg)
+	creating, release := make(chan struct{}), make(chan struct{})
+	deleted := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			deleted <- r.URL.Path
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		close(creating)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "provider-in-flight", "name": "storage-gateway-east",
+			"endpoint": "x", "service_type": "storage", "schema_version": "v1alpha1"})
+	}))
+	t.Cleanup(srv.Close)
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
+		Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	<-creating
+	if err := reg.Registry.Delete(t.Context(), "east", false); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case path := <-deleted:
+		if path != "/providers/provider-in-flight" {
+			t.Fatalf("deregistered %s, want /providers/provider-in-flight", path)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the provider registered while its environment was deleted stays in DCM")
+	}
+}

@@ -35,9 +35,19 @@ type Connector struct {
 	// mu serializes connecting: a full re-read and a single change never
 	// interleave, so a deletion handled after a re-read always wins.
 	mu sync.Mutex
-	// connected is the row generation each pool entry was made from; an
-	// unchanged row is not opened again.
-	connected map[string]int64
+	// connected is the version of the row each pool entry was made from;
+	// an unchanged row is not opened again.
+	connected map[string]rowVersion
+}
+
+// rowVersion identifies what a pool entry was made from: the row's
+// generation moves with every update, and the credential generation is
+// unique across every row ever sealed, so an environment deleted and
+// registered again under the same id never looks unchanged.
+type rowVersion struct{ row, credentials int64 }
+
+func versionOf(rec record) rowVersion {
+	return rowVersion{row: rec.generation, credentials: rec.sealed.Generation}
 }
 
 // NewConnector subscribes to the registry's and the pool's changes; Run
@@ -46,7 +56,7 @@ func NewConnector(registry *Service, pool *clusters.Pool, interval time.Duration
 	return &Connector{
 		registry: registry, pool: pool, interval: interval, log: registry.log,
 		registryChanges: registry.Subscribe(), poolChanges: pool.Subscribe(),
-		connected: map[string]int64{},
+		connected: map[string]rowVersion{},
 	}
 }
 
@@ -57,8 +67,11 @@ func (c *Connector) Run(ctx context.Context) {
 	wg.Go(func() { c.registryChanges.Run(ctx, c.follow) })
 	wg.Go(func() {
 		c.poolChanges.Run(ctx, func(ctx context.Context, ch clusters.Change) {
-			if ch.Kind == clusters.HealthChanged {
-				c.registry.RecordHealth(ctx, ch.EnvironmentID, ch.Health)
+			if ch.Kind != clusters.HealthChanged {
+				return
+			}
+			if h, ok := c.pool.Health(ch.EnvironmentID); ok {
+				c.registry.RecordHealth(ctx, ch.EnvironmentID, h)
 			}
 		})
 	})
@@ -90,14 +103,12 @@ func (c *Connector) SyncAll(ctx context.Context) {
 	}
 }
 
-// follow applies one registry change.
+// follow applies one registry change: whatever the notice says, the row as
+// stored now decides (a deletion and a re-registration of the same id may
+// arrive merged or in either order).
 func (c *Connector) follow(ctx context.Context, ch Change) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ch.Deleted {
-		c.disconnect(ch.EnvironmentID)
-		return
-	}
 	rec, err := c.registry.repo.get(ctx, ch.EnvironmentID)
 	switch {
 	case errors.Is(err, errNotFound):
@@ -115,7 +126,7 @@ func (c *Connector) follow(ctx context.Context, ch Change) {
 // live one when settings changed (identical ones: no-op). Credentials that
 // cannot be opened leave the pool as it is: the probe records why.
 func (c *Connector) connect(ctx context.Context, rec record) {
-	if gen, ok := c.connected[rec.ID]; ok && gen == rec.generation {
+	if v, ok := c.connected[rec.ID]; ok && v == versionOf(rec) {
 		return
 	}
 	if rec.Connection.Insecure && !c.registry.allowInsecure {
@@ -134,7 +145,7 @@ func (c *Connector) connect(ctx context.Context, rec record) {
 		c.log.ErrorContext(ctx, "connect environment", "environment", rec.ID, "error", err)
 		return
 	}
-	c.connected[rec.ID] = rec.generation
+	c.connected[rec.ID] = versionOf(rec)
 }
 
 func (c *Connector) disconnect(id string) {

@@ -176,7 +176,11 @@ type outboxRow struct {
 // Drain publishes claimed batches until the outbox is empty, ctx ends or a
 // publish fails (the rest of the batch is released, keeping order).
 func (r *Relay) Drain(ctx context.Context) error {
-	defer r.updateDepth(context.WithoutCancel(ctx))
+	defer func() {
+		ctx, cancel := bookkeeping(ctx)
+		defer cancel()
+		r.updateDepth(ctx)
+	}()
 	for {
 		rows, token, err := r.claim(ctx)
 		if err != nil || len(rows) == 0 {
@@ -185,18 +189,34 @@ func (r *Relay) Drain(ctx context.Context) error {
 		for i, row := range rows {
 			if err := r.publish(ctx, row); err != nil {
 				r.metrics.failures.Inc()
-				r.release(context.WithoutCancel(ctx), rows[i:], token)
+				r.release(ctx, rows[i:], token)
 				return err
 			}
 			// Acknowledged: record it even if ctx ends now, or the event
 			// would be published again (deduplicated, but in order only by luck).
-			if _, err := r.db.Exec(context.WithoutCancel(ctx), `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, row.id); err != nil {
-				r.release(context.WithoutCancel(ctx), rows[i+1:], token)
+			if err := r.markSent(ctx, row.id); err != nil {
+				r.release(ctx, rows[i+1:], token)
 				return err
 			}
 			r.metrics.published.WithLabelValues(row.status).Inc()
 		}
 	}
+}
+
+// bookkeepingTimeout bounds the writes that must happen even when the
+// caller's context has ended (marking an acknowledged event sent, releasing
+// a lease), so a hung database still cannot hold them forever.
+const bookkeepingTimeout = 5 * time.Second
+
+func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+}
+
+func (r *Relay) markSent(ctx context.Context, id int64) error {
+	ctx, cancel := bookkeeping(ctx)
+	defer cancel()
+	_, err := r.db.Exec(ctx, `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, id)
+	return err
 }
 
 // claim leases, per volume, its oldest unsent event if no live lease holds
@@ -229,7 +249,10 @@ func (r *Relay) claim(ctx context.Context) ([]outboxRow, uuid.UUID, error) {
 	return claimed, token, err
 }
 
+// release gives claimed rows back for the next claim, also after ctx ended.
 func (r *Relay) release(ctx context.Context, rows []outboxRow, token uuid.UUID) {
+	ctx, cancel := bookkeeping(ctx)
+	defer cancel()
 	ids := make([]int64, len(rows))
 	for i, row := range rows {
 		ids[i] = row.id

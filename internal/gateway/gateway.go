@@ -42,6 +42,7 @@ const (
 // Options are what differs between `serve` and the in-process tests; the
 // configuration says everything else.
 type Options struct {
+	// Logger receives every part's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Listener, when set, is served instead of listening on SG_LISTEN_ADDR
 	// (a test knows its URL before the gateway starts).
@@ -61,13 +62,13 @@ type Intervals struct {
 	// Health is how often each cluster's API server is checked (10s) and
 	// HealthTimeout bounds one check (5s).
 	Health, HealthTimeout time.Duration
-	// Follow is how often the status follower picks up new connections and
-	// re-evaluates cached claims (2s).
+	// Follow is how often the status follower re-evaluates every cached
+	// claim, for provisioning timeouts and new warnings (2s).
 	Follow time.Duration
 	// Reconcile is how often interrupted volume flows are repaired (30s).
 	Reconcile time.Duration
-	// Connect is how often the pool re-reads the whole registry, for other
-	// replicas' changes (30s).
+	// Connect is how often the connector re-reads the whole registry, for
+	// other replicas' changes (30s).
 	Connect time.Duration
 }
 
@@ -117,6 +118,9 @@ type Gateway struct {
 // opens the listener, but starts no background work; Run does. If New
 // fails, everything it opened is closed again.
 func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	g := &Gateway{cfg: cfg, opts: opts, log: opts.Logger, startTime: time.Now()}
 	g.opts.Intervals = opts.Intervals.withDefaults()
 	g.log.Info("starting", "version", version.Get().Version)

@@ -8,8 +8,9 @@ import (
 )
 
 // worker is one background part under the gateway's ownership: Start runs
-// it on its own goroutine, Stop ends it and waits for it within the
-// deadline it is given.
+// it on its own goroutine, Stop ends it and waits for it until the deadline
+// it is given; one that misses the deadline is left to the exiting process
+// (and logged by the shutdown).
 type worker struct {
 	name   string
 	run    func(context.Context)
@@ -82,74 +83,104 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return runErr
 }
 
+// step is one step of the shutdown.
+type step struct {
+	name string
+	run  func(context.Context) error
+}
+
 // shutdown stops everything in dependency order, every step under the one
 // deadline of ctx; a step that misses it is logged and the next still runs
 // (later steps then only release what they hold). served is Serve's result,
 // nil if it has returned already.
 func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan error) {
-	step := func(name string, stop func(context.Context) error) {
-		if err := stop(ctx); err != nil {
-			g.log.Warn("shutdown step incomplete", "step", name, "error", err)
-		}
-	}
-	step("stop accepting HTTP", func(ctx context.Context) error {
-		err := g.server.Shutdown(ctx)
-		if served != nil {
-			// Serve returns ErrServerClosed as soon as Shutdown closed the
-			// listener.
-			if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
-				err = errors.Join(err, serveErr)
+	g.runSteps(ctx, append([]step{
+		{"stop accepting HTTP", func(ctx context.Context) error {
+			err := g.server.Shutdown(ctx)
+			if served != nil {
+				// Serve returns ErrServerClosed as soon as Shutdown closed
+				// the listener.
+				if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
+					err = errors.Join(err, serveErr)
+				}
 			}
-		}
-		return err
-	})
-	step("stop background workers and informers", func(ctx context.Context) error {
-		var errs []error
-		for _, w := range workers {
-			errs = append(errs, w.Stop(ctx))
-		}
-		errs = append(errs, within(ctx, g.clusters.StopWatching))
-		return errors.Join(errs...)
-	})
-	step("flush status transitions", func(ctx context.Context) error {
-		g.tracker.Close(ctx)
-		return ctx.Err()
-	})
-	step("drain the outbox", func(ctx context.Context) error {
-		if err := g.relay.Drain(ctx); err != nil {
-			return fmt.Errorf("status events left in the outbox for the next start: %w", err)
-		}
-		return nil
-	})
-	g.release()
+			return err
+		}},
+		{"stop background workers and informers", func(ctx context.Context) error {
+			var errs []error
+			for _, w := range workers {
+				errs = append(errs, w.Stop(ctx))
+			}
+			errs = append(errs, within(ctx, g.clusters.StopWatching))
+			return errors.Join(errs...)
+		}},
+		{"flush status transitions", func(ctx context.Context) error {
+			g.tracker.Close(ctx)
+			return ctx.Err()
+		}},
+		{"drain the outbox", func(ctx context.Context) error {
+			if err := g.relay.Drain(ctx); err != nil {
+				return fmt.Errorf("status events left in the outbox for the next start: %w", err)
+			}
+			return nil
+		}},
+	}, g.closeSteps()...))
 	g.log.Info("stopped")
 }
 
-// release closes what New opened, last first: the status writer (closed
-// already on the way out of Run), NATS, cluster connections, the database.
-// It is safe on a partly built gateway.
-func (g *Gateway) release() {
-	if g.tracker != nil {
-		g.tracker.Close(context.Background())
-	}
-	if g.nats != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
-		g.nats.Close(ctx)
-		cancel()
-	}
-	if g.clusters != nil {
-		g.clusters.Close()
-	}
-	if g.migrator != nil {
-		_ = g.migrator.Close()
-	}
-	if g.db != nil {
-		g.db.Close()
+func (g *Gateway) runSteps(ctx context.Context, steps []step) {
+	for _, s := range steps {
+		if err := s.run(ctx); err != nil {
+			g.log.Warn("shutdown step incomplete", "step", s.name, "error", err)
+		}
 	}
 }
 
+// closeSteps close what New opened, last first: the status writer (closed
+// already by the flush on the way out of Run), NATS, cluster connections,
+// the database. They skip what a partly built gateway does not have.
+func (g *Gateway) closeSteps() []step {
+	var steps []step
+	if g.tracker != nil {
+		steps = append(steps, step{"stop the status writer", func(ctx context.Context) error {
+			g.tracker.Close(ctx)
+			return nil
+		}})
+	}
+	if g.nats != nil {
+		steps = append(steps, step{"close NATS", func(ctx context.Context) error {
+			g.nats.Close(ctx) // drains within ctx, then closes
+			return nil
+		}})
+	}
+	if g.clusters != nil {
+		steps = append(steps, step{"close cluster connections", func(ctx context.Context) error {
+			return within(ctx, g.clusters.Close)
+		}})
+	}
+	if g.db != nil {
+		steps = append(steps, step{"close the database", func(ctx context.Context) error {
+			if g.migrator != nil {
+				_ = g.migrator.Close()
+			}
+			// Waits for connections still in use (a request or worker that
+			// missed the deadline).
+			return within(ctx, g.db.Close)
+		}})
+	}
+	return steps
+}
+
+// release closes what a New that failed had opened, within the shutdown
+// timeout.
+func (g *Gateway) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+	defer cancel()
+	g.runSteps(ctx, g.closeSteps())
+}
+
 // within runs fn and waits for it until ctx ends; fn keeps running after
-// that, owned by the process that is about to exit.
+// that, left to the process that is about to exit (the shutdown logs it).
 func within(ctx context.Context, fn func()) error {
 	done := make(chan struct{})
 	go func() {

@@ -133,10 +133,15 @@ func (t *Tracker) shrink() {
 	}
 }
 
-// enqueue hands o to the writer; the caller holds t.mu.
+// enqueue hands o to the writer; the caller holds t.mu. Once Close's
+// deadline has passed o is dropped (the next start observes it again)
+// rather than waiting for room.
 func (t *Tracker) enqueue(k volumeKey, o Observation) {
-	t.queue <- o
-	t.last[k] = o
+	select {
+	case t.queue <- o:
+		t.last[k] = o
+	case <-t.writing.Done():
+	}
 }
 
 // applySettled forgets the writes that failed, unless the volume moved on
@@ -195,6 +200,10 @@ func (t *Tracker) write() {
 // what is left is recorded by the next start, which sees the same cluster
 // state. Observations after Close are dropped for the same reason.
 func (t *Tracker) Close(ctx context.Context) {
+	// At the deadline the writer stops writing and drops what is queued,
+	// which also frees an Observe (or this Close) waiting for room.
+	stop := context.AfterFunc(ctx, t.cancelWriting)
+	defer stop()
 	t.mu.Lock()
 	if !t.closed {
 		t.closed = true
@@ -208,11 +217,6 @@ func (t *Tracker) Close(ctx context.Context) {
 		close(t.queue)
 	}
 	t.mu.Unlock()
-	select {
-	case <-t.done:
-	case <-ctx.Done():
-		t.cancelWriting()
-		<-t.done
-	}
+	<-t.done
 	t.cancelWriting()
 }

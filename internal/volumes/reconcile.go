@@ -52,7 +52,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 	defer wg.Wait()
 	wg.Go(func() {
 		r.clusterChanges.Run(ctx, func(ctx context.Context, c clusters.Change) {
-			if c.Kind == clusters.HealthChanged && c.Health.State == clusters.StateReady && c.Health.Synced {
+			if c.Kind == clusters.HealthChanged && r.service.clusters.ReadyAndSynced(c.EnvironmentID) {
 				r.passes.Lock()
 				defer r.passes.Unlock()
 				r.service.ReconcileEnvironment(ctx, c.EnvironmentID)
