@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // TestGatewayKilledAndRestarted: the real binary is killed (SIGKILL) while
@@ -61,9 +63,10 @@ func TestGatewayKilledAndRestarted(t *testing.T) {
 }
 
 // TestShutdownFlushesAndKeepsItsDeadline: SIGTERM publishes a transition
-// the debounce window still held, and shutdown ends within
-// SG_SHUTDOWN_TIMEOUT even with NATS down and a cluster unreachable, with
-// "stopped" logged last.
+// the debounce window still held; shutdown ends within SG_SHUTDOWN_TIMEOUT
+// even with NATS down (events waiting in the outbox) and a cluster
+// unreachable, with "stopped" logged last; and the events it could not
+// publish reach DCM after the next start.
 func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
 	const budget = 5 * time.Second
 	binary := gatewayproc.Binary(t)
@@ -98,18 +101,29 @@ func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
 	stranded := uuid.NewString()
 	code, body = c.do(http.MethodPost, volumesPath(envID)+"?id="+stranded, map[string]any{"spec": storageSpec("stranded", "1Gi", nil)})
 	c.want(http.StatusCreated, code, body)
+	waitEvents(t, stream, stranded, []string{"PROVISIONING"}, time.Minute)
 	natsServer.Stop()
+	code, body = c.do(http.MethodDelete, volumesPath(envID)+"/"+stranded, nil) // DELETING waits in the outbox
+	c.want(http.StatusNoContent, code, body)
 	east.SetReachable(false)
-	defer east.SetReachable(true)
 	start := time.Now()
 	stop(t, second)
-	if took := time.Since(start); took > budget+2*time.Second {
+	took := time.Since(start)
+	t.Logf("shutdown with NATS down and a cluster unreachable took %s", took)
+	if took > budget+2*time.Second {
 		t.Fatalf("shutdown with NATS down and a cluster unreachable took %s; SG_SHUTDOWN_TIMEOUT is %s", took, budget)
 	}
 	lines := strings.Split(strings.TrimSpace(second.Logs()), "\n")
 	if last := lines[len(lines)-1]; !strings.Contains(last, `"msg":"stopped"`) {
 		t.Fatalf("the last log line is %s, want \"stopped\"", last)
 	}
+
+	natsServer.Restart()
+	east.SetReachable(true)
+	gatewayproc.Start(t, binary, env)
+	poll.Until(t, time.Minute, "the DELETING queued while NATS was down published after the restart", func() bool {
+		return slices.Contains(natstest.For(stream.Events(), stranded), "DELETING")
+	})
 }
 
 // stop sends SIGTERM and waits for a clean exit.
