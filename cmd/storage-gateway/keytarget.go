@@ -4,7 +4,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
-	"github.com/dcm-project/storage-gateway/internal/gateway"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
@@ -37,5 +36,5 @@ func withKeyTarget(cmd *cobra.Command, path func() (string, error), fn func(*key
 		return err
 	}
 	defer db.Close()
-	return fn(&keyTarget{keys: keys, keyFile: file, registry: environments.NewService(gateway.RegistryOptions(cfg, db, keys, nil, logger))})
+	return fn(&keyTarget{keys: keys, keyFile: file, registry: environments.New(cfg, db, keys, nil, logger)})
 }

@@ -17,7 +17,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
-	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
@@ -117,7 +116,7 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 
 func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 	ctx := context.Background()
-	reg := registrytest.New(t, registrytest.Options{ProbeTimeout: 2 * time.Second})
+	reg := registrytest.New(t, registrytest.Options{Settings: map[string]string{"SG_PROBE_TIMEOUT": "2s"}})
 	readClasses := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}}}
 	noPVCs, err := cluster.RestrictedToken(ctx, "no-pvcs", readClasses)
 	if err != nil {
@@ -128,11 +127,12 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 	wrongCA := otherCA.Certificate().Raw
 
 	tests := []struct {
-		name   string
-		conn   *kubeconfig.Connection
-		policy *egress.Policy
-		want   string
-		cut    bool
+		name string
+		conn *kubeconfig.Connection
+		// settings, when set, replace the test registry's.
+		settings map[string]string
+		want     string
+		cut      bool
 	}{
 		{name: "token without PVC rights", conn: tokenConnection(noPVCs),
 			want: "(UNAUTHORIZED): the credentials lack required permissions: create persistentvolumeclaims in namespace dcm-volumes"},
@@ -144,14 +144,14 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 			want: "(UNREACHABLE): TLS verification failed: the server certificate does not match the server name"},
 		{name: "unreachable cluster", conn: tokenConnection(cluster.GatewayToken()), cut: true,
 			want: "(UNREACHABLE): the API server did not answer within 2s"},
-		{name: "loopback under the production policy", conn: tokenConnection(cluster.GatewayToken()), policy: &egress.Policy{},
+		{name: "loopback under the production policy", conn: tokenConnection(cluster.GatewayToken()), settings: map[string]string{"SG_ALLOWED_CLUSTER_CIDRS": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"},
 			want: "(UNREACHABLE): egress: connection to 127.0.0.1 refused: loopback address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := reg
-			if tt.policy != nil {
-				r = registrytest.New(t, registrytest.Options{Egress: tt.policy})
+			if tt.settings != nil {
+				r = registrytest.New(t, registrytest.Options{Settings: tt.settings})
 			}
 			if tt.cut {
 				cluster.SetReachable(false)
@@ -239,7 +239,7 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 
 func TestVerifyRecordsReachability(t *testing.T) {
 	ctx := context.Background()
-	reg := registrytest.New(t, registrytest.Options{ProbeTimeout: 2 * time.Second})
+	reg := registrytest.New(t, registrytest.Options{Settings: map[string]string{"SG_PROBE_TIMEOUT": "2s"}})
 	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestTamperedConnectionColumnsAreRefused(t *testing.T) {
 // while it was on.
 func TestInsecureEnvironmentsStopWhenInsecureIsDisallowed(t *testing.T) {
 	ctx := context.Background()
-	reg := registrytest.New(t, registrytest.Options{AllowInsecure: true})
+	reg := registrytest.New(t, registrytest.Options{Settings: map[string]string{"SG_ALLOW_INSECURE_CLUSTERS": "true"}})
 	in := registration(t, "lax")
 	in.Spec.Namespace = "dcm-volumes"
 	in.Credentials = environments.Credentials{Explicit: &kubeconfig.Connection{Server: cluster.ServerURL(), Insecure: true, Token: cluster.GatewayToken()}}
@@ -540,7 +540,7 @@ func TestInsecureEnvironmentsStopWhenInsecureIsDisallowed(t *testing.T) {
 	if err != nil || !env.Connection.Insecure || env.Status.State != clusters.StateReady {
 		t.Fatalf("insecure registration while allowed: %+v, %v", env, err)
 	}
-	strict := reg.NewRegistry(registrytest.Options{})
+	strict := reg.NewRegistry(t, registrytest.Options{})
 	env, err = strict.Verify(ctx, "lax")
 	if err != nil || env.Status.State != clusters.StateUnreachable || !strings.Contains(env.Status.Message, "SG_ALLOW_INSECURE_CLUSTERS") {
 		t.Fatalf("insecure environment under a strict gateway: %+v, %v", env.Status, err)

@@ -81,7 +81,7 @@ func TestRolledBackCredentialsAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, reborn := storedCredentials(t, reg, "east")
-	fresh := reg.NewRegistry(registrytest.Options{}) // a process that never saw the old rows
+	fresh := reg.NewRegistry(t, registrytest.Options{}) // a process that never saw the old rows
 	restore(oldBlob, reborn)
 	refused(fresh, "an earlier row's blob in a re-created row")
 	reg.AssertNoSecret(t, newToken, cluster.GatewayToken())

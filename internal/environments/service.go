@@ -14,22 +14,11 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
-
-// Options wires a Service.
-type Options struct {
-	DB   *pgxpool.Pool
-	Keys *secrets.KeyRing
-	// Probe is how registration, rotation, :verify and the probe loop reach
-	// clusters: egress policy, timeout, concurrency, rate limiters.
-	Probe clusters.ProberOptions
-	// AllowInsecure accepts clusters registered with TLS verification off.
-	AllowInsecure bool
-	Logger        *slog.Logger
-}
 
 // Service implements the registry's use cases and publishes its changes.
 type Service struct {
@@ -64,17 +53,25 @@ type Change struct {
 // runs it (changes.Subscription.Run).
 func (s *Service) Subscribe() *changes.Subscription[Change] { return s.changes.Subscribe() }
 
-// NewService returns a Service over the given database and key ring. It is
-// the one constructor of the registry: the gateway, the offline key
-// commands and the tests build it here.
-func NewService(opts Options) *Service {
+// New returns the registry over db and keys as the operator's settings
+// configure it: the egress policy, probe timeout and concurrency, and
+// whether clusters without TLS verification are accepted. It is the
+// registry's one constructor — the gateway, the offline key commands and
+// the tests build it here. limiters, when set, are the per-environment rate
+// limiters the cluster pool uses too (nil for offline tools).
+func New(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, limiters *clusters.Limiters, logger *slog.Logger) *Service {
 	s := &Service{
-		repo:          repository{db: opts.DB},
-		prober:        clusters.NewProber(opts.Probe),
-		allowInsecure: opts.AllowInsecure,
-		log:           opts.Logger,
+		repo: repository{db: db},
+		prober: clusters.NewProber(clusters.ProberOptions{
+			Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy()},
+			Timeout:     cfg.ProbeTimeout,
+			Limiters:    limiters,
+			Concurrency: cfg.ProbeConcurrency,
+		}),
+		allowInsecure: cfg.AllowInsecureClusters,
+		log:           logger,
 	}
-	s.keys.Store(opts.Keys)
+	s.keys.Store(keys)
 	return s
 }
 

@@ -153,7 +153,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		HealthTimeout:  g.opts.Intervals.HealthTimeout,
 		Logger:         g.log,
 	})
-	g.registry = environments.NewService(RegistryOptions(cfg, g.db, keys, limiters, g.log))
+	g.registry = environments.New(cfg, g.db, keys, limiters, g.log)
 	if err := g.registry.CheckKeys(startCtx); err != nil {
 		return nil, err
 	}
@@ -180,23 +180,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	return g, g.newServer(ctx, metrics)
-}
-
-// RegistryOptions is the registry's wiring from the operator's settings,
-// for the gateway and the offline key commands (limiters nil: no pool).
-func RegistryOptions(cfg config.Config, db *pgxpool.Pool, keys *secrets.KeyRing, limiters *clusters.Limiters, logger *slog.Logger) environments.Options {
-	return environments.Options{
-		DB:   db,
-		Keys: keys,
-		Probe: clusters.ProberOptions{
-			Client:      clusters.ClientOptions{Egress: cfg.EgressPolicy()},
-			Timeout:     cfg.ProbeTimeout,
-			Limiters:    limiters,
-			Concurrency: cfg.ProbeConcurrency,
-		},
-		AllowInsecure: cfg.AllowInsecureClusters,
-		Logger:        logger,
-	}
 }
 
 // LoadKeyRing reads SG_KEY_RING_FILE; the gateway never runs without one,

@@ -11,16 +11,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
@@ -34,12 +34,14 @@ var Loopback = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.
 
 // Options adjust a Fixture.
 type Options struct {
-	// Egress overrides the loopback-allowing policy.
-	Egress *egress.Policy
-	// ProbeTimeout defaults to 5s.
-	ProbeTimeout  time.Duration
-	AllowInsecure bool
+	// Settings override SG_* settings of the registry (the egress policy,
+	// probe timeout, insecure clusters). By default loopback is allowed
+	// (harness clusters listen there) and probes time out after 5s.
+	Settings map[string]string
 }
+
+// settings are what every test registry changes from production.
+var settings = map[string]string{"SG_ALLOWED_CLUSTER_CIDRS": "127.0.0.0/8", "SG_PROBE_TIMEOUT": "5s"}
 
 // Fixture is a ready registry (environments.Service) and what it runs on.
 type Fixture struct {
@@ -81,27 +83,22 @@ func New(t testing.TB, opts Options) *Fixture {
 		t.Fatal(err)
 	}
 	r := &Fixture{DB: pool, Keys: keys, KeyRingFile: keyFile, Logs: logs, Logger: logger}
-	r.Registry = r.NewRegistry(opts)
+	r.Registry = r.NewRegistry(t, opts)
 	return r
 }
 
 // NewRegistry returns another registry over the same database and key
 // ring, as a second replica or a restart with other settings would see them.
-func (r *Fixture) NewRegistry(opts Options) *environments.Service {
-	policy := Loopback
-	if opts.Egress != nil {
-		policy = *opts.Egress
+func (r *Fixture) NewRegistry(t testing.TB, opts Options) *environments.Service {
+	t.Helper()
+	vars := maps.Clone(settings)
+	vars["SG_STATE_DIR"] = t.TempDir() // validated, unused by the registry
+	maps.Copy(vars, opts.Settings)
+	cfg, err := config.FromMap(vars)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if opts.ProbeTimeout == 0 {
-		opts.ProbeTimeout = 5 * time.Second
-	}
-	return environments.NewService(environments.Options{
-		DB:            r.DB,
-		Keys:          r.Keys,
-		Probe:         clusters.ProberOptions{Client: clusters.ClientOptions{Egress: policy}, Timeout: opts.ProbeTimeout},
-		AllowInsecure: opts.AllowInsecure,
-		Logger:        r.Logger,
-	})
+	return environments.New(cfg, r.DB, r.Keys, nil, r.Logger)
 }
 
 // InsertEnvironment stores a bare environment row, unless one with that id
