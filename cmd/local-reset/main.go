@@ -24,7 +24,7 @@ import (
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "reset:", err)
+		fmt.Fprintln(os.Stderr, "local-reset:", err)
 		os.Exit(1)
 	}
 }
@@ -68,6 +68,6 @@ func run() error {
 	if err := os.RemoveAll(*state); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "reset: dropped the local databases and removed %s; the next make run starts afresh\n", *state)
+	fmt.Fprintf(os.Stderr, "local-reset: dropped the local databases and removed %s; the next make run starts afresh\n", *state)
 	return nil
 }

@@ -91,11 +91,7 @@ func fileFlag(cmd *cobra.Command, envVar, what string) func() (string, error) {
 
 // editRing loads the ring, applies change and writes it back atomically.
 func editRing(path func() (string, error), change func(*secrets.KeyRing) error) error {
-	p, err := path()
-	if err != nil {
-		return err
-	}
-	ring, err := secrets.LoadKeyRing(p)
+	p, ring, err := loadRing(path)
 	if err != nil {
 		return err
 	}
@@ -103,6 +99,16 @@ func editRing(path func() (string, error), change func(*secrets.KeyRing) error) 
 		return err
 	}
 	return ring.WriteFile(p)
+}
+
+// loadRing loads the key ring the --file flag (or SG_KEY_RING_FILE) names.
+func loadRing(path func() (string, error)) (string, *secrets.KeyRing, error) {
+	p, err := path()
+	if err != nil {
+		return "", nil, err
+	}
+	ring, err := secrets.LoadKeyRing(p)
+	return p, ring, err
 }
 
 func newKeysAddCommand(path func() (string, error)) *cobra.Command {

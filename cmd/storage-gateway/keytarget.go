@@ -23,11 +23,7 @@ func withKeyTarget(cmd *cobra.Command, path func() (string, error), fn func(*key
 	if err != nil {
 		return err
 	}
-	file, err := path()
-	if err != nil {
-		return err
-	}
-	keys, err := secrets.LoadKeyRing(file)
+	file, keys, err := loadRing(path)
 	if err != nil {
 		return err
 	}
