@@ -271,10 +271,24 @@ func (l *healthLog) of(env string) []clusters.State {
 	return slices.Clone(l.states[env])
 }
 
+// stall subscribes to p with a handler that hangs (a database write that
+// never returns) until the test ends.
+func stall(t *testing.T, p *clusters.Pool) {
+	sub := p.Subscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { sub.Run(ctx, func(ctx context.Context, _ clusters.Change) { <-ctx.Done() }) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// TestPoolDetectsUnreachableAndRecovery: health changes are detected and
+// published within the bounds, in order — also while another subscriber
+// is stuck in its handler: delivery never runs on the cluster's goroutine.
 func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	var log healthLog
 	opts := fast
 	p := newPool(t, opts)
+	stall(t, p)
 	log.follow(t, p)
 	ns := east.Spec.Environment.Namespace
 	c := ensureReady(t, p, eastTarget("pool-unreachable"))
