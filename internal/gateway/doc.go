@@ -17,7 +17,7 @@
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
 // Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
-// stop the background workers and the informers → flush the debounce
+// stop the background workers and the informers → flush the status
 // tracker → drain the outbox → close NATS → close cluster connections →
 // close the database; "stopped" is logged last.
 package gateway

@@ -230,7 +230,7 @@ func (g *Gateway) newRegistrar() error {
 }
 
 // newStatusReporting builds the status flow: cluster -> follower -> tracker
-// (debounce) -> outbox (with the volume record, one transaction) -> relay
+// (flap budget) -> outbox (with the volume record, one transaction) -> relay
 // -> NATS.
 func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 	cfg := g.cfg

@@ -1,8 +1,9 @@
 // Package status owns what DCM learns about volumes: the mapping from a PVC
 // (and its class and warnings) to DCM's status and message, the follower
-// that feeds it from the cluster pool's caches, the debounce that keeps
-// flapping calm without delaying real transitions, and the transactional
-// write of each transition: the volume's status columns and its CloudEvent,
-// a new row of the outbox table, in one transaction. It must not publish:
-// internal/events relays (and later prunes) the outbox rows it writes.
+// that feeds it from the cluster pool's caches, the tracker's flap budget
+// that keeps flapping calm without delaying a volume's lifecycle, and the
+// transactional write of each transition: the volume's status columns and
+// its CloudEvent, a new row of the outbox table, in one transaction. It must
+// not publish: internal/events relays (and later prunes) the outbox rows it
+// writes.
 package status

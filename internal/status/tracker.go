@@ -10,14 +10,20 @@ import (
 // recordTimeout bounds writing one observation.
 const recordTimeout = 30 * time.Second
 
-// Tracker turns a stream of observations into recorded transitions, fast
-// but calm: a volume's new status is recorded at once (leading edge); further
-// changes of that volume inside the debounce window are coalesced and only
-// the last is recorded when the window closes. Flapping never floods DCM,
-// and a change after a quiet window is recorded at once. A volume is
-// forgotten once its DELETED window is over (the database refuses anything
-// after DELETED), so memory follows the live volumes, not every volume
-// ever seen.
+// Tracker turns a stream of observations into recorded transitions: a
+// volume's lifecycle (PROVISIONING → RUNNING → DELETING → DELETED, and
+// FAILED) is recorded the moment it is observed, and only flapping is
+// coalesced. Each volume holds two tokens, refilled one per window; a
+// status change (or a new provisioning warning) spends one, except changes
+// to FAILED, DELETING and DELETED, which are always recorded at once. A
+// change that finds no token starts coalescing: until a token is back,
+// further changes only replace what is pending, and the last of them is
+// recorded then. So a new volume's PROVISIONING and RUNNING, and an
+// expansion's PROVISIONING and RUNNING, never wait; a flapping claim reaches
+// DCM at most three times per burst (two changes, then its final status),
+// and one that keeps flapping about once per window. A volume is forgotten
+// once its DELETED is queued (the database refuses anything after
+// DELETED), so memory follows the live volumes.
 type Tracker struct {
 	record func(context.Context, Observation) error
 	window time.Duration
@@ -28,13 +34,10 @@ type Tracker struct {
 	cancelWriting context.CancelFunc
 
 	mu      sync.Mutex
-	windows map[volumeKey]*debounceWindow
-	// last is what was last queued per volume: repeats (resyncs, sweeps)
-	// never reach the database.
-	last   map[volumeKey]Observation
-	closed bool
-	queue  chan Observation
-	done   chan struct{}
+	volumes map[volumeKey]*volume
+	closed  bool
+	queue   chan Observation
+	done    chan struct{}
 
 	// failed holds writes that failed, to be written again when seen
 	// again, until the next holder of mu applies it (always before the
@@ -46,10 +49,44 @@ type Tracker struct {
 
 type volumeKey struct{ env, volume string }
 
-// debounceWindow is one volume's open debounce window.
-type debounceWindow struct {
-	timer   *time.Timer
-	pending *Observation
+// volume is what the tracker knows of one volume.
+type volume struct {
+	// last is what was last queued: repeats (resyncs, sweeps) never reach
+	// the database.
+	last Observation
+	// tokens are the flap tokens left as of refilled.
+	tokens   float64
+	refilled time.Time
+	// coalescing is set while changes wait for a token; pending is the
+	// latest of them (nil when the volume is back where it was).
+	coalescing *time.Timer
+	pending    *Observation
+}
+
+// flapTokens is how many status changes a volume may make at once: a
+// lifecycle step or an expansion takes two (PROVISIONING, RUNNING). One more
+// comes back per window.
+const flapTokens = 2
+
+// refill tops v's tokens up for the time passed since the last refill.
+func (v *volume) refill(now time.Time, window time.Duration) {
+	if window > 0 {
+		v.tokens = min(flapTokens, v.tokens+float64(now.Sub(v.refilled))/float64(window))
+	} else {
+		v.tokens = flapTokens
+	}
+	v.refilled = now
+}
+
+// costsToken reports whether recording o after last spends a flap token:
+// every change DCM hears does, except to FAILED (the caller must learn it
+// at once), DELETING and DELETED (which nothing but DELETED follows).
+func costsToken(last, o Observation) bool {
+	switch o.Status {
+	case Failed, Deleting, Deleted:
+		return false
+	}
+	return reportable(last, o)
 }
 
 // queueSize bounds observations waiting for the database; beyond it
@@ -58,11 +95,12 @@ type debounceWindow struct {
 const queueSize = 4096
 
 // NewTracker starts a tracker writing through record (Recorder.Record);
-// Close stops it.
+// window is how long a spent flap token takes to come back. Close stops
+// it.
 func NewTracker(record func(context.Context, Observation) error, window time.Duration, logger *slog.Logger) *Tracker {
 	t := &Tracker{
 		record: record, window: window, log: logger,
-		windows: map[volumeKey]*debounceWindow{}, last: map[volumeKey]Observation{}, queue: make(chan Observation, queueSize), done: make(chan struct{}),
+		volumes: map[volumeKey]*volume{}, queue: make(chan Observation, queueSize), done: make(chan struct{}),
 	}
 	t.writing, t.cancelWriting = context.WithCancel(context.Background())
 	go t.write()
@@ -78,69 +116,73 @@ func (t *Tracker) Observe(o Observation) {
 		return
 	}
 	t.applySettled()
-	if w, open := t.windows[k]; open {
-		// Only a change from what was last queued keeps the window busy;
-		// a repeat (resync, sweep) or a flap back cancels what was pending.
-		w.pending = nil
-		if t.last[k] != o {
-			w.pending = &o
+	v := t.volumes[k]
+	if v == nil {
+		v = &volume{tokens: flapTokens, refilled: time.Now()}
+		t.volumes[k] = v
+	}
+	if v.coalescing != nil {
+		// A repeat, or a flap back to what was last queued, leaves
+		// nothing pending.
+		v.pending = nil
+		if v.last != o {
+			v.pending = &o
 		}
 		return
 	}
-	prev := t.last[k]
-	if prev == o {
+	if v.last == o {
 		return
 	}
-	t.enqueue(k, o)
-	// Only a change DCM hears opens a window; a message-only change must
-	// not hold back the next real transition.
-	if reportable(prev, o) {
-		t.windows[k] = &debounceWindow{timer: time.AfterFunc(t.window, func() { t.closeWindow(k) })}
+	if costsToken(v.last, o) {
+		now := time.Now()
+		v.refill(now, t.window)
+		if v.tokens < 1 {
+			v.pending = &o
+			wait := time.Duration((1 - v.tokens) * float64(t.window))
+			v.coalescing = time.AfterFunc(wait, func() { t.release(k) })
+			return
+		}
+		v.tokens--
 	}
+	t.enqueue(k, v, o)
 }
 
-// closeWindow records the last observation the window coalesced, if any,
-// and opens a new window for it; an empty window simply ends.
-func (t *Tracker) closeWindow(k volumeKey) {
+// release ends a volume's coalescing: a token is back, and the pending
+// change, if any, is queued with it.
+func (t *Tracker) release(k volumeKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	w := t.windows[k]
-	if w == nil || t.closed {
+	v := t.volumes[k]
+	if v == nil || v.coalescing == nil || t.closed {
 		return
 	}
-	if w.pending == nil {
-		delete(t.windows, k)
-		if t.last[k].Status == Deleted {
-			delete(t.last, k) // nothing follows DELETED (the database refuses it)
-		}
-		t.shrink()
-		return
-	}
-	t.enqueue(k, *w.pending)
-	w.pending = nil
-	w.timer.Reset(t.window)
-}
-
-// shrink replaces emptied maps: a Go map keeps the room of its largest size,
-// so after a burst of volumes ends the memory would not come back. The
-// caller holds t.mu.
-func (t *Tracker) shrink() {
-	if len(t.windows) == 0 {
-		t.windows = map[volumeKey]*debounceWindow{}
-	}
-	if len(t.last) == 0 {
-		t.last = map[volumeKey]Observation{}
+	v.coalescing = nil
+	pending := v.pending
+	v.pending = nil
+	if pending != nil && *pending != v.last {
+		v.refill(time.Now(), t.window)
+		v.tokens--
+		t.enqueue(k, v, *pending)
 	}
 }
 
-// enqueue hands o to the writer; the caller holds t.mu. Once Close's
-// deadline has passed o is dropped (the next start observes it again)
-// rather than waiting for room.
-func (t *Tracker) enqueue(k volumeKey, o Observation) {
+// enqueue hands o to the writer; the caller holds t.mu. A volume whose
+// DELETED is queued is forgotten. Once Close's deadline has passed o is
+// dropped (the next start observes it again) rather than waiting for room.
+func (t *Tracker) enqueue(k volumeKey, v *volume, o Observation) {
 	select {
 	case t.queue <- o:
-		t.last[k] = o
+		v.last = o
 	case <-t.writing.Done():
+		return
+	}
+	if o.Status == Deleted && v.coalescing == nil {
+		delete(t.volumes, k)
+		if len(t.volumes) == 0 {
+			// A Go map keeps the room of its largest size: after a burst
+			// of volumes ends, the memory comes back.
+			t.volumes = map[volumeKey]*volume{}
+		}
 	}
 }
 
@@ -153,8 +195,8 @@ func (t *Tracker) applySettled() {
 	t.failed = nil
 	t.settledMu.Unlock()
 	for _, o := range failed {
-		if k := (volumeKey{o.EnvironmentID, o.VolumeID}); t.last[k] == o {
-			delete(t.last, k)
+		if v := t.volumes[volumeKey{o.EnvironmentID, o.VolumeID}]; v != nil && v.last == o {
+			v.last = Observation{}
 		}
 	}
 }
@@ -195,10 +237,10 @@ func (t *Tracker) write() {
 	}
 }
 
-// Close flushes every open window's pending observation, records all that
-// is queued and stops; when ctx ends first, the writer stops at once and
-// what is left is recorded by the next start, which sees the same cluster
-// state. Observations after Close are dropped for the same reason.
+// Close queues what every coalescing volume holds pending, records all
+// that is queued and stops; when ctx ends first, the writer stops at once
+// and what is left is recorded by the next start, which sees the same
+// cluster state. Observations after Close are dropped for the same reason.
 func (t *Tracker) Close(ctx context.Context) {
 	// At the deadline the writer stops writing and drops what is queued,
 	// which also frees an Observe (or this Close) waiting for room.
@@ -207,12 +249,15 @@ func (t *Tracker) Close(ctx context.Context) {
 	t.mu.Lock()
 	if !t.closed {
 		t.closed = true
-		for k, w := range t.windows {
-			w.timer.Stop()
-			if w.pending != nil && t.last[k] != *w.pending {
-				t.enqueue(k, *w.pending)
+		for k, v := range t.volumes {
+			if v.coalescing == nil {
+				continue
 			}
-			delete(t.windows, k)
+			v.coalescing.Stop()
+			v.coalescing = nil
+			if v.pending != nil && *v.pending != v.last {
+				t.enqueue(k, v, *v.pending)
+			}
 		}
 		close(t.queue)
 	}

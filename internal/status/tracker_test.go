@@ -49,8 +49,8 @@ func (r *memRecorder) statuses(volumeID string) []Status {
 }
 
 // advance moves the bubble's fake clock on by d (no wall time passes) and
-// waits until every goroutine in it is idle: windows that closed meanwhile
-// have queued, and the writer has recorded.
+// waits until every goroutine in it is idle: coalescing that ended
+// meanwhile has queued, and the writer has recorded.
 func advance(d time.Duration) {
 	time.Sleep(d)
 	synctest.Wait()
@@ -77,74 +77,131 @@ func newTracker(t *testing.T, r *memRecorder, window time.Duration) *Tracker {
 	return tr
 }
 
-// A flapping claim (10 flips in 200 ms) that ends where it started reaches
-// DCM once: the first change at once, and nothing when the window closes.
+// window is the flap window of the tests' trackers (the production default).
+const window = 500 * time.Millisecond
+
+// settled is a tracker whose volume has been RUNNING for a while (its flap
+// tokens are back).
+func settled(t *testing.T, r *memRecorder, volumeID string) *Tracker {
+	tr := newTracker(t, r, window)
+	observe(tr, volumeID, Provisioning)
+	observe(tr, volumeID, Running)
+	advance(2 * window)
+	return tr
+}
+
+// flap flips a settled volume's status ten times, 20 ms apart, starting
+// with PROVISIONING (a resize) and ending on RUNNING when endRunning.
+func flap(tr *Tracker, volumeID string, endRunning bool) {
+	for i := range 10 {
+		st := map[bool]Status{true: Provisioning, false: Running}[i%2 == 0]
+		if i == 9 && !endRunning {
+			st = Provisioning
+		}
+		observe(tr, volumeID, st)
+		advance(20 * time.Millisecond)
+	}
+}
+
+// A flapping claim (10 flips in 200 ms) reaches DCM at most three times
+// per burst, the last time with its final status; one that ends where it
+// started, twice.
 func TestTrackerCalmsFlapping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
-		tr := newTracker(t, &r, 500*time.Millisecond)
-		observe(tr, "flappy", Provisioning)
-		for i := range 10 {
-			if i%2 == 0 {
-				observe(tr, "flappy", Running)
-			} else {
-				observe(tr, "flappy", Provisioning)
-			}
+		tr := settled(t, &r, "back")
+		flap(tr, "back", true)
+		advance(time.Second)
+		r.want(t, "back", Provisioning, Running, Provisioning, Running) // the create, then the burst: 2
+
+		tr = settled(t, &r, "away")
+		flap(tr, "away", false)
+		advance(time.Second)
+		r.want(t, "away", Provisioning, Running, Provisioning, Running, Provisioning) // the burst: 3, the last its final status
+	})
+}
+
+// A claim that keeps flapping is recorded once per window at most, with
+// the status it has when the window ends.
+func TestTrackerCoalescesOngoingFlapping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := settled(t, &r, "restless")
+		for i := range 100 { // 2 s of flips every 20 ms
+			observe(tr, "restless", map[bool]Status{true: Provisioning, false: Running}[i%2 == 0])
 			advance(20 * time.Millisecond)
 		}
 		advance(time.Second)
-		r.want(t, "flappy", Provisioning)
-	})
-}
-
-// A burst that ends on another status than it started from reaches DCM
-// twice: the first change at once, the final status when the window closes.
-func TestTrackerPublishesTheLastStatusOfABurst(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var r memRecorder
-		tr := newTracker(t, &r, 300*time.Millisecond)
-		start := time.Now()
-		for _, st := range []Status{Provisioning, Running, Failed, Provisioning, Running} {
-			observe(tr, "burst", st)
+		got := r.statuses("restless")[2:] // after the create
+		t.Logf("2 s of flapping recorded as %v", got)
+		if len(got) > 2+4 {
+			t.Fatalf("2 s of flapping recorded %d times; want two changes, then at most one per 500 ms window", len(got))
 		}
-		advance(time.Second)
-		r.want(t, "burst", Provisioning, Running)
-		if r.at[0] != start || r.at[1] != start.Add(300*time.Millisecond) {
-			t.Fatalf("recorded at %v after the start; want at once and when the window closed", []time.Duration{r.at[0].Sub(start), r.at[1].Sub(start)})
+		if got[len(got)-1] != Running {
+			t.Fatalf("flapping that ended RUNNING recorded %v last", got[len(got)-1])
 		}
 	})
 }
 
-// A new status after a quiet period is recorded at once, not after the
-// window; an unchanged status is never recorded again.
-func TestTrackerReportsRealTransitionsAtOnce(t *testing.T) {
+// A volume's forward lifecycle is recorded the moment each step is
+// observed, however fast the steps follow each other: RUNNING the moment
+// the claim binds right after PROVISIONING, and a quick deletion.
+func TestTrackerRecordsTheLifecycleAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
 		tr := newTracker(t, &r, 500*time.Millisecond)
-		observe(tr, "steady", Provisioning)
-		advance(700 * time.Millisecond) // the window closes
-		observed := time.Now()
-		observe(tr, "steady", Running)
-		synctest.Wait()
-		r.want(t, "steady", Provisioning, Running)
-		if r.at[1] != observed {
-			t.Fatalf("RUNNING recorded at %v; want at once (%v)", r.at[1], observed)
+		start := time.Now()
+		for _, st := range []Status{Provisioning, Running, Deleting, Deleted} {
+			observe(tr, "quick", st)
+			advance(10 * time.Millisecond)
 		}
-		observe(tr, "steady", Running)
-		advance(700 * time.Millisecond)
-		r.want(t, "steady", Provisioning, Running) // an unchanged status is not recorded again
+		r.want(t, "quick", Provisioning, Running, Deleting, Deleted)
+		for i, at := range r.at {
+			if want := start.Add(time.Duration(i) * 10 * time.Millisecond); at != want {
+				t.Fatalf("step %d recorded %s after the start, want at once (%s)", i, at.Sub(start), want.Sub(start))
+			}
+		}
+
+		failing := newTracker(t, &r, 500*time.Millisecond)
+		observe(failing, "failing", Provisioning)
+		observe(failing, "failing", Failed)
+		synctest.Wait()
+		r.want(t, "failing", Provisioning, Failed)
 	})
 }
 
-// Close flushes what a window still holds.
+// A change back after a quiet period (an expansion) is recorded at once;
+// an unchanged status is never recorded again.
+func TestTrackerReportsRealTransitionsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := settled(t, &r, "steady")
+		observed := time.Now()
+		observe(tr, "steady", Provisioning) // expanding
+		observe(tr, "steady", Running)
+		synctest.Wait()
+		r.want(t, "steady", Provisioning, Running, Provisioning, Running)
+		if r.at[2] != observed || r.at[3] != observed {
+			t.Fatalf("the expansion recorded at %v; want at once (%v)", r.at[2:], observed)
+		}
+		observe(tr, "steady", Running)
+		advance(700 * time.Millisecond)
+		r.want(t, "steady", Provisioning, Running, Provisioning, Running) // an unchanged status is not recorded again
+	})
+}
+
+// Close records what coalescing still holds.
 func TestTrackerCloseFlushesPendingTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
 		tr := NewTracker(r.record, time.Hour, slog.New(slog.DiscardHandler))
-		observe(tr, "closing", Provisioning)
-		observe(tr, "closing", Running) // held by the hour-long window
+		observe(tr, "closing", Running)      // spends a token
+		observe(tr, "closing", Provisioning) // spends the other
+		observe(tr, "closing", Running)      // no token for an hour: pending
+		synctest.Wait()
+		r.want(t, "closing", Running, Provisioning)
 		tr.Close(context.Background())
-		r.want(t, "closing", Provisioning, Running)
+		r.want(t, "closing", Running, Provisioning, Running)
 	})
 }
 
@@ -258,9 +315,9 @@ func TestTrackerSurvivesAFullQueueOfFailingWrites(t *testing.T) {
 	})
 }
 
-// TestTrackerForgetsDeletedVolumes: 10,000 volume lifecycles leave nothing
-// behind once their DELETED is recorded and their windows closed, and the
-// heap returns to where it started.
+// TestTrackerForgetsDeletedVolumes: rounds of 10,000 volume lifecycles leave
+// nothing behind once each DELETED is queued, and the heap returns to where
+// it started.
 func TestTrackerForgetsDeletedVolumes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
@@ -306,10 +363,10 @@ func TestTrackerForgetsDeletedVolumes(t *testing.T) {
 		}
 		after := heap()
 		tr.mu.Lock()
-		last, windows := len(tr.last), len(tr.windows)
+		kept := len(tr.volumes)
 		tr.mu.Unlock()
-		if last != 0 || windows != 0 {
-			t.Fatalf("after %d deleted volumes the tracker still holds %d statuses and %d windows", rounds*volumes, last, windows)
+		if kept != 0 {
+			t.Fatalf("after %d deleted volumes the tracker still holds %d", rounds*volumes, kept)
 		}
 		r.want(t, "round-8-vol-9999", Provisioning, Running, Deleting, Deleted)
 		// 70,000 volumes kept would hold their statuses and map entries:

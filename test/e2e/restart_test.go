@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
+	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/poll"
@@ -63,7 +65,7 @@ func TestGatewayKilledAndRestarted(t *testing.T) {
 }
 
 // TestShutdownFlushesAndKeepsItsDeadline: SIGTERM publishes a transition
-// the debounce window still held; shutdown ends within SG_SHUTDOWN_TIMEOUT
+// the flap budget still held; shutdown ends within SG_SHUTDOWN_TIMEOUT
 // even with NATS down (events waiting in the outbox) and a cluster
 // unreachable, with "stopped" logged last; and the events it could not
 // publish reach DCM after the next start.
@@ -83,14 +85,16 @@ func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
 	held := uuid.NewString()
 	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+held, map[string]any{"spec": storageSpec("held", "1Gi", nil)})
 	c.want(http.StatusCreated, code, body)
-	waitEvents(t, stream, held, []string{"PROVISIONING"}, time.Minute)
-	c.waitStatus(envID, held, "RUNNING", time.Minute)
+	// PROVISIONING and RUNNING spend the volume's two flap tokens, which
+	// come back one per ten minutes: the resize that follows is held.
+	waitEvents(t, stream, held, []string{"PROVISIONING", "RUNNING"}, time.Minute)
+	setResizing(t, east, held, true)
+	c.waitStatus(envID, held, "PROVISIONING", time.Minute)
 	// stillExactly waits 3s, longer than the follower's 2s sweep of every
-	// cached claim: by then the tracker holds RUNNING in the ten-minute
-	// window.
-	stillExactly(t, stream, map[string][]string{held: {"PROVISIONING"}})
+	// cached claim: by then the tracker holds PROVISIONING.
+	stillExactly(t, stream, map[string][]string{held: {"PROVISIONING", "RUNNING"}})
 	stop(t, first)
-	waitEvents(t, stream, held, []string{"PROVISIONING", "RUNNING"}, 10*time.Second)
+	waitEvents(t, stream, held, []string{"PROVISIONING", "RUNNING", "PROVISIONING"}, 10*time.Second)
 
 	second := gatewayproc.Start(t, binary, env)
 	c = client{t: t, base: "http://" + second.Addr, token: second.Token()}
@@ -101,7 +105,7 @@ func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
 	stranded := uuid.NewString()
 	code, body = c.do(http.MethodPost, volumesPath(envID)+"?id="+stranded, map[string]any{"spec": storageSpec("stranded", "1Gi", nil)})
 	c.want(http.StatusCreated, code, body)
-	waitEvents(t, stream, stranded, []string{"PROVISIONING"}, time.Minute)
+	waitEvents(t, stream, stranded, []string{"PROVISIONING", "RUNNING"}, time.Minute)
 	natsServer.Stop()
 	code, body = c.do(http.MethodDelete, volumesPath(envID)+"/"+stranded, nil) // DELETING waits in the outbox
 	c.want(http.StatusNoContent, code, body)
@@ -139,5 +143,23 @@ func stop(t *testing.T, p *gatewayproc.Process) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("gateway did not stop within a minute of SIGTERM")
+	}
+}
+
+// setResizing sets or clears a claim's Resizing condition, as an external
+// resizer does: the volume is PROVISIONING while it is set.
+func setResizing(t *testing.T, cluster *harness.Cluster, name string, resizing bool) {
+	t.Helper()
+	claims := cluster.AdminClient().CoreV1().PersistentVolumeClaims(cluster.Spec.Environment.Namespace)
+	pvc, err := claims.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Status.Conditions = nil
+	if resizing {
+		pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimResizing, Status: corev1.ConditionTrue}}
+	}
+	if _, err := claims.UpdateStatus(t.Context(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

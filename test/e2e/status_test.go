@@ -124,8 +124,8 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	for _, id := range ids {
 		code, body := c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("outage", "1Gi", nil)})
 		c.want(http.StatusCreated, code, body)
-		// Changes inside one debounce window coalesce by design; wait until
-		// RUNNING is a transition of its own before the next change.
+		// Wait until RUNNING is recorded (queued in the outbox while NATS
+		// is down) before the next change.
 		waitReported(t, r.gateway, id, "RUNNING")
 	}
 	code, body := c.do(http.MethodDelete, path+"/"+ids[1], nil)
