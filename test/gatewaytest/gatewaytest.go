@@ -52,6 +52,9 @@ type Options struct {
 	// token from these networks get the dcm role (DCM's
 	// service-provider-manager sends none).
 	TrustedNetworks []netip.Prefix
+	// Settings override the test gateway's SG_* settings; an empty value
+	// restores the production default (a benchmark measures production).
+	Settings map[string]string
 }
 
 // settings are what every test gateway changes from production: harness
@@ -133,6 +136,13 @@ func Start(t testing.TB, opts Options) *Gateway {
 		networks = append(networks, n.String())
 	}
 	vars["SG_AUTH_DCM_TRUSTED_NETWORKS"] = strings.Join(networks, ",")
+	for k, v := range opts.Settings {
+		if v == "" {
+			delete(vars, k)
+		} else {
+			vars[k] = v
+		}
+	}
 	cfg, err := config.FromMap(vars)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+)
+
+// concurrentClients is how many callers create volumes at once.
+const concurrentClients = 16
+
+// createRound has concurrentClients callers each create perCaller volumes
+// with create, and returns creates per second and every create's latency.
+func createRound(b *testing.B, perCaller int, create func(id string) error) (float64, []time.Duration) {
+	b.Helper()
+	var mu sync.Mutex
+	var latencies []time.Duration
+	var failures []error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrentClients {
+		wg.Go(func() {
+			for range perCaller {
+				t0 := time.Now()
+				err := create(uuid.NewString())
+				mu.Lock()
+				latencies = append(latencies, time.Since(t0))
+				if err != nil {
+					failures = append(failures, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(failures) > 0 {
+		b.Fatalf("%d of %d creates failed, first: %v", len(failures), len(latencies), failures[0])
+	}
+	return float64(len(latencies)) / elapsed.Seconds(), latencies
+}
+
+// BenchmarkConcurrentCreates: 16 callers create volumes at once on one
+// environment through the gateway (default settings: the production
+// SG_CLUSTER_QPS), against the same callers creating the same claims with
+// client-go directly (no client-side limit) on the same cluster, in
+// alternating rounds of the same run. Reports creates/s of both, their
+// ratio (target ≥ 0.5) and p99 latencies (target: gateway ≤ direct + 15
+// ms).
+//
+//	go test ./test/e2e -run '^$' -bench ConcurrentCreates -benchtime 4x
+func BenchmarkConcurrentCreates(b *testing.B) {
+	g := gatewaytest.Start(b, gatewaytest.Options{Settings: map[string]string{"SG_CLUSTER_QPS": "", "SG_CLUSTER_BURST": ""}})
+	c := client{t: b, base: g.URL, token: g.Tokens.Admin}
+	east := clusters[0]
+	c.register(east)
+	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
+	cfg := east.AdminConfig()
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit: the cluster's own pace
+	direct, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	claims := direct.CoreV1().PersistentVolumeClaims(ns)
+	const perCaller = 10
+	viaGateway := func(id string) error {
+		code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", nil)})
+		if code != http.StatusCreated {
+			return fmt.Errorf("%d %v", code, body)
+		}
+		return nil
+	}
+	viaClientGo := func(id string) error {
+		_, err := claims.Create(context.Background(), &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{"bench": "direct"}},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	cleanUp := func() {
+		for _, sel := range []string{"bench=direct", "dcm.project/managed-by=dcm"} {
+			if err := claims.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var gwRates, directRates []float64
+	var gwLatencies, directLatencies []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		rate, lat := createRound(b, perCaller, viaGateway)
+		gwRates, gwLatencies = append(gwRates, rate), append(gwLatencies, lat...)
+		rate, lat = createRound(b, perCaller, viaClientGo)
+		directRates, directLatencies = append(directRates, rate), append(directLatencies, lat...)
+		b.StopTimer()
+		cleanUp()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	mean := func(v []float64) float64 {
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		return sum / float64(len(v))
+	}
+	gw, dr := mean(gwRates), mean(directRates)
+	_, gw99 := percentiles(gwLatencies)
+	_, dr99 := percentiles(directLatencies)
+	b.ReportMetric(gw, "gateway-creates/s")
+	b.ReportMetric(dr, "direct-creates/s")
+	b.ReportMetric(gw/dr, "gateway/direct")
+	b.ReportMetric(float64(gw99.Microseconds())/1000, "gateway-p99-ms")
+	b.ReportMetric(float64(dr99.Microseconds())/1000, "direct-p99-ms")
+	if gw/dr < 0.5 {
+		b.Errorf("the gateway reached %.0f%% of direct client-go's creates/s; target ≥ 50%%", 100*gw/dr)
+	}
+	if gw99 > dr99+15*time.Millisecond {
+		b.Errorf("gateway create p99 %s, direct %s: more than 15 ms above", gw99, dr99)
+	}
+}
