@@ -23,10 +23,11 @@ type ClientOptions struct {
 	// Timeout bounds each request (0 = none, for watches).
 	Timeout time.Duration
 	// QPS and Burst rate-limit requests to one cluster, unless RateLimiter
-	// (shared by all of an environment's clients, see Limiters) is set.
+	// (shared by all of an environment's clients, see Limiters) is set; it
+	// slows down when the cluster answers 429.
 	QPS         float32
 	Burst       int
-	RateLimiter flowcontrol.RateLimiter
+	RateLimiter *pacedLimiter
 	// MaxResponseBytes bounds each response body (0: unbounded, for
 	// informers' lists and watches).
 	MaxResponseBytes int64
@@ -43,6 +44,15 @@ type Client struct {
 // transport (bearer token, user agent) in round trippers that hide
 // CloseIdleConnections from http.Client, so the wrappers are unwrapped.
 func (c *Client) Close() { utilnet.CloseIdleConnectionsFor(c.http.Transport) }
+
+// rateLimiter is l as client-go's interface: nil when there is none (a
+// typed nil would not be).
+func rateLimiter(l *pacedLimiter) flowcontrol.RateLimiter {
+	if l == nil {
+		return nil
+	}
+	return l
+}
 
 // NewClient builds a clientset from allow-listed settings only. Proxies from
 // the process environment are ignored (the egress check must see the real
@@ -63,17 +73,21 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 		Timeout:     opts.Timeout,
 		QPS:         opts.QPS,
 		Burst:       opts.Burst,
-		RateLimiter: opts.RateLimiter,
+		RateLimiter: rateLimiter(opts.RateLimiter),
 		Dial:        opts.Egress.DialContext,
 		Proxy:       func(*http.Request) (*url.URL, error) { return nil, nil },
 		// API server Warning headers are text a hostile endpoint chooses;
 		// they never reach the gateway's logs.
 		WarningHandler: rest.NoWarnings{},
 	}
-	if opts.MaxResponseBytes > 0 {
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-			return boundedBodies{next: rt, max: opts.MaxResponseBytes}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		if opts.MaxResponseBytes > 0 {
+			rt = boundedBodies{next: rt, max: opts.MaxResponseBytes}
 		}
+		if opts.RateLimiter != nil {
+			rt = watching429{next: rt, limiter: opts.RateLimiter}
+		}
+		return rt
 	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"k8s.io/client-go/util/flowcontrol"
 )
 
 // limiterIdle is how long an environment's limiter is kept while no pool
@@ -31,7 +29,7 @@ type Limiters struct {
 }
 
 type limiterEntry struct {
-	limiter  flowcontrol.RateLimiter
+	limiter  *pacedLimiter
 	refs     int // pool connections holding it
 	lastUsed time.Time
 }
@@ -52,7 +50,7 @@ func (l *Limiters) waitFor(n int) time.Duration {
 }
 
 // forEnvironment returns the environment's limiter.
-func (l *Limiters) forEnvironment(environmentID string) flowcontrol.RateLimiter {
+func (l *Limiters) forEnvironment(environmentID string) *pacedLimiter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.entry(environmentID).limiter
@@ -89,7 +87,7 @@ func (l *Limiters) entry(environmentID string) *limiterEntry {
 	}
 	e := l.entries[environmentID]
 	if e == nil {
-		e = &limiterEntry{limiter: flowcontrol.NewTokenBucketRateLimiter(l.qps, l.burst)}
+		e = &limiterEntry{limiter: newPacedLimiter(l.qps, l.burst)}
 		l.entries[environmentID] = e
 	}
 	e.lastUsed = now

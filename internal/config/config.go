@@ -64,10 +64,12 @@ type Config struct {
 	ProbeTimeout time.Duration `env:"SG_PROBE_TIMEOUT" envDefault:"10s"`
 	// ProbeInterval is how often every environment is re-probed.
 	ProbeInterval time.Duration `env:"SG_PROBE_INTERVAL" envDefault:"60s"`
-	// ClusterQPS and ClusterBurst rate-limit the gateway's requests to one
-	// cluster (writes, watches, health checks).
-	ClusterQPS   float32 `env:"SG_CLUSTER_QPS" envDefault:"20"`
-	ClusterBurst int     `env:"SG_CLUSTER_BURST" envDefault:"40"`
+	// ClusterQPS and ClusterBurst are the ceiling of the gateway's request
+	// rate to one cluster (lists, health checks, writes, probes): a safety
+	// limit, not the pace of a healthy cluster, which sets its own with 429
+	// (API Priority and Fairness); the rate halves on a 429 and climbs back.
+	ClusterQPS   float32 `env:"SG_CLUSTER_QPS" envDefault:"500"`
+	ClusterBurst int     `env:"SG_CLUSTER_BURST" envDefault:"1000"`
 	// ClusterSyncTimeout bounds a cluster's initial cache sync; after it the
 	// environment is reported unreachable and keeps retrying.
 	ClusterSyncTimeout time.Duration `env:"SG_CLUSTER_SYNC_TIMEOUT" envDefault:"30s"`

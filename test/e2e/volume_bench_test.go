@@ -61,7 +61,7 @@ func createRound(b *testing.B, perCaller int, create func(id string) error) (flo
 //
 //	go test ./test/e2e -run '^$' -bench ConcurrentCreates -benchtime 4x
 func BenchmarkConcurrentCreates(b *testing.B) {
-	g := gatewaytest.Start(b, gatewaytest.Options{Settings: map[string]string{"SG_CLUSTER_QPS": "", "SG_CLUSTER_BURST": ""}})
+	g := gatewaytest.Start(b, gatewaytest.Options{})
 	c := client{t: b, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)

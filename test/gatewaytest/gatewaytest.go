@@ -58,13 +58,11 @@ type Options struct {
 }
 
 // settings are what every test gateway changes from production: harness
-// clusters listen on loopback, and tests change the registry faster and
-// reach clusters harder than any admin (the limits have their own tests).
+// clusters listen on loopback, and tests change the registry faster than
+// any admin (the limit has its own tests).
 var settings = map[string]string{
 	"SG_ALLOWED_CLUSTER_CIDRS":     "127.0.0.0/8",
 	"SG_EMBEDDED_NATS_LISTEN":      config.EmbeddedNATSListenOff,
-	"SG_CLUSTER_QPS":               "100",
-	"SG_CLUSTER_BURST":             "200",
 	"SG_ADMIN_WRITE_RATE":          "1000",
 	"SG_ADMIN_WRITE_BURST":         "1000",
 	"SG_DCM_REGISTRATION_INTERVAL": "1m",

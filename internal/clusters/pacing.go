@@ -1,0 +1,92 @@
+package clusters
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Pacing of an environment's requests when its API server pushes back.
+// API Priority and Fairness answers 429 (with Retry-After, which client-go
+// honours for the request itself); the environment's whole rate then
+// halves, at most once per throttleGap, down to ceiling/minShare, and
+// climbs back by ceiling/recoverSteps per second without a 429.
+const (
+	throttleGap  = time.Second
+	minShare     = 64
+	recoverSteps = 20
+)
+
+// pacedLimiter is one environment's request limiter: a token bucket at the
+// configured rate — a safety ceiling, not the pace of a healthy cluster —
+// that slows down when the cluster answers 429 and recovers when it stops.
+// It implements client-go's flowcontrol.RateLimiter.
+type pacedLimiter struct {
+	ceiling rate.Limit
+	bucket  *rate.Limiter
+
+	mu sync.Mutex
+	// throttledAt is the last halving, raisedAt the last step back up.
+	throttledAt, raisedAt time.Time
+}
+
+func newPacedLimiter(qps float32, burst int) *pacedLimiter {
+	return &pacedLimiter{ceiling: rate.Limit(qps), bucket: rate.NewLimiter(rate.Limit(qps), burst)}
+}
+
+// throttled slows the environment down: its cluster answered 429.
+func (l *pacedLimiter) throttled(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.throttledAt) < throttleGap {
+		return // one halving per burst of 429s from requests in flight together
+	}
+	l.bucket.SetLimitAt(now, max(l.bucket.Limit()/2, l.ceiling/minShare))
+	l.throttledAt, l.raisedAt = now, now
+}
+
+// recover raises a slowed rate by one step per second since the last 429
+// (or the last step).
+func (l *pacedLimiter) recover(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	current := l.bucket.Limit()
+	steps := now.Sub(l.raisedAt) / time.Second
+	if current >= l.ceiling || steps < 1 {
+		return
+	}
+	l.bucket.SetLimitAt(now, min(l.ceiling, current+rate.Limit(steps)*l.ceiling/recoverSteps))
+	l.raisedAt = l.raisedAt.Add(steps * time.Second)
+}
+
+// TryAccept, Accept, Wait, QPS and Stop are flowcontrol.RateLimiter.
+func (l *pacedLimiter) TryAccept() bool { l.recover(time.Now()); return l.bucket.Allow() }
+func (l *pacedLimiter) Accept()         { _ = l.Wait(context.Background()) }
+func (l *pacedLimiter) Stop()           {}
+func (l *pacedLimiter) QPS() float32    { return float32(l.bucket.Limit()) }
+func (l *pacedLimiter) Wait(ctx context.Context) error {
+	l.recover(time.Now())
+	return l.bucket.Wait(ctx)
+}
+
+// watching429 tells the limiter about every 429 an environment's clients
+// receive.
+type watching429 struct {
+	next    http.RoundTripper
+	limiter *pacedLimiter
+}
+
+func (w watching429) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := w.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		w.limiter.throttled(time.Now())
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go and connection tracking find the
+// transport beneath.
+func (w watching429) WrappedRoundTripper() http.RoundTripper { return w.next }
