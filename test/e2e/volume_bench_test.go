@@ -75,7 +75,10 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 	claims := direct.CoreV1().PersistentVolumeClaims(ns)
 	const perCaller = 10
 	viaGateway := func(id string) error {
-		code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", nil)})
+		code, body, err := c.try(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", nil)})
+		if err != nil {
+			return err
+		}
 		if code != http.StatusCreated {
 			return fmt.Errorf("%d %v", code, body)
 		}
