@@ -83,7 +83,7 @@ type Process struct {
 
 // NewKeyRing creates a key ring file with `binary keys init` and returns its
 // path.
-func NewKeyRing(t *testing.T, binary string) string {
+func NewKeyRing(t testing.TB, binary string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keyring.json")
 	if out, err := exec.CommandContext(t.Context(), binary, "keys", "init", "--file", path).CombinedOutput(); err != nil {
@@ -94,7 +94,7 @@ func NewKeyRing(t *testing.T, binary string) string {
 
 // NewAdminToken creates a token file with one admin token through `binary
 // tokens create` and returns the file's path and the token.
-func NewAdminToken(t *testing.T, binary string) (file, token string) {
+func NewAdminToken(t testing.TB, binary string) (file, token string) {
 	t.Helper()
 	file = filepath.Join(t.TempDir(), "tokens.json")
 	out, err := exec.CommandContext(t.Context(), binary, "tokens", "create", "--file", file, "--role", "admin", "--subject", "test-admin").Output()
@@ -115,7 +115,7 @@ func LastLine(out string) string {
 // directory, fresh key ring and token file (SG_GATEWAY_TOKEN holds its admin
 // token, for the CLI and Process.Token), a random port, then extra
 // (VAR=value).
-func Env(t *testing.T, binary string, extra ...string) []string {
+func Env(t testing.TB, binary string, extra ...string) []string {
 	t.Helper()
 	tokenFile, token := NewAdminToken(t, binary)
 	return append([]string{"HOME=" + t.TempDir(), "SG_STATE_DIR=" + t.TempDir(), "SG_LISTEN_ADDR=127.0.0.1:0",
@@ -134,7 +134,7 @@ func (p *Process) Token() string {
 
 // Start runs `binary serve` with exactly env and waits until it logs its
 // listen address. The process is killed when the test ends.
-func Start(t *testing.T, binary string, env []string) *Process {
+func Start(t testing.TB, binary string, env []string) *Process {
 	t.Helper()
 	cmd := exec.CommandContext(context.Background(), binary, "serve")
 	cmd.Env = env
@@ -190,7 +190,7 @@ func (p *Process) Logs() string {
 }
 
 // WaitLog waits up to within for a log line containing want.
-func (p *Process) WaitLog(t *testing.T, want string, within time.Duration) {
+func (p *Process) WaitLog(t testing.TB, want string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !strings.Contains(p.Logs(), want) {
