@@ -26,6 +26,7 @@ const (
 // It implements client-go's flowcontrol.RateLimiter.
 type pacedLimiter struct {
 	ceiling rate.Limit
+	burst   int
 	bucket  *rate.Limiter
 
 	mu sync.Mutex
@@ -34,7 +35,19 @@ type pacedLimiter struct {
 }
 
 func newPacedLimiter(qps float32, burst int) *pacedLimiter {
-	return &pacedLimiter{ceiling: rate.Limit(qps), bucket: rate.NewLimiter(rate.Limit(qps), burst)}
+	return &pacedLimiter{ceiling: rate.Limit(qps), burst: burst, bucket: rate.NewLimiter(rate.Limit(qps), burst)}
+}
+
+// setRate changes the rate, and caps the burst at one second's worth while
+// slowed down, so the tokens a healthy environment had saved up are not
+// spent on a cluster that just pushed back.
+func (l *pacedLimiter) setRate(now time.Time, r rate.Limit) {
+	burst := l.burst
+	if r < l.ceiling {
+		burst = min(burst, max(1, int(r)))
+	}
+	l.bucket.SetBurstAt(now, burst)
+	l.bucket.SetLimitAt(now, r)
 }
 
 // throttled slows the environment down: its cluster answered 429.
@@ -44,7 +57,7 @@ func (l *pacedLimiter) throttled(now time.Time) {
 	if now.Sub(l.throttledAt) < throttleGap {
 		return // one halving per burst of 429s from requests in flight together
 	}
-	l.bucket.SetLimitAt(now, max(l.bucket.Limit()/2, l.ceiling/minShare))
+	l.setRate(now, max(l.bucket.Limit()/2, l.ceiling/minShare))
 	l.throttledAt, l.raisedAt = now, now
 }
 
@@ -58,7 +71,7 @@ func (l *pacedLimiter) recover(now time.Time) {
 	if current >= l.ceiling || steps < 1 {
 		return
 	}
-	l.bucket.SetLimitAt(now, min(l.ceiling, current+rate.Limit(steps)*l.ceiling/recoverSteps))
+	l.setRate(now, min(l.ceiling, current+rate.Limit(steps)*l.ceiling/recoverSteps))
 	l.raisedAt = l.raisedAt.Add(steps * time.Second)
 }
 

@@ -26,6 +26,13 @@ func TestPacedLimiterBacksOffAndRecovers(t *testing.T) {
 		if got := l.QPS(); got != 50 {
 			t.Fatalf("after a burst of 429s: %v qps, want 50", got)
 		}
+		allowed := 0
+		for l.TryAccept() {
+			allowed++
+		}
+		if allowed > 50 {
+			t.Fatalf("right after a 429, %d requests went out at once; want at most a second's worth (50)", allowed)
+		}
 		time.Sleep(throttleGap)
 		for range 10 {
 			l.throttled(time.Now())

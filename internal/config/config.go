@@ -77,9 +77,9 @@ type Config struct {
 	// provider's /health: 200 (the body says unhealthy) or 503, for DCM
 	// pollers that read only the status code.
 	HealthUnhealthyCode int `env:"SG_HEALTH_UNHEALTHY_CODE" envDefault:"200"`
-	// StatusDebounce is how long a volume's spent flap token takes to come
-	// back: a volume reports its lifecycle at once, two other changes at
-	// once, and further flapping about once per this window.
+	// StatusDebounce is how long a volume's spent flap token (of two) takes
+	// to come back: a volume reports its lifecycle at once, and flapping
+	// about once per this window.
 	StatusDebounce time.Duration `env:"SG_STATUS_DEBOUNCE" envDefault:"500ms"`
 	// OutboxRetention is how long sent status events stay in the outbox
 	// (for inspection) before they are pruned.

@@ -246,7 +246,7 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 		Retention: cfg.OutboxRetention}); err != nil {
 		return err
 	}
-	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify}.Record, cfg.StatusDebounce, g.log)
+	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify}.RecordObserved, cfg.StatusDebounce, g.log)
 	g.follower, err = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
 	return err
 }

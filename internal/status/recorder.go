@@ -53,9 +53,23 @@ type eventData struct {
 	Message string `json:"message"`
 }
 
-// Record stores o, and its event if it is a transition. A volume without a
-// record (not created through the gateway) is ignored.
+// ErrGone says an observation was refused because its volume is gone: it
+// has no record (not created through the gateway, or forgotten), or its
+// DELETED is recorded already.
+var ErrGone = errors.New("the volume is gone")
+
+// Record stores o, and its event if it is a transition. A volume that is
+// gone is ignored.
 func (r Recorder) Record(ctx context.Context, o Observation) error {
+	if err := r.write(ctx, o, false); !errors.Is(err, ErrGone) {
+		return err
+	}
+	return nil
+}
+
+// RecordObserved is Record for the tracker: it says ErrGone when the volume
+// is gone, so the tracker forgets it.
+func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 	return r.write(ctx, o, false)
 }
 
@@ -63,7 +77,10 @@ func (r Recorder) Record(ctx context.Context, o Observation) error {
 // create reports its first status itself, but never over a newer one the
 // status follower already recorded.
 func (r Recorder) RecordFirst(ctx context.Context, o Observation) error {
-	return r.write(ctx, o, true)
+	if err := r.write(ctx, o, true); !errors.Is(err, ErrGone) {
+		return err
+	}
+	return nil
 }
 
 func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) error {
@@ -92,9 +109,11 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnl
 		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &created, &provider)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
+		return false, ErrGone
 	case err != nil:
 		return false, err
+	case last.Status == Deleted:
+		return false, ErrGone
 	case firstOnly && last.Status != "", !allowed(last.Status, o.Status):
 		return false, nil
 	}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -11,19 +12,20 @@ import (
 const recordTimeout = 30 * time.Second
 
 // Tracker turns a stream of observations into recorded transitions: a
-// volume's lifecycle (PROVISIONING → RUNNING → DELETING → DELETED, and
-// FAILED) is recorded the moment it is observed, and only flapping is
+// volume's lifecycle (PROVISIONING → RUNNING or FAILED → DELETING →
+// DELETED) is recorded the moment it is observed, and only flapping is
 // coalesced. Each volume holds two tokens, refilled one per window; a
 // status change (or a new provisioning warning) spends one, except changes
-// to FAILED, DELETING and DELETED, which are always recorded at once. A
-// change that finds no token starts coalescing: until a token is back,
-// further changes only replace what is pending, and the last of them is
-// recorded then. So a new volume's PROVISIONING and RUNNING, and an
-// expansion's PROVISIONING and RUNNING, never wait; a flapping claim reaches
-// DCM at most three times per burst (two changes, then its final status),
-// and one that keeps flapping about once per window. A volume is forgotten
-// once its DELETED is queued (the database refuses anything after
-// DELETED), so memory follows the live volumes.
+// to DELETING and DELETED, which are always recorded at once (nothing but
+// DELETED can follow them). A change that finds no token starts
+// coalescing: until a token is back, further changes only replace what is
+// pending, and the last of them is recorded then. So a new volume's first
+// two steps (PROVISIONING, then RUNNING or FAILED), an expansion's
+// PROVISIONING and RUNNING, and a deletion never wait; a flapping claim
+// reaches DCM at most three times per burst (two changes, then its final
+// status), and one that keeps flapping about once per window. A volume is
+// forgotten once its DELETED is queued, or when the database says it is
+// gone, so memory follows the live volumes.
 type Tracker struct {
 	record func(context.Context, Observation) error
 	window time.Duration
@@ -39,12 +41,19 @@ type Tracker struct {
 	queue   chan Observation
 	done    chan struct{}
 
-	// failed holds writes that failed, to be written again when seen
-	// again, until the next holder of mu applies it (always before the
-	// next observation is judged). The writer never waits for mu: an
+	// settled holds what the writer learned — writes that failed (written
+	// again when seen again) and volumes the database says are gone (to
+	// forget) — until the next holder of mu applies it, always before the
+	// next observation is judged. The writer never waits for mu: an
 	// Observe holding it may be waiting for room in the queue.
 	settledMu sync.Mutex
-	failed    []Observation
+	settled   []settledWrite
+}
+
+// settledWrite is what the writer learned of one observation.
+type settledWrite struct {
+	o    Observation
+	gone bool // else the write failed
 }
 
 type volumeKey struct{ env, volume string }
@@ -52,8 +61,9 @@ type volumeKey struct{ env, volume string }
 // volume is what the tracker knows of one volume.
 type volume struct {
 	// last is what was last queued: repeats (resyncs, sweeps) never reach
-	// the database.
-	last Observation
+	// the database, unless its write failed (retry).
+	last  Observation
+	retry bool
 	// tokens are the flap tokens left as of refilled.
 	tokens   float64
 	refilled time.Time
@@ -79,11 +89,10 @@ func (v *volume) refill(now time.Time, window time.Duration) {
 }
 
 // costsToken reports whether recording o after last spends a flap token:
-// every change DCM hears does, except to FAILED (the caller must learn it
-// at once), DELETING and DELETED (which nothing but DELETED follows).
+// every change DCM hears does, except to DELETING and DELETED, after which
+// only DELETED can follow.
 func costsToken(last, o Observation) bool {
-	switch o.Status {
-	case Failed, Deleting, Deleted:
+	if o.Status == Deleting || o.Status == Deleted {
 		return false
 	}
 	return reportable(last, o)
@@ -94,7 +103,8 @@ func costsToken(last, o Observation) bool {
 // the one writer — which delays statuses rather than dropping one.
 const queueSize = 4096
 
-// NewTracker starts a tracker writing through record (Recorder.Record);
+// NewTracker starts a tracker writing through record
+// (Recorder.RecordObserved, which says ErrGone for a volume that is gone);
 // window is how long a spent flap token takes to come back. Close stops
 // it.
 func NewTracker(record func(context.Context, Observation) error, window time.Duration, logger *slog.Logger) *Tracker {
@@ -122,15 +132,25 @@ func (t *Tracker) Observe(o Observation) {
 		t.volumes[k] = v
 	}
 	if v.coalescing != nil {
-		// A repeat, or a flap back to what was last queued, leaves
-		// nothing pending.
-		v.pending = nil
-		if v.last != o {
-			v.pending = &o
+		if costsToken(v.last, o) || v.last == o {
+			// A repeat, or a flap back to what was last queued, leaves
+			// nothing pending.
+			v.pending = nil
+			if v.last != o {
+				v.pending = &o
+			}
+			return
 		}
-		return
+		// A deletion ends the coalescing: nothing it held matters now.
+		v.coalescing.Stop()
+		v.coalescing, v.pending = nil, nil
 	}
 	if v.last == o {
+		if !v.retry {
+			return
+		}
+		v.retry = false // its write failed: write it again, without a token
+		t.enqueue(k, v, o)
 		return
 	}
 	if costsToken(v.last, o) {
@@ -160,8 +180,10 @@ func (t *Tracker) release(k volumeKey) {
 	pending := v.pending
 	v.pending = nil
 	if pending != nil && *pending != v.last {
-		v.refill(time.Now(), t.window)
-		v.tokens--
+		if costsToken(v.last, *pending) {
+			v.refill(time.Now(), t.window)
+			v.tokens--
+		}
 		t.enqueue(k, v, *pending)
 	}
 }
@@ -172,39 +194,50 @@ func (t *Tracker) release(k volumeKey) {
 func (t *Tracker) enqueue(k volumeKey, v *volume, o Observation) {
 	select {
 	case t.queue <- o:
-		v.last = o
+		v.last, v.retry = o, false
 	case <-t.writing.Done():
 		return
 	}
 	if o.Status == Deleted && v.coalescing == nil {
-		delete(t.volumes, k)
-		if len(t.volumes) == 0 {
-			// A Go map keeps the room of its largest size: after a burst
-			// of volumes ends, the memory comes back.
-			t.volumes = map[volumeKey]*volume{}
-		}
+		t.forget(k)
 	}
 }
 
-// applySettled forgets the writes that failed, unless the volume moved on
-// since, so the next observation of the same status is written again; the
-// caller holds t.mu.
+// forget drops a volume; the caller holds t.mu.
+func (t *Tracker) forget(k volumeKey) {
+	delete(t.volumes, k)
+	if len(t.volumes) == 0 {
+		// A Go map keeps the room of its largest size: after a burst of
+		// volumes ends, the memory comes back.
+		t.volumes = map[volumeKey]*volume{}
+	}
+}
+
+// applySettled applies what the writer learned, unless the volume moved on
+// since: a failed write is written again when its status is seen again; a
+// volume the database says is gone is forgotten. The caller holds t.mu.
 func (t *Tracker) applySettled() {
 	t.settledMu.Lock()
-	failed := t.failed
-	t.failed = nil
+	settled := t.settled
+	t.settled = nil
 	t.settledMu.Unlock()
-	for _, o := range failed {
-		if v := t.volumes[volumeKey{o.EnvironmentID, o.VolumeID}]; v != nil && v.last == o {
-			v.last = Observation{}
+	for _, s := range settled {
+		k := volumeKey{s.o.EnvironmentID, s.o.VolumeID}
+		v := t.volumes[k]
+		switch {
+		case v == nil || v.last != s.o:
+		case s.gone && v.coalescing == nil:
+			t.forget(k)
+		case !s.gone:
+			v.retry = true
 		}
 	}
 }
 
-// writeFailed tells the tracker a write of o failed.
-func (t *Tracker) writeFailed(o Observation) {
+// settle tells the tracker what the writer learned of o.
+func (t *Tracker) settle(o Observation, gone bool) {
 	t.settledMu.Lock()
-	t.failed = append(t.failed, o)
+	t.settled = append(t.settled, settledWrite{o: o, gone: gone})
 	t.settledMu.Unlock()
 	if t.mu.TryLock() { // otherwise the holder, or the next, applies it
 		t.applySettled()
@@ -225,11 +258,13 @@ func (t *Tracker) write() {
 		err := t.record(ctx, o)
 		cancel()
 		switch {
+		case errors.Is(err, ErrGone):
+			t.settle(o, true)
 		case err != nil && t.writing.Err() != nil:
 			dropped++
 		case err != nil:
 			t.log.Error("record volume status (the next sweep retries)", "environment", o.EnvironmentID, "volume", o.VolumeID, "status", o.Status, "error", err)
-			t.writeFailed(o)
+			t.settle(o, false)
 		}
 	}
 	if dropped > 0 {

@@ -16,13 +16,15 @@ import (
 )
 
 // memRecorder records what the tracker writes, with the time of each write
-// (fake time inside a synctest bubble). The database's own rules are
+// (fake time inside a synctest bubble), and, like the database, says a
+// volume whose DELETED it recorded is gone. The database's own rules are
 // tested against Postgres in TestRecorderNeverRevivesADeletedVolume.
 type memRecorder struct {
-	mu   sync.Mutex
-	got  []Observation
-	at   []time.Time
-	fail bool
+	mu      sync.Mutex
+	got     []Observation
+	at      []time.Time
+	deleted map[string]bool
+	fail    bool
 }
 
 func (r *memRecorder) record(_ context.Context, o Observation) error {
@@ -30,6 +32,15 @@ func (r *memRecorder) record(_ context.Context, o Observation) error {
 	defer r.mu.Unlock()
 	if r.fail {
 		return errors.New("the database refuses")
+	}
+	if r.deleted[o.VolumeID] {
+		return ErrGone
+	}
+	if o.Status == Deleted {
+		if r.deleted == nil {
+			r.deleted = map[string]bool{}
+		}
+		r.deleted[o.VolumeID] = true
 	}
 	r.got, r.at = append(r.got, o), append(r.at, time.Now())
 	return nil
@@ -167,6 +178,48 @@ func TestTrackerRecordsTheLifecycleAtOnce(t *testing.T) {
 		observe(failing, "failing", Failed)
 		synctest.Wait()
 		r.want(t, "failing", Provisioning, Failed)
+	})
+}
+
+// A deletion is recorded at once even while flapping is coalesced, and
+// what the coalescing held is dropped; a stale observation afterwards (a
+// sweep that raced the deletion) is refused by the database as gone, and
+// the tracker forgets the volume.
+func TestTrackerDeletionEndsCoalescing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := settled(t, &r, "doomed")
+		observe(tr, "doomed", Provisioning)
+		observe(tr, "doomed", Running)
+		observe(tr, "doomed", Provisioning) // no token: coalescing
+		observe(tr, "doomed", Deleted)
+		synctest.Wait()
+		r.want(t, "doomed", Provisioning, Running, Provisioning, Running, Deleted)
+		observe(tr, "doomed", Running) // stale
+		advance(window)
+		r.want(t, "doomed", Provisioning, Running, Provisioning, Running, Deleted)
+		tr.mu.Lock()
+		kept := len(tr.volumes)
+		tr.mu.Unlock()
+		if kept != 0 {
+			t.Fatalf("the tracker still holds %d volumes after the only one was deleted", kept)
+		}
+	})
+}
+
+// A claim flapping between RUNNING and FAILED is calmed like any other.
+func TestTrackerCalmsFailedFlapping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := settled(t, &r, "shaky")
+		for i := range 10 {
+			observe(tr, "shaky", map[bool]Status{true: Failed, false: Running}[i%2 == 0])
+			advance(20 * time.Millisecond)
+		}
+		advance(time.Second)
+		if got := r.statuses("shaky")[2:]; len(got) > 3 || got[len(got)-1] != Running {
+			t.Fatalf("10 flips between RUNNING and FAILED recorded %v; want at most 3, the last RUNNING", got)
+		}
 	})
 }
 
@@ -334,6 +387,7 @@ func TestTrackerForgetsDeletedVolumes(t *testing.T) {
 		// volumes, so anything kept per volume would grow round by round.
 		r.mu.Lock()
 		r.got, r.at = make([]Observation, 0, 4*rounds*volumes), make([]time.Time, 0, 4*rounds*volumes)
+		r.deleted = make(map[string]bool, rounds*volumes)
 		r.mu.Unlock()
 		ids := make([][]string, rounds)
 		for round := range ids {
