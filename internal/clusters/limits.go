@@ -39,16 +39,6 @@ func NewLimiters(qps float32, burst int) *Limiters {
 	return &Limiters{qps: qps, burst: burst, entries: map[string]*limiterEntry{}}
 }
 
-// waitFor is how long n requests at once wait for tokens from a full
-// bucket: a probe's deadline allows for it, since the wait is the gateway's
-// own pacing, not the cluster's slowness.
-func (l *Limiters) waitFor(n int) time.Duration {
-	if n <= l.burst {
-		return 0
-	}
-	return time.Duration(float64(n-l.burst) / float64(l.qps) * float64(time.Second))
-}
-
 // forEnvironment returns the environment's limiter.
 func (l *Limiters) forEnvironment(environmentID string) *pacedLimiter {
 	l.mu.Lock()

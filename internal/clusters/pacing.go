@@ -75,6 +75,20 @@ func (l *pacedLimiter) recover(now time.Time) {
 	l.raisedAt = l.raisedAt.Add(steps * time.Second)
 }
 
+// waitFor is how long n requests at once wait for tokens at the current
+// rate (slowed down, or drained by other requests): a probe's deadline
+// allows for it, since the wait is the gateway's own pacing, not the
+// cluster's slowness.
+func (l *pacedLimiter) waitFor(n int) time.Duration {
+	now := time.Now()
+	l.recover(now)
+	missing := float64(n) - l.bucket.TokensAt(now)
+	if missing <= 0 {
+		return 0
+	}
+	return time.Duration(missing / float64(l.bucket.Limit()) * float64(time.Second))
+}
+
 // TryAccept, Accept, Wait, QPS and Stop are flowcontrol.RateLimiter.
 func (l *pacedLimiter) TryAccept() bool { l.recover(time.Now()); return l.bucket.Allow() }
 func (l *pacedLimiter) Accept()         { _ = l.Wait(context.Background()) }

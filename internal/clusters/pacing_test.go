@@ -96,3 +96,18 @@ func TestAnAPIServerAnswering429IsBackedOff(t *testing.T) {
 		t.Fatalf("the environment's rate is still %v after 429s", got)
 	}
 }
+
+// A probe's deadline allows for the pacing at the environment's current
+// rate: slowed down by a 429, the same probe needs longer.
+func TestPacedLimiterWaitFollowsTheCurrentRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newPacedLimiter(200, 40)
+		if got := l.waitFor(100); got != 300*time.Millisecond {
+			t.Fatalf("100 requests at 200 qps with 40 saved: wait %s, want 300ms", got)
+		}
+		l.throttled(time.Now())
+		if got := l.waitFor(100); got != 600*time.Millisecond {
+			t.Fatalf("after a 429 (100 qps): wait %s, want 600ms", got)
+		}
+	})
+}

@@ -145,7 +145,7 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	opts.MaxResponseBytes = maxResponseBytes
 	if p.opts.Limiters != nil {
 		opts.RateLimiter = p.opts.Limiters.forEnvironment(environmentID)
-		timeout += p.opts.Limiters.waitFor(len(perms) + 2) // and /version, StorageClasses
+		timeout += opts.RateLimiter.waitFor(len(perms) + 2) // and /version, StorageClasses
 	} else if opts.QPS == 0 {
 		opts.QPS, opts.Burst = probeQPS, probeBurst
 	}
