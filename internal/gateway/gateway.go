@@ -179,7 +179,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	}
 	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
-	return g, g.newServer(ctx, metrics)
+	if err := g.newServer(ctx, metrics); err != nil {
+		return nil, err
+	}
+	return g, nil
 }
 
 // LoadKeyRing reads SG_KEY_RING_FILE; the gateway never runs without one,
