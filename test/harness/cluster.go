@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -166,6 +167,10 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 		BinaryAssetsDirectory:    bins,
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  10 * time.Second,
+		// Its own scheme: envtest walks the scheme's types while starting,
+		// and the provisioner library writes client-go's global one, so
+		// clusters started side by side (StartAll) would race on it.
+		Scheme: runtime.NewScheme(),
 	}
 	c.env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(launchers, "etcd"), DataDir: dataDir}
 	c.env.ControlPlane.APIServer = &envtest.APIServer{Path: filepath.Join(launchers, "kube-apiserver"), CertDir: certDir}

@@ -151,11 +151,18 @@ func (p *provisioner) forget(uid types.UID) {
 	delete(p.attempts, uid)
 }
 
+// globalScheme serializes the provisioner library's writes to client-go's
+// global scheme (clusters of one process start side by side).
+var globalScheme sync.Mutex
+
 // runProvisioners runs one library controller per emulated driver until ctx
 // ends. Retries are fast (tests wait on them) but still back off.
 func runProvisioners(ctx context.Context, client kubernetes.Interface, drivers []Driver) {
 	var wg sync.WaitGroup
 	for _, d := range drivers {
+		// The library adds core types to client-go's global scheme on every
+		// call: one cluster's controllers at a time.
+		globalScheme.Lock()
 		pc := controller.NewProvisionController(ctx, client, d.Name, newProvisioner(d),
 			controller.LeaderElection(false),
 			controller.Threadiness(2),
@@ -164,6 +171,7 @@ func runProvisioners(ctx context.Context, client kubernetes.Interface, drivers [
 			controller.CreateProvisionedPVInterval(time.Second),
 			controller.RateLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Second)),
 		)
+		globalScheme.Unlock()
 		wg.Go(func() { pc.Run(ctx) })
 	}
 	wg.Wait()
