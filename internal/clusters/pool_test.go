@@ -239,19 +239,22 @@ type healthLog struct {
 	states map[string][]clusters.State
 }
 
-// follow subscribes to p's changes until the test ends.
-func (l *healthLog) follow(t *testing.T, p *clusters.Pool) {
+// subscribe runs handle for p's changes until the test ends.
+func subscribe(t *testing.T, p *clusters.Pool, handle func(context.Context, clusters.Change)) {
 	sub := p.Subscribe()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		sub.Run(ctx, func(_ context.Context, c clusters.Change) {
-			if h, ok := p.Health(c.EnvironmentID); ok && c.Kind == clusters.HealthChanged {
-				l.record(c.EnvironmentID, h)
-			}
-		})
-	})
+	wg.Go(func() { sub.Run(ctx, handle) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// follow records p's health changes until the test ends.
+func (l *healthLog) follow(t *testing.T, p *clusters.Pool) {
+	subscribe(t, p, func(_ context.Context, c clusters.Change) {
+		if h, ok := p.Health(c.EnvironmentID); ok && c.Kind == clusters.HealthChanged {
+			l.record(c.EnvironmentID, h)
+		}
+	})
 }
 
 func (l *healthLog) record(env string, h clusters.Health) {
@@ -274,11 +277,7 @@ func (l *healthLog) of(env string) []clusters.State {
 // stall subscribes to p with a handler that hangs (a database write that
 // never returns) until the test ends.
 func stall(t *testing.T, p *clusters.Pool) {
-	sub := p.Subscribe()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { sub.Run(ctx, func(ctx context.Context, _ clusters.Change) { <-ctx.Done() }) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	subscribe(t, p, func(ctx context.Context, _ clusters.Change) { <-ctx.Done() })
 }
 
 // TestPoolDetectsUnreachableAndRecovery: health changes are detected and

@@ -61,10 +61,15 @@ var ErrGone = errors.New("the volume is gone")
 // Record stores o, and its event if it is a transition. A volume that is
 // gone is ignored.
 func (r Recorder) Record(ctx context.Context, o Observation) error {
-	if err := r.write(ctx, o, false); !errors.Is(err, ErrGone) {
-		return err
+	return ignoreGone(r.write(ctx, o, false))
+}
+
+// ignoreGone is err, except that a volume that is gone is no error.
+func ignoreGone(err error) error {
+	if errors.Is(err, ErrGone) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // RecordObserved is Record for the tracker: it says ErrGone when the volume
@@ -77,10 +82,7 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 // create reports its first status itself, but never over a newer one the
 // status follower already recorded.
 func (r Recorder) RecordFirst(ctx context.Context, o Observation) error {
-	if err := r.write(ctx, o, true); !errors.Is(err, ErrGone) {
-		return err
-	}
-	return nil
+	return ignoreGone(r.write(ctx, o, true))
 }
 
 func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) error {

@@ -298,15 +298,21 @@ func TestTrackerCloseKeepsItsDeadlineWithAFullQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
-	tr.Close(ctx)
+	closed := make(chan struct{})
+	go func() { defer close(closed); tr.Close(ctx) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close still waiting 10 s after its %s deadline: the observer and Close wait for each other", deadline)
+	}
 	if took := time.Since(start); took > deadline+time.Second {
 		t.Fatalf("Close took %s with a %s deadline", took, deadline)
 	}
 	observer.Wait()
 }
 
-// Repeats of the current status (resyncs, sweeps every 50 ms) never keep a
-// window open: a real change is still recorded at once.
+// Repeats of the current status (resyncs, sweeps every 50 ms) spend no
+// flap token: a real change is still recorded at once.
 func TestTrackerRepeatsDoNotHoldBackTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
