@@ -44,6 +44,8 @@ func hostileCluster(t *testing.T) *httptest.Server {
 			_, _ = w.Write([]byte(`{"major":"1","minor":"36","gitVersion":"v1.36.3"}`))
 		case r.URL.Path == "/readyz":
 			_, _ = w.Write([]byte("ok"))
+		case resource == "selfsubjectrulesreviews":
+			_, _ = w.Write([]byte(`{"kind":"SelfSubjectRulesReview","apiVersion":"authorization.k8s.io/v1","status":{"resourceRules":[{"verbs":["*"],"apiGroups":["*"],"resources":["*"]}]}}`))
 		case resource == "selfsubjectaccessreviews":
 			_, _ = w.Write([]byte(`{"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","status":{"allowed":true}}`))
 		case q.Get("sendInitialEvents") == "true":

@@ -28,6 +28,12 @@ type ClientOptions struct {
 	QPS         float32
 	Burst       int
 	RateLimiter *pacedLimiter
+	// Use names what the client is for in the request counts: watch,
+	// health, write or probe.
+	Use string
+	// OnDenied, if set, is called whenever the cluster answers a request
+	// with 401 or 403: the credentials may have lost permissions.
+	OnDenied func()
 	// MaxResponseBytes bounds each response body (0: unbounded, for
 	// informers' lists and watches).
 	MaxResponseBytes int64
@@ -85,7 +91,10 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 			rt = boundedBodies{next: rt, max: opts.MaxResponseBytes}
 		}
 		if opts.RateLimiter != nil {
-			rt = watching429{next: rt, limiter: opts.RateLimiter}
+			rt = newPacedTransport(rt, opts.RateLimiter, opts.Use)
+		}
+		if opts.OnDenied != nil {
+			rt = deniedTransport{next: rt, denied: opts.OnDenied}
 		}
 		return rt
 	}
@@ -101,3 +110,21 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 	}
 	return &Client{Interface: cs, http: httpClient}, nil
 }
+
+// deniedTransport tells its owner about every 401 and 403 a client receives.
+type deniedTransport struct {
+	next   http.RoundTripper
+	denied func()
+}
+
+func (d deniedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := d.next.RoundTrip(req)
+	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+		d.denied()
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go and connection tracking find the
+// transport beneath.
+func (d deniedTransport) WrappedRoundTripper() http.RoundTripper { return d.next }

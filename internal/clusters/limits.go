@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // limiterIdle is how long an environment's limiter is kept while no pool
@@ -18,10 +20,14 @@ const limiterIdle = 10 * time.Minute
 // writes, and every probe — so that however many connections, rotations and
 // :verify calls are in flight, the cluster sees at most the configured rate
 // of requests from the gateway. (client-go never throttles watches, nor the
-// watch-based initial lists of its informers.)
+// watch-based initial lists of its informers.) Every request they pace,
+// and the watches and health checks they do not, is counted by use
+// (storage_gateway_cluster_requests_total), so an operator sees what the
+// gateway costs each cluster.
 type Limiters struct {
-	qps   float32
-	burst int
+	qps      float32
+	burst    int
+	requests *prometheus.CounterVec
 
 	mu      sync.Mutex
 	entries map[string]*limiterEntry
@@ -36,8 +42,14 @@ type limiterEntry struct {
 
 // NewLimiters returns limiters of qps requests per second with burst.
 func NewLimiters(qps float32, burst int) *Limiters {
-	return &Limiters{qps: qps, burst: burst, entries: map[string]*limiterEntry{}}
+	return &Limiters{qps: qps, burst: burst, entries: map[string]*limiterEntry{},
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "storage_gateway", Subsystem: "cluster",
+			Name: "requests_total", Help: "Requests sent to the environments' API servers, by use: watch (informers' lists and watches), health, write, probe."},
+			[]string{"use"})}
 }
+
+// Register exposes the request counts in reg.
+func (l *Limiters) Register(reg prometheus.Registerer) error { return reg.Register(l.requests) }
 
 // forEnvironment returns the environment's limiter.
 func (l *Limiters) forEnvironment(environmentID string) *pacedLimiter {
@@ -78,6 +90,7 @@ func (l *Limiters) entry(environmentID string) *limiterEntry {
 	e := l.entries[environmentID]
 	if e == nil {
 		e = &limiterEntry{limiter: newPacedLimiter(l.qps, l.burst)}
+		e.limiter.requests = l.requests
 		l.entries[environmentID] = e
 	}
 	e.lastUsed = now

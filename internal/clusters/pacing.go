@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -28,6 +29,9 @@ type pacedLimiter struct {
 	ceiling rate.Limit
 	burst   int
 	bucket  *rate.Limiter
+	// requests counts what the environment's clients send, by use (nil:
+	// not counted).
+	requests *prometheus.CounterVec
 
 	mu sync.Mutex
 	// throttledAt is the last halving, raisedAt the last step back up.
@@ -99,21 +103,33 @@ func (l *pacedLimiter) Wait(ctx context.Context) error {
 	return l.bucket.Wait(ctx)
 }
 
-// watching429 tells the limiter about every 429 an environment's clients
-// receive.
-type watching429 struct {
+// pacedTransport counts every request an environment's client sends and
+// tells the limiter about every 429 it receives.
+type pacedTransport struct {
 	next    http.RoundTripper
 	limiter *pacedLimiter
+	sent    prometheus.Counter // nil: not counted
 }
 
-func (w watching429) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := w.next.RoundTrip(req)
+func newPacedTransport(next http.RoundTripper, limiter *pacedLimiter, use string) pacedTransport {
+	t := pacedTransport{next: next, limiter: limiter}
+	if limiter.requests != nil {
+		t.sent = limiter.requests.WithLabelValues(use)
+	}
+	return t
+}
+
+func (t pacedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.sent != nil {
+		t.sent.Inc()
+	}
+	resp, err := t.next.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
-		w.limiter.throttled(time.Now())
+		t.limiter.throttled(time.Now())
 	}
 	return resp, err
 }
 
 // WrappedRoundTripper lets client-go and connection tracking find the
 // transport beneath.
-func (w watching429) WrappedRoundTripper() http.RoundTripper { return w.next }
+func (t pacedTransport) WrappedRoundTripper() http.RoundTripper { return t.next }

@@ -16,24 +16,30 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
-// Defaults for PoolOptions. Health checks start on a fixed schedule, so a
-// cluster that goes away is UNREACHABLE at most FailureThreshold intervals
-// plus one timeout after its last good answer (2×10s + 5s = 25s, within
-// SPEC §5's 60s), and one that comes back is READY again at most one interval
-// plus one timeout after it does (10s + 5s = 15s, the spec's bound: the check
-// in flight may still time out, the next one succeeds).
+// Defaults for PoolOptions. A healthy cluster is checked every steady
+// interval (3 × 10s), one whose last check failed every interval (10s), so
+// a cluster that goes away is UNREACHABLE at most one steady interval, one
+// interval and two timeouts after its last good answer (30s + 10s + 2×5s =
+// 50s, within SPEC §5's 60s), and one that comes back is READY again at most
+// one timeout and one interval after it does (5s + 10s = 15s, the spec's
+// bound: the check in flight may still time out, the next one succeeds).
+// An idle healthy cluster costs two checks a minute.
 const (
 	defaultSyncTimeout      = 30 * time.Second
 	defaultHealthInterval   = 10 * time.Second
+	steadyHealthFactor      = 3
 	defaultHealthTimeout    = 5 * time.Second
 	defaultFailureThreshold = 2
 )
 
-// maxConcurrentSyncs bounds the initial LISTs in flight across environments,
-// so starting a large fleet does not flood the gateway's memory with decoded
-// objects all at once. Only clusters that have answered a health check take a
-// slot, so dead ones never hold up the queue.
-const maxConcurrentSyncs = 4
+// defaultConcurrentSyncs bounds the initial syncs in flight across
+// environments, so starting a large fleet does not flood the gateway's
+// memory with decoded objects all at once. A sync mostly waits on its
+// cluster's answers, so the bound is set by memory, not cores: at 4, a
+// restart with 1,000 small environments took 30 s (BenchmarkIdleFleet).
+// Only clusters that have answered a health check take a slot, so dead ones
+// never hold up the queue.
+const defaultConcurrentSyncs = 32
 
 // requestTimeout bounds each write sent through Cluster.Client, so a hung
 // cluster cannot hold a request forever even when the caller's context has no
@@ -55,10 +61,15 @@ type PoolOptions struct {
 	// after it the cluster is reported UNREACHABLE, or DEGRADED when only
 	// some caches synced, and keeps retrying.
 	SyncTimeout time.Duration
-	// HealthInterval is how often the API server is checked (default 10s).
-	HealthInterval time.Duration
+	// HealthInterval is the pause after a failed check (default 10s);
+	// SteadyHealthInterval the pause after a good one (default 3 ×
+	// HealthInterval).
+	HealthInterval, SteadyHealthInterval time.Duration
 	// HealthTimeout bounds one check (default 5s).
 	HealthTimeout time.Duration
+	// ConcurrentSyncs bounds the initial cache syncs in flight across
+	// environments (default 32); the rest wait for a slot.
+	ConcurrentSyncs int
 	// FailureThreshold is how many consecutive failed checks make a cluster
 	// UNREACHABLE (default 2); one success makes it READY again.
 	FailureThreshold int
@@ -71,6 +82,12 @@ func (o PoolOptions) withDefaults() PoolOptions {
 	}
 	if o.HealthInterval <= 0 {
 		o.HealthInterval = defaultHealthInterval
+	}
+	if o.ConcurrentSyncs <= 0 {
+		o.ConcurrentSyncs = defaultConcurrentSyncs
+	}
+	if o.SteadyHealthInterval <= 0 {
+		o.SteadyHealthInterval = steadyHealthFactor * o.HealthInterval
 	}
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = defaultHealthTimeout
@@ -115,7 +132,7 @@ func (t Target) same(o Target) bool {
 // informer caches and a health loop per environment. Nothing in it waits on
 // the network while holding a lock, so a slow or dead cluster never delays
 // Ensure, Get or any cached read, and a dead one never delays another
-// cluster. Slow ones can: at most maxConcurrentSyncs initial syncs run at
+// cluster. Slow ones can: at most ConcurrentSyncs initial syncs run at
 // once, each for at most SyncTimeout, and the rest queue.
 type Pool struct {
 	opts PoolOptions
@@ -158,9 +175,10 @@ func (e *environment) wants(t Target) bool {
 
 // NewPool returns an empty pool; Ensure adds environments.
 func NewPool(opts PoolOptions) *Pool {
+	opts = opts.withDefaults()
 	return &Pool{
-		opts:  opts.withDefaults(),
-		slots: make(chan struct{}, maxConcurrentSyncs),
+		opts:  opts,
+		slots: make(chan struct{}, opts.ConcurrentSyncs),
 		envs:  map[string]*environment{},
 	}
 }
@@ -176,6 +194,10 @@ const (
 	// the environment changed, or a replacement connection took over; the
 	// live cluster has the current objects.
 	StorageChanged
+	// AccessDenied: the cluster answered one of the environment's requests
+	// (a watch, a list, a write, a health check) with 401 or 403 — its
+	// credentials may have lost permissions, which only a probe can tell.
+	AccessDenied
 )
 
 // Change is a notice the pool publishes: what changed, not to what. Equal
@@ -434,6 +456,12 @@ func (p *Pool) report(environmentID string, h Health) {
 	p.opts.Logger.Log(context.Background(), level, "cluster health changed",
 		"environment", environmentID, "state", h.State, "message", h.Message)
 	p.changes.Publish(Change{Kind: HealthChanged, EnvironmentID: environmentID})
+}
+
+// accessDenied is called from any goroutine of the environment's clients;
+// equal notices waiting in a subscriber's queue merge.
+func (p *Pool) accessDenied(environmentID string) {
+	p.changes.Publish(Change{Kind: AccessDenied, EnvironmentID: environmentID})
 }
 
 // storageChanged is called from informer goroutines, often in bursts:

@@ -81,10 +81,8 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}
 	var errs []error
 	for _, ns := range namespaces {
-		pvcs := c.factory(client, informers.WithNamespace(ns), informers.WithTweakListOptions(selectManaged)).
-			Core().V1().PersistentVolumeClaims()
-		events := c.factory(client, informers.WithNamespace(ns), informers.WithTweakListOptions(selectPVCWarnings)).
-			Core().V1().Events()
+		pvcs := c.factory(client, selectManaged, informers.WithNamespace(ns)).Core().V1().PersistentVolumeClaims()
+		events := c.factory(client, selectPVCWarnings, informers.WithNamespace(ns)).Core().V1().Events()
 		errs = append(errs, events.Informer().AddIndexers(cache.Indexers{byInvolvedPVC: involvedPVC}))
 		c.add("persistentvolumeclaims in "+ns, pvcs.Informer())
 		c.add("events in "+ns, events.Informer())
@@ -94,7 +92,7 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 			warningIndex: events.Informer().GetIndexer(),
 		}
 	}
-	storage := c.factory(client).Storage().V1()
+	storage := c.factory(client, nil).Storage().V1()
 	c.classes, c.drivers, c.capacities = storage.StorageClasses().Lister(), storage.CSIDrivers().Lister(), storage.CSIStorageCapacities().Lister()
 	c.add(cacheStorageClasses, storage.StorageClasses().Informer())
 	c.add(cacheCSIDrivers, storage.CSIDrivers().Informer())
@@ -117,10 +115,40 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	return c, nil
 }
 
-func (c *caches) factory(client kubernetes.Interface, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, append(opts, informers.WithTransform(stripUnused))...)
+// factory makes an informer factory whose lists and watches select (when
+// set) what they need, whose watches last long, and whose objects are
+// stripped before they are cached.
+func (c *caches) factory(client kubernetes.Interface, selectWhat func(*metav1.ListOptions), opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
+	tweak := func(o *metav1.ListOptions) {
+		if selectWhat != nil {
+			selectWhat(o)
+		}
+		lengthenWatch(o)
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		append(opts, informers.WithTweakListOptions(tweak), informers.WithTransform(stripUnused))...)
 	c.factories = append(c.factories, f)
 	return f
+}
+
+// watchTimeoutFactor lengthens the informers' watches: client-go's
+// reflectors ask the API server to end each watch after 5–10 minutes and
+// then open a new one — a request per informer every 7.5 minutes on
+// average, most of an idle environment's cost to its cluster. Watches of
+// 30–60 minutes cost a sixth of that. They are no less live: the API server
+// sends a bookmark on every watch about once a minute, and a broken
+// connection ends the watch (HTTP/2 pings find a silent one within 45 s).
+// client-go offers no such option for shared informers, but the reflector's
+// timeout reaches the API server through the watch's list options, which
+// the informer factories let the gateway tweak.
+const watchTimeoutFactor = 6
+
+// lengthenWatch multiplies a watch's timeout (a list has none).
+func lengthenWatch(o *metav1.ListOptions) {
+	if o.TimeoutSeconds != nil {
+		longer := *o.TimeoutSeconds * watchTimeoutFactor
+		o.TimeoutSeconds = &longer
+	}
 }
 
 func (c *caches) add(name string, inf cache.SharedIndexInformer) {

@@ -50,30 +50,32 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	var err error
 	// Informers list and watch without a timeout or a bound on answers;
 	// health checks and writes read answers of known, small size.
-	if c.watch, err = p.newClient(t, 0, 0, c.conns); err != nil {
+	if c.watch, err = p.newClient(t, "watch", 0, 0, c.conns); err != nil {
 		return nil, err
 	}
-	if c.checks, err = p.newClient(t, p.opts.HealthTimeout, maxResponseBytes, c.conns); err != nil {
+	if c.checks, err = p.newClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns); err != nil {
 		return nil, err
 	}
-	if c.writes, err = p.newClient(t, requestTimeout, maxResponseBytes, nil); err != nil {
+	if c.writes, err = p.newClient(t, "write", requestTimeout, maxResponseBytes, nil); err != nil {
 		return nil, err
 	}
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
 	if c.caches, err = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage); err != nil {
 		return nil, err
 	}
-	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
+	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
 	c.health = Health{State: StatePending, Message: msgAwaitingServer}
 	return c, nil
 }
 
-// newClient builds a client whose requests time out after timeout (0: never)
-// and whose answers are bounded to maxBytes (0: unbounded) and, if conns is
-// set, whose connections it tracks. Every client of an environment shares
-// its limiter.
-func (p *Pool) newClient(t Target, timeout time.Duration, maxBytes int64, conns *connections) (*Client, error) {
+// newClient builds a client for use (its name in the request counts) whose
+// requests time out after timeout (0: never) and whose answers are bounded
+// to maxBytes (0: unbounded) and, if conns is set, whose connections it
+// tracks. Every client of an environment shares its limiter.
+func (p *Pool) newClient(t Target, use string, timeout time.Duration, maxBytes int64, conns *connections) (*Client, error) {
 	opts := p.opts.Client
+	opts.Use = use
+	opts.OnDenied = func() { p.accessDenied(t.EnvironmentID) }
 	opts.Timeout = timeout
 	opts.MaxResponseBytes = maxBytes
 	if p.opts.Limiters != nil {

@@ -1,4 +1,9 @@
 package clusters
 
+import "time"
+
 // Done is closed once every goroutine the cluster started has exited.
 func (c *Cluster) Done() <-chan struct{} { return c.done }
+
+// DetectionBound is the longest a dead cluster stays READY under o.
+func DetectionBound(o PoolOptions) time.Duration { return detectionBound(o.withDefaults()) }

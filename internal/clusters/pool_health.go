@@ -47,7 +47,9 @@ const (
 // start only after a check succeeded, so a dead cluster holds no sync slot
 // and sends no LISTs, only its health checks.
 type tracker struct {
-	threshold   int
+	threshold int
+	// syncSlots is how many environments may sync at once (for messages).
+	syncSlots   int
 	syncTimeout time.Duration
 	caches      int
 
@@ -111,28 +113,33 @@ func (t *tracker) health() (State, string) {
 	case t.phase == phaseSyncing:
 		return StatePending, "syncing caches"
 	case t.phase == phaseQueued:
-		return StatePending, fmt.Sprintf("waiting to sync; at most %d environments sync at once", maxConcurrentSyncs)
+		return StatePending, fmt.Sprintf("waiting to sync; at most %d environments sync at once", t.syncSlots)
 	}
 	return StatePending, msgAwaitingServer
 }
 
-// checkLoop checks the API server now and then on a fixed schedule, so the
-// detection bounds in the PoolOptions defaults hold however long a check
-// takes (up to HealthTimeout, when that is not longer than HealthInterval).
+// checkLoop checks the API server from the start, then SteadyHealthInterval
+// after a good check and HealthInterval after a failed one (the detection
+// bounds are worked out beside the PoolOptions defaults).
 func (c *Cluster) checkLoop(ctx context.Context, results chan<- checkResult) {
-	ticker := time.NewTicker(c.pool.opts.HealthInterval)
-	defer ticker.Stop()
+	pause := time.NewTimer(0)
+	defer pause.Stop()
 	for {
+		select {
+		case <-pause.C:
+		case <-ctx.Done():
+			return
+		}
 		r := c.check(ctx)
 		select {
 		case results <- r:
 		case <-ctx.Done():
 			return
 		}
-		select {
-		case <-ticker.C:
-		case <-ctx.Done():
-			return
+		if r.ok {
+			pause.Reset(c.pool.opts.SteadyHealthInterval)
+		} else {
+			pause.Reset(c.pool.opts.HealthInterval)
 		}
 	}
 }

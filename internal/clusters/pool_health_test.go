@@ -8,18 +8,28 @@ import (
 
 func TestDefaultsMeetTheSpecDetectionBounds(t *testing.T) {
 	o := PoolOptions{}.withDefaults()
-	// Checks start every HealthInterval and a failing one ends within
+	// A check follows SteadyHealthInterval after a good one and
+	// HealthInterval after a failed one, and a failing one ends within
 	// HealthTimeout. Worst cases: the cluster dies just after a good check,
 	// so FailureThreshold more checks must fail; it comes back just after a
 	// check started, which may still time out, and the next one succeeds.
-	unreachable := time.Duration(o.FailureThreshold)*o.HealthInterval + o.HealthTimeout
-	recovery := o.HealthInterval + o.HealthTimeout
-	if unreachable > 25*time.Second {
-		t.Errorf("an unreachable cluster is detected after up to %s; the README promises 25s (SPEC §5 allows 60s)", unreachable)
+	unreachable := detectionBound(o)
+	recovery := o.HealthTimeout + o.HealthInterval
+	if unreachable > 50*time.Second {
+		t.Errorf("an unreachable cluster is detected after up to %s; the README promises 50s (SPEC §5 allows 60s)", unreachable)
+	}
+	// While healthy: at most two checks a minute (issue 15's idle budget).
+	if perMinute := time.Minute / o.SteadyHealthInterval; perMinute > 2 {
+		t.Errorf("a healthy cluster is checked %d times a minute; at most 2", perMinute)
 	}
 	if recovery > 15*time.Second {
 		t.Errorf("recovery is detected after up to %s; SPEC §5 allows 15s", recovery)
 	}
+}
+
+// detectionBound is the longest a dead cluster stays READY under o.
+func detectionBound(o PoolOptions) time.Duration {
+	return o.SteadyHealthInterval + time.Duration(o.FailureThreshold-1)*o.HealthInterval + time.Duration(o.FailureThreshold)*o.HealthTimeout
 }
 
 func TestTrackerStates(t *testing.T) {
@@ -58,7 +68,7 @@ func TestTrackerStates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := tracker{threshold: 2, syncTimeout: 30 * time.Second, caches: 3}
+			tr := tracker{threshold: 2, syncSlots: 4, syncTimeout: 30 * time.Second, caches: 3}
 			for _, step := range tt.steps {
 				step(&tr)
 			}

@@ -186,6 +186,7 @@ func TestInitialSyncsAreBounded(t *testing.T) {
 	}
 	opts := fast
 	opts.SyncTimeout = time.Minute
+	opts.ConcurrentSyncs = 4
 	p := newPool(t, opts)
 	for _, target := range targets {
 		if err := p.Ensure(target); err != nil {

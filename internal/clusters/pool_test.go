@@ -294,8 +294,9 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	pvc := createClaim(t, ns, claim("pool-unreachable-claim", managed, nil))
 	poll.Until(t, 10*time.Second, "claim cached", func() bool { _, ok := c.PVC(ns, pvc.Name); return ok })
 
-	// Checks start every interval; a failing one ends within the timeout.
-	detectBound := time.Duration(opts.FailureThreshold)*opts.HealthInterval + opts.HealthTimeout
+	// A good check is followed by another after the steady interval, a
+	// failed one after the interval; a failing one ends within the timeout.
+	detectBound := clusters.DetectionBound(opts)
 	recoverBound := opts.HealthInterval + opts.HealthTimeout
 	const slack = 2 * time.Second
 
@@ -582,8 +583,8 @@ func TestEnsureRefusesUnusableTargets(t *testing.T) {
 // environment id is served at once.
 func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 	namespaces := east.Spec.Environment.Namespaces()
-	perProbe := len(clusters.RequiredPermissions(namespaces)) + 2 // + /version + StorageClasses
-	limiters := clusters.NewLimiters(0.2, perProbe)               // one token every 5 s after the burst
+	perProbe := len(namespaces) + 2                 // a rules review per namespace, /version, StorageClasses
+	limiters := clusters.NewLimiters(0.2, perProbe) // one token every 5 s after the burst
 	conn := eastTarget("spent").Connection
 	res := newProber(clusters.ProberOptions{Limiters: limiters}).Probe(t.Context(), "spent", conn, namespaces)
 	if res.State != clusters.StateReady {

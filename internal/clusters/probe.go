@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
 
 	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
@@ -87,9 +90,11 @@ type ProbeResult struct {
 }
 
 // probeQPS and probeBurst are a probe's rate limit when there are no shared
-// Limiters (offline tools). A probe sends one access review per permission —
-// 271 at the limit of 32 allowed namespaces besides the default — which must
-// fit in its timeout; client-go's default of 5 per second would not.
+// Limiters (offline tools). A probe sends a rules review per namespace and,
+// against an authorizer that cannot list rules, up to one access review per
+// permission — 271 at the limit of 32 allowed namespaces besides the
+// default — which must fit in its timeout; client-go's default of 5 per
+// second would not.
 const (
 	probeQPS   = 100
 	probeBurst = 200
@@ -126,8 +131,9 @@ func NewProber(opts ProberOptions) *Prober {
 	return &Prober{opts: opts, slots: make(chan struct{}, opts.Concurrency)}
 }
 
-// Probe runs GET /version, then one SelfSubjectAccessReview per required
-// permission, then counts StorageClasses. It never returns an error: every
+// Probe runs GET /version, then checks the required permissions (one
+// SelfSubjectRulesReview per namespace, see missingPermissions), then counts
+// StorageClasses. It never returns an error: every
 // failure becomes a state and a message.
 func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfig.Connection, namespaces []string) ProbeResult {
 	res := ProbeResult{Time: time.Now().UTC()}
@@ -141,11 +147,14 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	perms := RequiredPermissions(namespaces)
 	timeout := p.opts.Timeout
 	opts := p.opts.Client
+	opts.Use = "probe"
 	opts.Timeout = p.opts.Timeout
 	opts.MaxResponseBytes = maxResponseBytes
 	if p.opts.Limiters != nil {
 		opts.RateLimiter = p.opts.Limiters.forEnvironment(environmentID)
-		timeout += opts.RateLimiter.waitFor(len(perms) + 2) // and /version, StorageClasses
+		// At most: every rules review, an access review per permission,
+		// /version and StorageClasses.
+		timeout += opts.RateLimiter.waitFor(len(namespaces) + len(perms) + 2)
 	} else if opts.QPS == 0 {
 		opts.QPS, opts.Burst = probeQPS, probeBurst
 	}
@@ -170,7 +179,7 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 		res.KubernetesVersion = info.GitVersion
 	}
 
-	missing, err := missingPermissions(ctx, client, perms)
+	missing, err := missingPermissions(ctx, client, namespaces, perms)
 	if err != nil {
 		res.State, res.Message = classify(ctx, err, p.opts.Timeout)
 		return res
@@ -201,32 +210,51 @@ const maxVersionLength = 64
 
 var validVersion = regexp.MustCompile(`^v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6}([-+][0-9A-Za-z.+_-]{1,48})?$`)
 
-// missingPermissions asks the cluster, concurrently, which permissions the
-// credentials lack. The order of the result follows perms.
-func missingPermissions(ctx context.Context, client *Client, perms []Permission) ([]Permission, error) {
-	allowed := make([]bool, len(perms))
-	errs := make([]error, len(perms))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, perm := range perms {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: perm.Namespace, Verb: perm.Verb, Group: perm.Group, Resource: perm.Resource,
-				},
-			}}
-			got, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			allowed[i] = got.Status.Allowed
-		})
+// missingPermissions asks the cluster which permissions the credentials
+// lack. One SelfSubjectRulesReview per namespace lists what they may do
+// there — the namespace's role bindings and every cluster role binding, so
+// the first namespace's rules also judge the cluster-scoped permissions —
+// and is a request per namespace where one access review per permission
+// was fifteen. Only a permission the rules do not grant while a review is
+// incomplete (an authorizer besides RBAC, a webhook say, may still allow
+// it) is asked directly with a SelfSubjectAccessReview. The order of the
+// result follows perms.
+func missingPermissions(ctx context.Context, client *Client, namespaces []string, perms []Permission) ([]Permission, error) {
+	reviews := make([]authorizationv1.SubjectRulesReviewStatus, len(namespaces))
+	err := concurrently(len(namespaces), func(i int) error {
+		review := &authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespaces[i]}}
+		got, err := client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err == nil {
+			reviews[i] = got.Status
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	allowed := make([]bool, len(perms))
+	var unsure []int
+	for i, perm := range perms {
+		review := reviews[max(0, slices.Index(namespaces, perm.Namespace))]
+		allowed[i] = grants(review.ResourceRules, perm)
+		if !allowed[i] && review.Incomplete {
+			unsure = append(unsure, i)
+		}
+	}
+	err = concurrently(len(unsure), func(j int) error {
+		perm := perms[unsure[j]]
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: perm.Namespace, Verb: perm.Verb, Group: perm.Group, Resource: perm.Resource,
+			},
+		}}
+		got, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err == nil {
+			allowed[unsure[j]] = got.Status.Allowed
+		}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	var missing []Permission
@@ -236,6 +264,35 @@ func missingPermissions(ctx context.Context, client *Client, perms []Permission)
 		}
 	}
 	return missing, nil
+}
+
+// grants reports whether rules allow perm on every object of its kind, as
+// RBAC evaluates them (wildcards, and no resource-name restriction).
+func grants(rules []authorizationv1.ResourceRule, perm Permission) bool {
+	owned := make([]rbacv1.PolicyRule, len(rules))
+	for i, r := range rules {
+		owned[i] = rbacv1.PolicyRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames}
+	}
+	wanted := rbacv1.PolicyRule{Verbs: []string{perm.Verb}, APIGroups: []string{perm.Group}, Resources: []string{perm.Resource}}
+	covered, _ := rbacvalidation.Covers(owned, []rbacv1.PolicyRule{wanted})
+	return covered
+}
+
+// concurrently runs do(0) … do(n-1), at most 8 at once, and joins their
+// errors.
+func concurrently(n int, do func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = do(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func describeMissing(missing []Permission) string {
@@ -289,7 +346,7 @@ func classifyStatus(code int32) (State, string) {
 	case 401:
 		return StateUnauthorized, "the API server rejected the credentials (401 Unauthorized)"
 	case 403:
-		return StateUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and /readyz and create selfsubjectaccessreviews.authorization.k8s.io"
+		return StateUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and /readyz and create selfsubjectrulesreviews.authorization.k8s.io"
 	}
 	return StateUnreachable, fmt.Sprintf("the API server answered with HTTP status %d", code)
 }

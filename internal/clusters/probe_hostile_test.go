@@ -19,7 +19,9 @@ import (
 
 // hostileServer answers like a Kubernetes API server that grants every
 // permission, with a /version body the test chooses and a hook run on every
-// /version request.
+// /version request. Its authorizer cannot list rules (an incomplete rules
+// review, as behind a webhook), so the probe asks an access review per
+// permission: every request the probe can send is exercised.
 func hostileServer(t *testing.T, version func(w http.ResponseWriter), onVersion func()) (kubeconfig.Connection, *atomic.Int32) {
 	t.Helper()
 	var requests atomic.Int32
@@ -32,6 +34,8 @@ func hostileServer(t *testing.T, version func(w http.ResponseWriter), onVersion 
 				onVersion()
 			}
 			version(w)
+		case strings.HasSuffix(r.URL.Path, "/selfsubjectrulesreviews"):
+			_, _ = w.Write([]byte(`{"kind":"SelfSubjectRulesReview","apiVersion":"authorization.k8s.io/v1","status":{"resourceRules":[],"nonResourceRules":[],"incomplete":true}}`))
 		case strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews"):
 			_, _ = w.Write([]byte(`{"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","status":{"allowed":true}}`))
 		case strings.HasSuffix(r.URL.Path, "/storageclasses"):
@@ -105,7 +109,8 @@ func TestProbeKeepsOnlyAPlausibleVersion(t *testing.T) {
 // environments do not wait for each other.
 func TestProbesOfOneEnvironmentShareItsRateLimit(t *testing.T) {
 	conn, requests := hostileServer(t, versionBody("v1.36.3"), nil)
-	perProbe := len(clusters.RequiredPermissions([]string{"dcm"})) + 2 // + /version + StorageClasses
+	// A rules review, an access review per permission, /version, StorageClasses.
+	perProbe := 1 + len(clusters.RequiredPermissions([]string{"dcm"})) + 2
 	probeTwice := func(ids ...string) time.Duration {
 		p := newProber(clusters.ProberOptions{Limiters: clusters.NewLimiters(10, perProbe)})
 		start := time.Now()
@@ -165,7 +170,7 @@ func TestProbesInFlightAreCapped(t *testing.T) {
 	}
 }
 
-// An environment with many namespaces needs more access reviews than its
+// An environment with many namespaces needs more reviews than its
 // rate limit's burst: the probe's deadline allows for the pacing, which is
 // the gateway's own, not the cluster's slowness.
 func TestAProbeOfManyNamespacesFitsItsRateLimit(t *testing.T) {

@@ -62,8 +62,13 @@ type Config struct {
 	AllowInsecureClusters bool `env:"SG_ALLOW_INSECURE_CLUSTERS" envDefault:"false"`
 	// ProbeTimeout bounds one cluster probe (version + access reviews).
 	ProbeTimeout time.Duration `env:"SG_PROBE_TIMEOUT" envDefault:"10s"`
-	// ProbeInterval is how often every environment is re-probed.
+	// ProbeInterval is how often an environment that is not READY is
+	// re-probed.
 	ProbeInterval time.Duration `env:"SG_PROBE_INTERVAL" envDefault:"60s"`
+	// ProbeReadyInterval is how often a READY environment is re-probed: its
+	// pool connection shows reachability all the time, and any request it
+	// sees refused (401/403) probes it at once.
+	ProbeReadyInterval time.Duration `env:"SG_PROBE_READY_INTERVAL" envDefault:"10m"`
 	// ClusterQPS and ClusterBurst are the ceiling of the gateway's request
 	// rate to one cluster (lists, health checks, writes, probes): a safety
 	// limit, not the pace of a healthy cluster, which sets its own with 429
@@ -244,6 +249,9 @@ func (c Config) Validate() error {
 	}
 	if c.ProbeInterval < time.Second {
 		add("SG_PROBE_INTERVAL", "must be a duration of at least 1s, e.g. 60s")
+	}
+	if c.ProbeReadyInterval < c.ProbeInterval {
+		add("SG_PROBE_READY_INTERVAL", "must be a duration no shorter than SG_PROBE_INTERVAL, e.g. 10m")
 	}
 	if c.ClusterQPS <= 0 || c.ClusterBurst < 1 {
 		add("SG_CLUSTER_QPS/SG_CLUSTER_BURST", "must be positive")

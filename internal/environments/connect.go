@@ -16,13 +16,18 @@ import (
 // healthWriteTimeout bounds recording one health change.
 const healthWriteTimeout = 10 * time.Second
 
+// deniedProbeGap is the least time between two probes of an environment set
+// off by refused requests.
+const deniedProbeGap = 10 * time.Second
+
 // Connector is the one owner of which clusters the pool connects to: the
 // pool follows the registry. It reacts to the registry's changes at once,
 // re-reads the whole registry every interval (other replicas' changes,
 // anything a notice missed) and connects, replaces or removes pool entries
 // to match; it never touches the network itself (Pool.Ensure does not), so
 // at start a dead cluster cannot delay connecting a healthy one. It also
-// records what the pool learns about reachability (see RecordHealth).
+// records what the pool learns about reachability (see RecordHealth) and
+// probes an environment whose requests the cluster refused (401/403).
 type Connector struct {
 	registry *Service
 	pool     *clusters.Pool
@@ -31,6 +36,9 @@ type Connector struct {
 
 	registryChanges *changes.Subscription[Change]
 	poolChanges     *changes.Subscription[clusters.Change]
+	// denials has its own subscription: a probe takes seconds, and health
+	// changes of other environments must not wait for it.
+	denials *changes.Subscription[clusters.Change]
 
 	// mu serializes connecting: a full re-read and a single change never
 	// interleave, so a deletion handled after a re-read always wins.
@@ -55,7 +63,7 @@ func versionOf(rec record) rowVersion {
 func NewConnector(registry *Service, pool *clusters.Pool, interval time.Duration) *Connector {
 	return &Connector{
 		registry: registry, pool: pool, interval: interval, log: registry.log,
-		registryChanges: registry.Subscribe(), poolChanges: pool.Subscribe(),
+		registryChanges: registry.Subscribe(), poolChanges: pool.Subscribe(), denials: pool.Subscribe(),
 		connected: map[string]rowVersion{},
 	}
 }
@@ -75,8 +83,33 @@ func (c *Connector) Run(ctx context.Context) {
 			}
 		})
 	})
+	wg.Go(func() { c.denials.Run(ctx, c.probeRefused()) })
 	defer wg.Wait()
 	wait.UntilWithContext(ctx, c.SyncAll, c.interval)
+}
+
+// probeRefused returns the handler of AccessDenied notices: it probes the
+// environment, at most once per deniedProbeGap, so a cluster refusing every
+// request (an informer retrying, say) is not probed as often as it refuses.
+func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
+	probed := map[string]time.Time{} // owned by the denials goroutine
+	return func(ctx context.Context, ch clusters.Change) {
+		if ch.Kind != clusters.AccessDenied {
+			return
+		}
+		if last, ok := probed[ch.EnvironmentID]; ok && time.Since(last) < deniedProbeGap {
+			return
+		}
+		for id, last := range probed {
+			if time.Since(last) >= deniedProbeGap {
+				delete(probed, id)
+			}
+		}
+		probed[ch.EnvironmentID] = time.Now()
+		if err := c.registry.Probe(ctx, ch.EnvironmentID); err != nil && ctx.Err() == nil {
+			c.log.ErrorContext(ctx, "probe environment after a refused request", "environment", ch.EnvironmentID, "error", err)
+		}
+	}
 }
 
 // SyncAll makes the pool hold exactly the registered environments, each

@@ -4,9 +4,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
@@ -113,5 +120,50 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 			}
 		}
 		return true
+	})
+}
+
+// TestARefusedRequestProbesAtOnce: a READY environment is re-probed only
+// every SG_PROBE_READY_INTERVAL, so a permission revoked in between is
+// noticed from the cluster's refusal: a request the cluster answers with 403
+// has the environment probed at once (no probe loop runs here), and its
+// status names what is missing.
+func TestARefusedRequestProbesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	_, pool := runConnector(t, reg.Registry)
+	ns := cluster.Spec.Environment.Namespace
+	token, err := cluster.RestrictedToken(ctx, "revocable", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csidrivers", "csistoragecapacities"}, Verbs: []string{"get", "list", "watch"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := registration(t, "revocable")
+	in.Credentials = environments.Credentials{Explicit: tokenConnection(token)}
+	in.Spec.Namespace = ns
+	if _, _, err := reg.Registry.Register(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the environment synced in the pool", func() bool { return pool.ReadyAndSynced("revocable") })
+
+	if err := cluster.AdminClient().RbacV1().ClusterRoleBindings().Delete(ctx, "restricted-revocable", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := pool.Get("revocable")
+	poll.Until(t, 10*time.Second, "the cluster refuses a write", func() bool {
+		_, err := c.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "refused"},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}, metav1.CreateOptions{})
+		return apierrors.IsForbidden(err)
+	})
+	poll.Until(t, 15*time.Second, "UNAUTHORIZED, naming the missing permission", func() bool {
+		env, err := reg.Registry.Get(ctx, "revocable")
+		return err == nil && env.Status.State == clusters.StateUnauthorized &&
+			strings.Contains(env.Status.Message, "create persistentvolumeclaims in namespace "+ns)
 	})
 }

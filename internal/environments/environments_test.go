@@ -122,6 +122,13 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// RBAC grants a rule restricted to resource names for those objects
+	// only: it does not let the gateway create or list claims.
+	namedOnly, err := cluster.RestrictedToken(ctx, "named-pvcs-only", append(readClasses, rbacv1.PolicyRule{APIGroups: []string{""},
+		Resources: []string{"persistentvolumeclaims", "events"}, ResourceNames: []string{"one-claim"}, Verbs: []string{"*"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	otherCA := httptest.NewTLSServer(http.NotFoundHandler())
 	defer otherCA.Close()
 	wrongCA := otherCA.Certificate().Raw
@@ -135,6 +142,8 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 		cut      bool
 	}{
 		{name: "token without PVC rights", conn: tokenConnection(noPVCs),
+			want: "(UNAUTHORIZED): the credentials lack required permissions: create persistentvolumeclaims in namespace dcm-volumes"},
+		{name: "PVC rights for named claims only", conn: tokenConnection(namedOnly),
 			want: "(UNAUTHORIZED): the credentials lack required permissions: create persistentvolumeclaims in namespace dcm-volumes"},
 		{name: "unknown token", conn: tokenConnection("not-a-valid-token-canary-4711"),
 			want: "(UNAUTHORIZED): the API server rejected the credentials (401 Unauthorized)"},
@@ -170,6 +179,24 @@ func TestRegisterRefusesWhatTheProbeRejects(t *testing.T) {
 			wantKind(t, err, fault.NotFound, "not found")
 			r.AssertNoSecret(t, tt.conn.Token, err.Error())
 		})
+	}
+}
+
+// Permissions are judged from the cluster's own rules, as RBAC evaluates
+// them: wildcard verbs, groups and resources grant everything.
+func TestRegisterAcceptsWildcardRules(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	all, err := cluster.RestrictedToken(ctx, "wildcards", []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := registration(t, "wildcards")
+	in.Credentials = environments.Credentials{Explicit: tokenConnection(all)}
+	in.Spec.Namespace = cluster.Spec.Environment.Namespace
+	env, _, err := reg.Registry.Register(ctx, in)
+	if err != nil || env.Status.State != clusters.StateReady {
+		t.Fatalf("register with wildcard rules: %+v, %v", env.Status, err)
 	}
 }
 

@@ -2,10 +2,13 @@ package environments
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 )
 
 // probeConcurrency bounds how many clusters one round probes at once, so a
@@ -14,19 +17,52 @@ const probeConcurrency = 4
 
 // RunProbes runs a probe round at once and then an interval after each round
 // ends, until ctx ends, so status reflects clusters that died, recovered or lost
-// permissions while the gateway was down or between admin actions. Probes
-// only check and record; the Connector decides what the pool connects to.
-func (s *Service) RunProbes(ctx context.Context, interval time.Duration) {
-	wait.UntilWithContext(ctx, s.ProbeAll, interval)
+// permissions while the gateway was down or between admin actions. A round
+// probes the environments that are not READY, and a READY one only once
+// readyInterval has passed since its last probe: its pool connection shows
+// reachability all the time (RecordHealth), and a request of it refused with
+// 401 or 403 has it probed at once (the Connector calls Probe) — so an idle
+// fleet's permissions cost its clusters a few requests every readyInterval,
+// not every interval. Probes only check and record; the Connector decides
+// what the pool connects to.
+func (s *Service) RunProbes(ctx context.Context, interval, readyInterval time.Duration) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		s.probeWhere(ctx, func(rec record) bool { return dueForProbe(rec.Status, readyInterval, now()) })
+	}, interval)
 }
 
-// ProbeAll is one round: every registered environment is probed and the
-// results recorded. Failures are logged per environment; one never stops the
-// others.
+// dueForProbe reports whether a round probes an environment in state st.
+func dueForProbe(st Status, readyInterval time.Duration, at time.Time) bool {
+	return st.State != clusters.StateReady || st.LastProbeTime == nil || at.Sub(*st.LastProbeTime) >= readyInterval
+}
+
+// Probe probes one environment now and records the result (an unknown one
+// is no error: it was deleted meanwhile).
+func (s *Service) Probe(ctx context.Context, id string) error {
+	rec, err := s.repo.get(ctx, id)
+	if errors.Is(err, errNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.probeAndRecord(ctx, rec)
+}
+
+// ProbeAll is one round over every registered environment.
 func (s *Service) ProbeAll(ctx context.Context) {
+	s.probeWhere(ctx, func(record) bool { return true })
+}
+
+// probeWhere probes the environments due says are due and records the
+// results. Failures are logged per environment; one never stops the others.
+func (s *Service) probeWhere(ctx context.Context, due func(record) bool) {
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	err := s.repo.each(ctx, func(rec record) error {
+		if !due(rec) {
+			return nil
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():

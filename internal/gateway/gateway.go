@@ -153,6 +153,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		HealthTimeout:  g.opts.Intervals.HealthTimeout,
 		Logger:         g.log,
 	})
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := errors.Join(limiters.Register(metrics), g.clusters.Register(metrics)); err != nil {
+		return nil, err
+	}
 	g.registry = environments.New(cfg, g.db, keys, limiters, g.log)
 	if err := g.registry.CheckKeys(startCtx); err != nil {
 		return nil, err
@@ -172,8 +177,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		// the feed retries until it loads.
 		g.log.Warn("fleet index not loaded yet; retrying in the background", "error", err)
 	}
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func (w *worker) Stop(ctx context.Context) error {
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
 		{name: "connector", run: g.connector.Run}, // the pool follows the registry
-		{name: "probes", run: func(ctx context.Context) { g.registry.RunProbes(ctx, g.cfg.ProbeInterval) }},
+		{name: "probes", run: func(ctx context.Context) { g.registry.RunProbes(ctx, g.cfg.ProbeInterval, g.cfg.ProbeReadyInterval) }},
 		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
 		{name: "outbox relay", run: g.relay.Run},
 		{name: "volume reconciler", run: g.reconciler.Run},

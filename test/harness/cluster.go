@@ -296,24 +296,7 @@ func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces [
 		return "", err
 	}
 	for _, ns := range namespaces {
-		role := &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"},
-					Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-				{APIGroups: []string{""}, Resources: []string{"events", "resourcequotas"}, Verbs: read},
-				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: read},
-			},
-		}
-		if err := createIgnoreExisting(ctx, rbac.Roles(ns).Create, role); err != nil {
-			return "", err
-		}
-		rb := &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: gatewayRole},
-			Subjects:   subject,
-		}
-		if err := createIgnoreExisting(ctx, rbac.RoleBindings(ns).Create, rb); err != nil {
+		if err := grantNamespace(ctx, client, ns, subject); err != nil {
 			return "", err
 		}
 	}
@@ -324,6 +307,30 @@ func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces [
 		return "", fmt.Errorf("token for %s: %w", GatewayServiceAccount, err)
 	}
 	return tr.Status.Token, nil
+}
+
+// grantNamespace gives subject what the gateway needs in namespace ns:
+// claims, their events and quotas.
+func grantNamespace(ctx context.Context, client kubernetes.Interface, ns string, subject []rbacv1.Subject) error {
+	read := []string{"get", "list", "watch"}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"events", "resourcequotas"}, Verbs: read},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: read},
+		},
+	}
+	if err := createIgnoreExisting(ctx, client.RbacV1().Roles(ns).Create, role); err != nil {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayRole, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: gatewayRole},
+		Subjects:   subject,
+	}
+	return createIgnoreExisting(ctx, client.RbacV1().RoleBindings(ns).Create, rb)
 }
 
 // startControllerManager runs kube-controller-manager with the volume
