@@ -180,7 +180,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify})
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newServer(ctx, metrics); err != nil {
 		return nil, err

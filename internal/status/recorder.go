@@ -78,11 +78,14 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 	return r.write(ctx, o, false)
 }
 
-// RecordFirst records o only if nothing was reported for the volume yet: a
-// create reports its first status itself, but never over a newer one the
-// status follower already recorded.
-func (r Recorder) RecordFirst(ctx context.Context, o Observation) error {
-	return ignoreGone(r.write(ctx, o, true))
+// RecordFirstTx records o in the caller's transaction, only if nothing was
+// reported for the volume yet: a create reports its first status itself, in
+// the transaction that records its claim, but never over a newer one the
+// status follower already recorded. queued says an event was queued: the
+// caller calls Queued once the transaction has committed.
+func (r Recorder) RecordFirstTx(ctx context.Context, tx pgx.Tx, o Observation) (queued bool, err error) {
+	queued, err = r.record(ctx, tx, o, true)
+	return queued, ignoreGone(err)
 }
 
 func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) error {

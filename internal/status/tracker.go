@@ -167,6 +167,29 @@ func (t *Tracker) Observe(o Observation) {
 	t.enqueue(k, v, o)
 }
 
+// Recorded tells the tracker that o was recorded by another writer — a
+// create records its volume's first status itself — so the status
+// follower's first sight of the same status writes nothing again. It counts
+// against the volume's flap tokens like a recording of its own; a volume
+// the tracker has already queued something for is left as it is.
+func (t *Tracker) Recorded(o Observation) {
+	k := volumeKey{o.EnvironmentID, o.VolumeID}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.applySettled()
+	if t.volumes[k] != nil {
+		return
+	}
+	v := &volume{last: o, tokens: flapTokens, refilled: time.Now()}
+	if costsToken(Observation{}, o) {
+		v.tokens--
+	}
+	t.volumes[k] = v
+}
+
 // release ends a volume's coalescing: a token is back, and the pending
 // change, if any, is queued with it.
 func (t *Tracker) release(k volumeKey) {

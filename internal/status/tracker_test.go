@@ -469,3 +469,32 @@ func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
 		t.Fatalf("outbox %v, want [RUNNING DELETED]", got)
 	}
 }
+
+// A first status a create recorded itself is not written again when the
+// follower sees it; what follows is, and counts against the same flap
+// budget (the create's status spent a token, so PROVISIONING, RUNNING,
+// PROVISIONING in a burst leaves the last waiting for a token).
+func TestTrackerSkipsWhatACreateRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := newTracker(t, &r, window)
+		tr.Recorded(Observation{EnvironmentID: "env", VolumeID: "created", Status: Provisioning, Message: string(Provisioning)})
+		observe(tr, "created", Provisioning)
+		advance(time.Millisecond)
+		r.want(t, "created")
+		observe(tr, "created", Running)
+		observe(tr, "created", Provisioning)
+		advance(time.Millisecond)
+		r.want(t, "created", Running)
+		advance(window)
+		r.want(t, "created", Running, Provisioning)
+
+		// A volume the tracker already wrote for keeps its own view.
+		observe(tr, "seen", Provisioning)
+		advance(time.Millisecond)
+		tr.Recorded(Observation{EnvironmentID: "env", VolumeID: "seen", Status: Running, Message: string(Running)})
+		observe(tr, "seen", Running)
+		advance(time.Millisecond)
+		r.want(t, "seen", Provisioning, Running)
+	})
+}

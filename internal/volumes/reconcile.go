@@ -127,7 +127,7 @@ func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec rec
 		}
 		return err
 	case exists && rec.PVCUID != string(pvc.UID):
-		_, err := s.repo.setClaim(ctx, rec.EnvironmentID, rec.ID, string(pvc.UID))
+		_, err := s.repo.setClaim(ctx, s.repo.db, rec.EnvironmentID, rec.ID, string(pvc.UID))
 		return err
 	case exists:
 		return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/postgres"
@@ -66,24 +67,23 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 }
 
 // insert records the intent to create a volume, with its idempotency key
-// when the request carried one, in one transaction: a retry finds either
-// both or neither.
+// when the request carried one, in one implicit transaction (a batch: one
+// round trip): a retry finds either both or neither.
 func (r *repository) insert(ctx context.Context, rec *record, key *agentKey) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		if key != nil {
-			if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id) VALUES ($1, $2, $3, $4)`,
-				rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID); err != nil {
-				return err
-			}
-		}
-		return tx.QueryRow(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
+	batch := &pgx.Batch{}
+	if key != nil {
+		batch.Queue(`INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id) VALUES ($1, $2, $3, $4)`,
+			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID)
+	}
+	batch.Queue(`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING create_time, update_time`,
-			rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message).Scan(&rec.CreateTime, &rec.UpdateTime)
-	})
+		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) })
+	err = r.db.SendBatch(ctx, batch).Close()
 	switch postgres.ErrorCode(err) {
 	case pgerrcode.UniqueViolation: // a concurrent create won
 		return errExists
@@ -114,10 +114,15 @@ func (r *repository) remove(ctx context.Context, env, id string) error {
 	return err
 }
 
+// execer runs a statement: the pool, or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // setClaim records the claim that serves a volume; it reports false when
 // the volume is being or has been deleted (the claim is then unwanted).
-func (r *repository) setClaim(ctx context.Context, env, id, uid string) (bool, error) {
-	tag, err := r.db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now()
+func (r *repository) setClaim(ctx context.Context, db execer, env, id, uid string) (bool, error) {
+	tag, err := db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now()
 		WHERE environment_id = $1 AND id = $2 AND status NOT IN ('DELETING', 'DELETED')`, env, id, uid)
 	return tag.RowsAffected() == 1, err
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -35,12 +36,16 @@ type Options struct {
 	// Queued, if set, is called when a status event was queued in the
 	// outbox (it wakes the relay).
 	Queued func()
+	// Tracker hears of the first status a create records, so the status
+	// follower does not write it again.
+	Tracker *status.Tracker
 }
 
 // Service implements the volume use cases for every environment.
 type Service struct {
 	repo     repository
 	recorder status.Recorder
+	tracker  *status.Tracker
 	envs     *environments.Service
 	clusters *clusters.Pool
 	log      *slog.Logger
@@ -49,7 +54,7 @@ type Service struct {
 // NewService returns a Service.
 func NewService(opts Options) *Service {
 	return &Service{
-		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued},
+		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued}, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, log: opts.Logger,
 	}
 }
@@ -99,11 +104,6 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 		return Volume{}, false, err
 	}
 	v = s.fromClaim(cluster, rec, pvc)
-	// The first status goes out now, not when the cache catches up: DCM hears
-	// of the volume even if it binds before the status follower sees it.
-	if err := s.recorder.RecordFirst(ctx, status.Observation{EnvironmentID: envID, VolumeID: id, Status: v.Status, Message: v.Message}); err != nil {
-		s.log.WarnContext(ctx, "record the first status of a volume (the follower reports it later)", "environment", envID, "volume", id, "error", err)
-	}
 	s.log.InfoContext(ctx, "volume created", "environment", envID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
 	return v, true, nil
 }
@@ -182,9 +182,10 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 		}
 		return nil, ferr
 	}
-	live, err := s.repo.setClaim(ctx, rec.EnvironmentID, rec.ID, string(pvc.UID))
+	live, err := s.recordClaim(ctx, cluster, rec, pvc)
 	if err != nil {
-		s.log.WarnContext(ctx, "record the claim of a volume (the reconciler retries)", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
+		s.log.WarnContext(ctx, "record the claim of a volume and its first status (the reconciler and the status follower catch up)",
+			"environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
 	}
 	if err == nil && !live {
 		// The volume was deleted while its claim was being created.
@@ -194,6 +195,34 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 		return nil, fault.New(fault.NotFound, "volume %s was deleted while its claim was being created", rec.ID)
 	}
 	return pvc, nil
+}
+
+// recordClaim stores the claim that serves a volume and the volume's first
+// status (with its event) in one transaction: the status goes out now, not
+// when the cache catches up, so DCM hears of the volume even if it binds
+// before the status follower sees it. It reports false, recording nothing,
+// when the volume is being or has been deleted meanwhile.
+func (s *Service) recordClaim(ctx context.Context, cluster *clusters.Cluster, rec record, pvc *corev1.PersistentVolumeClaim) (live bool, err error) {
+	v := s.fromClaim(cluster, rec, pvc)
+	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
+	var queued bool
+	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
+		if live, err = s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID)); err != nil || !live {
+			return err
+		}
+		queued, err = s.recorder.RecordFirstTx(ctx, tx, first)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if queued {
+		if s.recorder.Queued != nil {
+			s.recorder.Queued()
+		}
+		s.tracker.Recorded(first)
+	}
+	return live, nil
 }
 
 // forget drops the record of a volume whose claim the cluster refused.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"sync"
@@ -13,13 +14,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // concurrentClients is how many callers create volumes at once.
 const concurrentClients = 16
+
+// benchClass is the harness class the create benchmarks use: WaitForFirstConsumer, so
+// nothing provisions the claims while the benchmark runs.
+const benchClass = "standard-wffc"
 
 // createRound has concurrentClients callers each create perCaller volumes
 // with create, and returns creates per second and every create's latency.
@@ -52,6 +59,13 @@ func createRound(b *testing.B, perCaller int, create func(id string) error) (flo
 	return float64(len(latencies)) / elapsed.Seconds(), latencies
 }
 
+// finalRun reports whether this call of a benchmark is the one whose
+// figures count: Go first runs every benchmark with b.N = 1, and stops
+// there if that run failed, before the -benchtime N× run.
+func finalRun(b *testing.B) bool {
+	return b.N > 1 || flag.Lookup("test.benchtime").Value.String() == "1x"
+}
+
 // BenchmarkConcurrentCreates: 16 callers create volumes at once on one
 // environment through the gateway (the real binary, production settings),
 // against the same callers creating the same claims with
@@ -60,12 +74,22 @@ func createRound(b *testing.B, perCaller int, create func(id string) error) (flo
 // ratio (target ≥ 0.5) and p99 latencies (target: gateway ≤ direct + 15
 // ms).
 //
+// Both create claims of a WaitForFirstConsumer class, which nothing
+// provisions until a pod uses it, and each round starts once the previous
+// round's claims are gone: otherwise the provisioning, binding and deletion
+// a round sets off runs on the same two cores during the next round, and
+// lands mostly in the slower path's rounds (measured: the API server spent
+// 3.7× the CPU per claim in gateway rounds, on claims created earlier). The
+// callers keep their connections to the gateway open between requests, as
+// client-go keeps its one HTTP/2 connection.
+//
 //	go test ./test/e2e -run '^$' -bench ConcurrentCreates -benchtime 4x
 func BenchmarkConcurrentCreates(b *testing.B) {
 	binary := gatewayproc.Binary(b)
 	g := gatewayproc.Start(b, binary, gatewayproc.Env(b, binary, "SG_DATABASE_URL="+pgtest.NewDatabase(b).URL,
 		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_EMBEDDED_NATS_LISTEN=off"))
-	c := client{t: b, base: "http://" + g.Addr, token: g.Token()}
+	c := client{t: b, base: "http://" + g.Addr, token: g.Token(),
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrentClients}}}
 	east := clusters[0]
 	c.register(east)
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
@@ -78,7 +102,7 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 	claims := direct.CoreV1().PersistentVolumeClaims(ns)
 	const perCaller = 10
 	viaGateway := func(id string) error {
-		code, body, err := c.try(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", nil)})
+		code, body, err := c.try(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", map[string]any{"storage_class": benchClass})})
 		if err != nil {
 			return err
 		}
@@ -90,7 +114,7 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 	viaClientGo := func(id string) error {
 		_, err := claims.Create(context.Background(), &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{"bench": "direct"}},
-			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(benchClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 		}, metav1.CreateOptions{})
 		return err
@@ -101,6 +125,10 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		poll.Until(b, time.Minute, "the round's claims gone", func() bool {
+			list, err := claims.List(context.Background(), metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0
+		})
 	}
 	var gwRates, directRates []float64
 	var gwLatencies, directLatencies []time.Duration
@@ -131,6 +159,9 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 	b.ReportMetric(float64(gw99.Microseconds())/1000, "gateway-p99-ms")
 	b.ReportMetric(float64(dr99.Microseconds())/1000, "direct-p99-ms")
 	b.Logf("gateway %.0f creates/s (p99 %s), client-go directly %.0f/s (p99 %s): %.2f", gw, gw99, dr, dr99, gw/dr)
+	if !finalRun(b) {
+		return
+	}
 	if gw/dr < 0.5 {
 		b.Errorf("the gateway reached %.0f%% of direct client-go's creates/s; target ≥ 50%%", 100*gw/dr)
 	}

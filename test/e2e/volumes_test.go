@@ -27,6 +27,8 @@ type client struct {
 	base string
 	// token is sent as a bearer token when set.
 	token string
+	// http sends the requests (http.DefaultClient when nil).
+	http *http.Client
 }
 
 // do sends a request and returns the status and the decoded JSON body; a
@@ -63,7 +65,11 @@ func (c client) try(method, path string, body any, headers ...string) (int, map[
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := c.http
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
