@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
@@ -59,6 +61,70 @@ func createRound(b *testing.B, perCaller int, create func(id string) error) (flo
 	return float64(len(latencies)) / elapsed.Seconds(), latencies
 }
 
+// volumeBench is the real binary at production settings with the east
+// cluster registered, and client-go straight to the same cluster (as its
+// admin, no client-side limit: the cluster's own pace) — the two sides of
+// the volume benchmarks.
+type volumeBench struct {
+	b      *testing.B
+	c      client
+	envID  string
+	claims typedcorev1.PersistentVolumeClaimInterface
+}
+
+func newVolumeBench(b *testing.B) *volumeBench {
+	binary := gatewayproc.Binary(b)
+	g := gatewayproc.Start(b, binary, gatewayproc.Env(b, binary, "SG_DATABASE_URL="+pgtest.NewDatabase(b).URL,
+		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_EMBEDDED_NATS_LISTEN=off"))
+	c := client{t: b, base: "http://" + g.Addr, token: g.Token(),
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrentClients}}}
+	east := clusters[0]
+	c.register(east)
+	cfg := east.AdminConfig()
+	cfg.QPS, cfg.Burst = -1, 0
+	direct, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &volumeBench{b: b, c: c, envID: east.Spec.Environment.ID,
+		claims: direct.CoreV1().PersistentVolumeClaims(east.Spec.Environment.Namespace)}
+}
+
+// viaGateway creates volume id through the gateway's API, as DCM does.
+func (vb *volumeBench) viaGateway(id string) error {
+	code, body, err := vb.c.try(http.MethodPost, volumesPath(vb.envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", map[string]any{"storage_class": benchClass})})
+	if err != nil {
+		return err
+	}
+	if code != http.StatusCreated {
+		return fmt.Errorf("%d %v", code, body)
+	}
+	return nil
+}
+
+// viaClientGo creates the same claim with client-go.
+func (vb *volumeBench) viaClientGo(id string) error {
+	_, err := vb.claims.Create(context.Background(), &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{"bench": "direct"}},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(benchClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// cleanUp deletes every claim of both sides and waits until they are gone.
+func (vb *volumeBench) cleanUp() {
+	for _, sel := range []string{"bench=direct", "dcm.project/managed-by=dcm"} {
+		if err := vb.claims.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+			vb.b.Fatal(err)
+		}
+	}
+	poll.Until(vb.b, time.Minute, "the round's claims gone", func() bool {
+		list, err := vb.claims.List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0
+	})
+}
+
 // finalRun reports whether this call of a benchmark is the one whose
 // figures count: Go first runs every benchmark with b.N = 1, and stops
 // there if that run failed, before the -benchtime N× run.
@@ -85,61 +151,18 @@ func finalRun(b *testing.B) bool {
 //
 //	go test ./test/e2e -run '^$' -bench ConcurrentCreates -benchtime 4x
 func BenchmarkConcurrentCreates(b *testing.B) {
-	binary := gatewayproc.Binary(b)
-	g := gatewayproc.Start(b, binary, gatewayproc.Env(b, binary, "SG_DATABASE_URL="+pgtest.NewDatabase(b).URL,
-		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_EMBEDDED_NATS_LISTEN=off"))
-	c := client{t: b, base: "http://" + g.Addr, token: g.Token(),
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrentClients}}}
-	east := clusters[0]
-	c.register(east)
-	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
-	cfg := east.AdminConfig()
-	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit: the cluster's own pace
-	direct, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	claims := direct.CoreV1().PersistentVolumeClaims(ns)
+	vb := newVolumeBench(b)
 	const perCaller = 10
-	viaGateway := func(id string) error {
-		code, body, err := c.try(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec("bench", "1Gi", map[string]any{"storage_class": benchClass})})
-		if err != nil {
-			return err
-		}
-		if code != http.StatusCreated {
-			return fmt.Errorf("%d %v", code, body)
-		}
-		return nil
-	}
-	viaClientGo := func(id string) error {
-		_, err := claims.Create(context.Background(), &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{"bench": "direct"}},
-			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(benchClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-		}, metav1.CreateOptions{})
-		return err
-	}
-	cleanUp := func() {
-		for _, sel := range []string{"bench=direct", "dcm.project/managed-by=dcm"} {
-			if err := claims.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		poll.Until(b, time.Minute, "the round's claims gone", func() bool {
-			list, err := claims.List(context.Background(), metav1.ListOptions{})
-			return err == nil && len(list.Items) == 0
-		})
-	}
 	var gwRates, directRates []float64
 	var gwLatencies, directLatencies []time.Duration
 	b.ResetTimer()
 	for range b.N {
-		rate, lat := createRound(b, perCaller, viaGateway)
+		rate, lat := createRound(b, perCaller, vb.viaGateway)
 		gwRates, gwLatencies = append(gwRates, rate), append(gwLatencies, lat...)
-		rate, lat = createRound(b, perCaller, viaClientGo)
+		rate, lat = createRound(b, perCaller, vb.viaClientGo)
 		directRates, directLatencies = append(directRates, rate), append(directLatencies, lat...)
 		b.StopTimer()
-		cleanUp()
+		vb.cleanUp()
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -168,4 +191,65 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 	if gw99 > dr99+15*time.Millisecond {
 		b.Errorf("gateway create p99 %s, direct %s: more than 15 ms above", gw99, dr99)
 	}
+}
+
+// BenchmarkVolumeOperations: DCM's single requests one after another —
+// create, get and a list of up to 50 — through the gateway (the real binary,
+// production settings) against the same operations with client-go straight
+// to the cluster, interleaved in one run. Reports p50 and p99 of each and
+// the gateway's p50 as a ratio of client-go's. A get and a list are served
+// from the gateway's records and caches; a create waits on the cluster and
+// on the gateway's database.
+//
+//	go test ./test/e2e -run '^$' -bench VolumeOperations -benchtime 100x
+func BenchmarkVolumeOperations(b *testing.B) {
+	vb := newVolumeBench(b)
+	ops := []string{"create", "get", "list"}
+	gateway, direct := map[string][]time.Duration{}, map[string][]time.Duration{}
+	timed := func(into map[string][]time.Duration, op string, do func() error) {
+		start := time.Now()
+		if err := do(); err != nil {
+			b.Fatalf("%s: %v", op, err)
+		}
+		into[op] = append(into[op], time.Since(start))
+	}
+	gatewayRead := func(path string) func() error {
+		return func() error {
+			code, body, err := vb.c.try(http.MethodGet, path, nil)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("%d %v", code, body)
+			}
+			return err
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		id := uuid.NewString()
+		timed(gateway, "create", func() error { return vb.viaGateway(id) })
+		timed(direct, "create", func() error { return vb.viaClientGo(id + "-direct") })
+		timed(gateway, "get", gatewayRead(volumesPath(vb.envID)+"/"+id))
+		timed(direct, "get", func() error {
+			_, err := vb.claims.Get(context.Background(), id+"-direct", metav1.GetOptions{})
+			return err
+		})
+		timed(gateway, "list", gatewayRead(volumesPath(vb.envID)+"?max_page_size=50"))
+		timed(direct, "list", func() error {
+			_, err := vb.claims.List(context.Background(), metav1.ListOptions{LabelSelector: "bench=direct", Limit: 50})
+			return err
+		})
+	}
+	b.StopTimer()
+	vb.cleanUp()
+	var summary []string
+	for _, op := range ops {
+		g50, g99 := percentiles(gateway[op])
+		d50, d99 := percentiles(direct[op])
+		b.ReportMetric(float64(g50.Microseconds())/1000, op+"-p50-ms")
+		b.ReportMetric(float64(g99.Microseconds())/1000, op+"-p99-ms")
+		b.ReportMetric(float64(d50.Microseconds())/1000, op+"-direct-p50-ms")
+		b.ReportMetric(float64(g50)/float64(d50), op+"-p50-gateway/direct")
+		summary = append(summary, fmt.Sprintf("%s p50/p99 %s/%s vs %s/%s (p50 ×%.2f)", op,
+			g50.Round(10*time.Microsecond), g99.Round(10*time.Microsecond), d50.Round(10*time.Microsecond), d99.Round(10*time.Microsecond), float64(g50)/float64(d50)))
+	}
+	b.Logf("%d of each, gateway vs client-go: %s", len(gateway["create"]), strings.Join(summary, "; "))
 }
