@@ -271,9 +271,7 @@ func (p *Pool) install(c *Cluster) (dropped *Cluster, _ error) {
 		dropped, env.next = env.next, nil
 		return dropped, nil
 	}
-	if err := env.handlers.join(c); err != nil {
-		return nil, err
-	}
+	env.handlers.join(c)
 	if env.live == c {
 		p.envs[c.target.EnvironmentID] = env
 	} else {
@@ -289,16 +287,14 @@ func (p *Pool) install(c *Cluster) (dropped *Cluster, _ error) {
 // updates and deletes from before its informers start (see Cluster.OnPVC
 // for what the handler must tolerate). Subscribing before the pool connects
 // anything means no claim's first state is ever missed.
-func (p *Pool) FollowPVCs(handler func(environmentID string) cache.ResourceEventHandler) error {
+func (p *Pool) FollowPVCs(handler func(environmentID string) cache.ResourceEventHandler) {
 	p.mu.Lock()
 	p.pvcFollowers = append(p.pvcFollowers, handler)
 	current := maps.Clone(p.envs)
 	p.mu.Unlock()
-	var errs []error
 	for id, env := range current {
-		errs = append(errs, env.handlers.add(handler(id)))
+		env.handlers.add(handler(id))
 	}
-	return errors.Join(errs...)
 }
 
 // Remove stops an environment's informers, health loop and connections and

@@ -18,7 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -55,104 +56,77 @@ const byInvolvedPVC = "involvedPVC"
 // objects the gateway reads.
 type caches struct {
 	namespaces  []string
-	factories   []informers.SharedInformerFactory
-	informers   []namedInformer
+	informers   []*informer
 	byNamespace map[string]namespaceCaches
 	classes     storagelisters.StorageClassLister
 	drivers     storagelisters.CSIDriverLister
 	capacities  storagelisters.CSIStorageCapacityLister
-}
-
-type namedInformer struct {
-	name string
-	cache.SharedIndexInformer
+	// wait, once the informers run, returns when they have stopped.
+	wait func()
 }
 
 type namespaceCaches struct {
 	pvcs         corelisters.PersistentVolumeClaimNamespaceLister
-	pvcInformer  cache.SharedIndexInformer
+	pvcHandlers  *fanout
 	warningIndex cache.Indexer
 }
+
+// namespaced lets namespaced listers find their objects.
+var namespaced = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 
 // newCaches sets up the informers without starting them; onStorage is
 // called after every change to a cached StorageClass, CSIDriver or
 // CSIStorageCapacity, from an informer goroutine.
-func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func()) (*caches, error) {
+func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func()) *caches {
 	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}
-	var errs []error
+	add := func(name string, lw *cache.ListWatch, example runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) *informer {
+		inf := newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(lw, client), example: example,
+			indexers: indexers, handler: handler, onError: logCacheFailure(logger, name)})
+		c.informers = append(c.informers, inf)
+		return inf
+	}
 	for _, ns := range namespaces {
-		pvcs := c.factory(client, selectManaged, informers.WithNamespace(ns)).Core().V1().PersistentVolumeClaims()
-		events := c.factory(client, selectPVCWarnings, informers.WithNamespace(ns)).Core().V1().Events()
-		errs = append(errs, events.Informer().AddIndexers(cache.Indexers{byInvolvedPVC: involvedPVC}))
-		c.add("persistentvolumeclaims in "+ns, pvcs.Informer())
-		c.add("events in "+ns, events.Informer())
+		claims, events := client.CoreV1().PersistentVolumeClaims(ns), client.CoreV1().Events(ns)
+		handlers := &fanout{}
+		pvcs := add("persistentvolumeclaims in "+ns, listWatch(claims.List, claims.Watch, selectManaged), &corev1.PersistentVolumeClaim{}, namespaced, handlers)
+		handlers.indexer = pvcs.indexer
+		warnings := add("events in "+ns, listWatch(events.List, events.Watch, selectPVCWarnings), &corev1.Event{},
+			cache.Indexers{byInvolvedPVC: involvedPVC}, ignore)
 		c.byNamespace[ns] = namespaceCaches{
-			pvcs:         pvcs.Lister().PersistentVolumeClaims(ns),
-			pvcInformer:  pvcs.Informer(),
-			warningIndex: events.Informer().GetIndexer(),
+			pvcs:         corelisters.NewPersistentVolumeClaimLister(pvcs.indexer).PersistentVolumeClaims(ns),
+			pvcHandlers:  handlers,
+			warningIndex: warnings.indexer,
 		}
 	}
-	storage := c.factory(client, nil).Storage().V1()
-	c.classes, c.drivers, c.capacities = storage.StorageClasses().Lister(), storage.CSIDrivers().Lister(), storage.CSIStorageCapacities().Lister()
-	c.add(cacheStorageClasses, storage.StorageClasses().Informer())
-	c.add(cacheCSIDrivers, storage.CSIDrivers().Informer())
-	c.add(cacheCapacities, storage.CSIStorageCapacities().Informer())
-	notify := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { onStorage() },
-		UpdateFunc: func(any, any) { onStorage() },
-		DeleteFunc: func(any) { onStorage() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{storage.StorageClasses().Informer(), storage.CSIDrivers().Informer(), storage.CSIStorageCapacities().Informer()} {
-		_, err := inf.AddEventHandler(notify)
-		errs = append(errs, err)
-	}
-	for _, inf := range c.informers {
-		errs = append(errs, inf.SetWatchErrorHandlerWithContext(logCacheFailure(logger, inf.name)))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("set up cluster caches: %w", err)
-	}
-	return c, nil
+	storage := client.StorageV1()
+	classes, drivers, capacities := storage.StorageClasses(), storage.CSIDrivers(), storage.CSIStorageCapacities(metav1.NamespaceAll)
+	c.classes = storagelisters.NewStorageClassLister(add(cacheStorageClasses, listWatch(classes.List, classes.Watch, nil),
+		&storagev1.StorageClass{}, cache.Indexers{}, notify(onStorage)).indexer)
+	c.drivers = storagelisters.NewCSIDriverLister(add(cacheCSIDrivers, listWatch(drivers.List, drivers.Watch, nil),
+		&storagev1.CSIDriver{}, cache.Indexers{}, notify(onStorage)).indexer)
+	c.capacities = storagelisters.NewCSIStorageCapacityLister(add(cacheCapacities, listWatch(capacities.List, capacities.Watch, nil),
+		&storagev1.CSIStorageCapacity{}, namespaced, notify(onStorage)).indexer)
+	return c
 }
 
-// factory makes an informer factory whose lists and watches select (when
-// set) what they need, whose watches last long, and whose objects are
-// stripped before they are cached.
-func (c *caches) factory(client kubernetes.Interface, selectWhat func(*metav1.ListOptions), opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
-	tweak := func(o *metav1.ListOptions) {
+// listWatch lists and watches through a typed client's List and Watch,
+// selecting (when set) only what the gateway needs.
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), selectWhat func(*metav1.ListOptions)) *cache.ListWatch {
+	tweak := func(o metav1.ListOptions) metav1.ListOptions {
 		if selectWhat != nil {
-			selectWhat(o)
+			selectWhat(&o)
 		}
-		lengthenWatch(o)
+		return o
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		append(opts, informers.WithTweakListOptions(tweak), informers.WithTransform(stripUnused))...)
-	c.factories = append(c.factories, f)
-	return f
-}
-
-// watchTimeoutFactor lengthens the informers' watches: client-go's
-// reflectors ask the API server to end each watch after 5–10 minutes and
-// then open a new one — a request per informer every 7.5 minutes on
-// average, most of an idle environment's cost to its cluster. Watches of
-// 30–60 minutes cost a sixth of that. They are no less live: the API server
-// sends a bookmark on every watch about once a minute, and a broken
-// connection ends the watch (HTTP/2 pings find a silent one within 45 s).
-// client-go offers no such option for shared informers, but the reflector's
-// timeout reaches the API server through the watch's list options, which
-// the informer factories let the gateway tweak.
-const watchTimeoutFactor = 6
-
-// lengthenWatch multiplies a watch's timeout (a list has none).
-func lengthenWatch(o *metav1.ListOptions) {
-	if o.TimeoutSeconds != nil {
-		longer := *o.TimeoutSeconds * watchTimeoutFactor
-		o.TimeoutSeconds = &longer
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return list(ctx, tweak(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return watchFn(ctx, tweak(o))
+		},
 	}
-}
-
-func (c *caches) add(name string, inf cache.SharedIndexInformer) {
-	c.informers = append(c.informers, namedInformer{name, inf})
 }
 
 func selectManaged(o *metav1.ListOptions) {
@@ -208,16 +182,12 @@ func (c *caches) count() int { return len(c.informers) }
 // 30s (30-60s with jitter), so once backed off a failing cluster costs each
 // informer a few requests a minute (TestFailingClusterIsNotHammered counts
 // them over the first seconds, where retries are densest).
-func (c *caches) start(ctx context.Context) {
-	for _, f := range c.factories {
-		f.Start(ctx.Done())
-	}
-}
+func (c *caches) start(ctx context.Context) { c.wait = runInformers(ctx, c.informers) }
 
 // shutdown waits for the informers to exit; their context must be done.
 func (c *caches) shutdown() {
-	for _, f := range c.factories {
-		f.Shutdown()
+	if c.wait != nil {
+		c.wait()
 	}
 }
 
@@ -225,20 +195,19 @@ func (c *caches) shutdown() {
 func (c *caches) unsynced() []string {
 	var names []string
 	for _, inf := range c.informers {
-		if !inf.HasSynced() {
+		if !inf.ctrl.HasSynced() {
 			names = append(names, inf.name)
 		}
 	}
 	return names
 }
 
-func (c *caches) onPVC(h cache.ResourceEventHandler) error {
-	var errs []error
+// onPVC adds h to every namespace's claims; it first receives the cached
+// claims as adds.
+func (c *caches) onPVC(h cache.ResourceEventHandler) {
 	for _, ns := range c.namespaces {
-		_, err := c.byNamespace[ns].pvcInformer.AddEventHandler(h)
-		errs = append(errs, err)
+		c.byNamespace[ns].pvcHandlers.add(h)
 	}
-	return errors.Join(errs...)
 }
 
 // PVC returns a DCM-managed PVC from the cache.
@@ -287,7 +256,7 @@ func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
 // caches do (the fleet view needs only these).
 func (c *Cluster) StorageSynced() bool {
 	for _, inf := range c.caches.informers {
-		if storageCaches[inf.name] && !inf.HasSynced() {
+		if storageCaches[inf.name] && !inf.ctrl.HasSynced() {
 			return false
 		}
 	}

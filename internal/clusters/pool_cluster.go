@@ -2,7 +2,6 @@ package clusters
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -60,9 +59,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 		return nil, err
 	}
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
-	if c.caches, err = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage); err != nil {
-		return nil, err
-	}
+	c.caches = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
 	c.health = Health{State: StatePending, Message: msgAwaitingServer}
 	return c, nil
@@ -106,9 +103,10 @@ func (c *Cluster) Health() Health {
 // every current PVC to it as an add), so a status tracker keeps receiving
 // events across credential rotation. It must be safe for concurrent use:
 // each namespace delivers on its own goroutine, and during a replacement both
-// connections deliver.
-func (c *Cluster) OnPVC(handler cache.ResourceEventHandler) error {
-	return c.handlers.add(handler)
+// connections deliver. It is called on the informer's goroutine, so it must
+// be quick: the namespace's cache waits for it.
+func (c *Cluster) OnPVC(handler cache.ResourceEventHandler) {
+	c.handlers.add(handler)
 }
 
 // start runs the cluster until stop. The pool calls it with its lock held,
@@ -234,29 +232,24 @@ type pvcHandlers struct {
 	members  []*Cluster
 }
 
-func (s *pvcHandlers) add(h cache.ResourceEventHandler) error {
+func (s *pvcHandlers) add(h cache.ResourceEventHandler) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.handlers = append(s.handlers, h)
-	var errs []error
 	for _, c := range s.members {
-		errs = append(errs, c.caches.onPVC(h))
+		c.caches.onPVC(h)
 	}
-	return errors.Join(errs...)
 }
 
 // join registers every handler with c, before its informers start.
-func (s *pvcHandlers) join(c *Cluster) error {
+func (s *pvcHandlers) join(c *Cluster) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c.handlers = s
 	for _, h := range s.handlers {
-		if err := c.caches.onPVC(h); err != nil {
-			return err
-		}
+		c.caches.onPVC(h)
 	}
 	s.members = append(s.members, c)
-	return nil
 }
 
 // leave forgets c, which is being stopped.

@@ -253,8 +253,8 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 		return err
 	}
 	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify}.RecordObserved, cfg.StatusDebounce, g.log)
-	g.follower, err = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
-	return err
+	g.follower = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
+	return nil
 }
 
 func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) error {

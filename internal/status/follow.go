@@ -31,12 +31,10 @@ type Follower struct {
 
 // NewFollower subscribes to the PVC events of every environment in the
 // pool, now and later; Run sweeps.
-func NewFollower(tracker *Tracker, pool *clusters.Pool, provisioningTimeout time.Duration, logger *slog.Logger) (*Follower, error) {
+func NewFollower(tracker *Tracker, pool *clusters.Pool, provisioningTimeout time.Duration, logger *slog.Logger) *Follower {
 	f := &Follower{tracker: tracker, clusters: pool, provisioningTimeout: provisioningTimeout, log: logger}
-	if err := pool.FollowPVCs(f.handler); err != nil {
-		return nil, err
-	}
-	return f, nil
+	pool.FollowPVCs(f.handler)
+	return f
 }
 
 // Run sweeps every interval until ctx ends.
