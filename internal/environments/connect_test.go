@@ -21,8 +21,9 @@ import (
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
-// runConnector runs a connector over a fresh pool until the test ends.
-func runConnector(t *testing.T, reg *environments.Service) (*environments.Connector, *clusters.Pool) {
+// runConnector runs a connector over a fresh pool until the test ends and
+// returns the pool.
+func runConnector(t *testing.T, reg *environments.Service) *clusters.Pool {
 	t.Helper()
 	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback},
 		HealthInterval: 500 * time.Millisecond, HealthTimeout: 500 * time.Millisecond})
@@ -32,7 +33,7 @@ func runConnector(t *testing.T, reg *environments.Service) (*environments.Connec
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return c, pool
+	return pool
 }
 
 // TestPoolFollowsTheRegistry: the connector connects registered
@@ -41,7 +42,7 @@ func runConnector(t *testing.T, reg *environments.Service) (*environments.Connec
 func TestPoolFollowsTheRegistry(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	_, pool := runConnector(t, reg.Registry)
+	pool := runConnector(t, reg.Registry)
 
 	if _, _, err := reg.Registry.Register(ctx, registration(t, "follow")); err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 func TestARefusedRequestProbesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	_, pool := runConnector(t, reg.Registry)
+	pool := runConnector(t, reg.Registry)
 	ns := cluster.Spec.Environment.Namespace
 	token, err := cluster.RestrictedToken(ctx, "revocable", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},

@@ -115,7 +115,9 @@ func BenchmarkIdleFleet(b *testing.B) {
 	if err := g.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		b.Fatal(err)
 	}
-	<-g.Done
+	if err := <-g.Done; err != nil {
+		b.Fatalf("the gateway did not stop cleanly: %v", err)
+	}
 	start = time.Now()
 	g = gatewayproc.Start(b, binary, env)
 	c.base = "http://" + g.Addr
