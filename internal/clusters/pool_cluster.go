@@ -232,16 +232,23 @@ type pvcHandlers struct {
 	members  []*Cluster
 }
 
+// add registers h for the environment's clusters, present and future. The
+// present ones hand h their cached claims (calling it) after s.mu is
+// released: the handler may take the pool's lock, which Pool.install holds
+// while it waits for s.mu in join. A cluster that joins meanwhile gets h
+// through join.
 func (s *pvcHandlers) add(h cache.ResourceEventHandler) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.handlers = append(s.handlers, h)
-	for _, c := range s.members {
+	members := slices.Clone(s.members)
+	s.mu.Unlock()
+	for _, c := range members {
 		c.caches.onPVC(h)
 	}
 }
 
-// join registers every handler with c, before its informers start.
+// join registers every handler with c, before its informers start (its
+// caches are empty: no handler is called).
 func (s *pvcHandlers) join(c *Cluster) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -119,6 +119,13 @@ func NewTracker(record func(context.Context, Observation) error, window time.Dur
 
 // Observe takes a volume's current status.
 func (t *Tracker) Observe(o Observation) {
+	t.locked(o, func(k volumeKey, v *volume) { t.observe(k, v, o) })
+}
+
+// locked runs do with the tracker's lock held and what the writer learned
+// applied, v being the volume's entry (nil when the tracker knows nothing of
+// it); once the tracker is closed, it does nothing.
+func (t *Tracker) locked(o Observation, do func(k volumeKey, v *volume)) {
 	k := volumeKey{o.EnvironmentID, o.VolumeID}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -126,7 +133,11 @@ func (t *Tracker) Observe(o Observation) {
 		return
 	}
 	t.applySettled()
-	v := t.volumes[k]
+	do(k, t.volumes[k])
+}
+
+// observe is Observe with the lock held.
+func (t *Tracker) observe(k volumeKey, v *volume, o Observation) {
 	if v == nil {
 		v = &volume{tokens: flapTokens, refilled: time.Now()}
 		t.volumes[k] = v
@@ -173,21 +184,16 @@ func (t *Tracker) Observe(o Observation) {
 // against the volume's flap tokens like a recording of its own; a volume
 // the tracker has already queued something for is left as it is.
 func (t *Tracker) Recorded(o Observation) {
-	k := volumeKey{o.EnvironmentID, o.VolumeID}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return
-	}
-	t.applySettled()
-	if t.volumes[k] != nil {
-		return
-	}
-	v := &volume{last: o, tokens: flapTokens, refilled: time.Now()}
-	if costsToken(Observation{}, o) {
-		v.tokens--
-	}
-	t.volumes[k] = v
+	t.locked(o, func(k volumeKey, known *volume) {
+		if known != nil {
+			return
+		}
+		v := &volume{last: o, tokens: flapTokens, refilled: time.Now()}
+		if costsToken(Observation{}, o) {
+			v.tokens--
+		}
+		t.volumes[k] = v
+	})
 }
 
 // release ends a volume's coalescing: a token is back, and the pending
