@@ -2,8 +2,10 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +30,8 @@ const (
 type pacedLimiter struct {
 	ceiling rate.Limit
 	burst   int
-	bucket  *rate.Limiter
+	// bucket is replaced, empty, at every halving (see throttled).
+	bucket atomic.Pointer[rate.Limiter]
 	// requests counts what the environment's clients send, by use (nil:
 	// not counted).
 	requests *prometheus.CounterVec
@@ -36,22 +39,24 @@ type pacedLimiter struct {
 	mu sync.Mutex
 	// throttledAt is the last halving, raisedAt the last step back up.
 	throttledAt, raisedAt time.Time
+	// slowed is closed, and replaced, at every halving: requests waiting
+	// for a slot in the old bucket book one in the new.
+	slowed chan struct{}
 }
 
 func newPacedLimiter(qps float32, burst int) *pacedLimiter {
-	return &pacedLimiter{ceiling: rate.Limit(qps), burst: burst, bucket: rate.NewLimiter(rate.Limit(qps), burst)}
+	l := &pacedLimiter{ceiling: rate.Limit(qps), burst: burst, slowed: make(chan struct{})}
+	l.bucket.Store(rate.NewLimiter(rate.Limit(qps), burst))
+	return l
 }
 
-// setRate changes the rate, and caps the burst at one second's worth while
-// slowed down, so the tokens a healthy environment had saved up are not
-// spent on a cluster that just pushed back.
-func (l *pacedLimiter) setRate(now time.Time, r rate.Limit) {
-	burst := l.burst
+// burstAt is the burst at rate r: one second's worth at most while slowed
+// down.
+func (l *pacedLimiter) burstAt(r rate.Limit) int {
 	if r < l.ceiling {
-		burst = min(burst, max(1, int(r)))
+		return min(l.burst, max(1, int(r)))
 	}
-	l.bucket.SetBurstAt(now, burst)
-	l.bucket.SetLimitAt(now, r)
+	return l.burst
 }
 
 // throttled slows the environment down: its cluster answered 429.
@@ -61,8 +66,24 @@ func (l *pacedLimiter) throttled(now time.Time) {
 	if now.Sub(l.throttledAt) < throttleGap {
 		return // one halving per burst of 429s from requests in flight together
 	}
-	l.setRate(now, max(l.bucket.Limit()/2, l.ceiling/minShare))
+	// A new, empty bucket at half the rate: the tokens a healthy
+	// environment had saved up are not spent on a cluster that just pushed
+	// back, and the slots booked in the old bucket are void — their
+	// requests book again in this one (Wait).
+	r := max(l.bucket.Load().Limit()/2, l.ceiling/minShare)
+	slower := rate.NewLimiter(r, l.burstAt(r))
+	slower.AllowN(now, slower.Burst())
+	l.bucket.Store(slower)
 	l.throttledAt, l.raisedAt = now, now
+	close(l.slowed)
+	l.slowed = make(chan struct{})
+}
+
+// slowedSignal is closed at the next halving.
+func (l *pacedLimiter) slowedSignal() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.slowed
 }
 
 // recover raises a slowed rate by one step per second since the last 429
@@ -70,12 +91,15 @@ func (l *pacedLimiter) throttled(now time.Time) {
 func (l *pacedLimiter) recover(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	current := l.bucket.Limit()
+	bucket := l.bucket.Load()
+	current := bucket.Limit()
 	steps := now.Sub(l.raisedAt) / time.Second
 	if current >= l.ceiling || steps < 1 {
 		return
 	}
-	l.setRate(now, min(l.ceiling, current+rate.Limit(steps)*l.ceiling/recoverSteps))
+	raised := min(l.ceiling, current+rate.Limit(steps)*l.ceiling/recoverSteps)
+	bucket.SetBurstAt(now, l.burstAt(raised))
+	bucket.SetLimitAt(now, raised)
 	l.raisedAt = l.raisedAt.Add(steps * time.Second)
 }
 
@@ -86,22 +110,54 @@ func (l *pacedLimiter) recover(now time.Time) {
 func (l *pacedLimiter) waitFor(n int) time.Duration {
 	now := time.Now()
 	l.recover(now)
-	missing := float64(n) - l.bucket.TokensAt(now)
+	bucket := l.bucket.Load()
+	missing := float64(n) - bucket.TokensAt(now)
 	if missing <= 0 {
 		return 0
 	}
-	return time.Duration(missing / float64(l.bucket.Limit()) * float64(time.Second))
+	return time.Duration(missing / float64(bucket.Limit()) * float64(time.Second))
 }
 
 // TryAccept, Accept, Wait, QPS and Stop are flowcontrol.RateLimiter.
-func (l *pacedLimiter) TryAccept() bool { l.recover(time.Now()); return l.bucket.Allow() }
+func (l *pacedLimiter) TryAccept() bool { l.recover(time.Now()); return l.bucket.Load().Allow() }
 func (l *pacedLimiter) Accept()         { _ = l.Wait(context.Background()) }
 func (l *pacedLimiter) Stop()           {}
-func (l *pacedLimiter) QPS() float32    { return float32(l.bucket.Limit()) }
+func (l *pacedLimiter) QPS() float32    { return float32(l.bucket.Load().Limit()) }
+
+// Wait books the next slot at the current pace and waits for it; when the
+// cluster pushes back meanwhile, it books again in the slower bucket, so
+// requests already waiting slow down too (a plain token bucket keeps their
+// slots).
 func (l *pacedLimiter) Wait(ctx context.Context) error {
-	l.recover(time.Now())
-	return l.bucket.Wait(ctx)
+	for {
+		now := time.Now()
+		l.recover(now)
+		slowed := l.slowedSignal()
+		booked := l.bucket.Load().ReserveN(now, 1) // OK: the burst is at least 1
+		delay := booked.DelayFrom(now)
+		if delay == 0 {
+			return nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && deadline.Before(now.Add(delay)) {
+			booked.CancelAt(now)
+			return errWouldExceedDeadline
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case <-timer.C:
+			return nil
+		case <-slowed: // the slot was in a bucket thrown away
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			booked.Cancel()
+			return ctx.Err()
+		}
+	}
 }
+
+// errWouldExceedDeadline: the request's slot comes after its deadline.
+var errWouldExceedDeadline = errors.New("rate: the next request slot comes after the context's deadline")
 
 // pacedTransport counts every request an environment's client sends and
 // tells the limiter about every 429 it receives.

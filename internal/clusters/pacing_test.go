@@ -106,8 +106,44 @@ func TestPacedLimiterWaitFollowsTheCurrentRate(t *testing.T) {
 			t.Fatalf("100 requests at 200 qps with 40 saved: wait %s, want 300ms", got)
 		}
 		l.throttled(time.Now())
-		if got := l.waitFor(100); got != 600*time.Millisecond {
-			t.Fatalf("after a 429 (100 qps): wait %s, want 600ms", got)
+		if got := l.waitFor(100); got != time.Second {
+			t.Fatalf("after a 429 (100 qps, nothing saved): wait %s, want 1s", got)
 		}
 	})
+}
+
+// Requests already waiting for a slot slow down with the environment: a
+// 429 halves the pace of those booked before it too, not only of those
+// that come after.
+func TestWaitingRequestsSlowDownWithTheCluster(t *testing.T) {
+	lastSlot := func(throttle bool) time.Duration {
+		var took time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			l := newPacedLimiter(100, 1)
+			l.TryAccept() // the saved token: every waiter below waits
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range 20 {
+				wg.Go(func() {
+					if err := l.Wait(context.Background()); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			synctest.Wait() // every waiter has booked its slot
+			if throttle {
+				l.throttled(time.Now())
+			}
+			wg.Wait()
+			took = time.Since(start)
+		})
+		return took
+	}
+	// 20 slots at 100 qps: the last one after 200 ms; at 50 qps, 400 ms.
+	if steady := lastSlot(false); steady != 200*time.Millisecond {
+		t.Fatalf("20 waiters at 100 qps: the last went after %s, want 200ms", steady)
+	}
+	if slowed := lastSlot(true); slowed < 390*time.Millisecond || slowed > 410*time.Millisecond {
+		t.Fatalf("20 waiters, then a 429 (50 qps): the last went after %s, want about 400ms", slowed)
+	}
 }
