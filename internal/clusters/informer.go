@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 )
@@ -145,12 +146,101 @@ func notify(changed func()) cache.ResourceEventHandler {
 // ignore is a handler for caches only read.
 var ignore cache.ResourceEventHandler = cache.ResourceEventHandlerFuncs{}
 
-// runInformers runs every informer until ctx ends; wait returns once all
-// have stopped.
-func runInformers(ctx context.Context, informers []*informer) (wait func()) {
-	var wg sync.WaitGroup
-	for _, inf := range informers {
-		wg.Go(func() { inf.ctrl.RunWithContext(ctx) })
+// warnings are one namespace's Warning events on PVCs, watched only while
+// the namespace has a Pending claim: a warning is part of a Pending claim's
+// status (the reason it is stuck, status.Of) and of nothing else, so an
+// environment whose claims are all bound — an idle fleet — spends no watch,
+// no goroutines and no memory on events. A claim that turns Pending starts
+// the watch, whose list brings every warning still kept (an hour, by
+// default); the last one to leave Pending stops it. It hears of every claim
+// before anyone else (first in the namespace's fanout).
+type warnings struct {
+	newInformer func() *informer
+
+	mu sync.Mutex
+	// ctx and group are the caches' run context and goroutines, once they
+	// started.
+	ctx     context.Context
+	group   *sync.WaitGroup
+	pending map[string]bool // names of the claims Pending now
+	running *informer
+	stop    context.CancelFunc
+}
+
+func (w *warnings) OnAdd(obj any, _ bool) { w.saw(obj) }
+func (w *warnings) OnUpdate(_, obj any)   { w.saw(obj) }
+func (w *warnings) OnDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
 	}
-	return wg.Wait
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.pending, pvc.Name)
+		w.follow()
+	}
+}
+
+func (w *warnings) saw(obj any) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if pvc.Status.Phase == corev1.ClaimPending {
+		w.pending[pvc.Name] = true
+	} else {
+		delete(w.pending, pvc.Name)
+	}
+	w.follow()
+}
+
+// start lets the watch run in group until ctx ends.
+func (w *warnings) start(ctx context.Context, group *sync.WaitGroup) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ctx, w.group = ctx, group
+	w.follow()
+}
+
+// follow starts the watch while a claim is Pending and stops it when none
+// is. w.mu is held. It is called from the claims' informer, whose own
+// goroutine keeps group's count above zero, so adding to it is safe even
+// while shutdown waits.
+func (w *warnings) follow() {
+	switch {
+	case w.ctx == nil || w.ctx.Err() != nil:
+	case len(w.pending) > 0 && w.running == nil:
+		ctx, cancel := context.WithCancel(w.ctx)
+		inf := w.newInformer()
+		w.running, w.stop = inf, cancel
+		w.group.Go(func() { inf.ctrl.RunWithContext(ctx) })
+	case len(w.pending) == 0 && w.running != nil:
+		w.stop()
+		w.running, w.stop = nil, nil
+	}
+}
+
+// of returns the warnings of the claim with key namespace/name (none while
+// no claim is Pending).
+func (w *warnings) of(key string) []any {
+	w.mu.Lock()
+	running := w.running
+	w.mu.Unlock()
+	if running == nil {
+		return nil
+	}
+	objs, _ := running.indexer.ByIndex(byInvolvedPVC, key) // the index exists
+	return objs
+}
+
+// unsynced names the watch when it runs and has not synced yet.
+func (w *warnings) unsynced() (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running == nil || w.running.ctrl.HasSynced() {
+		return "", false
+	}
+	return w.running.name, true
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -55,20 +56,22 @@ const byInvolvedPVC = "involvedPVC"
 // PVCs in each of the environment's namespaces, and the cluster-wide storage
 // objects the gateway reads.
 type caches struct {
-	namespaces  []string
+	namespaces []string
+	// informers run from start to shutdown; each namespace's warnings run
+	// only while it has a Pending claim.
 	informers   []*informer
 	byNamespace map[string]namespaceCaches
 	classes     storagelisters.StorageClassLister
 	drivers     storagelisters.CSIDriverLister
 	capacities  storagelisters.CSIStorageCapacityLister
-	// wait, once the informers run, returns when they have stopped.
-	wait func()
+	// running holds every informer's goroutine, the warnings' too.
+	running sync.WaitGroup
 }
 
 type namespaceCaches struct {
-	pvcs         corelisters.PersistentVolumeClaimNamespaceLister
-	pvcHandlers  *fanout
-	warningIndex cache.Indexer
+	pvcs        corelisters.PersistentVolumeClaimNamespaceLister
+	pvcHandlers *fanout
+	warnings    *warnings
 }
 
 // namespaced lets namespaced listers find their objects.
@@ -87,15 +90,20 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	}
 	for _, ns := range namespaces {
 		claims, events := client.CoreV1().PersistentVolumeClaims(ns), client.CoreV1().Events(ns)
-		handlers := &fanout{}
+		name := "events in " + ns
+		w := &warnings{pending: map[string]bool{}, newInformer: func() *informer {
+			return newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(listWatch(events.List, events.Watch, selectPVCWarnings), client),
+				example: &corev1.Event{}, indexers: cache.Indexers{byInvolvedPVC: involvedPVC}, handler: ignore, onError: logCacheFailure(logger, name)})
+		}}
+		// The warnings hear of every claim first, so they watch before
+		// anyone maps a Pending claim.
+		handlers := &fanout{handlers: []cache.ResourceEventHandler{w}}
 		pvcs := add("persistentvolumeclaims in "+ns, listWatch(claims.List, claims.Watch, selectManaged), &corev1.PersistentVolumeClaim{}, namespaced, handlers)
 		handlers.indexer = pvcs.indexer
-		warnings := add("events in "+ns, listWatch(events.List, events.Watch, selectPVCWarnings), &corev1.Event{},
-			cache.Indexers{byInvolvedPVC: involvedPVC}, ignore)
 		c.byNamespace[ns] = namespaceCaches{
-			pvcs:         corelisters.NewPersistentVolumeClaimLister(pvcs.indexer).PersistentVolumeClaims(ns),
-			pvcHandlers:  handlers,
-			warningIndex: warnings.indexer,
+			pvcs:        corelisters.NewPersistentVolumeClaimLister(pvcs.indexer).PersistentVolumeClaims(ns),
+			pvcHandlers: handlers,
+			warnings:    w,
 		}
 	}
 	storage := client.StorageV1()
@@ -175,6 +183,8 @@ func cacheFailure(err error) string {
 	return message
 }
 
+// count is how many caches the cluster always runs (each namespace's
+// warnings run only while it has a Pending claim).
 func (c *caches) count() int { return len(c.informers) }
 
 // start runs every informer until ctx ends. client-go's reflectors retry a
@@ -182,14 +192,17 @@ func (c *caches) count() int { return len(c.informers) }
 // 30s (30-60s with jitter), so once backed off a failing cluster costs each
 // informer a few requests a minute (TestFailingClusterIsNotHammered counts
 // them over the first seconds, where retries are densest).
-func (c *caches) start(ctx context.Context) { c.wait = runInformers(ctx, c.informers) }
-
-// shutdown waits for the informers to exit; their context must be done.
-func (c *caches) shutdown() {
-	if c.wait != nil {
-		c.wait()
+func (c *caches) start(ctx context.Context) {
+	for _, ns := range c.namespaces {
+		c.byNamespace[ns].warnings.start(ctx, &c.running)
+	}
+	for _, inf := range c.informers {
+		c.running.Go(func() { inf.ctrl.RunWithContext(ctx) })
 	}
 }
+
+// shutdown waits for the informers to exit; their context must be done.
+func (c *caches) shutdown() { c.running.Wait() }
 
 // unsynced names the caches that have not synced yet.
 func (c *caches) unsynced() []string {
@@ -197,6 +210,11 @@ func (c *caches) unsynced() []string {
 	for _, inf := range c.informers {
 		if !inf.ctrl.HasSynced() {
 			names = append(names, inf.name)
+		}
+	}
+	for _, ns := range c.namespaces {
+		if name, ok := c.byNamespace[ns].warnings.unsynced(); ok {
+			names = append(names, name)
 		}
 	}
 	return names
@@ -290,7 +308,7 @@ func (c *Cluster) WarningEvents(namespace, pvcName string) []*corev1.Event {
 	if !ok {
 		return nil
 	}
-	objs, _ := nc.warningIndex.ByIndex(byInvolvedPVC, namespace+"/"+pvcName) // the index exists
+	objs := nc.warnings.of(namespace + "/" + pvcName)
 	events := make([]*corev1.Event, 0, len(objs))
 	for _, obj := range objs {
 		events = append(events, obj.(*corev1.Event))

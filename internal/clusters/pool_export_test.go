@@ -7,3 +7,12 @@ func (c *Cluster) Done() <-chan struct{} { return c.done }
 
 // DetectionBound is the longest a dead cluster stays READY under o.
 func DetectionBound(o PoolOptions) time.Duration { return detectionBound(o.withDefaults()) }
+
+// WatchingWarnings reports whether the namespace's Warning events are
+// watched now.
+func (c *Cluster) WatchingWarnings(namespace string) bool {
+	w := c.caches.byNamespace[namespace].warnings
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.running != nil
+}

@@ -222,6 +222,18 @@ func TestPoolServesReadsFromCaches(t *testing.T) {
 			return ok && def.Name == "standard"
 		})
 	})
+	t.Run("events watched only while a claim is Pending", func(t *testing.T) {
+		if !c.WatchingWarnings(ns) {
+			t.Fatal("a claim is Pending and its namespace's warnings are not watched")
+		}
+		if err := admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, created.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 10*time.Second, "no claim Pending: the events watch stopped", func() bool { return !c.WatchingWarnings(ns) })
+		if got := c.WarningEvents(ns, created.Name); len(got) != 0 {
+			t.Errorf("WarningEvents after the events watch stopped = %v; want none", names(got))
+		}
+	})
 }
 
 func ptrs[T any](items []T) []*T {
