@@ -134,15 +134,6 @@ func (f *fanout) each(do func(cache.ResourceEventHandler)) {
 	}
 }
 
-// notify is a handler that calls changed after every change.
-func notify(changed func()) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		UpdateFunc: func(any, any) { changed() },
-		DeleteFunc: func(any) { changed() },
-	}
-}
-
 // ignore is a handler for caches only read.
 var ignore cache.ResourceEventHandler = cache.ResourceEventHandlerFuncs{}
 

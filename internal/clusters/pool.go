@@ -67,6 +67,10 @@ type PoolOptions struct {
 	HealthInterval, SteadyHealthInterval time.Duration
 	// HealthTimeout bounds one check (default 5s).
 	HealthTimeout time.Duration
+	// FactsInterval is how often a connected cluster's CSIDrivers and
+	// CSIStorageCapacities are listed again when no StorageClass changed
+	// (default 10m); they are listed, not watched.
+	FactsInterval time.Duration
 	// ConcurrentSyncs bounds the initial cache syncs in flight across
 	// environments (default 32); the rest wait for a slot.
 	ConcurrentSyncs int
@@ -82,6 +86,9 @@ func (o PoolOptions) withDefaults() PoolOptions {
 	}
 	if o.HealthInterval <= 0 {
 		o.HealthInterval = defaultHealthInterval
+	}
+	if o.FactsInterval <= 0 {
+		o.FactsInterval = defaultFactsInterval
 	}
 	if o.ConcurrentSyncs <= 0 {
 		o.ConcurrentSyncs = defaultConcurrentSyncs

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -47,8 +48,6 @@ const (
 	cacheCapacities     = "csistoragecapacities"
 )
 
-var storageCaches = map[string]bool{cacheStorageClasses: true, cacheCSIDrivers: true, cacheCapacities: true}
-
 // byInvolvedPVC indexes events by the namespace/name of their PVC.
 const byInvolvedPVC = "involvedPVC"
 
@@ -60,6 +59,8 @@ type caches struct {
 	// informers run from start to shutdown; each namespace's warnings run
 	// only while it has a Pending claim.
 	informers   []*informer
+	facts       *facts
+	started     atomic.Bool
 	byNamespace map[string]namespaceCaches
 	classes     storagelisters.StorageClassLister
 	drivers     storagelisters.CSIDriverLister
@@ -79,9 +80,10 @@ var namespaced = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFu
 
 // newCaches sets up the informers without starting them; onStorage is
 // called after every change to a cached StorageClass, CSIDriver or
-// CSIStorageCapacity, from an informer goroutine.
-func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func()) *caches {
-	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}}
+// CSIStorageCapacity, from an informer or listing goroutine. CSIDrivers and
+// CSIStorageCapacities are listed again every factsInterval.
+func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func(), factsInterval time.Duration) *caches {
+	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}, facts: &facts{interval: factsInterval}}
 	add := func(name string, lw *cache.ListWatch, example runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) *informer {
 		inf := newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(lw, client), example: example,
 			indexers: indexers, handler: handler, onError: logCacheFailure(logger, name)})
@@ -108,13 +110,46 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	}
 	storage := client.StorageV1()
 	classes, drivers, capacities := storage.StorageClasses(), storage.CSIDrivers(), storage.CSIStorageCapacities(metav1.NamespaceAll)
+	// A StorageClass change asks for the facts to be listed again too (the
+	// initial list does not: the facts are listed with it).
+	changed := func() { c.facts.want(); onStorage() }
+	classChanged := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(_ any, isInInitialList bool) {
+			if isInInitialList {
+				onStorage()
+				return
+			}
+			changed()
+		},
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	}
 	c.classes = storagelisters.NewStorageClassLister(add(cacheStorageClasses, listWatch(classes.List, classes.Watch, nil),
-		&storagev1.StorageClass{}, cache.Indexers{}, notify(onStorage)).indexer)
-	c.drivers = storagelisters.NewCSIDriverLister(add(cacheCSIDrivers, listWatch(drivers.List, drivers.Watch, nil),
-		&storagev1.CSIDriver{}, cache.Indexers{}, notify(onStorage)).indexer)
-	c.capacities = storagelisters.NewCSIStorageCapacityLister(add(cacheCapacities, listWatch(capacities.List, capacities.Watch, nil),
-		&storagev1.CSIStorageCapacity{}, namespaced, notify(onStorage)).indexer)
+		&storagev1.StorageClass{}, cache.Indexers{}, classChanged).indexer)
+	fact := func(name string, list func(context.Context) ([]any, error), indexers cache.Indexers) cache.Indexer {
+		l := &listed{name: name, list: list, indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers), changed: onStorage}
+		c.facts.caches = append(c.facts.caches, l)
+		return l.indexer
+	}
+	c.drivers = storagelisters.NewCSIDriverLister(fact(cacheCSIDrivers, listAll(drivers.List), cache.Indexers{}))
+	c.capacities = storagelisters.NewCSIStorageCapacityLister(fact(cacheCapacities, listAll(capacities.List), namespaced))
 	return c
+}
+
+// listAll lists every object through a typed client's List.
+func listAll[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context) ([]any, error) {
+	return func(ctx context.Context) ([]any, error) {
+		got, err := list(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		objs, err := meta.ExtractList(got)
+		out := make([]any, len(objs))
+		for i, obj := range objs {
+			out[i] = obj
+		}
+		return out, err
+	}
 }
 
 // listWatch lists and watches through a typed client's List and Watch,
@@ -183,9 +218,9 @@ func cacheFailure(err error) string {
 	return message
 }
 
-// count is how many caches the cluster always runs (each namespace's
-// warnings run only while it has a Pending claim).
-func (c *caches) count() int { return len(c.informers) }
+// count is how many caches the cluster always keeps: informers and listed
+// facts (each namespace's warnings run only while it has a Pending claim).
+func (c *caches) count() int { return len(c.informers) + len(c.facts.caches) }
 
 // start runs every informer until ctx ends. client-go's reflectors retry a
 // failed LIST or WATCH with jittered exponential backoff from 0.8s, capped at
@@ -199,6 +234,21 @@ func (c *caches) start(ctx context.Context) {
 	for _, inf := range c.informers {
 		c.running.Go(func() { inf.ctrl.RunWithContext(ctx) })
 	}
+	c.started.Store(true)
+	c.refreshFacts(ctx)
+}
+
+// refreshFacts lists the CSIDrivers and CSIStorageCapacities again, on a
+// goroutine of its own that ends with the listing, when they were never
+// listed, a StorageClass changed, or the facts interval passed. Nothing is
+// listed before the caches start (the cluster waits for a sync slot). The
+// cluster's run goroutine and health loop call it; both end before
+// shutdown waits.
+func (c *caches) refreshFacts(ctx context.Context) {
+	if !c.started.Load() || ctx.Err() != nil || !c.facts.due(time.Now()) {
+		return
+	}
+	c.running.Go(func() { c.facts.refresh(ctx, requestTimeout) })
 }
 
 // shutdown waits for the informers to exit; their context must be done.
@@ -210,6 +260,11 @@ func (c *caches) unsynced() []string {
 	for _, inf := range c.informers {
 		if !inf.ctrl.HasSynced() {
 			names = append(names, inf.name)
+		}
+	}
+	for _, l := range c.facts.caches {
+		if !l.synced.Load() {
+			names = append(names, l.name)
 		}
 	}
 	for _, ns := range c.namespaces {
@@ -274,7 +329,12 @@ func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
 // caches do (the fleet view needs only these).
 func (c *Cluster) StorageSynced() bool {
 	for _, inf := range c.caches.informers {
-		if storageCaches[inf.name] && !inf.ctrl.HasSynced() {
+		if inf.name == cacheStorageClasses && !inf.ctrl.HasSynced() {
+			return false
+		}
+	}
+	for _, l := range c.caches.facts.caches {
+		if !l.synced.Load() {
 			return false
 		}
 	}

@@ -59,7 +59,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 		return nil, err
 	}
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
-	c.caches = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage)
+	c.caches = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
 	c.health = Health{State: StatePending, Message: msgAwaitingServer}
 	return c, nil

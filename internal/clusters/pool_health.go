@@ -137,6 +137,7 @@ func (c *Cluster) checkLoop(ctx context.Context, results chan<- checkResult) {
 			return
 		}
 		if r.ok {
+			c.caches.refreshFacts(ctx)
 			pause.Reset(c.pool.opts.SteadyHealthInterval)
 		} else {
 			pause.Reset(c.pool.opts.HealthInterval)

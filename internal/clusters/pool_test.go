@@ -618,3 +618,46 @@ func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 		t.Fatalf("a request of the environment whose tokens a probe spent: %v, want a wait on the rate limiter", err)
 	}
 }
+
+// CSIDrivers and CSIStorageCapacities are listed, not watched: a capacity
+// published later is seen at the next listing — at once after a
+// StorageClass changed (a new driver comes with new classes), and anyway
+// after FactsInterval.
+func TestFactsAreListedAgain(t *testing.T) {
+	ctx := t.Context()
+	admin := east.AdminClient().StorageV1()
+	publish := func(name string) {
+		qty := resource.MustParse("1Gi")
+		if _, err := admin.CSIStorageCapacities("kube-system").Create(ctx, &storagev1.CSIStorageCapacity{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, StorageClassName: "standard", Capacity: &qty}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = admin.CSIStorageCapacities("kube-system").Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	listed := func(c *clusters.Cluster, name string) bool {
+		return slices.ContainsFunc(c.CSIStorageCapacities(), func(x *storagev1.CSIStorageCapacity) bool { return x.Name == name })
+	}
+	t.Run("after a StorageClass change", func(t *testing.T) {
+		c := ensureReady(t, newPool(t, fast), eastTarget("pool-facts-class")) // the default interval: 10 minutes
+		publish("pool-facts-class")
+		time.Sleep(3 * fast.HealthInterval) // a few good checks: not listed again without a reason
+		if listed(c, "pool-facts-class") {
+			t.Fatal("a capacity was listed again with no StorageClass change, long before the interval")
+		}
+		class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "pool-facts-new"}, Provisioner: "disk.csi.local.dev"}
+		if _, err := admin.StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.StorageClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{}) })
+		poll.Until(t, 10*time.Second, "the capacity listed after the class appeared", func() bool { return listed(c, "pool-facts-class") })
+	})
+	t.Run("after the interval", func(t *testing.T) {
+		opts := fast
+		opts.FactsInterval = 2 * time.Second
+		c := ensureReady(t, newPool(t, opts), eastTarget("pool-facts-interval"))
+		publish("pool-facts-interval")
+		poll.Until(t, 10*time.Second, "the capacity listed after the interval", func() bool { return listed(c, "pool-facts-interval") })
+	})
+}

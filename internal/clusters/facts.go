@@ -1,0 +1,112 @@
+package clusters
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+)
+
+// defaultFactsInterval is how often a connected cluster's CSIDrivers and
+// CSIStorageCapacities are listed again when no StorageClass changed.
+const defaultFactsInterval = 10 * time.Minute
+
+// listed is a cache filled by listing, not watching: the CSIDrivers and
+// CSIStorageCapacities, which only the fleet view reads and which change
+// rarely. Watched, they held twelve goroutines and two streams per
+// environment; listed on connect, after every StorageClass change (a new
+// driver comes with new classes) and every factsInterval, they cost two
+// requests per interval and no goroutine in between.
+type listed struct {
+	name    string
+	list    func(context.Context) ([]any, error)
+	indexer cache.Indexer
+	// changed is called after a listing that changed what is cached (or
+	// the first one).
+	changed func()
+	synced  atomic.Bool
+}
+
+// refresh lists the objects again and replaces what is cached.
+func (l *listed) refresh(ctx context.Context) error {
+	objs, err := l.list(ctx)
+	if err != nil {
+		return err
+	}
+	for i, obj := range objs {
+		objs[i], _ = stripUnused(obj)
+	}
+	before := versions(l.indexer.List())
+	if err := l.indexer.Replace(objs, ""); err != nil {
+		return err
+	}
+	if first := !l.synced.Swap(true); first || !maps.Equal(before, versions(objs)) {
+		l.changed()
+	}
+	return nil
+}
+
+// versions maps each object's uid to its resource version.
+func versions(objs []any) map[string]string {
+	v := make(map[string]string, len(objs))
+	for _, obj := range objs {
+		if m, err := meta.Accessor(obj); err == nil {
+			v[string(m.GetUID())] = m.GetResourceVersion()
+		}
+	}
+	return v
+}
+
+// facts are a cluster's listed caches and when to list them again.
+type facts struct {
+	caches   []*listed
+	interval time.Duration
+
+	mu       sync.Mutex
+	listedAt time.Time // the last listing of them all
+	wanted   bool      // a StorageClass changed since
+	busy     bool      // a listing is in flight
+}
+
+// want asks for a listing at the next chance: a StorageClass changed.
+func (f *facts) want() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wanted = true
+}
+
+// due reports whether a listing should start now and, if so, marks one in
+// flight.
+func (f *facts) due(now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.busy || !f.wanted && !f.listedAt.IsZero() && now.Sub(f.listedAt) < f.interval {
+		return false
+	}
+	f.busy, f.wanted = true, false
+	return true
+}
+
+// refresh lists every cache, within timeout, and records when it
+// succeeded; a failure leaves the listing due.
+func (f *facts) refresh(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var errs []error
+	for _, l := range f.caches {
+		errs = append(errs, l.refresh(ctx))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.busy = false
+	if errors.Join(errs...) == nil {
+		f.listedAt = time.Now()
+	} else {
+		f.wanted = true
+	}
+}
