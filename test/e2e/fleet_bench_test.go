@@ -142,7 +142,7 @@ func BenchmarkIdleFleet(b *testing.B) {
 	b.ReportMetric(restart.Seconds(), "restart-s")
 	b.Logf("%d environments, idle for %s, against the same gateway with none: %.1f goroutines/env (target ≤ 20), heap %.3f MiB/env, RSS %.3f MiB/env, "+
 		"idle CPU %.1f%% of a core (≤ 5%%; %.1f%% with none), %.2f API requests/env/min (≤ 3; %s; besides, a probe of %.1f requests every %s, +%.2f/min, "+
-			"and %d listings every %s, +%.2f/min), "+
+		"and %d listings every %s, +%.2f/min), "+
 		"restart to all synced %s (≤ 15 s)",
 		n, elapsed.Round(time.Second), goroutines, heap, rss, 100*cpu, 100*baselineCPU, requests, strings.Join(byUse, ", "),
 		perProbe, probeReadyInterval, perProbe/probeReadyInterval.Minutes(), factsListings, factsInterval, factsListings/factsInterval.Minutes(),
