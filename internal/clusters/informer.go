@@ -24,8 +24,8 @@ const minWatchTimeout = 30 * time.Minute
 // informer lists and watches one kind of object into an indexer and hands
 // every change to one handler, on the goroutine that applies it: client-go's
 // controller and DeltaFIFO, without the shared informer's processor, whose
-// goroutines per informer and per handler a thousand environments × five
-// caches multiply (BenchmarkIdleFleet counts them).
+// goroutines per informer and per handler a thousand environments multiply
+// (BenchmarkIdleFleet counts them).
 type informer struct {
 	name    string
 	indexer cache.Indexer

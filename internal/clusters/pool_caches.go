@@ -51,18 +51,20 @@ const (
 // byInvolvedPVC indexes events by the namespace/name of their PVC.
 const byInvolvedPVC = "involvedPVC"
 
-// caches are one cluster's informers: DCM-managed PVCs and Warning events on
-// PVCs in each of the environment's namespaces, and the cluster-wide storage
-// objects the gateway reads.
+// caches are what the gateway knows of one cluster: informers of the
+// DCM-managed PVCs in each of the environment's namespaces and of the
+// StorageClasses, Warning events on PVCs while a namespace has a Pending
+// claim, and the listed CSIDrivers and CSIStorageCapacities.
 type caches struct {
 	namespaces []string
 	// informers run from start to shutdown; each namespace's warnings run
 	// only while it has a Pending claim.
 	informers   []*informer
+	classes     *informer // among informers: the fleet view waits for it
 	facts       *facts
 	started     atomic.Bool
 	byNamespace map[string]namespaceCaches
-	classes     storagelisters.StorageClassLister
+	classLister storagelisters.StorageClassLister
 	drivers     storagelisters.CSIDriverLister
 	capacities  storagelisters.CSIStorageCapacityLister
 	// running holds every informer's goroutine, the warnings' too.
@@ -124,8 +126,8 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 		UpdateFunc: func(any, any) { changed() },
 		DeleteFunc: func(any) { changed() },
 	}
-	c.classes = storagelisters.NewStorageClassLister(add(cacheStorageClasses, listWatch(classes.List, classes.Watch, nil),
-		&storagev1.StorageClass{}, cache.Indexers{}, classChanged).indexer)
+	c.classes = add(cacheStorageClasses, listWatch(classes.List, classes.Watch, nil), &storagev1.StorageClass{}, cache.Indexers{}, classChanged)
+	c.classLister = storagelisters.NewStorageClassLister(c.classes.indexer)
 	fact := func(name string, list func(context.Context) ([]any, error), indexers cache.Indexers) cache.Indexer {
 		l := &listed{name: name, list: list, indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers), changed: onStorage}
 		c.facts.caches = append(c.facts.caches, l)
@@ -307,13 +309,13 @@ func (c *Cluster) PVCs() []*corev1.PersistentVolumeClaim {
 
 // StorageClass returns a StorageClass from the cache.
 func (c *Cluster) StorageClass(name string) (*storagev1.StorageClass, bool) {
-	class, err := c.caches.classes.Get(name)
+	class, err := c.caches.classLister.Get(name)
 	return class, err == nil
 }
 
 // StorageClasses returns every StorageClass, by name.
 func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
-	classes, _ := c.caches.classes.List(labels.Everything())
+	classes, _ := c.caches.classLister.List(labels.Everything())
 	slices.SortFunc(classes, byName)
 	return classes
 }
@@ -328,10 +330,8 @@ func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
 // CSIStorageCapacity caches have synced, whatever the claim and event
 // caches do (the fleet view needs only these).
 func (c *Cluster) StorageSynced() bool {
-	for _, inf := range c.caches.informers {
-		if inf.name == cacheStorageClasses && !inf.ctrl.HasSynced() {
-			return false
-		}
+	if !c.caches.classes.ctrl.HasSynced() {
+		return false
 	}
 	for _, l := range c.caches.facts.caches {
 		if !l.synced.Load() {

@@ -120,7 +120,8 @@ func (t *tracker) health() (State, string) {
 
 // checkLoop checks the API server from the start, then SteadyHealthInterval
 // after a good check and HealthInterval after a failed one (the detection
-// bounds are worked out beside the PoolOptions defaults).
+// bounds are worked out beside the PoolOptions defaults). After a good
+// check it also starts the facts' listing when one is due.
 func (c *Cluster) checkLoop(ctx context.Context, results chan<- checkResult) {
 	pause := time.NewTimer(0)
 	defer pause.Stop()

@@ -99,11 +99,10 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	} else if err != nil {
 		return Volume{}, false, err
 	}
-	pvc, err := s.createClaim(ctx, cluster, rec)
+	v, err = s.createClaim(ctx, cluster, rec)
 	if err != nil {
 		return Volume{}, false, err
 	}
-	v = s.fromClaim(cluster, rec, pvc)
 	s.log.InfoContext(ctx, "volume created", "environment", envID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
 	return v, true, nil
 }
@@ -153,25 +152,23 @@ func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec rec
 	if claimGone(cluster, rec) {
 		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id has been deleted"}
 	}
-	pvc, err := s.createClaim(ctx, cluster, rec)
-	if err != nil {
-		return Volume{}, false, err
-	}
-	return s.fromClaim(cluster, rec, pvc), false, nil
+	v, err := s.createClaim(ctx, cluster, rec)
+	return v, false, err
 }
 
-// createClaim creates (or adopts) the volume's PVC. A claim of that name the
-// gateway does not manage is a conflict; the record is dropped whenever the
-// cluster refused the claim for good, and kept when the outcome is unknown
-// so the reconciler or a retry completes it.
-func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, rec record) (*corev1.PersistentVolumeClaim, error) {
+// createClaim creates (or adopts) the volume's PVC and returns the volume
+// as the claim shows it. A claim of that name the gateway does not manage
+// is a conflict; the record is dropped whenever the cluster refused the
+// claim for good, and kept when the outcome is unknown so the reconciler or
+// a retry completes it.
+func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, rec record) (Volume, error) {
 	claims := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace)
 	pvc, err := claims.Create(ctx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		pvc, err = claims.Get(ctx, rec.ID, metav1.GetOptions{})
 		if err == nil && !managedAs(pvc, rec.ID) {
 			s.forget(ctx, rec)
-			return nil, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
 				Detail: fmt.Sprintf("a PVC named %s that the gateway does not manage exists in namespace %s", rec.ID, rec.Spec.Namespace)}
 		}
 	}
@@ -180,9 +177,10 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 		if fault.Is(ferr, fault.InvalidArgument) || fault.Is(ferr, fault.Conflict) || fault.Is(ferr, fault.FailedPrecondition) {
 			s.forget(ctx, rec)
 		}
-		return nil, ferr
+		return Volume{}, ferr
 	}
-	live, err := s.recordClaim(ctx, cluster, rec, pvc)
+	v := s.fromClaim(cluster, rec, pvc)
+	live, err := s.recordClaim(ctx, rec, pvc, v)
 	if err != nil {
 		s.log.WarnContext(ctx, "record the claim of a volume and its first status (the reconciler and the status follower catch up)",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
@@ -192,18 +190,18 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 		if err := claims.Delete(context.WithoutCancel(ctx), rec.ID, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			s.log.ErrorContext(ctx, "delete the claim of a volume deleted meanwhile (the reconciler retries)", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
 		}
-		return nil, fault.New(fault.NotFound, "volume %s was deleted while its claim was being created", rec.ID)
+		return Volume{}, fault.New(fault.NotFound, "volume %s was deleted while its claim was being created", rec.ID)
 	}
-	return pvc, nil
+	return v, nil
 }
 
 // recordClaim stores the claim that serves a volume and the volume's first
 // status (with its event) in one transaction: the status goes out now, not
 // when the cache catches up, so DCM hears of the volume even if it binds
-// before the status follower sees it. It reports false, recording nothing,
-// when the volume is being or has been deleted meanwhile.
-func (s *Service) recordClaim(ctx context.Context, cluster *clusters.Cluster, rec record, pvc *corev1.PersistentVolumeClaim) (live bool, err error) {
-	v := s.fromClaim(cluster, rec, pvc)
+// before the status follower sees it; v is the volume as the claim shows
+// it. It reports false, recording nothing, when the volume is being or has
+// been deleted meanwhile.
+func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, err error) {
 	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
 	var queued bool
 	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
