@@ -1,8 +1,13 @@
 package auth_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +99,56 @@ func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
 	if got := count(auth.AuditQuery{}); got != 1 {
 		t.Fatalf("%d events left, want the recent one", got)
 	}
+}
+
+// Requests audited at once are stored together; each is answered only once
+// its event is stored, and an event the database refuses costs no other
+// its record.
+func TestConcurrentAuditEventsAreAllStored(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	log := auth.NewAuditLog(reg.DB, logger, 48*time.Hour)
+	ctx := context.Background()
+	const requests = 64
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Go(func() {
+			subject := "alice"
+			if i == requests/2 {
+				subject = "nul\x00byte" // Postgres refuses text with a NUL
+			}
+			log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: subject, AuthMethod: auth.MethodStatic,
+				Action: "createVolume", Status: 201})
+			// Answered only once stored: the event is there now.
+			if subject == "alice" {
+				var n int
+				if err := reg.DB.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE request_id = $1`, fmt.Sprint("req-", i)).Scan(&n); err != nil || n != 1 {
+					t.Errorf("req-%d: %d rows after Record returned (%v)", i, n, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var stored int
+	if err := reg.DB.QueryRow(ctx, `SELECT count(*) FROM audit_events`).Scan(&stored); err != nil || stored != requests-1 {
+		t.Fatalf("%d events stored, want %d (%v)", stored, requests-1, err)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if n := strings.Count(logs.String(), "audit event not stored"); n != 1 {
+		t.Fatalf("%d events reported lost, want the refused one only:\n%s", n, logs.String())
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -23,10 +23,11 @@ import (
 // stream dcm-status captures dcm.*.
 const Subject = status.EventSubject
 
-// Relay timing: a claimed batch is leased for claimLease — longer than a
-// batch of batchSize publishes can take (publishTimeout each at worst) yet
-// short, because a replica that dies mid-batch holds back its volumes'
-// later events until the lease expires and another replica takes over; after a failed publish the relay
+// Relay timing: a claimed batch is leased for claimLease — longer than
+// publishing a batch can take (its publishes go out together, each
+// acknowledged within publishTimeout or failed) yet short, because a replica
+// that dies mid-batch holds back its volumes' later events until the lease
+// expires and another replica takes over; after a failed publish the relay
 // backs off from minBackoff up to maxBackoff; it polls at least every
 // pollInterval for rows queued by other replicas; batchSize rows per claim.
 const (
@@ -35,13 +36,18 @@ const (
 	maxBackoff     = 30 * time.Second
 	pollInterval   = time.Second
 	publishTimeout = 5 * time.Second
-	batchSize      = 5
+	batchSize      = 100
 )
 
 // Relay publishes the outbox to NATS, in order, at least once: a row is
 // marked sent only after JetStream acknowledged it, with Nats-Msg-Id set to
 // the CloudEvent id so the stream drops a repeat. It runs safely in several
-// replicas: rows are claimed with FOR UPDATE SKIP LOCKED and a lease.
+// replicas: rows are claimed with FOR UPDATE SKIP LOCKED and a lease. A
+// claimed batch holds at most one event per volume (a volume's next event
+// is claimable only once the one before is sent), so its publishes go out
+// together and their acknowledgements are awaited together: one claim and
+// one update per batch, not a round trip to NATS and one to Postgres per
+// event.
 type Relay struct {
 	db      *pgxpool.Pool
 	conn    *nats.Conn
@@ -80,12 +86,14 @@ type RelayOptions struct {
 
 // NewRelay returns a relay; Run starts it.
 func NewRelay(opts RelayOptions) (*Relay, error) {
-	js, err := jetstream.New(opts.Conn)
+	// The timeout settles every asynchronous publish: acknowledged, or
+	// failed within publishTimeout.
+	js, err := jetstream.New(opts.Conn, jetstream.WithPublishAsyncTimeout(publishTimeout))
 	if err != nil {
 		return nil, err
 	}
 	return &Relay{db: opts.DB, conn: opts.Conn, js: js, log: opts.Logger.With("component", "relay"), retention: opts.Retention,
-		metrics: newRelayMetrics(opts.Metrics), wake: make(chan struct{}, 1)}, nil
+		metrics: newRelayMetrics(opts.Metrics, opts.DB), wake: make(chan struct{}, 1)}, nil
 }
 
 // pruneInterval is how often Run prunes sent events; pruneBatch bounds one
@@ -174,33 +182,38 @@ type outboxRow struct {
 }
 
 // Drain publishes claimed batches until the outbox is empty, ctx ends or a
-// publish fails (the rest of the batch is released, keeping order).
+// publish fails (the batch's unacknowledged rows are released, keeping
+// order).
 func (r *Relay) Drain(ctx context.Context) error {
-	defer func() {
-		ctx, cancel := bookkeeping(ctx)
-		defer cancel()
-		r.updateDepth(ctx)
-	}()
 	for {
 		rows, token, err := r.claim(ctx)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
-		for i, row := range rows {
-			if err := r.publish(ctx, row); err != nil {
-				r.metrics.failures.Inc()
-				r.release(ctx, rows[i:], token)
-				return err
-			}
-			// Acknowledged: record it even if ctx ends now, or the event
-			// would be published again (deduplicated, but in order only by luck).
-			if err := r.markSent(ctx, row.id); err != nil {
-				r.release(ctx, rows[i+1:], token)
-				return err
-			}
+		acked, err := r.publish(ctx, rows)
+		// Acknowledged rows are recorded even if ctx ends now, or they
+		// would be published again (deduplicated, but in order only by
+		// luck).
+		if markErr := r.markSent(ctx, acked); markErr != nil {
+			r.release(ctx, unacknowledged(rows, acked), token)
+			return markErr
+		}
+		for _, row := range acked {
 			r.metrics.published.WithLabelValues(row.status).Inc()
 		}
+		if err != nil {
+			r.metrics.failures.Add(float64(len(rows) - len(acked)))
+			r.release(ctx, unacknowledged(rows, acked), token)
+			return err
+		}
 	}
+}
+
+// unacknowledged is rows less the acknowledged ones.
+func unacknowledged(rows, acked []outboxRow) []outboxRow {
+	return slices.DeleteFunc(slices.Clone(rows), func(row outboxRow) bool {
+		return slices.ContainsFunc(acked, func(a outboxRow) bool { return a.id == row.id })
+	})
 }
 
 // bookkeepingTimeout bounds the writes that must happen even when the
@@ -212,11 +225,23 @@ func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 }
 
-func (r *Relay) markSent(ctx context.Context, id int64) error {
+// markSent records acknowledged rows as sent, in one statement.
+func (r *Relay) markSent(ctx context.Context, rows []outboxRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
 	ctx, cancel := bookkeeping(ctx)
 	defer cancel()
-	_, err := r.db.Exec(ctx, `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = $1`, id)
+	_, err := r.db.Exec(ctx, `UPDATE outbox SET sent_time = now(), claimed_until = NULL WHERE id = ANY($1)`, ids(rows))
 	return err
+}
+
+func ids(rows []outboxRow) []int64 {
+	out := make([]int64, len(rows))
+	for i, row := range rows {
+		out[i] = row.id
+	}
+	return out
 }
 
 // claim leases, per volume, its oldest unsent event if no live lease holds
@@ -251,44 +276,75 @@ func (r *Relay) claim(ctx context.Context) ([]outboxRow, uuid.UUID, error) {
 
 // release gives claimed rows back for the next claim, also after ctx ended.
 func (r *Relay) release(ctx context.Context, rows []outboxRow, token uuid.UUID) {
+	if len(rows) == 0 {
+		return
+	}
 	ctx, cancel := bookkeeping(ctx)
 	defer cancel()
-	ids := make([]int64, len(rows))
-	for i, row := range rows {
-		ids[i] = row.id
-	}
 	if _, err := r.db.Exec(ctx, `UPDATE outbox SET claimed_until = NULL, claim_token = NULL
-		WHERE id = ANY($1) AND claim_token = $2`, ids, token); err != nil {
+		WHERE id = ANY($1) AND claim_token = $2`, ids(rows), token); err != nil {
 		r.log.WarnContext(ctx, "release claimed status events (their lease expires anyway)", "error", err)
 	}
 }
 
-// publish sends one event through JetStream; when no stream covers the
-// subject it falls back to a core publish and a flush, and says so once.
-func (r *Relay) publish(ctx context.Context, row outboxRow) error {
+// publish sends a batch through JetStream and returns the rows it
+// acknowledged, in order; when no stream covers the subject it falls back to
+// core publishes and one flush, and says so once.
+func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]outboxRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	stream, err := r.streamExists(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if stream {
-		_, err := r.js.Publish(ctx, Subject, row.event, jetstream.WithMsgID(row.eventID))
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			r.forgetStream() // deleted since it was found: ask again next time
+	if !stream {
+		return r.publishPlainly(ctx, rows)
+	}
+	var firstErr error
+	futures := make([]jetstream.PubAckFuture, 0, len(rows))
+	for _, row := range rows {
+		msg := nats.NewMsg(Subject)
+		msg.Data = row.event
+		f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(row.eventID))
+		if err != nil {
+			firstErr = err
+			break
 		}
-		return err
+		futures = append(futures, f)
 	}
+	var acked []outboxRow
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+			acked = append(acked, rows[i])
+		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				r.forgetStream() // deleted since it was found: ask again next time
+			}
+			firstErr = cmp.Or(firstErr, err)
+		}
+	}
+	return acked, firstErr
+}
+
+// publishPlainly is publish without a stream: nothing acknowledges, so a
+// flush that reached the server counts as sent.
+func (r *Relay) publishPlainly(ctx context.Context, rows []outboxRow) ([]outboxRow, error) {
 	r.noStreamOnce.Do(func() {
 		r.log.WarnContext(ctx, "no JetStream stream covers "+Subject+"; publishing without acknowledgement")
 	})
-	msg := nats.NewMsg(Subject)
-	msg.Data = row.event
-	msg.Header.Set(jetstream.MsgIDHeader, row.eventID)
-	if err := r.conn.PublishMsg(msg); err != nil {
-		return err
+	for _, row := range rows {
+		msg := nats.NewMsg(Subject)
+		msg.Data = row.event
+		msg.Header.Set(jetstream.MsgIDHeader, row.eventID)
+		if err := r.conn.PublishMsg(msg); err != nil {
+			return nil, err
+		}
 	}
-	return r.conn.FlushWithContext(ctx)
+	if err := r.conn.FlushWithContext(ctx); err != nil {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // streamExists asks JetStream whether a stream captures the subject. Asking
@@ -319,18 +375,4 @@ func (r *Relay) forgetStream() {
 	r.streamMu.Lock()
 	defer r.streamMu.Unlock()
 	r.streamChecked = time.Time{}
-}
-
-func (r *Relay) updateDepth(ctx context.Context) {
-	var depth int64
-	var oldest *time.Time
-	if err := r.db.QueryRow(ctx, `SELECT count(*), min(create_time) FROM outbox WHERE sent_time IS NULL`).Scan(&depth, &oldest); err != nil {
-		return
-	}
-	r.metrics.depth.Set(float64(depth))
-	age := 0.0
-	if oldest != nil {
-		age = time.Since(*oldest).Seconds()
-	}
-	r.metrics.oldestAge.Set(age)
 }

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -71,6 +72,11 @@ type volume struct {
 	// latest of them (nil when the volume is back where it was).
 	coalescing *time.Timer
 	pending    *Observation
+	// creating counts the creates recording the volume's first status
+	// themselves; while there is one, what the follower observes is held
+	// (the latest in held) and judged once they are done.
+	creating int
+	held     *Observation
 }
 
 // flapTokens is how many status changes a volume may make at once: a
@@ -119,14 +125,13 @@ func NewTracker(record func(context.Context, Observation) error, window time.Dur
 
 // Observe takes a volume's current status.
 func (t *Tracker) Observe(o Observation) {
-	t.locked(o, func(k volumeKey, v *volume) { t.observe(k, v, o) })
+	t.locked(volumeKey{o.EnvironmentID, o.VolumeID}, func(k volumeKey, v *volume) { t.observe(k, v, o) })
 }
 
 // locked runs do with the tracker's lock held and what the writer learned
 // applied, v being the volume's entry (nil when the tracker knows nothing of
 // it); once the tracker is closed, it does nothing.
-func (t *Tracker) locked(o Observation, do func(k volumeKey, v *volume)) {
-	k := volumeKey{o.EnvironmentID, o.VolumeID}
+func (t *Tracker) locked(k volumeKey, do func(k volumeKey, v *volume)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -141,6 +146,10 @@ func (t *Tracker) observe(k volumeKey, v *volume, o Observation) {
 	if v == nil {
 		v = &volume{tokens: flapTokens, refilled: time.Now()}
 		t.volumes[k] = v
+	}
+	if v.creating > 0 {
+		v.held = &o
+		return
 	}
 	if v.coalescing != nil {
 		if costsToken(v.last, o) || v.last == o {
@@ -178,22 +187,54 @@ func (t *Tracker) observe(k volumeKey, v *volume, o Observation) {
 	t.enqueue(k, v, o)
 }
 
-// Recorded tells the tracker that o was recorded by another writer — a
-// create records its volume's first status itself — so the status
-// follower's first sight of the same status writes nothing again. It counts
-// against the volume's flap tokens like a recording of its own; a volume
-// the tracker has already queued something for is left as it is.
-func (t *Tracker) Recorded(o Observation) {
-	t.locked(o, func(k volumeKey, known *volume) {
-		if known != nil {
-			return
+// Creating tells the tracker that a create is about to record a volume's
+// first status itself, in the transaction that records its claim. Until
+// done is called, the follower's observations of the volume are held, not
+// written: the watch often delivers a new claim before the create has
+// recorded it, and writing that first sight would cost a second
+// transaction for the status the create records anyway. done says what the
+// create recorded (nil: nothing); the status counts against the volume's
+// flap tokens like a recording of the tracker's own, unless the tracker had
+// queued something for the volume already, and what was held is then
+// judged against it.
+func (t *Tracker) Creating(environmentID, volumeID string) (done func(recorded *Observation)) {
+	key := volumeKey{environmentID, volumeID}
+	t.locked(key, func(k volumeKey, v *volume) {
+		if v == nil {
+			v = &volume{tokens: flapTokens, refilled: time.Now()}
+			t.volumes[k] = v
 		}
-		v := &volume{last: o, tokens: flapTokens, refilled: time.Now()}
-		if costsToken(Observation{}, o) {
+		v.creating++
+	})
+	var once sync.Once
+	return func(recorded *Observation) {
+		once.Do(func() { t.locked(key, func(k volumeKey, v *volume) { t.created(k, v, recorded) }) })
+	}
+}
+
+// created is Creating's done with the lock held.
+func (t *Tracker) created(k volumeKey, v *volume, recorded *Observation) {
+	if v == nil || v.creating == 0 {
+		return
+	}
+	v.creating--
+	if recorded != nil && v.last == (Observation{}) {
+		v.last = *recorded
+		if costsToken(Observation{}, *recorded) {
 			v.tokens--
 		}
-		t.volumes[k] = v
-	})
+	}
+	if v.creating > 0 {
+		return
+	}
+	if held := v.held; held != nil {
+		v.held = nil
+		t.observe(k, v, *held)
+		return
+	}
+	if v.last == (Observation{}) && v.coalescing == nil {
+		t.forget(k) // nothing recorded, nothing seen: nothing to remember
+	}
 }
 
 // release ends a volume's coalescing: a token is back, and the pending
@@ -301,8 +342,9 @@ func (t *Tracker) write() {
 	}
 }
 
-// Close queues what every coalescing volume holds pending, records all
-// that is queued and stops; when ctx ends first, the writer stops at once
+// Close queues what every coalescing volume holds pending (and what the
+// follower saw of volumes whose create is under way), records all that is
+// queued and stops; when ctx ends first, the writer stops at once
 // and what is left is recorded by the next start, which sees the same
 // cluster state. Observations after Close are dropped for the same reason.
 func (t *Tracker) Close(ctx context.Context) {
@@ -314,13 +356,16 @@ func (t *Tracker) Close(ctx context.Context) {
 	if !t.closed {
 		t.closed = true
 		for k, v := range t.volumes {
-			if v.coalescing == nil {
-				continue
+			// What a create under way holds is newer than anything
+			// pending from before it.
+			latest := v.held
+			if v.coalescing != nil {
+				v.coalescing.Stop()
+				v.coalescing = nil
+				latest = cmp.Or(latest, v.pending)
 			}
-			v.coalescing.Stop()
-			v.coalescing = nil
-			if v.pending != nil && *v.pending != v.last {
-				t.enqueue(k, v, *v.pending)
+			if latest != nil && *latest != v.last {
+				t.enqueue(k, v, *latest)
 			}
 		}
 		close(t.queue)

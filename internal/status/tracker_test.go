@@ -478,7 +478,8 @@ func TestTrackerSkipsWhatACreateRecorded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
 		tr := newTracker(t, &r, window)
-		tr.Recorded(Observation{EnvironmentID: "env", VolumeID: "created", Status: Provisioning, Message: string(Provisioning)})
+		first := Observation{EnvironmentID: "env", VolumeID: "created", Status: Provisioning, Message: string(Provisioning)}
+		tr.Creating("env", "created")(&first)
 		observe(tr, "created", Provisioning)
 		advance(time.Millisecond)
 		r.want(t, "created")
@@ -492,9 +493,68 @@ func TestTrackerSkipsWhatACreateRecorded(t *testing.T) {
 		// A volume the tracker already wrote for keeps its own view.
 		observe(tr, "seen", Provisioning)
 		advance(time.Millisecond)
-		tr.Recorded(Observation{EnvironmentID: "env", VolumeID: "seen", Status: Running, Message: string(Running)})
+		tr.Creating("env", "seen")(&Observation{EnvironmentID: "env", VolumeID: "seen", Status: Running, Message: string(Running)})
 		observe(tr, "seen", Running)
 		advance(time.Millisecond)
 		r.want(t, "seen", Provisioning, Running)
+	})
+}
+
+// What the follower sees of a volume while its create is under way is held
+// and judged once the create is done: the same status as the create
+// recorded writes nothing, a newer one is written, and when the create
+// recorded nothing the follower's latest sight is written as usual.
+func TestTrackerHoldsWhatItSeesWhileACreateRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := newTracker(t, &r, window)
+		created := func(id string, st Status) *Observation {
+			return &Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}
+		}
+
+		done := tr.Creating("env", "same")
+		observe(tr, "same", Provisioning)
+		advance(time.Millisecond)
+		done(created("same", Provisioning))
+		advance(time.Millisecond)
+		r.want(t, "same")
+
+		done = tr.Creating("env", "bound")
+		observe(tr, "bound", Provisioning)
+		observe(tr, "bound", Running)
+		advance(time.Millisecond)
+		r.want(t, "bound")
+		done(created("bound", Provisioning))
+		advance(time.Millisecond)
+		r.want(t, "bound", Running)
+
+		done = tr.Creating("env", "unrecorded")
+		observe(tr, "unrecorded", Provisioning)
+		done(nil)
+		done(created("unrecorded", Running)) // a second call changes nothing
+		advance(time.Millisecond)
+		r.want(t, "unrecorded", Provisioning)
+
+		// A create that saw nothing and recorded nothing leaves nothing.
+		tr.Creating("env", "refused")(nil)
+		tr.mu.Lock()
+		_, kept := tr.volumes[volumeKey{"env", "refused"}]
+		tr.mu.Unlock()
+		if kept {
+			t.Fatal("the tracker remembers a volume it never saw and nothing recorded")
+		}
+	})
+}
+
+// Closing while a create is under way records what the follower saw of its
+// volume.
+func TestTrackerCloseRecordsWhatACreateHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r memRecorder
+		tr := NewTracker(r.record, window, slog.New(slog.DiscardHandler))
+		tr.Creating("env", "v")
+		observe(tr, "v", Running)
+		tr.Close(context.Background())
+		r.want(t, "v", Running)
 	})
 }

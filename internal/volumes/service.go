@@ -36,8 +36,8 @@ type Options struct {
 	// Queued, if set, is called when a status event was queued in the
 	// outbox (it wakes the relay).
 	Queued func()
-	// Tracker hears of the first status a create records, so the status
-	// follower does not write it again.
+	// Tracker hears of the creates under way and the first status each
+	// records, so the status follower does not write it again.
 	Tracker *status.Tracker
 }
 
@@ -61,6 +61,11 @@ func NewService(opts Options) *Service {
 
 // Create creates a volume, or returns the existing one for a replay
 // (created=false). Either id or idempotencyKey identifies the request.
+//
+// A create usually makes a new volume, so the record is inserted first and
+// the existing one read only when the insert finds it there (a replay, or a
+// concurrent create of the same volume that won): one round trip to
+// Postgres fewer on the common path.
 func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, req Request) (v Volume, created bool, err error) {
 	if err := req.validate(); err != nil {
 		return Volume{}, false, err
@@ -78,33 +83,58 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err != nil {
 		return Volume{}, false, err
 	}
-	if rec, err := s.repo.get(ctx, envID, id); err == nil {
-		return s.replay(ctx, cluster, rec, req)
-	} else if !errors.Is(err, errNotFound) {
+	// An idempotency key seen before names the volume an earlier request
+	// created: look for it first.
+	if requestedID != "" || key != nil {
+		v, err := s.createNew(ctx, env, cluster, id, key, req)
+		switch {
+		case !errors.Is(err, errExists):
+			return v, err == nil, err
+		case key != nil:
+			// A concurrent request with the same idempotency key won:
+			// the key names its volume now.
+			return s.Create(ctx, envID, requestedID, idempotencyKey, req)
+		}
+	}
+	rec, err := s.repo.get(ctx, envID, id)
+	if errors.Is(err, errNotFound) {
+		// Gone since (a refused claim's record is dropped): create it.
+		v, err := s.createNew(ctx, env, cluster, id, nil, req)
+		if errors.Is(err, errExists) {
+			return s.Create(ctx, envID, requestedID, idempotencyKey, req)
+		}
+		return v, err == nil, err
+	}
+	if err != nil {
 		return Volume{}, false, err
 	}
+	return s.replay(ctx, cluster, rec, req)
+}
 
+// createNew records a new volume and creates its claim; errExists says the
+// volume has a record already. A request the environment cannot serve is
+// refused only once it is known not to be a replay of an existing volume,
+// which is answered whatever the environment's settings are now.
+func (s *Service) createNew(ctx context.Context, env environments.Environment, cluster *clusters.Cluster, id string, key *agentKey, req Request) (Volume, error) {
 	spec, err := resolve(env, cluster, req)
 	if err != nil {
-		return Volume{}, false, err
+		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
+			return Volume{}, errExists
+		}
+		return Volume{}, err
 	}
-	rec := record{EnvironmentID: envID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
-	if err := s.repo.insert(ctx, &rec, key); errors.Is(err, errExists) {
-		// A concurrent create of the same volume (same id, or same
-		// idempotency key) won; answering the original request again
-		// finds its record and replays it.
-		return s.Create(ctx, envID, requestedID, idempotencyKey, req)
-	} else if errors.Is(err, errNoEnvironment) {
-		return Volume{}, false, fault.New(fault.NotFound, "environment %q not found", envID)
+	rec := record{EnvironmentID: env.ID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
+	if err := s.repo.insert(ctx, &rec, key); errors.Is(err, errNoEnvironment) {
+		return Volume{}, fault.New(fault.NotFound, "environment %q not found", env.ID)
 	} else if err != nil {
-		return Volume{}, false, err
+		return Volume{}, err
 	}
-	v, err = s.createClaim(ctx, cluster, rec)
+	v, err := s.createClaim(ctx, cluster, rec)
 	if err != nil {
-		return Volume{}, false, err
+		return Volume{}, err
 	}
-	s.log.InfoContext(ctx, "volume created", "environment", envID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
-	return v, true, nil
+	s.log.InfoContext(ctx, "volume created", "environment", env.ID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
+	return v, nil
 }
 
 // identify settles the volume id: the one given, or the one an earlier
@@ -162,6 +192,11 @@ func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec rec
 // claim for good, and kept when the outcome is unknown so the reconciler or
 // a retry completes it.
 func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, rec record) (Volume, error) {
+	// The status follower holds what it sees of the claim until the
+	// first status is recorded here (or not).
+	var first *status.Observation
+	done := s.tracker.Creating(rec.EnvironmentID, rec.ID)
+	defer func() { done(first) }()
 	claims := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace)
 	pvc, err := claims.Create(ctx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -180,7 +215,7 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 		return Volume{}, ferr
 	}
 	v := s.fromClaim(cluster, rec, pvc)
-	live, err := s.recordClaim(ctx, rec, pvc, v)
+	live, first, err := s.recordClaim(ctx, rec, pvc, v)
 	if err != nil {
 		s.log.WarnContext(ctx, "record the claim of a volume and its first status (the reconciler and the status follower catch up)",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
@@ -200,8 +235,9 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 // when the cache catches up, so DCM hears of the volume even if it binds
 // before the status follower sees it; v is the volume as the claim shows
 // it. It reports false, recording nothing, when the volume is being or has
-// been deleted meanwhile.
-func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, err error) {
+// been deleted meanwhile, and returns the status it recorded (nil when the
+// follower had recorded one already).
+func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
 	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
 	var queued bool
 	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
@@ -211,16 +247,13 @@ func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.Persi
 		queued, err = s.recorder.RecordFirstTx(ctx, tx, first)
 		return err
 	})
-	if err != nil {
-		return false, err
+	if err != nil || !queued {
+		return live, nil, err
 	}
-	if queued {
-		if s.recorder.Queued != nil {
-			s.recorder.Queued()
-		}
-		s.tracker.Recorded(first)
+	if s.recorder.Queued != nil {
+		s.recorder.Queued()
 	}
-	return live, nil
+	return live, &first, nil
 }
 
 // forget drops the record of a volume whose claim the cluster refused.

@@ -262,26 +262,3 @@ func metricValue(m *dto.Metric) float64 {
 	}
 	return m.GetUntyped().GetValue()
 }
-
-// cpuTime is the CPU time the gateway process has used (user + system),
-// from /proc.
-func cpuTime(b *testing.B, p *gatewayproc.Process) time.Duration {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Fields after the command name (which may hold spaces) start at its
-	// closing parenthesis; utime and stime are the 12th and 13th of them.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	var ticks int64
-	for _, f := range fields[11:13] {
-		v, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ticks += v
-	}
-	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(ticks) * time.Second / clockTicks
-}

@@ -103,6 +103,12 @@ func (c client) register(cluster *harness.Cluster) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.registerWith(cluster, kc)
+}
+
+// registerWith is register with the given kubeconfig.
+func (c client) registerWith(cluster *harness.Cluster, kc []byte) {
+	c.t.Helper()
 	env := cluster.Spec.Environment
 	code, body := c.do(http.MethodPost, "/api/v1alpha1/environments?id="+env.ID, map[string]any{
 		"kubeconfig": string(kc), "allowed_namespaces": env.AllowedNamespaces, "region": env.Region,

@@ -78,6 +78,11 @@ func (c *Cluster) AdminClient() kubernetes.Interface { return c.client }
 // test can make the cluster unreachable.
 func (c *Cluster) ServerURL() string { return "https://" + c.proxy.addr() }
 
+// DirectServerURL is the API server's own address, not the cuttable proxy:
+// for benchmarks, where a proxy in the test process would add its CPU to
+// whichever side uses it.
+func (c *Cluster) DirectServerURL() string { return c.admin.Host }
+
 // CAData is the PEM bundle that verifies the API server's certificate.
 func (c *Cluster) CAData() []byte { return c.admin.CAData }
 
