@@ -159,6 +159,20 @@ func Load() (Config, error) {
 	return parse(env.Options{})
 }
 
+// Variables are the names of every SG_* variable the gateway reads: what
+// deployment files (the Helm chart, the quadlet units) may set.
+func Variables() []string {
+	params, err := env.GetFieldParams(&Config{})
+	if err != nil {
+		panic("config: the Config struct's tags do not parse: " + err.Error())
+	}
+	names := make([]string, len(params))
+	for i, p := range params {
+		names[i] = p.Key
+	}
+	return names
+}
+
 // FromMap reads the configuration from the given variables instead of the
 // process environment (used by tests and tools that assemble a config).
 func FromMap(vars map[string]string) (Config, error) {

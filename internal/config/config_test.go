@@ -3,6 +3,8 @@ package config_test
 import (
 	"log/slog"
 	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +188,31 @@ func TestAuthSettingsAreValidated(t *testing.T) {
 				t.Fatalf("error %v does not name %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// Variables names every variable the gateway reads — each changes what
+// Load returns — and the README's configuration table documents each.
+func TestVariablesAreReadAndDocumented(t *testing.T) {
+	names := config.Variables()
+	if len(names) < 40 || !slices.Contains(names, "SG_DATABASE_URL") {
+		t.Fatalf("Variables() = %v", names)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if !strings.Contains(string(readme), "`"+name+"`") {
+			t.Errorf("%s is not in the README's configuration table", name)
+		}
+	}
+	base, err := config.FromMap(map[string]string{"HOME": "/home/op", "SG_LOG_LEVEL": "warn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := config.FromMap(map[string]string{"HOME": "/home/op", "SG_LOG_LEVEL": "error"})
+	if err != nil || base.LogLevel == changed.LogLevel {
+		t.Fatalf("SG_LOG_LEVEL is named but not read (%v)", err)
 	}
 }

@@ -10,7 +10,11 @@ import (
 
 // ReadPrivateFile reads a file that holds secrets (a key ring, a token
 // file), at most maxSize bytes. It refuses a file that group or others can
-// access, since anyone who can read it holds what it protects.
+// access, since anyone who can read it holds what it protects — with one
+// exception: a file another user (root) owns and lets only the process's
+// own group read, which is how the kubelet mounts a Secret for a pod with
+// fsGroup (mode 0440, group fsGroup): a non-root process can read a mounted
+// Secret no other way, and only root could have shared it so.
 func ReadPrivateFile(path string, maxSize int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -24,7 +28,7 @@ func ReadPrivateFile(path string, maxSize int) ([]byte, error) {
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
-	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+	if perm := info.Mode().Perm(); perm&0o077 != 0 && (perm&0o077 != 0o040 || !sharedWithOurGroup(info)) {
 		return nil, fmt.Errorf("%s is accessible by group or others (mode %#o); restrict it with: chmod 600 %s", path, perm, path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(maxSize)+1))

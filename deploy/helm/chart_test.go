@@ -1,0 +1,418 @@
+// Package helm_test proves the storage-gateway chart: it renders with the
+// Helm Go SDK as `helm install` would, every rendered object passes a
+// server-side dry-run on a real API server (with the CRDs of the optional
+// objects installed there), it configures only settings the binary knows,
+// its probes find the binary's health endpoints, and its schema refuses bad
+// values.
+package helm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
+	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
+)
+
+// cluster is the harness API server the rendered objects are dry-run on.
+var cluster *harness.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(harness.RunWithLocalClusters(m, 1, func(c []*harness.Cluster) { cluster = c[0] }))
+}
+
+const namespace = "storage-gateway"
+
+var chartDir = filepath.Join(harness.RepoRoot(), "deploy", "helm", "storage-gateway")
+
+// render renders the chart with values over its defaults, for a cluster
+// with the given capabilities, as `helm install sg` into namespace would,
+// hooks included, and returns every object (the schema is enforced).
+func render(t *testing.T, caps *common.Capabilities, values map[string]any) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	chart, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := util.ToRenderValuesWithSchemaValidation(chart, values,
+		common.ReleaseOptions{Name: "sg", Namespace: namespace, IsInstall: true}, caps, false)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(chart, vals)
+	if err != nil {
+		return nil, err
+	}
+	var objects []*unstructured.Unstructured
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue // NOTES.txt, helpers
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(files[name]), 4096)
+		for {
+			var obj map[string]any
+			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v\n%s", name, err, files[name])
+			}
+			if len(obj) > 0 {
+				objects = append(objects, &unstructured.Unstructured{Object: obj})
+			}
+		}
+	}
+	return objects, nil
+}
+
+// capabilities asks the cluster what Helm asks it: its version and APIs.
+func capabilities(t *testing.T) *common.Capabilities {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := common.ParseKubeVersion(version.GitVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apis, err := action.GetVersionSet(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &common.Capabilities{KubeVersion: *kube, APIVersions: apis}
+}
+
+// dryRun creates every object with dryRun=All: the API server decodes,
+// defaults, validates (schemas of built-in kinds and CRDs alike) and runs
+// admission, and stores nothing.
+func dryRun(t *testing.T, objects []*unstructured.Unstructured) {
+	t.Helper()
+	cfg := cluster.AdminConfig()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := cluster.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, obj := range objects {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
+		}
+		_, err = client.Resource(mapping.Resource).Namespace(namespace).Create(ctx, obj,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: metav1.FieldValidationStrict})
+		if err != nil {
+			t.Errorf("dry-run %s %s: %v", gvk.Kind, obj.GetName(), err)
+		}
+	}
+}
+
+// installCRDs installs the CustomResourceDefinitions of the chart's
+// optional objects, from the modules test/tools/crds pins, and waits until
+// discovery serves them.
+func installCRDs(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json",
+		"github.com/prometheus-operator/prometheus-operator", "github.com/openshift/api")
+	cmd.Dir = filepath.Join(harness.RepoRoot(), "test", "tools", "crds")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod download in test/tools/crds: %v", err)
+	}
+	dirs := map[string]string{}
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var m struct{ Path, Dir string }
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		dirs[m.Path] = m.Dir
+	}
+	files := []string{
+		filepath.Join(dirs["github.com/prometheus-operator/prometheus-operator"], "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(dirs["github.com/prometheus-operator/prometheus-operator"], "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"),
+		filepath.Join(dirs["github.com/openshift/api"], "route/v1/zz_generated.crd-manifests/routes.crd.yaml"),
+	}
+	client, err := dynamic.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := sigsyaml.Unmarshal(data, &obj); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		_, err = client.Resource(crds).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("install %s: %v", filepath.Base(f), err)
+		}
+	}
+	poll.Until(t, time.Minute, "the CRDs served", func() bool {
+		caps := capabilities(t)
+		return caps.APIVersions.Has("monitoring.coreos.com/v1/ServiceMonitor") && caps.APIVersions.Has("monitoring.coreos.com/v1/PrometheusRule") &&
+			caps.APIVersions.Has("route.openshift.io/v1/Route")
+	})
+}
+
+// kinds lists the rendered objects as Kind/name.
+func kinds(objects []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objects {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// typed converts the one rendered object of a kind into its Go type.
+func typed[T any](t *testing.T, objects []*unstructured.Unstructured, kind string) *T {
+	t.Helper()
+	for _, o := range objects {
+		if o.GetKind() == kind {
+			var out T
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &out); err != nil {
+				t.Fatal(err)
+			}
+			return &out
+		}
+	}
+	t.Fatalf("no %s rendered; have %v", kind, kinds(objects))
+	return nil
+}
+
+func loadValues(t *testing.T, file string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := sigsyaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The chart with its default values and with every feature on renders what
+// it should and the API server accepts every object; the optional objects of
+// third-party APIs appear only once those APIs exist.
+func TestChartRendersAndDryRuns(t *testing.T) {
+	full := loadValues(t, "testdata/full-values.yaml")
+
+	// Before the CRDs exist: the defaults, and the full values without
+	// their ServiceMonitor and Route.
+	plain := capabilities(t)
+	defaults, err := render(t, plain, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"Deployment/sg-storage-gateway", "Job/sg-storage-gateway-migrate", "Service/sg-storage-gateway", "ServiceAccount/sg-storage-gateway"}
+	if got := kinds(defaults); !slices.Equal(got, want) {
+		t.Fatalf("default values render %v, want %v", got, want)
+	}
+	checkPod(t, typed[appsv1.Deployment](t, defaults, "Deployment"), 1)
+	dryRun(t, defaults)
+
+	withoutCRDs, err := render(t, plain, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(withoutCRDs); slices.Contains(got, "ServiceMonitor/sg-storage-gateway") || slices.Contains(got, "Route/sg-storage-gateway") {
+		t.Fatalf("objects of APIs the cluster lacks rendered: %v", got)
+	}
+
+	installCRDs(t)
+	everything, err := render(t, capabilities(t), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"Deployment/sg-storage-gateway", "Ingress/sg-storage-gateway", "Job/sg-storage-gateway-migrate",
+		"NetworkPolicy/sg-storage-gateway", "PodDisruptionBudget/sg-storage-gateway", "Route/sg-storage-gateway",
+		"Service/sg-storage-gateway", "ServiceAccount/sg-storage-gateway", "ServiceMonitor/sg-storage-gateway"}
+	if got := kinds(everything); !slices.Equal(got, want) {
+		t.Fatalf("full values render %v, want %v", got, want)
+	}
+	checkPod(t, typed[appsv1.Deployment](t, everything, "Deployment"), 3)
+	dryRun(t, everything)
+
+	// Every SG_* setting the chart makes, in either rendering, is one the
+	// binary reads.
+	for _, objects := range [][]*unstructured.Unstructured{defaults, everything} {
+		for _, c := range containers(t, objects) {
+			for _, e := range c.Env {
+				if !slices.Contains(config.Variables(), e.Name) {
+					t.Errorf("container %s sets %s, which internal/config does not read", c.Name, e.Name)
+				}
+			}
+		}
+	}
+}
+
+// checkPod holds the gateway's pod to the restricted Pod Security Standard
+// and to how it must run: probes on the health endpoints, migrations left to
+// the hook Job, no API access to its own cluster.
+func checkPod(t *testing.T, d *appsv1.Deployment, replicas int32) {
+	t.Helper()
+	if *d.Spec.Replicas != replicas {
+		t.Errorf("replicas %d, want %d", *d.Spec.Replicas, replicas)
+	}
+	pod := d.Spec.Template.Spec
+	if pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.SeccompProfile == nil ||
+		pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want non-root, seccomp RuntimeDefault", pod.SecurityContext)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the pod mounts a ServiceAccount token it never uses")
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container security context %+v: want no privilege escalation, read-only root, all capabilities dropped", sc)
+	}
+	if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("probes %s / %s, want /healthz and /readyz", c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["SG_MIGRATE_ON_START"] != "false" {
+		t.Errorf("SG_MIGRATE_ON_START=%q with the migration hook on", env["SG_MIGRATE_ON_START"])
+	}
+	// The probes name the port; it is the one the binary listens on.
+	if len(c.Ports) != 1 || c.Ports[0].Name != c.LivenessProbe.HTTPGet.Port.StrVal || c.Ports[0].Name != c.ReadinessProbe.HTTPGet.Port.StrVal ||
+		env["SG_LISTEN_ADDR"] != fmt.Sprintf(":%d", c.Ports[0].ContainerPort) {
+		t.Errorf("ports %+v, probes on %v, SG_LISTEN_ADDR %q: the probes must reach the port the gateway listens on",
+			c.Ports, c.LivenessProbe.HTTPGet.Port, env["SG_LISTEN_ADDR"])
+	}
+}
+
+// containers are the containers of every rendered pod template.
+func containers(t *testing.T, objects []*unstructured.Unstructured) []corev1.Container {
+	t.Helper()
+	var out []corev1.Container
+	for _, o := range objects {
+		tmpl, found, err := unstructured.NestedMap(o.Object, "spec", "template")
+		if err != nil || !found {
+			continue
+		}
+		var pt corev1.PodTemplateSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &pt); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pt.Spec.Containers...)
+	}
+	return out
+}
+
+// The binary, started with the settings the chart gives it (secrets and
+// addresses replaced by the test's), answers the chart's liveness and
+// readiness probes on their paths.
+func TestChartProbesReachTheBinary(t *testing.T) {
+	objects, err := render(t, capabilities(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := typed[appsv1.Deployment](t, objects, "Deployment").Spec.Template.Spec.Containers[0]
+	replaced := map[string]bool{"SG_LISTEN_ADDR": true, "SG_NATS_URL": true, "SG_KEY_RING_FILE": true, "SG_AUTH_TOKEN_FILE": true,
+		"SG_STATE_DIR": true, "SG_MIGRATE_ON_START": true}
+	var env []string
+	for _, e := range c.Env {
+		if e.ValueFrom == nil && !replaced[e.Name] {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	binary := gatewayproc.Binary(t)
+	g := gatewayproc.Start(t, binary, gatewayproc.Env(t, binary, append(env,
+		"SG_DATABASE_URL="+pgtest.NewDatabase(t).URL, "SG_NATS_URL="+natstest.Start(t).URL)...))
+	for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		url := "http://" + g.Addr + probe.HTTPGet.Path
+		poll.Until(t, 30*time.Second, url+" answers 200", func() bool {
+			resp, err := http.Get(url)
+			if err != nil {
+				return false
+			}
+			_ = resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
+}
+
+// Values the schema forbids fail before anything renders, naming what is
+// wrong.
+func TestChartSchemaRefusesBadValues(t *testing.T) {
+	caps := capabilities(t)
+	for name, tc := range map[string]struct {
+		values  map[string]any
+		mention string
+	}{
+		"no replicas":           {map[string]any{"replicaCount": 0}, "replicaCount"},
+		"unknown auth mode":     {map[string]any{"auth": map[string]any{"mode": "ldap"}}, "mode"},
+		"a misspelt setting":    {map[string]any{"replicas": 2}, "replicas"},
+		"oidc without issuer":   {map[string]any{"auth": map[string]any{"mode": "oidc"}}, "issuerURL"},
+		"root filesystem rw":    {map[string]any{"securityContext": map[string]any{"readOnlyRootFilesystem": false}}, "readOnlyRootFilesystem"},
+		"not an SG_ setting":    {map[string]any{"extraEnv": []any{map[string]any{"name": "PATH", "value": "/"}}}, "name"},
+		"a CIDR that is not":    {map[string]any{"allowedClusterCIDRs": []any{"10.0.0.0"}}, "allowedClusterCIDRs"},
+		"no database secret":    {map[string]any{"database": map[string]any{"existingSecret": ""}}, "existingSecret"},
+		"a NATS URL with space": {map[string]any{"nats": map[string]any{"url": "nats://a b"}}, "url"},
+	} {
+		_, err := render(t, caps, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.mention) {
+			t.Errorf("%s: got %v, want a schema error naming %s", name, err, tc.mention)
+		}
+	}
+}
