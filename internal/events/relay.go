@@ -312,6 +312,10 @@ func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]outboxRow, err
 		}
 		futures = append(futures, f)
 	}
+	// Acknowledgements are awaited until ctx ends (a shutdown's deadline,
+	// or publishTimeout); what is not acknowledged by then is released and
+	// published again later — JetStream drops the repeat of one that did
+	// arrive.
 	var acked []outboxRow
 	for i, f := range futures {
 		select {
@@ -322,6 +326,8 @@ func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]outboxRow, err
 				r.forgetStream() // deleted since it was found: ask again next time
 			}
 			firstErr = cmp.Or(firstErr, err)
+		case <-ctx.Done():
+			return acked, cmp.Or(firstErr, ctx.Err())
 		}
 	}
 	return acked, firstErr

@@ -110,6 +110,7 @@ func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
 	code, body = c.do(http.MethodDelete, volumesPath(envID)+"/"+stranded, nil) // DELETING waits in the outbox
 	c.want(http.StatusNoContent, code, body)
 	east.SetReachable(false)
+	t.Cleanup(func() { east.SetReachable(true) }) // also when the test stops early: the next tests use east
 	start := time.Now()
 	stop(t, second)
 	took := time.Since(start)
