@@ -180,6 +180,7 @@ func toEnvironment(e environments.Environment) Environment {
 			AuthType:              ConnectionInfoAuthType(c.AuthType),
 			KeyId:                 c.KeyID,
 			CredentialsUpdateTime: c.CredentialsUpdateTime,
+			CredentialsExpireTime: c.CredentialsExpireTime,
 		},
 		Status: EnvironmentStatus{
 			State:             EnvironmentState(st.State),

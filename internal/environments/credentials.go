@@ -123,6 +123,9 @@ func (s *Service) setCredentials(ctx context.Context, rec *record, conn kubeconf
 		KeyID:                 sealed.KeyID,
 		CredentialsUpdateTime: now(),
 	}
+	if expiry, ok := conn.CredentialsExpiry(); ok {
+		rec.Connection.CredentialsExpireTime = &expiry
+	}
 	return nil
 }
 

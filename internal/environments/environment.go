@@ -86,6 +86,9 @@ type ConnectionInfo struct {
 	AuthType              string
 	KeyID                 string
 	CredentialsUpdateTime time.Time
+	// CredentialsExpireTime is when the credentials stop working, where
+	// they say so (kubeconfig.Connection.CredentialsExpiry); nil otherwise.
+	CredentialsExpireTime *time.Time
 }
 
 // Status is the latest probe result plus counts.

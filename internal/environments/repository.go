@@ -43,7 +43,7 @@ const selectColumns = `
 	e.id, e.display_name, e.description, e.labels, e.region, e.zone, e.namespace,
 	e.allowed_namespaces, e.defaults, e.dcm, e.capability_overrides, e.create_time, e.update_time,
 	e.server, e.certificate_authority, e.tls_server_name, e.insecure_skip_verify,
-	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time,
+	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time, e.credentials_expire_time,
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
 	e.last_probe_time, e.last_ready_time, e.dcm_registration, e.generation,
 	e.credentials_generation, e.registered_by,
@@ -57,7 +57,7 @@ func scanRecord(row pgx.Row) (record, error) {
 		&r.ID, &r.Spec.DisplayName, &r.Spec.Description, &labels, &r.Spec.Region, &r.Spec.Zone, &r.Spec.Namespace,
 		&r.Spec.AllowedNamespaces, &defaults, &dcm, &overrides, &r.CreateTime, &r.UpdateTime,
 		&r.Connection.Server, &r.caData, &r.Connection.TLSServerName, &r.Connection.Insecure,
-		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime,
+		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime, &r.Connection.CredentialsExpireTime,
 		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
 		&r.Status.LastProbeTime, &r.Status.LastReadyTime, &reg, &r.generation,
 		&r.sealed.Generation, &r.registeredBy,
@@ -95,16 +95,16 @@ func (r *repository) insert(ctx context.Context, rec record) error {
 			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
 			auth_type, credentials_key_id, credentials, credentials_update_time,
 			state, status_message, kubernetes_version, storage_class_count, last_probe_time, last_ready_time,
-			create_time, update_time, capability_overrides, credentials_generation, registered_by)
+			create_time, update_time, capability_overrides, credentials_generation, registered_by, credentials_expire_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27)`,
+			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27, $28)`,
 		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
 		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
 		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
 		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
 		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
 		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides),
-		rec.sealed.Generation, rec.registeredBy)
+		rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime)
 	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
 		return errExists
 	}
@@ -131,6 +131,7 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 			credentials             = CASE WHEN $26 THEN $18 ELSE credentials END,
 			credentials_generation  = CASE WHEN $26 THEN $29 ELSE credentials_generation END,
 			credentials_update_time = CASE WHEN $26 THEN $19 ELSE credentials_update_time END,
+			credentials_expire_time = CASE WHEN $26 THEN $30 ELSE credentials_expire_time END,
 			state                   = CASE WHEN $27 THEN $20 ELSE state END,
 			status_message          = CASE WHEN $27 THEN $21 ELSE status_message END,
 			kubernetes_version      = CASE WHEN $27 THEN $22 ELSE kubernetes_version END,
@@ -144,7 +145,7 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 		rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
 		rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
 		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime,
-		rotated, probed, mustJSON(rec.Spec.CapabilityOverrides), rec.sealed.Generation)
+		rotated, probed, mustJSON(rec.Spec.CapabilityOverrides), rec.sealed.Generation, rec.Connection.CredentialsExpireTime)
 	if err != nil {
 		return false, err
 	}

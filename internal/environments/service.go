@@ -3,6 +3,7 @@ package environments
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"sync"
@@ -108,6 +109,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if result.State != clusters.StateReady {
 		return Environment{}, false, probeFailed(result)
 	}
+	result = expiring(result, conn)
 	rec, err := s.newRecord(ctx, reg, spec, conn, result)
 	if err != nil {
 		return Environment{}, false, err
@@ -241,7 +243,26 @@ func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeRes
 		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
 		return refused
 	}
-	return s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces())
+	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), conn)
+}
+
+// expiryWarning is how long before its credentials expire an environment
+// turns DEGRADED: time for an admin to rotate them.
+const expiryWarning = 7 * 24 * time.Hour
+
+// expiring turns a READY probe result DEGRADED when conn's credentials
+// expire within expiryWarning, saying when and what to do. The environment
+// keeps serving (DEGRADED is a problem to fix, not an outage); the cluster
+// itself refuses the credentials once they have expired (UNAUTHORIZED).
+func expiring(r clusters.ProbeResult, conn kubeconfig.Connection) clusters.ProbeResult {
+	expiry, ok := conn.CredentialsExpiry()
+	if !ok || r.State != clusters.StateReady || expiry.Sub(r.Time) > expiryWarning {
+		return r
+	}
+	r.State = clusters.StateDegraded
+	r.Message = fmt.Sprintf("the credentials expire at %s (in %s); rotate them (storage-gateway env rotate)",
+		expiry.Format(time.RFC3339), max(expiry.Sub(r.Time), 0).Round(time.Minute))
+	return r
 }
 
 // Delete forgets an environment. It refuses while volume records exist unless

@@ -159,6 +159,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		return nil, err
 	}
 	g.registry = environments.New(cfg, g.db, keys, limiters, g.log)
+	if err := g.registry.RegisterMetrics(metrics); err != nil {
+		return nil, err
+	}
 	if err := g.registry.CheckKeys(startCtx); err != nil {
 		return nil, err
 	}

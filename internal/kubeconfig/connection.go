@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
 )
 
 // Connection is everything needed to reach one cluster. Token and
@@ -44,6 +49,45 @@ func (c Connection) AuthType() string {
 		return AuthClientCertificate
 	}
 	return ""
+}
+
+// expiryAlgorithms are the JWS algorithms a bearer token's expiry is read
+// from: the asymmetric ones Kubernetes issuers sign with.
+var expiryAlgorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512,
+	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA}
+
+// CredentialsExpiry reports when the credentials stop working, where they
+// say so: a bearer token that is a JWT with an exp claim (ServiceAccount
+// tokens from the TokenRequest API, OIDC tokens), or a client certificate's
+// NotAfter. The token's claims are read without verifying its signature —
+// the cluster verifies it; the gateway only wants to warn before it
+// expires. ok is false for credentials that carry no expiry (an opaque or
+// legacy token).
+func (c Connection) CredentialsExpiry() (expiry time.Time, ok bool) {
+	if c.Token != "" {
+		tok, err := josejwt.ParseSigned(c.Token, expiryAlgorithms)
+		if err != nil {
+			return time.Time{}, false
+		}
+		var claims josejwt.Claims
+		if err := tok.UnsafeClaimsWithoutVerification(&claims); err != nil || claims.Expiry == nil {
+			return time.Time{}, false
+		}
+		return claims.Expiry.Time().UTC(), true
+	}
+	for rest := c.ClientCertData; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return time.Time{}, false
+		}
+		if block.Type == certificateBlock {
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return cert.NotAfter.UTC(), true
+		}
+	}
 }
 
 // CASHA256 returns the lowercase hex SHA-256 of the DER bytes of the first CA

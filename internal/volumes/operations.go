@@ -184,8 +184,8 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 }
 
 // Health is an environment's health as DCM polls it: healthy when the
-// registry's last probe and the pool's connection both say READY. It reads
-// cached state only and never waits for the cluster.
+// registry's last probe says READY or DEGRADED and the pool's connection
+// says READY. It reads cached state only and never waits for the cluster.
 func (s *Service) Health(ctx context.Context, envID string) (healthy bool, message string, err error) {
 	env, err := s.envs.Get(ctx, envID)
 	if err != nil {
@@ -195,7 +195,9 @@ func (s *Service) Health(ctx context.Context, envID string) (healthy bool, messa
 	switch {
 	case !ok:
 		return false, "not connected", nil
-	case env.Status.State != clusters.StateReady:
+	case env.Status.State != clusters.StateReady && env.Status.State != clusters.StateDegraded:
+		// DEGRADED serves (credentials about to expire, say): DCM hears
+		// the warning in the message, not an outage.
 		return false, fmt.Sprintf("%s: %s", env.Status.State, env.Status.Message), nil
 	}
 	if h := cluster.Health(); h.State != clusters.StateReady {

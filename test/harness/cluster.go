@@ -34,9 +34,11 @@ const (
 	gatewayRole           = "storage-gateway"
 )
 
-// gatewayTokenTTL is how long the gateway's ServiceAccount token lives; long
-// enough for a `make run` session.
-const gatewayTokenTTL = 7 * 24 * time.Hour
+// gatewayTokenTTL is how long the harness's ServiceAccount tokens live: a
+// year, as an admin's `kubectl create token --duration=8760h` — far from
+// the week before expiry in which the gateway reports an environment
+// DEGRADED.
+const gatewayTokenTTL = 365 * 24 * time.Hour
 
 // volumeControllers are the kube-controller-manager controllers a storage
 // fleet needs: binding, expansion, protection finalizers and quota usage.

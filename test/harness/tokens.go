@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,8 +31,9 @@ func (c *Cluster) RestrictedToken(ctx context.Context, name string, rules []rbac
 	if err := createIgnoreExisting(ctx, c.client.RbacV1().ClusterRoleBindings().Create, binding); err != nil {
 		return "", err
 	}
+	ttl := int64(gatewayTokenTTL / time.Second)
 	tr, err := c.client.CoreV1().ServiceAccounts(GatewayNamespace).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token for %s: %w", name, err)
 	}
