@@ -83,8 +83,9 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err != nil {
 		return Volume{}, false, err
 	}
-	// An idempotency key seen before names the volume an earlier request
-	// created: look for it first.
+	// A given id, or one drawn for a new idempotency key, is most likely a
+	// new volume: create it, and replay only if it exists. An idempotency
+	// key seen before names the volume an earlier request created: read it.
 	if requestedID != "" || key != nil {
 		v, err := s.createNew(ctx, env, cluster, id, key, req)
 		switch {
