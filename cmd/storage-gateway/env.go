@@ -31,7 +31,8 @@ func newEnvCommand() *cobra.Command {
 		Example: "  storage-gateway env list\n  storage-gateway env get local-east",
 	}
 	c.registerFlags(cmd)
-	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.listCommand(), c.getCommand(), c.verifyCommand(), c.rotateCommand(), c.rmCommand())
+	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.bootstrapCommand(), c.unbootstrapCommand(), c.listCommand(), c.getCommand(),
+		c.verifyCommand(), c.rotateCommand(), c.rmCommand())
 	return cmd
 }
 

@@ -10,9 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -35,14 +33,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/kubeobjects"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/natstest"
@@ -84,18 +80,11 @@ func render(t *testing.T, caps *common.Capabilities, values map[string]any) ([]*
 		if !strings.HasSuffix(name, ".yaml") {
 			continue // NOTES.txt, helpers
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(files[name]), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v\n%s", name, err, files[name])
-			}
-			if len(obj) > 0 {
-				objects = append(objects, &unstructured.Unstructured{Object: obj})
-			}
+		objs, err := kubeobjects.Decode([]byte(files[name]))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, files[name])
 		}
+		objects = append(objects, objs...)
 	}
 	return objects, nil
 }
@@ -127,13 +116,7 @@ func capabilities(t *testing.T) *common.Capabilities {
 // admission, and stores nothing.
 func dryRun(t *testing.T, objects []*unstructured.Unstructured) {
 	t.Helper()
-	cfg := cluster.AdminConfig()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	client, err := dynamic.NewForConfig(cfg)
+	client, err := kubeobjects.NewClient(cluster.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,11 +127,11 @@ func dryRun(t *testing.T, objects []*unstructured.Unstructured) {
 	}
 	for _, obj := range objects {
 		gvk := obj.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		res, err := client.Resource(obj, namespace)
 		if err != nil {
 			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
 		}
-		_, err = client.Resource(mapping.Resource).Namespace(namespace).Create(ctx, obj,
+		_, err = res.Create(ctx, obj,
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: metav1.FieldValidationStrict})
 		if err != nil {
 			t.Errorf("dry-run %s %s: %v", gvk.Kind, obj.GetName(), err)

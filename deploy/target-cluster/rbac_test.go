@@ -6,8 +6,6 @@ package targetcluster_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -21,17 +19,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/component-helpers/auth/rbac/validation"
 	"k8s.io/utils/ptr"
 
+	targetcluster "github.com/dcm-project/storage-gateway/deploy/target-cluster"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/kubeobjects"
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
@@ -41,31 +36,18 @@ func TestMain(m *testing.M) {
 	os.Exit(harness.RunWithLocalClusters(m, 1, func(c []*harness.Cluster) { cluster = c[0] }))
 }
 
-const manifest = "storage-gateway-rbac.yaml"
+const manifest = "storage-gateway-rbac.yaml" // what targetcluster.RBAC embeds
 
 // servedNamespace is the namespace the manifest's RoleBinding grants.
 const servedNamespace = "dcm-volumes"
 
 func objects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	f, err := os.Open(manifest)
+	objs, err := targetcluster.Objects([]string{servedNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-			return out
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if len(obj) > 0 {
-			out = append(out, &unstructured.Unstructured{Object: obj})
-		}
-	}
+	return objs
 }
 
 // rules returns the rules of the manifest's ClusterRole name.
@@ -123,25 +105,15 @@ func TestManifestGrantsExactlyWhatTheProbeRequires(t *testing.T) {
 // for one it is not.
 func TestManifestPassesTheProbe(t *testing.T) {
 	ctx := context.Background()
-	cfg := cluster.AdminConfig()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	client, err := dynamic.NewForConfig(cfg)
+	client, err := kubeobjects.NewClient(cluster.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range objects(t) {
 		gvk := obj.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		res, err := client.Resource(obj, "")
 		if err != nil {
 			t.Fatal(err)
-		}
-		var res dynamic.ResourceInterface = client.Resource(mapping.Resource)
-		if ns := obj.GetNamespace(); ns != "" {
-			res = client.Resource(mapping.Resource).Namespace(ns)
 		}
 		if _, err := res.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
