@@ -58,8 +58,14 @@ func openTargetCluster(kubeconfig, context string) (*targetCluster, error) {
 	return &targetCluster{config: cfg, typed: typed, objects: objects}, nil
 }
 
+// createdByBootstrap marks the ServiceAccount's namespace when bootstrap
+// created it, so unbootstrap deletes only a namespace it made — never one
+// that already held other things (the gateway itself, say).
+const createdByBootstrap = "storage-gateway.dcm-project.io/created-by-bootstrap"
+
 // grant applies the ServiceAccount and its RBAC (server-side apply: running
-// it again changes nothing, and adds the namespaces not bound yet).
+// it again changes nothing, and adds the namespaces not bound yet). The
+// namespace is created when missing, and otherwise left as it is.
 func (t *targetCluster) grant(ctx context.Context, namespaces []string) error {
 	objs, err := targetcluster.Objects(namespaces)
 	if err != nil {
@@ -69,6 +75,13 @@ func (t *targetCluster) grant(ctx context.Context, namespaces []string) error {
 		res, err := t.objects.Resource(obj, "")
 		if err != nil {
 			return err
+		}
+		if obj.GetKind() == "Namespace" {
+			obj.SetAnnotations(map[string]string{createdByBootstrap: "true"})
+			if _, err := res.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create namespace %s: %w", obj.GetName(), err)
+			}
+			continue
 		}
 		if _, err := res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
 			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
@@ -109,7 +122,8 @@ func (t *targetCluster) credentials(token string) (*api.ClusterCredentials, erro
 }
 
 // revoke deletes what grant made: every RoleBinding of the volume role, the
-// roles, the ServiceAccount and its namespace (which also ends its tokens).
+// roles, the ServiceAccount (which ends its tokens) and its namespace if
+// bootstrap created it.
 func (t *targetCluster) revoke(ctx context.Context) error {
 	objs, err := targetcluster.Objects(nil)
 	if err != nil {
@@ -132,6 +146,14 @@ func (t *targetCluster) revoke(ctx context.Context) error {
 		res, err := t.objects.Resource(obj, "")
 		if err != nil {
 			return err
+		}
+		if obj.GetKind() == "Namespace" {
+			ns, err := res.Get(ctx, obj.GetName(), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || err == nil && ns.GetAnnotations()[createdByBootstrap] != "true" {
+				continue
+			} else if err != nil {
+				return err
+			}
 		}
 		if err := res.Delete(ctx, obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete %s %s: %w", obj.GetKind(), obj.GetName(), err)
@@ -220,8 +242,8 @@ func (c *gatewayClient) unbootstrapCommand() *cobra.Command {
 		Use:   "unbootstrap --kubeconfig ADMIN [--context CTX]",
 		Short: "Remove from a cluster the ServiceAccount and RBAC bootstrap created (its tokens stop working)",
 		Long: "unbootstrap deletes, with your admin kubeconfig, every object bootstrap applied: the RoleBindings of every served\n" +
-			"namespace, the roles, the ServiceAccount and its namespace. Every environment registered with its tokens then turns\n" +
-			"UNAUTHORIZED; remove them with `env rm` first.",
+			"namespace, the roles, the ServiceAccount, and its namespace if bootstrap created it. Every environment registered\n" +
+			"with its tokens then turns UNAUTHORIZED; remove them with `env rm` first.",
 		Example: "  storage-gateway env rm east && storage-gateway env unbootstrap --kubeconfig ~/.kube/config --context east-admin",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -70,12 +70,17 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 		t.Fatalf("exported expiry %v, want %d", exported, expiry.Unix())
 	}
 
-	// A probe keeps saying so; a year-long token clears it.
+	// A probe keeps saying so, and records the expiry of credentials
+	// stored before the gateway read expiries; a year-long token clears it.
+	if _, err := reg.DB.Exec(ctx, `UPDATE environments SET credentials_expire_time = NULL WHERE id = 'expiring'`); err != nil {
+		t.Fatal(err)
+	}
 	if err := reg.Registry.Probe(ctx, "expiring"); err != nil {
 		t.Fatal(err)
 	}
-	if env, err = reg.Registry.Get(ctx, "expiring"); err != nil || env.Status.State != clusters.StateDegraded {
-		t.Fatalf("after a probe: %s %q (%v)", env.Status.State, env.Status.Message, err)
+	if env, err = reg.Registry.Get(ctx, "expiring"); err != nil || env.Status.State != clusters.StateDegraded ||
+		env.Connection.CredentialsExpireTime == nil || env.Connection.CredentialsExpireTime.Sub(expiry).Abs() > time.Second {
+		t.Fatalf("after a probe: %s %q, expires %v (%v)", env.Status.State, env.Status.Message, env.Connection.CredentialsExpireTime, err)
 	}
 	long, longExpiry := mint(365 * 24 * time.Hour)
 	patch, err := json.Marshal(map[string]any{"credentials": environments.ExplicitCredentials{

@@ -175,13 +175,16 @@ func (r *repository) nextGeneration(ctx context.Context, q interface {
 
 // updateStatus records a probe result unless the environment changed since
 // the probe's generation (its result would describe stale settings).
-func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status) (bool, error) {
+// A credentials expiry is recorded only where none is yet (credentials
+// stored before the gateway read expiries).
+func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status, expiry *time.Time) (bool, error) {
 	tag, err := r.db.Exec(ctx, `
 		UPDATE environments SET state = $3, status_message = $4, kubernetes_version = $5,
-			storage_class_count = $6, last_probe_time = $7, last_ready_time = $8
+			storage_class_count = $6, last_probe_time = $7, last_ready_time = $8,
+			credentials_expire_time = COALESCE(credentials_expire_time, $9)
 		WHERE id = $1 AND generation = $2`,
 		id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
-		st.LastProbeTime, st.LastReadyTime)
+		st.LastProbeTime, st.LastReadyTime, expiry)
 	if err != nil {
 		return false, err
 	}

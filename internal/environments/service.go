@@ -212,10 +212,14 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 // probeAndRecord probes with the stored credentials and saves the status; a
 // result for settings that changed meanwhile is dropped. Credentials that
 // cannot be used are a status too, so an admin sees them and rotates.
+//
+// The credentials' expiry is recorded too where none is: credentials stored
+// before the gateway read expiries get theirs (and its metric) at the next
+// probe.
 func (s *Service) probeAndRecord(ctx context.Context, rec record) error {
-	result := s.probeStored(ctx, rec)
+	result, expiry := s.probeStored(ctx, rec)
 	st := statusFrom(rec.Status, result)
-	if _, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st); err != nil {
+	if _, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st, expiry); err != nil {
 		return err
 	}
 	if st.State != rec.Status.State {
@@ -225,25 +229,30 @@ func (s *Service) probeAndRecord(ctx context.Context, rec record) error {
 	return nil
 }
 
-func (s *Service) probeStored(ctx context.Context, rec record) clusters.ProbeResult {
+// probeStored probes with the stored credentials; expiry is when they
+// expire (nil when they say nothing, or could not be opened).
+func (s *Service) probeStored(ctx context.Context, rec record) (result clusters.ProbeResult, expiry *time.Time) {
 	refused := clusters.ProbeResult{State: clusters.StateUnauthorized, Time: now()}
 	if rec.Connection.Insecure && !s.allowInsecure {
 		refused.State = clusters.StateUnreachable
 		refused.Message = "TLS verification is off for this environment but SG_ALLOW_INSECURE_CLUSTERS is not set; rotate its credentials"
-		return refused
+		return refused, nil
 	}
 	conn, err := s.open(ctx, rec)
 	if errors.Is(err, errChangedMeanwhile) {
 		// Rotated since rec was read: this result is for old settings and
 		// will not be recorded (the generation moved).
-		return refused
+		return refused, nil
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "stored credentials unusable", "environment", rec.ID, "error", err)
 		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
-		return refused
+		return refused, nil
 	}
-	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), conn)
+	if at, ok := conn.CredentialsExpiry(); ok {
+		expiry = &at
+	}
+	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), conn), expiry
 }
 
 // expiryWarning is how long before its credentials expire an environment

@@ -11,10 +11,10 @@ import (
 // ReadPrivateFile reads a file that holds secrets (a key ring, a token
 // file), at most maxSize bytes. It refuses a file that group or others can
 // access, since anyone who can read it holds what it protects — with one
-// exception: a file another user (root) owns and lets only the process's
-// own group read, which is how the kubelet mounts a Secret for a pod with
-// fsGroup (mode 0440, group fsGroup): a non-root process can read a mounted
-// Secret no other way, and only root could have shared it so.
+// exception: a file root owns and lets only the (non-root) process's group
+// read, which is how the kubelet mounts a Secret for a pod with fsGroup
+// (mode 0440, group fsGroup): a non-root process can read a mounted Secret
+// no other way, and only root could have shared it so.
 func ReadPrivateFile(path string, maxSize int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -37,7 +37,7 @@ func TestReadPrivateFileAcceptsASecretMountedForOurGroup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the file must belong to another user than the reader")
 	}
-	const uid, gid, otherGID = 65532, 65532, 65533
+	const uid, gid, otherUID, otherGID = 65532, 65532, 65533, 65533
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} { // the reader must reach the file
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -55,22 +55,25 @@ func TestReadPrivateFileAcceptsASecretMountedForOurGroup(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
+		uid  int
 		gid  int
 		mode os.FileMode
 		ok   bool
 	}{
-		{"root-owned, our group may read", gid, 0o440, true},
-		{"root-owned, read-only for root", gid, 0o400, false}, // we cannot even open it
-		{"another group may read", otherGID, 0o440, false},
-		{"others may read", gid, 0o444, false},
-		{"our group may write", gid, 0o460, false},
+		{"root-owned, our group may read", 0, gid, 0o440, true},
+		{"root-owned, read-only for root", 0, gid, 0o400, false}, // we cannot even open it
+		{"another group may read", 0, otherGID, 0o440, false},
+		{"others may read", 0, gid, 0o444, false},
+		{"our group may write", 0, gid, 0o460, false},
+		// Anyone may give a file of theirs to a group they share with us.
+		{"another user's, our group may read", otherUID, gid, 0o440, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
 			if err := os.WriteFile(path, []byte("secret"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Chown(path, 0, tc.gid); err != nil {
+			if err := os.Chown(path, tc.uid, tc.gid); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Chmod(path, tc.mode); err != nil {
