@@ -152,3 +152,42 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// Records that arrive while one is being stored wait for it and are then
+// stored together, in one transaction: under load the audit log costs the
+// database one commit per batch, not one per request. A transaction's rows
+// share its now(), so the stored times count the transactions.
+func TestAuditEventsArrivingTogetherShareACommit(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	log := auth.NewAuditLog(reg.DB, reg.Logger, 48*time.Hour)
+	ctx := context.Background()
+	// Hold the table, so the first writer's insert waits and the others
+	// queue behind it.
+	lock, err := reg.DB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, `LOCK TABLE audit_events IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	const requests = 20
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Go(func() {
+			log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", AuthMethod: auth.MethodStatic,
+				Action: "createVolume", Status: 201})
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // every request has reached the log
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	var stored, commits int
+	if err := reg.DB.QueryRow(ctx, `SELECT count(*), count(DISTINCT time) FROM audit_events`).Scan(&stored, &commits); err != nil {
+		t.Fatal(err)
+	}
+	if stored != requests || commits > 2 {
+		t.Fatalf("%d records in %d transactions; want %d in 2 (the first writer's, then everything that waited)", stored, commits, requests)
+	}
+}

@@ -123,9 +123,7 @@ func (s *Service) setCredentials(ctx context.Context, rec *record, conn kubeconf
 		KeyID:                 sealed.KeyID,
 		CredentialsUpdateTime: now(),
 	}
-	if expiry, ok := conn.CredentialsExpiry(); ok {
-		rec.Connection.CredentialsExpireTime = &expiry
-	}
+	rec.Connection.CredentialsExpireTime = expiryOf(conn)
 	return nil
 }
 

@@ -109,7 +109,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if result.State != clusters.StateReady {
 		return Environment{}, false, probeFailed(result)
 	}
-	result = expiring(result, conn)
+	result = expiring(result, expiryOf(conn))
 	rec, err := s.newRecord(ctx, reg, spec, conn, result)
 	if err != nil {
 		return Environment{}, false, err
@@ -249,23 +249,29 @@ func (s *Service) probeStored(ctx context.Context, rec record) (result clusters.
 		refused.Message = "the stored credentials cannot be used (see the gateway log); rotate them"
 		return refused, nil
 	}
-	if at, ok := conn.CredentialsExpiry(); ok {
-		expiry = &at
-	}
-	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), conn), expiry
+	expiry = expiryOf(conn)
+	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), expiry), expiry
 }
 
 // expiryWarning is how long before its credentials expire an environment
 // turns DEGRADED: time for an admin to rotate them.
 const expiryWarning = 7 * 24 * time.Hour
 
-// expiring turns a READY probe result DEGRADED when conn's credentials
-// expire within expiryWarning, saying when and what to do. The environment
-// keeps serving (DEGRADED is a problem to fix, not an outage); the cluster
-// itself refuses the credentials once they have expired (UNAUTHORIZED).
-func expiring(r clusters.ProbeResult, conn kubeconfig.Connection) clusters.ProbeResult {
-	expiry, ok := conn.CredentialsExpiry()
-	if !ok || r.State != clusters.StateReady || expiry.Sub(r.Time) > expiryWarning {
+// expiryOf is when conn's credentials expire, nil when they do not say.
+func expiryOf(conn kubeconfig.Connection) *time.Time {
+	if at, ok := conn.CredentialsExpiry(); ok {
+		return &at
+	}
+	return nil
+}
+
+// expiring turns a READY probe result DEGRADED when the credentials expire
+// (expiry, from expiryOf) within expiryWarning, saying when and what to do.
+// The environment keeps serving (DEGRADED is a problem to fix, not an
+// outage); the cluster itself refuses the credentials once they have
+// expired (UNAUTHORIZED).
+func expiring(r clusters.ProbeResult, expiry *time.Time) clusters.ProbeResult {
+	if expiry == nil || r.State != clusters.StateReady || expiry.Sub(r.Time) > expiryWarning {
 		return r
 	}
 	r.State = clusters.StateDegraded

@@ -87,26 +87,30 @@ func cpuSpent(into, before, after map[string]time.Duration) {
 	}
 }
 
-// perCreate is the CPU time all programs spent per operation, in
-// milliseconds.
-func perCreate(spent map[string]time.Duration, operations int) float64 {
+// totalCPU is what all programs spent together.
+func totalCPU(spent map[string]time.Duration) time.Duration {
 	var total time.Duration
 	for _, t := range spent {
 		total += t
 	}
-	return float64(total.Microseconds()) / 1000 / float64(operations)
+	return total
+}
+
+// msPer is d per operation, in milliseconds.
+func msPer(d time.Duration, operations int) float64 {
+	return float64(d.Microseconds()) / 1000 / float64(operations)
 }
 
 // perOperation formats the programs' CPU time per operation, largest first,
 // leaving out what spent less than 1% of the total.
 func perOperation(spent map[string]time.Duration, operations int) string {
-	total := time.Duration(perCreate(spent, 1) * float64(time.Millisecond))
+	total := totalCPU(spent)
 	names := slices.SortedFunc(maps.Keys(spent), func(a, b string) int { return int(spent[b] - spent[a]) })
 	var parts []string
 	for _, name := range names {
 		if spent[name]*100 >= total {
-			parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(spent[name].Microseconds())/1000/float64(operations)))
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, msPer(spent[name], operations)))
 		}
 	}
-	return fmt.Sprintf("%.2f ms CPU per operation (%s)", perCreate(spent, operations), strings.Join(parts, ", "))
+	return fmt.Sprintf("%.2f ms CPU per operation (%s)", msPer(total, operations), strings.Join(parts, ", "))
 }
