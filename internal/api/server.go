@@ -13,10 +13,12 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/internal/metrics"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
@@ -46,6 +48,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the HTTP request metrics and is exposed on /metrics.
 	Metrics *prometheus.Registry
+	// FleetMetrics are served on /metrics after Metrics' families: the
+	// fleet's large families, built outside the registry (package metrics).
+	FleetMetrics []prometheus.Gatherer
 	// Readiness lists the checks behind /readyz, run concurrently.
 	Readiness []Check
 	// ReadinessTimeout bounds each readiness check.
@@ -119,7 +124,14 @@ func New(opts Options) *echo.Echo {
 			"host": func(echo.Context, error) string { return "" },
 		},
 	}))
-	e.GET("/metrics", g.metrics(echoprometheus.NewHandlerWithConfig(echoprometheus.HandlerConfig{Gatherer: opts.Metrics}), opts.MetricsRequireAuth))
+	// One source failing (a fleet query timing out) costs its own series,
+	// logged, not the whole answer. Uncompressed, as echoprometheus serves
+	// it: gzip would double the CPU of a large fleet's scrape.
+	gatherer := append(metrics.Gatherers{opts.Metrics}, opts.FleetMetrics...)
+	e.GET("/metrics", g.metrics(echo.WrapHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		DisableCompression: true,
+	})), opts.MetricsRequireAuth))
 
 	e.Use(g.middleware, recoverPanics)
 	RegisterHandlersWithOptions(newCustomMethodRouter(e), NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{

@@ -68,6 +68,7 @@ type Segment struct {
 	// capacity object names none.
 	Topology          string `json:"topology"`
 	Capacity          string `json:"capacity"`
+	CapacityBytes     int64  `json:"capacity_bytes"`
 	MaximumVolumeSize string `json:"maximum_volume_size,omitempty"`
 }
 
@@ -153,7 +154,7 @@ func sumCapacity(objs []*storagev1.CSIStorageCapacity) *Capacity {
 	}
 	c := &Capacity{Total: total.String(), TotalBytes: total.Value()}
 	for topology, s := range bySegment {
-		seg := Segment{Topology: topology, Capacity: s.total.String()}
+		seg := Segment{Topology: topology, Capacity: s.total.String(), CapacityBytes: s.total.Value()}
 		if !s.largest.IsZero() {
 			seg.MaximumVolumeSize = s.largest.String()
 		}

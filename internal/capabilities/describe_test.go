@@ -99,8 +99,8 @@ func TestDescribe(t *testing.T) {
 			t.Errorf("fast publishes no capacity but shows %+v", fast.Capacity)
 		}
 		want := &capabilities.Capacity{Total: "2560Gi", TotalBytes: 2560 << 30, Segments: []capabilities.Segment{
-			{Topology: "topology.kubernetes.io/zone=a", Capacity: "2Ti", MaximumVolumeSize: "200Gi"},
-			{Topology: "topology.kubernetes.io/zone=b", Capacity: "512Gi"},
+			{Topology: "topology.kubernetes.io/zone=a", Capacity: "2Ti", CapacityBytes: 2 << 40, MaximumVolumeSize: "200Gi"},
+			{Topology: "topology.kubernetes.io/zone=b", Capacity: "512Gi", CapacityBytes: 512 << 30},
 		}}
 		if !reflect.DeepEqual(slow.Capacity, want) {
 			t.Errorf("slow capacity = %+v, want %+v", slow.Capacity, want)

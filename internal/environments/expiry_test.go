@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -50,11 +49,7 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 		t.Fatalf("status %s %q, want DEGRADED saying when the credentials expire", env.Status.State, env.Status.Message)
 	}
 
-	metrics := prometheus.NewRegistry()
-	if err := reg.Registry.RegisterMetrics(metrics); err != nil {
-		t.Fatal(err)
-	}
-	families, err := metrics.Gather()
+	families, err := reg.Registry.Metrics().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,55 +2,79 @@ package environments
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/metrics"
 )
 
-// credentialsExpiryDesc is when each environment's credentials stop
-// working, for an alert well before (deploy/prometheus): one series per
-// environment whose credentials carry an expiry.
-var credentialsExpiryDesc = prometheus.NewDesc("storage_gateway_environment_credentials_expire_time_seconds",
-	"When the environment's credentials expire (Unix time), where they say so (a token's exp claim, a client certificate's NotAfter).",
-	[]string{"environment"}, nil)
+// The registry's per-environment series. Every one carries the
+// environment's region and zone, so a dashboard groups the fleet by them
+// without a join; a series per environment is the finest the gateway
+// exports (never one per volume).
+var (
+	upGauge = metrics.NewGauge("storage_gateway_environment_up",
+		"1 when the environment's cluster answers with the credentials accepted (state READY or DEGRADED), 0 otherwise (PENDING, UNREACHABLE, UNAUTHORIZED).",
+		"environment", "region", "zone")
+	// credentialsExpiryGauge is when each environment's credentials stop
+	// working, for an alert well before (deploy/prometheus): only
+	// environments whose credentials carry an expiry have one.
+	credentialsExpiryGauge = metrics.NewGauge("storage_gateway_environment_credentials_expire_time_seconds",
+		"When the environment's credentials expire (Unix time), where they say so (a token's exp claim, a client certificate's NotAfter).",
+		"environment", "region", "zone")
+)
 
 // metricsTimeout bounds the registry query of one scrape.
 const metricsTimeout = 2 * time.Second
 
-// RegisterMetrics exposes the registry's metrics in reg, read from Postgres when
-// Prometheus scrapes: the same on every replica.
-func (s *Service) RegisterMetrics(reg prometheus.Registerer) error {
-	return reg.Register(registryCollector{s})
+// Metrics returns the registry's metric families (see package metrics),
+// read from Postgres when Prometheus scrapes: the same on every replica.
+func (s *Service) Metrics() prometheus.Gatherer { return prometheus.GathererFunc(s.gatherMetrics) }
+
+// metricsRow is what a scrape reads of one environment.
+type metricsRow struct {
+	id, region, zone string
+	state            clusters.State
+	expiry           *time.Time
 }
 
-type registryCollector struct{ s *Service }
-
-func (c registryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- credentialsExpiryDesc }
-
-// Collect reports nothing when the database does not answer: an absent
+// gatherMetrics serves nothing when the database does not answer: an absent
 // series alerts as such, where a stale number would mislead.
-func (c registryCollector) Collect(ch chan<- prometheus.Metric) {
+func (s *Service) gatherMetrics() ([]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
 	defer cancel()
-	rows, err := c.s.repo.db.Query(ctx, `SELECT id, credentials_expire_time FROM environments
-		WHERE credentials_expire_time IS NOT NULL ORDER BY id`)
+	rows, err := s.repo.db.Query(ctx, `SELECT id, region, zone, state, credentials_expire_time FROM environments ORDER BY id`)
 	if err != nil {
-		return
+		return nil, fmt.Errorf("environment metrics: %w", err)
 	}
-	type expiry struct {
-		id string
-		at time.Time
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (expiry, error) {
-		var e expiry
-		err := row.Scan(&e.id, &e.at)
-		return e, err
+	var up, expiries []*dto.Metric
+	var r metricsRow
+	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.region, &r.zone, &r.state, &r.expiry}, func() error {
+		value := 0.0
+		if r.state == clusters.StateReady || r.state == clusters.StateDegraded {
+			value = 1
+		}
+		m, err := upGauge.Series(value, r.id, r.region, r.zone)
+		if err != nil {
+			return err
+		}
+		up = append(up, m)
+		if r.expiry != nil {
+			m, err := credentialsExpiryGauge.Series(float64(r.expiry.Unix()), r.id, r.region, r.zone)
+			if err != nil {
+				return err
+			}
+			expiries = append(expiries, m)
+		}
+		return nil
 	})
 	if err != nil {
-		return
+		return nil, fmt.Errorf("environment metrics: %w", err)
 	}
-	for _, e := range list {
-		ch <- prometheus.MustNewConstMetric(credentialsExpiryDesc, prometheus.GaugeValue, float64(e.at.Unix()), e.id)
-	}
+	return []*dto.MetricFamily{upGauge.Family(up), credentialsExpiryGauge.Family(expiries)}, nil
 }

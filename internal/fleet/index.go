@@ -73,6 +73,8 @@ type envView struct {
 	stale    bool
 	observed time.Time
 	details  []detail // by class name
+	// series are the classes' metrics.
+	series classSeries
 }
 
 // detail is one class of one environment. The fields queries filter and
@@ -312,6 +314,7 @@ func (ix *Index) render(e *entry) {
 		v.details[i].json = buf[start:end:end]
 		start = end
 	}
+	v.series = newClassSeries(e.meta, e.classes)
 	e.view = v // classes come sorted by name from Describe
 }
 

@@ -159,9 +159,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		return nil, err
 	}
 	g.registry = environments.New(cfg, g.db, keys, limiters, g.log)
-	if err := g.registry.RegisterMetrics(metrics); err != nil {
-		return nil, err
-	}
 	if err := g.registry.CheckKeys(startCtx); err != nil {
 		return nil, err
 	}
@@ -271,6 +268,7 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 		MetricsRequireAuth:  cfg.MetricsRequireAuth,
 		Logger:              g.log,
 		Metrics:             metrics,
+		FleetMetrics:        []prometheus.Gatherer{g.registry.Metrics(), g.index.Metrics(), g.volumes.Metrics()},
 		Environments:        g.registry,
 		Volumes:             g.volumes,
 		Fleet:               g.index,

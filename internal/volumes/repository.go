@@ -153,7 +153,7 @@ func (r *repository) listAll(ctx context.Context, q AllQuery, afterEnv, afterID 
 	rows, err := r.db.Query(ctx, `SELECT `+recordColumns+` FROM volumes
 		WHERE (cardinality($1::text[]) = 0 OR environment_id = ANY($1))
 		  AND CASE WHEN $2 = '' THEN status <> 'DELETED' ELSE status = $2 END
-		  AND ($3 = '' OR spec->>'storage_class' = $3)
+		  AND ($3 = '' OR storage_class = $3)
 		  AND (environment_id, id) > ($4, $5)
 		ORDER BY environment_id, id LIMIT $6`, envs, string(q.Status), q.StorageClass, afterEnv, afterID, limit)
 	if err != nil {

@@ -206,21 +206,21 @@ func waitSynced(b *testing.B, c client, n int, within time.Duration) {
 // metricFamilies is one scrape of the gateway's /metrics.
 type metricFamilies map[string]*dto.MetricFamily
 
-func scrape(b *testing.B, c client) metricFamilies {
-	b.Helper()
-	req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, c.base+"/metrics", nil)
+func scrape(tb testing.TB, c client) metricFamilies {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(tb.Context(), http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return families
 }
