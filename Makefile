@@ -96,6 +96,7 @@ bench: ## run the benchmarks (README, Benchmarks) and print each figure with its
 	run -bench 'BoundToRunning|StatusLatency|FlappingClaim' -benchtime 40x ./test/e2e; \
 	run -bench IdleFleet -benchtime 1x ./test/e2e; \
 	run -bench 'FleetQuery|Authentication' -benchtime 1000x ./internal/api; \
+	run -bench MetricsScrape -benchtime 1x ./internal/gateway; \
 	exit $$failed
 
 lint: $(GOLANGCI_LINT) ## run golangci-lint (installed at a pinned version)
@@ -104,7 +105,7 @@ lint: $(GOLANGCI_LINT) ## run golangci-lint (installed at a pinned version)
 fmt: $(GOLANGCI_LINT) ## format the code (gofmt, goimports)
 	$(GOLANGCI_LINT) fmt ./...
 
-generate: ## regenerate code from the OpenAPI contract
+generate: ## regenerate code from the OpenAPI contract; copy the dashboard and alerts into the chart
 	$(GO) generate ./...
 
 check-generated: ## fail when generated code is stale

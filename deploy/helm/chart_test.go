@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -253,7 +254,8 @@ func TestChartRendersAndDryRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kinds(withoutCRDs); slices.Contains(got, "ServiceMonitor/sg-storage-gateway") || slices.Contains(got, "Route/sg-storage-gateway") {
+	if got := kinds(withoutCRDs); slices.Contains(got, "ServiceMonitor/sg-storage-gateway") || slices.Contains(got, "Route/sg-storage-gateway") ||
+		slices.Contains(got, "PrometheusRule/sg-storage-gateway") {
 		t.Fatalf("objects of APIs the cluster lacks rendered: %v", got)
 	}
 
@@ -262,13 +264,15 @@ func TestChartRendersAndDryRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"Deployment/sg-storage-gateway", "Ingress/sg-storage-gateway", "Job/sg-storage-gateway-migrate",
-		"NetworkPolicy/sg-storage-gateway", "PodDisruptionBudget/sg-storage-gateway", "Route/sg-storage-gateway",
-		"Service/sg-storage-gateway", "ServiceAccount/sg-storage-gateway", "ServiceMonitor/sg-storage-gateway"}
+	want = []string{"ConfigMap/sg-storage-gateway-dashboard", "Deployment/sg-storage-gateway", "Ingress/sg-storage-gateway",
+		"Job/sg-storage-gateway-migrate", "NetworkPolicy/sg-storage-gateway", "PodDisruptionBudget/sg-storage-gateway",
+		"PrometheusRule/sg-storage-gateway", "Route/sg-storage-gateway", "Service/sg-storage-gateway",
+		"ServiceAccount/sg-storage-gateway", "ServiceMonitor/sg-storage-gateway"}
 	if got := kinds(everything); !slices.Equal(got, want) {
 		t.Fatalf("full values render %v, want %v", got, want)
 	}
 	checkPod(t, typed[appsv1.Deployment](t, everything, "Deployment"), 3)
+	checkMonitoring(t, everything)
 	dryRun(t, everything)
 
 	// Every SG_* setting the chart makes, in either rendering, is one the
@@ -281,6 +285,58 @@ func TestChartRendersAndDryRuns(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// checkMonitoring: the chart's alerting rules and dashboard are those of
+// deploy/ (its copies are current, and rendered unchanged), and the
+// dashboard is labelled for Grafana's sidecar.
+func checkMonitoring(t *testing.T, objects []*unstructured.Unstructured) {
+	t.Helper()
+	copies := map[string]string{"../grafana/storage-gateway.json": "storage-gateway/files/storage-gateway.json",
+		"../prometheus/alerts.yaml": "storage-gateway/files/alerts.yaml"}
+	for canonical, copied := range copies {
+		a, errA := os.ReadFile(canonical)
+		b, errB := os.ReadFile(copied)
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs from %s (%v, %v): run make generate", copied, canonical, errA, errB)
+		}
+	}
+	var rule, dashboard *unstructured.Unstructured
+	for _, o := range objects {
+		switch o.GetKind() {
+		case "PrometheusRule":
+			rule = o
+		case "ConfigMap":
+			dashboard = o
+		}
+	}
+	if rule == nil || dashboard == nil {
+		t.Fatal("no PrometheusRule or dashboard ConfigMap rendered")
+	}
+	var alerts map[string]any
+	raw, err := os.ReadFile("../prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.Unmarshal(raw, &alerts); err != nil {
+		t.Fatal(err)
+	}
+	if spec, _, _ := unstructured.NestedFieldNoCopy(rule.Object, "spec"); !reflect.DeepEqual(spec, alerts) {
+		t.Errorf("the PrometheusRule's spec is not deploy/prometheus/alerts.yaml:\n%v", spec)
+	}
+	if rule.GetLabels()["release"] != "prometheus" {
+		t.Errorf("PrometheusRule labels %v, want the values' release label", rule.GetLabels())
+	}
+	raw, err = os.ReadFile("../grafana/storage-gateway.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedString(dashboard.Object, "data", "storage-gateway.json"); got != strings.TrimSuffix(string(raw), "\n") {
+		t.Errorf("the dashboard ConfigMap does not hold deploy/grafana/storage-gateway.json")
+	}
+	if dashboard.GetLabels()["grafana_dashboard"] != "1" || dashboard.GetAnnotations()["grafana_folder"] != "Storage" {
+		t.Errorf("dashboard ConfigMap labels %v, annotations %v", dashboard.GetLabels(), dashboard.GetAnnotations())
 	}
 }
 
@@ -392,6 +448,10 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		"a CIDR that is not":    {map[string]any{"allowedClusterCIDRs": []any{"10.0.0.0"}}, "allowedClusterCIDRs"},
 		"no database secret":    {map[string]any{"database": map[string]any{"existingSecret": ""}}, "existingSecret"},
 		"a NATS URL with space": {map[string]any{"nats": map[string]any{"url": "nats://a b"}}, "url"},
+		"a dashboard namespace that is not": {map[string]any{"metrics": map[string]any{"grafanaDashboard": map[string]any{
+			"enabled": true, "namespace": "Monitoring!"}}}, "namespace"},
+		"a rule label that is not a string": {map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{
+			"labels": map[string]any{"release": 1}}}}, "release"},
 	} {
 		_, err := render(t, caps, tc.values)
 		if err == nil || !strings.Contains(err.Error(), tc.mention) {

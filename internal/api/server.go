@@ -127,6 +127,7 @@ func New(opts Options) *echo.Echo {
 	// One source failing (a fleet query timing out) costs its own series,
 	// logged, not the whole answer. Uncompressed, as echoprometheus serves
 	// it: gzip would double the CPU of a large fleet's scrape.
+	opts.Metrics.MustRegister(readyGauge(opts))
 	gatherer := append(metrics.Gatherers{opts.Metrics}, opts.FleetMetrics...)
 	e.GET("/metrics", g.metrics(echo.WrapHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError, ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
@@ -184,30 +185,56 @@ func (h *handlers) GetHealthz(context.Context, GetHealthzRequestObject) (GetHeal
 func (h *handlers) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetReadyzResponseObject, error) {
 	p, ok := auth.FromContext(ctx)
 	authenticated := ok && (p.Method == auth.MethodOIDC || p.Method == auth.MethodStatic)
-	results := make([]ReadinessCheck, len(h.opts.Readiness))
-	var wg sync.WaitGroup
-	for i, c := range h.opts.Readiness {
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, h.opts.ReadinessTimeout)
-			defer cancel()
-			results[i] = ReadinessCheck{Name: c.Name, Ok: true}
-			if err := c.Check(cctx); err != nil {
-				results[i].Ok = false
-				if authenticated {
-					msg := err.Error()
-					results[i].Message = &msg
-				}
+	errs := runChecks(ctx, h.opts.Readiness, h.opts.ReadinessTimeout)
+	results := make([]ReadinessCheck, len(errs))
+	ready := true
+	for i, err := range errs {
+		results[i] = ReadinessCheck{Name: h.opts.Readiness[i].Name, Ok: err == nil}
+		if err != nil {
+			ready = false
+			if authenticated {
+				msg := err.Error()
+				results[i].Message = &msg
 			}
+		}
+	}
+	mode := ReadinessAuthMode(h.opts.Auth.Mode())
+	if !ready {
+		return GetReadyz503JSONResponse{Status: NotReady, Checks: results, AuthMode: mode}, nil
+	}
+	return GetReadyz200JSONResponse{Status: Ready, Checks: results, AuthMode: mode}, nil
+}
+
+// runChecks runs checks concurrently, each under timeout, and returns their
+// errors in order.
+func runChecks(ctx context.Context, checks []Check, timeout time.Duration) []error {
+	errs := make([]error, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			errs[i] = c.Check(cctx)
 		})
 	}
 	wg.Wait()
-	mode := ReadinessAuthMode(h.opts.Auth.Mode())
-	for _, r := range results {
-		if !r.Ok {
-			return GetReadyz503JSONResponse{Status: NotReady, Checks: results, AuthMode: mode}, nil
-		}
-	}
-	return GetReadyz200JSONResponse{Status: Ready, Checks: results, AuthMode: mode}, nil
+	return errs
+}
+
+// readyGauge is /readyz as a metric, so an alert sees a fleet with no
+// replica able to serve (deploy/prometheus/alerts.yaml): every replica
+// runs the checks when it is scraped.
+func readyGauge(opts Options) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "storage_gateway_ready",
+		Help: "1 when every readiness check passes (as GET /readyz answers 200), 0 otherwise."},
+		func() float64 {
+			for _, err := range runChecks(context.Background(), opts.Readiness, opts.ReadinessTimeout) {
+				if err != nil {
+					return 0
+				}
+			}
+			return 1
+		})
 }
 
 func (h *handlers) GetOpenAPI(context.Context, GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error) {

@@ -237,6 +237,20 @@ func (m metricFamilies) value(name string, labels ...string) float64 {
 	return total
 }
 
+// has reports whether the metric has a series whose labels include labels.
+func (m metricFamilies) has(name string, labels ...string) bool { return m.count(name, labels...) > 0 }
+
+// count is how many series of the metric have labels among theirs.
+func (m metricFamilies) count(name string, labels ...string) int {
+	n := 0
+	for _, metric := range m[name].GetMetric() {
+		if hasLabels(metric, labels) {
+			n++
+		}
+	}
+	return n
+}
+
 // sum adds up every series of the metric.
 func (m metricFamilies) sum(name string) float64 { return m.value(name) }
 
