@@ -111,19 +111,27 @@ func (c client) waitLive(envs ...string) {
 	})
 }
 
+// liveFleet starts a gateway with both harness clusters registered and
+// their fleet data live, and returns an admin's client of it.
+func liveFleet(t *testing.T) client {
+	t.Helper()
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	c.register(clusters[0])
+	c.register(clusters[1])
+	c.waitLive(clusters[0].Spec.Environment.ID, clusters[1].Spec.Environment.ID)
+	return c
+}
+
 // TestFleetStorageClasses: the two harness clusters differ on purpose (see
 // environments/local-*.yaml); the fleet view aggregates them by class name,
 // filters, shows CSIDriver facts and published capacity, follows changes in
 // the clusters and the environments' overrides, and the volume API
 // validates against the same capabilities.
 func TestFleetStorageClasses(t *testing.T) {
-	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	c := liveFleet(t)
 	east, west := clusters[0], clusters[1]
 	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
-	c.register(east)
-	c.register(west)
-	c.waitLive(eastID, westID)
 
 	all := c.storageClasses(nil)
 	t.Run("one entry per class name across environments", func(t *testing.T) {

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/dcm-project/storage-gateway/internal/fleet"
-	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 )
 
 // labelsOf returns a series' labels by name.
@@ -35,13 +34,9 @@ func labelsOf(m *dto.Metric) map[string]string {
 // for two live harness clusters, and follows a cluster going away; no
 // series names a volume.
 func TestFleetMetrics(t *testing.T) {
-	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	c := liveFleet(t)
 	east, west := clusters[0], clusters[1]
 	eastID, westID := east.Spec.Environment.ID, west.Spec.Environment.ID
-	c.register(east)
-	c.register(west)
-	c.waitLive(eastID, westID)
 	var ids []string
 	for range 2 {
 		id := uuid.NewString()
