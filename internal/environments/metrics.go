@@ -18,9 +18,12 @@ import (
 // without a join; a series per environment is the finest the gateway
 // exports (never one per volume).
 var (
+	// upGauge names the state too: one series per environment at a time
+	// (the state label changes with it), so a dashboard shows why one is
+	// down without a second series per environment.
 	upGauge = metrics.NewGauge("storage_gateway_environment_up",
-		"1 when the environment's cluster answers with the credentials accepted (state READY or DEGRADED), 0 otherwise (PENDING, UNREACHABLE, UNAUTHORIZED).",
-		"environment", "region", "zone")
+		"1 when the environment's cluster answers with the credentials accepted (state READY or DEGRADED), 0 otherwise (PENDING, UNREACHABLE, UNAUTHORIZED); state is the environment's.",
+		"environment", "region", "zone", "state")
 	// credentialsExpiryGauge is when each environment's credentials stop
 	// working, for an alert well before (deploy/prometheus): only
 	// environments whose credentials carry an expiry have one.
@@ -59,7 +62,7 @@ func (s *Service) gatherMetrics() ([]*dto.MetricFamily, error) {
 		if r.state == clusters.StateReady || r.state == clusters.StateDegraded {
 			value = 1
 		}
-		m, err := upGauge.Series(value, r.id, r.region, r.zone)
+		m, err := upGauge.Series(value, r.id, r.region, r.zone, string(r.state))
 		if err != nil {
 			return err
 		}

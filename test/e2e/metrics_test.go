@@ -60,8 +60,8 @@ func TestFleetMetrics(t *testing.T) {
 		}
 		c.getJSON("/api/v1alpha1/environments/"+id, &env)
 		where := []string{"environment", id, "region", env.Region, "zone", env.Zone}
-		if got := m.value("storage_gateway_environment_up", where...); got != 1 {
-			t.Errorf("%s up = %v, want 1", id, got)
+		if got := m.value("storage_gateway_environment_up", append(where, "state", "READY")...); got != 1 {
+			t.Errorf("%s up = %v, want 1 (READY)", id, got)
 		}
 		if got := m.value("storage_gateway_environment_sync_age_seconds", where...); got != 0 || !m.has("storage_gateway_environment_sync_age_seconds", where...) {
 			t.Errorf("%s sync age = %v, want 0 while watched", id, got)
@@ -134,7 +134,9 @@ func TestFleetMetrics(t *testing.T) {
 	defer east.SetReachable(true)
 	c.eventually(30*time.Second, "east reported down and ageing", func() bool {
 		m = scrape(t, c)
-		return m.value("storage_gateway_environment_up", "environment", eastID) == 0 &&
+		return m.has("storage_gateway_environment_up", "environment", eastID, "state", "UNREACHABLE") &&
+			m.value("storage_gateway_environment_up", "environment", eastID) == 0 &&
+			m.count("storage_gateway_environment_up", "environment", eastID) == 1 &&
 			m.value("storage_gateway_environment_sync_age_seconds", "environment", eastID) > 0
 	})
 	if got := m.count("storage_gateway_storage_class_info", "environment", eastID); got != classes {
