@@ -62,6 +62,15 @@ type Config struct {
 	AllowInsecureClusters bool `env:"SG_ALLOW_INSECURE_CLUSTERS" envDefault:"false"`
 	// ProbeTimeout bounds one cluster probe (version + access reviews).
 	ProbeTimeout time.Duration `env:"SG_PROBE_TIMEOUT" envDefault:"10s"`
+	// MemberID names this replica among those sharing the database
+	// (internal/membership); empty: the host name, stable across restarts
+	// of a pod or host, so a restart takes its own place at once.
+	MemberID string `env:"SG_MEMBER_ID"`
+	// AdvertiseURL is where other replicas reach this one.
+	AdvertiseURL string `env:"SG_ADVERTISE_URL"`
+	// MemberLease is how long a replica counts as live after its last
+	// heartbeat (it heartbeats every quarter of it).
+	MemberLease time.Duration `env:"SG_MEMBER_LEASE" envDefault:"20s"`
 	// ProbeInterval is how often an environment that is not READY is
 	// re-probed.
 	ProbeInterval time.Duration `env:"SG_PROBE_INTERVAL" envDefault:"60s"`
@@ -261,6 +270,12 @@ func (c Config) Validate() error {
 	if c.ProbeTimeout <= 0 {
 		add("SG_PROBE_TIMEOUT", "must be a positive duration, e.g. 10s")
 	}
+	if c.MemberLease < 2*time.Second {
+		add("SG_MEMBER_LEASE", "must be a duration of at least 2s, e.g. 20s")
+	}
+	if c.AdvertiseURL != "" && !httpURL(c.AdvertiseURL) {
+		add("SG_ADVERTISE_URL", "must be an http(s) URL other replicas reach this one at, e.g. http://10.1.2.3:8080")
+	}
 	if c.ProbeInterval < time.Second {
 		add("SG_PROBE_INTERVAL", "must be a duration of at least 1s, e.g. 60s")
 	}
@@ -447,6 +462,18 @@ func (c Config) SlogLevel() (slog.Level, error) {
 func (c Config) EgressPolicy() egress.Policy {
 	allowed, _ := egress.ParseCIDRs(c.AllowedClusterCIDRs)
 	return egress.Policy{Allowed: allowed}
+}
+
+// Member is SG_MEMBER_ID, or the host name when it is unset.
+func (c Config) Member() (string, error) {
+	if c.MemberID != "" {
+		return c.MemberID, nil
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "", fmt.Errorf("SG_MEMBER_ID: unset and the host name is unknown (%v); set it", err)
+	}
+	return host, nil
 }
 
 // EmbeddedNATSDir is where the embedded NATS server keeps its JetStream store.

@@ -22,6 +22,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -101,6 +102,7 @@ type Gateway struct {
 	registry     *environments.Service
 	connector    *environments.Connector
 	registrar    *dcm.Registrar // nil when DCM registration is off
+	membership   *membership.Membership
 	index        *fleet.Index
 	feed         *fleet.Feed
 	nats         *events.NATS
@@ -164,6 +166,15 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	}
 	if err := g.registry.UpgradeSeals(startCtx); err != nil {
 		g.log.Warn("credentials sealed in the legacy format were not all re-sealed; retried at the next start", "error", err)
+	}
+	member, err := cfg.Member()
+	if err != nil {
+		return nil, err
+	}
+	g.membership = membership.New(membership.Options{DB: g.db, ID: member, AdvertiseURL: cfg.AdvertiseURL,
+		Lease: cfg.MemberLease, Logger: g.log})
+	if err := g.membership.Register(metrics); err != nil {
+		return nil, err
 	}
 	g.connector = environments.NewConnector(g.registry, g.clusters, g.opts.Intervals.Connect)
 	if err := g.newRegistrar(); err != nil {

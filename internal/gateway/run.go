@@ -40,6 +40,7 @@ func (w *worker) Stop(ctx context.Context) error {
 // workers are the background parts, in start order.
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
+		{name: "membership", run: g.membership.Run},
 		{name: "connector", run: g.connector.Run}, // the pool follows the registry
 		{name: "probes", run: func(ctx context.Context) { g.registry.RunProbes(ctx, g.cfg.ProbeInterval, g.cfg.ProbeReadyInterval) }},
 		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
@@ -114,6 +115,7 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 			errs = append(errs, within(ctx, g.clusters.StopWatching))
 			return errors.Join(errs...)
 		}},
+		{"leave the membership", g.membership.Leave}, // the others take over at once
 		{"flush status transitions", func(ctx context.Context) error {
 			g.tracker.Close(ctx)
 			return ctx.Err()

@@ -1,0 +1,281 @@
+// Package membership owns which replica is responsible for which
+// environment (issue 17), in Postgres only: no Kubernetes leases, no other
+// infrastructure, and nothing that breaks behind a transaction-pooling
+// PgBouncer (no session advisory locks).
+//
+// Each replica is a member: a row (members) it heartbeats every quarter of
+// the lease with the database's clock, never its own, and live while that
+// heartbeat is younger than the lease. Every member computes the same
+// assignment of environments to live members (Assign: rendezvous hashing
+// with bounded loads) and claims what it is assigned: an environment that
+// has no owner, or whose owner is no longer live, by compare-and-set on its
+// environment_owners row, which raises the row's epoch. A member releases
+// what is assigned elsewhere, so a live owner is never displaced, and the
+// next owner claims it at its next heartbeat. The epoch is the fence: a
+// write made on behalf of an owner carries the epoch it claimed, and a
+// stalled former owner's write finds a later one.
+//
+// Today ownership is recorded and exported (storage_gateway_member_*), and
+// the cluster pool does not follow it yet: every replica still connects
+// every environment, so run one replica (README, Replicas).
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Options configure a Membership.
+type Options struct {
+	DB *pgxpool.Pool
+	// ID names the member; stable across restarts where it can be (the
+	// host name), so a restarted replica takes its own place at once.
+	ID string
+	// AdvertiseURL is where other replicas reach this one.
+	AdvertiseURL string
+	// Lease is how long a member stays live without a heartbeat.
+	Lease  time.Duration
+	Logger *slog.Logger
+}
+
+// Membership is this replica's membership and the environments it owns.
+type Membership struct {
+	opts        Options
+	incarnation uuid.UUID
+	// joined is set once this process has held its member id; owned by
+	// Run's goroutine.
+	joined bool
+
+	mu sync.Mutex
+	// owned maps each environment this member owns to the epoch it
+	// claimed it at.
+	owned map[string]int64
+	// live is how many members were live at the last heartbeat.
+	live int
+}
+
+// New returns a Membership that has not joined yet (Run joins).
+func New(opts Options) *Membership {
+	return &Membership{opts: opts, incarnation: uuid.New(), owned: map[string]int64{}}
+}
+
+// Run joins, then heartbeats and rebalances every quarter of the lease
+// until ctx ends. Leave ends the membership; a member that stops without
+// leaving is dead once its lease runs out.
+func (m *Membership) Run(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
+		}
+	}, m.opts.Lease/4)
+}
+
+// beat records the heartbeat and rebalances. The first beat of a process
+// takes its member id whoever held it (a restarted replica replaces its
+// previous incarnation at once); later beats only renew this incarnation's
+// row, or take the id back once another incarnation's lease ran out.
+func (m *Membership) beat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.Lease/2)
+	defer cancel()
+	tag, err := m.opts.DB.Exec(ctx, `
+		INSERT INTO members (id, incarnation, advertise_url) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, advertise_url = EXCLUDED.advertise_url,
+			heartbeat_time = now(),
+			start_time = CASE WHEN members.incarnation = EXCLUDED.incarnation THEN members.start_time ELSE now() END
+		WHERE NOT $5 OR members.incarnation = EXCLUDED.incarnation
+		   OR members.heartbeat_time < now() - make_interval(secs => $4)`,
+		m.opts.ID, m.incarnation, m.opts.AdvertiseURL, m.opts.Lease.Seconds(), m.joined)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return m.displaced(ctx)
+	}
+	m.joined = true
+	return m.rebalance(ctx)
+}
+
+// displaced handles another live process holding this member's id (a
+// replica started again before this one stopped, or a copy configured with
+// the same SG_MEMBER_ID): the other wins, this one owns nothing, and it
+// takes the id back only once the other's lease has run out.
+func (m *Membership) displaced(ctx context.Context) error {
+	m.mu.Lock()
+	lost := len(m.owned)
+	m.owned = map[string]int64{}
+	m.mu.Unlock()
+	if lost > 0 {
+		m.opts.Logger.ErrorContext(ctx, "another live process holds this member id; its environments are its own",
+			"member", m.opts.ID, "environments", lost)
+	}
+	return nil
+}
+
+// owner is one environment_owners row, or an environment without one.
+type owner struct {
+	env         string
+	member      *string
+	incarnation *uuid.UUID
+	epoch       *int64
+}
+
+// rebalance claims what the assignment gives this member and no live member
+// holds, and releases what it gives another.
+func (m *Membership) rebalance(ctx context.Context) error {
+	live, err := m.liveMembers(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := m.opts.DB.Query(ctx, `SELECT e.id, o.member_id, o.incarnation, o.epoch
+		FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id`)
+	if err != nil {
+		return err
+	}
+	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (owner, error) {
+		var o owner
+		err := row.Scan(&o.env, &o.member, &o.incarnation, &o.epoch)
+		return o, err
+	})
+	if err != nil {
+		return err
+	}
+	envs := make([]string, len(owners))
+	for i, o := range owners {
+		envs[i] = o.env
+	}
+	assigned := Assign(envs, live)
+	isLive := make(map[string]bool, len(live))
+	for _, id := range live {
+		isLive[id] = true
+	}
+	owned := map[string]int64{}
+	var errs []error
+	for _, o := range owners {
+		mine := o.member != nil && *o.member == m.opts.ID && o.incarnation != nil && *o.incarnation == m.incarnation
+		// A member's environments are free once it is dead, or once it
+		// restarted (the new incarnation claims them again: a new epoch).
+		free := o.member == nil || !isLive[*o.member] || (*o.member == m.opts.ID && !mine)
+		switch {
+		case mine && assigned[o.env] == m.opts.ID:
+			owned[o.env] = *o.epoch
+		case mine:
+			errs = append(errs, m.release(ctx, o.env, *o.epoch))
+		case assigned[o.env] == m.opts.ID && free:
+			epoch, ok, err := m.claim(ctx, o)
+			if ok {
+				owned[o.env] = epoch
+			}
+			errs = append(errs, err)
+		}
+	}
+	m.mu.Lock()
+	m.owned, m.live = owned, len(live)
+	m.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// liveMembers lists the members whose heartbeat is within the lease, by
+// the database's clock.
+func (m *Membership) liveMembers(ctx context.Context) ([]string, error) {
+	rows, err := m.opts.DB.Query(ctx, `SELECT id FROM members WHERE heartbeat_time >= now() - make_interval(secs => $1) ORDER BY id`,
+		m.opts.Lease.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// claim takes o's environment if its row is still as read (compare and
+// set): a row changed meanwhile was claimed by someone else.
+func (m *Membership) claim(ctx context.Context, o owner) (epoch int64, ok bool, err error) {
+	if o.epoch == nil {
+		err = m.opts.DB.QueryRow(ctx, `INSERT INTO environment_owners (environment_id, member_id, incarnation, epoch)
+			VALUES ($1, $2, $3, 1) ON CONFLICT (environment_id) DO NOTHING RETURNING epoch`, o.env, m.opts.ID, m.incarnation).Scan(&epoch)
+	} else {
+		err = m.opts.DB.QueryRow(ctx, `UPDATE environment_owners SET member_id = $2, incarnation = $3, epoch = epoch + 1, claim_time = now()
+			WHERE environment_id = $1 AND epoch = $4 RETURNING epoch`, o.env, m.opts.ID, m.incarnation, *o.epoch).Scan(&epoch)
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil // taken meanwhile, or the environment is gone
+	case err != nil:
+		return 0, false, fmt.Errorf("claim environment %s: %w", o.env, err)
+	}
+	m.opts.Logger.InfoContext(ctx, "environment claimed", "member", m.opts.ID, "environment", o.env, "epoch", epoch)
+	return epoch, true, nil
+}
+
+// release gives up env if this member still holds it at epoch.
+func (m *Membership) release(ctx context.Context, env string, epoch int64) error {
+	if _, err := m.opts.DB.Exec(ctx, `UPDATE environment_owners SET member_id = NULL, incarnation = NULL
+		WHERE environment_id = $1 AND member_id = $2 AND incarnation = $3 AND epoch = $4`, env, m.opts.ID, m.incarnation, epoch); err != nil {
+		return fmt.Errorf("release environment %s: %w", env, err)
+	}
+	m.opts.Logger.InfoContext(ctx, "environment released", "member", m.opts.ID, "environment", env, "epoch", epoch)
+	return nil
+}
+
+// Leave releases every environment this member owns and deletes its row,
+// so the others claim them at their next heartbeat instead of after the
+// lease.
+func (m *Membership) Leave(ctx context.Context) error {
+	m.mu.Lock()
+	m.owned = map[string]int64{}
+	m.mu.Unlock()
+	return pgx.BeginFunc(ctx, m.opts.DB, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM members WHERE id = $1 AND incarnation = $2`, m.opts.ID, m.incarnation)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // never joined, or displaced: nothing of ours to release
+		}
+		_, err = tx.Exec(ctx, `UPDATE environment_owners SET member_id = NULL, incarnation = NULL
+			WHERE member_id = $1 AND incarnation = $2`, m.opts.ID, m.incarnation)
+		return err
+	})
+}
+
+// Owned returns the environments this member owns and the epoch of each
+// claim.
+func (m *Membership) Owned() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int64, len(m.owned))
+	for env, epoch := range m.owned {
+		out[env] = epoch
+	}
+	return out
+}
+
+var (
+	liveMembersDesc = prometheus.NewDesc("storage_gateway_member_live_members",
+		"Members (replicas) live at this replica's last heartbeat.", nil, nil)
+	ownedDesc = prometheus.NewDesc("storage_gateway_member_owned_environments",
+		"Environments this replica owns.", nil, nil)
+)
+
+// Register exposes the membership's gauges in reg.
+func (m *Membership) Register(reg prometheus.Registerer) error { return reg.Register(collector{m}) }
+
+type collector struct{ m *Membership }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- liveMembersDesc
+	ch <- ownedDesc
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	live, owned := c.m.live, len(c.m.owned)
+	c.m.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(liveMembersDesc, prometheus.GaugeValue, float64(live))
+	ch <- prometheus.MustNewConstMetric(ownedDesc, prometheus.GaugeValue, float64(owned))
+}

@@ -1,0 +1,183 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/test/registrytest"
+)
+
+// fleet is a migrated database with n registered environments.
+func fleet(t *testing.T, n int) (*registrytest.Fixture, []string) {
+	t.Helper()
+	reg := registrytest.New(t, registrytest.Options{})
+	var envs []string
+	for i := range n {
+		id := fmt.Sprintf("env-%02d", i)
+		reg.InsertEnvironment(t, id)
+		envs = append(envs, id)
+	}
+	return reg, envs
+}
+
+func member(reg *registrytest.Fixture, id string, lease time.Duration) *Membership {
+	return New(Options{DB: reg.DB, ID: id, AdvertiseURL: "http://" + id + ":8080", Lease: lease, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// beat runs one heartbeat of each member, in order.
+func beat(t *testing.T, members ...*Membership) {
+	t.Helper()
+	for _, m := range members {
+		if err := m.beat(context.Background()); err != nil {
+			t.Fatalf("%s: %v", m.opts.ID, err)
+		}
+	}
+}
+
+// owners reads environment_owners: member and epoch per environment.
+func owners(t *testing.T, reg *registrytest.Fixture) (map[string]string, map[string]int64) {
+	t.Helper()
+	rows, err := reg.DB.Query(context.Background(), `SELECT environment_id, coalesce(member_id, ''), epoch FROM environment_owners`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	who, epochs := map[string]string{}, map[string]int64{}
+	for rows.Next() {
+		var env, m string
+		var epoch int64
+		if err := rows.Scan(&env, &m, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		who[env], epochs[env] = m, epoch
+	}
+	return who, epochs
+}
+
+// converged checks every environment has exactly the owner Assign gives it
+// among members, and each member's view is the database's.
+func converged(t *testing.T, reg *registrytest.Fixture, envs []string, members ...*Membership) map[string]int64 {
+	t.Helper()
+	var ids []string
+	for _, m := range members {
+		ids = append(ids, m.opts.ID)
+	}
+	want := Assign(envs, ids)
+	who, epochs := owners(t, reg)
+	if !maps.Equal(who, want) {
+		t.Fatalf("owners %v, want %v", who, want)
+	}
+	for _, m := range members {
+		for env, epoch := range m.Owned() {
+			if who[env] != m.opts.ID || epochs[env] != epoch {
+				t.Errorf("%s believes it owns %s at epoch %d; the database says %s at %d", m.opts.ID, env, epoch, who[env], epochs[env])
+			}
+		}
+		n := 0
+		for _, owner := range who {
+			if owner == m.opts.ID {
+				n++
+			}
+		}
+		if len(m.Owned()) != n {
+			t.Errorf("%s believes it owns %d environments, the database says %d", m.opts.ID, len(m.Owned()), n)
+		}
+	}
+	return epochs
+}
+
+// Three members joining one after another end with every environment owned
+// once, as Assign says, after two rounds of heartbeats: a live owner is
+// never displaced, it releases what is assigned elsewhere and the other
+// claims it.
+func TestMembersShareEnvironmentsOnce(t *testing.T) {
+	reg, envs := fleet(t, 30)
+	a, b, c := member(reg, "a", time.Minute), member(reg, "b", time.Minute), member(reg, "c", time.Minute)
+	beat(t, a)
+	converged(t, reg, envs, a)
+	beat(t, b, c) // b and c claim nothing a holds
+	if who, _ := owners(t, reg); len(b.Owned())+len(c.Owned()) != 0 || len(who) != 30 {
+		t.Fatalf("b and c took environments from a live owner: b %d, c %d", len(b.Owned()), len(c.Owned()))
+	}
+	beat(t, a, b, c) // a releases, b and c claim
+	epochs := converged(t, reg, envs, a, b, c)
+	for env, epoch := range epochs {
+		if epoch != 1 && epoch != 2 {
+			t.Errorf("%s at epoch %d after one hand-over at most", env, epoch)
+		}
+	}
+}
+
+// A member that stops heartbeating is dead once its lease runs out: the
+// others claim its environments with a higher epoch, so whatever it writes
+// with its old epochs is fenced off. Back, it rejoins and gets its share
+// again, each at a new epoch.
+func TestDeadMembersEnvironmentsAreClaimedAtANewEpoch(t *testing.T) {
+	reg, envs := fleet(t, 20)
+	lease := time.Second
+	a, b := member(reg, "a", lease), member(reg, "b", lease)
+	beat(t, a, b, a, b)
+	before := converged(t, reg, envs, a, b)
+	stalled := b.Owned()
+	if len(stalled) == 0 {
+		t.Fatal("b owns nothing")
+	}
+	time.Sleep(lease + 200*time.Millisecond)
+	beat(t, a)
+	who, epochs := owners(t, reg)
+	for env, epoch := range stalled {
+		if who[env] != "a" || epochs[env] <= epoch {
+			t.Errorf("%s: owner %s at epoch %d, want a above b's %d", env, who[env], epochs[env], epoch)
+		}
+	}
+	beat(t, b, a, b)
+	after := converged(t, reg, envs, a, b)
+	for env := range stalled {
+		if after[env] != before[env]+2 {
+			t.Errorf("%s: epoch %d, want %d (taken by a, claimed back by b)", env, after[env], before[env]+2)
+		}
+	}
+}
+
+// A replica restarted with the same member id replaces its previous
+// incarnation at once and claims its environments again at new epochs; the
+// previous incarnation, if it still runs, owns nothing from then on.
+func TestRestartedMemberReplacesItsPreviousIncarnation(t *testing.T) {
+	reg, envs := fleet(t, 10)
+	old := member(reg, "a", time.Minute)
+	beat(t, old)
+	before := converged(t, reg, envs, old)
+	restarted := member(reg, "a", time.Minute)
+	beat(t, restarted, old)
+	after := converged(t, reg, envs, restarted)
+	if len(old.Owned()) != 0 {
+		t.Errorf("the previous incarnation still believes it owns %d environments", len(old.Owned()))
+	}
+	for env, epoch := range after {
+		if epoch != before[env]+1 {
+			t.Errorf("%s at epoch %d, want %d", env, epoch, before[env]+1)
+		}
+	}
+	beat(t, old) // still displaced: the restarted one is live
+	if len(old.Owned()) != 0 {
+		t.Error("the previous incarnation took its id back from a live one")
+	}
+}
+
+// A member that leaves hands over at once: the others claim its
+// environments at their next heartbeat, not after the lease.
+func TestLeavingMemberHandsOverAtOnce(t *testing.T) {
+	reg, envs := fleet(t, 12)
+	a, b := member(reg, "a", time.Minute), member(reg, "b", time.Minute)
+	beat(t, a, b, a, b)
+	converged(t, reg, envs, a, b)
+	if err := b.Leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	beat(t, a)
+	converged(t, reg, envs, a)
+}
