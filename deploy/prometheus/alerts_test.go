@@ -39,10 +39,10 @@ func TestAlertsFireForWhatTheyName(t *testing.T) {
 		// a is down on both replicas, b is up.
 		"StorageGatewayEnvironmentUnreachable": `
 load 1m
-	storage_gateway_environment_up{instance="p1", environment="a", region="r1", zone="z1"} 0x10
-	storage_gateway_environment_up{instance="p2", environment="a", region="r1", zone="z1"} 0x10
-	storage_gateway_environment_up{instance="p1", environment="b", region="r1", zone="z2"} 1x10
-	storage_gateway_environment_up{instance="p2", environment="b", region="r1", zone="z2"} 1x10
+	storage_gateway_environment_up{instance="p1", environment="a", region="r1", zone="z1", state="UNREACHABLE"} 0x10
+	storage_gateway_environment_up{instance="p2", environment="a", region="r1", zone="z1", state="UNREACHABLE"} 0x10
+	storage_gateway_environment_up{instance="p1", environment="b", region="r1", zone="z2", state="READY"} 1x10
+	storage_gateway_environment_up{instance="p2", environment="b", region="r1", zone="z2", state="READY"} 1x10
 
 eval instant at 10m %s
 	{environment="a", region="r1", zone="z1"} 0
@@ -104,7 +104,7 @@ eval instant at 10m %s
 	// fires.
 	quiet := `
 load 1m
-	storage_gateway_environment_up{instance="p1", environment="a", region="r1", zone="z1"} 1x10
+	storage_gateway_environment_up{instance="p1", environment="a", region="r1", zone="z1", state="DEGRADED"} 1x10
 	storage_gateway_environment_credentials_expire_time_seconds{instance="p1", environment="a", region="r1", zone="z1"} 9999999x10
 	storage_gateway_outbox_oldest_unsent_age_seconds{instance="p1"} 0x10
 	storage_gateway_storage_class_capacity_bytes{instance="p1", environment="a", region="r1", zone="z1", storage_class="fast", topology=""} 107374182400x10

@@ -48,7 +48,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the HTTP request metrics and is exposed on /metrics.
 	Metrics *prometheus.Registry
-	// FleetMetrics are served on /metrics after Metrics' families: the
+	// FleetMetrics are served on /metrics with Metrics' families: the
 	// fleet's large families, built outside the registry (package metrics).
 	FleetMetrics []prometheus.Gatherer
 	// Readiness lists the checks behind /readyz, run concurrently.
@@ -129,10 +129,11 @@ func New(opts Options) *echo.Echo {
 	// it: gzip would double the CPU of a large fleet's scrape.
 	opts.Metrics.MustRegister(readyGauge(opts))
 	gatherer := append(metrics.Gatherers{opts.Metrics}, opts.FleetMetrics...)
-	e.GET("/metrics", g.metrics(echo.WrapHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+	// A failing source is counted in promhttp_metric_handler_errors_total.
+	e.GET("/metrics", g.metrics(echo.WrapHandler(promhttp.InstrumentMetricHandler(opts.Metrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError, ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
-		DisableCompression: true,
-	})), opts.MetricsRequireAuth))
+		Registry: opts.Metrics, DisableCompression: true,
+	}))), opts.MetricsRequireAuth))
 
 	e.Use(g.middleware, recoverPanics)
 	RegisterHandlersWithOptions(newCustomMethodRouter(e), NewStrictHandler(&handlers{opts: opts}, nil), RegisterHandlersOptions{

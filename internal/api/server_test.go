@@ -101,6 +101,15 @@ func TestReadyzReportsEveryCheck(t *testing.T) {
 			if body.Status != wantStatus {
 				t.Fatalf("status %q, want %q", body.Status, wantStatus)
 			}
+			// /metrics says the same as storage_gateway_ready.
+			metrics := get(t, newServer(t, tc.checks...), "/metrics").Body.String()
+			want := "storage_gateway_ready 1\n"
+			if tc.code != 200 {
+				want = "storage_gateway_ready 0\n"
+			}
+			if !strings.Contains(metrics, want) {
+				t.Fatalf("/metrics does not say %q", want)
+			}
 		})
 	}
 }

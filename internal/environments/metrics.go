@@ -46,8 +46,10 @@ type metricsRow struct {
 	expiry           *time.Time
 }
 
-// gatherMetrics serves nothing when the database does not answer: an absent
-// series alerts as such, where a stale number would mislead.
+// gatherMetrics serves nothing when the database does not answer (a stale
+// number would mislead): the scrape goes on without these series, and the
+// handler logs the error and counts it in
+// promhttp_metric_handler_errors_total{cause="gathering"}.
 func (s *Service) gatherMetrics() ([]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
 	defer cancel()

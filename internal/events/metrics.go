@@ -46,8 +46,9 @@ func (backlog) Describe(ch chan<- *prometheus.Desc) {
 	ch <- oldestAgeDesc
 }
 
-// Collect reports nothing when the database does not answer: an absent
-// series alerts as such, where a stale number would mislead.
+// Collect reports nothing when the database does not answer: a stale
+// number would mislead, and the outbox alert's expression has no series to
+// fire on while the database is away, which the readiness alert covers.
 func (b backlog) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), backlogTimeout)
 	defer cancel()

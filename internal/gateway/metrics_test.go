@@ -26,6 +26,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/metrics"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
@@ -304,13 +305,20 @@ func TestFleetMetricsCardinality(t *testing.T) {
 
 // BenchmarkMetricsScrape: one scrape of /metrics for 5,000 environments × 5
 // classes (the cardinality test's fleet). Target: ≤ 250 ms. The baseline,
-// in the same run, is the conventional exporter: the same sources' series
-// made const metrics at every scrape and served by a registry, which checks
-// and sorts each of them (what package metrics avoids).
+// in the same run, is the conventional exporter: each source a collector
+// whose series are made const metrics at every scrape and served by a
+// registry, which checks and sorts each of them (what package metrics
+// avoids). The baseline also pays for the sources building their own
+// series first, which a collector written for it would not: that part of
+// the gap is measured apart as sources-ms/scrape.
 func BenchmarkMetricsScrape(b *testing.B) {
 	f := newScrapeFixture(b, fleetShape{Environments: 5000, Classes: 5, Segments: 1, Volumes: 20})
 	conventional := prometheus.NewRegistry()
-	conventional.MustRegister(reCollector{f.gateway.registry.Metrics(), f.gateway.index.Metrics(), f.gateway.volumes.Metrics()})
+	// One collector per source, as an exporter would register them: the
+	// registry collects them concurrently, as Gatherers gathers its sources.
+	for _, source := range []prometheus.Gatherer{f.gateway.registry.Metrics(), f.gateway.index.Metrics(), f.gateway.volumes.Metrics()} {
+		conventional.MustRegister(reCollector{source})
+	}
 	viaRegistry := promhttp.HandlerFor(conventional, promhttp.HandlerOpts{DisableCompression: true})
 	measure := func(scrape func() int, rounds int) (time.Duration, int) {
 		scrape() // warm the connections and caches
@@ -321,7 +329,8 @@ func BenchmarkMetricsScrape(b *testing.B) {
 		}
 		return time.Since(start) / time.Duration(rounds), size
 	}
-	var perScrape, baseline time.Duration
+	sources := metrics.Gatherers{f.gateway.registry.Metrics(), f.gateway.index.Metrics(), f.gateway.volumes.Metrics()}
+	var perScrape, baseline, gathering time.Duration
 	var size, baselineSize int
 	for b.Loop() {
 		perScrape, size = measure(func() int { n, _ := f.scrape(b, false); return n }, 5)
@@ -330,6 +339,12 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			viaRegistry.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil))
 			return w.size
 		}, 5)
+		gathering, _ = measure(func() int {
+			if _, err := sources.Gather(); err != nil {
+				b.Fatal(err)
+			}
+			return 0
+		}, 5)
 	}
 	if baselineSize > size {
 		b.Fatalf("the baseline served %d bytes, more than the gateway's whole answer (%d)", baselineSize, size)
@@ -337,42 +352,41 @@ func BenchmarkMetricsScrape(b *testing.B) {
 	b.ReportMetric(float64(perScrape.Microseconds())/1000, "ms/scrape")
 	b.ReportMetric(float64(baseline.Microseconds())/1000, "registry-ms/scrape")
 	b.ReportMetric(float64(perScrape)/float64(baseline), "x-registry")
+	b.ReportMetric(float64(gathering.Microseconds())/1000, "sources-ms/scrape")
 	b.ReportMetric(float64(size)/(1<<20), "MiB/scrape")
 	if perScrape > 250*time.Millisecond {
 		b.Errorf("a scrape of 5,000 environments × 5 classes took %s, target ≤ 250 ms", perScrape)
 	}
 }
 
-// reCollector serves the families of gatherers through a registry, as
-// const metrics built at every scrape.
-type reCollector []prometheus.Gatherer
+// reCollector serves a source's families through a registry, as const
+// metrics built at every scrape.
+type reCollector struct{ source prometheus.Gatherer }
 
 // Describe describes nothing: an unchecked collector, as exporters of
 // dynamic families register.
 func (reCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c reCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, g := range c {
-		families, err := g.Gather()
-		if err != nil {
-			panic(err)
+	families, err := c.source.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, f := range families {
+		if len(f.GetMetric()) == 0 {
+			continue
 		}
-		for _, f := range families {
-			if len(f.GetMetric()) == 0 {
-				continue
+		var names []string
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			names = append(names, l.GetName())
+		}
+		desc := prometheus.NewDesc(f.GetName(), f.GetHelp(), names, nil)
+		values := make([]string, len(names))
+		for _, m := range f.GetMetric() {
+			for i, l := range m.GetLabel() {
+				values[i] = l.GetValue()
 			}
-			var names []string
-			for _, l := range f.GetMetric()[0].GetLabel() {
-				names = append(names, l.GetName())
-			}
-			desc := prometheus.NewDesc(f.GetName(), f.GetHelp(), names, nil)
-			values := make([]string, len(names))
-			for _, m := range f.GetMetric() {
-				for i, l := range m.GetLabel() {
-					values[i] = l.GetValue()
-				}
-				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, m.GetGauge().GetValue(), values...)
-			}
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, m.GetGauge().GetValue(), values...)
 		}
 	}
 }

@@ -8,8 +8,9 @@
 // instead, checked when each series is built (the same UTF-8 and label
 // count checks, by client_golang's own constructors) and distinct by
 // construction (one series per environment, class, segment or group), and
-// Gatherers serves them after the registry's with client_golang's handler
-// and encoders. Everything small stays in the registry.
+// Gatherers serves them with the registry's (families sorted by name)
+// through client_golang's handler and encoders. Everything small stays in
+// the registry.
 package metrics
 
 import (
