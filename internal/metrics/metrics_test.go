@@ -35,7 +35,9 @@ func TestGaugesAndGatherers(t *testing.T) {
 	broken := errors.New("database away")
 	all := metrics.Gatherers{
 		reg,
-		prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return []*dto.MetricFamily{g.Family([]*dto.Metric{one}), nil}, nil }),
+		prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+			return []*dto.MetricFamily{g.Family([]*dto.Metric{one}), nil}, nil
+		}),
 		prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return nil, broken }),
 	}
 	families, err := all.Gather()
