@@ -12,14 +12,22 @@ import (
 // the mean, whatever the hashes say.
 const maxLoadFactor = 1.25
 
+// PinLabel is the environment label that pins an environment to a member
+// (its SG_MEMBER_ID): it goes to that member whenever the member is live,
+// whatever the hashes and the load bound say, and is assigned as any other
+// while it is not.
+const PinLabel = "storage-gateway.dcm-project.io/member"
+
 // Assign gives each environment to one of members by rendezvous
 // (highest-random-weight) hashing with bounded loads: an environment goes
-// to the member with the highest weight for it that still has room. Every
-// replica computes the same answer from the same ids, whatever their
-// order. With plain rendezvous, adding or removing one of N members moves
-// only the environments that member gains or loses (1/N of them); the
-// load bound moves a few more, measured in assign_test.go.
-func Assign(environments, members []string) map[string]string {
+// to the member with the highest weight for it that still has room.
+// Environments pinned (pins: environment → member) to a live member go
+// there first and count towards its load. Every replica computes the same
+// answer from the same ids, whatever their order. With plain rendezvous,
+// adding or removing one of N members moves only the environments that
+// member gains or loses (1/N of them); the load bound moves a few more,
+// measured in assign_test.go.
+func Assign(environments, members []string, pins map[string]string) map[string]string {
 	out := make(map[string]string, len(environments))
 	if len(members) == 0 {
 		return out
@@ -31,12 +39,21 @@ func Assign(environments, members []string) map[string]string {
 	// members).
 	limit := max(int(math.Floor(maxLoadFactor*mean)), int(math.Ceil(mean)))
 	load := make(map[string]int, len(members))
+	for _, env := range envs {
+		if m, ok := pins[env]; ok && slices.Contains(members, m) {
+			out[env] = m
+			load[m]++
+		}
+	}
 	type ranked struct {
 		member string
 		weight uint64
 	}
 	ranking := make([]ranked, len(members))
 	for _, env := range envs {
+		if _, pinned := out[env]; pinned {
+			continue
+		}
 		for i, m := range members {
 			ranking[i] = ranked{m, weight(env, m)}
 		}

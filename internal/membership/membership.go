@@ -124,6 +124,7 @@ func (m *Membership) displaced(ctx context.Context) error {
 // owner is one environment_owners row, or an environment without one.
 type owner struct {
 	env         string
+	pin         *string // the PinLabel's value
 	member      *string
 	incarnation *uuid.UUID
 	epoch       *int64
@@ -136,24 +137,28 @@ func (m *Membership) rebalance(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rows, err := m.opts.DB.Query(ctx, `SELECT e.id, o.member_id, o.incarnation, o.epoch
-		FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id`)
+	rows, err := m.opts.DB.Query(ctx, `SELECT e.id, e.labels->>$1, o.member_id, o.incarnation, o.epoch
+		FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id`, PinLabel)
 	if err != nil {
 		return err
 	}
 	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (owner, error) {
 		var o owner
-		err := row.Scan(&o.env, &o.member, &o.incarnation, &o.epoch)
+		err := row.Scan(&o.env, &o.pin, &o.member, &o.incarnation, &o.epoch)
 		return o, err
 	})
 	if err != nil {
 		return err
 	}
 	envs := make([]string, len(owners))
+	pins := map[string]string{}
 	for i, o := range owners {
 		envs[i] = o.env
+		if o.pin != nil {
+			pins[o.env] = *o.pin
+		}
 	}
-	assigned := Assign(envs, live)
+	assigned := Assign(envs, live, pins)
 	isLive := make(map[string]bool, len(live))
 	for _, id := range live {
 		isLive[id] = true

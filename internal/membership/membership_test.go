@@ -66,7 +66,7 @@ func converged(t *testing.T, reg *registrytest.Fixture, envs []string, members .
 	for _, m := range members {
 		ids = append(ids, m.opts.ID)
 	}
-	want := Assign(envs, ids)
+	want := Assign(envs, ids, nil)
 	who, epochs := owners(t, reg)
 	if !maps.Equal(who, want) {
 		t.Fatalf("owners %v, want %v", who, want)
@@ -180,4 +180,25 @@ func TestLeavingMemberHandsOverAtOnce(t *testing.T) {
 	}
 	beat(t, a)
 	converged(t, reg, envs, a)
+}
+
+// An environment labelled with PinLabel is owned by that member once it is
+// live, taken from whoever held it.
+func TestPinnedEnvironmentGoesToItsMember(t *testing.T) {
+	reg, envs := fleet(t, 8)
+	a, b := member(reg, "a", time.Minute), member(reg, "b", time.Minute)
+	beat(t, a)
+	if _, err := reg.DB.Exec(context.Background(), `UPDATE environments SET labels = jsonb_build_object($1::text, 'b')`, PinLabel); err != nil {
+		t.Fatal(err)
+	}
+	beat(t, b, a, b)
+	who, _ := owners(t, reg)
+	for _, env := range envs {
+		if who[env] != "b" {
+			t.Errorf("%s, pinned to b, is owned by %q", env, who[env])
+		}
+	}
+	if len(a.Owned()) != 0 || len(b.Owned()) != len(envs) {
+		t.Errorf("a believes it owns %d, b %d", len(a.Owned()), len(b.Owned()))
+	}
 }
