@@ -470,8 +470,11 @@ func (c Config) Member() (string, error) {
 		return c.MemberID, nil
 	}
 	host, err := os.Hostname()
-	if err != nil || host == "" {
-		return "", fmt.Errorf("SG_MEMBER_ID: unset and the host name is unknown (%v); set it", err)
+	if err != nil {
+		return "", fmt.Errorf("SG_MEMBER_ID: unset and the host name is unknown; set it: %w", err)
+	}
+	if host == "" {
+		return "", errors.New("SG_MEMBER_ID: unset and the host name is empty; set it")
 	}
 	return host, nil
 }
