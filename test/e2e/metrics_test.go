@@ -48,8 +48,14 @@ func TestFleetMetrics(t *testing.T) {
 	for _, id := range ids {
 		c.waitStatus(eastID, id, "RUNNING", time.Minute)
 	}
-
-	m := scrape(t, c)
+	// The API answers from the live claim; the counts are the recorded
+	// statuses, which follow within the status flow's debounce.
+	running := []string{"environment", eastID, "storage_class", "standard", "status", "RUNNING"}
+	var m metricFamilies
+	c.eventually(30*time.Second, "both volumes recorded RUNNING", func() bool {
+		m = scrape(t, c)
+		return m.value("storage_gateway_volumes", running...) == 2
+	})
 	for _, id := range []string{eastID, westID} {
 		var env struct {
 			Region     string `json:"region"`
@@ -106,10 +112,6 @@ func TestFleetMetrics(t *testing.T) {
 	if got := m.value("storage_gateway_storage_class_capacity_bytes", "environment", eastID, "storage_class", "standard",
 		"topology", "topology.kubernetes.io/zone=east-a"); got != 2<<40 {
 		t.Errorf("east standard capacity in east-a = %v, want 2Ti", got)
-	}
-	running := []string{"environment", eastID, "storage_class", "standard", "status", "RUNNING"}
-	if got := m.value("storage_gateway_volumes", running...); got != 2 {
-		t.Errorf("RUNNING standard volumes in east = %v, want 2", got)
 	}
 	if got := m.value("storage_gateway_volume_requested_bytes", running...); got != 2<<30 {
 		t.Errorf("requested bytes of those = %v, want 2Gi", got)
