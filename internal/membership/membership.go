@@ -165,6 +165,7 @@ func (m *Membership) rebalance(ctx context.Context) error {
 	}
 	owned := map[string]int64{}
 	var errs []error
+	claimed, released := 0, 0
 	for _, o := range owners {
 		mine := o.member != nil && *o.member == m.opts.ID && o.incarnation != nil && *o.incarnation == m.incarnation
 		// A member's environments are free once it is dead, or once it
@@ -174,14 +175,23 @@ func (m *Membership) rebalance(ctx context.Context) error {
 		case mine && assigned[o.env] == m.opts.ID:
 			owned[o.env] = *o.epoch
 		case mine:
-			errs = append(errs, m.release(ctx, o.env, *o.epoch))
+			err := m.release(ctx, o.env, *o.epoch)
+			if err == nil {
+				released++
+			}
+			errs = append(errs, err)
 		case assigned[o.env] == m.opts.ID && free:
 			epoch, ok, err := m.claim(ctx, o)
 			if ok {
 				owned[o.env] = epoch
+				claimed++
 			}
 			errs = append(errs, err)
 		}
+	}
+	if claimed+released > 0 {
+		m.opts.Logger.InfoContext(ctx, "environments handed over", "member", m.opts.ID, "claimed", claimed, "released", released,
+			"owned", len(owned), "live_members", len(live))
 	}
 	m.mu.Lock()
 	m.owned, m.live = owned, len(live)
@@ -216,7 +226,7 @@ func (m *Membership) claim(ctx context.Context, o owner) (epoch int64, ok bool, 
 	case err != nil:
 		return 0, false, fmt.Errorf("claim environment %s: %w", o.env, err)
 	}
-	m.opts.Logger.InfoContext(ctx, "environment claimed", "member", m.opts.ID, "environment", o.env, "epoch", epoch)
+	m.opts.Logger.DebugContext(ctx, "environment claimed", "member", m.opts.ID, "environment", o.env, "epoch", epoch)
 	return epoch, true, nil
 }
 
@@ -226,7 +236,7 @@ func (m *Membership) release(ctx context.Context, env string, epoch int64) error
 		WHERE environment_id = $1 AND member_id = $2 AND incarnation = $3 AND epoch = $4`, env, m.opts.ID, m.incarnation, epoch); err != nil {
 		return fmt.Errorf("release environment %s: %w", env, err)
 	}
-	m.opts.Logger.InfoContext(ctx, "environment released", "member", m.opts.ID, "environment", env, "epoch", epoch)
+	m.opts.Logger.DebugContext(ctx, "environment released", "member", m.opts.ID, "environment", env, "epoch", epoch)
 	return nil
 }
 
