@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -164,8 +165,7 @@ func (m *Membership) rebalance(ctx context.Context) error {
 		isLive[id] = true
 	}
 	owned := map[string]int64{}
-	var errs []error
-	claimed, released := 0, 0
+	var fresh, taken, releases []owner
 	for _, o := range owners {
 		mine := o.member != nil && *o.member == m.opts.ID && o.incarnation != nil && *o.incarnation == m.incarnation
 		// A member's environments are free once it is dead, or once it
@@ -175,28 +175,24 @@ func (m *Membership) rebalance(ctx context.Context) error {
 		case mine && assigned[o.env] == m.opts.ID:
 			owned[o.env] = *o.epoch
 		case mine:
-			err := m.release(ctx, o.env, *o.epoch)
-			if err == nil {
-				released++
-			}
-			errs = append(errs, err)
+			releases = append(releases, o)
+		case assigned[o.env] == m.opts.ID && o.epoch == nil:
+			fresh = append(fresh, o)
 		case assigned[o.env] == m.opts.ID && free:
-			epoch, ok, err := m.claim(ctx, o)
-			if ok {
-				owned[o.env] = epoch
-				claimed++
-			}
-			errs = append(errs, err)
+			taken = append(taken, o)
 		}
 	}
-	if claimed+released > 0 {
-		m.opts.Logger.InfoContext(ctx, "environments handed over", "member", m.opts.ID, "claimed", claimed, "released", released,
+	claimed, err := m.claim(ctx, fresh, taken)
+	maps.Copy(owned, claimed)
+	released, releaseErr := m.release(ctx, releases)
+	if len(claimed)+released > 0 {
+		m.opts.Logger.InfoContext(ctx, "environments handed over", "member", m.opts.ID, "claimed", len(claimed), "released", released,
 			"owned", len(owned), "live_members", len(live))
 	}
 	m.mu.Lock()
 	m.owned, m.live = owned, len(live)
 	m.mu.Unlock()
-	return errors.Join(errs...)
+	return errors.Join(err, releaseErr)
 }
 
 // liveMembers lists the members whose heartbeat is within the lease, by
@@ -210,34 +206,70 @@ func (m *Membership) liveMembers(ctx context.Context) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// claim takes o's environment if its row is still as read (compare and
-// set): a row changed meanwhile was claimed by someone else.
-func (m *Membership) claim(ctx context.Context, o owner) (epoch int64, ok bool, err error) {
-	if o.epoch == nil {
-		err = m.opts.DB.QueryRow(ctx, `INSERT INTO environment_owners (environment_id, member_id, incarnation, epoch)
-			VALUES ($1, $2, $3, 1) ON CONFLICT (environment_id) DO NOTHING RETURNING epoch`, o.env, m.opts.ID, m.incarnation).Scan(&epoch)
-	} else {
-		err = m.opts.DB.QueryRow(ctx, `UPDATE environment_owners SET member_id = $2, incarnation = $3, epoch = epoch + 1, claim_time = now()
-			WHERE environment_id = $1 AND epoch = $4 RETURNING epoch`, o.env, m.opts.ID, m.incarnation, *o.epoch).Scan(&epoch)
+// claim takes, in one statement each, the environments without an owner
+// row (fresh) and those whose owner row is as read (taken: compare and set
+// on the epoch, which it raises); a row changed meanwhile was claimed by
+// someone else and is left out. It returns the epochs it claimed.
+func (m *Membership) claim(ctx context.Context, fresh, taken []owner) (map[string]int64, error) {
+	claimed := map[string]int64{}
+	collect := func(rows pgx.Rows, err error) error {
+		if err != nil {
+			return err
+		}
+		var env string
+		var epoch int64
+		_, err = pgx.ForEachRow(rows, []any{&env, &epoch}, func() error {
+			claimed[env] = epoch
+			m.opts.Logger.Debug("environment claimed", "member", m.opts.ID, "environment", env, "epoch", epoch)
+			return nil
+		})
+		return err
 	}
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, false, nil // taken meanwhile, or the environment is gone
-	case err != nil:
-		return 0, false, fmt.Errorf("claim environment %s: %w", o.env, err)
+	var errs []error
+	if len(fresh) > 0 {
+		ids := make([]string, len(fresh))
+		for i, o := range fresh {
+			ids[i] = o.env
+		}
+		errs = append(errs, collect(m.opts.DB.Query(ctx, `INSERT INTO environment_owners (environment_id, member_id, incarnation, epoch)
+			SELECT id, $2, $3, 1 FROM unnest($1::text[]) AS id
+			ON CONFLICT (environment_id) DO NOTHING RETURNING environment_id, epoch`, ids, m.opts.ID, m.incarnation)))
 	}
-	m.opts.Logger.DebugContext(ctx, "environment claimed", "member", m.opts.ID, "environment", o.env, "epoch", epoch)
-	return epoch, true, nil
+	if len(taken) > 0 {
+		ids, epochs := make([]string, len(taken)), make([]int64, len(taken))
+		for i, o := range taken {
+			ids[i], epochs[i] = o.env, *o.epoch
+		}
+		errs = append(errs, collect(m.opts.DB.Query(ctx, `UPDATE environment_owners o SET member_id = $3, incarnation = $4,
+				epoch = o.epoch + 1, claim_time = now()
+			FROM unnest($1::text[], $2::bigint[]) AS seen (environment_id, epoch)
+			WHERE o.environment_id = seen.environment_id AND o.epoch = seen.epoch
+			RETURNING o.environment_id, o.epoch`, ids, epochs, m.opts.ID, m.incarnation)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return claimed, fmt.Errorf("claim environments: %w", err)
+	}
+	return claimed, nil
 }
 
-// release gives up env if this member still holds it at epoch.
-func (m *Membership) release(ctx context.Context, env string, epoch int64) error {
-	if _, err := m.opts.DB.Exec(ctx, `UPDATE environment_owners SET member_id = NULL, incarnation = NULL
-		WHERE environment_id = $1 AND member_id = $2 AND incarnation = $3 AND epoch = $4`, env, m.opts.ID, m.incarnation, epoch); err != nil {
-		return fmt.Errorf("release environment %s: %w", env, err)
+// release gives up, in one statement, the environments this member still
+// holds at the epochs it read, and returns how many it gave up.
+func (m *Membership) release(ctx context.Context, owners []owner) (int, error) {
+	if len(owners) == 0 {
+		return 0, nil
 	}
-	m.opts.Logger.DebugContext(ctx, "environment released", "member", m.opts.ID, "environment", env, "epoch", epoch)
-	return nil
+	ids, epochs := make([]string, len(owners)), make([]int64, len(owners))
+	for i, o := range owners {
+		ids[i], epochs[i] = o.env, *o.epoch
+	}
+	tag, err := m.opts.DB.Exec(ctx, `UPDATE environment_owners o SET member_id = NULL, incarnation = NULL
+		FROM unnest($1::text[], $2::bigint[]) AS held (environment_id, epoch)
+		WHERE o.environment_id = held.environment_id AND o.epoch = held.epoch AND o.member_id = $3 AND o.incarnation = $4`,
+		ids, epochs, m.opts.ID, m.incarnation)
+	if err != nil {
+		return 0, fmt.Errorf("release environments: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // Leave releases every environment this member owns and deletes its row,
@@ -263,11 +295,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 func (m *Membership) Owned() map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]int64, len(m.owned))
-	for env, epoch := range m.owned {
-		out[env] = epoch
-	}
-	return out
+	return maps.Clone(m.owned)
 }
 
 var (
