@@ -125,11 +125,11 @@ func New(opts Options) *echo.Echo {
 		},
 	}))
 	// One source failing (a fleet query timing out) costs its own series,
-	// logged, not the whole answer. Uncompressed, as echoprometheus serves
-	// it: gzip would double the CPU of a large fleet's scrape.
+	// logged and counted in promhttp_metric_handler_errors_total, not the
+	// whole answer. Uncompressed, as echoprometheus served it: gzip would
+	// double the CPU of a large fleet's scrape.
 	opts.Metrics.MustRegister(readyGauge(opts))
 	gatherer := append(metrics.Gatherers{opts.Metrics}, opts.FleetMetrics...)
-	// A failing source is counted in promhttp_metric_handler_errors_total.
 	e.GET("/metrics", g.metrics(echo.WrapHandler(promhttp.InstrumentMetricHandler(opts.Metrics, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError, ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 		Registry: opts.Metrics, DisableCompression: true,

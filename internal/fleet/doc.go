@@ -7,6 +7,7 @@
 // this package owns, so a restarted gateway still shows clusters it cannot
 // reach, marked stale. Queries read only the index: they never call
 // a cluster, never wait for one, and cost the same whether an environment is
-// up or down. Each class is encoded to JSON when its environment changes,
-// not per query, so a fleet-wide answer is mostly a copy.
+// up or down. Each class is encoded to JSON, and made the series /metrics
+// serves (metrics.go), when its environment's view changes, not per query
+// or scrape, so a fleet-wide answer is mostly a copy.
 package fleet

@@ -2,15 +2,15 @@
 // Prometheus registry.
 //
 // The registry checks every series of every scrape (label names, UTF-8,
-// a hash per series against duplicates) and sorts each family: measured on
-// the 5,000-environment fleet of BenchmarkMetricsScrape, that alone cost
-// more than encoding the answer. The fleet's families are built here
-// instead, checked when each series is built (the same UTF-8 and label
-// count checks, by client_golang's own constructors) and distinct by
-// construction (one series per environment, class, segment or group), and
-// Gatherers serves them with the registry's (families sorted by name)
-// through client_golang's handler and encoders. Everything small stays in
-// the registry.
+// a hash per series against duplicates) and sorts each family: on the
+// 5,000-environment fleet of BenchmarkMetricsScrape (internal/gateway) a
+// scrape through it takes 1.5–1.7 times as long. The fleet's families are
+// built here instead, checked when each series is built (the same UTF-8
+// and label count checks, by client_golang's own constructors) and
+// distinct by construction (one series per environment, class, segment or
+// group), and Gatherers serves them with the registry's (families sorted
+// by name) through client_golang's handler and encoders. Everything small
+// stays in the registry.
 package metrics
 
 import (
