@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -39,6 +41,9 @@ func problemHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		p := toProblem(err)
+		if fe, ok := fault.As(err); ok && fe.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(fe.RetryAfter.Seconds()))))
+		}
 		if p.Type == INTERNAL {
 			logger.ErrorContext(c.Request().Context(), "request failed",
 				"error", err,

@@ -71,7 +71,7 @@ func TestRegistrationSendsTheTokenFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("first-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: reg.Member(t, "replica-1"),
 		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{TokenFile: file}})
 	if got := waitCalls(t, calls, 1); got[0] != "Bearer first-token" {
 		t.Fatalf("Authorization %q", got[0])
@@ -101,7 +101,7 @@ func TestRegistrationNeverFollowsARedirectWithItsToken(t *testing.T) {
 	if err := os.WriteFile(file, []byte("redirect-canary-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	runRegistrar(t, dcm.Options{URL: redirector.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
+	runRegistrar(t, dcm.Options{URL: redirector.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: reg.Member(t, "replica-1"),
 		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{TokenFile: file}})
 	poll.Until(t, 3*time.Second, "a registration outcome recorded", func() bool { return registration(t, reg).State != "" })
 	time.Sleep(time.Second) // a followed redirect would have arrived by now
@@ -122,7 +122,7 @@ func TestRegistrationUsesClientCredentials(t *testing.T) {
 	if err := os.WriteFile(secret, []byte(issuer.ClientSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: reg.Member(t, "replica-1"),
 		Interval: time.Second, Logger: slog.New(slog.DiscardHandler), Credentials: dcm.Credentials{
 			ClientID: issuer.ClientID, ClientSecretFile: secret, TokenURL: issuer.URL + "/token"}})
 	got := waitCalls(t, calls, 8)

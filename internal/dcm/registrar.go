@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // Registration states recorded in an environment's status.dcm_registration.
@@ -49,19 +51,25 @@ type Options struct {
 	Clusters *clusters.Pool
 	// Credentials authenticate the calls to DCM (none by default).
 	Credentials Credentials
+	// Owned are the environments this replica registers: each is
+	// registered by its owner alone, and a hand-over has the new owner
+	// register it at once.
+	Owned membership.Ownership
 }
 
-// Registrar keeps every environment with dcm.register registered. It
-// subscribes to the registry's changes (and the pool's, when it has one):
-// a registration or update wakes it, a deletion deregisters the provider.
+// Registrar keeps every environment with dcm.register that this replica
+// owns registered. It subscribes to the registry's and the ownership's
+// changes (and the pool's, when it has one): a registration, update or
+// hand-over wakes it, a deletion deregisters the provider.
 type Registrar struct {
 	opts   Options
 	client *spmclient.ClientWithResponses
 	log    *slog.Logger
 	wake   chan struct{}
 
-	registryChanges *changes.Subscription[environments.Change]
-	clusterChanges  *changes.Subscription[clusters.Change]
+	registryChanges  *changes.Subscription[environments.Change]
+	ownershipChanges *changes.Subscription[membership.Change]
+	clusterChanges   *changes.Subscription[clusters.Change]
 
 	mu    sync.Mutex
 	state map[string]*registration
@@ -93,7 +101,7 @@ func New(opts Options) (*Registrar, error) {
 	}
 	r := &Registrar{opts: opts, client: client, log: opts.Logger.With("component", "dcm"),
 		wake: make(chan struct{}, 1), state: map[string]*registration{},
-		registryChanges: opts.Environments.Subscribe()}
+		registryChanges: opts.Environments.Subscribe(), ownershipChanges: opts.Owned.Subscribe()}
 	if opts.Clusters != nil {
 		r.clusterChanges = opts.Clusters.Subscribe()
 	}
@@ -124,6 +132,7 @@ func (r *Registrar) Run(ctx context.Context) {
 			r.changed()
 		})
 	})
+	wg.Go(func() { r.ownershipChanges.Run(ctx, func(context.Context, membership.Change) { r.changed() }) })
 	if r.clusterChanges != nil {
 		wg.Go(func() {
 			r.clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) {
@@ -156,8 +165,15 @@ func (r *Registrar) Run(ctx context.Context) {
 func (r *Registrar) sync(ctx context.Context) time.Time {
 	next := time.Now().Add(r.opts.Interval)
 	err := r.opts.Environments.Each(ctx, func(env environments.Environment) error {
+		claim, err := r.opts.Owned.Claim(env.ID)
+		if err != nil {
+			r.mu.Lock()
+			delete(r.state, env.ID) // a later hand-over back registers it at once
+			r.mu.Unlock()
+			return nil
+		}
 		if env.Spec.DCM.Register {
-			if at := r.ensure(ctx, env); at.Before(next) {
+			if at := r.ensure(ctx, env, claim); at.Before(next) {
 				next = at
 			}
 		}
@@ -172,7 +188,7 @@ func (r *Registrar) sync(ctx context.Context) time.Time {
 
 // ensure registers env if its registration is missing, changed, due for
 // renewal or due for a retry, and returns when it next needs attention.
-func (r *Registrar) ensure(ctx context.Context, env environments.Environment) time.Time {
+func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim) time.Time {
 	body := r.provider(env)
 	fp := fingerprint(body)
 	r.mu.Lock()
@@ -195,7 +211,7 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment) ti
 	r.mu.Unlock()
 
 	outcome := r.register(ctx, body)
-	r.record(ctx, env.ID, outcome)
+	r.record(ctx, env.ID, outcome, claim)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if outcome.State == StatePending {
@@ -252,8 +268,13 @@ func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome 
 		Message: fmt.Sprintf("DCM refused the registration (HTTP %d); fix the environment's dcm settings", code)}}
 }
 
-func (r *Registrar) record(ctx context.Context, id string, o outcome) {
-	if err := r.opts.Environments.RecordRegistration(ctx, id, o.DCMRegistration); err != nil {
+func (r *Registrar) record(ctx context.Context, id string, o outcome, claim membership.Claim) {
+	err := r.opts.Environments.RecordRegistration(ctx, id, o.DCMRegistration, claim)
+	switch {
+	case errors.Is(err, membership.ErrNotOwner):
+		r.log.DebugContext(ctx, "DCM registration not recorded: another replica owns the environment now", "environment", id)
+		return
+	case err != nil:
 		r.log.WarnContext(ctx, "record DCM registration", "environment", id, "error", err)
 	}
 	if o.State != StatePending {

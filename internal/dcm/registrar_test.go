@@ -75,7 +75,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 					"endpoint": "x", "service_type": "storage", "schema_version": "v1alpha1"})
 			}))
 			defer srv.Close()
-			r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
+			r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: reg.Member(t, "replica-1"),
 				Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
@@ -124,7 +124,7 @@ func TestRegistrarDeregistersAProviderRegisteredWhileDeleted(t *testing.T) {
 			"endpoint": "x", "service_type": "storage", "schema_version": "v1alpha1"})
 	}))
 	t.Cleanup(srv.Close)
-	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry,
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: reg.Member(t, "replica-1"),
 		Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	<-creating
 	if err := reg.Registry.Delete(t.Context(), "east", false); err != nil {

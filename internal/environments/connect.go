@@ -11,6 +11,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // healthWriteTimeout bounds recording one health change.
@@ -21,21 +22,24 @@ const healthWriteTimeout = 10 * time.Second
 const deniedProbeGap = 10 * time.Second
 
 // Connector is the one owner of which clusters the pool connects to: the
-// pool follows the registry. It reacts to the registry's changes at once,
-// re-reads the whole registry every interval (other replicas' changes,
-// anything a notice missed) and connects, replaces or removes pool entries
-// to match; it never touches the network itself (Pool.Ensure does not), so
-// at start a dead cluster cannot delay connecting a healthy one. It also
-// records what the pool learns about reachability (see RecordHealth) and
-// probes an environment whose requests the cluster refused (401/403).
+// pool holds the registered environments this replica owns. It reacts to
+// the registry's and the ownership's changes at once, re-reads the whole
+// registry every interval (other replicas' changes, anything a notice
+// missed) and connects, replaces or removes pool entries to match; it never
+// touches the network itself (Pool.Ensure does not), so at start a dead
+// cluster cannot delay connecting a healthy one. It also records what the
+// pool learns about reachability (see RecordHealth) and probes an
+// environment whose requests the cluster refused (401/403).
 type Connector struct {
 	registry *Service
 	pool     *clusters.Pool
+	owned    membership.Ownership
 	interval time.Duration
 	log      *slog.Logger
 
-	registryChanges *changes.Subscription[Change]
-	poolChanges     *changes.Subscription[clusters.Change]
+	registryChanges  *changes.Subscription[Change]
+	ownershipChanges *changes.Subscription[membership.Change]
+	poolChanges      *changes.Subscription[clusters.Change]
 	// denials has its own subscription: a probe takes seconds, and health
 	// changes of other environments must not wait for it.
 	denials *changes.Subscription[clusters.Change]
@@ -58,28 +62,38 @@ func versionOf(rec record) rowVersion {
 	return rowVersion{row: rec.generation, credentials: rec.sealed.Generation}
 }
 
-// NewConnector subscribes to the registry's and the pool's changes; Run
-// acts on them.
-func NewConnector(registry *Service, pool *clusters.Pool, interval time.Duration) *Connector {
+// NewConnector subscribes to the registry's, the ownership's and the
+// pool's changes; Run acts on them.
+func NewConnector(registry *Service, pool *clusters.Pool, owned membership.Ownership, interval time.Duration) *Connector {
 	return &Connector{
-		registry: registry, pool: pool, interval: interval, log: registry.log,
-		registryChanges: registry.Subscribe(), poolChanges: pool.Subscribe(), denials: pool.Subscribe(),
+		registry: registry, pool: pool, owned: owned, interval: interval, log: registry.log,
+		registryChanges: registry.Subscribe(), ownershipChanges: owned.Subscribe(),
+		poolChanges: pool.Subscribe(), denials: pool.Subscribe(),
 		connected: map[string]rowVersion{},
 	}
 }
 
-// Run connects every registered environment, then follows changes until
-// ctx ends.
+// Run connects every owned environment, then follows changes until ctx
+// ends.
 func (c *Connector) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { c.registryChanges.Run(ctx, c.follow) })
+	wg.Go(func() {
+		c.registryChanges.Run(ctx, func(ctx context.Context, ch Change) { c.follow(ctx, ch.EnvironmentID) })
+	})
+	wg.Go(func() {
+		c.ownershipChanges.Run(ctx, func(ctx context.Context, ch membership.Change) { c.follow(ctx, ch.EnvironmentID) })
+	})
 	wg.Go(func() {
 		c.poolChanges.Run(ctx, func(ctx context.Context, ch clusters.Change) {
 			if ch.Kind != clusters.HealthChanged {
 				return
 			}
+			claim, err := c.owned.Claim(ch.EnvironmentID)
+			if err != nil {
+				return // handed over: the new owner's pool tells
+			}
 			if h, ok := c.pool.Health(ch.EnvironmentID); ok {
-				c.registry.RecordHealth(ctx, ch.EnvironmentID, h)
+				c.registry.RecordHealth(ctx, ch.EnvironmentID, h, claim)
 			}
 		})
 	})
@@ -105,15 +119,19 @@ func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
 				delete(probed, id)
 			}
 		}
+		claim, err := c.owned.Claim(ch.EnvironmentID)
+		if err != nil {
+			return // handed over: the new owner's own requests tell
+		}
 		probed[ch.EnvironmentID] = time.Now()
-		if err := c.registry.Probe(ctx, ch.EnvironmentID); err != nil && ctx.Err() == nil {
+		if err := c.registry.Probe(ctx, ch.EnvironmentID, claim); err != nil && ctx.Err() == nil {
 			c.log.ErrorContext(ctx, "probe environment after a refused request", "environment", ch.EnvironmentID, "error", err)
 		}
 	}
 }
 
-// SyncAll makes the pool hold exactly the registered environments, each
-// with its current credentials and namespaces.
+// SyncAll makes the pool hold exactly the registered environments this
+// replica owns, each with its current credentials and namespaces.
 func (c *Connector) SyncAll(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -136,19 +154,24 @@ func (c *Connector) SyncAll(ctx context.Context) {
 	}
 }
 
-// follow applies one registry change: whatever the notice says, the row as
-// stored now decides (a deletion and a re-registration of the same id may
-// arrive merged or in either order).
-func (c *Connector) follow(ctx context.Context, ch Change) {
+// follow applies one change of an environment's row or ownership: whatever
+// the notice says, the row as stored now and the ownership now decide (a
+// deletion and a re-registration of the same id may arrive merged or in
+// either order).
+func (c *Connector) follow(ctx context.Context, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec, err := c.registry.repo.get(ctx, ch.EnvironmentID)
+	if _, err := c.owned.Claim(id); err != nil {
+		c.disconnect(id)
+		return
+	}
+	rec, err := c.registry.repo.get(ctx, id)
 	switch {
 	case errors.Is(err, errNotFound):
-		c.disconnect(ch.EnvironmentID)
+		c.disconnect(id)
 	case err != nil:
 		if ctx.Err() == nil {
-			c.log.ErrorContext(ctx, "read environment to connect (retried at the next re-read)", "environment", ch.EnvironmentID, "error", err)
+			c.log.ErrorContext(ctx, "read environment to connect (retried at the next re-read)", "environment", id, "error", err)
 		}
 	default:
 		c.connect(ctx, rec)
@@ -156,9 +179,14 @@ func (c *Connector) follow(ctx context.Context, ch Change) {
 }
 
 // connect hands rec's connection to the pool, which starts it or swaps the
-// live one when settings changed (identical ones: no-op). Credentials that
-// cannot be opened leave the pool as it is: the probe records why.
+// live one when settings changed (identical ones: no-op), if this replica
+// owns it, and removes it otherwise. Credentials that cannot be opened
+// leave the pool as it is: the probe records why.
 func (c *Connector) connect(ctx context.Context, rec record) {
+	if _, err := c.owned.Claim(rec.ID); err != nil {
+		c.disconnect(rec.ID)
+		return
+	}
 	if v, ok := c.connected[rec.ID]; ok && v == versionOf(rec) {
 		return
 	}
@@ -187,16 +215,16 @@ func (c *Connector) disconnect(id string) {
 }
 
 // RecordHealth stores what the pool learns about reachability between
-// probes. It only moves an environment to UNREACHABLE, or back from it (or
-// from PENDING) to READY: a reachable cluster may still lack permissions,
-// which only the probe can tell.
-func (s *Service) RecordHealth(ctx context.Context, id string, h clusters.Health) {
+// probes, while the owner's claim holds. It only moves an environment to
+// UNREACHABLE, or back from it (or from PENDING) to READY: a reachable
+// cluster may still lack permissions, which only the probe can tell.
+func (s *Service) RecordHealth(ctx context.Context, id string, h clusters.Health, claim membership.Claim) {
 	if h.State != clusters.StateReady && h.State != clusters.StateUnreachable {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, healthWriteTimeout)
 	defer cancel()
-	changed, err := s.repo.recordReachability(ctx, id, h.State, h.Message, now())
+	changed, err := s.repo.recordReachability(ctx, id, h.State, h.Message, now(), claim)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "record environment health", "environment", id, "error", err)

@@ -21,14 +21,14 @@ import (
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
-// runConnector runs a connector over a fresh pool until the test ends and
-// returns the pool.
-func runConnector(t *testing.T, reg *environments.Service) *clusters.Pool {
+// runConnector runs a connector over a fresh pool, for a replica that owns
+// every environment, until the test ends and returns the pool.
+func runConnector(t *testing.T, reg *registrytest.Fixture) *clusters.Pool {
 	t.Helper()
 	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback},
 		HealthInterval: 500 * time.Millisecond, HealthTimeout: 500 * time.Millisecond})
 	t.Cleanup(pool.Close)
-	c := environments.NewConnector(reg, pool, time.Hour)
+	c := environments.NewConnector(reg.Registry, pool, reg.Member(t, "replica-1"), time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Run(ctx) })
@@ -42,7 +42,7 @@ func runConnector(t *testing.T, reg *environments.Service) *clusters.Pool {
 func TestPoolFollowsTheRegistry(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	pool := runConnector(t, reg.Registry)
+	pool := runConnector(t, reg)
 
 	if _, _, err := reg.Registry.Register(ctx, registration(t, "follow")); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,9 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 
 	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback}})
 	t.Cleanup(pool.Close)
-	connector := environments.NewConnector(reg.Registry, pool, time.Hour)
+	owner := reg.Member(t, "replica-1")
+	registrytest.Own(t, owner, ids...)
+	connector := environments.NewConnector(reg.Registry, pool, owner, time.Hour)
 	start := time.Now()
 	connector.SyncAll(ctx)
 	took := time.Since(start)
@@ -132,7 +134,7 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 func TestARefusedRequestProbesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
-	pool := runConnector(t, reg.Registry)
+	pool := runConnector(t, reg)
 	ns := cluster.Spec.Environment.Namespace
 	token, err := cluster.RestrictedToken(ctx, "revocable", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},

@@ -283,8 +283,7 @@ func TestVerifyRecordsReachability(t *testing.T) {
 	if err != nil || len(list.Environments) != 1 {
 		t.Fatalf("list UNREACHABLE = %d, %v", len(list.Environments), err)
 	}
-	reg.Registry.ProbeAll(ctx)
-	env, err = reg.Registry.Get(ctx, "east")
+	env, err = reg.Registry.Verify(ctx, "east")
 	if err != nil || env.Status.State != clusters.StateReady {
 		t.Fatalf("after recovery: %+v, %v", env.Status, err)
 	}

@@ -70,7 +70,13 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 	if _, err := reg.DB.Exec(ctx, `UPDATE environments SET credentials_expire_time = NULL WHERE id = 'expiring'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Registry.Probe(ctx, "expiring"); err != nil {
+	owner := reg.Member(t, "replica-1") // the periodic probe is its owner's
+	registrytest.Own(t, owner, "expiring")
+	claim, err := owner.Claim("expiring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Registry.Probe(ctx, "expiring", claim); err != nil {
 		t.Fatal(err)
 	}
 	if env, err = reg.Registry.Get(ctx, "expiring"); err != nil || env.Status.State != clusters.StateDegraded ||

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // probeConcurrency bounds how many clusters one round probes at once, so a
@@ -18,16 +19,17 @@ const probeConcurrency = 4
 // RunProbes runs a probe round at once and then an interval after each round
 // ends, until ctx ends, so status reflects clusters that died, recovered or lost
 // permissions while the gateway was down or between admin actions. A round
-// probes the environments that are not READY, and a READY one only once
-// readyInterval has passed since its last probe: its pool connection shows
-// reachability all the time (RecordHealth), and a request of it refused with
-// 401 or 403 has it probed at once (the Connector calls Probe) — so an idle
-// fleet's permissions cost its clusters a few requests every readyInterval,
-// not every interval. Probes only check and record; the Connector decides
-// what the pool connects to.
-func (s *Service) RunProbes(ctx context.Context, interval, readyInterval time.Duration) {
+// probes the environments this replica owns (each is probed by its owner
+// alone) that are not READY, and a READY one only once readyInterval has
+// passed since its last probe: its pool connection shows reachability all
+// the time (RecordHealth), and a request of it refused with 401 or 403 has
+// it probed at once (the Connector calls Probe) — so an idle fleet's
+// permissions cost its clusters a few requests every readyInterval, not
+// every interval. Probes only check and record; the Connector decides what
+// the pool connects to.
+func (s *Service) RunProbes(ctx context.Context, owned membership.Claims, interval, readyInterval time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		s.probeWhere(ctx, func(rec record) bool { return dueForProbe(rec.Status, readyInterval, now()) })
+		s.probeOwned(ctx, owned, func(rec record) bool { return dueForProbe(rec.Status, readyInterval, now()) })
 	}, interval)
 }
 
@@ -36,9 +38,10 @@ func dueForProbe(st Status, readyInterval time.Duration, at time.Time) bool {
 	return st.State != clusters.StateReady || st.LastProbeTime == nil || at.Sub(*st.LastProbeTime) >= readyInterval
 }
 
-// Probe probes one environment now and records the result (an unknown one
-// is no error: it was deleted meanwhile).
-func (s *Service) Probe(ctx context.Context, id string) error {
+// Probe probes one environment its owner holds claim on now and records
+// the result, unless the claim is no longer current (an unknown
+// environment is no error: it was deleted meanwhile).
+func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) error {
 	rec, err := s.repo.get(ctx, id)
 	if errors.Is(err, errNotFound) {
 		return nil
@@ -46,21 +49,18 @@ func (s *Service) Probe(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return s.probeAndRecord(ctx, rec)
+	return s.probeAndRecord(ctx, rec, &claim)
 }
 
-// ProbeAll is one round over every registered environment.
-func (s *Service) ProbeAll(ctx context.Context) {
-	s.probeWhere(ctx, func(record) bool { return true })
-}
-
-// probeWhere probes the environments due says are due and records the
-// results. Failures are logged per environment; one never stops the others.
-func (s *Service) probeWhere(ctx context.Context, due func(record) bool) {
+// probeOwned probes the owned environments due says are due and records
+// the results. Failures are logged per environment; one never stops the
+// others.
+func (s *Service) probeOwned(ctx context.Context, owned membership.Claims, due func(record) bool) {
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	err := s.repo.each(ctx, func(rec record) error {
-		if !due(rec) {
+		claim, err := owned.Claim(rec.ID)
+		if err != nil || !due(rec) {
 			return nil
 		}
 		select {
@@ -70,7 +70,7 @@ func (s *Service) probeWhere(ctx context.Context, due func(record) bool) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := s.probeAndRecord(ctx, rec); err != nil && ctx.Err() == nil {
+			if err := s.probeAndRecord(ctx, rec, &claim); err != nil && ctx.Err() == nil {
 				s.log.ErrorContext(ctx, "probe environment", "environment", rec.ID, "error", err)
 			}
 		})

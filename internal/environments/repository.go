@@ -14,6 +14,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/paging"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
@@ -174,26 +175,37 @@ func (r *repository) nextGeneration(ctx context.Context, q interface {
 }
 
 // updateStatus records a probe result unless the environment changed since
-// the probe's generation (its result would describe stale settings).
+// the probe's generation (its result would describe stale settings), and,
+// for a probe the owner ran on its own (claim set), unless its claim is no
+// longer current.
 // A credentials expiry is recorded only where none is yet (credentials
 // stored before the gateway read expiries).
-func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status, expiry *time.Time) (bool, error) {
-	tag, err := r.db.Exec(ctx, `
+func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status, expiry *time.Time, claim *membership.Claim) (bool, error) {
+	query := `
 		UPDATE environments SET state = $3, status_message = $4, kubernetes_version = $5,
 			storage_class_count = $6, last_probe_time = $7, last_ready_time = $8,
 			credentials_expire_time = COALESCE(credentials_expire_time, $9)
-		WHERE id = $1 AND generation = $2`,
-		id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
-		st.LastProbeTime, st.LastReadyTime, expiry)
+		WHERE id = $1 AND generation = $2`
+	args := []any{id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
+		st.LastProbeTime, st.LastReadyTime, expiry}
+	if claim != nil {
+		query += ` AND ` + membership.FenceSQL("id", "$10", "$11")
+		args = append(args, claim.Epoch, claim.Incarnation)
+	}
+	tag, err := r.db.Exec(ctx, query, args...)
 	if err != nil {
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
 }
 
-func (r *repository) recordRegistration(ctx context.Context, id string, reg DCMRegistration) error {
-	_, err := r.db.Exec(ctx, `UPDATE environments SET dcm_registration = $2 WHERE id = $1`, id, mustJSON(reg))
-	return err
+// recordRegistration stores the DCM registration's state while claim is
+// current; false says it was not (the environment is gone, or another
+// replica owns it now and registers it itself).
+func (r *repository) recordRegistration(ctx context.Context, id string, reg DCMRegistration, claim membership.Claim) (bool, error) {
+	tag, err := r.db.Exec(ctx, `UPDATE environments SET dcm_registration = $2 WHERE id = $1 AND `+
+		membership.FenceSQL("id", "$3", "$4"), id, mustJSON(reg), claim.Epoch, claim.Incarnation)
+	return tag.RowsAffected() == 1, err
 }
 
 // volumesIn counts live volumes of an environment in the given namespaces.
@@ -204,14 +216,16 @@ func (r *repository) volumesIn(ctx context.Context, id string, namespaces []stri
 	return n, err
 }
 
-// recordReachability applies a pool health change (see Service.RecordHealth).
-func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time) (bool, error) {
+// recordReachability applies a pool health change (see Service.RecordHealth)
+// while the owner's claim is current.
+func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time, claim membership.Claim) (bool, error) {
 	tag, err := r.db.Exec(ctx, `
 		UPDATE environments SET state = $2, status_message = $3, last_probe_time = $4,
 			last_ready_time = CASE WHEN $2 = 'READY' THEN $4 ELSE last_ready_time END
 		WHERE id = $1 AND state <> $2
-		  AND ($2 = 'UNREACHABLE' OR state IN ('UNREACHABLE', 'PENDING'))`,
-		id, string(state), msg, at)
+		  AND ($2 = 'UNREACHABLE' OR state IN ('UNREACHABLE', 'PENDING'))
+		  AND `+membership.FenceSQL("id", "$5", "$6"),
+		id, string(state), msg, at, claim.Epoch, claim.Incarnation)
 	if err != nil {
 		return false, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
@@ -195,7 +196,7 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 		if err != nil {
 			return Environment{}, err
 		}
-		if err := s.probeAndRecord(ctx, rec); err != nil {
+		if err := s.probeAndRecord(ctx, rec, nil); err != nil {
 			return Environment{}, err
 		}
 		return s.Get(ctx, id)
@@ -215,11 +216,14 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 //
 // The credentials' expiry is recorded too where none is: credentials stored
 // before the gateway read expiries get theirs (and its metric) at the next
-// probe.
-func (s *Service) probeAndRecord(ctx context.Context, rec record) error {
+// probe. A probe the owner runs on its own carries its claim (an admin's
+// :verify carries none): its result is dropped if the claim is no longer
+// current.
+func (s *Service) probeAndRecord(ctx context.Context, rec record, claim *membership.Claim) error {
 	result, expiry := s.probeStored(ctx, rec)
 	st := statusFrom(rec.Status, result)
-	if _, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st, expiry); err != nil {
+	recorded, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st, expiry, claim)
+	if err != nil || !recorded {
 		return err
 	}
 	if st.State != rec.Status.State {
@@ -298,9 +302,15 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 	return nil
 }
 
-// RecordRegistration stores the state of an environment's DCM registration.
-func (s *Service) RecordRegistration(ctx context.Context, id string, reg DCMRegistration) error {
-	return s.repo.recordRegistration(ctx, id, reg)
+// RecordRegistration stores the state of an environment's DCM registration,
+// made by the owner holding claim; a claim no longer current records
+// nothing and says so (membership.ErrNotOwner).
+func (s *Service) RecordRegistration(ctx context.Context, id string, reg DCMRegistration, claim membership.Claim) error {
+	recorded, err := s.repo.recordRegistration(ctx, id, reg, claim)
+	if err == nil && !recorded {
+		err = claim.Lost()
+	}
+	return err
 }
 
 // probeFailed is the 422 for a registration or update whose probe failed.

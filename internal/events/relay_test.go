@@ -20,12 +20,15 @@ import (
 )
 
 // queue records transitions through the status recorder, as the gateway
-// does, for volumes created here.
-func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) map[string][]string {
+// does, for volumes created here; it returns them, and the recorder (of a
+// replica that owns the environment).
+func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) (map[string][]string, status.Recorder) {
 	t.Helper()
 	ctx := context.Background()
 	reg.InsertEnvironment(t, "env")
-	rec := status.Recorder{DB: reg.DB}
+	owner := reg.Member(t, "replica-1")
+	registrytest.Own(t, owner, "env")
+	rec := status.Recorder{DB: reg.DB, Claims: owner}
 	want := map[string][]string{}
 	cycle := []status.Status{status.Provisioning, status.Running}
 	for v := range volumes {
@@ -39,7 +42,7 @@ func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) ma
 			want[id] = append(want[id], string(st))
 		}
 	}
-	return want
+	return want, rec
 }
 
 // Three relays draining one outbox side by side publish every event once
@@ -48,7 +51,7 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
-	want := queue(t, reg, 20, 6)
+	want, _ := queue(t, reg, 20, 6)
 
 	var wg sync.WaitGroup
 	registries := make([]*prometheus.Registry, 3)
@@ -133,7 +136,7 @@ func metric(t *testing.T, r *prometheus.Registry, name, st string) float64 {
 func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	natsServer := natstest.Start(t)
-	queue(t, reg, 1, 2)
+	_, _ = queue(t, reg, 1, 2)
 	nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +175,7 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	natsServer := natstest.Start(t)
 	natsServer.DCMStream()
-	queue(t, reg, 3, 2)
+	_, rec := queue(t, reg, 3, 2)
 	nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +195,7 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	if _, err := reg.DB.Exec(ctx, `UPDATE outbox SET sent_time = now() - interval '2 hours' WHERE volume_id IN ('vol-0', 'vol-1')`); err != nil {
 		t.Fatal(err)
 	}
-	if err := (status.Recorder{DB: reg.DB}).Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
+	if err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := relay.Prune(ctx)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Kind classifies an error the way a client should react to it.
@@ -32,11 +33,13 @@ const (
 
 // Error is a classified error. Detail is shown to the client, so it must never
 // carry secrets or raw upstream responses; Field names the offending request
-// field (dotted JSON path) when there is one.
+// field (dotted JSON path) when there is one; RetryAfter, when set, is how
+// long a client should wait before retrying (Retry-After).
 type Error struct {
-	Kind   Kind
-	Field  string
-	Detail string
+	Kind       Kind
+	Field      string
+	Detail     string
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -3,19 +3,20 @@ package fleet
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // Defaults for FeedOptions.
 const (
 	defaultRegistryInterval = 30 * time.Second
 	defaultTouchInterval    = time.Minute
+	defaultReplicaInterval  = 2 * time.Second
 	// coalesce is how long the feed lets a burst of informer events (an
 	// initial list, a driver publishing capacities) gather before it
 	// rebuilds the environments they touched, once each.
@@ -39,7 +40,10 @@ type FeedOptions struct {
 	Clusters *clusters.Pool
 	Registry EnvironmentSource
 	Store    Store
-	Logger   *slog.Logger
+	// Owned are the environments whose classes this replica watches and
+	// persists; the others' it reads from their owners' snapshots.
+	Owned  membership.Ownership
+	Logger *slog.Logger
 	// RegistryInterval is how often the registry is re-read without a
 	// change notice, so replicas follow each other's changes (default 30s).
 	RegistryInterval time.Duration
@@ -47,19 +51,31 @@ type FeedOptions struct {
 	// re-dated (default 1m): after a restart with a dead cluster, its
 	// observed_time is at most this old.
 	TouchInterval time.Duration
+	// ReplicaInterval is how often the snapshots other replicas' owned
+	// environments moved to are read (default 2s): the delay with which
+	// this replica's fleet views follow theirs.
+	ReplicaInterval time.Duration
 }
 
 // Feed keeps an Index current: environments and their settings from the
-// registry, classes from the cluster pool's caches, staleness from cluster
-// health; and it persists what it learns. It subscribes to the pool's and
-// the registry's changes; notices only mark work and Run does it, so
+// registry; for the environments this replica owns, classes from the
+// cluster pool's caches and staleness from cluster health, persisted for
+// the others (fenced by the claim); for the rest, their owners' persisted
+// snapshots, read again whenever their revision moves — so every replica's
+// fleet views show the same. It subscribes to the pool's, the registry's
+// and the ownership's changes; notices only mark work and Run does it, so
 // nothing waits on the index or the database but the feed itself.
+//
+// Snapshots are polled, not announced with LISTEN/NOTIFY: a listening
+// session does not survive a transaction-pooling PgBouncer, and one cheap
+// query (ids and revisions) per interval costs less than a missed notice.
 type Feed struct {
 	opts FeedOptions
 	wake chan struct{}
 
-	clusterChanges  *changes.Subscription[clusters.Change]
-	registryChanges *changes.Subscription[environments.Change]
+	clusterChanges   *changes.Subscription[clusters.Change]
+	registryChanges  *changes.Subscription[environments.Change]
+	ownershipChanges *changes.Subscription[membership.Change]
 
 	// loaded is set once Load succeeded; until then every step retries it
 	// (the schema may not be migrated yet when the gateway starts).
@@ -69,6 +85,9 @@ type Feed struct {
 	dirty         map[string]bool // environments whose cluster changed
 	registryDirty bool
 	unsaved       map[string]bool // environments whose snapshot is not persisted yet
+	// replicated is the revision of each other replica's snapshot the
+	// index shows.
+	replicated map[string]int64
 }
 
 // NewFeed returns a feed subscribed to the pool's and the registry's
@@ -80,11 +99,16 @@ func NewFeed(opts FeedOptions) *Feed {
 	if opts.TouchInterval <= 0 {
 		opts.TouchInterval = defaultTouchInterval
 	}
+	if opts.ReplicaInterval <= 0 {
+		opts.ReplicaInterval = defaultReplicaInterval
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	return &Feed{opts: opts, wake: make(chan struct{}, 1), dirty: map[string]bool{}, unsaved: map[string]bool{},
-		clusterChanges: opts.Clusters.Subscribe(), registryChanges: opts.Registry.Subscribe()}
+		replicated:     map[string]int64{},
+		clusterChanges: opts.Clusters.Subscribe(), registryChanges: opts.Registry.Subscribe(),
+		ownershipChanges: opts.Owned.Subscribe()}
 }
 
 // clusterChanged marks an environment whose storage objects or health
@@ -114,25 +138,32 @@ func (f *Feed) signal() {
 
 // Load fills the index from the registry and the persisted snapshots, so the
 // first query after a start already shows every environment's last known
-// classes (stale until its cluster is watched). Call it before Run; if it
-// fails, Run retries it.
+// classes, stale and dated when last seen current, until its owner's watch
+// (this replica's, or another's snapshot) says more. Call it before Run; if
+// it fails, Run retries it.
 func (f *Feed) Load(ctx context.Context) error {
 	if err := f.syncRegistry(ctx); err != nil {
 		return err
 	}
-	snaps, unreadable, err := f.opts.Store.load(ctx)
+	snaps, err := f.load(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if len(unreadable) > 0 {
-		// Replaced as soon as the environment is watched again.
-		f.opts.Logger.WarnContext(ctx, "fleet index: ignoring persisted classes that do not decode", "environments", unreadable)
-	}
 	for id, s := range snaps {
-		f.opts.Index.Restore(id, s.objects, s.observed)
+		f.opts.Index.Restore(id, s.objects, s.observed.Add(max(s.seen.Sub(s.observed), 0)))
 	}
 	f.loaded = true
 	return nil
+}
+
+// load reads snapshots (see Store.load) and logs those that do not decode.
+func (f *Feed) load(ctx context.Context, ids []string) (map[string]snapshot, error) {
+	snaps, unreadable, err := f.opts.Store.load(ctx, ids)
+	if len(unreadable) > 0 {
+		// Replaced as soon as the owner watches the environment again.
+		f.opts.Logger.WarnContext(ctx, "fleet index: ignoring persisted classes that do not decode", "environments", unreadable)
+	}
+	return snaps, err
 }
 
 // Run applies changes until ctx ends, then persists what is left.
@@ -144,11 +175,21 @@ func (f *Feed) Run(ctx context.Context) {
 	wg.Go(func() {
 		f.registryChanges.Run(ctx, func(context.Context, environments.Change) { f.registryChanged() })
 	})
+	wg.Go(func() {
+		f.ownershipChanges.Run(ctx, func(_ context.Context, c membership.Change) {
+			f.mu.Lock()
+			delete(f.replicated, c.EnvironmentID) // lost: read its new owner's snapshot next
+			f.mu.Unlock()
+			f.clusterChanged(c.EnvironmentID)
+		})
+	})
 	defer wg.Wait()
 	registryTick := time.NewTicker(f.opts.RegistryInterval)
 	defer registryTick.Stop()
 	touchTick := time.NewTicker(f.opts.TouchInterval)
 	defer touchTick.Stop()
+	replicaTick := time.NewTicker(f.opts.ReplicaInterval)
+	defer replicaTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -165,6 +206,8 @@ func (f *Feed) Run(ctx context.Context) {
 			f.mu.Unlock()
 		case <-touchTick.C:
 			f.touch(ctx)
+		case <-replicaTick.C:
+			f.replicate(ctx)
 		}
 		f.step(ctx)
 	}
@@ -223,27 +266,75 @@ func (f *Feed) syncRegistry(ctx context.Context) error {
 	return nil
 }
 
-// refresh reads an environment's cluster caches into the index if they are
-// current, and marks it stale otherwise. Current means the storage caches
-// have synced and the cluster answers: its other caches (claims, events)
-// do not matter here.
+// refresh reads an owned environment's cluster caches into the index if
+// they are current, and marks it stale otherwise; what changed is queued
+// for persisting. Current means the storage caches have synced and the
+// cluster answers: its other caches (claims, events) do not matter here.
+// Environments owned elsewhere are left to replicate.
 func (f *Feed) refresh(id string) {
-	now := time.Now()
-	if c, ok := f.opts.Clusters.Get(id); ok {
-		if c.StorageSynced() && c.Health().State != clusters.StateUnreachable {
-			if f.opts.Index.Observe(id, c.StorageObjects(), now) {
-				f.mu.Lock()
-				f.unsaved[id] = true
-				f.mu.Unlock()
-			}
-			return
-		}
+	if _, err := f.opts.Owned.Claim(id); err != nil {
+		return
 	}
-	f.opts.Index.MarkStale(id, now)
+	now := time.Now().Truncate(time.Microsecond) // as Postgres keeps it: every replica shows the same
+	var changed bool
+	if c, ok := f.opts.Clusters.Get(id); ok && c.StorageSynced() && c.Health().State != clusters.StateUnreachable {
+		changed = f.opts.Index.Observe(id, c.StorageObjects(), now)
+	} else {
+		changed = f.opts.Index.MarkStale(id, now)
+	}
+	if changed {
+		f.mu.Lock()
+		f.unsaved[id] = true
+		f.mu.Unlock()
+	}
 }
 
-// persist writes the snapshots that changed, within storeTimeout in all;
-// it stops at the first failure, and what is left stays queued.
+// replicate shows the environments other replicas own as their owners'
+// snapshots do, reading only the rows whose revision moved since.
+func (f *Feed) replicate(ctx context.Context) {
+	if !f.loaded {
+		return // step loads first
+	}
+	revisions, err := f.opts.Store.revisions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.opts.Logger.WarnContext(ctx, "fleet index: read other replicas' snapshots; retrying", "error", err)
+		}
+		return
+	}
+	var moved []string
+	f.mu.Lock()
+	for id, revision := range revisions {
+		if f.replicated[id] != revision && !f.opts.Owned.Owns(id) {
+			moved = append(moved, id)
+		}
+	}
+	f.mu.Unlock()
+	if len(moved) == 0 {
+		return
+	}
+	snaps, err := f.load(ctx, moved)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.opts.Logger.WarnContext(ctx, "fleet index: read other replicas' snapshots; retrying", "error", err)
+		}
+		return
+	}
+	for id, s := range snaps {
+		if f.opts.Owned.Owns(id) {
+			continue // claimed meanwhile: this replica's watch tells
+		}
+		f.opts.Index.Replicate(id, s.objects, s.live, s.observed)
+		f.mu.Lock()
+		f.replicated[id] = s.revision
+		f.mu.Unlock()
+	}
+}
+
+// persist writes the owned snapshots that changed, within storeTimeout in
+// all; it stops at the first failure, and what is left stays queued. A
+// snapshot of an environment handed over meanwhile is dropped: its new
+// owner writes its own.
 func (f *Feed) persist(ctx context.Context) {
 	f.mu.Lock()
 	ids := make([]string, 0, len(f.unsaved))
@@ -257,8 +348,10 @@ func (f *Feed) persist(ctx context.Context) {
 	writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	for _, id := range ids {
-		if objs, observed, ok := f.opts.Index.snapshot(id); ok {
-			if err := f.opts.Store.save(writeCtx, id, objs, observed); err != nil {
+		claim, err := f.opts.Owned.Claim(id)
+		snap, ok := f.opts.Index.snapshot(id)
+		if err == nil && ok {
+			if _, err := f.opts.Store.save(writeCtx, id, snap, claim); err != nil {
 				if ctx.Err() == nil {
 					f.opts.Logger.ErrorContext(ctx, "fleet index: persist environments' classes; retrying later", "pending", len(ids), "error", err)
 				}
@@ -271,18 +364,24 @@ func (f *Feed) persist(ctx context.Context) {
 	}
 }
 
-// touch re-dates the snapshots of environments watched live now, except
-// those whose newest classes are not persisted yet (their row is older).
+// touch re-dates the snapshots of owned environments watched live now,
+// except those whose newest classes are not persisted yet (their row is
+// older).
 func (f *Feed) touch(ctx context.Context) {
+	var held []heldSnapshot
 	f.mu.Lock()
-	ids := slices.DeleteFunc(f.opts.Index.freshIDs(), func(id string) bool { return f.unsaved[id] })
+	for _, id := range f.opts.Index.freshIDs() {
+		if claim, err := f.opts.Owned.Claim(id); err == nil && !f.unsaved[id] {
+			held = append(held, heldSnapshot{id: id, claim: claim})
+		}
+	}
 	f.mu.Unlock()
-	if len(ids) == 0 {
+	if len(held) == 0 {
 		return
 	}
 	writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := f.opts.Store.touch(writeCtx, ids, time.Now()); err != nil && ctx.Err() == nil {
+	if err := f.opts.Store.touch(writeCtx, held, time.Now()); err != nil && ctx.Err() == nil {
 		f.opts.Logger.ErrorContext(ctx, "fleet index: re-date live environments' snapshots", "error", err)
 	}
 }

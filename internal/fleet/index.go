@@ -195,12 +195,26 @@ func (ix *Index) compactNames() {
 
 // Observe records live storage objects of an environment's cluster, read
 // from its synced caches at `at`: the path every informer change takes. It
-// reports whether what the environment shows changed (so it should be
-// persisted); unknown environments are ignored.
+// reports whether what the environment shows changed — its classes, or
+// stale to live — so its owner persists it for the other replicas; unknown
+// environments are ignored.
 func (ix *Index) Observe(id string, objs capabilities.Objects, at time.Time) (changed bool) {
-	// Describing (capacity sums, selectors) happens outside the write lock,
-	// so queries never wait for it; settings changed meanwhile are rare and
-	// mean describing again.
+	return ix.update(id, objs, func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool {
+		if e.hasData() && e.fresh && reflect.DeepEqual(classes, e.classes) {
+			e.objs = objs // same view; keep the newest objects
+			return false
+		}
+		e.objs, e.classes, e.fresh, e.observed = objs, classes, true, at
+		ix.render(e)
+		return true
+	})
+}
+
+// update slims objs and describes them for environment id outside the
+// write lock, so queries never wait for it (settings changed meanwhile are
+// rare and mean describing again), then applies them with the write lock
+// held and returns what apply says; unknown environments are ignored.
+func (ix *Index) update(id string, objs capabilities.Objects, apply func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool) bool {
 	objs = capabilities.Slim(objs)
 	ix.mu.RLock()
 	e, ok := ix.envs[id]
@@ -221,30 +235,36 @@ func (ix *Index) Observe(id string, objs capabilities.Objects, at time.Time) (ch
 	if !reflect.DeepEqual(e.meta.Overrides, overrides) {
 		classes = capabilities.Describe(objs, e.meta.Overrides)
 	}
-	changed = !e.hasData() || !reflect.DeepEqual(classes, e.classes)
-	if !changed && e.fresh {
-		e.objs = objs // same view; keep the newest objects
-		return false
-	}
-	e.objs, e.classes, e.fresh, e.observed = objs, classes, true, at
-	ix.render(e)
-	return changed
+	return apply(e, objs, classes)
 }
 
 // MarkStale records that an environment's cluster cannot be watched since
-// `at`; its last known classes stay, flagged stale.
-func (ix *Index) MarkStale(id string, at time.Time) {
+// `at`; its last known classes stay, flagged stale. It reports whether the
+// environment was live until now.
+func (ix *Index) MarkStale(id string, at time.Time) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	e, ok := ix.envs[id]
 	if !ok || !e.fresh {
-		return
+		return false
 	}
 	e.fresh = false
 	if e.hasData() {
 		e.observed = at
 	}
 	ix.render(e)
+	return true
+}
+
+// Replicate shows an environment another replica owns as its owner's view
+// shows it (from the owner's persisted snapshot): its objects, live or
+// stale, observed at `observed`.
+func (ix *Index) Replicate(id string, objs capabilities.Objects, live bool, observed time.Time) {
+	ix.update(id, objs, func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool {
+		e.objs, e.classes, e.fresh, e.observed = objs, classes, live, observed
+		ix.render(e)
+		return true
+	})
 }
 
 // Restore loads persisted objects observed at `observed` into an
@@ -264,16 +284,16 @@ func (ix *Index) Restore(id string, objs capabilities.Objects, observed time.Tim
 	ix.render(e)
 }
 
-// snapshot returns what Store persists for an environment: its objects and
-// when they were observed, if it has live data.
-func (ix *Index) snapshot(id string) (capabilities.Objects, time.Time, bool) {
+// snapshot returns what Store persists for an environment, if it has data:
+// its objects, whether they are live, and when they were observed.
+func (ix *Index) snapshot(id string) (snapshot, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	e, ok := ix.envs[id]
 	if !ok || !e.hasData() {
-		return capabilities.Objects{}, time.Time{}, false
+		return snapshot{}, false
 	}
-	return e.objs, e.observed, true
+	return snapshot{objects: e.objs, live: e.fresh, observed: e.observed}, true
 }
 
 // freshIDs lists the environments watched live now.

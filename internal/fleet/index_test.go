@@ -212,9 +212,14 @@ func TestStaleKeepsLastKnownData(t *testing.T) {
 	if s.EnvironmentCount != 2 || s.StaleEnvironmentCount != 1 {
 		t.Fatalf("summary = %+v", s)
 	}
-	// Back live with the same data: fresh again, observed now.
+	// Back live with the same data: fresh again, observed now — a change
+	// to persist (other replicas show it live too); the same data again is
+	// none.
 	back := lost.Add(time.Minute)
-	if ix.Observe("env-1", fleettest.Objects(3, 100), back) {
+	if !ix.Observe("env-1", fleettest.Objects(3, 100), back) {
+		t.Error("live again not reported as a change to persist")
+	}
+	if ix.Observe("env-1", fleettest.Objects(3, 100), back.Add(time.Second)) {
 		t.Error("unchanged classes reported as a change to persist")
 	}
 	if got, _ := ix.Environment("env-1"); got.Stale || !got.ObservedTime.Equal(back) {

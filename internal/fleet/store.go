@@ -10,24 +10,33 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 )
 
 // Store persists each environment's last known storage objects
 // (fleet_snapshots), already slimmed: no secret-looking parameters reach the
-// database.
+// database. The environment's owner writes its row, fenced by its claim;
+// every replica reads every row.
 type Store struct{ DB *pgxpool.Pool }
 
-// snapshot is one persisted environment.
+// snapshot is one persisted environment: its objects, and its view's
+// freshness and date as the owner's index shows them.
 type snapshot struct {
 	objects  capabilities.Objects
+	live     bool
 	observed time.Time
+	// seen is the last time the owner saw the objects current.
+	seen     time.Time
+	revision int64
 }
 
-// load returns every persisted snapshot by environment id, and the ids of
-// rows that do not decode (skipped: one bad row must not hide the rest).
-func (s Store) load(ctx context.Context) (map[string]snapshot, []string, error) {
-	rows, err := s.DB.Query(ctx, `SELECT environment_id, objects, observed_time FROM fleet_snapshots`)
+// load returns the persisted snapshots by environment id — every one, or
+// those of ids when ids is not nil — and the ids of rows that do not
+// decode (skipped: one bad row must not hide the rest).
+func (s Store) load(ctx context.Context, ids []string) (map[string]snapshot, []string, error) {
+	rows, err := s.DB.Query(ctx, `SELECT environment_id, objects, live, observed_time, seen_time, revision FROM fleet_snapshots
+		WHERE $1::text[] IS NULL OR environment_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,41 +44,80 @@ func (s Store) load(ctx context.Context) (map[string]snapshot, []string, error) 
 	var unreadable []string
 	var id string
 	var raw []byte
-	var observed time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &raw, &observed}, func() error {
-		snap := snapshot{observed: observed}
-		if json.Unmarshal(raw, &snap.objects) != nil {
+	var snap snapshot
+	_, err = pgx.ForEachRow(rows, []any{&id, &raw, &snap.live, &snap.observed, &snap.seen, &snap.revision}, func() error {
+		read := snap
+		read.objects = capabilities.Objects{}
+		if json.Unmarshal(raw, &read.objects) != nil {
 			unreadable = append(unreadable, id)
 			return nil
 		}
-		out[id] = snap
+		out[id] = read
 		return nil
 	})
 	return out, unreadable, err
 }
 
-// save writes an environment's snapshot; an environment deleted meanwhile
-// is skipped.
-func (s Store) save(ctx context.Context, id string, objs capabilities.Objects, observed time.Time) error {
-	raw, err := json.Marshal(objs)
+// revisions returns every persisted snapshot's revision: what a replica
+// compares with what it read last, to read again only the rows that moved.
+func (s Store) revisions(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.DB.Query(ctx, `SELECT environment_id, revision FROM fleet_snapshots`)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = s.DB.Exec(ctx, `
-		INSERT INTO fleet_snapshots (environment_id, objects, observed_time) VALUES ($1, $2, $3)
-		ON CONFLICT (environment_id) DO UPDATE SET objects = EXCLUDED.objects, observed_time = EXCLUDED.observed_time`,
-		id, raw, observed)
-	if postgres.ErrorCode(err) == pgerrcode.ForeignKeyViolation {
+	out := map[string]int64{}
+	var id string
+	var revision int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &revision}, func() error {
+		out[id] = revision
 		return nil
+	})
+	return out, err
+}
+
+// save writes an environment's snapshot as its owner's view shows it, while
+// claim is current, and moves its revision; an environment deleted
+// meanwhile, or handed over, is skipped (saved reports whether it was
+// written).
+func (s Store) save(ctx context.Context, id string, snap snapshot, claim membership.Claim) (saved bool, err error) {
+	raw, err := json.Marshal(snap.objects)
+	if err != nil {
+		return false, err
 	}
-	return err
+	tag, err := s.DB.Exec(ctx, `
+		INSERT INTO fleet_snapshots (environment_id, objects, live, observed_time, seen_time)
+		SELECT $1, $2, $3, $4, $4 WHERE `+membership.FenceSQL("$1", "$5", "$6")+`
+		ON CONFLICT (environment_id) DO UPDATE SET objects = EXCLUDED.objects, live = EXCLUDED.live,
+			observed_time = EXCLUDED.observed_time, seen_time = greatest(fleet_snapshots.seen_time, EXCLUDED.seen_time),
+			revision = fleet_snapshots.revision + 1`,
+		id, raw, snap.live, snap.observed, claim.Epoch, claim.Incarnation)
+	if postgres.ErrorCode(err) == pgerrcode.ForeignKeyViolation {
+		return false, nil
+	}
+	return tag.RowsAffected() == 1, err
+}
+
+// heldSnapshot is an environment whose snapshot its owner re-dates, and
+// the claim it holds.
+type heldSnapshot struct {
+	id    string
+	claim membership.Claim
 }
 
 // touch records that these environments' snapshots were still current at
 // `at`, so after a restart a dead cluster's data is dated by when it was
-// last seen, not when it last changed.
-func (s Store) touch(ctx context.Context, ids []string, at time.Time) error {
-	_, err := s.DB.Exec(ctx, `UPDATE fleet_snapshots SET observed_time = $2
-		WHERE environment_id = ANY($1) AND observed_time < $2`, ids, at)
+// last seen, not when it last changed. A row is re-dated only while its
+// claim is current; what other replicas show does not move (the revision
+// stays).
+func (s Store) touch(ctx context.Context, held []heldSnapshot, at time.Time) error {
+	ids, epochs := make([]string, len(held)), make([]int64, len(held))
+	for i, h := range held {
+		ids[i], epochs[i] = h.id, h.claim.Epoch
+	}
+	_, err := s.DB.Exec(ctx, `UPDATE fleet_snapshots f SET seen_time = $2
+		FROM unnest($1::text[], $3::bigint[]) AS held (environment_id, epoch), environment_owners o
+		WHERE f.environment_id = held.environment_id AND f.seen_time < $2
+		  AND o.environment_id = held.environment_id AND o.epoch = held.epoch AND o.incarnation = $4`,
+		ids, at, epochs, held[0].claim.Incarnation)
 	return err
 }

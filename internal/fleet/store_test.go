@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,19 +15,22 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
-// migrated returns a pool on a fresh, migrated database holding environment
-// rows for ids (just what the foreign key needs).
-func migrated(t *testing.T, ids ...string) *pgxpool.Pool {
+// migrated returns a fresh, migrated database holding environment rows for
+// ids (just what the foreign key needs), and a replica that owns them.
+func migrated(t *testing.T, ids ...string) (*pgxpool.Pool, *membership.Membership) {
 	t.Helper()
 	reg := registrytest.New(t, registrytest.Options{})
 	for _, id := range ids {
 		reg.InsertEnvironment(t, id)
 	}
-	return reg.DB
+	m := reg.Member(t, "replica-1")
+	registrytest.Own(t, m, ids...)
+	return reg.DB, m
 }
 
 // registry lists fixed environments (the registry's rows are not the point
@@ -45,21 +50,21 @@ func (r registry) Subscribe() *changes.Subscription[environments.Change] {
 	return new(changes.Topic[environments.Change]).Subscribe()
 }
 
-func newFeed(db *pgxpool.Pool, ids ...string) *Feed {
-	return newFeedLogging(db, slog.New(slog.DiscardHandler), ids...)
+func newFeed(db *pgxpool.Pool, owned membership.Ownership, ids ...string) *Feed {
+	return newFeedLogging(db, owned, slog.New(slog.DiscardHandler), ids...)
 }
 
-func newFeedLogging(db *pgxpool.Pool, logger *slog.Logger, ids ...string) *Feed {
+func newFeedLogging(db *pgxpool.Pool, owned membership.Ownership, logger *slog.Logger, ids ...string) *Feed {
 	return NewFeed(FeedOptions{Index: NewIndex(), Clusters: clusters.NewPool(clusters.PoolOptions{}), Registry: registry(ids),
-		Store: Store{DB: db}, Logger: logger})
+		Store: Store{DB: db}, Owned: owned, Logger: logger})
 }
 
 // What one gateway learned, the next one shows after a restart: stale, dated
 // when it was observed, and without secret-looking parameters in the row.
 func TestSnapshotsSurviveARestart(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t, "east", "west")
-	first := newFeed(db, "east", "west")
+	db, owner := migrated(t, "east", "west")
+	first := newFeed(db, owner, "east", "west")
 	if err := first.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +85,7 @@ func TestSnapshotsSurviveARestart(t *testing.T) {
 		t.Fatalf("the persisted row holds a secret-looking parameter: %s", row)
 	}
 
-	second := newFeed(db, "east", "west")
+	second := newFeed(db, owner, "east", "west")
 	if err := second.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +102,18 @@ func TestSnapshotsSurviveARestart(t *testing.T) {
 // the index.
 func TestUnreadableSnapshotIsSkipped(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t, "good", "bad")
-	if err := (Store{DB: db}).save(ctx, "good", fleettest.Objects(2, 1), time.Now()); err != nil {
+	db, owner := migrated(t, "good", "bad")
+	claim, err := owner.Claim("good")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO fleet_snapshots VALUES ('bad', '{"classes": 5}', now())`); err != nil {
+	if saved, err := (Store{DB: db}).save(ctx, "good", snapshot{objects: fleettest.Objects(2, 1), observed: time.Now()}, claim); err != nil || !saved {
+		t.Fatalf("save = %v, %v", saved, err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO fleet_snapshots (environment_id, objects, observed_time) VALUES ('bad', '{"classes": 5}', now())`); err != nil {
 		t.Fatal(err)
 	}
-	f := newFeed(db, "good", "bad")
+	f := newFeed(db, owner, "good", "bad")
 	if err := f.Load(ctx); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -116,14 +125,14 @@ func TestUnreadableSnapshotIsSkipped(t *testing.T) {
 	}
 }
 
-// Saving an environment deleted meanwhile is not an error, and a database
-// that does not answer stops the flush at the first failure, within
-// storeTimeout, keeping the rest queued.
+// Saving an environment deleted meanwhile (so no longer owned) is not an
+// error, and a database that does not answer stops the flush at the first
+// failure, within storeTimeout, keeping the rest queued.
 func TestPersistence(t *testing.T) {
 	ctx := context.Background()
-	db := migrated(t, "kept")
+	db, owner := migrated(t, "kept")
 	logs := &syncbuf.Buffer{}
-	f := newFeedLogging(db, slog.New(slog.NewTextHandler(logs, nil)), "kept", "deleted")
+	f := newFeedLogging(db, owner, slog.New(slog.NewTextHandler(logs, nil)), "kept", "deleted")
 	if err := f.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +160,7 @@ func TestPersistence(t *testing.T) {
 	f.unsaved["kept"], f.unsaved["deleted"] = true, true
 	start := time.Now()
 	f.persist(ctx)
-	if len(f.unsaved) != 2 {
+	if !f.unsaved["kept"] {
 		t.Fatalf("a failed flush dropped work: %v", f.unsaved)
 	}
 	if took := time.Since(start); took > 2*storeTimeout {
@@ -159,5 +168,66 @@ func TestPersistence(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "persist environments' classes"); n != 1 {
 		t.Fatalf("%d failures logged, want the flush to stop at the first:\n%s", n, logs)
+	}
+}
+
+// Every replica shows what the owner's view shows: another replica reads
+// the owner's snapshot — live and dated as the owner has it, then stale from
+// the moment the owner lost the cluster — and reads only rows that moved.
+// Once the owner left, its late writes are refused by the fence.
+func TestOtherReplicasShowTheOwnersView(t *testing.T) {
+	ctx := context.Background()
+	db, owner := migrated(t, "east")
+	first := newFeed(db, owner, "east")
+	// A replica that owns nothing (it never joined).
+	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	second := newFeed(db, other, "east")
+	for _, f := range []*Feed{first, second} {
+		if err := f.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	observed := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	first.opts.Index.Observe("east", fleettest.Objects(3, 10), observed)
+	first.unsaved["east"] = true
+	first.persist(ctx)
+	second.replicate(ctx)
+	east, _ := second.opts.Index.Environment("east")
+	if east.Stale || !east.ObservedTime.Equal(observed) || len(east.Classes) != 3 {
+		t.Fatalf("the other replica shows %+v; want live, observed %s, 3 classes", east, observed)
+	}
+	ownerView, _ := first.opts.Index.Environment("east")
+	if !reflect.DeepEqual(ownerView, east) {
+		t.Fatalf("views differ:\nowner %+v\nother %+v", ownerView, east)
+	}
+
+	// The owner's pool does not hold east: the refresh marks it stale.
+	first.refresh("east")
+	first.persist(ctx)
+	lost, _ := first.opts.Index.Environment("east")
+	second.replicate(ctx)
+	east, _ = second.opts.Index.Environment("east")
+	if !east.Stale || !east.ObservedTime.Equal(lost.ObservedTime) || len(east.Classes) != 3 {
+		t.Fatalf("after the owner lost the cluster the other replica shows %+v; want stale since %s", east, lost.ObservedTime)
+	}
+	seen := maps.Clone(second.replicated)
+	second.replicate(ctx)
+	if !maps.Equal(seen, second.replicated) || seen["east"] < 2 {
+		t.Fatalf("revisions read %v, then %v", seen, second.replicated)
+	}
+
+	claim, err := owner.Claim("east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if saved, err := (Store{DB: db}).save(ctx, "east", snapshot{objects: fleettest.Objects(1, 1), live: true, observed: time.Now()}, claim); err != nil || saved {
+		t.Fatalf("a save after the owner left: saved %v, %v", saved, err)
+	}
+	second.replicate(ctx)
+	if after, _ := second.opts.Index.Environment("east"); len(after.Classes) != 3 || !after.Stale {
+		t.Fatalf("a refused save shows: %+v", after)
 	}
 }

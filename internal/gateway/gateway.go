@@ -16,6 +16,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
@@ -103,16 +104,19 @@ type Gateway struct {
 	connector    *environments.Connector
 	registrar    *dcm.Registrar // nil when DCM registration is off
 	membership   *membership.Membership
-	index        *fleet.Index
-	feed         *fleet.Feed
-	nats         *events.NATS
-	relay        *events.Relay
-	tracker      *status.Tracker
-	follower     *status.Follower
-	volumes      *volumes.Service
-	reconciler   *volumes.Reconciler
-	listener     net.Listener
-	server       *http.Server
+	// registrations has the membership rebalance at once when an
+	// environment is registered here.
+	registrations *changes.Subscription[environments.Change]
+	index         *fleet.Index
+	feed          *fleet.Feed
+	nats          *events.NATS
+	relay         *events.Relay
+	tracker       *status.Tracker
+	follower      *status.Follower
+	volumes       *volumes.Service
+	reconciler    *volumes.Reconciler
+	listener      net.Listener
+	server        *http.Server
 }
 
 // New builds every part: it connects to Postgres (migrating it when
@@ -160,13 +164,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := errors.Join(limiters.Register(metrics), g.clusters.Register(metrics)); err != nil {
 		return nil, err
 	}
-	g.registry = environments.New(cfg, g.db, keys, limiters, g.log)
-	if err := g.registry.CheckKeys(startCtx); err != nil {
-		return nil, err
-	}
-	if err := g.registry.UpgradeSeals(startCtx); err != nil {
-		g.log.Warn("credentials sealed in the legacy format were not all re-sealed; retried at the next start", "error", err)
-	}
 	member, err := cfg.Member()
 	if err != nil {
 		return nil, err
@@ -176,13 +173,22 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.membership.Register(metrics); err != nil {
 		return nil, err
 	}
-	g.connector = environments.NewConnector(g.registry, g.clusters, g.opts.Intervals.Connect)
+	g.registry = environments.New(cfg, g.db, keys, limiters, g.log)
+	if err := g.registry.CheckKeys(startCtx); err != nil {
+		return nil, err
+	}
+	if err := g.registry.UpgradeSeals(startCtx); err != nil {
+		g.log.Warn("credentials sealed in the legacy format were not all re-sealed; retried at the next start", "error", err)
+	}
+	// A new environment is claimed at once, not at the next heartbeat.
+	g.registrations = g.registry.Subscribe()
+	g.connector = environments.NewConnector(g.registry, g.clusters, g.membership, g.opts.Intervals.Connect)
 	if err := g.newRegistrar(); err != nil {
 		return nil, err
 	}
 	g.index = fleet.NewIndex()
 	g.feed = fleet.NewFeed(fleet.FeedOptions{Index: g.index, Clusters: g.clusters, Registry: g.registry,
-		Store: fleet.Store{DB: g.db}, Logger: g.log})
+		Store: fleet.Store{DB: g.db}, Owned: g.membership, Logger: g.log})
 	if err := g.feed.Load(startCtx); err != nil {
 		// Not migrated yet (SG_MIGRATE_ON_START off): /readyz says so, and
 		// the feed retries until it loads.
@@ -191,7 +197,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker})
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker, Claims: g.membership})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newServer(ctx, metrics); err != nil {
 		return nil, err
@@ -240,7 +246,7 @@ func (g *Gateway) newRegistrar() error {
 	}
 	var err error
 	g.registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
-		Environments: g.registry, Interval: cfg.DCMRegistrationInterval, Logger: g.log, Clusters: g.clusters,
+		Environments: g.registry, Interval: cfg.DCMRegistrationInterval, Logger: g.log, Clusters: g.clusters, Owned: g.membership,
 		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
 			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}})
 	return err
@@ -263,7 +269,7 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 		Retention: cfg.OutboxRetention}); err != nil {
 		return err
 	}
-	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify}.RecordObserved, cfg.StatusDebounce, g.log)
+	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify, Claims: g.membership}.RecordObserved, cfg.StatusDebounce, g.log)
 	g.follower = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/dcm-project/storage-gateway/internal/environments"
 )
 
 // worker is one background part under the gateway's ownership: Start runs
@@ -41,8 +43,13 @@ func (w *worker) Stop(ctx context.Context) error {
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
 		{name: "membership", run: g.membership.Run},
+		{name: "claim on registration", run: func(ctx context.Context) {
+			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
+		}},
 		{name: "connector", run: g.connector.Run}, // the pool follows the registry
-		{name: "probes", run: func(ctx context.Context) { g.registry.RunProbes(ctx, g.cfg.ProbeInterval, g.cfg.ProbeReadyInterval) }},
+		{name: "probes", run: func(ctx context.Context) {
+			g.registry.RunProbes(ctx, g.membership, g.cfg.ProbeInterval, g.cfg.ProbeReadyInterval)
+		}},
 		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
 		{name: "outbox relay", run: g.relay.Run},
 		{name: "volume reconciler", run: g.reconciler.Run},
@@ -115,11 +122,13 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 			errs = append(errs, within(ctx, g.clusters.StopWatching))
 			return errors.Join(errs...)
 		}},
-		{"leave the membership", g.membership.Leave}, // the others take over at once
+		// Recorded while this replica still owns the environments: the
+		// fence refuses them after it left.
 		{"flush status transitions", func(ctx context.Context) error {
 			g.tracker.Close(ctx)
 			return ctx.Err()
 		}},
+		{"leave the membership", g.membership.Leave}, // the others take over at once
 		{"drain the outbox", func(ctx context.Context) error {
 			if err := g.relay.Drain(ctx); err != nil {
 				return fmt.Errorf("status events left in the outbox for the next start: %w", err)

@@ -15,9 +15,10 @@
 // write made on behalf of an owner carries the epoch it claimed, and a
 // stalled former owner's write finds a later one.
 //
-// Today ownership is recorded and exported (storage_gateway_member_*), and
-// the cluster pool does not follow it yet: every replica still connects
-// every environment, so run one replica (README, Replicas).
+// The rest of the runtime follows ownership through Subscribe (a notice per
+// environment gained or lost) and Claim (the fence a write carries): the
+// pool connects owned environments only, and the probes and the DCM
+// registrar act on owned environments only.
 package membership
 
 import (
@@ -33,7 +34,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dcm-project/storage-gateway/internal/changes"
 )
 
 // Options configure a Membership.
@@ -56,6 +58,11 @@ type Membership struct {
 	// joined is set once this process has held its member id; owned by
 	// Run's goroutine.
 	joined bool
+	// wake asks Run for a heartbeat now (Rebalance).
+	wake chan struct{}
+	// changes tells subscribers which environments this member gained or
+	// lost.
+	changes changes.Topic[Change]
 
 	mu sync.Mutex
 	// owned maps each environment this member owns to the epoch it
@@ -65,20 +72,57 @@ type Membership struct {
 	live int
 }
 
-// New returns a Membership that has not joined yet (Run joins).
-func New(opts Options) *Membership {
-	return &Membership{opts: opts, incarnation: uuid.New(), owned: map[string]int64{}}
+// Change says this member gained or lost an environment: the subscriber
+// asks Owns or Claim for which.
+type Change struct{ EnvironmentID string }
+
+// Claim is an environment's ownership as this member holds it: a write
+// on the owner's behalf carries it and checks it against environment_owners
+// in the same statement (see Fenced).
+type Claim struct {
+	Epoch       int64
+	Incarnation uuid.UUID
+
+	env        string
+	retryAfter time.Duration
 }
 
-// Run joins, then heartbeats and rebalances every quarter of the lease
-// until ctx ends. Leave ends the membership; a member that stops without
-// leaving is dead once its lease runs out.
+// New returns a Membership that has not joined yet (Run joins).
+func New(opts Options) *Membership {
+	return &Membership{opts: opts, incarnation: uuid.New(), owned: map[string]int64{}, wake: make(chan struct{}, 1)}
+}
+
+// Subscribe returns a subscription to this member's ownership changes.
+// Subscribe before Run starts, so no change falls in between.
+func (m *Membership) Subscribe() *changes.Subscription[Change] { return m.changes.Subscribe() }
+
+// Rebalance asks for a heartbeat and rebalance now instead of at the next
+// tick: an environment was registered, and its owner should claim it
+// before the first request for it arrives. It never blocks.
+func (m *Membership) Rebalance() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run joins, then heartbeats and rebalances every quarter of the lease, and
+// whenever Rebalance asks, until ctx ends. Leave ends the membership; a
+// member that stops without leaving is dead once its lease runs out.
 func (m *Membership) Run(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+	tick := time.NewTicker(m.opts.Lease / 4)
+	defer tick.Stop()
+	for {
 		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
 			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
 		}
-	}, m.opts.Lease/4)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-m.wake:
+		}
+	}
 }
 
 // beat records the heartbeat and rebalances. The first beat of a process
@@ -111,15 +155,39 @@ func (m *Membership) beat(ctx context.Context) error {
 // the same SG_MEMBER_ID): the other wins, this one owns nothing, and it
 // takes the id back only once the other's lease has run out.
 func (m *Membership) displaced(ctx context.Context) error {
-	m.mu.Lock()
-	lost := len(m.owned)
-	m.owned = map[string]int64{}
-	m.mu.Unlock()
-	if lost > 0 {
+	if lost := m.setOwned(map[string]int64{}, -1); lost > 0 {
 		m.opts.Logger.ErrorContext(ctx, "another live process holds this member id; its environments are its own",
 			"member", m.opts.ID, "environments", lost)
 	}
 	return nil
+}
+
+// setOwned replaces what this member owns (and, unless live is negative,
+// how many members are live), publishes a change for every environment
+// gained, lost or claimed again at another epoch, and returns how many
+// were lost.
+func (m *Membership) setOwned(owned map[string]int64, live int) (lost int) {
+	m.mu.Lock()
+	before := m.owned
+	m.owned = owned
+	if live >= 0 {
+		m.live = live
+	}
+	m.mu.Unlock()
+	for env, epoch := range before {
+		if now, ok := owned[env]; !ok || now != epoch {
+			m.changes.Publish(Change{EnvironmentID: env})
+		}
+		if _, ok := owned[env]; !ok {
+			lost++
+		}
+	}
+	for env := range owned {
+		if _, ok := before[env]; !ok {
+			m.changes.Publish(Change{EnvironmentID: env})
+		}
+	}
+	return lost
 }
 
 // owner is one environment_owners row, or an environment without one.
@@ -189,9 +257,7 @@ func (m *Membership) rebalance(ctx context.Context) error {
 		m.opts.Logger.InfoContext(ctx, "environments handed over", "member", m.opts.ID, "claimed", len(claimed), "released", released,
 			"owned", len(owned), "live_members", len(live))
 	}
-	m.mu.Lock()
-	m.owned, m.live = owned, len(live)
-	m.mu.Unlock()
+	m.setOwned(owned, len(live))
 	return errors.Join(err, releaseErr)
 }
 
@@ -276,9 +342,7 @@ func (m *Membership) release(ctx context.Context, owners []owner) (int, error) {
 // so the others claim them at their next heartbeat instead of after the
 // lease.
 func (m *Membership) Leave(ctx context.Context) error {
-	m.mu.Lock()
-	m.owned = map[string]int64{}
-	m.mu.Unlock()
+	m.setOwned(map[string]int64{}, -1)
 	return pgx.BeginFunc(ctx, m.opts.DB, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM members WHERE id = $1 AND incarnation = $2`, m.opts.ID, m.incarnation)
 		if err != nil || tag.RowsAffected() == 0 {
@@ -296,6 +360,29 @@ func (m *Membership) Owned() map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.owned)
+}
+
+// Owns reports whether this member owns env.
+func (m *Membership) Owns(env string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.owned[env]
+	return ok
+}
+
+// Claim returns this member's claim on env, or an error wrapping
+// ErrNotOwner if it does not own it. The error's Retry-After is a
+// heartbeat: the time a live member takes to claim an environment that has
+// no owner (one whose owner died waits for the lease as well).
+func (m *Membership) Claim(env string) (Claim, error) {
+	m.mu.Lock()
+	epoch, ok := m.owned[env]
+	m.mu.Unlock()
+	c := Claim{Epoch: epoch, Incarnation: m.incarnation, env: env, retryAfter: m.opts.Lease / 4}
+	if !ok {
+		return Claim{}, c.Lost()
+	}
+	return c, nil
 }
 
 var (

@@ -1,4 +1,4 @@
-package membership
+package membership_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -24,16 +25,16 @@ func fleet(t *testing.T, n int) (*registrytest.Fixture, []string) {
 	return reg, envs
 }
 
-func member(reg *registrytest.Fixture, id string, lease time.Duration) *Membership {
-	return New(Options{DB: reg.DB, ID: id, AdvertiseURL: "http://" + id + ":8080", Lease: lease, Logger: slog.New(slog.DiscardHandler)})
+func member(reg *registrytest.Fixture, id string, lease time.Duration) *membership.Membership {
+	return membership.New(membership.Options{DB: reg.DB, ID: id, AdvertiseURL: "http://" + id + ":8080", Lease: lease, Logger: slog.New(slog.DiscardHandler)})
 }
 
 // beat runs one heartbeat of each member, in order.
-func beat(t *testing.T, members ...*Membership) {
+func beat(t *testing.T, members ...*membership.Membership) {
 	t.Helper()
 	for _, m := range members {
-		if err := m.beat(context.Background()); err != nil {
-			t.Fatalf("%s: %v", m.opts.ID, err)
+		if err := m.Beat(context.Background()); err != nil {
+			t.Fatalf("%s: %v", m.ID(), err)
 		}
 	}
 }
@@ -60,31 +61,31 @@ func owners(t *testing.T, reg *registrytest.Fixture) (map[string]string, map[str
 
 // converged checks every environment has exactly the owner Assign gives it
 // among members, and each member's view is the database's.
-func converged(t *testing.T, reg *registrytest.Fixture, envs []string, members ...*Membership) map[string]int64 {
+func converged(t *testing.T, reg *registrytest.Fixture, envs []string, members ...*membership.Membership) map[string]int64 {
 	t.Helper()
 	var ids []string
 	for _, m := range members {
-		ids = append(ids, m.opts.ID)
+		ids = append(ids, m.ID())
 	}
-	want := Assign(envs, ids, nil)
+	want := membership.Assign(envs, ids, nil)
 	who, epochs := owners(t, reg)
 	if !maps.Equal(who, want) {
 		t.Fatalf("owners %v, want %v", who, want)
 	}
 	for _, m := range members {
 		for env, epoch := range m.Owned() {
-			if who[env] != m.opts.ID || epochs[env] != epoch {
-				t.Errorf("%s believes it owns %s at epoch %d; the database says %s at %d", m.opts.ID, env, epoch, who[env], epochs[env])
+			if who[env] != m.ID() || epochs[env] != epoch {
+				t.Errorf("%s believes it owns %s at epoch %d; the database says %s at %d", m.ID(), env, epoch, who[env], epochs[env])
 			}
 		}
 		n := 0
 		for _, owner := range who {
-			if owner == m.opts.ID {
+			if owner == m.ID() {
 				n++
 			}
 		}
 		if len(m.Owned()) != n {
-			t.Errorf("%s believes it owns %d environments, the database says %d", m.opts.ID, len(m.Owned()), n)
+			t.Errorf("%s believes it owns %d environments, the database says %d", m.ID(), len(m.Owned()), n)
 		}
 	}
 	return epochs
@@ -182,13 +183,13 @@ func TestLeavingMemberHandsOverAtOnce(t *testing.T) {
 	converged(t, reg, envs, a)
 }
 
-// An environment labelled with PinLabel is owned by that member once it is
+// An environment labelled with membership.PinLabel is owned by that member once it is
 // live, taken from whoever held it.
 func TestPinnedEnvironmentGoesToItsMember(t *testing.T) {
 	reg, envs := fleet(t, 8)
 	a, b := member(reg, "a", time.Minute), member(reg, "b", time.Minute)
 	beat(t, a)
-	if _, err := reg.DB.Exec(context.Background(), `UPDATE environments SET labels = jsonb_build_object($1::text, 'b')`, PinLabel); err != nil {
+	if _, err := reg.DB.Exec(context.Background(), `UPDATE environments SET labels = jsonb_build_object($1::text, 'b')`, membership.PinLabel); err != nil {
 		t.Fatal(err)
 	}
 	beat(t, b, a, b)

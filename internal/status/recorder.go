@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // The CloudEvent contract DCM's consumer expects (SPEC.md §3).
@@ -38,9 +39,15 @@ type Observation struct {
 
 // Recorder writes status transitions: the volume record and, when the
 // status differs from the last one reported, its CloudEvent in the outbox —
-// in one transaction, so neither exists without the other.
+// in one transaction, so neither exists without the other. Only the
+// environment's owner writes, and only while its claim holds: the first
+// statement checks the claim and locks it until the commit (see
+// membership.FenceSQL), so a replica that lost the environment — stalled
+// past its lease, say — records nothing and queues no event.
 type Recorder struct {
 	DB *pgxpool.Pool
+	// Claims tells the claim this replica holds on each environment.
+	Claims membership.Claims
 	// Queued, if set, is called after an event was committed to the outbox
 	// (it wakes the relay).
 	Queued func()
@@ -103,20 +110,29 @@ func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) erro
 
 // record is Record's transaction.
 func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnly bool) (bool, error) {
+	claim, err := r.Claims.Claim(o.EnvironmentID)
+	if err != nil {
+		return false, err
+	}
 	var last Observation
 	var provider string
 	var transitions int64
 	var created time.Time
-	err := tx.QueryRow(ctx, `
-		SELECT v.reported_status, v.reported_message, v.transitions, v.create_time, COALESCE(e.dcm->>'provider_name', '')
+	var owner bool
+	err = tx.QueryRow(ctx, `
+		SELECT v.reported_status, v.reported_message, v.transitions, v.create_time, COALESCE(e.dcm->>'provider_name', ''),
+			`+membership.FenceSQL("v.environment_id", "$3", "$4")+`
 		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
 		WHERE v.environment_id = $1 AND v.id = $2
-		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID).Scan(&last.Status, &last.Message, &transitions, &created, &provider)
+		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID, claim.Epoch, claim.Incarnation).
+		Scan(&last.Status, &last.Message, &transitions, &created, &provider, &owner)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, ErrGone
 	case err != nil:
 		return false, err
+	case !owner:
+		return false, claim.Lost()
 	case last.Status == Deleted:
 		return false, ErrGone
 	case firstOnly && last.Status != "", !allowed(last.Status, o.Status):

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // recordTimeout bounds writing one observation.
@@ -329,6 +331,11 @@ func (t *Tracker) write() {
 		cancel()
 		switch {
 		case errors.Is(err, ErrGone):
+			t.settle(o, true)
+		case errors.Is(err, membership.ErrNotOwner):
+			// Handed over: the new owner observes the claim and records
+			// what this replica could not.
+			t.log.Debug("volume status not recorded: another replica owns the environment now", "environment", o.EnvironmentID, "volume", o.VolumeID)
 			t.settle(o, true)
 		case err != nil && t.writing.Err() != nil:
 			dropped++

@@ -447,7 +447,9 @@ func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	reg.InsertEnvironment(t, "env")
 	reg.InsertVolume(t, "env", "gone")
-	rec := Recorder{DB: reg.DB}
+	owner := reg.Member(t, "replica-1")
+	registrytest.Own(t, owner, "env")
+	rec := Recorder{DB: reg.DB, Claims: owner}
 	for _, st := range []Status{Running, Deleted, Running} {
 		if err := rec.Record(t.Context(), Observation{EnvironmentID: "env", VolumeID: "gone", Status: st, Message: string(st)}); err != nil {
 			t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -39,6 +40,9 @@ type Options struct {
 	// Tracker hears of the creates under way and the first status each
 	// records, so the status follower does not write it again.
 	Tracker *status.Tracker
+	// Claims fence the status the service records (status.Recorder): this
+	// replica records only for the environments it owns.
+	Claims membership.Claims
 }
 
 // Service implements the volume use cases for every environment.
@@ -54,7 +58,7 @@ type Service struct {
 // NewService returns a Service.
 func NewService(opts Options) *Service {
 	return &Service{
-		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued}, tracker: opts.Tracker,
+		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued, Claims: opts.Claims}, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, log: opts.Logger,
 	}
 }

@@ -10,12 +10,15 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,9 +26,11 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
 
@@ -187,4 +192,41 @@ func (r *Fixture) StoredSecrets(t testing.TB) []string {
 		t.Fatal(err)
 	}
 	return found
+}
+
+// Member joins the fixture's database as a replica: a real Membership,
+// heartbeating until the test ends, that owns every environment while it is
+// the only member and claims one registered through the fixture's registry
+// at once, as the gateway's does. The parts that act for owned environments
+// only (the connector, probes, status recording, the fleet feed, the DCM
+// registrar) take it as their ownership.
+func (r *Fixture) Member(t testing.TB, id string) *membership.Membership {
+	t.Helper()
+	m := membership.New(membership.Options{DB: r.DB, ID: id, Lease: 20 * time.Second, Logger: r.Logger})
+	registrations := r.Registry.Subscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { m.Run(ctx) })
+	wg.Go(func() { registrations.Run(ctx, func(context.Context, environments.Change) { m.Rebalance() }) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return m
+}
+
+// Own waits until m owns the environments ids (registered already), asking
+// it to rebalance at once rather than at its next heartbeat.
+func Own(t testing.TB, m *membership.Membership, ids ...string) {
+	t.Helper()
+	m.Rebalance()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("own %v", ids), func() bool {
+		for _, id := range ids {
+			if !m.Owns(id) {
+				m.Rebalance()
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -1,0 +1,9 @@
+package membership
+
+import "context"
+
+// Beat runs one heartbeat and rebalance, as Run does every quarter lease.
+func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
+
+// ID is the member's id.
+func (m *Membership) ID() string { return m.opts.ID }

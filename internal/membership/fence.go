@@ -1,0 +1,57 @@
+package membership
+
+import (
+	"errors"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/changes"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+)
+
+// FenceSQL is the condition that holds only while a claim is current: env,
+// epoch and incarnation are the statement's expressions for the
+// environment and the claim's two parts (placeholders such as "$1"; never
+// input). It locks the owner row it finds (FOR SHARE) until the write's
+// transaction ends, so a claim by another member waits for that write to
+// commit, and a write that starts after such a claim committed finds a
+// later epoch or another incarnation and is refused: a stalled former
+// owner can never write after it lost the environment. A release by the
+// owner itself clears the incarnation, so nothing is written on its behalf
+// once it let go.
+func FenceSQL(env, epoch, incarnation string) string {
+	return `EXISTS (SELECT 1 FROM environment_owners fence WHERE fence.environment_id = ` + env +
+		` AND fence.epoch = ` + epoch + ` AND fence.incarnation = ` + incarnation + ` FOR SHARE)`
+}
+
+// ErrNotOwner says this replica does not own the environment a write was
+// for (any more): it was handed over, or is being.
+var ErrNotOwner = errors.New("this replica does not own the environment")
+
+// NotOwned is the error a request gets for an environment this replica
+// does not own and cannot forward: it is between owners, which lasts at
+// most until a live member claims it (a heartbeat, or the lease of one that
+// died).
+func NotOwned(env string, retryAfter time.Duration) error {
+	fe := fault.New(fault.Unavailable, "environment %s is being handed over between replicas; retry after the time in Retry-After", env)
+	fe.RetryAfter = retryAfter
+	return errors.Join(ErrNotOwner, fe)
+}
+
+// Claims is the ownership writers consult: a Membership.
+type Claims interface {
+	// Claim returns this replica's claim on env, or an error wrapping
+	// ErrNotOwner (a 503 with Retry-After for a request) if it has none.
+	Claim(env string) (Claim, error)
+}
+
+// Lost is the error of a write the fence refused: the claim is no longer
+// current.
+func (c Claim) Lost() error { return NotOwned(c.env, c.retryAfter) }
+
+// Ownership is what the parts that act for owned environments only follow:
+// the claims, and a notice whenever one is gained or lost (a Membership).
+type Ownership interface {
+	Claims
+	Owns(env string) bool
+	Subscribe() *changes.Subscription[Change]
+}
