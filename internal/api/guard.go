@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -22,7 +23,9 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/logging"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // refusalRate and refusalBurst bound how many refused requests per second
@@ -41,10 +44,21 @@ const (
 	maxJSONDepth         = 32
 )
 
+// ownerOnly are the operations that need the environment's cluster: only
+// its owner, the one replica connected to it, serves them, and the other
+// replicas forward them there. Every other operation is answered by any
+// replica, from Postgres or from the fleet index every replica keeps.
+var ownerOnly = map[string]bool{
+	"createVolume": true, "listVolumes": true, "getVolumesHealth": true, "getVolume": true,
+	"updateVolume": true, "deleteVolume": true, "verifyEnvironment": true, "updateEnvironment": true,
+}
+
 // operation is what the contract says about one operation, plus the
 // gateway's rules for it.
 type operation struct {
 	id string
+	// ownerOnly: see the map of that name.
+	ownerOnly bool
 	// roles admitted, from the operation's security requirements (one
 	// scheme per role); open operations admit everyone.
 	roles []auth.Role
@@ -70,6 +84,10 @@ type guard struct {
 	// unauthenticated, one peer) are audited or logged.
 	refusals *principalLimits
 	log      *slog.Logger
+	// forwarding and owned are nil in a gateway that forwards nothing
+	// (tests of the API alone).
+	forwarding *forwarding.Forwarder
+	owned      interface{ Owns(env string) bool }
 }
 
 func newGuard(opts Options) *guard {
@@ -84,7 +102,8 @@ func newGuard(opts Options) *guard {
 	}
 	g := &guard{router: router, ops: map[*openapi3.Operation]operation{}, auth: opts.Auth, audit: opts.Audit,
 		limits:   newPrincipalLimits(opts.AdminWriteRate, opts.AdminWriteBurst),
-		refusals: newPrincipalLimits(refusalRate, refusalBurst), log: opts.Logger}
+		refusals: newPrincipalLimits(refusalRate, refusalBurst), log: opts.Logger,
+		forwarding: opts.Forwarding, owned: opts.Owned}
 	for _, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
 			g.ops[op] = describeOperation(method, op)
@@ -101,7 +120,8 @@ func describeOperation(method string, op *openapi3.Operation) operation {
 	if op.Security == nil {
 		panic("api: operation " + op.OperationID + " declares no security requirement")
 	}
-	o := operation{id: op.OperationID, open: len(*op.Security) == 0, mutating: method != http.MethodGet && method != http.MethodHead}
+	o := operation{id: op.OperationID, open: len(*op.Security) == 0, mutating: method != http.MethodGet && method != http.MethodHead,
+		ownerOnly: ownerOnly[op.OperationID]}
 	for _, req := range *op.Security {
 		for name := range req {
 			role, ok := auth.ParseRole(name)
@@ -148,7 +168,7 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return g.validated(c, op, route, params, next)
 		}
-		principal, err := g.auth.Authenticate(req)
+		principal, peer, forwarded, err := g.authenticate(req)
 		if err != nil {
 			return g.refuse(c, op.id, op.mutating, err)
 		}
@@ -158,21 +178,69 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		c.SetRequest(req.WithContext(context.WithValue(auth.WithPrincipal(req.Context(), principal), auditNoteKey{}, note)))
 		admitErr := g.admit(c, op, principal, env)
 		err = admitErr
+		handled := false
 		if err == nil {
-			err = g.validated(c, op, route, params, next)
+			err = g.validated(c, op, route, params, func(c echo.Context) error {
+				if !op.ownerOnly || g.owned == nil || g.owned.Owns(env) {
+					return next(c)
+				}
+				if forwarded != nil {
+					// Never a second hop: it moved again meanwhile.
+					return membership.NotOwned(env, time.Second)
+				}
+				err := g.forward(c, env, principal)
+				handled = err == nil
+				return err
+			})
 		}
 		// Refusals by one principal are stored at a bounded rate, so an
 		// authenticated caller cannot grow the audit table at line rate
-		// (the access log still shows every request).
-		if op.audited && (admitErr == nil || g.refusals.allowNow(principal.Subject)) {
+		// (the access log still shows every request). A request the owner
+		// answered is audited there, under the original caller and peer.
+		if op.audited && !handled && (admitErr == nil || g.refusals.allowNow(principal.Subject)) {
 			g.audit.Record(c.Request().Context(), auth.AuditEvent{
 				RequestID: logging.RequestID(req.Context()), Subject: principal.Subject, Name: principal.Name,
 				Roles: principal.Roles, AuthMethod: principal.Method, Action: op.id,
-				EnvironmentID: env, VolumeID: note.volume, Status: statusOf(c, err), Peer: req.RemoteAddr,
+				EnvironmentID: env, VolumeID: note.volume, Status: statusOf(c, err), Peer: peer,
 			})
 		}
 		return err
 	}
+}
+
+// authenticate identifies the caller: from a forwarding envelope another
+// replica signed (forwarded is then the envelope), or from the request's
+// credentials. peer is the caller's address as the first replica saw it.
+func (g *guard) authenticate(req *http.Request) (p auth.Principal, peer string, forwarded *forwarding.Envelope, err error) {
+	if g.forwarding != nil {
+		e, ok, err := g.forwarding.Verify(req)
+		switch {
+		case ok && err != nil:
+			g.log.WarnContext(req.Context(), "forwarded request refused", "error", err, "peer", req.RemoteAddr)
+			return auth.Principal{}, "", nil, &auth.InvalidError{Reason: err}
+		case ok:
+			return e.Principal, e.Peer, &e, nil
+		}
+	}
+	p, err = g.auth.Authenticate(req)
+	return p, req.RemoteAddr, nil, err
+}
+
+// forward hands the request to env's owner on behalf of p and copies its
+// answer; an error says nothing was written (no live owner: 503 with
+// Retry-After).
+func (g *guard) forward(c echo.Context, env string, p auth.Principal) error {
+	req := c.Request()
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		var err error
+		if body, err = io.ReadAll(req.Body); err != nil {
+			return err
+		}
+	}
+	return g.forwarding.Forward(c.Response(), req, env, forwarding.Envelope{
+		Principal: p, Peer: req.RemoteAddr, RequestID: logging.RequestID(req.Context()),
+	}, body)
 }
 
 // auditNote lets a handler name what an audited request created when the

@@ -18,6 +18,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/metrics"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
@@ -81,6 +82,12 @@ type Options struct {
 	AllowedHosts []string
 	// MetricsRequireAuth puts /metrics behind the admin or viewer role.
 	MetricsRequireAuth bool
+	// Forwarding hands a request for an environment another replica owns
+	// to that replica, and verifies what other replicas hand to this one.
+	Forwarding *forwarding.Forwarder
+	// Owned says which environments this replica owns (it alone connects
+	// to their clusters and serves their owner-only operations).
+	Owned interface{ Owns(env string) bool }
 }
 
 // New builds the gateway's HTTP handler: request ids, security headers,

@@ -160,3 +160,6 @@ func (s *Service) reseal(ctx context.Context, legacyOnly bool) (int, []string, e
 		after = last
 	}
 }
+
+// KeyRing is the key ring in use now (ReplaceKeys swaps it).
+func (s *Service) KeyRing() *secrets.KeyRing { return s.keys.Load() }

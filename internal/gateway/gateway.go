@@ -23,6 +23,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
+	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
@@ -103,6 +104,7 @@ type Gateway struct {
 	registry     *environments.Service
 	connector    *environments.Connector
 	registrar    *dcm.Registrar // nil when DCM registration is off
+	member       string         // this replica's member id
 	membership   *membership.Membership
 	// registrations has the membership rebalance at once when an
 	// environment is registered here.
@@ -164,11 +166,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := errors.Join(limiters.Register(metrics), g.clusters.Register(metrics)); err != nil {
 		return nil, err
 	}
-	member, err := cfg.Member()
-	if err != nil {
+	if g.member, err = cfg.Member(); err != nil {
 		return nil, err
 	}
-	g.membership = membership.New(membership.Options{DB: g.db, ID: member, AdvertiseURL: cfg.AdvertiseURL,
+	g.membership = membership.New(membership.Options{DB: g.db, ID: g.member, AdvertiseURL: cfg.AdvertiseURL,
 		Lease: cfg.MemberLease, Logger: g.log})
 	if err := g.membership.Register(metrics); err != nil {
 		return nil, err
@@ -295,7 +296,10 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 			{Name: "postgres", Check: g.db.Ping},
 			{Name: "migrations", Check: g.migrator.CheckCurrent},
 			{Name: "nats", Check: g.nats.Check},
+			{Name: "membership", Check: g.membership.Joined},
 		},
+		Forwarding: forwarding.New(forwarding.Options{Owners: g.membership, Keys: g.registry.KeyRing, Member: g.member, Logger: g.log}),
+		Owned:      g.membership,
 	})
 	if g.opts.WrapHandler != nil {
 		handler = g.opts.WrapHandler(handler)

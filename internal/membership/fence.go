@@ -1,8 +1,11 @@
 package membership
 
 import (
+	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -54,4 +57,29 @@ type Ownership interface {
 	Claims
 	Owns(env string) bool
 	Subscribe() *changes.Subscription[Change]
+}
+
+// Owner returns the member that owns env now, and where it is reached: a
+// live member in the incarnation that claimed it. An environment without
+// one (being handed over), or owned by this member by the database's
+// account but not yet by its own (a claim in flight), is NotOwned; one
+// that is not registered is NotFound.
+func (m *Membership) Owner(ctx context.Context, env string) (id, advertiseURL string, err error) {
+	var member, advertised *string
+	err = m.opts.DB.QueryRow(ctx, `SELECT m.id, m.advertise_url FROM environments e
+		LEFT JOIN environment_owners o ON o.environment_id = e.id
+		LEFT JOIN members m ON m.id = o.member_id AND m.incarnation = o.incarnation
+			AND m.heartbeat_time >= now() - make_interval(secs => $2)
+		WHERE e.id = $1`, env, m.opts.Lease.Seconds()).Scan(&member, &advertised)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", "", fault.New(fault.NotFound, "environment %q not found", env)
+	case err != nil:
+		return "", "", err
+	case member == nil || *member == m.opts.ID:
+		return "", "", NotOwned(env, m.opts.Lease/4)
+	case *advertised == "":
+		return "", "", fault.New(fault.Unavailable, "environment %s is owned by replica %s, which has no SG_ADVERTISE_URL to forward to", env, *member)
+	}
+	return *member, *advertised, nil
 }

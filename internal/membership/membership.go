@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,8 +57,9 @@ type Membership struct {
 	opts        Options
 	incarnation uuid.UUID
 	// joined is set once this process has held its member id; owned by
-	// Run's goroutine.
+	// Run's goroutine (Joined reads it through ready).
 	joined bool
+	ready  atomic.Bool
 	// wake asks Run for a heartbeat now (Rebalance).
 	wake chan struct{}
 	// changes tells subscribers which environments this member gained or
@@ -147,7 +149,11 @@ func (m *Membership) beat(ctx context.Context) error {
 		return m.displaced(ctx)
 	}
 	m.joined = true
-	return m.rebalance(ctx)
+	err = m.rebalance(ctx)
+	if err == nil {
+		m.ready.Store(true)
+	}
+	return err
 }
 
 // displaced handles another live process holding this member's id (a
@@ -360,6 +366,16 @@ func (m *Membership) Owned() map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.owned)
+}
+
+// Joined is a readiness check: an error until this member's first
+// heartbeat and rebalance succeeded, so a load balancer sends requests only
+// to replicas that know what they own.
+func (m *Membership) Joined(context.Context) error {
+	if !m.ready.Load() {
+		return errors.New("not joined the other replicas yet (first heartbeat pending)")
+	}
+	return nil
 }
 
 // Owns reports whether this member owns env.

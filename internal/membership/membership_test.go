@@ -2,12 +2,16 @@ package membership_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
@@ -201,5 +205,115 @@ func TestPinnedEnvironmentGoesToItsMember(t *testing.T) {
 	}
 	if len(a.Owned()) != 0 || len(b.Owned()) != len(envs) {
 		t.Errorf("a believes it owns %d, b %d", len(a.Owned()), len(b.Owned()))
+	}
+}
+
+// A subscriber hears of every environment its member gains or loses, and
+// Claim answers for exactly the environments the member owns: for the
+// others an error a request answers 503 with Retry-After (a heartbeat).
+func TestSubscribersHearOfGainsAndLosses(t *testing.T) {
+	reg, envs := fleet(t, 12)
+	a, b := member(reg, "a", 8*time.Second), member(reg, "b", 8*time.Second)
+	sub := a.Subscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	heard := make(chan string, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sub.Run(ctx, func(_ context.Context, c membership.Change) { heard <- c.EnvironmentID })
+	}()
+	defer func() { cancel(); <-done }()
+	collect := func(n int) map[string]bool {
+		t.Helper()
+		got := map[string]bool{}
+		for len(got) < n {
+			select {
+			case env := <-heard:
+				got[env] = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("heard of %d environments, want %d", len(got), n)
+			}
+		}
+		return got
+	}
+
+	beat(t, a)
+	if got := collect(len(envs)); len(got) != len(envs) {
+		t.Fatalf("gained %v", got)
+	}
+	beat(t, b, a, b) // a releases b's share
+	lost := map[string]bool{}
+	for _, env := range envs {
+		_, err := a.Claim(env)
+		if a.Owns(env) != (err == nil) {
+			t.Fatalf("%s: Owns %v but Claim says %v", env, a.Owns(env), err)
+		}
+		if err != nil {
+			lost[env] = true
+			var fe *fault.Error
+			if !errors.Is(err, membership.ErrNotOwner) || !errors.As(err, &fe) || fe.Kind != fault.Unavailable || fe.RetryAfter != 2*time.Second {
+				t.Fatalf("Claim of %s owned elsewhere: %v", env, err)
+			}
+		}
+	}
+	if len(lost) == 0 || len(lost) == len(envs) {
+		t.Fatalf("a lost %d of %d environments to b", len(lost), len(envs))
+	}
+	if got := collect(len(lost)); !maps.Equal(got, lost) {
+		t.Fatalf("heard of %v, lost %v", got, lost)
+	}
+}
+
+// The fence: a write carrying a claim holds the owner row until it commits,
+// so a claim by another member waits for it; once the other member claimed
+// the environment, the stalled former owner's claim no longer passes.
+func TestTheFenceRefusesAStalledOwner(t *testing.T) {
+	reg, _ := fleet(t, 1)
+	ctx := context.Background()
+	lease := 4 * time.Second // a heartbeat's statements are bounded by half of it
+	a, b := member(reg, "a", lease), member(reg, "b", lease)
+	beat(t, a)
+	claim, err := a.Claim("env-00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) bool {
+		t.Helper()
+		var ok bool
+		if err := q.QueryRow(ctx, `SELECT `+membership.FenceSQL("$1", "$2", "$3"), "env-00", claim.Epoch, claim.Incarnation).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	tx, err := reg.DB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if !fenced(tx) {
+		t.Fatal("the owner's claim does not pass its own fence")
+	}
+	// a stalls past its lease with its write open; b claims.
+	time.Sleep(lease + 200*time.Millisecond)
+	claimed := make(chan error, 1)
+	go func() { claimed <- b.Beat(ctx) }()
+	select {
+	case err := <-claimed:
+		t.Fatalf("b claimed while a's write held the fence (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatal(err)
+	}
+	if !b.Owns("env-00") {
+		t.Fatal("b did not claim the dead member's environment")
+	}
+	if fenced(reg.DB) {
+		t.Fatal("the stalled owner's claim still passes the fence")
 	}
 }

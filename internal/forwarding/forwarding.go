@@ -1,0 +1,212 @@
+package forwarding
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+)
+
+// The headers a forwarded request carries: the envelope (base64url JSON)
+// and its signature (base64url HMAC-SHA256 of the header's value).
+const (
+	EnvelopeHeader  = "Storage-Gateway-Forwarded"
+	SignatureHeader = "Storage-Gateway-Forwarded-Signature"
+)
+
+// keyPurpose names what the derived key is for (secrets.DeriveKeys).
+const keyPurpose = "storage-gateway request forwarding v1"
+
+// maxAge bounds how old (or how far ahead, between clocks) an envelope may
+// be: a forwarded request is sent at once, so this only has to cover clock
+// skew between replicas and a slow network.
+const maxAge = 30 * time.Second
+
+// maxBody bounds the body of a forwarded request: more than any operation
+// accepts (the API's own limits apply after).
+const maxBody = 1 << 20
+
+// Envelope is what a forwarded request says about its caller and itself.
+type Envelope struct {
+	Principal auth.Principal `json:"principal"`
+	// Peer is the caller's address as the first replica saw it.
+	Peer      string `json:"peer"`
+	RequestID string `json:"request_id"`
+	// Member is the replica that forwarded it.
+	Member string    `json:"member"`
+	Issued time.Time `json:"issued"`
+	Method string    `json:"method"`
+	URI    string    `json:"uri"`
+	// BodySHA256 is the digest of the body sent with it.
+	BodySHA256 []byte `json:"body_sha256"`
+}
+
+// Owners says who owns an environment and where it is reached (a
+// membership.Membership).
+type Owners interface {
+	Owner(ctx context.Context, env string) (id, advertiseURL string, err error)
+}
+
+// Options configure a Forwarder.
+type Options struct {
+	Owners Owners
+	// Keys returns the key ring in use now (it is reloaded on SIGHUP).
+	Keys func() *secrets.KeyRing
+	// Member is this replica's member id, recorded in what it forwards.
+	Member string
+	Logger *slog.Logger
+	// Transport carries forwarded requests (default: a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+}
+
+// Forwarder forwards requests to their environment's owner and verifies
+// what other replicas forward.
+type Forwarder struct {
+	opts Options
+}
+
+// New returns a Forwarder.
+func New(opts Options) *Forwarder {
+	if opts.Transport == nil {
+		opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	return &Forwarder{opts: opts}
+}
+
+// ErrInvalid says a request carried a forwarding envelope that is not
+// genuine, not current, or not for this request.
+var ErrInvalid = errors.New("forwarded request not accepted")
+
+// Forward proxies r, whose body is body, for env to the replica that owns
+// it, on behalf of e's caller, and writes the owner's answer to w. An
+// environment without a reachable owner is an error (503 with Retry-After
+// while it is handed over) and nothing is written.
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, e Envelope, body []byte) error {
+	member, advertised, err := f.opts.Owners.Owner(r.Context(), env)
+	if err != nil {
+		return err
+	}
+	target, err := url.Parse(advertised)
+	if err != nil {
+		return fault.New(fault.Unavailable, "replica %s advertises an unusable address", member)
+	}
+	e.Member, e.Issued, e.Method, e.URI, e.BodySHA256 = f.opts.Member, time.Now().UTC(), r.Method, r.URL.RequestURI(), sha(body)
+	header, signature, err := f.sign(e)
+	if err != nil {
+		return err
+	}
+	var failed error
+	proxy := &httputil.ReverseProxy{
+		Transport: f.opts.Transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path, pr.Out.URL.RawPath = r.URL.Path, r.URL.RawPath
+			pr.Out.URL.RawQuery = r.URL.RawQuery
+			pr.Out.Host = target.Host
+			// The owner trusts the envelope, not the caller's token: the
+			// token stays with the replica that checked it.
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Set(EnvelopeHeader, header)
+			pr.Out.Header.Set(SignatureHeader, signature)
+			// Both replicas log the request under one id.
+			pr.Out.Header.Set("X-Request-Id", e.RequestID)
+			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
+			pr.Out.ContentLength = int64(len(body))
+		},
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
+		ErrorLog:     slog.NewLogLogger(f.opts.Logger.Handler(), slog.LevelWarn),
+	}
+	proxy.ServeHTTP(w, r)
+	if failed != nil {
+		f.opts.Logger.WarnContext(r.Context(), "forward a request to the environment's owner", "environment", env, "member", member, "error", failed)
+		fe := fault.New(fault.Unavailable, "environment %s is served by replica %s, which did not answer; retry shortly", env, member)
+		fe.RetryAfter = time.Second
+		return fe
+	}
+	return nil
+}
+
+// sign encodes e and signs it with the primary derived key.
+func (f *Forwarder) sign(e Envelope) (header, signature string, err error) {
+	keys, err := f.opts.Keys().DeriveKeys(keyPurpose)
+	if err != nil {
+		return "", "", err
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return "", "", err
+	}
+	header = base64.RawURLEncoding.EncodeToString(raw)
+	return header, base64.RawURLEncoding.EncodeToString(mac(keys[0], header)), nil
+}
+
+// Verify reads the forwarding envelope r carries, if any (forwarded false
+// when it carries none). An envelope is accepted only if it is signed with
+// a key derived from this replica's ring, was issued within maxAge, and
+// names r's method, URI and body (read from r, and put back).
+func (f *Forwarder) Verify(r *http.Request) (e Envelope, forwarded bool, err error) {
+	header := r.Header.Get(EnvelopeHeader)
+	if header == "" && r.Header.Get(SignatureHeader) == "" {
+		return Envelope{}, false, nil
+	}
+	signature, err := base64.RawURLEncoding.DecodeString(r.Header.Get(SignatureHeader))
+	if err != nil {
+		return Envelope{}, true, fmt.Errorf("%w: the signature does not decode", ErrInvalid)
+	}
+	keys, err := f.opts.Keys().DeriveKeys(keyPurpose)
+	if err != nil {
+		return Envelope{}, true, err
+	}
+	genuine := false
+	for _, key := range keys {
+		genuine = genuine || hmac.Equal(signature, mac(key, header))
+	}
+	if !genuine {
+		return Envelope{}, true, fmt.Errorf("%w: not signed with a key of this key ring", ErrInvalid)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(header)
+	if err != nil || json.Unmarshal(raw, &e) != nil {
+		return Envelope{}, true, fmt.Errorf("%w: the envelope does not decode", ErrInvalid)
+	}
+	if age := time.Since(e.Issued); age > maxAge || age < -maxAge {
+		return Envelope{}, true, fmt.Errorf("%w: issued %s ago", ErrInvalid, age.Round(time.Second))
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return Envelope{}, true, err
+	}
+	if len(body) > maxBody {
+		return Envelope{}, true, fmt.Errorf("%w: the body exceeds %d bytes", ErrInvalid, maxBody)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if e.Method != r.Method || e.URI != r.URL.RequestURI() || !hmac.Equal(e.BodySHA256, sha(body)) {
+		return Envelope{}, true, fmt.Errorf("%w: the envelope is for another request", ErrInvalid)
+	}
+	return e, true, nil
+}
+
+func sha(body []byte) []byte {
+	digest := sha256.Sum256(body)
+	return digest[:]
+}
+
+func mac(key []byte, message string) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(message))
+	return h.Sum(nil)
+}

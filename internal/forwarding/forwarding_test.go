@@ -1,0 +1,112 @@
+package forwarding
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
+)
+
+func newForwarder(t *testing.T, ring *secrets.KeyRing) *Forwarder {
+	t.Helper()
+	return New(Options{Keys: func() *secrets.KeyRing { return ring }, Member: "replica-1", Logger: slog.New(slog.DiscardHandler)})
+}
+
+func ring(t *testing.T, ids ...string) *secrets.KeyRing {
+	t.Helper()
+	r, err := secrets.NewKeyRing(ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[1:] {
+		if err := r.Add(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// signed is a request for uri with body, carrying an envelope f signed
+// for method, signedURI and signedBody, issued at issued.
+func signed(t *testing.T, f *Forwarder, method, uri, body, signedURI, signedBody string, issued time.Time) *http.Request {
+	t.Helper()
+	e := Envelope{Principal: auth.Principal{Subject: "alice", Roles: []auth.Role{auth.RoleDCM}, Environments: []string{"east"}, Method: auth.MethodOIDC},
+		Peer: "10.0.0.9:5555", RequestID: "req-1", Member: "replica-1", Issued: issued, Method: method, URI: signedURI}
+	digest := sha([]byte(signedBody))
+	e.BodySHA256 = digest
+	header, signature, err := f.sign(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(method, uri, strings.NewReader(body))
+	r.Header.Set(EnvelopeHeader, header)
+	r.Header.Set(SignatureHeader, signature)
+	return r
+}
+
+// An envelope is accepted only as it was signed, with a key of the ring,
+// for this very request, recently; the caller's identity (roles, scope,
+// peer) comes through whole.
+func TestVerify(t *testing.T) {
+	keys := ring(t, "k1", "k2")
+	f := newForwarder(t, keys)
+	const uri = "/api/v1alpha1/environments/east/volumes?id=v1"
+	now := time.Now()
+
+	got, forwarded, err := f.Verify(signed(t, f, http.MethodPost, uri, `{"a":1}`, uri, `{"a":1}`, now))
+	if err != nil || !forwarded {
+		t.Fatalf("genuine envelope: forwarded %v, %v", forwarded, err)
+	}
+	if got.Principal.Subject != "alice" || got.Principal.Environments[0] != "east" || got.Peer != "10.0.0.9:5555" || got.RequestID != "req-1" {
+		t.Fatalf("envelope read as %+v", got)
+	}
+	if _, forwarded, err := f.Verify(httptest.NewRequest(http.MethodGet, uri, nil)); forwarded || err != nil {
+		t.Fatalf("a request without an envelope: forwarded %v, %v", forwarded, err)
+	}
+
+	// A replica whose ring was rotated (k2 promoted) still accepts what one
+	// signed with k1 as primary, and one with another ring refuses it.
+	path := filepath.Join(t.TempDir(), "keyring.json")
+	if err := keys.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := secrets.LoadKeyRing(path) // the same key bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rotated.Promote("k2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := newForwarder(t, rotated).Verify(signed(t, f, http.MethodGet, uri, "", uri, "", now)); err != nil {
+		t.Fatalf("after a rotation: %v", err)
+	}
+
+	for name, r := range map[string]*http.Request{
+		"another ring":    signed(t, newForwarder(t, ring(t, "k1")), http.MethodGet, uri, "", uri, "", now),
+		"another URI":     signed(t, f, http.MethodGet, uri, "", "/api/v1alpha1/environments/west/volumes", "", now),
+		"another body":    signed(t, f, http.MethodPost, uri, `{"a":2}`, uri, `{"a":1}`, now),
+		"stale":           signed(t, f, http.MethodGet, uri, "", uri, "", now.Add(-time.Minute)),
+		"from the future": signed(t, f, http.MethodGet, uri, "", uri, "", now.Add(time.Minute)),
+	} {
+		if _, forwarded, err := f.Verify(r); !forwarded || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: forwarded %v, %v; want refused", name, forwarded, err)
+		}
+	}
+	tampered := signed(t, f, http.MethodGet, uri, "", uri, "", now)
+	tampered.Header.Set(EnvelopeHeader, tampered.Header.Get(EnvelopeHeader)+"x")
+	if _, _, err := f.Verify(tampered); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a tampered envelope: %v", err)
+	}
+	unsigned := httptest.NewRequest(http.MethodGet, uri, nil)
+	unsigned.Header.Set(EnvelopeHeader, "e30")
+	if _, forwarded, err := f.Verify(unsigned); !forwarded || !errors.Is(err, ErrInvalid) {
+		t.Errorf("an unsigned envelope: forwarded %v, %v", forwarded, err)
+	}
+}
