@@ -243,11 +243,12 @@ func TestChartRendersAndDryRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"Deployment/sg-storage-gateway", "Job/sg-storage-gateway-migrate", "Service/sg-storage-gateway", "ServiceAccount/sg-storage-gateway"}
+	want := []string{"Deployment/sg-storage-gateway", "Job/sg-storage-gateway-migrate", "PodDisruptionBudget/sg-storage-gateway",
+		"Service/sg-storage-gateway", "ServiceAccount/sg-storage-gateway"}
 	if got := kinds(defaults); !slices.Equal(got, want) {
 		t.Fatalf("default values render %v, want %v", got, want)
 	}
-	checkPod(t, typed[appsv1.Deployment](t, defaults, "Deployment"), 1)
+	checkPod(t, typed[appsv1.Deployment](t, defaults, "Deployment"), 2)
 	dryRun(t, defaults)
 
 	withoutCRDs, err := render(t, plain, full)
@@ -276,12 +277,16 @@ func TestChartRendersAndDryRuns(t *testing.T) {
 	dryRun(t, everything)
 
 	// Every SG_* setting the chart makes, in either rendering, is one the
-	// binary reads.
+	// binary reads; any other variable comes from the downward API and is
+	// only there to be expanded into one of them.
 	for _, objects := range [][]*unstructured.Unstructured{defaults, everything} {
 		for _, c := range containers(t, objects) {
 			for _, e := range c.Env {
-				if !slices.Contains(config.Variables(), e.Name) {
+				if strings.HasPrefix(e.Name, "SG_") && !slices.Contains(config.Variables(), e.Name) {
 					t.Errorf("container %s sets %s, which internal/config does not read", c.Name, e.Name)
+				}
+				if !strings.HasPrefix(e.Name, "SG_") && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || !referenced(c.Env, e.Name)) {
+					t.Errorf("container %s sets %s, neither a setting nor a downward-API value a setting uses", c.Name, e.Name)
 				}
 			}
 		}
@@ -380,6 +385,16 @@ func checkPod(t *testing.T, d *appsv1.Deployment, replicas int32) {
 	}
 }
 
+// referenced reports whether an SG_* setting of env expands $(name).
+func referenced(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e.Name, "SG_") && strings.Contains(e.Value, "$("+name+")") {
+			return true
+		}
+	}
+	return false
+}
+
 // containers are the containers of every rendered pod template.
 func containers(t *testing.T, objects []*unstructured.Unstructured) []corev1.Container {
 	t.Helper()
@@ -409,10 +424,12 @@ func TestChartProbesReachTheBinary(t *testing.T) {
 	c := typed[appsv1.Deployment](t, objects, "Deployment").Spec.Template.Spec.Containers[0]
 	replaced := map[string]bool{"SG_LISTEN_ADDR": true, "SG_NATS_URL": true, "SG_KEY_RING_FILE": true, "SG_AUTH_TOKEN_FILE": true,
 		"SG_STATE_DIR": true, "SG_MIGRATE_ON_START": true}
+	// The downward API's values, as the kubelet would expand them.
+	pod := strings.NewReplacer("$(POD_IP)", "127.0.0.1")
 	var env []string
 	for _, e := range c.Env {
 		if e.ValueFrom == nil && !replaced[e.Name] {
-			env = append(env, e.Name+"="+e.Value)
+			env = append(env, e.Name+"="+pod.Replace(e.Value))
 		}
 	}
 	binary := gatewayproc.Binary(t)

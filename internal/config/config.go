@@ -69,7 +69,7 @@ type Config struct {
 	// AdvertiseURL is where other replicas reach this one.
 	AdvertiseURL string `env:"SG_ADVERTISE_URL"`
 	// MemberLease is how long a replica counts as live after its last
-	// heartbeat (it heartbeats every quarter of it).
+	// heartbeat (it heartbeats every tenth of it).
 	MemberLease time.Duration `env:"SG_MEMBER_LEASE" envDefault:"20s"`
 	// ProbeInterval is how often an environment that is not READY is
 	// re-probed.

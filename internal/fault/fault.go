@@ -85,3 +85,10 @@ func UnknownField(name string) *Error {
 	}
 	return Invalid("body", "has an unknown field")
 }
+
+// RetryLater is an Unavailable error whose client should retry after the
+// given time (Retry-After): a cluster connection that is syncing, an
+// environment between owners.
+func RetryLater(after time.Duration, format string, args ...any) *Error {
+	return &Error{Kind: Unavailable, Detail: fmt.Sprintf(format, args...), RetryAfter: after}
+}

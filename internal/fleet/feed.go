@@ -179,6 +179,9 @@ func (f *Feed) Run(ctx context.Context) {
 		f.ownershipChanges.Run(ctx, func(_ context.Context, c membership.Change) {
 			f.mu.Lock()
 			delete(f.replicated, c.EnvironmentID) // lost: read its new owner's snapshot next
+			// Gained one registered through another replica: read the
+			// registry for it now, not at the next re-read.
+			f.registryDirty = true
 			f.mu.Unlock()
 			f.clusterChanged(c.EnvironmentID)
 		})
@@ -324,9 +327,15 @@ func (f *Feed) replicate(ctx context.Context) {
 		if f.opts.Owned.Owns(id) {
 			continue // claimed meanwhile: this replica's watch tells
 		}
-		f.opts.Index.Replicate(id, s.objects, s.live, s.observed)
+		shown := f.opts.Index.Replicate(id, s.objects, s.live, s.observed)
 		f.mu.Lock()
-		f.replicated[id] = s.revision
+		if shown {
+			f.replicated[id] = s.revision
+		} else {
+			// Registered through another replica since this one read the
+			// registry: read it now, and this snapshot again after.
+			f.registryDirty = true
+		}
 		f.mu.Unlock()
 	}
 }

@@ -258,9 +258,10 @@ func (ix *Index) MarkStale(id string, at time.Time) bool {
 
 // Replicate shows an environment another replica owns as its owner's view
 // shows it (from the owner's persisted snapshot): its objects, live or
-// stale, observed at `observed`.
-func (ix *Index) Replicate(id string, objs capabilities.Objects, live bool, observed time.Time) {
-	ix.update(id, objs, func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool {
+// stale, observed at `observed`. It reports false for an environment the
+// index does not hold (yet).
+func (ix *Index) Replicate(id string, objs capabilities.Objects, live bool, observed time.Time) bool {
+	return ix.update(id, objs, func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool {
 		e.objs, e.classes, e.fresh, e.observed = objs, classes, live, observed
 		ix.render(e)
 		return true

@@ -134,9 +134,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 	proxy.ServeHTTP(w, r)
 	if failed != nil {
 		f.opts.Logger.WarnContext(r.Context(), "forward a request to the environment's owner", "environment", env, "member", member, "error", failed)
-		fe := fault.New(fault.Unavailable, "environment %s is served by replica %s, which did not answer; retry shortly", env, member)
-		fe.RetryAfter = time.Second
-		return fe
+		return fault.RetryLater(time.Second, "environment %s is served by replica %s, which did not answer; retry shortly", env, member)
 	}
 	return nil
 }

@@ -2,7 +2,7 @@ package membership
 
 import "context"
 
-// Beat runs one heartbeat and rebalance, as Run does every quarter lease.
+// Beat runs one heartbeat and rebalance, as Run does every tenth of the lease.
 func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
 
 // ID is the member's id.

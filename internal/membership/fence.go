@@ -35,9 +35,7 @@ var ErrNotOwner = errors.New("this replica does not own the environment")
 // most until a live member claims it (a heartbeat, or the lease of one that
 // died).
 func NotOwned(env string, retryAfter time.Duration) error {
-	fe := fault.New(fault.Unavailable, "environment %s is being handed over between replicas; retry after the time in Retry-After", env)
-	fe.RetryAfter = retryAfter
-	return errors.Join(ErrNotOwner, fe)
+	return errors.Join(ErrNotOwner, fault.RetryLater(retryAfter, "environment %s is being handed over between replicas; retry after the time in Retry-After", env))
 }
 
 // Claims is the ownership writers consult: a Membership.
@@ -77,7 +75,7 @@ func (m *Membership) Owner(ctx context.Context, env string) (id, advertiseURL st
 	case err != nil:
 		return "", "", err
 	case member == nil || *member == m.opts.ID:
-		return "", "", NotOwned(env, m.opts.Lease/4)
+		return "", "", NotOwned(env, m.interval())
 	case *advertised == "":
 		return "", "", fault.New(fault.Unavailable, "environment %s is owned by replica %s, which has no SG_ADVERTISE_URL to forward to", env, *member)
 	}

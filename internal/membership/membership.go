@@ -3,7 +3,7 @@
 // infrastructure, and nothing that breaks behind a transaction-pooling
 // PgBouncer (no session advisory locks).
 //
-// Each replica is a member: a row (members) it heartbeats every quarter of
+// Each replica is a member: a row (members) it heartbeats every tenth of
 // the lease with the database's clock, never its own, and live while that
 // heartbeat is younger than the lease. Every member computes the same
 // assignment of environments to live members (Assign: rendezvous hashing
@@ -94,6 +94,12 @@ func New(opts Options) *Membership {
 	return &Membership{opts: opts, incarnation: uuid.New(), owned: map[string]int64{}, wake: make(chan struct{}, 1)}
 }
 
+// interval is the time between heartbeats: a tenth of the lease, so a dead
+// member's environments are claimed at most a lease and a tenth after its
+// last heartbeat (22 s by default), and a new owner has a few seconds left
+// to connect before the 25 s a takeover may take.
+func (m *Membership) interval() time.Duration { return m.opts.Lease / 10 }
+
 // Subscribe returns a subscription to this member's ownership changes.
 // Subscribe before Run starts, so no change falls in between.
 func (m *Membership) Subscribe() *changes.Subscription[Change] { return m.changes.Subscribe() }
@@ -108,11 +114,11 @@ func (m *Membership) Rebalance() {
 	}
 }
 
-// Run joins, then heartbeats and rebalances every quarter of the lease, and
+// Run joins, then heartbeats and rebalances every interval, and
 // whenever Rebalance asks, until ctx ends. Leave ends the membership; a
 // member that stops without leaving is dead once its lease runs out.
 func (m *Membership) Run(ctx context.Context) {
-	tick := time.NewTicker(m.opts.Lease / 4)
+	tick := time.NewTicker(m.interval())
 	defer tick.Stop()
 	for {
 		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
@@ -394,7 +400,7 @@ func (m *Membership) Claim(env string) (Claim, error) {
 	m.mu.Lock()
 	epoch, ok := m.owned[env]
 	m.mu.Unlock()
-	c := Claim{Epoch: epoch, Incarnation: m.incarnation, env: env, retryAfter: m.opts.Lease / 4}
+	c := Claim{Epoch: epoch, Incarnation: m.incarnation, env: env, retryAfter: m.interval()}
 	if !ok {
 		return Claim{}, c.Lost()
 	}

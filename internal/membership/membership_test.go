@@ -213,7 +213,7 @@ func TestPinnedEnvironmentGoesToItsMember(t *testing.T) {
 // others an error a request answers 503 with Retry-After (a heartbeat).
 func TestSubscribersHearOfGainsAndLosses(t *testing.T) {
 	reg, envs := fleet(t, 12)
-	a, b := member(reg, "a", 8*time.Second), member(reg, "b", 8*time.Second)
+	a, b := member(reg, "a", 20*time.Second), member(reg, "b", 20*time.Second)
 	sub := a.Subscribe()
 	ctx, cancel := context.WithCancel(context.Background())
 	heard := make(chan string, 100)

@@ -153,8 +153,8 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnl
 		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions); err != nil {
 		return false, err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event)
-		VALUES ($1, $2, $3, $4, $5)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event)
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)
+		VALUES ($1, $2, $3, $4, $5, $6)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event, claim.Epoch)
 	return err == nil, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -30,7 +31,7 @@ func kubernetesError(err error, action string) error {
 	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsTooManyRequests(err),
 		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err),
 		errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr):
-		return fault.New(fault.Unavailable, "the cluster did not answer while trying to %s; retry", action)
+		return fault.RetryLater(time.Second, "the cluster did not answer while trying to %s; retry", action)
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -362,7 +363,7 @@ func (s *Service) writable(envID string) (*clusters.Cluster, error) {
 		return nil, err
 	}
 	if h := cluster.Health(); h.State == clusters.StateUnreachable {
-		return nil, fault.New(fault.Unavailable, "environment %s is unreachable: %s", envID, h.Message)
+		return nil, fault.RetryLater(5*time.Second, "environment %s is unreachable: %s", envID, h.Message)
 	}
 	return cluster, nil
 }
@@ -371,7 +372,7 @@ func (s *Service) writable(envID string) (*clusters.Cluster, error) {
 func (s *Service) readable(envID string) (*clusters.Cluster, error) {
 	cluster, ok := s.clusters.Get(envID)
 	if !ok || !cluster.Health().Synced {
-		return nil, fault.New(fault.Unavailable, "environment %s is not connected yet; retry shortly", envID)
+		return nil, fault.RetryLater(time.Second, "environment %s is not connected yet; retry shortly", envID)
 	}
 	return cluster, nil
 }

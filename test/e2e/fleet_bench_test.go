@@ -163,7 +163,7 @@ func BenchmarkIdleFleet(b *testing.B) {
 }
 
 // registerTenants registers every tenant as an environment, 8 at a time.
-func registerTenants(b *testing.B, c client, tenants [][]harness.Tenant) {
+func registerTenants(b testing.TB, c client, tenants [][]harness.Tenant) {
 	b.Helper()
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
@@ -196,7 +196,7 @@ func registerTenants(b *testing.B, c client, tenants [][]harness.Tenant) {
 
 // waitSynced waits until the pool holds n READY connections with synced
 // caches.
-func waitSynced(b *testing.B, c client, n int, within time.Duration) {
+func waitSynced(b testing.TB, c client, n int, within time.Duration) {
 	b.Helper()
 	c.eventually(within, fmt.Sprintf("%d environments READY and synced", n), func() bool {
 		return int(scrape(b, c).value("storage_gateway_cluster_connections", "state", "READY", "synced", "true")) == n

@@ -6,6 +6,10 @@
 -- the last time the owner saw them current (re-dated every minute, for a
 -- restart with a dead cluster); revision moves with every save that
 -- changes what a view shows, so other replicas read only those rows again.
+--
+-- outbox.epoch is the ownership epoch of the replica that queued the event
+-- (the fence let it write at that epoch): which owner reported what, after
+-- a hand-over.
 
 -- +goose Up
 ALTER TABLE fleet_snapshots
@@ -13,6 +17,8 @@ ALTER TABLE fleet_snapshots
     ADD COLUMN seen_time timestamptz NOT NULL DEFAULT now(),
     ADD COLUMN revision  bigint      NOT NULL DEFAULT 1;
 UPDATE fleet_snapshots SET seen_time = observed_time;
+ALTER TABLE outbox ADD COLUMN epoch bigint;
 
 -- +goose Down
+ALTER TABLE outbox DROP COLUMN epoch;
 ALTER TABLE fleet_snapshots DROP COLUMN revision, DROP COLUMN seen_time, DROP COLUMN live;

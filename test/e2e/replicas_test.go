@@ -1,0 +1,486 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/test/gatewayproc"
+	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
+	"github.com/dcm-project/storage-gateway/test/ports"
+)
+
+// replicaTenants is how many tenant environments the replica test spreads
+// over the two harness clusters.
+const replicaTenants = 200
+
+// takeoverBound is how long a dead replica's environments may take to be
+// owned again and READY (issue 17), with the default 20 s lease.
+const takeoverBound = 25 * time.Second
+
+// replicaSet runs gateway binaries as replicas of one fleet: one database,
+// one NATS, one key ring and token file; each replica has its member id and
+// advertises its own address.
+type replicaSet struct {
+	t      testing.TB
+	binary string
+	env    []string
+	db     *pgxpool.Pool
+	procs  map[string]*gatewayproc.Process
+}
+
+// newReplicaSet prepares replicas on a new database with settings (none
+// runs yet). Registering a fleet is an admin burst the production
+// per-principal limit (5/s) would stretch to minutes.
+func newReplicaSet(tb testing.TB, settings ...string) *replicaSet {
+	tb.Helper()
+	database := pgtest.NewDatabase(tb)
+	db, err := postgres.Open(tb.Context(), database.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(db.Close)
+	binary := gatewayproc.Binary(tb)
+	return &replicaSet{t: tb, binary: binary, db: db, procs: map[string]*gatewayproc.Process{},
+		env: gatewayproc.Env(tb, binary, append([]string{"SG_DATABASE_URL=" + database.URL, "SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8",
+			"SG_ADMIN_WRITE_RATE=1000", "SG_ADMIN_WRITE_BURST=1000"}, settings...)...)}
+}
+
+func (s *replicaSet) start(id string) client {
+	s.t.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(ports.Free(s.t))
+	p := gatewayproc.Start(s.t, s.binary, append(slices.Clone(s.env),
+		"SG_MEMBER_ID="+id, "SG_LISTEN_ADDR="+addr, "SG_ADVERTISE_URL=http://"+addr))
+	s.procs[id] = p
+	return s.client(id)
+}
+
+func (s *replicaSet) client(id string) client {
+	p := s.procs[id]
+	return client{t: s.t, base: "http://" + p.Addr, token: p.Token()}
+}
+
+// live are the replicas running now, by id.
+func (s *replicaSet) live() []string { return slices.Sorted(maps.Keys(s.procs)) }
+
+// kill ends a replica with sig (SIGKILL: no goodbye; SIGTERM: it leaves).
+func (s *replicaSet) kill(id string, sig syscall.Signal) {
+	s.t.Helper()
+	p := s.procs[id]
+	if err := p.Cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+	<-p.Done
+	delete(s.procs, id)
+}
+
+// owners reads who owns each environment, counting only live owners (a
+// member whose heartbeat is within the lease, in the incarnation that
+// claimed it); an environment without one maps to "".
+func (s *replicaSet) owners() map[string]string {
+	s.t.Helper()
+	rows, err := s.db.Query(s.t.Context(), `SELECT e.id, coalesce(m.id, '') FROM environments e
+		LEFT JOIN environment_owners o ON o.environment_id = e.id
+		LEFT JOIN members m ON m.id = o.member_id AND m.incarnation = o.incarnation
+			AND m.heartbeat_time >= now() - interval '20 seconds'`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	out := map[string]string{}
+	var env, member string
+	if _, err := pgx.ForEachRow(rows, []any{&env, &member}, func() error {
+		out[env] = member
+		return nil
+	}); err != nil {
+		s.t.Fatal(err)
+	}
+	return out
+}
+
+// settled waits until every environment has a live owner among the running
+// replicas, each replica's pool holds exactly the environments it owns,
+// READY and synced, and no replica owns more than 1.25 × the mean; it
+// returns the owners.
+func (s *replicaSet) settled(within time.Duration) map[string]string {
+	s.t.Helper()
+	var owners map[string]string
+	var last string
+	s.client(s.live()[0]).eventually(within, "every environment owned once and connected by its owner", func() bool {
+		owners = s.owners()
+		counts := map[string]int{}
+		for _, m := range owners {
+			counts[m]++
+		}
+		last = fmt.Sprint(counts)
+		if counts[""] > 0 {
+			return false
+		}
+		for _, id := range s.live() {
+			ready := scrape(s.t, s.client(id)).value("storage_gateway_cluster_connections", "state", "READY", "synced", "true")
+			all := scrape(s.t, s.client(id)).sum("storage_gateway_cluster_connections")
+			if int(ready) != counts[id] || int(all) != counts[id] {
+				last = fmt.Sprintf("%v; %s connects %v (%v ready)", counts, id, all, ready)
+				return false
+			}
+		}
+		return len(counts) == len(s.live())
+	})
+	counts := map[string]int{}
+	for _, m := range owners {
+		counts[m]++
+	}
+	mean := float64(len(owners)) / float64(len(counts))
+	for id, n := range counts {
+		if float64(n) > 1.25*mean {
+			s.t.Fatalf("%s owns %d environments, more than 1.25 × the mean %.1f (%v)", id, n, mean, counts)
+		}
+	}
+	s.t.Logf("settled: %s", last)
+	return owners
+}
+
+// moved counts environments whose owner differs, and fails the test if
+// more than 1/members + 5 % moved.
+func moved(t *testing.T, before, after map[string]string, members int) {
+	t.Helper()
+	n := 0
+	for env, owner := range after {
+		if before[env] != owner {
+			n++
+		}
+	}
+	bound := float64(len(after)) * (1/float64(members) + 0.05)
+	t.Logf("%d of %d environments moved (bound %.0f)", n, len(after), bound)
+	if float64(n) > bound {
+		t.Fatalf("%d environments moved, more than 1/%d + 5 %% of %d", n, members, len(after))
+	}
+}
+
+// ownedBy lists the environments owner owns, sorted.
+func ownedBy(owners map[string]string, owner string) []string {
+	var out []string
+	for env, m := range owners {
+		if m == owner {
+			out = append(out, env)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tenantVolume is a volume the test created in a tenant environment.
+type tenantVolume struct {
+	env, namespace, id string
+	cluster            *harness.Cluster
+}
+
+// TestReplicasShareTheFleet runs three gateway binaries on one database
+// over 200 tenant environments (each its own namespace and least-privilege
+// token on one of the two harness clusters) and proves issue 17's claims:
+// ownership balanced and each environment connected by one replica only;
+// any replica answers for any environment (forwarding to the owner); a
+// SIGKILLed replica's environments owned again and READY within 25 s with
+// every status change meanwhile reported once; scaling 2 → 3 → 2 moves
+// at most 1/N + 5 %; and a replica frozen (SIGSTOP) past its lease writes
+// nothing once resumed.
+func TestReplicasShareTheFleet(t *testing.T) {
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	set := newReplicaSet(t, "SG_NATS_URL="+natsServer.URL, "SG_LOG_LEVEL=debug")
+	var err error
+	tenants := make([][]harness.Tenant, len(clusters))
+	for i, c := range clusters {
+		if tenants[i], err = c.Tenants(t.Context(), "replica", replicaTenants/len(clusters)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := set.start("a")
+	set.start("b")
+	set.start("c")
+	registerTenants(t, a, tenants)
+	owners := set.settled(2 * time.Minute)
+	if len(owners) != replicaTenants {
+		t.Fatalf("%d environments registered, want %d", len(owners), replicaTenants)
+	}
+
+	// Any replica answers for any environment: each replica creates a
+	// volume in environments the others own (forwarded), and reads them.
+	var volumes []tenantVolume
+	for _, via := range set.live() {
+		for _, owner := range set.live() {
+			if owner == via {
+				continue
+			}
+			for _, env := range ownedBy(owners, owner)[:2] {
+				v := tenantVolumeIn(env)
+				code, body := set.client(via).do(http.MethodPost, volumesPath(env)+"?id="+v.id, map[string]any{"spec": storageSpec("r", "1Gi", nil)})
+				set.client(via).want(http.StatusCreated, code, body)
+				volumes = append(volumes, v)
+			}
+		}
+	}
+	want := map[string][]string{}
+	for i, v := range volumes {
+		reader := set.client(set.live()[i%len(set.live())])
+		reader.waitStatus(v.env, v.id, "RUNNING", time.Minute)
+		want[v.id] = []string{"PROVISIONING", "RUNNING"}
+	}
+	for _, v := range volumes {
+		waitEvents(t, stream, v.id, want[v.id], time.Minute)
+	}
+	sameFleetViews(t, set)
+
+	// SIGKILL b: its environments are owned again and READY within the
+	// bound; claims deleted meanwhile are reported DELETED once; requests
+	// for its environments meanwhile succeed or answer 503 with Retry-After.
+	var gone []tenantVolume
+	for _, v := range volumes {
+		if owners[v.env] == "b" {
+			gone = append(gone, v)
+		}
+	}
+	killed := time.Now()
+	set.kill("b", syscall.SIGKILL)
+	for _, v := range gone[:2] {
+		if err := v.cluster.AdminClient().CoreV1().PersistentVolumeClaims(v.namespace).Delete(t.Context(), v.id, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want[v.id] = append(want[v.id], "DELETED")
+	}
+	answered := askDuringTakeover(t, set, gone[2:])
+	after := set.settled(time.Minute)
+	took := time.Since(killed)
+	t.Logf("takeover after SIGKILL: %s; meanwhile the survivors answered %v", took.Round(100*time.Millisecond), answered)
+	if took > takeoverBound {
+		t.Fatalf("the killed replica's environments were owned again and READY after %s, more than %s", took, takeoverBound)
+	}
+	for _, v := range volumes {
+		waitEvents(t, stream, v.id, want[v.id], time.Minute)
+	}
+	stillExactly(t, stream, want)
+
+	// Scale 2 → 3 → 2, with a claim deleted while the third joins.
+	before := after
+	set.start("d")
+	var churn tenantVolume
+	for _, v := range volumes {
+		if len(want[v.id]) == 2 {
+			churn = v // still live
+			break
+		}
+	}
+	if err := churn.cluster.AdminClient().CoreV1().PersistentVolumeClaims(churn.namespace).Delete(t.Context(), churn.id, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after = set.settled(time.Minute)
+	moved(t, before, after, 3)
+	before = after
+	set.kill("d", syscall.SIGTERM)
+	after = set.settled(time.Minute)
+	moved(t, before, after, 3)
+	want[churn.id] = waitDeleted(t, stream, churn.id)
+	stillExactlyWithin(t, stream, want, time.Minute)
+
+	fencedAfterFreeze(t, set, stream, volumes, want)
+}
+
+// tenantVolumeIn names a new volume in a tenant environment (registered as
+// "<cluster>-<namespace>").
+func tenantVolumeIn(env string) tenantVolume {
+	for _, c := range clusters {
+		if ns, ok := strings.CutPrefix(env, c.Name()+"-"); ok {
+			return tenantVolume{env: env, namespace: ns, id: uuid.NewString(), cluster: c}
+		}
+	}
+	panic("not a tenant environment: " + env)
+}
+
+// askDuringTakeover reads the volumes through every live replica until all
+// answer 200; a 503 must carry Retry-After, anything else fails. It returns
+// how many answers of each status it got.
+func askDuringTakeover(t *testing.T, set *replicaSet, vols []tenantVolume) map[int]int {
+	t.Helper()
+	answered := map[int]int{}
+	set.client(set.live()[0]).eventually(takeoverBound+30*time.Second, "every replica serves the killed replica's volumes", func() bool {
+		ok := true
+		for _, id := range set.live() {
+			c := set.client(id)
+			for _, v := range vols {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, c.base+volumesPath(v.env)+"/"+v.id, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Authorization", "Bearer "+c.token)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = resp.Body.Close()
+				answered[resp.StatusCode]++
+				switch {
+				case resp.StatusCode == http.StatusOK:
+				case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+					ok = false
+				default:
+					t.Fatalf("replica %s answered %d (Retry-After %q) for %s during the takeover", id, resp.StatusCode, resp.Header.Get("Retry-After"), v.env)
+				}
+			}
+		}
+		return ok
+	})
+	return answered
+}
+
+// sameFleetViews checks every replica's fleet view of the StorageClasses is
+// the same (each replica shows the others' environments from their
+// snapshots).
+func sameFleetViews(t *testing.T, set *replicaSet) {
+	t.Helper()
+	poll.Value(t, 30*time.Second, func() (string, bool) {
+		var want string
+		for _, id := range set.live() {
+			var got map[string]any
+			set.client(id).getJSON("/api/v1alpha1/storage-classes?max_page_size=1000", &got)
+			text := fmt.Sprint(got)
+			if want == "" {
+				want = text
+			} else if text != want {
+				at := 0
+				for at < len(text) && at < len(want) && text[at] == want[at] {
+					at++
+				}
+				return fmt.Sprintf("fleet views differ: %s's from %s's at %d: %.300s\nversus %.300s", id, set.live()[0], at,
+					text[max(at-200, 0):], want[max(at-200, 0):]), false
+			}
+		}
+		return "", true
+	})
+}
+
+// waitDeleted waits until a volume whose claim was deleted out of band is
+// reported DELETED and returns what it reported: PROVISIONING, RUNNING,
+// then DELETING if its owner watched the claim being deleted, DELETED.
+func waitDeleted(t *testing.T, stream *natstest.Stream, id string) []string {
+	t.Helper()
+	got := poll.Value(t, time.Minute, func() ([]string, bool) {
+		got := natstest.For(stream.Events(), id)
+		return got, len(got) > 0 && got[len(got)-1] == "DELETED"
+	})
+	if !slices.Equal(got, []string{"PROVISIONING", "RUNNING", "DELETED"}) && !slices.Equal(got, []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"}) {
+		t.Fatalf("volume %s reported %v", id, got)
+	}
+	return got
+}
+
+// stillExactlyWithin waits until every volume reported exactly want, then
+// checks nothing more arrives (stillExactly).
+func stillExactlyWithin(t *testing.T, stream *natstest.Stream, want map[string][]string, within time.Duration) {
+	t.Helper()
+	for id, statuses := range want {
+		waitEvents(t, stream, id, statuses, within)
+	}
+	stillExactly(t, stream, want)
+}
+
+// fencedAfterFreeze freezes a replica (SIGSTOP) past its lease, lets the
+// other take its environments over, deletes a claim of one of them
+// meanwhile, and resumes it: the new owner reports the deletion once, and no
+// event row the frozen replica's epochs could write was queued after the
+// takeover.
+func fencedAfterFreeze(t *testing.T, set *replicaSet, stream *natstest.Stream, volumes []tenantVolume, want map[string][]string) {
+	t.Helper()
+	owners := set.owners()
+	frozen := owners[volumes[len(volumes)-1].env]
+	var victim *tenantVolume
+	for i := range volumes {
+		if v := volumes[i]; owners[v.env] == frozen && len(want[v.id]) == 2 {
+			victim = &volumes[i]
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no live volume in an environment of %s", frozen)
+	}
+	p := set.procs[frozen]
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = p.Cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	type claim struct {
+		epoch int64
+		at    time.Time
+	}
+	taken := map[string]claim{}
+	set.client(set.live()[0]).eventually(takeoverBound+10*time.Second, "the frozen replica's environments claimed by the other", func() bool {
+		rows, err := set.db.Query(t.Context(), `SELECT environment_id, epoch, claim_time FROM environment_owners WHERE member_id <> $1`, frozen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env string
+		var c claim
+		if _, err := pgx.ForEachRow(rows, []any{&env, &c.epoch, &c.at}, func() error {
+			if owners[env] == frozen {
+				taken[env] = c
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return len(taken) == len(ownedBy(owners, frozen))
+	})
+	if err := victim.cluster.AdminClient().CoreV1().PersistentVolumeClaims(victim.namespace).Delete(context.WithoutCancel(t.Context()), victim.id, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want[victim.id] = waitDeleted(t, stream, victim.id)
+	resume()
+	// The resumed replica sees the deletion too, and its lease is renewed:
+	// give it time to try its late writes, then settle.
+	time.Sleep(5 * time.Second)
+	set.settled(time.Minute)
+	stillExactly(t, stream, want)
+
+	rows, err := set.db.Query(t.Context(), `SELECT environment_id, coalesce(epoch, 0), create_time FROM outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env string
+	var epoch int64
+	var created time.Time
+	late := 0
+	if _, err := pgx.ForEachRow(rows, []any{&env, &epoch, &created}, func() error {
+		if c, ok := taken[env]; ok && epoch < c.epoch && created.After(c.at) {
+			late++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if late > 0 {
+		t.Fatalf("%d events were queued at the frozen replica's epochs after the takeover", late)
+	}
+	t.Logf("the frozen replica (%s) lost %d environments; the fence refused %d late writes it logged", frozen, len(taken),
+		strings.Count(p.Logs(), "another replica owns the environment now"))
+}
