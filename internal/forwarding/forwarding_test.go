@@ -33,9 +33,12 @@ func ring(t *testing.T, ids ...string) *secrets.KeyRing {
 	return r
 }
 
+// uri is the request every case sends.
+const uri = "/api/v1alpha1/environments/east/volumes?id=v1"
+
 // signed is a request for uri with body, carrying an envelope f signed
 // for method, signedURI and signedBody, issued at issued.
-func signed(t *testing.T, f *Forwarder, method, uri, body, signedURI, signedBody string, issued time.Time) *http.Request {
+func signed(t *testing.T, f *Forwarder, method, body, signedURI, signedBody string, issued time.Time) *http.Request {
 	t.Helper()
 	e := Envelope{Principal: auth.Principal{Subject: "alice", Roles: []auth.Role{auth.RoleDCM}, Environments: []string{"east"}, Method: auth.MethodOIDC},
 		Peer: "10.0.0.9:5555", RequestID: "req-1", Member: "replica-1", Issued: issued, Method: method, URI: signedURI}
@@ -57,10 +60,9 @@ func signed(t *testing.T, f *Forwarder, method, uri, body, signedURI, signedBody
 func TestVerify(t *testing.T) {
 	keys := ring(t, "k1", "k2")
 	f := newForwarder(t, keys)
-	const uri = "/api/v1alpha1/environments/east/volumes?id=v1"
 	now := time.Now()
 
-	got, forwarded, err := f.Verify(signed(t, f, http.MethodPost, uri, `{"a":1}`, uri, `{"a":1}`, now))
+	got, forwarded, err := f.Verify(signed(t, f, http.MethodPost, `{"a":1}`, uri, `{"a":1}`, now))
 	if err != nil || !forwarded {
 		t.Fatalf("genuine envelope: forwarded %v, %v", forwarded, err)
 	}
@@ -84,22 +86,22 @@ func TestVerify(t *testing.T) {
 	if err := rotated.Promote("k2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := newForwarder(t, rotated).Verify(signed(t, f, http.MethodGet, uri, "", uri, "", now)); err != nil {
+	if _, _, err := newForwarder(t, rotated).Verify(signed(t, f, http.MethodGet, "", uri, "", now)); err != nil {
 		t.Fatalf("after a rotation: %v", err)
 	}
 
 	for name, r := range map[string]*http.Request{
-		"another ring":    signed(t, newForwarder(t, ring(t, "k1")), http.MethodGet, uri, "", uri, "", now),
-		"another URI":     signed(t, f, http.MethodGet, uri, "", "/api/v1alpha1/environments/west/volumes", "", now),
-		"another body":    signed(t, f, http.MethodPost, uri, `{"a":2}`, uri, `{"a":1}`, now),
-		"stale":           signed(t, f, http.MethodGet, uri, "", uri, "", now.Add(-time.Minute)),
-		"from the future": signed(t, f, http.MethodGet, uri, "", uri, "", now.Add(time.Minute)),
+		"another ring":    signed(t, newForwarder(t, ring(t, "k1")), http.MethodGet, "", uri, "", now),
+		"another URI":     signed(t, f, http.MethodGet, "", "/api/v1alpha1/environments/west/volumes", "", now),
+		"another body":    signed(t, f, http.MethodPost, `{"a":2}`, uri, `{"a":1}`, now),
+		"stale":           signed(t, f, http.MethodGet, "", uri, "", now.Add(-time.Minute)),
+		"from the future": signed(t, f, http.MethodGet, "", uri, "", now.Add(time.Minute)),
 	} {
 		if _, forwarded, err := f.Verify(r); !forwarded || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: forwarded %v, %v; want refused", name, forwarded, err)
 		}
 	}
-	tampered := signed(t, f, http.MethodGet, uri, "", uri, "", now)
+	tampered := signed(t, f, http.MethodGet, "", uri, "", now)
 	tampered.Header.Set(EnvelopeHeader, tampered.Header.Get(EnvelopeHeader)+"x")
 	if _, _, err := f.Verify(tampered); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a tampered envelope: %v", err)

@@ -86,7 +86,9 @@ func (s *replicaSet) kill(id string, sig syscall.Signal) {
 	if err := p.Cmd.Process.Signal(sig); err != nil {
 		s.t.Fatal(err)
 	}
-	<-p.Done
+	if err := <-p.Done; sig == syscall.SIGTERM && err != nil {
+		s.t.Fatalf("replica %s did not stop cleanly: %v", id, err)
+	}
 	delete(s.procs, id)
 }
 
