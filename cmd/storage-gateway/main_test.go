@@ -220,10 +220,14 @@ func TestServeReadinessFollowsExternalNATS(t *testing.T) {
 
 func TestServeWithUnreachableExternalNATSStillStarts(t *testing.T) {
 	g := startGateway(t, map[string]string{"SG_DATABASE_URL": pgtest.NewDatabase(t).URL, "SG_NATS_URL": fmt.Sprintf("nats://127.0.0.1:%d", ports.Free(t))})
-	body := g.waitReady(t, 503, 10*time.Second)
-	if failed := failedChecks(t, body); strings.Join(failed, ",") != "nats" {
-		t.Fatalf("failed checks %v, want only nats", failed)
-	}
+	// Every other check passes (the membership's once its first heartbeat
+	// is in), and nats keeps failing.
+	failed := poll.Value(t, 10*time.Second, func() ([]string, bool) {
+		code, body := g.get(t, "/readyz")
+		failed := failedChecks(t, body)
+		return failed, code == 503 && strings.Join(failed, ",") == "nats"
+	})
+	t.Logf("not ready while NATS is unreachable: failed checks %v", failed)
 }
 
 func TestBadConfigurationExitsWithClearMessage(t *testing.T) {

@@ -188,8 +188,10 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 					// Never a second hop: it moved again meanwhile.
 					return membership.NotOwned(env, time.Second)
 				}
-				err := g.forward(c, env, principal)
-				handled = err == nil
+				err := g.forward(c, op, env, principal)
+				// The owner audits what it answered, unless it refused the
+				// envelope (clocks apart, a key ring not reloaded yet).
+				handled = err == nil && c.Response().Status != http.StatusUnauthorized
 				return err
 			})
 		}
@@ -229,10 +231,11 @@ func (g *guard) authenticate(req *http.Request) (p auth.Principal, peer string, 
 // forward hands the request to env's owner on behalf of p and copies its
 // answer; an error says nothing was written (no live owner: 503 with
 // Retry-After).
-func (g *guard) forward(c echo.Context, env string, p auth.Principal) error {
+func (g *guard) forward(c echo.Context, op operation, env string, p auth.Principal) error {
 	req := c.Request()
 	var body []byte
-	if req.Body != nil && req.Body != http.NoBody {
+	if op.bodyLimit > 0 && req.Body != nil && req.Body != http.NoBody {
+		// Read and bounded by validated already: this reads it from memory.
 		var err error
 		if body, err = io.ReadAll(req.Body); err != nil {
 			return err

@@ -1,9 +1,10 @@
 // Package environments owns the registry of clusters the gateway serves —
 // the environments table and credentials_generation_seq: validation of what
 // admins register, the Postgres repository, the probe that gates
-// registration and credential rotation, the periodic probes, key rotation of
-// the sealed credentials, and the Connector that makes the cluster pool
-// follow the registry. It publishes a Change after every registration,
+// registration and credential rotation, the periodic probes of the
+// environments this replica owns, key rotation of the sealed credentials,
+// and the Connector that makes the cluster pool hold the registered
+// environments this replica owns. It publishes a Change after every registration,
 // update and deletion; it never calls its subscribers.
 //
 // Who writes an environment's state (environments.state and its message):
@@ -14,7 +15,10 @@
 // UNREACHABLE, and UNREACHABLE or PENDING becomes READY. It never overrides
 // UNAUTHORIZED or DEGRADED, which only a probe can tell apart from READY.
 // A probe result for settings that changed meanwhile (the row's generation
-// moved) is dropped.
+// moved) is dropped, and so is anything the owner's own loops write (probe
+// rounds, reachability) once its claim is no longer current
+// (membership.FenceSQL); an admin's :verify, registration or update is
+// recorded by whichever replica serves it.
 //
 // It must never return, log or store credentials in the clear: they enter
 // as a kubeconfig or explicit credentials, are sealed by internal/secrets,

@@ -189,7 +189,7 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 	args := []any{id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
 		st.LastProbeTime, st.LastReadyTime, expiry}
 	if claim != nil {
-		query += ` AND ` + membership.FenceSQL("id", "$10", "$11")
+		query += ` AND ` + membership.FenceSQL("environments.id", "$10", "$11")
 		args = append(args, claim.Epoch, claim.Incarnation)
 	}
 	tag, err := r.db.Exec(ctx, query, args...)
@@ -204,7 +204,7 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 // replica owns it now and registers it itself).
 func (r *repository) recordRegistration(ctx context.Context, id string, reg DCMRegistration, claim membership.Claim) (bool, error) {
 	tag, err := r.db.Exec(ctx, `UPDATE environments SET dcm_registration = $2 WHERE id = $1 AND `+
-		membership.FenceSQL("id", "$3", "$4"), id, mustJSON(reg), claim.Epoch, claim.Incarnation)
+		membership.FenceSQL("environments.id", "$3", "$4"), id, mustJSON(reg), claim.Epoch, claim.Incarnation)
 	return tag.RowsAffected() == 1, err
 }
 
@@ -224,7 +224,7 @@ func (r *repository) recordReachability(ctx context.Context, id string, state cl
 			last_ready_time = CASE WHEN $2 = 'READY' THEN $4 ELSE last_ready_time END
 		WHERE id = $1 AND state <> $2
 		  AND ($2 = 'UNREACHABLE' OR state IN ('UNREACHABLE', 'PENDING'))
-		  AND `+membership.FenceSQL("id", "$5", "$6"),
+		  AND `+membership.FenceSQL("environments.id", "$5", "$6"),
 		id, string(state), msg, at, claim.Epoch, claim.Incarnation)
 	if err != nil {
 		return false, err

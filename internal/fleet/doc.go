@@ -2,10 +2,12 @@
 // (SPEC.md §2.3): an in-memory index of every environment's StorageClasses,
 // with their capabilities, CSI driver facts and published capacity.
 //
-// The index is fed by subscribing to the cluster pool's and the registry's
-// changes (Feed), and persisted in the fleet_snapshots table (Store), which
-// this package owns, so a restarted gateway still shows clusters it cannot
-// reach, marked stale. Queries read only the index: they never call
+// The index is fed by subscribing to the cluster pool's, the registry's and
+// the ownership's changes (Feed), and persisted in the fleet_snapshots table
+// (Store), which this package owns: the environment's owner writes its row
+// (fenced by its claim) and every other replica shows what the row says, so
+// every replica answers the same, and a restarted gateway still shows
+// clusters it cannot reach, marked stale. Queries read only the index: they never call
 // a cluster, never wait for one, and cost the same whether an environment is
 // up or down. Each class is encoded to JSON, and made the series /metrics
 // serves (metrics.go), when its environment's view changes, not per query

@@ -307,6 +307,11 @@ func (f *Feed) replicate(ctx context.Context) {
 	}
 	var moved []string
 	f.mu.Lock()
+	for id := range f.replicated {
+		if _, ok := revisions[id]; !ok {
+			delete(f.replicated, id) // deleted: registered again, its row starts over
+		}
+	}
 	for id, revision := range revisions {
 		if f.replicated[id] != revision && !f.opts.Owned.Owns(id) {
 			moved = append(moved, id)

@@ -106,9 +106,10 @@ type heldSnapshot struct {
 
 // touch records that these environments' snapshots were still current at
 // `at`, so after a restart a dead cluster's data is dated by when it was
-// last seen, not when it last changed. A row is re-dated only while its
-// claim is current; what other replicas show does not move (the revision
-// stays).
+// last seen, not when it last changed. A row is re-dated only if its owner
+// row still names the claim (read, not locked: a re-dating that races a
+// hand-over is harmless, the new owner re-dates it too); what other
+// replicas show does not move (the revision stays).
 func (s Store) touch(ctx context.Context, held []heldSnapshot, at time.Time) error {
 	ids, epochs := make([]string, len(held)), make([]int64, len(held))
 	for i, h := range held {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -46,13 +47,33 @@ type Envelope struct {
 	// Peer is the caller's address as the first replica saw it.
 	Peer      string `json:"peer"`
 	RequestID string `json:"request_id"`
-	// Member is the replica that forwarded it.
+	// Member is the replica that forwarded it, Target the one it is for:
+	// no other replica accepts it.
 	Member string    `json:"member"`
+	Target string    `json:"target"`
 	Issued time.Time `json:"issued"`
 	Method string    `json:"method"`
 	URI    string    `json:"uri"`
+	// Headers are the request headers that change what an operation does
+	// (signedHeaders), as sent.
+	Headers map[string]string `json:"headers,omitempty"`
 	// BodySHA256 is the digest of the body sent with it.
 	BodySHA256 []byte `json:"body_sha256"`
+}
+
+// signedHeaders change what an operation does: the envelope binds them, so
+// a replayed envelope cannot carry other values.
+var signedHeaders = []string{"Content-Type", "Idempotency-Key"}
+
+// headersOf returns r's signed headers that are set.
+func headersOf(r *http.Request) map[string]string {
+	out := map[string]string{}
+	for _, h := range signedHeaders {
+		if v := r.Header.Get(h); v != "" {
+			out[h] = v
+		}
+	}
+	return out
 }
 
 // Owners says who owns an environment and where it is reached (a
@@ -83,7 +104,9 @@ type Forwarder struct {
 // New returns a Forwarder.
 func New(opts Options) *Forwarder {
 	if opts.Transport == nil {
-		opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil // replicas talk directly: an envelope never passes through a proxy
+		opts.Transport = t
 	}
 	return &Forwarder{opts: opts}
 }
@@ -98,6 +121,10 @@ var ErrInvalid = errors.New("forwarded request not accepted")
 // while it is handed over) and nothing is written.
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, e Envelope, body []byte) error {
 	member, advertised, err := f.opts.Owners.Owner(r.Context(), env)
+	if _, classified := fault.As(err); err != nil && !classified {
+		f.opts.Logger.WarnContext(r.Context(), "find the environment's owner", "environment", env, "error", err)
+		return fault.RetryLater(time.Second, "cannot tell which replica serves environment %s now; retry shortly", env)
+	}
 	if err != nil {
 		return err
 	}
@@ -105,7 +132,8 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 	if err != nil {
 		return fault.New(fault.Unavailable, "replica %s advertises an unusable address", member)
 	}
-	e.Member, e.Issued, e.Method, e.URI, e.BodySHA256 = f.opts.Member, time.Now().UTC(), r.Method, r.URL.RequestURI(), sha(body)
+	e.Member, e.Target, e.Issued, e.Method, e.URI, e.Headers, e.BodySHA256 =
+		f.opts.Member, member, time.Now().UTC(), r.Method, r.URL.RequestURI(), headersOf(r), sha(body)
 	header, signature, err := f.sign(e)
 	if err != nil {
 		return err
@@ -156,7 +184,10 @@ func (f *Forwarder) sign(e Envelope) (header, signature string, err error) {
 // Verify reads the forwarding envelope r carries, if any (forwarded false
 // when it carries none). An envelope is accepted only if it is signed with
 // a key derived from this replica's ring, was issued within maxAge, and
-// names r's method, URI and body (read from r, and put back).
+// names this replica as its target and r's method, URI, signed headers and
+// body (read from r, and put back). Within maxAge the same request could be
+// sent again to the same replica by whoever can read the replicas' traffic
+// (as with a bearer token): keep it on a network only they share, or TLS.
 func (f *Forwarder) Verify(r *http.Request) (e Envelope, forwarded bool, err error) {
 	header := r.Header.Get(EnvelopeHeader)
 	if header == "" && r.Header.Get(SignatureHeader) == "" {
@@ -192,7 +223,10 @@ func (f *Forwarder) Verify(r *http.Request) (e Envelope, forwarded bool, err err
 		return Envelope{}, true, fmt.Errorf("%w: the body exceeds %d bytes", ErrInvalid, maxBody)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if e.Method != r.Method || e.URI != r.URL.RequestURI() || !hmac.Equal(e.BodySHA256, sha(body)) {
+	if e.Target != f.opts.Member {
+		return Envelope{}, true, fmt.Errorf("%w: the envelope is for replica %q", ErrInvalid, e.Target)
+	}
+	if e.Method != r.Method || e.URI != r.URL.RequestURI() || !hmac.Equal(e.BodySHA256, sha(body)) || !maps.Equal(e.Headers, headersOf(r)) {
 		return Envelope{}, true, fmt.Errorf("%w: the envelope is for another request", ErrInvalid)
 	}
 	return e, true, nil

@@ -41,7 +41,8 @@ const uri = "/api/v1alpha1/environments/east/volumes?id=v1"
 func signed(t *testing.T, f *Forwarder, method, body, signedURI, signedBody string, issued time.Time) *http.Request {
 	t.Helper()
 	e := Envelope{Principal: auth.Principal{Subject: "alice", Roles: []auth.Role{auth.RoleDCM}, Environments: []string{"east"}, Method: auth.MethodOIDC},
-		Peer: "10.0.0.9:5555", RequestID: "req-1", Member: "replica-1", Issued: issued, Method: method, URI: signedURI}
+		Peer: "10.0.0.9:5555", RequestID: "req-1", Member: "replica-2", Target: "replica-1", Issued: issued, Method: method, URI: signedURI,
+		Headers: map[string]string{"Idempotency-Key": "key-1"}}
 	digest := sha([]byte(signedBody))
 	e.BodySHA256 = digest
 	header, signature, err := f.sign(e)
@@ -49,14 +50,16 @@ func signed(t *testing.T, f *Forwarder, method, body, signedURI, signedBody stri
 		t.Fatal(err)
 	}
 	r := httptest.NewRequest(method, uri, strings.NewReader(body))
+	r.Header.Set("Idempotency-Key", "key-1")
 	r.Header.Set(EnvelopeHeader, header)
 	r.Header.Set(SignatureHeader, signature)
 	return r
 }
 
 // An envelope is accepted only as it was signed, with a key of the ring,
-// for this very request, recently; the caller's identity (roles, scope,
-// peer) comes through whole.
+// by the replica it names, for this very request (method, URI, body,
+// Idempotency-Key), recently; the caller's identity (roles, scope, peer)
+// comes through whole.
 func TestVerify(t *testing.T) {
 	keys := ring(t, "k1", "k2")
 	f := newForwarder(t, keys)
@@ -100,6 +103,15 @@ func TestVerify(t *testing.T) {
 		if _, forwarded, err := f.Verify(r); !forwarded || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: forwarded %v, %v; want refused", name, forwarded, err)
 		}
+	}
+	otherKey := signed(t, f, http.MethodPost, "", uri, "", now)
+	otherKey.Header.Set("Idempotency-Key", "key-2")
+	if _, _, err := f.Verify(otherKey); !errors.Is(err, ErrInvalid) {
+		t.Errorf("another Idempotency-Key: %v", err)
+	}
+	elsewhere := New(Options{Keys: func() *secrets.KeyRing { return keys }, Member: "replica-3", Logger: slog.New(slog.DiscardHandler)})
+	if _, _, err := elsewhere.Verify(signed(t, f, http.MethodGet, "", uri, "", now)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an envelope for replica-1 accepted by replica-3: %v", err)
 	}
 	tampered := signed(t, f, http.MethodGet, "", uri, "", now)
 	tampered.Header.Set(EnvelopeHeader, tampered.Header.Get(EnvelopeHeader)+"x")

@@ -3,7 +3,7 @@
 // them in order under one deadline. `storage-gateway serve` and the
 // in-process end-to-end tests both call it; nothing else wires parts
 // together. It owns no table; each table's owner is named in its package's
-// doc (environments, volumes, status, events, fleet, auth).
+// doc (environments, volumes, status, events, fleet, auth, membership).
 //
 // The runtime graph — who publishes, who subscribes:
 //
@@ -13,11 +13,16 @@
 //	                                          └► volumes.Reconciler (ready and synced: reconcile)
 //	environments.Service ── registered, updated, deleted ──► environments.Connector (the pool follows)
 //	                                                      ├► fleet.Feed (environments)
-//	                                                      └► dcm.Registrar (register, deregister)
+//	                                                      ├► dcm.Registrar (register, deregister)
+//	                                                      └► membership.Membership (claim at once)
+//	membership.Membership ── gained, lost ──► environments.Connector (the pool holds owned ones)
+//	                                       ├► fleet.Feed (watch, or show the owner's snapshot)
+//	                                       └► dcm.Registrar (register what it owns)
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
 // Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
 // stop the background workers and the informers → flush the status
-// tracker → drain the outbox → close NATS → close cluster connections →
+// tracker (still the owner: the fence would refuse it after) → leave the
+// membership → drain the outbox → close NATS → close cluster connections →
 // close the database; "stopped" is logged last.
 package gateway

@@ -81,3 +81,17 @@ func (m *Membership) Owner(ctx context.Context, env string) (id, advertiseURL st
 	}
 	return *member, *advertised, nil
 }
+
+// Hold checks claim as the first statement of tx, a transaction of several
+// writes for the claim's environment, and keeps the owner row locked until
+// tx ends (see FenceSQL): the writes after it are fenced as one.
+func Hold(ctx context.Context, tx pgx.Tx, claim Claim) error {
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT `+FenceSQL("$1", "$2", "$3"), claim.env, claim.Epoch, claim.Incarnation).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return claim.Lost()
+	}
+	return nil
+}

@@ -70,6 +70,11 @@ type Membership struct {
 	// owned maps each environment this member owns to the epoch it
 	// claimed it at.
 	owned map[string]int64
+	// renewed is when the last heartbeat that the database accepted was
+	// sent, by this process's clock: the others count this member live
+	// until a lease after it (by the database's clock), so its claims hold
+	// here only until a heartbeat interval before that (held).
+	renewed time.Time
 	// live is how many members were live at the last heartbeat.
 	live int
 }
@@ -124,6 +129,10 @@ func (m *Membership) Run(ctx context.Context) {
 		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
 			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
 		}
+		if lost := m.expire(); lost > 0 {
+			m.opts.Logger.ErrorContext(ctx, "no heartbeat accepted for a lease: giving up every environment (the others claim them)",
+				"member", m.opts.ID, "environments", lost)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -140,6 +149,7 @@ func (m *Membership) Run(ctx context.Context) {
 func (m *Membership) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Lease/2)
 	defer cancel()
+	sent := time.Now()
 	tag, err := m.opts.DB.Exec(ctx, `
 		INSERT INTO members (id, incarnation, advertise_url) VALUES ($1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, advertise_url = EXCLUDED.advertise_url,
@@ -155,6 +165,9 @@ func (m *Membership) beat(ctx context.Context) error {
 		return m.displaced(ctx)
 	}
 	m.joined = true
+	m.mu.Lock()
+	m.renewed = sent
+	m.mu.Unlock()
 	err = m.rebalance(ctx)
 	if err == nil {
 		m.ready.Store(true)
@@ -384,12 +397,32 @@ func (m *Membership) Joined(context.Context) error {
 	return nil
 }
 
+// held reports whether this member's claims still hold by its own clock
+// (see renewed); the caller holds m.mu. A process that was frozen (a GC
+// pause, SIGSTOP) or cut off from the database past it owns nothing until
+// a heartbeat is accepted again and the rebalance says what is still its.
+func (m *Membership) held() bool {
+	return time.Since(m.renewed) < m.opts.Lease-m.interval()
+}
+
+// expire gives up every environment once the claims no longer hold (see
+// held), telling subscribers, and returns how many it gave up.
+func (m *Membership) expire() int {
+	m.mu.Lock()
+	held := m.held()
+	m.mu.Unlock()
+	if held {
+		return 0
+	}
+	return m.setOwned(map[string]int64{}, -1)
+}
+
 // Owns reports whether this member owns env.
 func (m *Membership) Owns(env string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, ok := m.owned[env]
-	return ok
+	return ok && m.held()
 }
 
 // Claim returns this member's claim on env, or an error wrapping
@@ -399,6 +432,7 @@ func (m *Membership) Owns(env string) bool {
 func (m *Membership) Claim(env string) (Claim, error) {
 	m.mu.Lock()
 	epoch, ok := m.owned[env]
+	ok = ok && m.held()
 	m.mu.Unlock()
 	c := Claim{Epoch: epoch, Incarnation: m.incarnation, env: env, retryAfter: m.interval()}
 	if !ok {

@@ -317,3 +317,25 @@ func TestTheFenceRefusesAStalledOwner(t *testing.T) {
 		t.Fatal("the stalled owner's claim still passes the fence")
 	}
 }
+
+// A member whose heartbeats stop being accepted (frozen, cut off from the
+// database) stops owning by its own clock a heartbeat before the others may
+// claim: it never believes it owns what another may have taken. An
+// accepted heartbeat gives back what is still its.
+func TestClaimsLapseOnTheMembersOwnClock(t *testing.T) {
+	reg, envs := fleet(t, 3)
+	lease := 2 * time.Second
+	a := member(reg, "a", lease)
+	beat(t, a)
+	if !a.Owns(envs[0]) {
+		t.Fatal("a does not own what it claimed")
+	}
+	time.Sleep(lease - lease/10 + 50*time.Millisecond)
+	if _, err := a.Claim(envs[0]); a.Owns(envs[0]) || !errors.Is(err, membership.ErrNotOwner) {
+		t.Fatalf("a heartbeat interval before its lease ran out, a still owns %s (%v)", envs[0], err)
+	}
+	beat(t, a)
+	if _, err := a.Claim(envs[0]); err != nil {
+		t.Fatalf("after an accepted heartbeat: %v", err)
+	}
+}

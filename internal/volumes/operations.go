@@ -144,7 +144,11 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, kubernetesError(err, "expand the claim")
 	}
-	if err := s.repo.setCapacity(ctx, envID, id, want.String()); err != nil {
+	claim, err := s.claims.Claim(envID)
+	if err == nil {
+		err = s.repo.setCapacity(ctx, envID, id, want.String(), claim)
+	}
+	if err != nil {
 		// The claim was patched; the record only lags behind it.
 		s.log.WarnContext(ctx, "record an expansion", "environment", envID, "volume", id, "error", err)
 	}

@@ -5,11 +5,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -73,7 +75,8 @@ func (r *Reconciler) Run(ctx context.Context) {
 	}
 }
 
-// ReconcileAll runs one reconciliation pass over every connected environment.
+// ReconcileAll runs one reconciliation pass over every environment this
+// replica owns and is connected to (reconcile skips the others).
 func (s *Service) ReconcileAll(ctx context.Context) {
 	if n, err := s.repo.purgeKeys(ctx, keyRetention); err != nil {
 		s.log.ErrorContext(ctx, "purge idempotency keys", "error", err)
@@ -127,8 +130,17 @@ func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec rec
 		}
 		return err
 	case exists && rec.PVCUID != string(pvc.UID):
-		_, err := s.repo.setClaim(ctx, s.repo.db, rec.EnvironmentID, rec.ID, string(pvc.UID))
-		return err
+		claim, err := s.claims.Claim(rec.EnvironmentID)
+		if err != nil {
+			return err
+		}
+		return pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
+			if err := membership.Hold(ctx, tx, claim); err != nil {
+				return err
+			}
+			_, err := s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID))
+			return err
+		})
 	case exists:
 		return nil
 	case claimGone(cluster, rec):

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -68,22 +69,27 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 
 // insert records the intent to create a volume, with its idempotency key
 // when the request carried one, in one implicit transaction (a batch: one
-// round trip): a retry finds either both or neither.
-func (r *repository) insert(ctx context.Context, rec *record, key *agentKey) error {
+// round trip): a retry finds either both or neither. Both are fenced by
+// the owner's claim (the first statement's lock holds to the commit).
+func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, claim membership.Claim) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
 	}
 	batch := &pgx.Batch{}
 	if key != nil {
-		batch.Queue(`INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id) VALUES ($1, $2, $3, $4)`,
-			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID)
+		batch.Queue(`INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id)
+			SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6"),
+			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, claim.Epoch, claim.Incarnation)
 	}
 	batch.Queue(`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING create_time, update_time`,
-		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message).
+			SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` RETURNING create_time, update_time`,
+		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, claim.Epoch, claim.Incarnation).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) })
 	err = r.db.SendBatch(ctx, batch).Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return claim.Lost() // fenced off: nothing was written
+	}
 	switch postgres.ErrorCode(err) {
 	case pgerrcode.UniqueViolation: // a concurrent create won
 		return errExists
@@ -109,8 +115,10 @@ func (r *repository) purgeKeys(ctx context.Context, age time.Duration) (int64, e
 	return tag.RowsAffected(), err
 }
 
-func (r *repository) remove(ctx context.Context, env, id string) error {
-	_, err := r.db.Exec(ctx, `DELETE FROM volumes WHERE environment_id = $1 AND id = $2`, env, id)
+// remove forgets a volume's record while claim holds.
+func (r *repository) remove(ctx context.Context, env, id string, claim membership.Claim) error {
+	_, err := r.db.Exec(ctx, `DELETE FROM volumes WHERE environment_id = $1 AND id = $2 AND `+
+		membership.FenceSQL("environment_id", "$3", "$4"), env, id, claim.Epoch, claim.Incarnation)
 	return err
 }
 
@@ -120,16 +128,19 @@ type execer interface {
 }
 
 // setClaim records the claim that serves a volume; it reports false when
-// the volume is being or has been deleted (the claim is then unwanted).
+// the volume is being or has been deleted (the claim is then unwanted). The
+// caller's transaction holds the owner's claim (membership.Hold).
 func (r *repository) setClaim(ctx context.Context, db execer, env, id, uid string) (bool, error) {
 	tag, err := db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now()
 		WHERE environment_id = $1 AND id = $2 AND status NOT IN ('DELETING', 'DELETED')`, env, id, uid)
 	return tag.RowsAffected() == 1, err
 }
 
-func (r *repository) setCapacity(ctx context.Context, env, id, capacity string) error {
+// setCapacity records an expansion while claim holds.
+func (r *repository) setCapacity(ctx context.Context, env, id, capacity string, claim membership.Claim) error {
 	_, err := r.db.Exec(ctx, `UPDATE volumes SET spec = jsonb_set(spec, '{capacity}', to_jsonb($3::text)), update_time = now()
-		WHERE environment_id = $1 AND id = $2`, env, id, capacity)
+		WHERE environment_id = $1 AND id = $2 AND `+membership.FenceSQL("environment_id", "$4", "$5"),
+		env, id, capacity, claim.Epoch, claim.Incarnation)
 	return err
 }
 

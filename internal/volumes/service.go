@@ -53,6 +53,7 @@ type Service struct {
 	tracker  *status.Tracker
 	envs     *environments.Service
 	clusters *clusters.Pool
+	claims   membership.Claims
 	log      *slog.Logger
 }
 
@@ -60,7 +61,7 @@ type Service struct {
 func NewService(opts Options) *Service {
 	return &Service{
 		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued, Claims: opts.Claims}, tracker: opts.Tracker,
-		envs: opts.Environments, clusters: opts.Clusters, log: opts.Logger,
+		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger,
 	}
 }
 
@@ -129,8 +130,12 @@ func (s *Service) createNew(ctx context.Context, env environments.Environment, c
 		}
 		return Volume{}, err
 	}
+	claim, err := s.claims.Claim(env.ID)
+	if err != nil {
+		return Volume{}, err
+	}
 	rec := record{EnvironmentID: env.ID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
-	if err := s.repo.insert(ctx, &rec, key); errors.Is(err, errNoEnvironment) {
+	if err := s.repo.insert(ctx, &rec, key, claim); errors.Is(err, errNoEnvironment) {
 		return Volume{}, fault.New(fault.NotFound, "environment %q not found", env.ID)
 	} else if err != nil {
 		return Volume{}, err
@@ -246,7 +251,14 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
 	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
 	var queued bool
+	claim, err := s.claims.Claim(rec.EnvironmentID)
+	if err != nil {
+		return false, nil, err
+	}
 	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
+		if err := membership.Hold(ctx, tx, claim); err != nil {
+			return err
+		}
 		if live, err = s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID)); err != nil || !live {
 			return err
 		}
@@ -264,7 +276,11 @@ func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.Persi
 
 // forget drops the record of a volume whose claim the cluster refused.
 func (s *Service) forget(ctx context.Context, rec record) {
-	if err := s.repo.remove(context.WithoutCancel(ctx), rec.EnvironmentID, rec.ID); err != nil {
+	claim, err := s.claims.Claim(rec.EnvironmentID)
+	if err == nil {
+		err = s.repo.remove(context.WithoutCancel(ctx), rec.EnvironmentID, rec.ID, claim)
+	}
+	if err != nil {
 		s.log.ErrorContext(ctx, "drop the record of a refused volume", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
 	}
 }
@@ -368,8 +384,12 @@ func (s *Service) writable(envID string) (*clusters.Cluster, error) {
 	return cluster, nil
 }
 
-// readable returns the environment's cluster if its caches can answer.
+// readable returns the environment's cluster if this replica owns the
+// environment (its claim holds) and its caches can answer.
 func (s *Service) readable(envID string) (*clusters.Cluster, error) {
+	if _, err := s.claims.Claim(envID); err != nil {
+		return nil, err
+	}
 	cluster, ok := s.clusters.Get(envID)
 	if !ok || !cluster.Health().Synced {
 		return nil, fault.RetryLater(time.Second, "environment %s is not connected yet; retry shortly", envID)
