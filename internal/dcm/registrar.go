@@ -79,6 +79,9 @@ type Registrar struct {
 
 // registration is what the registrar knows about one environment.
 type registration struct {
+	// tried is the fingerprint of the last body sent: a wake-up retries at
+	// once only a body not tried yet, never one waiting out a backoff.
+	tried       string
 	fingerprint string    // of the last body DCM accepted or refused for good
 	done        time.Time // when that happened
 	retryAt     time.Time
@@ -202,7 +205,7 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 	case reg.fingerprint == fp && now.Sub(reg.done) < r.opts.Interval:
 		r.mu.Unlock()
 		return reg.done.Add(r.opts.Interval)
-	case reg.fingerprint != fp:
+	case reg.tried != fp:
 		reg.retryAt = time.Time{} // changed: try at once
 	case now.Before(reg.retryAt):
 		r.mu.Unlock()
@@ -210,6 +213,9 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 	}
 	r.mu.Unlock()
 
+	r.mu.Lock()
+	reg.tried = fp
+	r.mu.Unlock()
 	outcome := r.register(ctx, body)
 	r.record(ctx, env.ID, outcome, claim)
 	r.mu.Lock()
