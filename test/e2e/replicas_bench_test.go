@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/natstest"
 )
 
 // BenchmarkReplicas measures what replicas cost and how fast they take over
@@ -27,21 +28,21 @@ import (
 //
 //	go test ./test/e2e -run '^$' -bench Replicas -benchtime 1x -timeout 60m
 func BenchmarkReplicas(b *testing.B) {
-	tenants := map[int][][]harness.Tenant{}
-	for _, n := range []int{200, 1000} {
-		tenants[n] = make([][]harness.Tenant, len(clusters))
-		for i, c := range clusters {
-			var err error
-			// The idle-fleet benchmark's tenants: created once per cluster.
-			if tenants[n][i], err = c.Tenants(b.Context(), "tenant", n/len(clusters)); err != nil {
-				b.Fatal(err)
-			}
+	// The idle-fleet benchmark's tenants, all of them at once (one binding
+	// grants them the storage read); 200 environments are the first of them.
+	tenants := map[int][][]harness.Tenant{1000: make([][]harness.Tenant, len(clusters)), 200: make([][]harness.Tenant, len(clusters))}
+	for i, c := range clusters {
+		var err error
+		if tenants[1000][i], err = c.Tenants(b.Context(), "tenant", 1000/len(clusters)); err != nil {
+			b.Fatal(err)
 		}
+		tenants[200][i] = tenants[1000][i][:200/len(clusters)]
 	}
+	nats := "SG_NATS_URL=" + natstest.Start(b).URL // replicas share one NATS
 	var report []string
 	for _, n := range []int{200, 1000} {
 		for _, replicas := range []int{1, 3} {
-			set := newReplicaSet(b)
+			set := newReplicaSet(b, nats)
 			for i := range replicas {
 				set.start(string(rune('a' + i)))
 			}
@@ -63,7 +64,7 @@ func BenchmarkReplicas(b *testing.B) {
 		}
 	}
 
-	set := newReplicaSet(b)
+	set := newReplicaSet(b, nats)
 	for _, id := range []string{"a", "b", "c"} {
 		set.start(id)
 	}
