@@ -18,9 +18,9 @@ import (
 // transaction ends, so a claim by another member waits for that write to
 // commit, and a write that starts after such a claim committed finds a
 // later epoch or another incarnation and is refused: a stalled former
-// owner can never write after it lost the environment. A release by the
-// owner itself clears the incarnation, so nothing is written on its behalf
-// once it let go.
+// owner can never write after it lost the environment. A hand-over by the
+// owner itself raises the epoch, so nothing is written on its behalf once
+// it let go.
 func FenceSQL(env, epoch, incarnation string) string {
 	return `EXISTS (SELECT 1 FROM environment_owners fence WHERE fence.environment_id = ` + env +
 		` AND fence.epoch = ` + epoch + ` AND fence.incarnation = ` + incarnation + ` FOR SHARE)`

@@ -9,9 +9,11 @@
 // assignment of environments to live members (Assign: rendezvous hashing
 // with bounded loads) and claims what it is assigned: an environment that
 // has no owner, or whose owner is no longer live, by compare-and-set on its
-// environment_owners row, which raises the row's epoch. A member releases
-// what is assigned elsewhere, so a live owner is never displaced, and the
-// next owner claims it at its next heartbeat. The epoch is the fence: a
+// environment_owners row, which raises the row's epoch. A member hands what
+// is assigned elsewhere straight to its assignee (raising the epoch), so a
+// live owner is never displaced, an environment's row always names one
+// owner, and the assignee owns it from its next heartbeat. The epoch is
+// the fence: a
 // write made on behalf of an owner carries the epoch it claimed, and a
 // stalled former owner's write finds a later one.
 //
@@ -27,12 +29,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -225,50 +229,26 @@ type owner struct {
 }
 
 // rebalance claims what the assignment gives this member and no live member
-// holds, and releases what it gives another.
+// holds, and hands what it gives another member straight to that member.
 func (m *Membership) rebalance(ctx context.Context) error {
-	live, err := m.liveMembers(ctx)
+	owners, live, err := m.read(ctx, m.opts.DB)
 	if err != nil {
 		return err
 	}
-	rows, err := m.opts.DB.Query(ctx, `SELECT e.id, e.labels->>$1, o.member_id, o.incarnation, o.epoch
-		FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id`, PinLabel)
-	if err != nil {
-		return err
-	}
-	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (owner, error) {
-		var o owner
-		err := row.Scan(&o.env, &o.pin, &o.member, &o.incarnation, &o.epoch)
-		return o, err
-	})
-	if err != nil {
-		return err
-	}
-	envs := make([]string, len(owners))
-	pins := map[string]string{}
-	for i, o := range owners {
-		envs[i] = o.env
-		if o.pin != nil {
-			pins[o.env] = *o.pin
-		}
-	}
-	assigned := Assign(envs, live, pins)
-	isLive := make(map[string]bool, len(live))
-	for _, id := range live {
-		isLive[id] = true
-	}
+	assigned := assign(owners, live)
 	owned := map[string]int64{}
-	var fresh, taken, releases []owner
+	var fresh, taken, handed []owner
 	for _, o := range owners {
-		mine := o.member != nil && *o.member == m.opts.ID && o.incarnation != nil && *o.incarnation == m.incarnation
+		mine := m.mine(o)
 		// A member's environments are free once it is dead, or once it
 		// restarted (the new incarnation claims them again: a new epoch).
-		free := o.member == nil || !isLive[*o.member] || (*o.member == m.opts.ID && !mine)
+		_, ownerLive := live[deref(o.member)]
+		free := o.member == nil || !ownerLive || (*o.member == m.opts.ID && !mine)
 		switch {
 		case mine && assigned[o.env] == m.opts.ID:
 			owned[o.env] = *o.epoch
 		case mine:
-			releases = append(releases, o)
+			handed = append(handed, o)
 		case assigned[o.env] == m.opts.ID && o.epoch == nil:
 			fresh = append(fresh, o)
 		case assigned[o.env] == m.opts.ID && free:
@@ -277,24 +257,75 @@ func (m *Membership) rebalance(ctx context.Context) error {
 	}
 	claimed, err := m.claim(ctx, fresh, taken)
 	maps.Copy(owned, claimed)
-	released, releaseErr := m.release(ctx, releases)
-	if len(claimed)+released > 0 {
-		m.opts.Logger.InfoContext(ctx, "environments handed over", "member", m.opts.ID, "claimed", len(claimed), "released", released,
+	handedOver, handErr := m.handOver(ctx, m.opts.DB, handed, assigned, live)
+	if len(claimed)+handedOver > 0 {
+		m.opts.Logger.InfoContext(ctx, "environments handed over", "member", m.opts.ID, "claimed", len(claimed), "handed_over", handedOver,
 			"owned", len(owned), "live_members", len(live))
 	}
 	m.setOwned(owned, len(live))
-	return errors.Join(err, releaseErr)
+	return errors.Join(err, handErr)
 }
 
-// liveMembers lists the members whose heartbeat is within the lease, by
-// the database's clock.
-func (m *Membership) liveMembers(ctx context.Context) ([]string, error) {
-	rows, err := m.opts.DB.Query(ctx, `SELECT id FROM members WHERE heartbeat_time >= now() - make_interval(secs => $1) ORDER BY id`,
+// mine reports whether o is held by this member in this incarnation.
+func (m *Membership) mine(o owner) bool {
+	return o.member != nil && *o.member == m.opts.ID && o.incarnation != nil && *o.incarnation == m.incarnation
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// querier runs statements: the pool, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// read returns every environment with its owner row and pin, and the live
+// members (heartbeat within the lease, by the database's clock) with their
+// incarnations.
+func (m *Membership) read(ctx context.Context, q querier) ([]owner, map[string]uuid.UUID, error) {
+	rows, err := q.Query(ctx, `SELECT id, incarnation FROM members WHERE heartbeat_time >= now() - make_interval(secs => $1)`,
 		m.opts.Lease.Seconds())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	live := map[string]uuid.UUID{}
+	var id string
+	var incarnation uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&id, &incarnation}, func() error {
+		live[id] = incarnation
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	rows, err = q.Query(ctx, `SELECT e.id, e.labels->>$1, o.member_id, o.incarnation, o.epoch
+		FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id`, PinLabel)
+	if err != nil {
+		return nil, nil, err
+	}
+	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (owner, error) {
+		var o owner
+		err := row.Scan(&o.env, &o.pin, &o.member, &o.incarnation, &o.epoch)
+		return o, err
+	})
+	return owners, live, err
+}
+
+// assign is Assign over what read returned.
+func assign(owners []owner, live map[string]uuid.UUID) map[string]string {
+	envs := make([]string, len(owners))
+	pins := map[string]string{}
+	for i, o := range owners {
+		envs[i] = o.env
+		if o.pin != nil {
+			pins[o.env] = *o.pin
+		}
+	}
+	return Assign(envs, slices.Sorted(maps.Keys(live)), pins)
 }
 
 // claim takes, in one statement each, the environments without an owner
@@ -343,38 +374,59 @@ func (m *Membership) claim(ctx context.Context, fresh, taken []owner) (map[strin
 	return claimed, nil
 }
 
-// release gives up, in one statement, the environments this member still
-// holds at the epochs it read, and returns how many it gave up.
-func (m *Membership) release(ctx context.Context, owners []owner) (int, error) {
+// handOver gives, in one statement, the environments this member still
+// holds at the epochs it read to the member the assignment names, in the
+// incarnation it is live in, raising the epoch: an environment always has
+// one owner row naming one member, and the new owner finds it its own at
+// its next heartbeat (its writes carry the new epoch; this member's old
+// one is fenced off at once). With no live member to take one, it is left
+// without an owner. It returns how many it handed over.
+func (m *Membership) handOver(ctx context.Context, q querier, owners []owner, assigned map[string]string, live map[string]uuid.UUID) (int, error) {
 	if len(owners) == 0 {
 		return 0, nil
 	}
 	ids, epochs := make([]string, len(owners)), make([]int64, len(owners))
+	members, incarnations := make([]*string, len(owners)), make([]*uuid.UUID, len(owners))
 	for i, o := range owners {
 		ids[i], epochs[i] = o.env, *o.epoch
+		if to, ok := live[assigned[o.env]]; ok {
+			member := assigned[o.env]
+			members[i], incarnations[i] = &member, &to
+		}
 	}
-	tag, err := m.opts.DB.Exec(ctx, `UPDATE environment_owners o SET member_id = NULL, incarnation = NULL
-		FROM unnest($1::text[], $2::bigint[]) AS held (environment_id, epoch)
-		WHERE o.environment_id = held.environment_id AND o.epoch = held.epoch AND o.member_id = $3 AND o.incarnation = $4`,
-		ids, epochs, m.opts.ID, m.incarnation)
+	tag, err := q.Exec(ctx, `UPDATE environment_owners o SET member_id = h.member_id, incarnation = h.incarnation,
+			epoch = o.epoch + 1, claim_time = now()
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::uuid[]) AS h (environment_id, epoch, member_id, incarnation)
+		WHERE o.environment_id = h.environment_id AND o.epoch = h.epoch AND o.member_id = $5 AND o.incarnation = $6`,
+		ids, epochs, members, incarnations, m.opts.ID, m.incarnation)
 	if err != nil {
-		return 0, fmt.Errorf("release environments: %w", err)
+		return 0, fmt.Errorf("hand environments over: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-// Leave releases every environment this member owns and deletes its row,
-// so the others claim them at their next heartbeat instead of after the
-// lease.
+// Leave hands every environment this member owns to the member the
+// assignment without it names, and deletes its row, so the others own them
+// at their next heartbeat instead of after the lease.
 func (m *Membership) Leave(ctx context.Context) error {
 	m.setOwned(map[string]int64{}, -1)
 	return pgx.BeginFunc(ctx, m.opts.DB, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM members WHERE id = $1 AND incarnation = $2`, m.opts.ID, m.incarnation)
 		if err != nil || tag.RowsAffected() == 0 {
-			return err // never joined, or displaced: nothing of ours to release
+			return err // never joined, or displaced: nothing of ours to hand over
 		}
-		_, err = tx.Exec(ctx, `UPDATE environment_owners SET member_id = NULL, incarnation = NULL
-			WHERE member_id = $1 AND incarnation = $2`, m.opts.ID, m.incarnation)
+		owners, live, err := m.read(ctx, tx)
+		if err != nil {
+			return err
+		}
+		assigned := assign(owners, live)
+		var held []owner
+		for _, o := range owners {
+			if m.mine(o) {
+				held = append(held, o)
+			}
+		}
+		_, err = m.handOver(ctx, tx, held, assigned, live)
 		return err
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/harness"
@@ -115,10 +116,10 @@ func (s *replicaSet) owners() map[string]string {
 	return out
 }
 
-// settled waits until every environment has a live owner among the running
-// replicas, each replica's pool holds exactly the environments it owns,
-// READY and synced, and no replica owns more than 1.25 × the mean; it
-// returns the owners.
+// settled waits until every environment is owned by the running replica
+// the assignment names, live, and each replica's pool holds exactly the
+// environments it owns, READY and synced; it checks no replica owns more
+// than 1.25 × the mean and returns the owners.
 func (s *replicaSet) settled(within time.Duration) map[string]string {
 	s.t.Helper()
 	var owners map[string]string
@@ -130,7 +131,9 @@ func (s *replicaSet) settled(within time.Duration) map[string]string {
 			counts[m]++
 		}
 		last = fmt.Sprint(counts)
-		if counts[""] > 0 {
+		// Converged: every environment where the assignment over the
+		// running replicas puts it (hand-overs under way are not done).
+		if !maps.Equal(owners, membership.Assign(slices.Collect(maps.Keys(owners)), s.live(), nil)) {
 			return false
 		}
 		for _, id := range s.live() {
@@ -220,6 +223,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	if len(owners) != replicaTenants {
 		t.Fatalf("%d environments registered, want %d", len(owners), replicaTenants)
 	}
+	stopSampling := sampleOwnership(t, set)
 
 	// Any replica answers for any environment: each replica creates a
 	// volume in environments the others own (forwarded), and reads them.
@@ -300,6 +304,60 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	stillExactlyWithin(t, stream, want, time.Minute)
 
 	fencedAfterFreeze(t, set, stream, volumes, want)
+	samples, unowned := stopSampling()
+	t.Logf("ownership sampled %d times through kills, scaling and a freeze", samples)
+	if unowned != "" {
+		t.Fatal(unowned)
+	}
+}
+
+// sampleOwnership reads environment_owners every 100 ms until the returned
+// stop is called, which reports how many samples it took and, if any
+// sample found an environment whose row named no owner, the first such.
+// The primary key rules out two owner rows; hand-overs give an environment
+// from one member straight to the next, and a dead or frozen owner stays
+// named until another claims it, so every sample finds exactly one.
+func sampleOwnership(t *testing.T, set *replicaSet) (stop func() (int, string)) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	type result struct {
+		samples int
+		unowned string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { done <- r }()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var unowned []string
+			rows, err := set.db.Query(ctx, `SELECT e.id FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id
+				WHERE o.member_id IS NULL`)
+			if err == nil {
+				unowned, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				if ctx.Err() == nil && r.unowned == "" {
+					r.unowned = "sample: " + err.Error()
+				}
+				continue
+			}
+			r.samples++
+			if len(unowned) > 0 && r.unowned == "" {
+				r.unowned = fmt.Sprintf("at %s, %d environments had no owner (first %s)", time.Now().Format(time.StampMilli), len(unowned), unowned[0])
+			}
+		}
+	}()
+	return func() (int, string) {
+		cancel()
+		r := <-done
+		return r.samples, r.unowned
+	}
 }
 
 // tenantVolumeIn names a new volume in a tenant environment (registered as
