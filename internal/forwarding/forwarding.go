@@ -156,6 +156,14 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
 			pr.Out.ContentLength = int64(len(body))
 		},
+		// The headers this replica set already (request id, security
+		// headers) are the owner's too: keep one copy of each.
+		ModifyResponse: func(resp *http.Response) error {
+			for name := range w.Header() {
+				resp.Header.Del(name)
+			}
+			return nil
+		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
 		ErrorLog:     slog.NewLogLogger(f.opts.Logger.Handler(), slog.LevelWarn),
 	}

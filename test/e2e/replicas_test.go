@@ -393,6 +393,9 @@ func askDuringTakeover(t *testing.T, set *replicaSet, vols []tenantVolume) map[i
 				}
 				_ = resp.Body.Close()
 				answered[resp.StatusCode]++
+				if ids := resp.Header.Values("X-Request-Id"); len(ids) != 1 {
+					t.Fatalf("replica %s answered with request ids %v (forwarded answers carry one)", id, ids)
+				}
 				switch {
 				case resp.StatusCode == http.StatusOK:
 				case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
