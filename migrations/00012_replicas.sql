@@ -7,6 +7,10 @@
 -- restart with a dead cluster); revision moves with every save that
 -- changes what a view shows, so other replicas read only those rows again.
 --
+-- volumes.volume_name is the PersistentVolume the claim is bound to, as
+-- its owner last recorded it: the fleet-wide volume list, answered by any
+-- replica from Postgres, names it without the owner's cache.
+--
 -- outbox.epoch is the ownership epoch of the replica that queued the event
 -- (the fence let it write at that epoch): which owner reported what, after
 -- a hand-over.
@@ -18,7 +22,9 @@ ALTER TABLE fleet_snapshots
     ADD COLUMN revision  bigint      NOT NULL DEFAULT 1;
 UPDATE fleet_snapshots SET seen_time = observed_time;
 ALTER TABLE outbox ADD COLUMN epoch bigint;
+ALTER TABLE volumes ADD COLUMN volume_name text NOT NULL DEFAULT '';
 
 -- +goose Down
+ALTER TABLE volumes DROP COLUMN volume_name;
 ALTER TABLE outbox DROP COLUMN epoch;
 ALTER TABLE fleet_snapshots DROP COLUMN revision, DROP COLUMN seen_time, DROP COLUMN live;

@@ -101,7 +101,7 @@ func (f *Follower) observe(envID string, c *clusters.Cluster, pvc *corev1.Persis
 	if failingFor(pvc, warnings) > f.provisioningTimeout {
 		st, msg = Failed, "provisioning kept failing for more than "+f.provisioningTimeout.String()+": "+clean(warnings[0].Message)
 	}
-	f.tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg})
+	f.tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg, VolumeName: pvc.Spec.VolumeName})
 }
 
 // failingFor is how long a pending claim's provisioning has been failing

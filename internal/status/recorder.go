@@ -35,6 +35,9 @@ type Observation struct {
 	VolumeID      string
 	Status        Status
 	Message       string
+	// VolumeName is the PersistentVolume the claim is bound to, if known
+	// (recorded with the status; an empty one keeps the recorded name).
+	VolumeName string
 }
 
 // Recorder writes status transitions: the volume record and, when the
@@ -139,8 +142,10 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnl
 		return false, nil
 	}
 	if !reportable(last, o) {
-		_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4
-			WHERE environment_id = $1 AND id = $2 AND status_message <> $4`, o.EnvironmentID, o.VolumeID, string(o.Status), o.Message)
+		_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4,
+				volume_name = CASE WHEN $5 <> '' THEN $5 ELSE volume_name END
+			WHERE environment_id = $1 AND id = $2 AND (status_message <> $4 OR $5 <> '' AND volume_name <> $5)`,
+			o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, o.VolumeName)
 		return false, err
 	}
 	transitions++
@@ -149,8 +154,10 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnl
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, reported_status = $3,
-			reported_message = $4, transitions = $5, update_time = now() WHERE environment_id = $1 AND id = $2`,
-		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions); err != nil {
+			reported_message = $4, transitions = $5, update_time = now(),
+			volume_name = CASE WHEN $6 <> '' THEN $6 ELSE volume_name END
+		WHERE environment_id = $1 AND id = $2`,
+		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions, o.VolumeName); err != nil {
 		return false, err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)

@@ -24,8 +24,9 @@ type AllQuery struct {
 var statuses = []status.Status{status.Provisioning, status.Running, status.Failed, status.Deleting, status.Deleted}
 
 // ListAll returns volumes of every environment from the records alone (the
-// status last observed): it never reads a cluster, so an unreachable one
-// cannot slow or fail it. Order is by environment, then id.
+// status and bound volume last recorded): it never reads a cluster, so an
+// unreachable one cannot slow or fail it, and every replica answers the
+// same. Order is by environment, then id.
 func (s *Service) ListAll(ctx context.Context, q AllQuery) (Page, error) {
 	if q.Status != "" && !slices.Contains(statuses, q.Status) {
 		return Page{}, fault.Invalid("status", "must be one of PROVISIONING, RUNNING, FAILED, DELETING, DELETED")
@@ -50,15 +51,9 @@ func (s *Service) ListAll(ctx context.Context, q AllQuery) (Page, error) {
 		page.NextPageToken = paging.Token(last.EnvironmentID+"/"+last.ID, q)
 	}
 	for _, rec := range recs {
-		v := fromRecord(rec)
-		// The bound volume's name comes from the pool's cache, when the
-		// environment is connected: a lookup in memory, never a cluster call.
-		if cluster, ok := s.clusters.Get(rec.EnvironmentID); ok {
-			if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
-				v.VolumeName = pvc.Spec.VolumeName
-			}
-		}
-		page.Volumes = append(page.Volumes, v)
+		// Records only, the bound volume's name included: every replica
+		// answers the same, whichever owns the environment.
+		page.Volumes = append(page.Volumes, fromRecord(rec))
 	}
 	return page, nil
 }

@@ -34,6 +34,8 @@ type record struct {
 	Message       string
 	CreateTime    time.Time
 	UpdateTime    time.Time
+	// VolumeName is the bound PersistentVolume as last recorded.
+	VolumeName string
 }
 
 // agentKey is a remembered environment-agent request.
@@ -43,13 +45,13 @@ type agentKey struct {
 
 type repository struct{ db *pgxpool.Pool }
 
-const recordColumns = `environment_id, id, spec, pvc_uid, status, status_message, create_time, update_time`
+const recordColumns = `environment_id, id, spec, pvc_uid, status, status_message, create_time, update_time, volume_name`
 
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
 	var spec []byte
 	var st string
-	err := row.Scan(&r.EnvironmentID, &r.ID, &spec, &r.PVCUID, &st, &r.Message, &r.CreateTime, &r.UpdateTime)
+	err := row.Scan(&r.EnvironmentID, &r.ID, &spec, &r.PVCUID, &st, &r.Message, &r.CreateTime, &r.UpdateTime, &r.VolumeName)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record{}, errNotFound
 	}

@@ -369,7 +369,7 @@ func withPendingWrites(v Volume, rec record, pvc *corev1.PersistentVolumeClaim) 
 // fromRecord is the volume while its claim is not (or no longer) visible.
 func fromRecord(rec record) Volume {
 	return Volume{ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: rec.Spec, Status: rec.Status,
-		Message: rec.Message, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime}
+		Message: rec.Message, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime, VolumeName: rec.VolumeName}
 }
 
 // writable returns the environment's cluster if writes can reach it now.

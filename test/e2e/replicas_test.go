@@ -410,16 +410,24 @@ func askDuringTakeover(t *testing.T, set *replicaSet, vols []tenantVolume) map[i
 	return answered
 }
 
-// sameFleetViews checks every replica's fleet view of the StorageClasses is
-// the same (each replica shows the others' environments from their
-// snapshots).
+// sameFleetViews checks every replica's fleet views are the same: the
+// StorageClasses (each replica shows the others' environments from their
+// snapshots) and the volumes (from the records, bound volumes named).
 func sameFleetViews(t *testing.T, set *replicaSet) {
+	t.Helper()
+	for _, path := range []string{"/api/v1alpha1/storage-classes?max_page_size=1000", "/api/v1alpha1/volumes?max_page_size=1000"} {
+		sameOnEveryReplica(t, set, path)
+	}
+}
+
+// sameOnEveryReplica waits until every replica answers path the same.
+func sameOnEveryReplica(t *testing.T, set *replicaSet, path string) {
 	t.Helper()
 	poll.Value(t, 30*time.Second, func() (string, bool) {
 		var want string
 		for _, id := range set.live() {
 			var got map[string]any
-			set.client(id).getJSON("/api/v1alpha1/storage-classes?max_page_size=1000", &got)
+			set.client(id).getJSON(path, &got)
 			text := fmt.Sprint(got)
 			if want == "" {
 				want = text
@@ -428,7 +436,7 @@ func sameFleetViews(t *testing.T, set *replicaSet) {
 				for at < len(text) && at < len(want) && text[at] == want[at] {
 					at++
 				}
-				return fmt.Sprintf("fleet views differ: %s's from %s's at %d: %.300s\nversus %.300s", id, set.live()[0], at,
+				return fmt.Sprintf("%s: %s's answer differs from %s's at %d: %.300s\nversus %.300s", path, id, set.live()[0], at,
 					text[max(at-200, 0):], want[max(at-200, 0):]), false
 			}
 		}
