@@ -431,14 +431,6 @@ func (m *Membership) Leave(ctx context.Context) error {
 	})
 }
 
-// Owned returns the environments this member owns and the epoch of each
-// claim.
-func (m *Membership) Owned() map[string]int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(m.owned)
-}
-
 // Joined is a readiness check: an error until this member's first
 // heartbeat and rebalance succeeded, so a load balancer sends requests only
 // to replicas that know what they own.
