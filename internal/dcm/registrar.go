@@ -168,14 +168,13 @@ func (r *Registrar) Run(ctx context.Context) {
 func (r *Registrar) sync(ctx context.Context) time.Time {
 	next := time.Now().Add(r.opts.Interval)
 	err := r.opts.Environments.Each(ctx, func(env environments.Environment) error {
-		claim, err := r.opts.Owned.Claim(env.ID)
-		if err != nil {
+		if !r.opts.Owned.Owns(env.ID) {
 			r.mu.Lock()
 			delete(r.state, env.ID) // a later hand-over back registers it at once
 			r.mu.Unlock()
 			return nil
 		}
-		if env.Spec.DCM.Register {
+		if claim, err := r.opts.Owned.Claim(env.ID); err == nil && env.Spec.DCM.Register {
 			if at := r.ensure(ctx, env, claim); at.Before(next) {
 				next = at
 			}

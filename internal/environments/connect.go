@@ -161,7 +161,7 @@ func (c *Connector) SyncAll(ctx context.Context) {
 func (c *Connector) follow(ctx context.Context, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.owned.Claim(id); err != nil {
+	if !c.owned.Owns(id) {
 		c.disconnect(id)
 		return
 	}
@@ -183,7 +183,7 @@ func (c *Connector) follow(ctx context.Context, id string) {
 // owns it, and removes it otherwise. Credentials that cannot be opened
 // leave the pool as it is: the probe records why.
 func (c *Connector) connect(ctx context.Context, rec record) {
-	if _, err := c.owned.Claim(rec.ID); err != nil {
+	if !c.owned.Owns(rec.ID) {
 		c.disconnect(rec.ID)
 		return
 	}

@@ -27,7 +27,7 @@ const probeConcurrency = 4
 // permissions cost its clusters a few requests every readyInterval, not
 // every interval. Probes only check and record; the Connector decides what
 // the pool connects to.
-func (s *Service) RunProbes(ctx context.Context, owned membership.Claims, interval, readyInterval time.Duration) {
+func (s *Service) RunProbes(ctx context.Context, owned membership.Ownership, interval, readyInterval time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		s.probeOwned(ctx, owned, func(rec record) bool { return dueForProbe(rec.Status, readyInterval, now()) })
 	}, interval)
@@ -55,13 +55,16 @@ func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) 
 // probeOwned probes the owned environments due says are due and records
 // the results. Failures are logged per environment; one never stops the
 // others.
-func (s *Service) probeOwned(ctx context.Context, owned membership.Claims, due func(record) bool) {
+func (s *Service) probeOwned(ctx context.Context, owned membership.Ownership, due func(record) bool) {
 	sem := make(chan struct{}, probeConcurrency)
 	var wg sync.WaitGroup
 	err := s.repo.each(ctx, func(rec record) error {
+		if !owned.Owns(rec.ID) || !due(rec) {
+			return nil // another replica's, or not due
+		}
 		claim, err := owned.Claim(rec.ID)
-		if err != nil || !due(rec) {
-			return nil
+		if err != nil {
+			return nil // handed over this instant
 		}
 		select {
 		case sem <- struct{}{}:

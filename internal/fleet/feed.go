@@ -275,7 +275,7 @@ func (f *Feed) syncRegistry(ctx context.Context) error {
 // cluster answers: its other caches (claims, events) do not matter here.
 // Environments owned elsewhere are left to replicate.
 func (f *Feed) refresh(id string) {
-	if _, err := f.opts.Owned.Claim(id); err != nil {
+	if !f.opts.Owned.Owns(id) {
 		return
 	}
 	now := time.Now().Truncate(time.Microsecond) // as Postgres keeps it: every replica shows the same

@@ -51,6 +51,9 @@ func (c Claim) Lost() error { return NotOwned(c.env, c.retryAfter) }
 
 // Ownership is what the parts that act for owned environments only follow:
 // the claims, and a notice whenever one is gained or lost (a Membership).
+// Owns answers a yes or no; Claim builds the 503 a request answers for an
+// environment owned elsewhere, so loops over every environment ask Owns
+// first and Claim only for their own.
 type Ownership interface {
 	Claims
 	Owns(env string) bool
