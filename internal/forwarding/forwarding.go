@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -15,10 +16,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
@@ -47,10 +52,14 @@ type Envelope struct {
 	// Peer is the caller's address as the first replica saw it.
 	Peer      string `json:"peer"`
 	RequestID string `json:"request_id"`
-	// Member is the replica that forwarded it, Target the one it is for:
-	// no other replica accepts it.
-	Member string    `json:"member"`
-	Target string    `json:"target"`
+	// Member is the replica that forwarded it, Target the one it is for
+	// and TargetIncarnation the process it is for (a restart is another):
+	// no other replica, and no later process of the same one, accepts it.
+	Member            string    `json:"member"`
+	Target            string    `json:"target"`
+	TargetIncarnation uuid.UUID `json:"target_incarnation"`
+	// Nonce makes each envelope unique: its receiver accepts it once.
+	Nonce  string    `json:"nonce"`
 	Issued time.Time `json:"issued"`
 	Method string    `json:"method"`
 	URI    string    `json:"uri"`
@@ -79,7 +88,7 @@ func headersOf(r *http.Request) map[string]string {
 // Owners says who owns an environment and where it is reached (a
 // membership.Membership).
 type Owners interface {
-	Owner(ctx context.Context, env string) (id, advertiseURL string, err error)
+	Owner(ctx context.Context, env string) (membership.Peer, error)
 }
 
 // Options configure a Forwarder.
@@ -87,9 +96,12 @@ type Options struct {
 	Owners Owners
 	// Keys returns the key ring in use now (it is reloaded on SIGHUP).
 	Keys func() *secrets.KeyRing
-	// Member is this replica's member id, recorded in what it forwards.
-	Member string
-	Logger *slog.Logger
+	// Member is this replica's member id, recorded in what it forwards,
+	// and Incarnation this process's (membership.Membership.Incarnation):
+	// it accepts only envelopes for both.
+	Member      string
+	Incarnation uuid.UUID
+	Logger      *slog.Logger
 	// Transport carries forwarded requests (default: a clone of
 	// http.DefaultTransport).
 	Transport http.RoundTripper
@@ -99,6 +111,7 @@ type Options struct {
 // what other replicas forward.
 type Forwarder struct {
 	opts Options
+	seen *seen
 }
 
 // New returns a Forwarder.
@@ -108,7 +121,7 @@ func New(opts Options) *Forwarder {
 		t.Proxy = nil // replicas talk directly: an envelope never passes through a proxy
 		opts.Transport = t
 	}
-	return &Forwarder{opts: opts}
+	return &Forwarder{opts: opts, seen: newSeen()}
 }
 
 // ErrInvalid says a request carried a forwarding envelope that is not
@@ -120,7 +133,7 @@ var ErrInvalid = errors.New("forwarded request not accepted")
 // environment without a reachable owner is an error (503 with Retry-After
 // while it is handed over) and nothing is written.
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, e Envelope, body []byte) error {
-	member, advertised, err := f.opts.Owners.Owner(r.Context(), env)
+	owner, err := f.opts.Owners.Owner(r.Context(), env)
 	if _, classified := fault.As(err); err != nil && !classified {
 		f.opts.Logger.WarnContext(r.Context(), "find the environment's owner", "environment", env, "error", err)
 		return fault.RetryLater(time.Second, "cannot tell which replica serves environment %s now; retry shortly", env)
@@ -128,12 +141,13 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 	if err != nil {
 		return err
 	}
-	target, err := url.Parse(advertised)
+	member := owner.ID
+	target, err := url.Parse(owner.AdvertiseURL)
 	if err != nil {
 		return fault.New(fault.Unavailable, "replica %s advertises an unusable address", member)
 	}
-	e.Member, e.Target, e.Issued, e.Method, e.URI, e.Headers, e.BodySHA256 =
-		f.opts.Member, member, time.Now().UTC(), r.Method, r.URL.RequestURI(), headersOf(r), sha(body)
+	e.Member, e.Target, e.TargetIncarnation, e.Nonce = f.opts.Member, member, owner.Incarnation, rand.Text()
+	e.Issued, e.Method, e.URI, e.Headers, e.BodySHA256 = time.Now().UTC(), r.Method, r.URL.RequestURI(), headersOf(r), sha(body)
 	header, signature, err := f.sign(e)
 	if err != nil {
 		return err
@@ -193,9 +207,10 @@ func (f *Forwarder) sign(e Envelope) (header, signature string, err error) {
 // when it carries none). An envelope is accepted only if it is signed with
 // a key derived from this replica's ring, was issued within maxAge, and
 // names this replica as its target and r's method, URI, signed headers and
-// body (read from r, and put back). Within maxAge the same request could be
-// sent again to the same replica by whoever can read the replicas' traffic
-// (as with a bearer token): keep it on a network only they share, or TLS.
+// body (read from r, and put back), and only once: an envelope sent again
+// (by whoever can read the replicas' traffic) is refused, by this process
+// while it is current and by the next one of the same replica because it
+// names this process's incarnation.
 func (f *Forwarder) Verify(r *http.Request) (e Envelope, forwarded bool, err error) {
 	header := r.Header.Get(EnvelopeHeader)
 	if header == "" && r.Header.Get(SignatureHeader) == "" {
@@ -231,11 +246,14 @@ func (f *Forwarder) Verify(r *http.Request) (e Envelope, forwarded bool, err err
 		return Envelope{}, true, fmt.Errorf("%w: the body exceeds %d bytes", ErrInvalid, maxBody)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if e.Target != f.opts.Member {
-		return Envelope{}, true, fmt.Errorf("%w: the envelope is for replica %q", ErrInvalid, e.Target)
+	if e.Target != f.opts.Member || e.TargetIncarnation != f.opts.Incarnation {
+		return Envelope{}, true, fmt.Errorf("%w: the envelope is for replica %q in incarnation %s", ErrInvalid, e.Target, e.TargetIncarnation)
 	}
 	if e.Method != r.Method || e.URI != r.URL.RequestURI() || !hmac.Equal(e.BodySHA256, sha(body)) || !maps.Equal(e.Headers, headersOf(r)) {
 		return Envelope{}, true, fmt.Errorf("%w: the envelope is for another request", ErrInvalid)
+	}
+	if e.Nonce == "" || !f.seen.first(e.Nonce, e.Issued.Add(maxAge)) {
+		return Envelope{}, true, fmt.Errorf("%w: the envelope was accepted before", ErrInvalid)
 	}
 	return e, true, nil
 }
@@ -249,4 +267,32 @@ func mac(key []byte, message string) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(message))
 	return h.Sum(nil)
+}
+
+// seen remembers the nonces of accepted envelopes until they expire (an
+// expired envelope is refused by its age): the memory is bounded by the
+// forwarded requests of one maxAge.
+type seen struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	swept time.Time
+}
+
+func newSeen() *seen { return &seen{until: map[string]time.Time{}} }
+
+// first records nonce, current until expires, and reports whether it is
+// new. Expired nonces are dropped once per maxAge, on the way.
+func (s *seen) first(nonce string, expires time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if now.Sub(s.swept) > maxAge {
+		maps.DeleteFunc(s.until, func(_ string, t time.Time) bool { return now.After(t) })
+		s.swept = now
+	}
+	if _, ok := s.until[nonce]; ok {
+		return false
+	}
+	s.until[nonce] = expires
+	return true
 }

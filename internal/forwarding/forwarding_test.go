@@ -1,6 +1,7 @@
 package forwarding
 
 import (
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -10,14 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
 func newForwarder(t *testing.T, ring *secrets.KeyRing) *Forwarder {
 	t.Helper()
-	return New(Options{Keys: func() *secrets.KeyRing { return ring }, Member: "replica-1", Logger: slog.New(slog.DiscardHandler)})
+	return New(Options{Keys: func() *secrets.KeyRing { return ring }, Member: "replica-1", Incarnation: incarnation, Logger: slog.New(slog.DiscardHandler)})
 }
+
+// incarnation is replica-1's process in every case.
+var incarnation = uuid.New()
 
 func ring(t *testing.T, ids ...string) *secrets.KeyRing {
 	t.Helper()
@@ -37,12 +43,16 @@ func ring(t *testing.T, ids ...string) *secrets.KeyRing {
 const uri = "/api/v1alpha1/environments/east/volumes?id=v1"
 
 // signed is a request for uri with body, carrying an envelope f signed
-// for method, signedURI and signedBody, issued at issued.
-func signed(t *testing.T, f *Forwarder, method, body, signedURI, signedBody string, issued time.Time) *http.Request {
+// for method, signedURI and signedBody, issued at issued, to replica-1's
+// process, changed by each of edits before it is signed.
+func signed(t *testing.T, f *Forwarder, method, body, signedURI, signedBody string, issued time.Time, edits ...func(*Envelope)) *http.Request {
 	t.Helper()
 	e := Envelope{Principal: auth.Principal{Subject: "alice", Roles: []auth.Role{auth.RoleDCM}, Environments: []string{"east"}, Method: auth.MethodOIDC},
-		Peer: "10.0.0.9:5555", RequestID: "req-1", Member: "replica-2", Target: "replica-1", Issued: issued, Method: method, URI: signedURI,
-		Headers: map[string]string{"Idempotency-Key": "key-1"}}
+		Peer: "10.0.0.9:5555", RequestID: "req-1", Member: "replica-2", Target: "replica-1", TargetIncarnation: incarnation,
+		Nonce: rand.Text(), Issued: issued, Method: method, URI: signedURI, Headers: map[string]string{"Idempotency-Key": "key-1"}}
+	for _, edit := range edits {
+		edit(&e)
+	}
 	digest := sha([]byte(signedBody))
 	e.BodySHA256 = digest
 	header, signature, err := f.sign(e)
@@ -58,16 +68,26 @@ func signed(t *testing.T, f *Forwarder, method, body, signedURI, signedBody stri
 
 // An envelope is accepted only as it was signed, with a key of the ring,
 // by the replica it names, for this very request (method, URI, body,
-// Idempotency-Key), recently; the caller's identity (roles, scope, peer)
-// comes through whole.
+// Idempotency-Key), recently, once, by the process it names; the caller's
+// identity (roles, scope, peer) comes through whole.
 func TestVerify(t *testing.T) {
 	keys := ring(t, "k1", "k2")
 	f := newForwarder(t, keys)
 	now := time.Now()
 
-	got, forwarded, err := f.Verify(signed(t, f, http.MethodPost, `{"a":1}`, uri, `{"a":1}`, now))
+	genuine := signed(t, f, http.MethodPost, `{"a":1}`, uri, `{"a":1}`, now)
+	got, forwarded, err := f.Verify(genuine)
 	if err != nil || !forwarded {
 		t.Fatalf("genuine envelope: forwarded %v, %v", forwarded, err)
+	}
+	// Sent again (read off the wire), to the same process or after the
+	// replica restarted (a new incarnation, which has seen nothing).
+	if _, forwarded, err := f.Verify(genuine); !forwarded || !errors.Is(err, ErrInvalid) {
+		t.Errorf("a replayed envelope: forwarded %v, %v; want refused", forwarded, err)
+	}
+	restarted := New(Options{Keys: func() *secrets.KeyRing { return keys }, Member: "replica-1", Incarnation: uuid.New(), Logger: slog.New(slog.DiscardHandler)})
+	if _, _, err := restarted.Verify(signed(t, f, http.MethodGet, "", uri, "", now)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an envelope for replica-1's previous process accepted after its restart: %v", err)
 	}
 	if got.Principal.Subject != "alice" || got.Principal.Environments[0] != "east" || got.Peer != "10.0.0.9:5555" || got.RequestID != "req-1" {
 		t.Fatalf("envelope read as %+v", got)
@@ -99,6 +119,7 @@ func TestVerify(t *testing.T) {
 		"another body":    signed(t, f, http.MethodPost, `{"a":2}`, uri, `{"a":1}`, now),
 		"stale":           signed(t, f, http.MethodGet, "", uri, "", now.Add(-time.Minute)),
 		"from the future": signed(t, f, http.MethodGet, "", uri, "", now.Add(time.Minute)),
+		"without a nonce": signed(t, f, http.MethodGet, "", uri, "", now, func(e *Envelope) { e.Nonce = "" }),
 	} {
 		if _, forwarded, err := f.Verify(r); !forwarded || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: forwarded %v, %v; want refused", name, forwarded, err)

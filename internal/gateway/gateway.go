@@ -298,7 +298,7 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 			{Name: "nats", Check: g.nats.Check},
 			{Name: "membership", Check: g.membership.Joined},
 		},
-		Forwarding: forwarding.New(forwarding.Options{Owners: g.membership, Keys: g.registry.KeyRing, Member: g.member, Logger: g.log}),
+		Forwarding: forwarding.New(forwarding.Options{Owners: g.membership, Keys: g.registry.KeyRing, Member: g.member, Incarnation: g.membership.Incarnation(), Logger: g.log}),
 		Owned:      g.membership,
 	})
 	if g.opts.WrapHandler != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
@@ -60,30 +61,43 @@ type Ownership interface {
 	Subscribe() *changes.Subscription[Change]
 }
 
+// Peer is another live member as the registry knows it: its id, the
+// incarnation it runs in (a restart is a new one) and where it is reached.
+type Peer struct {
+	ID           string
+	Incarnation  uuid.UUID
+	AdvertiseURL string
+}
+
 // Owner returns the member that owns env now, and where it is reached: a
 // live member in the incarnation that claimed it. An environment without
 // one (being handed over), or owned by this member by the database's
 // account but not yet by its own (a claim in flight), is NotOwned; one
 // that is not registered is NotFound.
-func (m *Membership) Owner(ctx context.Context, env string) (id, advertiseURL string, err error) {
+func (m *Membership) Owner(ctx context.Context, env string) (Peer, error) {
 	var member, advertised *string
-	err = m.opts.DB.QueryRow(ctx, `SELECT m.id, m.advertise_url FROM environments e
+	var incarnation *uuid.UUID
+	err := m.opts.DB.QueryRow(ctx, `SELECT m.id, m.incarnation, m.advertise_url FROM environments e
 		LEFT JOIN environment_owners o ON o.environment_id = e.id
 		LEFT JOIN members m ON m.id = o.member_id AND m.incarnation = o.incarnation
 			AND m.heartbeat_time >= now() - make_interval(secs => $2)
-		WHERE e.id = $1`, env, m.opts.Lease.Seconds()).Scan(&member, &advertised)
+		WHERE e.id = $1`, env, m.opts.Lease.Seconds()).Scan(&member, &incarnation, &advertised)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return "", "", fault.New(fault.NotFound, "environment %q not found", env)
+		return Peer{}, fault.New(fault.NotFound, "environment %q not found", env)
 	case err != nil:
-		return "", "", err
+		return Peer{}, err
 	case member == nil || *member == m.opts.ID:
-		return "", "", NotOwned(env, m.interval())
+		return Peer{}, NotOwned(env, m.interval())
 	case *advertised == "":
-		return "", "", fault.New(fault.Unavailable, "environment %s is owned by replica %s, which has no SG_ADVERTISE_URL to forward to", env, *member)
+		return Peer{}, fault.New(fault.Unavailable, "environment %s is owned by replica %s, which has no SG_ADVERTISE_URL to forward to", env, *member)
 	}
-	return *member, *advertised, nil
+	return Peer{ID: *member, Incarnation: *incarnation, AdvertiseURL: *advertised}, nil
 }
+
+// Incarnation is this process's incarnation of its member id: a request
+// bound to an earlier one (before a restart) is not for this process.
+func (m *Membership) Incarnation() uuid.UUID { return m.incarnation }
 
 // Hold checks claim as the first statement of tx, a transaction of several
 // writes for the claim's environment, and keeps the owner row locked until
