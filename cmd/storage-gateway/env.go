@@ -32,7 +32,7 @@ func newEnvCommand() *cobra.Command {
 	}
 	c.registerFlags(cmd)
 	cmd.AddCommand(c.addCommand(), c.applyCommand(), c.bootstrapCommand(), c.unbootstrapCommand(), c.listCommand(), c.getCommand(),
-		c.verifyCommand(), c.rotateCommand(), c.rmCommand())
+		c.verifyCommand(), c.adoptCommand(), c.rotateCommand(), c.rmCommand())
 	return cmd
 }
 
@@ -582,6 +582,9 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	d.add("Message", e.Status.Message)
 	d.add("Kubernetes", ptr.Deref(e.Status.KubernetesVersion, ""))
 	d.add("Volumes", strconv.Itoa(e.Status.VolumeCount))
+	if n := e.Status.UnadoptedVolumeCount; n > 0 {
+		d.add("Unadopted claims", fmt.Sprintf("%d labelled for DCM by another provider (storage-gateway env adopt %s)", n, e.Id))
+	}
 	d.add("Storage classes", optionalInt(e.Status.StorageClassCount))
 	d.add("Last probe", optionalTime(e.Status.LastProbeTime))
 	d.add("Last ready", optionalTime(e.Status.LastReadyTime))

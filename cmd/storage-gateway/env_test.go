@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/poll"
@@ -43,6 +47,20 @@ func TestEnvCommands(t *testing.T) {
 	writeFile(t, kubeconfig, kc)
 	cli := []string{"SG_GATEWAY_URL=http://" + g.Addr, "SG_GATEWAY_TOKEN=" + g.Token()}
 	manifest := filepath.Join(harness.RepoRoot(), "environments", "local-east.yaml")
+
+	// A claim DCM's per-cluster storage provider made before the gateway came.
+	peerMade := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "peer-made", Namespace: "dcm-volumes", Labels: map[string]string{
+			"dcm.project/managed-by": "dcm", "dcm.project/dcm-instance-id": "peer-made", "dcm.project/dcm-service-type": "storage",
+		}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := cluster.AdminClient().CoreV1().PersistentVolumeClaims("dcm-volumes").Create(ctx, peerMade, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	out := mustRun(t, cli, "env", "add", "-f", manifest, "--kubeconfig", kubeconfig)
 	if !strings.Contains(out, "local-east") || !strings.Contains(out, "READY") || !strings.Contains(out, "dcm-volumes") ||
@@ -130,6 +148,7 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatal("the exec plugin ran")
 	}
 
+	adoptCommands(t, cli)
 	volumeCommands(t, cli, g.Addr)
 
 	mustRun(t, cli, "env", "rm", "local-east")
@@ -267,6 +286,39 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	poll.Until(t, 30*time.Second, "deleted volumes no longer counted", func() bool {
 		return strings.Contains(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"), "volume_count: 0\n")
 	})
+}
+
+// adoptCommands adopts the claim another provider made in local-east: the
+// environment shows it, a dry run lists it, the adoption serves it, a second
+// adoption finds nothing new; the adopted volume is then deleted like any.
+func adoptCommands(t *testing.T, cli []string) {
+	t.Helper()
+	poll.Until(t, 30*time.Second, "env get showing the unadopted claim", func() bool {
+		return strings.Contains(mustRun(t, cli, "env", "get", "local-east"), "Unadopted claims:")
+	})
+	if out := mustRun(t, cli, "env", "get", "local-east"); !strings.Contains(out, "1 labelled for DCM by another provider (storage-gateway env adopt local-east)") {
+		t.Fatalf("env get:\n%s", out)
+	}
+	out := mustRun(t, cli, "env", "adopt", "local-east", "--dry-run")
+	if !strings.Contains(out, "would adopt  dcm-volumes") || !strings.Contains(out, "peer-made") ||
+		!strings.Contains(out, "local-east: 1 would adopt, 0 skipped, 0 served already (namespaces dcm-volumes, dcm-scratch)") {
+		t.Fatalf("env adopt --dry-run:\n%s", out)
+	}
+	if out, err := run(t, cli, "volume", "get", "peer-made", "-e", "local-east"); err == nil {
+		t.Fatalf("a dry run adopted:\n%s", out)
+	}
+	if out := mustRun(t, cli, "env", "adopt", "local-east", "-o", "name"); out != "volume/peer-made\n" {
+		t.Fatalf("env adopt -o name: %q", out)
+	}
+	if out := mustRun(t, cli, "env", "adopt", "local-east", "-n", "dcm-volumes"); out != "local-east: 0 adopted, 0 skipped, 1 served already (namespaces dcm-volumes)\n" {
+		t.Fatalf("env adopt again: %q", out)
+	}
+	if out, err := run(t, cli, "env", "adopt", "local-east", "--namespace", "kube-system"); err == nil || !strings.Contains(out, "(HTTP 400): --namespace: is not one of the environment's namespaces") {
+		t.Fatalf("env adopt --namespace kube-system: %v\n%s", err, out)
+	}
+	if out := mustRun(t, cli, "volume", "delete", "peer-made", "-e", "local-east"); out != "volume/peer-made deleted\n" {
+		t.Fatalf("volume delete peer-made: %q", out)
+	}
 }
 
 func writeFile(t *testing.T, path string, data []byte) {

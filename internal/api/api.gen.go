@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -408,6 +409,39 @@ func (e VolumeStatus) Valid() bool {
 // AccessMode defines model for AccessMode.
 type AccessMode string
 
+// Adoption defines model for Adoption.
+type Adoption struct {
+	// Adopted The volumes adopted (with validate_only, that would be), as the volume API shows them.
+	Adopted       []Volume `json:"adopted"`
+	EnvironmentId string   `json:"environment_id"`
+
+	// Namespaces The namespaces searched.
+	Namespaces []string `json:"namespaces"`
+
+	// RecordedCount Labelled claims in the namespaces searched that a volume record serves already.
+	RecordedCount int `json:"recorded_count"`
+
+	// Skipped Labelled claims without a record that were not adopted, and why.
+	Skipped      []AdoptionSkip `json:"skipped"`
+	ValidateOnly bool           `json:"validate_only"`
+}
+
+// AdoptionRequest defines model for AdoptionRequest.
+type AdoptionRequest struct {
+	// Namespace Only this namespace (one of the environment's); default all of them.
+	Namespace *string `json:"namespace,omitempty"`
+
+	// ValidateOnly Report what would be adopted and skipped; record nothing.
+	ValidateOnly *bool `json:"validate_only,omitempty"`
+}
+
+// AdoptionSkip defines model for AdoptionSkip.
+type AdoptionSkip struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Reason    string `json:"reason"`
+}
+
 // AuditEvent defines model for AuditEvent.
 type AuditEvent struct {
 	// Action The API operation, e.g. createEnvironment.
@@ -664,7 +698,13 @@ type EnvironmentStatus struct {
 	Message           string           `json:"message"`
 	State             EnvironmentState `json:"state"`
 	StorageClassCount *int             `json:"storage_class_count,omitempty"`
-	VolumeCount       int              `json:"volume_count"`
+
+	// UnadoptedVolumeCount Claims labelled for DCM storage in the environment's namespaces
+	// that no volume record serves (another provider's): left alone
+	// until adopted (`:adopt`). Counted by the replica that owns the
+	// environment on each reconciler pass (30 s).
+	UnadoptedVolumeCount int `json:"unadopted_volume_count"`
+	VolumeCount          int `json:"volume_count"`
 }
 
 // EnvironmentStorageClasses defines model for EnvironmentStorageClasses.
@@ -1042,6 +1082,9 @@ type UpdateVolumeJSONRequestBody = VolumeUpdate
 
 // UpdateVolumeApplicationMergePatchPlusJSONRequestBody defines body for UpdateVolume for application/merge-patch+json ContentType.
 type UpdateVolumeApplicationMergePatchPlusJSONRequestBody = VolumeUpdate
+
+// AdoptVolumesJSONRequestBody defines body for AdoptVolumes for application/json ContentType.
+type AdoptVolumesJSONRequestBody = AdoptionRequest
 
 // Getter for additional properties for StorageSpec_ProviderHints. Returns the specified
 // element and whether it was found
@@ -1430,6 +1473,52 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
 	UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptVolumesWithBody Adopt the DCM volumes another provider created
+	//
+	// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+	// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+	// (or the one named) that no volume record serves — made by DCM's
+	// per-cluster storage provider, say — and records each valid one as a
+	// volume: it is then served, followed and reported like a volume the
+	// gateway created, and its current status is published once. A claim is
+	// skipped, with the reason, when its labels disagree (instance id not its
+	// name, another service type), its id is not a valid volume id, a record
+	// of another environment (or another namespace) holds its id, or it is
+	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// a record is left alone, and counted in the environment's
+	// `status.unadopted_volume_count`, until this is called. With
+	// `validate_only` it only reports what it would adopt. Idempotent: a
+	// second call adopts nothing. All or nothing: either every listed
+	// volume is recorded or none is.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+	AdoptVolumesWithBody(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptVolumes Adopt the DCM volumes another provider created
+	//
+	// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+	// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+	// (or the one named) that no volume record serves — made by DCM's
+	// per-cluster storage provider, say — and records each valid one as a
+	// volume: it is then served, followed and reported like a volume the
+	// gateway created, and its current status is published once. A claim is
+	// skipped, with the reason, when its labels disagree (instance id not its
+	// name, another service type), its id is not a valid volume id, a record
+	// of another environment (or another namespace) holds its id, or it is
+	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// a record is left alone, and counted in the environment's
+	// `status.unadopted_volume_count`, until this is called. With
+	// `validate_only` it only reports what it would adopt. Idempotent: a
+	// second call adopts nothing. All or nothing: either every listed
+	// volume is recorded or none is.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+	AdoptVolumes(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// VerifyEnvironment Probe an environment now
 	//
@@ -1855,6 +1944,72 @@ func (c *Client) UpdateVolume(ctx context.Context, environmentId EnvironmentID, 
 // Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
 func (c *Client) UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateVolumeRequestWithApplicationMergePatchPlusJSONBody(c.Server, environmentId, volumeId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptVolumesWithBody Adopt the DCM volumes another provider created
+//
+// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+// (or the one named) that no volume record serves — made by DCM's
+// per-cluster storage provider, say — and records each valid one as a
+// volume: it is then served, followed and reported like a volume the
+// gateway created, and its current status is published once. A claim is
+// skipped, with the reason, when its labels disagree (instance id not its
+// name, another service type), its id is not a valid volume id, a record
+// of another environment (or another namespace) holds its id, or it is
+// being deleted. Nothing is adopted implicitly: a labelled claim without
+// a record is left alone, and counted in the environment's
+// `status.unadopted_volume_count`, until this is called. With
+// `validate_only` it only reports what it would adopt. Idempotent: a
+// second call adopts nothing. All or nothing: either every listed
+// volume is recorded or none is.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+func (c *Client) AdoptVolumesWithBody(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptVolumesRequestWithBody(c.Server, environmentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptVolumes Adopt the DCM volumes another provider created
+//
+// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+// (or the one named) that no volume record serves — made by DCM's
+// per-cluster storage provider, say — and records each valid one as a
+// volume: it is then served, followed and reported like a volume the
+// gateway created, and its current status is published once. A claim is
+// skipped, with the reason, when its labels disagree (instance id not its
+// name, another service type), its id is not a valid volume id, a record
+// of another environment (or another namespace) holds its id, or it is
+// being deleted. Nothing is adopted implicitly: a labelled claim without
+// a record is left alone, and counted in the environment's
+// `status.unadopted_volume_count`, until this is called. With
+// `validate_only` it only reports what it would adopt. Idempotent: a
+// second call adopts nothing. All or nothing: either every listed
+// volume is recorded or none is.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+func (c *Client) AdoptVolumes(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptVolumesRequest(c.Server, environmentId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2836,6 +2991,53 @@ func NewUpdateVolumeRequestWithBody(server string, environmentId EnvironmentID, 
 	return req, nil
 }
 
+// NewAdoptVolumesRequest calls the generic AdoptVolumes builder with application/json body
+func NewAdoptVolumesRequest(server string, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAdoptVolumesRequestWithBody(server, environmentId, "application/json", bodyReader)
+}
+
+// NewAdoptVolumesRequestWithBody constructs an http.Request for the AdoptVolumes method, with any body, and a specified content type
+func NewAdoptVolumesRequestWithBody(server string, environmentId EnvironmentID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s:adopt", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewVerifyEnvironmentRequest constructs an http.Request for the VerifyEnvironment method
 func NewVerifyEnvironmentRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
 	var err error
@@ -3450,6 +3652,52 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
 	UpdateVolumeWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error)
+
+	// AdoptVolumesWithBodyWithResponse Adopt the DCM volumes another provider created
+	//
+	// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+	// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+	// (or the one named) that no volume record serves — made by DCM's
+	// per-cluster storage provider, say — and records each valid one as a
+	// volume: it is then served, followed and reported like a volume the
+	// gateway created, and its current status is published once. A claim is
+	// skipped, with the reason, when its labels disagree (instance id not its
+	// name, another service type), its id is not a valid volume id, a record
+	// of another environment (or another namespace) holds its id, or it is
+	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// a record is left alone, and counted in the environment's
+	// `status.unadopted_volume_count`, until this is called. With
+	// `validate_only` it only reports what it would adopt. Idempotent: a
+	// second call adopts nothing. All or nothing: either every listed
+	// volume is recorded or none is.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+	AdoptVolumesWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptVolumesResponse, error)
+
+	// AdoptVolumesWithResponse Adopt the DCM volumes another provider created
+	//
+	// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+	// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+	// (or the one named) that no volume record serves — made by DCM's
+	// per-cluster storage provider, say — and records each valid one as a
+	// volume: it is then served, followed and reported like a volume the
+	// gateway created, and its current status is published once. A claim is
+	// skipped, with the reason, when its labels disagree (instance id not its
+	// name, another service type), its id is not a valid volume id, a record
+	// of another environment (or another namespace) holds its id, or it is
+	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// a record is left alone, and counted in the environment's
+	// `status.unadopted_volume_count`, until this is called. With
+	// `validate_only` it only reports what it would adopt. Idempotent: a
+	// second call adopts nothing. All or nothing: either every listed
+	// volume is recorded or none is.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+	AdoptVolumesWithResponse(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptVolumesResponse, error)
 
 	// VerifyEnvironmentWithResponse Probe an environment now
 	//
@@ -4682,6 +4930,89 @@ func (r UpdateVolumeResponse) ContentType() string {
 	return ""
 }
 
+type AdoptVolumesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Adoption
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdoptVolumesResponse) GetJSON200() *Adoption {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AdoptVolumesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdoptVolumesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdoptVolumesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdoptVolumesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type VerifyEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5390,6 +5721,64 @@ func (c *ClientWithResponses) UpdateVolumeWithApplicationMergePatchPlusJSONBodyW
 		return nil, err
 	}
 	return ParseUpdateVolumeResponse(rsp)
+}
+
+// AdoptVolumesWithBodyWithResponse Adopt the DCM volumes another provider created
+//
+// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+// (or the one named) that no volume record serves — made by DCM's
+// per-cluster storage provider, say — and records each valid one as a
+// volume: it is then served, followed and reported like a volume the
+// gateway created, and its current status is published once. A claim is
+// skipped, with the reason, when its labels disagree (instance id not its
+// name, another service type), its id is not a valid volume id, a record
+// of another environment (or another namespace) holds its id, or it is
+// being deleted. Nothing is adopted implicitly: a labelled claim without
+// a record is left alone, and counted in the environment's
+// `status.unadopted_volume_count`, until this is called. With
+// `validate_only` it only reports what it would adopt. Idempotent: a
+// second call adopts nothing. All or nothing: either every listed
+// volume is recorded or none is.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+func (c *ClientWithResponses) AdoptVolumesWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptVolumesResponse, error) {
+	rsp, err := c.AdoptVolumesWithBody(ctx, environmentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptVolumesResponse(rsp)
+}
+
+// AdoptVolumesWithResponse Adopt the DCM volumes another provider created
+//
+// Finds the claims labelled for DCM storage (`dcm.project/managed-by=dcm`,
+// `dcm.project/dcm-service-type=storage`) in the environment's namespaces
+// (or the one named) that no volume record serves — made by DCM's
+// per-cluster storage provider, say — and records each valid one as a
+// volume: it is then served, followed and reported like a volume the
+// gateway created, and its current status is published once. A claim is
+// skipped, with the reason, when its labels disagree (instance id not its
+// name, another service type), its id is not a valid volume id, a record
+// of another environment (or another namespace) holds its id, or it is
+// being deleted. Nothing is adopted implicitly: a labelled claim without
+// a record is left alone, and counted in the environment's
+// `status.unadopted_volume_count`, until this is called. With
+// `validate_only` it only reports what it would adopt. Idempotent: a
+// second call adopts nothing. All or nothing: either every listed
+// volume is recorded or none is.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
+func (c *ClientWithResponses) AdoptVolumesWithResponse(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptVolumesResponse, error) {
+	rsp, err := c.AdoptVolumes(ctx, environmentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptVolumesResponse(rsp)
 }
 
 // VerifyEnvironmentWithResponse Probe an environment now
@@ -6454,6 +6843,74 @@ func ParseUpdateVolumeResponse(rsp *http.Response) (*UpdateVolumeResponse, error
 	return response, nil
 }
 
+// ParseAdoptVolumesResponse parses an HTTP response from a AdoptVolumesWithResponse call
+func ParseAdoptVolumesResponse(rsp *http.Response) (*AdoptVolumesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdoptVolumesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Adoption
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseVerifyEnvironmentResponse parses an HTTP response from a VerifyEnvironmentWithResponse call
 func ParseVerifyEnvironmentResponse(rsp *http.Response) (*VerifyEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6794,6 +7251,9 @@ type ServerInterface interface {
 	// UpdateVolume Expand a volume
 	// (PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
 	UpdateVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error
+	// AdoptVolumes Adopt the DCM volumes another provider created
+	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
+	AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error
 	// VerifyEnvironment Probe an environment now
 	// (POST /api/v1alpha1/environments/{environment_id}:verify)
 	VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error
@@ -7202,6 +7662,22 @@ func (w *ServerInterfaceWrapper) UpdateVolume(ctx echo.Context) error {
 	return err
 }
 
+// AdoptVolumes converts echo context to params.
+func (w *ServerInterfaceWrapper) AdoptVolumes(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.AdoptVolumes(ctx, environmentId)
+	return err
+}
+
 // VerifyEnvironment converts echo context to params.
 func (w *ServerInterfaceWrapper) VerifyEnvironment(ctx echo.Context) error {
 	var err error
@@ -7421,6 +7897,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.GetEnvironment, options.OperationMiddlewares["getEnvironment"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.UpdateEnvironment, options.OperationMiddlewares["updateEnvironment"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:verify", wrapper.VerifyEnvironment, options.OperationMiddlewares["verifyEnvironment"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:adopt", wrapper.AdoptVolumes, options.OperationMiddlewares["adoptVolumes"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/storage-classes", wrapper.ListStorageClasses, options.OperationMiddlewares["listStorageClasses"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/volumes", wrapper.ListFleetVolumes, options.OperationMiddlewares["listFleetVolumes"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/storage-classes", wrapper.ListEnvironmentStorageClasses, options.OperationMiddlewares["listEnvironmentStorageClasses"]...)
@@ -8992,6 +9469,115 @@ func (response UpdateVolume503ApplicationProblemPlusJSONResponse) VisitUpdateVol
 	return err
 }
 
+type AdoptVolumesRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	Body          *AdoptVolumesJSONRequestBody
+}
+
+type AdoptVolumesResponseObject interface {
+	VisitAdoptVolumesResponse(w http.ResponseWriter) error
+}
+
+type AdoptVolumes200JSONResponse Adoption
+
+func (response AdoptVolumes200JSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptVolumes400ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes401ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes401ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes403ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes403ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes404ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes404ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes429ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes429ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes503ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes503ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type VerifyEnvironmentRequestObject struct {
 	EnvironmentId EnvironmentID `json:"environment_id"`
 }
@@ -9463,6 +10049,9 @@ type StrictServerInterface interface {
 	// UpdateVolume Expand a volume
 	// (PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
 	UpdateVolume(ctx context.Context, request UpdateVolumeRequestObject) (UpdateVolumeResponseObject, error)
+	// AdoptVolumes Adopt the DCM volumes another provider created
+	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
+	AdoptVolumes(ctx context.Context, request AdoptVolumesRequestObject) (AdoptVolumesResponseObject, error)
 	// VerifyEnvironment Probe an environment now
 	// (POST /api/v1alpha1/environments/{environment_id}:verify)
 	VerifyEnvironment(ctx context.Context, request VerifyEnvironmentRequestObject) (VerifyEnvironmentResponseObject, error)
@@ -9998,6 +10587,57 @@ func (sh *strictHandler) UpdateVolume(ctx echo.Context, environmentId Environmen
 	return nil
 }
 
+// AdoptVolumes operation middleware
+func (sh *strictHandler) AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error {
+	var request AdoptVolumesRequestObject
+
+	request.EnvironmentId = environmentId
+
+	var body AdoptVolumesJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.AdoptVolumes(ctx.Request().Context(), request.(AdoptVolumesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AdoptVolumes")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(AdoptVolumesResponseObject); ok {
+		return validResponse.VisitAdoptVolumesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // VerifyEnvironment operation middleware
 func (sh *strictHandler) VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error {
 	var request VerifyEnvironmentRequestObject
@@ -10147,147 +10787,161 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H2LbttItuCv1HAHaBuXkh+xMxMbjQuNrSTaSWzDdtI7t5WVS+SRVNdkFbuqaFkdGNiP2C/cL1nUg2SR",
-	"KsqS207n9m0gCGSJ9Tp13i9+DSKWZowClSI4+hpkmOMUJHD9V5/eEc5oClQOTtUXhAZHQYblLAgDilMI",
-	"jgKonhmROAgDDr/khEMcHEmeQxiIaAYpVqP/ymESHAX/Y6dac8f8KnYuQbCcRzA4DR4ewuAjvr/AU7gi",
-	"v4IaGYOIOMkkYWoD6hckyK+AtmKY4DyR6HD3GCWYT4GjO5zkIBDmgBI2Bw4xkgzt7e7ubneD0Bzhlxz4",
-	"ojpDiu9HGZ7CSE0auFtOCSVpngZHu2EgF5l6mFAJU+B6m2on1+wW6PImr2eAWIZ/yQFRuJdmfqmeRWyC",
-	"5AxQxuGOsFwg9VPb1qph9X3h+w9Ap3IWHO3t7h+UmxOSEzoNHtTmOIiMUQH6Ki84GyeQqo8RoxKoVB9x",
-	"liUkwmrLO5l54t/+UzB9nPXurZhXr1iHwOXbE/Tm4PBvyM6MYpCYJKKrQWcnUPP3ogiE+MhifddAFbx/",
-	"Di4Bxz9xIuGcRupS1N/nNFl8xHRh/9Q/67+/LEEgDHp5TGT/zh414ywDLokBB47MJn231rsYIPWsBkuI",
-	"oDvtoogDluDQg7qvpRVxLmejFOSMxe5JGIkjdXsSS6I+SJ4LCXGHgpwzfhuEQUwEHicQe8/RoLCjr8uP",
-	"mK/rRxlQtWkBAs2JnCG4A75Q/7fs3eCbZ+4MgPsBdX1ygdSvCMcxByG88yp2AKJ155wl5kaIhFQ8yiVY",
-	"AmqUnQZzjhfqbwXaXPh3+f76+gKZBwrKw1TMgTvbLWk6DEQ+/k+IpHezkhgYTRhPsQyOghhL6OhvPSe/",
-	"Y0megv/gDy6f/DnQjNPOU2zAXkkBojp2hQUGl2e3F1UDeIVNzMxZo4oPRPgoQ/0+0niy/r04pOa5nQb/",
-	"exwctT34DnFyNTjl5A74WxxJz73/NMNS33SUYCF+EKgcgMwkKIYowRzEMcJjAVSi+QyoHaKok6MZFogy",
-	"qjlzA0RS4mg2qnZcnmfMWAKYqi1OxGjKWZ6NMpaQaOEnLRaPCJ2wEaOjlOVU+qcSknEFvQhnOCJy4X/K",
-	"oltCJhAtogRGKYsbpLWM0LWbevBBGmd4TBIiF+d3wDkxPBrHMVGgxsmFA5kJTgQ0pcBVnmWMS4iR3s8x",
-	"wuiW0BglMJGI5RJNcJIIJGec5dOZEtXqEmJzWVJxRc8FaIHhOeAqHP1nPgZOQYJw5M1DqETpwIw/WEZd",
-	"C9TNVvqsBy3Pv/80gIsNIW6RnwjkSI4fhKEFEEiYGwkVynPQ4B7nJJEdQg3AEZsM6RySpHNL2Zwq+X1H",
-	"BGEUuEBEIEESRTGMozlndNpFFxwiiIFGcORS3VCPxpQyqWWpQFsWlTtTLGGOF904SrsZZ+rwO+ZWOxrW",
-	"4ZB2u90dA37z1Xao5lbzIaCSL5De/YTxakmkOKZ9jFEYUvUrkcI9gf15CcnQgCKMUuBTQBmW0SxEGNE8",
-	"SYbULMchZXcgEJHdIV1CSRdG7fe1Gm88tObDkJIdmPt80dVWY+iVVtl92lWdPtfbhpntTAk9D+VtPkdT",
-	"qLibasz/ZY1jnlkFqdDqKrwOajqaUuc0YgVhkFNNQV617sTh5k2WmRaaiiO/rsy1F8OsIPMIMIvWWT5O",
-	"iJhBmxQTME03EvLFyldmoE/SSyZx4pc06pfReCHN4qUGRah8fRB4jSv38szE9WnC6ght9+dudwlLXXEK",
-	"9zjNEjXB/jXxKXPFw9URyiH7e2/e7O6/2j88PDzcDx8/mhYJyqocWRwU1sr1AC1jCZt6UOSMxYAEJBBJ",
-	"xgtkseBAhKIEjyHplA+IBZX4/hhBmsmFwRSFFIqZT8kdUIUdFQiKZbu3pcjsErbzK6PwI2AhO3gZQkv3",
-	"ZXdeQS5YAuKqW7suMKl+Z98Uwbz7M9rhCVfyThKcbCqd+/fK5CZSmZTFFIhQIQHH6iIxUlCPGJ2Q6RES",
-	"wO+UzGKZmR6d9BCm8ZACkTNleaExYK6EmPEsqG+ihCgsiNQ2Jsq6VwZPjG5h0UUX/Y+Og2RIx1jA64MO",
-	"0IjFEIcIq73U9uATds7UI2WVMK4uNcYS10CvoBiErq/i9eHhq9c+6tJbHrnzPnW2MJgbp0GyMB6oavpb",
-	"WDzrtIQKiHIOI3FLspFMxOgOOJl4yFUNQ0oAZUoRLjm18TIo+gQp0NW7Ue/Dh/OfRoOzq/7Jp8v+6OTD",
-	"p6vr/uWVY6m6ZoHGjTr3mkmZiaOdHZwRpVfFHUWvXft7N2Lp0euDg1f18+7vHvzdcyfqPGaJUeEbcAcd",
-	"vvKNKew71z/1+tXfDx4HZ4Me7eG8JMgoBW39DuiELQP7PZtr6FodE0XmeXGMKGh9T8lVh/jkDFIByR0I",
-	"j6WhbG6zg0ryF+64Zaz1CvoIj8QM7x++9kj6973O/uFrtDWD++2CjZ/2L5FmQMUXE8KFVJTvrFTj5WIh",
-	"JKSIMyaN4zMXEHu9Mc65R3CfEQ6jwqnRNCIKc9iBlJAsQ3PGbwmdOubDAgm8QIKhrTo7+kEguM+UDkPS",
-	"0MuYfhDojMneRALfLhUZpbS7q86JnClDUSn+asuLLrqCO6AoxguBxjBhHBAx9r6jhyGZcyrQaf/dZe+0",
-	"f6rAsZ7fxoVRnqlHR5s5flbxhWUyVlzJ57+7noHi2R01q/qwdBvqogXgRHEUImfe+654xDr0vVqm27lc",
-	"hA4dAilP0g5BHzWfnny8hCkR0vhbl0V+CkLgaYtvUlldMfA276KQiii9J/Nt5AqkJHT6uEj32H6xA8f6",
-	"RZ6efETFI9pCPUY2bCGQZKhhEne+kvih25BIr7yOVQW1wjer5ytCLg0/vH1wySegpD1Gant2D+U2fQLH",
-	"BzPHIe6xApOEzSHWUBEZjjZzRhlt0RhgI+a6QjYzaoWeqhQZj05QFy6GHWzOAuIofWwlF9907MSgxGPD",
-	"HJCfFkOaoRcPcGMisgQvRq1u/hYK0obESh9D2z1WWFIigJ+GsUJxV4lxUFTslFpM0EIDLQeuQgJrQvPK",
-	"DHgIgycxfWUdrenotwHU2pXUb7CEe3lEu4ALzNBHYQ4iGSxsoaMaTThBBBfb65D4spr+Tx383cAc6mVZ",
-	"QkyI1ljDAs1nTACyYQyUAL4DYe1bTS5KbaYrncKPhitqDuCaP20tNdfxHW3iC36Egw5olstNwYe4Izy7",
-	"qH+PI5kskDLu2QTdVHbcjTYCbxzRfNNF1zMY0hJ7amJJ2ycULOATiJTlUk2HdBT5XmqBJnxGop/9N41h",
-	"yTGqnkDYYgFK8QJJzKcgy9BAKUNnhEqtq/8+sqRu+q+cYdlZ8F9SNlTX7gszJ4SCixn/6n38oDARIpQl",
-	"+ZRQESKlJpYXKEI0IYl2s89EqL6+J+ruaYxImgEXjGp01houh0lhzTzFRq/2NbIYu3yEE4vKkinDqTLP",
-	"nTPNsEBCWY840fukDEU550Blx07b2KCHcfi29+zitaF62vSYisSVcWUZbXdDidou4VZxNX+U2RXxazug",
-	"XW1zvTBzg1ka+5KZ202wkGXqzWqpXdvtI3LwAsto1n6hXgX97Qn626u/v0b/8+r8zA1BIVb4KxTm6NDc",
-	"hEASa89AU3IcDalLyCFyFgmNQ1iEyNxviNRlhhVehEO6zK/DUiCEKI7SEPm4aKjpodgjdBhNFi7lbCnb",
-	"dEiX6XAb1e38EM1nJJohzpTR1rR2u6g3pDRPEsRBe8uwAYUiWiJFsdNjd2m1MddgjnTIBo3BzNRFl4Bj",
-	"s2EL1i0Sh5othahSj0KbPRIiRzkKh9RRjrb1WjbaU0zmcC+TgnOwu6sgrlQY49aBJDaScxVCXRU2bOF+",
-	"uuifnQ7O3gVhcNnvnf4rCIPCxxGEwaezy37v5H3vHx/6+q/ep+v355eD/+ifen1Ty/rvEqnGUTriDQv9",
-	"EdlVM+gtEzZxhNEdcNHGYBRFjjLOxpvq3nogBxwvNhy4yrdQ+g42sB+W9clR1MjrcMJAVo1sfaLpf9EL",
-	"VJtuTPDlMTQy4cMqaNzKkdu8KWysXUBxi8uwV8QhlWynTM4UohOBDFHgMculm2DjZCQsQK7vnhMSJ/BI",
-	"okx1yLUEiwubU52k6E2OaREJxudltrW8B9+1vE0AahfyTAJynXOsyPQTeZpivthklSs7pAkea9MWM4aP",
-	"i1Bves5T00HD+uMXzJ9ZWa35nlC5qdvvyQZnTWF7zM33u1qnH8gdUPDhZ+VeKbNcbz0w9rCw3H//ToLy",
-	"umnEzQsxP3hRW8tav4+9cDQYdWIrZlJZuloVU5rAts3VNmsTYRhZWFoJXEfRbYaFLxQgMfWp5u7Sap3a",
-	"MizS1kWMGO228EAL/WWpIolMYIXlUN3Y4Oxz78PgdNS7fPfpY//sOgiDs/Pr0dvzT2dKleh90PrFqP+/",
-	"BlfXV0EYXPQvPw6urgbnZ6PT/tnA6htKw+ifXQ9Oetf6m8HZdf/yrPfB/Pi5N/hglZG3vcGH/uno4rJ/",
-	"cn52OrgenJ89jjE2tGAOFT6CQNq6fA84MR7F1jjC8k3UM+W0pNUq3Xy2QFsaDKHOd5stEJHqwnM60+ss",
-	"tr0XtK5T02a4iR0z2+q7Lu7Nrqzzi4rPPvbWvG/LSrzP5plfqF8pZToWSBAaQS2sKiTmshZmdFWbVjXP",
-	"f7/WJVq6IYvx5cZ8N654PPGzJ5MrbTngcni4dzFAEU4S4EZNV48rKyHCEuJjdFPk49+gFDAVCNMFo4Dm",
-	"M4Y44GhmHZIZ41JZFShm6hGt8ehUmpbE/5Vp/tEMotsNUuGLw5+ocauT4ov9aBU5CAPKrLq8Nscutxc6",
-	"oF15J2Zb61PhTzMb4VTj0ASTRN2Em9vGbo2tOTFZLvr6yuCwayquKm+oL5oxIadcGbEpmXKbpMo4otg4",
-	"GCvyLZ70zc1ufeqoXyOqSUkXbGX5U41ruNGPDEsJXG37f/+MO7/udt582bIfOl++7oav9x6K77f//a++",
-	"jeryCTeFMU4JLeMEdwTmtZSLaqBHsXw06bPFOABa2Mk1D+5TMrebCK89GEVSHdxnmDZ4kGMqOK4MUWax",
-	"bpJj6iYFrps5qccIMrL5oY+Nqhc5rFkJJEZlMNh37lbl/xHjrswHibHEaI6F8Z8JAFp4QtGW/iqaYToF",
-	"RUUcrBPF2oQJuYPjyr1aCJKEiZphGCKmZI02qLbXtwvrpYtru1OXdYEi57aasOQyAiIOspMwdmuzMgTa",
-	"wnSh8zMiRiUmVP1gngtRhoUITTJM6LCoUD1vnOIhyji5U+oG4zozJkQRFtAhVAAVRJI7cDWMimM4Cef+",
-	"wirQeTeryk9WR0+TFlWpqI8pvWlojmU0gxhRNj82SQbqn7QoYsx/hTb+NDZLr2NCY0KnpdAuldQ0hZgY",
-	"z8dPmMi3jL8lXMgTRkWetvCrZvL48/Giem1HkwOtFwT2lMzWY7yFL6FOk2VBmHv1NYr3A7OVMS4hSY2I",
-	"fDzSJ7pc2eB39j+jY/7pPp5ln8tjLp51PDk+X8iGkvETJYxWnn7XTkBi9hJyclOxZXKxqzjkyEXgFf7N",
-	"dR9TCBkrxdile12vqlMMFUGwFIrPlJlPPrpvVuGsHyDWJLfuwSzTGDkEUj7dCHC7t1nVWxUixmAGKmNy",
-	"pkbOpHCaNY718znVmumMJbHlp+ZBRpNFiwH22wvX1vZ/mrO3w3AV4qwAZuM6a4gSblzOYyn1I0hc5IBv",
-	"4Ot7Qpy2GWPObJqLus+LzyfHRnvIaQwcuWVwNm5kOL9X9LekGZrgn47poa1e/6Kzt7+/rVSNzGT6uaV4",
-	"x0jJbrUVotf47bZFzanJrXO2iHc+7tV8dIS9YP/ZlV4yZjmN0QVwQYQEKg0yd7WUWzm3z1BbgUFXGUQb",
-	"Yk/UWupVsWz0S46pJHJhYoUYjQnFfKF4QwwRSXGCRD6ZkPsQTXUYUokLTNGvwFndVN3bfUca2RIH3thX",
-	"RQlruPtLwnHTbmer3ea+YLf2tKMMeJkOcqzZmMlVMrC4UQqkurUQMV3moklF0QWZUsYNWdRBXA1eX0oa",
-	"p7/X8a2oj0QwWt+F5kmWLieoFUGVcPfhmEFaT63aU5JQ124c8dvdl68m+9He+A10DvHf4s5BtAedN5Nd",
-	"3Nkf/z1+DQfR3/Denlebs8S0BgJquls7sdMAssrpNKNGqwK+T0j7XJHduRwgVPt3XJyNHW2aemkOeKLH",
-	"/IPFHt7SNyViRZBBzHAGpsLMrKSIiFE4nwRHP68DTLPWpZkueAg3uLUvjQ0Xk3gZuSWdTsEfOimmeKoD",
-	"xrWzeEpaN8WmJtGqL9uBbZxzDdPFyFlEYlN89+nT4BRt6cZDyo7fPkZD668fBoarVYK9oq41yee3S2lz",
-	"kLXNtBYpvKlG+ag2WUzbDvtmOPgtScCUPQVh8I+ERbdeg6DGBtwcmsvzz4OrwfmZTaT5dGY/mSCVzqn5",
-	"0L823+mPLQk0ZoFPmlh/g1bg1B/vriO+G/Arp/riq+DX1UhELq7UpRQNA1LiM8Tr5aT/7//8X6U2ng9O",
-	"TwpTxfywdfVu1Pt0/X708fy0/yMjcbRt0N+EOobU95j5bVvPqtlQxgmNSIYTo/LozjxqX4izBI6G1JU5",
-	"ofk5j4lEkmOSmFiA6WpklISyZ5PJqdIoqH1N+kgVNcykzJw83CYEPLuKo9TsSRfLRDhJihyuDHjHragx",
-	"iKy2HmdMpymjXsm1ykI2C0WT6F52USK6DpjEMKQF3E5PPo6uLz9dXfdPR2f965/OL/95haYghXGzqT2h",
-	"rdOTjz+IIW1jm0gAjQWizK66ALm9JoRsRGA9IJmHLZyU8qazFOt3WKT46xLmSQIg9TCBtmIsZmOGeSzW",
-	"29yDDq77yj/PaeValjMsTQ21VjmtZVBuY8tRvy8+n4htxChKMV0UTk5hWoicnnzsomsF8ZhFuamxNxHA",
-	"iFHJcSSPbJ48vzMXOQWqkBFiNOEsNT1D+pwzG29s5jTopmvl5DadPiERUKG5im0G18twNIPOfnfXCfQH",
-	"jQIyJ3p6FNzt4SSb4T3t4c+A4owocdPd7b6yqopmBzs4IzvFszuayjpVC6gpeCS1bvlk+omJEFGYmxwK",
-	"LuSRpUpDy6ZPlUOsBYmkubQd1jQKzWcMbdneV6Ft5KI7X4Voxub1CK1pBTOkbpe2Cs8KNAvd1l9hSYUk",
-	"1pspyK47pC46JyQl0hjqgqVNdxxYn4tannB7enNb5V4GcXAUKAlbNcUSdc9qm7pVPbLj9j9s07Scx6s+",
-	"hOphXx/BqquYt4ng/uFrj4zxT1XvdfKU9o5LuEQr5o1IvKrnnm9DVSu0ci+uptTr/Afu/Prl6174+uDh",
-	"r4H3nA3NWV8awrrHEZ6UtZNKGW/bhE6HKJT3aiPrWREtG7C1zY+uDTR+4spfGm0i93d3V7SI3Kw1ZKPT",
-	"nKdDpGLVSuHU6oDDT7qKXR2YrfhWKLdctZ9Uz+9t+PyrjZ4/3Oh5R+3S9G4Vrp+/KJCXiZba3nGUGnVD",
-	"eCrKHnjBFzVRnTs3M0Mtd17mP67v+dsyoKa24IhZ7UgtO9fohiM6Y18mSOJbzV7hCEUsTXFHgFpBQjyk",
-	"Vtk1bFhL9TQXEuEkMU5xpVPewuJH3dtEh1f/Yj8P6S0sEKFoC4dj7Q5dIMpk/YutGRY29jSGZDtEfym/",
-	"paxQl5wGOQT4jxlncfiXBKZYR858dKlnGxWHbeO9B7tv1me+ZajQO5Ung7RVINhs8vVoeTnP/UVZR7N+",
-	"6BHeUVcyGY9119/xQju3/8CsJPxaquhNxqLAVoOLw1rqudi6D6XPF/MZJ0TJDkMZhGa51MV6Y/tNkQiw",
-	"9a5/jXaszmna6w3pFSSTK6NzmGDkJRhNX+nTRhHMgKdEqEG1dBAKEIttYyIo1dau5lpZWmEkUtSbk+hW",
-	"GF10CVmCF8pAw3RISWy0xqRWKGs7wAq0v7tbWTB6tdhdyafanTTVkmXeujK/VCmgZXimTaI/VyftL2U/",
-	"2MJH+Nz0aaqWH+oeCVvd+C34g4839JQW6b/3ROc9IrgnQopjm8zLQeacQoxyarKXDNvYN2zgW+y46NEB",
-	"3yfDOth9s9nzexvOv3e42fP7+xs+/+b31/XKPiy6g6nLPloY80rVb+drPcLwYBh4AtITH73UZYgCbR3s",
-	"vtm22XhNpqqUnaIyGN1MGI/gR0XHN4plT0GKIW0O0RXbshim8/14LI61L0WpXK6UwBxM/60hNbuMfcz1",
-	"VP+0krn62KXebU2ZKZMgret1KTt3WX058NVPm51+nzR58LI0/D3QjLmAtSkm9FtD70DWUer3EkwNVeAP",
-	"gVffQJl9B3IDFNjM0K2/40StmxUV/C1V+usU6HdRD1GY1xuwMD6ktQYsttZdNIvdj/VYV7ll3OmSMqSK",
-	"mWpNPLbNAU1PClNya1QYUSVa6yd1SYXi7DRPkhtlUa8oo/exZhPjatLRi+qWppeCwhl3Og3/job/v/3m",
-	"qb8ntVVxBxP2j/9wXOJPDfIZpKEhwQYrRFvNtiHbz6VS7hShJSfZeh13Y6PXwLehqMaiHvrqa7eDeVOA",
-	"ba1aCxuNTfLkn1J5Pal8Tpt1s0v3XmChDvU+g3D+bei787WWdvrQis51fbFWNPCCuOzr3vDQXqH0J5qu",
-	"j6YuaBXpszrqPj+mht535dWznlc5+B5p8rAxJTh5W95o/pVOSjPJCo4zVqfcaaO+tPUjHM2gej2FNu6L",
-	"ztqmKrdIcrc/dr3B8c92Q98uLvWS8Qonre6RUIW9iP8KUYrfkZZ1atYaAY67EosK+i0zCZ/DEPSGRa7n",
-	"rJ6HKnRa2A8CPZKBdfPvJP5xmO/uvorynMT6E9wMqe7L+XWos0+HwRFyMlQfbo7t3DW321T9bybFaKxf",
-	"5OAMsgUEFN0MYkgzJoFGi84/YXGDZoBj7YDUHQxJjLYcYh/SImvJRnxMogyHFNIxcPPlLSxMAb7uzCok",
-	"2j9As22T5ZYlapJidcXb7rB+U5Q6mT/kov3wymg199Yeb7GJpGuEWqwzUh3OgK7owYJIvK09/soiT+0h",
-	"Lz6fWKVvRSBmEybgz3C5tJy+ePeK2p778hW9tLmdau3G9bXn7hyGQUpo+cKFljSP5zfVl3LQv7E9XWQX",
-	"eyJAFh11ZglFgHlCgNuUItSCos8e9Gnfn4FZfFzioAlI/Wnqfwem/gvIsZrkMndftjr2Cq+nqXdFF6HW",
-	"nE3Lgj1qnlbrYp2N67GNjcQw0Zs5Vmpg9d49o+Shm7IX0U3leayFvXUuDdLNlI5NLMl9NatJqKXo6t3o",
-	"fb/34fr96NOZ+fCv0cn5aR9tKcHBODrcfVXkf45ZvCgycQX2i493UOia74sWSy/GjxotqDx0b355Ipk/",
-	"SR37Rgf7VNw+2pqvusYf1fV1m2RTow+ziMFCIpbeTaHFOspYkghE5PaL6H5PJL+v5St/V0ZjTVCr1D+6",
-	"6GD3oKKZQn8RZT9ZpW7ZvIWpslw1AKTiIgoCCAskcp1js91tCaiW2tOaIU/CaNHfC205y5tq5TlebP9p",
-	"sazB6Yvo5SpO3x6ybLu0b6E/VYr0nxe9sWmqw5Wr7/wFnEvV68afmjnmGDDtYVBlqRblZspaHZqKtWHw",
-	"cNPVtp3pmGeMO9tpRveLIpRIUiq9Q1omjWSMS4HcijyUU0kSPQcHQX4FpHarmWZ7ZNIhl5eydGyZ3/MF",
-	"JBvTfifGU7+8t/LO/jRM/hsYJvre4+c0TI6qF9+9jDPuUnvbmhnJzYze2lvztEvLvBvQm1esvqQwt3bJ",
-	"skb1WR/pu8wnKmuVbM7HMboxp7jRVRKi4Kh58gdJKvgegvIXOrumEZOnbL5BEN5WZnYXOE1WBSXPM6C9",
-	"i8FmCFdM6uZGNpKl7bzoVVmC6uk75Me+5aErK2GfgHYrLEVdklvsoFjfgXsJQC/U25MblsM3QKWpWLDp",
-	"A6Y+lVDTbUnHckKnXtx0KNelKXfAF7VSdlO+xCYT4Np82yJ11NGTmReKYGTPithEe0zSLnpLEt2SkmLO",
-	"7Ytui+V0t7hj/aJVtUe9HcpQqhQTQqdDah5Ut5LARCKWyy7q6VZiaKKnNc8WRa7F6xmMFSrZkIo80z2P",
-	"1ap62NZSj0B0Y83WGxsUtFNud9EFnhbJa+OFA8i2AtqldILfrYStXyvfEMdKawVs4FBOoX1i9iVRpr1H",
-	"luiuFUYH36SUds0O0FWhh+4XMTCj9nZ3ff3tFonNlE6DFy8uq3eoXD+s3TKd+6aFdY0ZfzPEthXcdyZs",
-	"Zi6tnrfWsq6adrlXtH94rbfniuFfvlFayjoR7oquv+twRgts3IYMG/lHrbDy1SLdOGR+U3BaDaCm2qBF",
-	"Q8zAuMp1TEj734hQzFqQ2LaP1L3PfxBIRCwD44v7Bpk0dX6McMSZMDqlyZpZzqJZkrmP5aG8XY5M1ItL",
-	"TMTaxgx0p9iiSe52mVMxpONFA6xAEYm7yHbyqfqQcEAJEVK/aSOxb1PH4hZ0l3kby7Y69I928E2buNId",
-	"Zr99Xst/V2FVNVLbgFsXDeHaJ61naG2QkfU9pRf9yXj/UIz3c8Gu1uO4JhL366NhYJ2JU9YCZpzpDl/E",
-	"JjLRqY7PdtGZVuMly7VlEEMGNAYaEfA4R96BfG9Xf0F6KF9L1WKUOkfBCbmD57U6y9VXGJo6XNZ+Awby",
-	"QG0lfAnThX39SaYl7BG6sG8dMW+dUWpkiAwQhtR5Y4l9AUOIznrXV8WbKyHuosPdV6Y52pwIsAaqmsks",
-	"84PQZUD6tZnz2UIZjs7LVzQizHT8UXc8YrqDsNuGyZJDS9T90oDgBdGgev+Pt6Iax3rXWjt4EkN8zgj6",
-	"yr32imQ6RmEZGcx1rI6ZV9O3IaVtaluoIzlPgqNgR7tW7YAmkhZ4Hupubnr28l2vRd8zRKSAZNKtJKiz",
-	"6rJqYl56puvxF8ZWMG3W0Jbmg9tddOK6arn7UlndYm2BdLaj6fWAsEQchJOdUlbyhyhh0ynoppwQzZhC",
-	"Z4pAd2Az+Lqs1Pg2bBM7bQpCM8GzBENoM8pN0z/tJ3ImPhrSr1k+Tkg0ynny8ITMgi7qlX3TzNvmTAtx",
-	"Io2lVSTBlLmPtTMWSvfy8X6aMRSTGM1nuL1tW9GavuzXpjuKa/1Y9yk8HVyPLvvX/bPrwfmZvUnNM7Zr",
-	"uzANjZb38NZpA6iUUpYJVHUD1DvIEhzp3j9HjRKT0uVG+JCWrqjiZeJFmDJ0jiHCQoqa07p1duh6Bgvj",
-	"nxKt+fCEdlJIGV8gQmO4t/EEbZuEFgnHC7UZ0yQSVznymKKcloy8pn4oPtt8ZcqQ6lftpJgrc+RGN9e/",
-	"qUHUyPyHLw//PwAA//8=",
+	"7H2Nbts6muircHwHODFWdtI07UwTFAtP4ra50yZBkvbc2XGvQ0ufbW5kUkPScX2KAPsQ+4T7JAt+pCRK",
+	"phw7J+10zx6gKBxb4s/H7/+PX1uxmGWCA9eqdfi1lVFJZ6BB4l99fsek4DPg+vTEfMF467CVUT1tRS1O",
+	"Z9A6bEH5zJAlragl4R9zJiFpHWo5h6il4inMqHn7jxLGrcPW/9kt59y1v6rdS1BiLmM4PWnd30etD/TL",
+	"BZ3AFfsFzJsJqFiyTDNhFmB+IYr9AmQngTGdp5q82DsiKZUTkOSOpnNQhEogqViAhIRoQZ7t7e21u63I",
+	"buEfc5DLcg8z+mWY0QkMzaAtf8kzxtlsPmsd7kUtvczMw4xrmIDEZZqVXItb4KuLvJ4CERn9xxwIhy/a",
+	"jq/Ns0SMiZ4CySTcMTFXxPzUtLTyteq66Jf3wCd62jp8trd/UCxOacn4pHVvFidBZYIrwKO8kGKUwsx8",
+	"jAXXwLX5SLMsZTE1S97N7BP/8u9K4HY2O7d8XJyxCoHLN8fk1cGLPxE3MklAU5aqLoLODWDG78UxKPVB",
+	"JHjWwA28/966BJr8LJmGcx6bQzF/n/N0+YHypfsTf8a/P69AIGr1EuGW8rWVSZGB1MwCg5pfDIaGDu1O",
+	"pPOZQSD7ENlZMD01WMUSqmEoeLqMiJ5STRZiniZkBO2IUIVHat8lvYtToqZigV/O8Gg1zNRDsPyEb5ul",
+	"u71QKenS/F0jssOvq7s1+KIyGtsdrm6r/J0ooDKeQlJZ2MqA9TVIiIVMIBnGYm6xpzrJezqCNIWExCll",
+	"M0UYR5AE5rXQozm07MBEgbwzYE8l0GRp1lYnuKilblmWhQ6uPrk5MzE3k7jR7YGBBMKFzs82IpQnZDFd",
+	"bnxEOU5d3bIsBKQKmnhgHQmRAuUtS5c5g/z7KvesDlA51qjA2xIQK8dSEoIY/TvE2ieES/jHHJQl/CRh",
+	"5iuaXniUMaapgqhGLMUKVqFuyJHoKVPlKZMdwSHncN7uflLtI5Jza5qm7hEkDo+ZvXweIOQVoNb4DGRC",
+	"arLwSbKgXnPADlhHOS5woaeMTzwU84+nEXx45iu8xPLpdQQZ/FUCdXy2zrmrCFKO4kRC8WrwpOcJ0/07",
+	"x91rTC/OmeEqczAMyzyLkiAi0J10SSyBavBUAA9e5T7oXE+HM9BTkfjMW7AkNmiqqWbmg5ZzpSHpcNAL",
+	"IW9bUSthio5SSIKsewN+xwJc4JSbRSuw9E/gDuTS/N+w9sajywBkGFDXxxfE/EpokkhQKjiutHTWtHIp",
+	"UnsiG3GcS5EGRYIB7byB17+7vr4g9oGcFClXC5ANXHVuESgoBZiF0VjIGdWtw5YhxA5+G6JU5OjhjdcQ",
+	"G7mdGydfQIniCKIqdkU5Bhd7dwdVAfh6qnjPVIgyzO9DxJPNz8UjtcDp1FS+h8FRWUNoE8dXpyeS3YF8",
+	"Q2MdOPefDfszJx2nVKmfFCleIHYQkkCcUgnqiNCRAm44JnD3iqFOSaZUES44KqM1EGlN4+mwXPGqZIta",
+	"YzWcSDHPhplIWbwMk5ZIhoyPxVDw4SxXJFaHUlpIA72YZjRmehl+yqFbysYQL+MUhjOR1EjrAbUmxO+P",
+	"aUZHLGV6eX4HUjKrlq6VmNWjuJpnRiJBQnA9R4SSW8YTksJYE6OVjGmaGt1QivlkaqwTcwiJPSxtuGLg",
+	"AFBHDmxwHY7+dT4CyUGD8lTsexS4p/b9g4AKY4G63UxWdV0df/9xAFdbQtwhP1NVlcPSgtE87YlEBuUl",
+	"ILhHc5bqjlFSDcCJGA/4AtK0c8vFghuT5Y4pJjhIRZgiiqWGYoQkCyn4pEsuJMSQAI/h0Ke6Ab5NORca",
+	"ZakiOw6VOxOqYUGX3SSedTMpzOZ37al2ENbRgHe73V0LfvtV2xgaYMYjwLVcElz9WMhyStS83GOCw4Cb",
+	"X5lW/g7czytIRk45oWQGcgIkozqeRoQSPk/TAbfTSZgJo5Mz3R3wFZT0YdR8XuvxJkBrIQwp2IE9z286",
+	"23oMvUIvRUi7qtLnZsuwo51Ra/XVKW/7MepCxV9UbfzPG2zzzClIuVZX4nWroqMZdQ4RqxW15hwpKKjW",
+	"HXvcvM4yZ7mm4smvK3vs+WtOkAUEmEPrbD5KmZpCkxRTMJltJeTzma/siyFJr4WmaVjSmF+Go6W2kxca",
+	"FOP65UEr6E/yD88OXB0mKrfQdH7+clew1Ben8IXOstQMsH/NQspc/nC5heKV/WevXu3tP99/8eLFi/3o",
+	"4a2hSGCz+WzocFA5x14AaJlIxSSAImciAaIghVgLmSOLAwdhnKR0BGmneEAtuaZfjgjMMr20mGKQwjDz",
+	"CbsDbrCjBEE+bfe2EJldJnZ/ERxeA1W6Q1chtHJebuUl5ForQFx3atc5JlXP7LsiWHB9Vjs8lkbeaUbT",
+	"baVz/0uWsphpY1LmQxDGlQaamIOkxEA9FnzMJofWDyQjYo1umpLjnrHiBxyYnhrLi4yASiPErDPVfBOn",
+	"zGBBbJYxZjHVgIb/LSy75KL/wfMJD/iIKnh50AEeiwRdQOiq8tcQEnbe0ENjlQhpDjWhmlZAb6BY82i8",
+	"ePH8ZYi6cMlDf9zHjha1FtZPmi6t070c/haWTzos4wriuYShumXZUKdqeAeSjZcNviEjgNANU3Bq62Uw",
+	"9Alakau3w9779+c/D0/PrvrHHy/7w+P3H6+u+5dXIeeM4X4GN6rca6p1pg53d2nGjF6VdAy9dt3v3VjM",
+	"Dl8eHDyv7nd/7+DPgTMx+7FTDHPfgP/Si5BzqrDvfJf8y+d/PngYnDV6dJsLkqDgHND6PeVjsQrsd2KB",
+	"0HU6Jont8+qIcEB9z8hVj/j0FGYK0jtQAUvD2Nx2BaXkzyMQq1gbFPQxHaop3X/xMiDp3/U6+y9ekp0p",
+	"fGnnbPykf0mQAeVfjJlU2lC+N1OFl6ul0jAjUghtYz1zZR3aq2sp9z2ELxmTMMydGnUjIjeHPUgpLTKy",
+	"EPKW8YlnPiyJokuiBNmpsqOfFIEvmfVCR0HG9JMiZ0L3xhpku1BkjNLuz1q4rznBJS+75ArugJOELhUZ",
+	"wVhIIEzXnaxEzyVX5KT/9rJ30j8x4NjMb+PDaJ6hr3U7x886vrBKxoYrsYbwyy0sO2ZU82HlNMxBK6Cp",
+	"4ShMT4PnXfKITeh7vUx3Y/kIHXkEUuykGYIhaj45/nAJE6a09beuivwZKEUnDb5JY3UlIJu8i0obogzu",
+	"LLSQK9Ca8YnaMihQrCKHY/UgT44/kPwRtFAL378iWpCaSdz5ypL7TQIBEqGW+2ZxvDzKXA8J2AdXfAJG",
+	"2lNilufWUCxz02iA5xAPWIFpKhaQDKvBuM1jbHFhgA2F7wrZzqhVOFQhMh4coCpcLDvYngUk8eyhmXx8",
+	"w3CxRYmHXvNAfpK/Uo82B4CbMJWldDlsdPM3UBAaEmt9DE3nWGLJ+uAPZlBUlBgPRdVuocW0GmigYcNl",
+	"SGBDaF7ZF+6j1qOYvrGONnT0u5yRypFUT7CAe7FFN0FUiYEFKMxDJIuFDXRUoQkviOBjexUSn9fT/4mH",
+	"v1uYQ70sS5nNSslzDRZToYC4MAZJgd6BcvYtkotRm/lap/CD4YqKA7jiT9tIzfV8R9v4gh/goKc8m+tt",
+	"wUekJzy7pP+FxjpdEhd3vintuBs0Am880XzTJddTGPAyXO2LJbRPODjApxAby6UcjmDizBdtg90hIzHM",
+	"/uvGsJbUz4oo8iBmdEk0lRPQRWigkKFTxrXaLl/jKWVJ1fRfO8Kqs+B/pGwojz0UZk4ZBx8z/tb78N5g",
+	"IsQkS+cTxlVEjJpYHKCKyJil6Gafqsh8/YWZs+cJYbMMpBIc0Rk1XAnj3Jp5jI1ermvoMHZ1C8cOlbUw",
+	"hlNpnnt7mlJFlLEeaYrr5ILEcymB644btrbAAOMILe/JxWtN9XQ5JiWJG+PKMdrulhK1WcKt42rhKLMv",
+	"4jd2QPva5mZh5hqztPalsKebUqWLbMP1Uruy2gfk4AXV8bT5QIMK+ptj8qfnf35J/u/V+ZkfgiIi91cY",
+	"zMHQ3JhBmqBnoC45DgfcJ+SIeJNE1iGsImLPNyLmMKMSL6IBX+XXUSEQIpLEs4iEuKhNG8vXCB3B06VP",
+	"OZgxOOCrdNgmVTs/Iospi6dECmO01a3dLukNOJ+nKZGA3jJqQWGIlmmVr/TIn9oszDeYYwzZkBHYkbrk",
+	"EmhiF+zAusOSCNlSREr1KHLZIxHxlKNowD3lqI1zuWhPPpjHvWwKzsHenoG4UWGsWwfSxErOdQh1lduw",
+	"ufvpon92cnr2thW1Lvu9k7+1olbu42hFrY9nl/3e8bveX9738a/ex+t355en/9Y/CfqmVvXfFVJN4tlQ",
+	"1iz0B2RXxaB3TNjGEYZ3IFUTgzEUOcykGG2re+OLmCm55YvrfAuF72AL+2FVnywTRFfDQHPuEvPyQFBD",
+	"MumxTeNM87ROw8N9q90ll1aj/SUZDzjme3IRzjHdoVxgLCEXzz+p9qFNz6ApRtHnXLO0TAG+OcSPN+0u",
+	"OTYLhoSMrHdKAmZQ2/xSseCotg+473IQnAA1VG6INGapmZcqRXae7xHVrlCDB6k6fB4I5tijK4+3NkAj",
+	"5D8/RIk2AlvG3RuFWpNDSowQ6kmD17WXh3KNeuQyMwlTxPIVOhJz7ecoeUkdS9CbeziVpik8kGtUbnIj",
+	"2ezD5gRT24P5RWvTfe2yVtcQOpY3KUDlQJ5Ix9hkH2uSJdV8NqNyuc0sV+6VULJrqxwxelgLCWY4PbaI",
+	"IKo+fiHCyanlnO8Y19t6Th9ts1d03oc8pf9UA/89uwMOIfwsPVRFovBtAMYB3jYPn79X1rJp8Un9QOwP",
+	"QdRGdSUcpsh9NVYj20mENkIBtVmjTLVdhY+dmynLyKLC0JKYiOCSVELRFE15yLrxpzbzVKYRMRpoCRG8",
+	"28ADHfRXxY1mOoU1xld5Yqdnn3rvT0+Gvcu3Hz/0z65bUevs/Hr45vzjmdHGeu9RRRv2/9/p1fVVK2pd",
+	"9C8/nF5dnZ6fDU/6Z6dOZTNKWv/s+vS4d43fnJ5d9y/Peu/tj596p++dPvemd/q+fzK8uOwfn5+dnF6f",
+	"np89jDEuOmM3FT2AQKgBvAOaWqdsYyhm9SSq6geK4LyihOwgGCJMGZwuCdPmwOd8ivMs28ED2tQv7JIE",
+	"1a4dbf1Z5+fmZkZVIP8cYm/183asJPjsPAsL9Suj6iSKKMZjqESmlaZSVyK1vs7TqCmHz9d5lQtPbv5+",
+	"sbDQiRsez8LsyaabOw64GmHvXZySmKYpSGvpmMeNoRVTDckRuclLGm7IDChXhPKl4EAWU0Gk0QCdTxer",
+	"VWLKSSLMI0UtSlPtxNpKiXgK8e0W1QT55o/Ne+vrCvL1oJXRilpcOItjY45dLC/yQLv2TOyyNqfCn6cu",
+	"SGzeI2PKUnMSfnqguLXm+tgmCuHxFfF139peVyFSnTQTSk8kqIjM2ES6PF8hCafWR1uSb/5kaGxxu0F9",
+	"mNOIKlLSB1tRNFvhGn4AKaNagzTL/v9/p51f9jqvPu+4D53PX/eil8/u8+/b//rH0EKxAsXPAk1mjBeh",
+	"ljsGi0rWSvliQLF8MG+2wTgAnrsaNi7Va0p+ryM8OoFyowi+ZJTXeJBnKnjeIFUkAm+TpuvnVW6afIrv",
+	"KDZ0KbYPvVWtE9mwmEoNi3h6aN+Nyv8Dxl2RUpNQTcmCKuuCVAA8dyaTHfwqnlI+AUNFaCZziHObMGV3",
+	"cFR6qHNBkgpVMQwjIoysQYOqvbldWC1439gjvaoL5GnL5YAFl1EQS9CdVIhbl9iCLoglprjEgmvKuPnB",
+	"PhehdyCy+USRx6Ii87yNK0Qkk+zOqBtCYnJRRGKqoMO4Aq6YZnfgaxglx/By9hvKEjF1aV0Fz/oAdNqg",
+	"KuUlRoVDkiyoxmJgLhZHNk/D/NMORaz5b9AmnAno6HXEeML4pBDahZI6m0HCrEvkZ8r0GyHfMKn0seBq",
+	"PmvgV/X8+6fjRdXymDoH2iyOHmi0UA2T576EKk0WNXX+0VcoPgzMRsa4giQVIgrxyJDo8mVDOF7yhLGN",
+	"x/t4Vn0uD7l4NvHkhHwhW0rGj5wJXgZLfDsBWw88vZzcVmzZdPYylDv0EXiNi3jTxwxCJkYx9ukeS34x",
+	"S9MQhJhB/pkL+ylE9/VCps1j7Ehym27MMY2hRyAN3u++f5plyVouYixmkCKsacsMbRasneMIn59z1Eyn",
+	"Ik0cP7UPCp429Fd4gtq/jf2fuWO6CYbrEGcNMGvHWUGUaOuKKEepH0DTPI1+C1/fI0Ld9TB95jKFzHle",
+	"fDo+strDnCcgiV9J6EJvlvMHRX9DpqaNn2LshOz0+hedZ/v7baNqZDZZ0q9mPMLmGWYpDOf49bZFxakp",
+	"nXM2Dxk/7NV88A13wOG9G71kJOY8IRcgFVMauLbI3LVtFtaNHTLU1mDQVQbxltgTN1bLlSyb/GNOuWZ6",
+	"acOtlIwYp3JpeEMCMZvRlKj5eMy+RGSCkVwjLignv4AUVVP12d5bVks4OQiGD0tK2MDdXxCOn7k8Xe82",
+	"D+ULoKedZF7I7gjZmE33srC4MQqkObWI2OgekoqhCzbhQlqyqIK4fHlzKWmd/kHHt6E+FsNwcxdaIN+8",
+	"GKBSR1bAPYRjrnHQarnfY/J4N+698evdl8/H+/Gz0SvovKB/SjoH8TPovBrv0c7+6M/JSziI/0SfPQtq",
+	"c46YNkBApLuNc2MtIMu0WPvWcF3M/BGZs2sSZFcDhGb9nouztqJts1ftBo/xnb+IJMBb+rbKLg8yqCnN",
+	"wBbp2ZkMEQkO5+PW4d83AaadK289dB9tcWqfawv2+hetMnJHOp2cP3RmlNMJBowrewlUBW+LTXWiNV82",
+	"A9s652qmi5WzhCW2fvHjx9MTsoPt6owd3z4iA+evH7QsVysFe0ldG5LPr5fSdiMbm2kNUnhbjfJBbTIf",
+	"thn29XDwG5aCrRxrRa2/pCK+DRoEFTbgpyFdnn86vTo9P3O5SB/P3CcbpMK0pPf9a/sdfmzIQbITfERi",
+	"/RVagVfCvbeJ+K7Brxjqc6gJAhZ0Mb28MoeS91yYsZAhXq3I/a//+E+jNp6fnhznpor9Yefq7bD38frd",
+	"8MP5Sf+1YEnctuhvQx0DHnrM/tbGUZENZZLxmGU0tSoPNjcy6yJSpHBYSb1Rkf15njBNtKQstbEA2xjK",
+	"KglF2yubiIMoiL4m3FJJDVOtMy+VuQ6BwKqSeGbXhJlLMU3TPA0uA9nxM4QsIpulJ5nATG/SK7hW2crO",
+	"gsfWChSNqBiWUrMEBjyH28nxh+H15cer6/7J8Kx//fP55V+vyAS0sm42syayc3L84Sc14E1skyjgiSJc",
+	"uFmXoNsbQshFBDYDkn3Ywckob5joWT3DoiMjTwZ8nAJofE2RnYSq6UhQmajNFnePwfVQBe05L13LmMvl",
+	"UsWywjIolrHjqd8Xn45VmwhOZpQvcyensl1YTo4/dMm1gXgi4rltU2AjgLHgWtJYH7pSA3lnD3IC3CAj",
+	"JGQsxcy2XelLKVy8sZ7TgK06i8FdRULKYuAKytZ0rV5G4yl09rt7XqC/VavB86Knh627ZzTNpvQZevgz",
+	"4DRjRtx097rPnaqC7GCXZmw3f3YXqaxTdtGaQEBSY9cs25JNRYTDwuZQSKUPHVVaWratvjxizUlkNteu",
+	"SR2i0GIqyI5rHxa5XjjYPCwiU7GoRmhtN50B9xvdlXiWo1nkd0+LCipktpVgTnbdAffROWUzpq2hrsSs",
+	"7o4D53Mx0zPpdm9Pq1jLadI6bBkJW/YVU1XPapO6VT6y63fNbdK0vMfL7rXm4VD32bIxW7D17P6LlwEZ",
+	"Ex6q2i7mMU2BV3CJl8ybsGRd28LQgspucsVafE2p1/k32vnl89dn0cuD+z+2gvusac54aIRimyg6LspP",
+	"jTLetAhMh8iV93Ihm1kRDQtw5eEPzg08eeTMn2vNhff39tY0Ft6uoXCtWV+gr7Bh1UbhRHXA4yddw64O",
+	"7FJCMxRLLpsWm+efbfn8862ef7HV857ahfTuFK6/fzYgLxIt0d7xlBpzQnSiijaCrc9moCp3rmeGOu68",
+	"yn983/P3ZUB1bcETs+hILZr/YM8WLHrQKdH0FtkrHJJYzGa0o8DMoCEZcKfsWjaMUn02V7b9LDrFjU55",
+	"C8vX2B4Gw6t/cJ8H/BaWhHGyQ6MRukOXhAtd/WJn6to+4/LaEflD8S0Xubrk9RhiIF9nUiTRH1KYUIyc",
+	"hegSRxvmm23ivQd7rzZnvkWoMDhUIIO0USC4NPPNaHm1VOCbso56CdYDvKOqZAqZYK/40RKd279hVhJ9",
+	"LVT0OmMxYKvAxWMt1VxsbOUZ8sV8cs2aLWUwns011juO3Dd5IsDO2/412XU6p+1QOOBXkI6vrM5hg5GX",
+	"YDV9o09bRTADOWPKvFRJB+EAiWpbE8Gotm4238pChZFpVe3vgt1EuuQSspQujYFG+YCzxGqNaaXW2DXR",
+	"VWR/b6+0YHC2xJ8ppNod19WSVd66Nr/UKKBFeKZJoj/V/Qufi5a6uY/wqenTFn7fVz0SrkD0e/CHEG/o",
+	"GS0yfO62Jz2BL0xpdeSSeSXoueSQkDm32UuWbexbNvA9Vpy3OYEfk2Ed7L3a7vlnW47/7MV2z+/vb/n8",
+	"q3++rle0ssEmsD77aGDMa1W/3a/VCMO9ZeApaAg11h/PFSiyc7D3qu2y8epM1Sg7eXE1uRkLGcNrQ8c3",
+	"hmVPQGMpXvUVLHrXqlqap47Ql5IX9uVSgkqwLcwG3K4yCTHXE/xpLXMNsUtcbUWZKZIgnet1JTt3VX05",
+	"CJWg25X+mDR58G1p+EegGXsAG1NMFLaG3oKuotQ/SzDVVIHfBF59B2X2LegtUGA7Q7d6M5aZN8ubIDQ0",
+	"Otikx0GX9AiHRbWHjZADXulh49oFqHq/gCN811duhazURBtmipp44vor2rYetuTWqjCqTLTGJ7GkwnB2",
+	"Pk/TG2NRr+lEEGLNNsZVp6NvqlvadhQGZ/zhEP4dhP+//OqhfyS11XAHG/ZPfnNc4ncN8gmkoSXBGisk",
+	"O/XOK+2nUil389CSl2y9ibux1mvg+1BUbdIAffXR7WAvW1i91yoiI5s8+btU3kwqn/N63ezKuedYiKHe",
+	"JxDOvw59d79W0k7vG9G5qi9Wiga+IS6HujfcN1co/Y6mm6OpD1pD+qKKuk+PqVHwhtVq1vM6B98DTR62",
+	"pgQvbysYzb/CpDSbrOA5YzHlDo36wtaPaTyF8oYPNO7z5uS2KjdPcnc/doPB8U9uQd8vLvUt4xVeWt0D",
+	"oQp3EP8TohT/RFrG1KwNAhx3BRbl9FtkEj6FIRgMi1wvRDUPVWFa2E+KPJCBdfOvLHk9mO/tPY/nc5bg",
+	"J7gZcGxt+nWA2aeD1iHxMlTvb47c2BW328T8bwelZIR3YXgvuQICTm5OE5hlQgOPl52/wvKGTIEm6IDE",
+	"JpAsITsesQ94nrXkIj42UUbCDGYjkPbLW1jaAnxsbqs02T8g07bNcstSM0g+u+FtdxQv2zI7C4dc0A9v",
+	"jFZ7bs3xFpdIukGoxTkjzeYs6PIeLIQlbfT4G4t85jZ58enYKX1rAjHbMIFwhsul4/T59TVmef79NTi1",
+	"PZ1y7trxNefuvIhaM8aLOysa0jye3lRfyUH/zvZ0nl0ciAA5dMTMEk6AypSBdClFpAFFnzzo07w+C7Pk",
+	"qMBBG5D63dT/AUz9byDHKpLLnn3RLToovB6n3uVdhBpzNh0LDqh5qNYlmI0bsI2txLDRmwU1amB5daFV",
+	"8shN0YvopvQ8VsLemEtDsJnSkY0l+bfb2oRaTq7eDt/1e++v3w0/ntkPfxsen5/0yY4RHEKSF3vP8/zP",
+	"kUiWeSauomHx8RZyXfNd3mLpm/GjWguqAN3bXx5J5o9Sx77Txj7mp092FuuO8bU5vm6dbCr0YSexWMjU",
+	"yvUeKNZJJtJUEabb30T3eyT5fS1uTV4bjbVBrUL/6JKDvYOSZnL9RRUteY265fIWJsZyRQBow0UMBAhV",
+	"RM0xx6bdbQioFtrThiFPJnje34vseNPbauUFXbZ/t1g24PR59HIdp28OWTYd2vfQn0pF+veD3to0xXDl",
+	"+jP/Bs6l8sb2x2aOeQZMcxjUWKp5uZmxVge2Ym3Qur/pom1nO+ZZ4851msF+UYwzzQqld8CLpJFMSK2I",
+	"X5FHbNNm25VZsV+AmNUi02yOTHrk8q0sHVfm93QBydqwP4jx1C/OrTiz3w2T/wWGCZ578pSGiW22bgty",
+	"voUv7g3jSZ6MvL7N/M6N32PFOuaSzmj5OolnN9GAV35O4lknd+bpZQav3Sg37Yfb1e84w8goaub7pE3W",
+	"drD/r//4TzKjCZDRkrhKzgxkJ0+bq2u/EV5XaQtzk8I5j13p72jKEpyXKkJzBnvoclzRuLK15xEZC3tf",
+	"hhvEcGBISMpuS2XFMuniGlLrr4jKMIDr+Vdab/mV3Qm27+uSnj0TwtSAq1uWZeb1wvEngSqs/TPLsr3i",
+	"RpAqkjBFJxKA7HhuOzQcmVb2uiezCFvx686ImDNqRziM9auZ56kDSOEPjAh1ABtwdAvZQSqhdKPruu+L",
+	"Q21jiYlyw2MfYATpgI+A8QnJ0xnJWdnzPr9vgM3shcnp8pDQEjstZFw98IDn6zJvlncXWGDH7paCEOIN",
+	"+I2Ffzd8J8BNVEhS25QPm6YmXfIzXmtyc+cy/IeCp8sbsyssbsxF8sLgLdNkIeZpYrfUJYVTUh8aJFPY",
+	"H9jGffAJlechdUkvTTFxyf59SNy1zzb7P2UKK3tKc8fCABL7Dl7wHZL2PTNLGT76FtIep2CCF70unGj+",
+	"VoVybrqQLP7ZnIFRn4obLIR0ZFQ5vcid0shd57LI33Ok99sQ4D9CEg6elr3r+PiDV9FevYck55hPlYpz",
+	"WN7C+21E6SXGreq1PfXamMoVvig77EXFwQod8yWHhZMRq76JT7ilHzIzt6j6ddmTR8Rx2hsnDJxtMk/1",
+	"75T1VJR1gXmqtew2LhZb0JDrcdBd0lm6Lr3nPAPeuzjdDuHyQf0qg1rZkRuXPC+aOQQ6+IWxb/XVtT0l",
+	"HoF2a3yu2NwiX0E+vwf3AoBBqDenCa4mQgDXtvbPJeJZjY5x27cQsyI8NdHd9YFFnkZtqN7HZK9qGo9B",
+	"oiN0h1VRBwez4pASt1cixhh7mHXJG5Zic2dOpXS37ufTYd/VI7z13awRl8MFmRkTn/HJgNsHC31NzLVR",
+	"eGciATLGYe2zebuI/KIj68/VYsDVPMPbA8ys+NrOSrddcuMcwDcuvcYN2e6SCzrJ08BHSw+QTa0oVhLz",
+	"/mnF4P1KIaQ6MsomUAuHYgi03tyNlbZRVpZi/yfrzdqmKcWGdymUJZPYeenUvvVsby/UKXaZupqjWeub",
+	"l2lXez1vniDWMJx/Z9GmbsFwW+GmGfzbh7ZzPK4ft9L8tRx29daF8OuVLtlrXv/8nRI8N8kVK+n6h04M",
+	"aICN39poq0ijE1ahqt4bj8xvck6LAKqrDSgaEgHWF4DZFWjdM2WYtWKJa8SMt4j8pIiKRQY2qvUdclKr",
+	"/JjQWApldUqbf7qaj7oicx/K6HyzGuOvlmna3C/nv8Ge63m7+XaRnTjgo2UNrMAJS7rE9cQr7R8JzqS3",
+	"Eg/9OlTdWlecywpzOvRr9/JNk7jCXu3fP0P0f6uwKluSbsGt89aqzYNWc523yG3+kRJ1f2e8vynG+yln",
+	"V5txXJvT8suDCVWY01pU1WdSYK9M5lKC+QQznbrkDNV4LeZoGSSQAU+AxwwCzpG3oN+52b8hPRQXPDYY",
+	"pd5WaMru4GmtzmL2NYYmJp40n4CFPHDnVS5gunQXiWUoYQ/Jhbu/y97fZtTIiFggDLh395cLa0TkrHd9",
+	"lV+jDUmXvNh7btuMLpgCZ6Bi1AWn+UlhQS3e4b2YLo3h6F1jhogwxUwe7B0osBe/39DQkUND/tqlBcE3",
+	"RIPyJr1gbxKa4KpRO3gUQ3zKXLS1a+3laemCwyoy2ONYn31WDt+ElK49fK6OzGXaOmztomvVvVBH0hzP",
+	"I+yLiqMXF8/nHUQJ0wrScbeUoN6sq6qJvT4UO9ssra1gG5aSHeSD7S459l210r/hHpuVLgnWDdiuSYRq",
+	"IkF5eZ5FT5yIpGIysVEZiKfChqIAe5lafF1VakILdiUSLpxZL5UowBC52izbPhf9RN7AhwP+FeOM8XAu",
+	"0/tH5Oh1Sa/oQGrvbbWXcTBtLa08nbSIGlb2mCvdq9v7eSpIwmzcpbEBan7JS9H5FO/mQP0YO/6enF4P",
+	"L/vX/bPr0/Mzd5LIM9qVVdjWgKtreOM11DVKqcgUKfvq4gqylMbYRe+wVqxZuNyYHPDCFcVsr16SJ/xE",
+	"3jZUlEtRu1u/Yp1cT2Fp/VOqsbKM8c4MZkIuCeMJfPED2pFDwtHSLMa2W6ZltRnlZM4LRl5RPwyfrV8+",
+	"NuB4ad2MSmOO3OA1NTcViFqZf//5/r8DAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

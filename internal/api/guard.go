@@ -50,7 +50,7 @@ const (
 // replica, from Postgres or from the fleet index every replica keeps.
 var ownerOnly = map[string]bool{
 	"createVolume": true, "listVolumes": true, "getVolumesHealth": true, "getVolume": true,
-	"updateVolume": true, "deleteVolume": true, "verifyEnvironment": true, "updateEnvironment": true,
+	"updateVolume": true, "deleteVolume": true, "verifyEnvironment": true, "updateEnvironment": true, "adoptVolumes": true,
 }
 
 // operation is what the contract says about one operation, plus the

@@ -165,3 +165,23 @@ func toVolume(v volumes.Volume) Volume {
 		UpdateTime:    v.UpdateTime,
 	}
 }
+
+func (h *handlers) AdoptVolumes(ctx context.Context, req AdoptVolumesRequestObject) (AdoptVolumesResponseObject, error) {
+	var in AdoptionRequest
+	if req.Body != nil {
+		in = *req.Body
+	}
+	a, err := h.opts.Volumes.Adopt(ctx, req.EnvironmentId, deref(in.Namespace), deref(in.ValidateOnly))
+	if err != nil {
+		return nil, err
+	}
+	out := Adoption{EnvironmentId: req.EnvironmentId, ValidateOnly: deref(in.ValidateOnly), Namespaces: a.Namespaces,
+		Adopted: make([]Volume, len(a.Adopted)), Skipped: make([]AdoptionSkip, len(a.Skipped)), RecordedCount: a.Recorded}
+	for i, v := range a.Adopted {
+		out.Adopted[i] = toVolume(v)
+	}
+	for i, s := range a.Skipped {
+		out.Skipped[i] = AdoptionSkip{Namespace: s.Namespace, Name: s.Name, Reason: s.Reason}
+	}
+	return AdoptVolumes200JSONResponse(out), nil
+}

@@ -100,7 +100,11 @@ type Status struct {
 	LastReadyTime     *time.Time
 	StorageClassCount *int
 	VolumeCount       int
-	DCMRegistration   DCMRegistration
+	// UnadoptedVolumeCount counts the claims labelled for DCM storage that
+	// no volume record serves (internal/volumes counts them; an admin
+	// adopts them).
+	UnadoptedVolumeCount int
+	DCMRegistration      DCMRegistration
 }
 
 // DCMRegistration is the state of the environment's provider registration.

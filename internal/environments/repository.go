@@ -48,7 +48,8 @@ const selectColumns = `
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
 	e.last_probe_time, e.last_ready_time, e.dcm_registration, e.generation,
 	e.credentials_generation, e.registered_by,
-	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id AND v.status <> 'DELETED')`
+	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id AND v.status <> 'DELETED'),
+	COALESCE((SELECT u.count FROM unadopted_claims u WHERE u.environment_id = e.id), 0)`
 
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
@@ -62,7 +63,7 @@ func scanRecord(row pgx.Row) (record, error) {
 		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
 		&r.Status.LastProbeTime, &r.Status.LastReadyTime, &reg, &r.generation,
 		&r.sealed.Generation, &r.registeredBy,
-		&r.Status.VolumeCount,
+		&r.Status.VolumeCount, &r.Status.UnadoptedVolumeCount,
 	)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record{}, errNotFound

@@ -60,11 +60,20 @@ func managedAs(pvc *corev1.PersistentVolumeClaim, id string) bool {
 	return pvc.Labels[clusters.ManagedByLabel] == clusters.ManagedByValue && pvc.Labels[InstanceIDLabel] == id
 }
 
+// createdByGateway reports whether the gateway created pvc: its claims
+// keep the display name in an annotation, which DCM's per-cluster storage
+// provider (whose claims carry the same labels) never sets.
+func createdByGateway(pvc *corev1.PersistentVolumeClaim) bool {
+	return pvc.Annotations[displayNameAnnotation] != ""
+}
+
 // specOf rebuilds a volume's spec from its claim, so what DCM reads is what
-// the cluster has (a capacity being expanded shows the requested size).
+// the cluster has (a capacity being expanded shows the requested size). An
+// adopted claim has no display name annotation: its provider named it by
+// DCM's spec.metadata.name, which is its name.
 func specOf(pvc *corev1.PersistentVolumeClaim) Spec {
 	s := Spec{
-		Name:      pvc.Annotations[displayNameAnnotation],
+		Name:      first(pvc.Annotations[displayNameAnnotation], pvc.Name),
 		Namespace: pvc.Namespace,
 		Labels:    map[string]string{},
 	}

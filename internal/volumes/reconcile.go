@@ -2,6 +2,8 @@ package volumes
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,7 +34,9 @@ const (
 // the uid; a claim created after its volume was deleted is deleted; a volume
 // whose claim vanished — also while the gateway was down or disconnected —
 // is reported DELETED. It also forgets idempotency keys past their
-// retention. Claims without a record are never touched.
+// retention. Claims without a record are never touched, only counted (the
+// environment's unadopted_volume_count: another provider's, until an admin
+// adopts them).
 type Reconciler struct {
 	service        *Service
 	interval       time.Duration
@@ -83,14 +87,17 @@ func (s *Service) ReconcileAll(ctx context.Context) {
 	} else if n > 0 {
 		s.log.InfoContext(ctx, "idempotency keys purged", "count", n)
 	}
-	envs, err := s.repo.environmentsWithVolumes(ctx)
-	if err != nil {
-		s.log.ErrorContext(ctx, "list environments to reconcile", "error", err)
-		return
-	}
+	envs := s.clusters.IDs()
+	slices.Sort(envs)
 	for _, envID := range envs {
 		s.ReconcileEnvironment(ctx, envID)
 	}
+	s.counted.Lock()
+	maps.DeleteFunc(s.counted.by, func(env string, _ unadoptedCount) bool {
+		_, held := slices.BinarySearch(envs, env)
+		return !held
+	})
+	s.counted.Unlock()
 }
 
 // ReconcileEnvironment runs one pass over one environment.
@@ -115,6 +122,7 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
 	}
+	s.countUnadopted(ctx, envID, cluster, recs)
 	return nil
 }
 

@@ -184,12 +184,3 @@ func (r *repository) live(ctx context.Context, env string) ([]record, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
 }
-
-// environmentsWithVolumes lists the environments that have live volumes.
-func (r *repository) environmentsWithVolumes(ctx context.Context) ([]string, error) {
-	rows, err := r.db.Query(ctx, `SELECT DISTINCT environment_id FROM volumes WHERE status <> 'DELETED' ORDER BY 1`)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,14 +56,22 @@ type Service struct {
 	clusters *clusters.Pool
 	claims   membership.Claims
 	log      *slog.Logger
+	// counted remembers the unadopted-claim count last written for each
+	// environment (countUnadopted).
+	counted struct {
+		sync.Mutex
+		by map[string]unadoptedCount
+	}
 }
 
 // NewService returns a Service.
 func NewService(opts Options) *Service {
-	return &Service{
+	s := &Service{
 		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued, Claims: opts.Claims}, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger,
 	}
+	s.counted.by = map[string]unadoptedCount{}
+	return s
 }
 
 // Create creates a volume, or returns the existing one for a replay
@@ -212,10 +221,17 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 	pvc, err := claims.Create(ctx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		pvc, err = claims.Get(ctx, rec.ID, metav1.GetOptions{})
-		if err == nil && !managedAs(pvc, rec.ID) {
+		switch {
+		case err == nil && !managedAs(pvc, rec.ID):
 			s.forget(ctx, rec)
 			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
 				Detail: fmt.Sprintf("a PVC named %s that the gateway does not manage exists in namespace %s", rec.ID, rec.Spec.Namespace)}
+		case err == nil && !createdByGateway(pvc):
+			// Another provider's claim for DCM: never adopted implicitly.
+			s.forget(ctx, rec)
+			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+				Detail: fmt.Sprintf("a PVC named %s labelled for DCM by another provider exists in namespace %s; an admin adopts it (POST …/environments/%s:adopt)",
+					rec.ID, rec.Spec.Namespace, rec.EnvironmentID)}
 		}
 	}
 	if err != nil {

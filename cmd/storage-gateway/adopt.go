@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/utils/ptr"
+
+	"github.com/dcm-project/storage-gateway/internal/api"
+)
+
+func (c *gatewayClient) adoptCommand() *cobra.Command {
+	var namespace string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "adopt ID",
+		Short: "Adopt the DCM volumes another provider created in an environment (DCM's per-cluster storage SP)",
+		Long: "adopt records as volumes the claims labelled for DCM storage in the environment's namespaces that no volume\n" +
+			"record serves, so the gateway serves, follows and reports them; each adopted volume's status is published once.\n" +
+			"Claims whose labels disagree, whose name is not a valid volume id, that another environment records, or that\n" +
+			"are being deleted are skipped with the reason. Running it again adopts nothing new.",
+		Example: "  storage-gateway env adopt east --dry-run\n  storage-gateway env adopt east\n" +
+			"  storage-gateway env adopt east --namespace team-a",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeEnvironments,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := c.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			body := api.AdoptionRequest{ValidateOnly: &dryRun}
+			if namespace != "" {
+				body.Namespace = &namespace
+			}
+			resp, err := client.AdoptVolumesWithResponse(cmd.Context(), args[0], body)
+			if err != nil {
+				return err
+			}
+			if resp.JSON200 == nil {
+				return problemError(cmd, resp.HTTPResponse, resp.Body)
+			}
+			return printAdoption(cmd.OutOrStdout(), c.output, *resp.JSON200)
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only this namespace (one of the environment's)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be adopted and what would be skipped; change nothing")
+	setsFields(cmd, "namespace", "namespace")
+	return cmd
+}
+
+// printAdoption prints an adoption: as the API answered it (json, yaml),
+// the adopted volumes' names, or one row per claim it looked at and a
+// summary line.
+func printAdoption(w io.Writer, format string, a api.Adoption) error {
+	switch format {
+	case "json", "yaml":
+		return printData(w, format, a)
+	case "name":
+		return printItems(w, format, a.Adopted, false, volumeTable, nil)
+	}
+	verb := "adopted"
+	if a.ValidateOnly {
+		verb = "would adopt"
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(a.Adopted)+len(a.Skipped) > 0 {
+		fmt.Fprintln(tw, "ACTION\tNAMESPACE\tID\tSTATUS\tCAPACITY\tCLASS\tREASON")
+	}
+	for _, v := range a.Adopted {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", verb, cell(ptr.Deref(v.Spec.Metadata.Namespace, "")), cell(v.Id),
+			v.Status, cell(v.Spec.Capacity), cell(ptr.Deref(v.Spec.Metadata.StorageClass, "")))
+	}
+	for _, s := range a.Skipped {
+		fmt.Fprintf(tw, "skip\t%s\t%s\t\t\t\t%s\n", cell(s.Namespace), cell(s.Name), cell(s.Reason))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%s: %d %s, %d skipped, %d served already (namespaces %s)\n", a.EnvironmentId,
+		len(a.Adopted), verb, len(a.Skipped), a.RecordedCount, strings.Join(a.Namespaces, ", "))
+	return err
+}

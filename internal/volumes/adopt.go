@@ -1,0 +1,299 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
+	"github.com/dcm-project/storage-gateway/internal/status"
+)
+
+// Adoption is what an adoption found in an environment's namespaces: the
+// volumes it recorded (or, validating only, would record), the labelled
+// claims it left alone and why, and how many labelled claims a record
+// serves already.
+type Adoption struct {
+	Namespaces []string
+	Adopted    []Volume
+	Skipped    []Skip
+	Recorded   int
+}
+
+// Skip is a labelled claim an adoption left alone, and why.
+type Skip struct {
+	Namespace, Name, Reason string
+}
+
+// Adopt records as volumes the claims labelled for DCM storage in the
+// environment's namespaces (or only namespace) that no volume record serves
+// — the claims of DCM's per-cluster storage provider, which labels its
+// claims as the gateway does and names them by instance id — so they are
+// served, followed and reported like the gateway's own. Each adopted
+// volume's current status is recorded with its event in the transaction
+// that records the volume, so DCM hears it once; the volumes are recorded
+// all together or not at all, and a second adoption finds nothing left to
+// adopt. validateOnly reports the same answer and records nothing.
+//
+// Adoption never happens implicitly: a labelled claim without a record is
+// only counted (Reconciler), and a create that finds one refuses it.
+func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOnly bool) (Adoption, error) {
+	env, err := s.envs.Get(ctx, envID)
+	if err != nil {
+		return Adoption{}, err
+	}
+	namespaces := env.Spec.Namespaces()
+	if namespace != "" {
+		if !slices.Contains(namespaces, namespace) {
+			return Adoption{}, fault.Invalid("namespace", "is not one of the environment's namespaces: %s", strings.Join(namespaces, ", "))
+		}
+		namespaces = []string{namespace}
+	}
+	cluster, err := s.readable(envID)
+	if err != nil {
+		return Adoption{}, err
+	}
+	candidates, out, err := s.adoptable(ctx, envID, cluster, namespaces)
+	if err != nil {
+		return Adoption{}, err
+	}
+	recs := make([]record, len(candidates))
+	for i, pvc := range candidates {
+		recs[i] = record{EnvironmentID: envID, ID: pvc.Name, Spec: specOf(pvc), PVCUID: string(pvc.UID), VolumeName: pvc.Spec.VolumeName}
+		out.Adopted = append(out.Adopted, s.fromClaim(cluster, recs[i], pvc))
+	}
+	if validateOnly || len(recs) == 0 {
+		return out, nil
+	}
+	if err := s.recordAdopted(ctx, envID, recs, out.Adopted); err != nil {
+		return Adoption{}, err
+	}
+	if recs, err := s.repo.live(ctx, envID); err == nil {
+		s.countUnadopted(ctx, envID, cluster, recs)
+	}
+	s.log.InfoContext(ctx, "volumes adopted", "environment", envID, "count", len(out.Adopted), "skipped", len(out.Skipped))
+	return out, nil
+}
+
+// adoptable sorts the labelled claims in namespaces that no record of
+// envID serves into the ones an adoption takes and the ones it skips
+// (with the reason); it counts the ones a record serves already.
+func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters.Cluster, namespaces []string) ([]*corev1.PersistentVolumeClaim, Adoption, error) {
+	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}}
+	recorded, err := s.repo.namespaces(ctx, envID)
+	if err != nil {
+		return nil, Adoption{}, err
+	}
+	var unrecorded []*corev1.PersistentVolumeClaim
+	for _, pvc := range cluster.PVCs() {
+		if !slices.Contains(namespaces, pvc.Namespace) || pvc.Labels[ServiceTypeLabel] != ServiceType {
+			continue // another namespace, or DCM's claim for another service
+		}
+		rec, known := recorded[pvc.Name]
+		switch {
+		case known && rec.deleted:
+			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name, "the environment's volume " + pvc.Name + " is recorded as deleted"})
+		case known && rec.namespace == pvc.Namespace:
+			out.Recorded++
+		case known:
+			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name, "the environment's volume " + pvc.Name + " is recorded in namespace " + rec.namespace})
+		default:
+			unrecorded = append(unrecorded, pvc)
+		}
+	}
+	ids := make([]string, len(unrecorded))
+	for i, pvc := range unrecorded {
+		ids[i] = pvc.Name
+	}
+	elsewhere, err := s.repo.elsewhere(ctx, envID, ids)
+	if err != nil {
+		return nil, Adoption{}, err
+	}
+	var take []*corev1.PersistentVolumeClaim
+	for _, pvc := range unrecorded {
+		if reason := unadoptable(pvc, elsewhere[pvc.Name]); reason != "" {
+			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name, reason})
+			continue
+		}
+		take = append(take, pvc)
+	}
+	return take, out, nil
+}
+
+// unadoptable says why a labelled claim without a record cannot become a
+// volume ("" if it can): otherEnv is an environment whose record holds its
+// name as a volume id.
+func unadoptable(pvc *corev1.PersistentVolumeClaim, otherEnv string) string {
+	switch id := pvc.Labels[InstanceIDLabel]; {
+	case id != pvc.Name:
+		return fmt.Sprintf("its label %s is %q, not its name: a volume's claim is named by its id", InstanceIDLabel, id)
+	case ValidateID(pvc.Name) != nil:
+		return "its name is not a valid volume id (1-63 lowercase letters, digits or '-', not \"health\")"
+	case otherEnv != "":
+		return "a volume with this id is recorded in environment " + otherEnv
+	case pvc.DeletionTimestamp != nil:
+		return "it is being deleted"
+	}
+	return ""
+}
+
+// recordAdopted records the adopted volumes (recs, as adopted shows them),
+// each with its current status and that status's event, in one transaction
+// fenced by the claim.
+func (s *Service) recordAdopted(ctx context.Context, envID string, recs []record, adopted []Volume) error {
+	claim, err := s.claims.Claim(envID)
+	if err != nil {
+		return err
+	}
+	queued := false
+	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
+		if err := membership.Hold(ctx, tx, claim); err != nil {
+			return err
+		}
+		for i, v := range adopted {
+			if err := s.repo.insertAdopted(ctx, tx, recs[i], v); err != nil {
+				return err
+			}
+			q, err := s.recorder.RecordFirstTx(ctx, tx, status.Observation{EnvironmentID: envID, VolumeID: v.ID,
+				Status: v.Status, Message: v.Message, VolumeName: v.VolumeName})
+			if err != nil {
+				return err
+			}
+			queued = queued || q
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errExists):
+		return fault.New(fault.Conflict, "a volume of environment %s was recorded while it was being adopted; adopt again", envID)
+	case errors.Is(err, errNoEnvironment):
+		return fault.New(fault.NotFound, "environment %q not found", envID)
+	case err != nil:
+		return err
+	}
+	if queued && s.recorder.Queued != nil {
+		s.recorder.Queued()
+	}
+	return nil
+}
+
+// insertAdopted records an adopted volume (rec, as v shows it): the
+// caller's transaction holds the claim and records the first status after.
+func (r *repository) insertAdopted(ctx context.Context, tx pgx.Tx, rec record, v Volume) error {
+	_, err := tx.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, pvc_uid, status, status_message, volume_name)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, mustJSON(rec.Spec), rec.PVCUID, string(v.Status), v.Message, rec.VolumeName)
+	switch postgres.ErrorCode(err) {
+	case pgerrcode.UniqueViolation:
+		return errExists
+	case pgerrcode.ForeignKeyViolation:
+		return errNoEnvironment
+	}
+	return err
+}
+
+// recordedAs is where a record keeps a volume: its namespace, and whether
+// it is DELETED.
+type recordedAs struct {
+	namespace string
+	deleted   bool
+}
+
+// namespaces returns, by volume id, where each record of env keeps it.
+func (r *repository) namespaces(ctx context.Context, env string) (map[string]recordedAs, error) {
+	rows, err := r.db.Query(ctx, `SELECT id, namespace, status = 'DELETED' FROM volumes WHERE environment_id = $1`, env)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]recordedAs{}
+	var id string
+	var at recordedAs
+	_, err = pgx.ForEachRow(rows, []any{&id, &at.namespace, &at.deleted}, func() error {
+		out[id] = at
+		return nil
+	})
+	return out, err
+}
+
+// elsewhere returns, for each of ids that another environment's record
+// holds as a volume id, one such environment.
+func (r *repository) elsewhere(ctx context.Context, env string, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := r.db.Query(ctx, `SELECT DISTINCT ON (id) id, environment_id FROM volumes
+		WHERE id = ANY($1) AND environment_id <> $2 ORDER BY id, environment_id`, ids, env)
+	if err != nil {
+		return nil, err
+	}
+	var id, other string
+	_, err = pgx.ForEachRow(rows, []any{&id, &other}, func() error {
+		out[id] = other
+		return nil
+	})
+	return out, err
+}
+
+// countUnadopted records how many labelled claims in the environment's
+// namespaces none of recs (its live records) serves: the environment's
+// status shows it. Only the owner counts, from its cache, fenced by its
+// claim; a failure is logged (the next reconciler pass counts again).
+func (s *Service) countUnadopted(ctx context.Context, envID string, cluster *clusters.Cluster, recs []record) {
+	served := make(map[string]string, len(recs))
+	for _, rec := range recs {
+		served[rec.ID] = rec.Spec.Namespace
+	}
+	n := 0
+	for _, pvc := range cluster.PVCs() {
+		if ns, ok := served[pvc.Name]; pvc.Labels[ServiceTypeLabel] == ServiceType && (!ok || ns != pvc.Namespace) {
+			n++
+		}
+	}
+	claim, err := s.claims.Claim(envID)
+	if err != nil {
+		return // no longer this replica's
+	}
+	// Written only when it changed since this claim last wrote it: most
+	// passes over a quiet fleet write nothing.
+	s.counted.Lock()
+	defer s.counted.Unlock()
+	if last, ok := s.counted.by[envID]; ok && last == (unadoptedCount{claim.Epoch, n}) {
+		return
+	}
+	if err := s.repo.setUnadopted(ctx, envID, n, claim); err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "count the claims no volume record serves", "environment", envID, "error", err)
+		}
+		return
+	}
+	s.counted.by[envID] = unadoptedCount{claim.Epoch, n}
+}
+
+// unadoptedCount is a count of unadopted claims as written under the
+// claim of one epoch.
+type unadoptedCount struct {
+	epoch int64
+	count int
+}
+
+// setUnadopted stores env's count of unadopted claims while claim holds.
+func (r *repository) setUnadopted(ctx context.Context, env string, count int, claim membership.Claim) error {
+	_, err := r.db.Exec(ctx, `INSERT INTO unadopted_claims (environment_id, count)
+		SELECT $1, $2 WHERE `+membership.FenceSQL("$1::text", "$3", "$4")+`
+		ON CONFLICT (environment_id) DO UPDATE SET count = EXCLUDED.count, count_time = now()
+		WHERE unadopted_claims.count <> EXCLUDED.count`, env, count, claim.Epoch, claim.Incarnation)
+	if postgres.ErrorCode(err) == pgerrcode.ForeignKeyViolation {
+		return nil // the environment was deleted meanwhile
+	}
+	return err
+}

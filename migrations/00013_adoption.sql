@@ -1,0 +1,16 @@
+-- Adopting another provider's volumes (issue 18): a claim labelled for DCM
+-- storage that no volume record serves is left alone until an admin adopts
+-- it, and counted meanwhile. The environment's owner counts them on each
+-- reconciler pass and after an adoption; the environment's status shows the
+-- count (any replica answers it from here). A row is written only by the
+-- owner, fenced like its other writes.
+
+-- +goose Up
+CREATE TABLE unadopted_claims (
+    environment_id text        PRIMARY KEY REFERENCES environments (id) ON DELETE CASCADE,
+    count          integer     NOT NULL,
+    count_time     timestamptz NOT NULL DEFAULT now()
+);
+
+-- +goose Down
+DROP TABLE unadopted_claims;
