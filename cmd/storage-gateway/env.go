@@ -82,8 +82,12 @@ func (f *credentialFlags) apply(in *api.EnvironmentInput) error {
 	case f.apiServer != "":
 		return f.applyExplicit(in)
 	}
-	return errors.New("credentials are required: --kubeconfig FILE, or --api-server URL with --token-file or --client-cert-file/--client-key-file")
+	return errNoCredentials
 }
+
+// errNoCredentials says no credentials were given: a registration needs
+// them, an update of an existing environment's settings does not.
+var errNoCredentials = errors.New("credentials are required: --kubeconfig FILE, or --api-server URL with --token-file or --client-cert-file/--client-key-file")
 
 func (f *credentialFlags) applyExplicit(in *api.EnvironmentInput) error {
 	creds := &api.ClusterCredentials{Server: f.apiServer}
@@ -121,7 +125,8 @@ type specFlags struct {
 	namespace, region, zone, displayName, desc string
 	storageClass, accessMode, volumeMode       string
 	allowedNamespaces, labels                  []string
-	noRegister                                 bool
+	dcmRegister                                bool
+	dcmProviderName                            string
 }
 
 func (f *specFlags) register(cmd *cobra.Command) {
@@ -137,12 +142,13 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.accessMode, "access-mode", "", "default access mode of volumes: RWO, ROX or RWX (or ReadWriteOnce, ...)")
 	fl.StringVar(&f.volumeMode, "volume-mode", "", "default volume mode of volumes: Filesystem or Block")
 	fl.StringArrayVar(&f.labels, "label", nil, "label key=value (repeatable)")
-	fl.BoolVar(&f.noRegister, "no-dcm-register", false, "do not register the environment as a DCM provider")
+	fl.BoolVar(&f.dcmRegister, "dcm-register", true, "register the environment as a DCM provider (--dcm-register=false: do not)")
+	fl.StringVar(&f.dcmProviderName, "dcm-provider-name", "", "its provider name in DCM, storage-gateway-ID when unset; an existing provider's name takes that provider over")
 	for flag, field := range map[string]string{
 		"namespace": "namespace", "allowed-namespaces": "allowed_namespaces", "region": "region", "zone": "zone",
 		"display-name": "display_name", "description": "description", "storage-class": "defaults.storage_class",
 		"access-mode": "defaults.access_mode", "volume-mode": "defaults.volume_mode", "label": "labels",
-		"no-dcm-register": "dcm.register",
+		"dcm-register": "dcm.register", "dcm-provider-name": "dcm.provider_name",
 	} {
 		setsFields(cmd, flag, field)
 	}
@@ -184,9 +190,16 @@ func (f *specFlags) input(cmd *cobra.Command, id string) (string, api.Environmen
 		}
 		in.Labels = &labels
 	}
-	if f.noRegister {
-		register := false
-		in.Dcm = &api.DCMSettings{Register: &register}
+	if cmd.Flags().Changed("dcm-register") || cmd.Flags().Changed("dcm-provider-name") {
+		if in.Dcm == nil {
+			in.Dcm = &api.DCMSettings{}
+		}
+		if cmd.Flags().Changed("dcm-register") {
+			in.Dcm.Register = &f.dcmRegister
+		}
+		if cmd.Flags().Changed("dcm-provider-name") {
+			in.Dcm.ProviderName = &f.dcmProviderName
+		}
 	}
 	return id, in, nil
 }
@@ -304,8 +317,9 @@ func (c *gatewayClient) addCommand() *cobra.Command {
 }
 
 func (c *gatewayClient) applyCommand() *cobra.Command {
-	cmd := c.writeCommand("apply [ID]", "Register an environment, or update its settings and rotate its credentials if it exists", c.apply)
-	cmd.Example = "  storage-gateway env apply -f environments/local-east.yaml --kubeconfig east.kubeconfig"
+	cmd := c.writeCommand("apply [ID]", "Register an environment, or update its settings (and rotate its credentials, if given) if it exists", c.apply)
+	cmd.Example = "  storage-gateway env apply -f environments/local-east.yaml --kubeconfig east.kubeconfig\n" +
+		"  storage-gateway env apply east --dcm-register   # one setting, credentials unchanged"
 	return cmd
 }
 
@@ -323,7 +337,7 @@ func (c *gatewayClient) writeCommand(use, short string, write func(*cobra.Comman
 			if err != nil {
 				return err
 			}
-			if err := creds.apply(&in); err != nil {
+			if err := creds.apply(&in); err != nil && !errors.Is(err, errNoCredentials) {
 				return err
 			}
 			return write(cmd, id, in)
@@ -336,6 +350,9 @@ func (c *gatewayClient) writeCommand(use, short string, write func(*cobra.Comman
 }
 
 func (c *gatewayClient) create(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+	if in.Kubeconfig == nil && in.Credentials == nil {
+		return errNoCredentials
+	}
 	client, err := c.client(cmd.Context())
 	if err != nil {
 		return err

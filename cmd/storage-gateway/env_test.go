@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -299,7 +300,18 @@ func adoptCommands(t *testing.T, cli []string) {
 	if out := mustRun(t, cli, "env", "get", "local-east"); !strings.Contains(out, "1 labelled for DCM by another provider (storage-gateway env adopt local-east)") {
 		t.Fatalf("env get:\n%s", out)
 	}
-	out := mustRun(t, cli, "env", "adopt", "local-east", "--dry-run")
+	// The cut-over's settings: the old provider's name, registration off, then on.
+	out := mustRun(t, cli, "env", "apply", "local-east", "--dcm-provider-name", "k8s-storage-sp-east", "--dcm-register=false")
+	if out = mustRun(t, cli, "env", "get", "local-east"); !regexp.MustCompile(`Register with DCM:\s+no\n`).MatchString(out) ||
+		!regexp.MustCompile(`DCM provider name:\s+k8s-storage-sp-east\n`).MatchString(out) {
+		t.Fatalf("env get after apply --dcm-provider-name --dcm-register=false:\n%s", out)
+	}
+	mustRun(t, cli, "env", "apply", "local-east", "--dcm-register")
+	if out = mustRun(t, cli, "env", "get", "local-east"); !regexp.MustCompile(`Register with DCM:\s+yes\n`).MatchString(out) ||
+		!strings.Contains(out, "k8s-storage-sp-east") {
+		t.Fatalf("env get after apply --dcm-register:\n%s", out)
+	}
+	out = mustRun(t, cli, "env", "adopt", "local-east", "--dry-run")
 	if !strings.Contains(out, "would adopt  dcm-volumes") || !strings.Contains(out, "peer-made") ||
 		!strings.Contains(out, "local-east: 1 would adopt, 0 skipped, 0 served already (namespaces dcm-volumes, dcm-scratch)") {
 		t.Fatalf("env adopt --dry-run:\n%s", out)

@@ -4943,6 +4943,12 @@ type AdoptVolumesResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4972,6 +4978,21 @@ func (r AdoptVolumesResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r AdoptVolumesResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AdoptVolumesResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6891,6 +6912,27 @@ func ParseAdoptVolumesResponse(rsp *http.Response) (*AdoptVolumesResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
@@ -9550,6 +9592,48 @@ func (response AdoptVolumes404ApplicationProblemPlusJSONResponse) VisitAdoptVolu
 	return err
 }
 
+type AdoptVolumes409ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes409ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes413ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes413ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptVolumes415ApplicationProblemPlusJSONResponse Problem
+
+func (response AdoptVolumes415ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AdoptVolumes429ApplicationProblemPlusJSONResponse Problem
 
 func (response AdoptVolumes429ApplicationProblemPlusJSONResponse) VisitAdoptVolumesResponse(w http.ResponseWriter) error {
@@ -10787,161 +10871,161 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H2Nbts6muircHwHODFWdtI07UwTFAtP4ra50yZBkvbc2XGvQ0ufbW5kUkPScX2KAPsQ+4T7JAt+pCRK",
-	"phw7J+10zx6gKBxb4s/H7/+PX1uxmGWCA9eqdfi1lVFJZ6BB4l99fsek4DPg+vTEfMF467CVUT1tRS1O",
-	"Z9A6bEH5zJAlragl4R9zJiFpHWo5h6il4inMqHn7jxLGrcPW/9kt59y1v6rdS1BiLmM4PWnd30etD/TL",
-	"BZ3AFfsFzJsJqFiyTDNhFmB+IYr9AmQngTGdp5q82DsiKZUTkOSOpnNQhEogqViAhIRoQZ7t7e21u63I",
-	"buEfc5DLcg8z+mWY0QkMzaAtf8kzxtlsPmsd7kUtvczMw4xrmIDEZZqVXItb4KuLvJ4CERn9xxwIhy/a",
-	"jq/Ns0SMiZ4CySTcMTFXxPzUtLTyteq66Jf3wCd62jp8trd/UCxOacn4pHVvFidBZYIrwKO8kGKUwsx8",
-	"jAXXwLX5SLMsZTE1S97N7BP/8u9K4HY2O7d8XJyxCoHLN8fk1cGLPxE3MklAU5aqLoLODWDG78UxKPVB",
-	"JHjWwA28/966BJr8LJmGcx6bQzF/n/N0+YHypfsTf8a/P69AIGr1EuGW8rWVSZGB1MwCg5pfDIaGDu1O",
-	"pPOZQSD7ENlZMD01WMUSqmEoeLqMiJ5STRZiniZkBO2IUIVHat8lvYtToqZigV/O8Gg1zNRDsPyEb5ul",
-	"u71QKenS/F0jssOvq7s1+KIyGtsdrm6r/J0ooDKeQlJZ2MqA9TVIiIVMIBnGYm6xpzrJezqCNIWExCll",
-	"M0UYR5AE5rXQozm07MBEgbwzYE8l0GRp1lYnuKilblmWhQ6uPrk5MzE3k7jR7YGBBMKFzs82IpQnZDFd",
-	"bnxEOU5d3bIsBKQKmnhgHQmRAuUtS5c5g/z7KvesDlA51qjA2xIQK8dSEoIY/TvE2ieES/jHHJQl/CRh",
-	"5iuaXniUMaapgqhGLMUKVqFuyJHoKVPlKZMdwSHncN7uflLtI5Jza5qm7hEkDo+ZvXweIOQVoNb4DGRC",
-	"arLwSbKgXnPADlhHOS5woaeMTzwU84+nEXx45iu8xPLpdQQZ/FUCdXy2zrmrCFKO4kRC8WrwpOcJ0/07",
-	"x91rTC/OmeEqczAMyzyLkiAi0J10SSyBavBUAA9e5T7oXE+HM9BTkfjMW7AkNmiqqWbmg5ZzpSHpcNAL",
-	"IW9bUSthio5SSIKsewN+xwJc4JSbRSuw9E/gDuTS/N+w9sajywBkGFDXxxfE/EpokkhQKjiutHTWtHIp",
-	"UnsiG3GcS5EGRYIB7byB17+7vr4g9oGcFClXC5ANXHVuESgoBZiF0VjIGdWtw5YhxA5+G6JU5OjhjdcQ",
-	"G7mdGydfQIniCKIqdkU5Bhd7dwdVAfh6qnjPVIgyzO9DxJPNz8UjtcDp1FS+h8FRWUNoE8dXpyeS3YF8",
-	"Q2MdOPefDfszJx2nVKmfFCleIHYQkkCcUgnqiNCRAm44JnD3iqFOSaZUES44KqM1EGlN4+mwXPGqZIta",
-	"YzWcSDHPhplIWbwMk5ZIhoyPxVDw4SxXJFaHUlpIA72YZjRmehl+yqFbysYQL+MUhjOR1EjrAbUmxO+P",
-	"aUZHLGV6eX4HUjKrlq6VmNWjuJpnRiJBQnA9R4SSW8YTksJYE6OVjGmaGt1QivlkaqwTcwiJPSxtuGLg",
-	"AFBHDmxwHY7+dT4CyUGD8lTsexS4p/b9g4AKY4G63UxWdV0df/9xAFdbQtwhP1NVlcPSgtE87YlEBuUl",
-	"ILhHc5bqjlFSDcCJGA/4AtK0c8vFghuT5Y4pJjhIRZgiiqWGYoQkCyn4pEsuJMSQAI/h0Ke6Ab5NORca",
-	"ZakiOw6VOxOqYUGX3SSedTMpzOZ37al2ENbRgHe73V0LfvtV2xgaYMYjwLVcElz9WMhyStS83GOCw4Cb",
-	"X5lW/g7czytIRk45oWQGcgIkozqeRoQSPk/TAbfTSZgJo5Mz3R3wFZT0YdR8XuvxJkBrIQwp2IE9z286",
-	"23oMvUIvRUi7qtLnZsuwo51Ra/XVKW/7MepCxV9UbfzPG2zzzClIuVZX4nWroqMZdQ4RqxW15hwpKKjW",
-	"HXvcvM4yZ7mm4smvK3vs+WtOkAUEmEPrbD5KmZpCkxRTMJltJeTzma/siyFJr4WmaVjSmF+Go6W2kxca",
-	"FOP65UEr6E/yD88OXB0mKrfQdH7+clew1Ben8IXOstQMsH/NQspc/nC5heKV/WevXu3tP99/8eLFi/3o",
-	"4a2hSGCz+WzocFA5x14AaJlIxSSAImciAaIghVgLmSOLAwdhnKR0BGmneEAtuaZfjgjMMr20mGKQwjDz",
-	"CbsDbrCjBEE+bfe2EJldJnZ/ERxeA1W6Q1chtHJebuUl5ForQFx3atc5JlXP7LsiWHB9Vjs8lkbeaUbT",
-	"baVz/0uWsphpY1LmQxDGlQaamIOkxEA9FnzMJofWDyQjYo1umpLjnrHiBxyYnhrLi4yASiPErDPVfBOn",
-	"zGBBbJYxZjHVgIb/LSy75KL/wfMJD/iIKnh50AEeiwRdQOiq8tcQEnbe0ENjlQhpDjWhmlZAb6BY82i8",
-	"ePH8ZYi6cMlDf9zHjha1FtZPmi6t070c/haWTzos4wriuYShumXZUKdqeAeSjZcNviEjgNANU3Bq62Uw",
-	"9Alakau3w9779+c/D0/PrvrHHy/7w+P3H6+u+5dXIeeM4X4GN6rca6p1pg53d2nGjF6VdAy9dt3v3VjM",
-	"Dl8eHDyv7nd/7+DPgTMx+7FTDHPfgP/Si5BzqrDvfJf8y+d/PngYnDV6dJsLkqDgHND6PeVjsQrsd2KB",
-	"0HU6Jont8+qIcEB9z8hVj/j0FGYK0jtQAUvD2Nx2BaXkzyMQq1gbFPQxHaop3X/xMiDp3/U6+y9ekp0p",
-	"fGnnbPykf0mQAeVfjJlU2lC+N1OFl6ul0jAjUghtYz1zZR3aq2sp9z2ELxmTMMydGnUjIjeHPUgpLTKy",
-	"EPKW8YlnPiyJokuiBNmpsqOfFIEvmfVCR0HG9JMiZ0L3xhpku1BkjNLuz1q4rznBJS+75ArugJOELhUZ",
-	"wVhIIEzXnaxEzyVX5KT/9rJ30j8x4NjMb+PDaJ6hr3U7x886vrBKxoYrsYbwyy0sO2ZU82HlNMxBK6Cp",
-	"4ShMT4PnXfKITeh7vUx3Y/kIHXkEUuykGYIhaj45/nAJE6a09beuivwZKEUnDb5JY3UlIJu8i0obogzu",
-	"LLSQK9Ca8YnaMihQrCKHY/UgT44/kPwRtFAL378iWpCaSdz5ypL7TQIBEqGW+2ZxvDzKXA8J2AdXfAJG",
-	"2lNilufWUCxz02iA5xAPWIFpKhaQDKvBuM1jbHFhgA2F7wrZzqhVOFQhMh4coCpcLDvYngUk8eyhmXx8",
-	"w3CxRYmHXvNAfpK/Uo82B4CbMJWldDlsdPM3UBAaEmt9DE3nWGLJ+uAPZlBUlBgPRdVuocW0GmigYcNl",
-	"SGBDaF7ZF+6j1qOYvrGONnT0u5yRypFUT7CAe7FFN0FUiYEFKMxDJIuFDXRUoQkviOBjexUSn9fT/4mH",
-	"v1uYQ70sS5nNSslzDRZToYC4MAZJgd6BcvYtkotRm/lap/CD4YqKA7jiT9tIzfV8R9v4gh/goKc8m+tt",
-	"wUekJzy7pP+FxjpdEhd3vintuBs0Am880XzTJddTGPAyXO2LJbRPODjApxAby6UcjmDizBdtg90hIzHM",
-	"/uvGsJbUz4oo8iBmdEk0lRPQRWigkKFTxrXaLl/jKWVJ1fRfO8Kqs+B/pGwojz0UZk4ZBx8z/tb78N5g",
-	"IsQkS+cTxlVEjJpYHKCKyJil6Gafqsh8/YWZs+cJYbMMpBIc0Rk1XAnj3Jp5jI1ermvoMHZ1C8cOlbUw",
-	"hlNpnnt7mlJFlLEeaYrr5ILEcymB644btrbAAOMILe/JxWtN9XQ5JiWJG+PKMdrulhK1WcKt42rhKLMv",
-	"4jd2QPva5mZh5hqztPalsKebUqWLbMP1Uruy2gfk4AXV8bT5QIMK+ptj8qfnf35J/u/V+ZkfgiIi91cY",
-	"zMHQ3JhBmqBnoC45DgfcJ+SIeJNE1iGsImLPNyLmMKMSL6IBX+XXUSEQIpLEs4iEuKhNG8vXCB3B06VP",
-	"OZgxOOCrdNgmVTs/Iospi6dECmO01a3dLukNOJ+nKZGA3jJqQWGIlmmVr/TIn9oszDeYYwzZkBHYkbrk",
-	"EmhiF+zAusOSCNlSREr1KHLZIxHxlKNowD3lqI1zuWhPPpjHvWwKzsHenoG4UWGsWwfSxErOdQh1lduw",
-	"ufvpon92cnr2thW1Lvu9k7+1olbu42hFrY9nl/3e8bveX9738a/ex+t355en/9Y/CfqmVvXfFVJN4tlQ",
-	"1iz0B2RXxaB3TNjGEYZ3IFUTgzEUOcykGG2re+OLmCm55YvrfAuF72AL+2FVnywTRFfDQHPuEvPyQFBD",
-	"MumxTeNM87ROw8N9q90ll1aj/SUZDzjme3IRzjHdoVxgLCEXzz+p9qFNz6ApRtHnXLO0TAG+OcSPN+0u",
-	"OTYLhoSMrHdKAmZQ2/xSseCotg+473IQnAA1VG6INGapmZcqRXae7xHVrlCDB6k6fB4I5tijK4+3NkAj",
-	"5D8/RIk2AlvG3RuFWpNDSowQ6kmD17WXh3KNeuQyMwlTxPIVOhJz7ecoeUkdS9CbeziVpik8kGtUbnIj",
-	"2ezD5gRT24P5RWvTfe2yVtcQOpY3KUDlQJ5Ix9hkH2uSJdV8NqNyuc0sV+6VULJrqxwxelgLCWY4PbaI",
-	"IKo+fiHCyanlnO8Y19t6Th9ts1d03oc8pf9UA/89uwMOIfwsPVRFovBtAMYB3jYPn79X1rJp8Un9QOwP",
-	"QdRGdSUcpsh9NVYj20mENkIBtVmjTLVdhY+dmynLyKLC0JKYiOCSVELRFE15yLrxpzbzVKYRMRpoCRG8",
-	"28ADHfRXxY1mOoU1xld5Yqdnn3rvT0+Gvcu3Hz/0z65bUevs/Hr45vzjmdHGeu9RRRv2/9/p1fVVK2pd",
-	"9C8/nF5dnZ6fDU/6Z6dOZTNKWv/s+vS4d43fnJ5d9y/Peu/tj596p++dPvemd/q+fzK8uOwfn5+dnF6f",
-	"np89jDEuOmM3FT2AQKgBvAOaWqdsYyhm9SSq6geK4LyihOwgGCJMGZwuCdPmwOd8ivMs28ED2tQv7JIE",
-	"1a4dbf1Z5+fmZkZVIP8cYm/183asJPjsPAsL9Suj6iSKKMZjqESmlaZSVyK1vs7TqCmHz9d5lQtPbv5+",
-	"sbDQiRsez8LsyaabOw64GmHvXZySmKYpSGvpmMeNoRVTDckRuclLGm7IDChXhPKl4EAWU0Gk0QCdTxer",
-	"VWLKSSLMI0UtSlPtxNpKiXgK8e0W1QT55o/Ne+vrCvL1oJXRilpcOItjY45dLC/yQLv2TOyyNqfCn6cu",
-	"SGzeI2PKUnMSfnqguLXm+tgmCuHxFfF139peVyFSnTQTSk8kqIjM2ES6PF8hCafWR1uSb/5kaGxxu0F9",
-	"mNOIKlLSB1tRNFvhGn4AKaNagzTL/v9/p51f9jqvPu+4D53PX/eil8/u8+/b//rH0EKxAsXPAk1mjBeh",
-	"ljsGi0rWSvliQLF8MG+2wTgAnrsaNi7Va0p+ryM8OoFyowi+ZJTXeJBnKnjeIFUkAm+TpuvnVW6afIrv",
-	"KDZ0KbYPvVWtE9mwmEoNi3h6aN+Nyv8Dxl2RUpNQTcmCKuuCVAA8dyaTHfwqnlI+AUNFaCZziHObMGV3",
-	"cFR6qHNBkgpVMQwjIoysQYOqvbldWC1439gjvaoL5GnL5YAFl1EQS9CdVIhbl9iCLoglprjEgmvKuPnB",
-	"PhehdyCy+USRx6Ii87yNK0Qkk+zOqBtCYnJRRGKqoMO4Aq6YZnfgaxglx/By9hvKEjF1aV0Fz/oAdNqg",
-	"KuUlRoVDkiyoxmJgLhZHNk/D/NMORaz5b9AmnAno6HXEeML4pBDahZI6m0HCrEvkZ8r0GyHfMKn0seBq",
-	"PmvgV/X8+6fjRdXymDoH2iyOHmi0UA2T576EKk0WNXX+0VcoPgzMRsa4giQVIgrxyJDo8mVDOF7yhLGN",
-	"x/t4Vn0uD7l4NvHkhHwhW0rGj5wJXgZLfDsBWw88vZzcVmzZdPYylDv0EXiNi3jTxwxCJkYx9ukeS34x",
-	"S9MQhJhB/pkL+ylE9/VCps1j7Ehym27MMY2hRyAN3u++f5plyVouYixmkCKsacsMbRasneMIn59z1Eyn",
-	"Ik0cP7UPCp429Fd4gtq/jf2fuWO6CYbrEGcNMGvHWUGUaOuKKEepH0DTPI1+C1/fI0Ld9TB95jKFzHle",
-	"fDo+strDnCcgiV9J6EJvlvMHRX9DpqaNn2LshOz0+hedZ/v7baNqZDZZ0q9mPMLmGWYpDOf49bZFxakp",
-	"nXM2Dxk/7NV88A13wOG9G71kJOY8IRcgFVMauLbI3LVtFtaNHTLU1mDQVQbxltgTN1bLlSyb/GNOuWZ6",
-	"acOtlIwYp3JpeEMCMZvRlKj5eMy+RGSCkVwjLignv4AUVVP12d5bVks4OQiGD0tK2MDdXxCOn7k8Xe82",
-	"D+ULoKedZF7I7gjZmE33srC4MQqkObWI2OgekoqhCzbhQlqyqIK4fHlzKWmd/kHHt6E+FsNwcxdaIN+8",
-	"GKBSR1bAPYRjrnHQarnfY/J4N+698evdl8/H+/Gz0SvovKB/SjoH8TPovBrv0c7+6M/JSziI/0SfPQtq",
-	"c46YNkBApLuNc2MtIMu0WPvWcF3M/BGZs2sSZFcDhGb9nouztqJts1ftBo/xnb+IJMBb+rbKLg8yqCnN",
-	"wBbp2ZkMEQkO5+PW4d83AaadK289dB9tcWqfawv2+hetMnJHOp2cP3RmlNMJBowrewlUBW+LTXWiNV82",
-	"A9s652qmi5WzhCW2fvHjx9MTsoPt6owd3z4iA+evH7QsVysFe0ldG5LPr5fSdiMbm2kNUnhbjfJBbTIf",
-	"thn29XDwG5aCrRxrRa2/pCK+DRoEFTbgpyFdnn86vTo9P3O5SB/P3CcbpMK0pPf9a/sdfmzIQbITfERi",
-	"/RVagVfCvbeJ+K7Brxjqc6gJAhZ0Mb28MoeS91yYsZAhXq3I/a//+E+jNp6fnhznpor9Yefq7bD38frd",
-	"8MP5Sf+1YEnctuhvQx0DHnrM/tbGUZENZZLxmGU0tSoPNjcy6yJSpHBYSb1Rkf15njBNtKQstbEA2xjK",
-	"KglF2yubiIMoiL4m3FJJDVOtMy+VuQ6BwKqSeGbXhJlLMU3TPA0uA9nxM4QsIpulJ5nATG/SK7hW2crO",
-	"gsfWChSNqBiWUrMEBjyH28nxh+H15cer6/7J8Kx//fP55V+vyAS0sm42syayc3L84Sc14E1skyjgiSJc",
-	"uFmXoNsbQshFBDYDkn3Ywckob5joWT3DoiMjTwZ8nAJofE2RnYSq6UhQmajNFnePwfVQBe05L13LmMvl",
-	"UsWywjIolrHjqd8Xn45VmwhOZpQvcyensl1YTo4/dMm1gXgi4rltU2AjgLHgWtJYH7pSA3lnD3IC3CAj",
-	"JGQsxcy2XelLKVy8sZ7TgK06i8FdRULKYuAKytZ0rV5G4yl09rt7XqC/VavB86Knh627ZzTNpvQZevgz",
-	"4DRjRtx097rPnaqC7GCXZmw3f3YXqaxTdtGaQEBSY9cs25JNRYTDwuZQSKUPHVVaWratvjxizUlkNteu",
-	"SR2i0GIqyI5rHxa5XjjYPCwiU7GoRmhtN50B9xvdlXiWo1nkd0+LCipktpVgTnbdAffROWUzpq2hrsSs",
-	"7o4D53Mx0zPpdm9Pq1jLadI6bBkJW/YVU1XPapO6VT6y63fNbdK0vMfL7rXm4VD32bIxW7D17P6LlwEZ",
-	"Ex6q2i7mMU2BV3CJl8ybsGRd28LQgspucsVafE2p1/k32vnl89dn0cuD+z+2gvusac54aIRimyg6LspP",
-	"jTLetAhMh8iV93Ihm1kRDQtw5eEPzg08eeTMn2vNhff39tY0Ft6uoXCtWV+gr7Bh1UbhRHXA4yddw64O",
-	"7FJCMxRLLpsWm+efbfn8862ef7HV857ahfTuFK6/fzYgLxIt0d7xlBpzQnSiijaCrc9moCp3rmeGOu68",
-	"yn983/P3ZUB1bcETs+hILZr/YM8WLHrQKdH0FtkrHJJYzGa0o8DMoCEZcKfsWjaMUn02V7b9LDrFjU55",
-	"C8vX2B4Gw6t/cJ8H/BaWhHGyQ6MRukOXhAtd/WJn6to+4/LaEflD8S0Xubrk9RhiIF9nUiTRH1KYUIyc",
-	"hegSRxvmm23ivQd7rzZnvkWoMDhUIIO0USC4NPPNaHm1VOCbso56CdYDvKOqZAqZYK/40RKd279hVhJ9",
-	"LVT0OmMxYKvAxWMt1VxsbOUZ8sV8cs2aLWUwns011juO3Dd5IsDO2/412XU6p+1QOOBXkI6vrM5hg5GX",
-	"YDV9o09bRTADOWPKvFRJB+EAiWpbE8Gotm4238pChZFpVe3vgt1EuuQSspQujYFG+YCzxGqNaaXW2DXR",
-	"VWR/b6+0YHC2xJ8ppNod19WSVd66Nr/UKKBFeKZJoj/V/Qufi5a6uY/wqenTFn7fVz0SrkD0e/CHEG/o",
-	"GS0yfO62Jz2BL0xpdeSSeSXoueSQkDm32UuWbexbNvA9Vpy3OYEfk2Ed7L3a7vlnW47/7MV2z+/vb/n8",
-	"q3++rle0ssEmsD77aGDMa1W/3a/VCMO9ZeApaAg11h/PFSiyc7D3qu2y8epM1Sg7eXE1uRkLGcNrQ8c3",
-	"hmVPQGMpXvUVLHrXqlqap47Ql5IX9uVSgkqwLcwG3K4yCTHXE/xpLXMNsUtcbUWZKZIgnet1JTt3VX05",
-	"CJWg25X+mDR58G1p+EegGXsAG1NMFLaG3oKuotQ/SzDVVIHfBF59B2X2LegtUGA7Q7d6M5aZN8ubIDQ0",
-	"Otikx0GX9AiHRbWHjZADXulh49oFqHq/gCN811duhazURBtmipp44vor2rYetuTWqjCqTLTGJ7GkwnB2",
-	"Pk/TG2NRr+lEEGLNNsZVp6NvqlvadhQGZ/zhEP4dhP+//OqhfyS11XAHG/ZPfnNc4ncN8gmkoSXBGisk",
-	"O/XOK+2nUil389CSl2y9ibux1mvg+1BUbdIAffXR7WAvW1i91yoiI5s8+btU3kwqn/N63ezKuedYiKHe",
-	"JxDOvw59d79W0k7vG9G5qi9Wiga+IS6HujfcN1co/Y6mm6OpD1pD+qKKuk+PqVHwhtVq1vM6B98DTR62",
-	"pgQvbysYzb/CpDSbrOA5YzHlDo36wtaPaTyF8oYPNO7z5uS2KjdPcnc/doPB8U9uQd8vLvUt4xVeWt0D",
-	"oQp3EP8TohT/RFrG1KwNAhx3BRbl9FtkEj6FIRgMi1wvRDUPVWFa2E+KPJCBdfOvLHk9mO/tPY/nc5bg",
-	"J7gZcGxt+nWA2aeD1iHxMlTvb47c2BW328T8bwelZIR3YXgvuQICTm5OE5hlQgOPl52/wvKGTIEm6IDE",
-	"JpAsITsesQ94nrXkIj42UUbCDGYjkPbLW1jaAnxsbqs02T8g07bNcstSM0g+u+FtdxQv2zI7C4dc0A9v",
-	"jFZ7bs3xFpdIukGoxTkjzeYs6PIeLIQlbfT4G4t85jZ58enYKX1rAjHbMIFwhsul4/T59TVmef79NTi1",
-	"PZ1y7trxNefuvIhaM8aLOysa0jye3lRfyUH/zvZ0nl0ciAA5dMTMEk6AypSBdClFpAFFnzzo07w+C7Pk",
-	"qMBBG5D63dT/AUz9byDHKpLLnn3RLToovB6n3uVdhBpzNh0LDqh5qNYlmI0bsI2txLDRmwU1amB5daFV",
-	"8shN0YvopvQ8VsLemEtDsJnSkY0l+bfb2oRaTq7eDt/1e++v3w0/ntkPfxsen5/0yY4RHEKSF3vP8/zP",
-	"kUiWeSauomHx8RZyXfNd3mLpm/GjWguqAN3bXx5J5o9Sx77Txj7mp092FuuO8bU5vm6dbCr0YSexWMjU",
-	"yvUeKNZJJtJUEabb30T3eyT5fS1uTV4bjbVBrUL/6JKDvYOSZnL9RRUteY265fIWJsZyRQBow0UMBAhV",
-	"RM0xx6bdbQioFtrThiFPJnje34vseNPbauUFXbZ/t1g24PR59HIdp28OWTYd2vfQn0pF+veD3to0xXDl",
-	"+jP/Bs6l8sb2x2aOeQZMcxjUWKp5uZmxVge2Ym3Qur/pom1nO+ZZ4851msF+UYwzzQqld8CLpJFMSK2I",
-	"X5FHbNNm25VZsV+AmNUi02yOTHrk8q0sHVfm93QBydqwP4jx1C/OrTiz3w2T/wWGCZ578pSGiW22bgty",
-	"voUv7g3jSZ6MvL7N/M6N32PFOuaSzmj5OolnN9GAV35O4lknd+bpZQav3Sg37Yfb1e84w8goaub7pE3W",
-	"drD/r//4TzKjCZDRkrhKzgxkJ0+bq2u/EV5XaQtzk8I5j13p72jKEpyXKkJzBnvoclzRuLK15xEZC3tf",
-	"hhvEcGBISMpuS2XFMuniGlLrr4jKMIDr+Vdab/mV3Qm27+uSnj0TwtSAq1uWZeb1wvEngSqs/TPLsr3i",
-	"RpAqkjBFJxKA7HhuOzQcmVb2uiezCFvx686ImDNqRziM9auZ56kDSOEPjAh1ABtwdAvZQSqhdKPruu+L",
-	"Q21jiYlyw2MfYATpgI+A8QnJ0xnJWdnzPr9vgM3shcnp8pDQEjstZFw98IDn6zJvlncXWGDH7paCEOIN",
-	"+I2Ffzd8J8BNVEhS25QPm6YmXfIzXmtyc+cy/IeCp8sbsyssbsxF8sLgLdNkIeZpYrfUJYVTUh8aJFPY",
-	"H9jGffAJlechdUkvTTFxyf59SNy1zzb7P2UKK3tKc8fCABL7Dl7wHZL2PTNLGT76FtIep2CCF70unGj+",
-	"VoVybrqQLP7ZnIFRn4obLIR0ZFQ5vcid0shd57LI33Ok99sQ4D9CEg6elr3r+PiDV9FevYck55hPlYpz",
-	"WN7C+21E6SXGreq1PfXamMoVvig77EXFwQod8yWHhZMRq76JT7ilHzIzt6j6ddmTR8Rx2hsnDJxtMk/1",
-	"75T1VJR1gXmqtew2LhZb0JDrcdBd0lm6Lr3nPAPeuzjdDuHyQf0qg1rZkRuXPC+aOQQ6+IWxb/XVtT0l",
-	"HoF2a3yu2NwiX0E+vwf3AoBBqDenCa4mQgDXtvbPJeJZjY5x27cQsyI8NdHd9YFFnkZtqN7HZK9qGo9B",
-	"oiN0h1VRBwez4pASt1cixhh7mHXJG5Zic2dOpXS37ufTYd/VI7z13awRl8MFmRkTn/HJgNsHC31NzLVR",
-	"eGciATLGYe2zebuI/KIj68/VYsDVPMPbA8ys+NrOSrddcuMcwDcuvcYN2e6SCzrJ08BHSw+QTa0oVhLz",
-	"/mnF4P1KIaQ6MsomUAuHYgi03tyNlbZRVpZi/yfrzdqmKcWGdymUJZPYeenUvvVsby/UKXaZupqjWeub",
-	"l2lXez1vniDWMJx/Z9GmbsFwW+GmGfzbh7ZzPK4ft9L8tRx29daF8OuVLtlrXv/8nRI8N8kVK+n6h04M",
-	"aICN39poq0ijE1ahqt4bj8xvck6LAKqrDSgaEgHWF4DZFWjdM2WYtWKJa8SMt4j8pIiKRQY2qvUdclKr",
-	"/JjQWApldUqbf7qaj7oicx/K6HyzGuOvlmna3C/nv8Ge63m7+XaRnTjgo2UNrMAJS7rE9cQr7R8JzqS3",
-	"Eg/9OlTdWlecywpzOvRr9/JNk7jCXu3fP0P0f6uwKluSbsGt89aqzYNWc523yG3+kRJ1f2e8vynG+yln",
-	"V5txXJvT8suDCVWY01pU1WdSYK9M5lKC+QQznbrkDNV4LeZoGSSQAU+AxwwCzpG3oN+52b8hPRQXPDYY",
-	"pd5WaMru4GmtzmL2NYYmJp40n4CFPHDnVS5gunQXiWUoYQ/Jhbu/y97fZtTIiFggDLh395cLa0TkrHd9",
-	"lV+jDUmXvNh7btuMLpgCZ6Bi1AWn+UlhQS3e4b2YLo3h6F1jhogwxUwe7B0osBe/39DQkUND/tqlBcE3",
-	"RIPyJr1gbxKa4KpRO3gUQ3zKXLS1a+3laemCwyoy2ONYn31WDt+ElK49fK6OzGXaOmztomvVvVBH0hzP",
-	"I+yLiqMXF8/nHUQJ0wrScbeUoN6sq6qJvT4UO9ssra1gG5aSHeSD7S459l210r/hHpuVLgnWDdiuSYRq",
-	"IkF5eZ5FT5yIpGIysVEZiKfChqIAe5lafF1VakILdiUSLpxZL5UowBC52izbPhf9RN7AhwP+FeOM8XAu",
-	"0/tH5Oh1Sa/oQGrvbbWXcTBtLa08nbSIGlb2mCvdq9v7eSpIwmzcpbEBan7JS9H5FO/mQP0YO/6enF4P",
-	"L/vX/bPr0/Mzd5LIM9qVVdjWgKtreOM11DVKqcgUKfvq4gqylMbYRe+wVqxZuNyYHPDCFcVsr16SJ/xE",
-	"3jZUlEtRu1u/Yp1cT2Fp/VOqsbKM8c4MZkIuCeMJfPED2pFDwtHSLMa2W6ZltRnlZM4LRl5RPwyfrV8+",
-	"NuB4ad2MSmOO3OA1NTcViFqZf//5/r8DAAD//w==",
+	"7H2Nbts6muircHwHODFWdtI07UwTFAtP4ra50yZBkvbc2XGvQ0ufbW5kUkPScX2KAvsQ+4T7JAt+pCRK",
+	"phw7J+l0zx6gKBxb4s/H7/+PX1uxmGWCA9eqdfi1lVFJZ6BB4l99fsek4DPg+vTEfMF467CVUT1tRS1O",
+	"Z9A6bEH5zJAlragl4R9zJiFpHWo5h6il4inMqHn7jxLGrcPW/9kt59y1v6rdS1BiLmM4PWl9+xa1PtAv",
+	"F3QCV+wXMG8moGLJMs2EWYD5hSj2C5CdBMZ0nmryYu+IpFROQJI7ms5BESqBpGIBEhKiBXm2t7fX7rYi",
+	"u4V/zEEuyz3M6JdhRicwNIO2/CXPGGez+ax1uBe19DIzDzOuYQISl2lWci1uga8u8noKRGT0H3MgHL5o",
+	"O742zxIxJnoKJJNwx8RcEfNT09LK16rrol/eA5/oaevw2d7+QbE4pSXjk9Y3szgJKhNcAR7lhRSjFGbm",
+	"Yyy4Bq7NR5plKYupWfJuZp/4l39XArez2bnl4+KMVQhcvjkmrw5e/Im4kUkCmrJUdRF0bgAzfi+OQakP",
+	"IsGzBm7g/ffWJdDkZ8k0nPPYHIr5+5ynyw+UL92f+DP+/XkFAlGrlwi3lK+tTIoMpGYWGNT8YjA0dGh3",
+	"Ip3PDALZh8jOgumpwSqWUA1DwdNlRPSUarIQ8zQhI2hHhCo8Uvsu6V2cEjUVC/xyhkerYabug+UnfNss",
+	"3e2FSkmX5u8akR1+Xd2twReV0djucHVb5e9EAZXxFJLKwlYGrK9BQixkAskwFnOLPdVJ3tMRpCkkJE4p",
+	"mynCOIIkMK+FHs2hZQcmCuSdAXsqgSZLs7Y6wUUtdcuyLHRw9cnNmYm5mcSNbg8MJBAudH62EaE8IYvp",
+	"cuMjynHq6pZlISBV0MQD60iIFChvWbrMGeTfV7lndYDKsUYF3paAWDmWkhDE6N8h1j4hXMI/5qAs4ScJ",
+	"M1/R9MKjjDFNFUQ1YilWsAp1Q45ET5kqT5nsCA45h/N295NqH5GcW9M0dY8gcXjM7OXzACGvALXGZyAT",
+	"UpOFT5IF9ZoDdsA6ynGBCz1lfOKhmH88jeDDM1/hJZZPryPI4K8SqOOzdc5dRZByFCcSileDJz1PmO7f",
+	"Oe5eY3pxzgxXmYNhWOZZlAQRge6kS2IJVIOnAnjwKvdB53o6nIGeisRn3oIlsUFTTTUzH7ScKw1Jh4Ne",
+	"CHnbiloJU3SUQhJk3RvwOxbgAqfcLFqBpX8CdyCX5v+GtTceXQYgw4C6Pr4g5ldCk0SCUsFxpaWzppVL",
+	"kdoT2YjjXIo0KBIMaOcNvP7d9fUFsQ/kpEi5WoBs4Kpzi0BBKcAsjMZCzqhuHbYMIXbw2xClIkcPb7yG",
+	"2Mjt3Dj5AkoURxBVsSvKMbjYuzuoCsDXU8V7pkKUYX4fIp5sfi4eqQVOp6by3Q+OyhpCmzi+Oj2R7A7k",
+	"GxrrwLn/bNifOek4pUr9pEjxArGDkATilEpQR4SOFHDDMYG7Vwx1SjKlinDBURmtgUhrGk+H5YpXJVvU",
+	"GqvhRIp5NsxEyuJlmLREMmR8LIaCD2e5IrE6lNJCGujFNKMx08vwUw7dUjaGeBmnMJyJpEZa96g1IX5/",
+	"TDM6YinTy/M7kJJZtXStxKwexdU8MxIJEoLrOSKU3DKekBTGmhitZEzT1OiGUswnU2OdmENI7GFpwxUD",
+	"B4A6cmCD63D0r/MRSA4alKdif0OBe2rfPwioMBao281kVdfV8fcfBnC1JcQd8jNVVTksLRjN055IZFBe",
+	"AoJ7NGep7hgl1QCciPGALyBNO7dcLLgxWe6YYoKDVIQpolhqKEZIspCCT7rkQkIMCfAYDn2qG+DblHOh",
+	"UZYqsuNQuTOhGhZ02U3iWTeTwmx+155qB2EdDXi329214LdftY2hAWY8AlzLJcHVj4Usp0TNyz0mOAy4",
+	"+ZVp5e/A/byCZOSUE0pmICdAMqrjaUQo4fM0HXA7nYSZMDo5090BX0FJH0bN57UebwK0FsKQgh3Y83zS",
+	"2dZj6BV6KULaVZU+N1uGHe2MWquvTnnbj1EXKv6iauN/3mCbZ05ByrW6Eq9bFR3NqHOIWK2oNedIQUG1",
+	"7tjj5nWWOcs1FU9+Xdljz19zgiwgwBxaZ/NRytQUmqSYgslsKyGfz3xlXwxJei00TcOSxvwyHC21nbzQ",
+	"oBjXLw9aQX+Sf3h24OowUbmFpvPzl7uCpb44hS90lqVmgP1rFlLm8ofLLRSv7D979Wpv//n+ixcvXuxH",
+	"928NRQKbzWdDh4PKOfYCQMtEKiYBFDkTCRAFKcRayBxZHDgI4ySlI0g7xQNqyTX9ckRglumlxRSDFIaZ",
+	"T9gdcIMdJQjyabu3hcjsMrH7i+DwGqjSHboKoZXzcisvIddaAeK6U7vOMal6Zt8VwYLrs9rhsTTyTjOa",
+	"biud+1+ylMVMG5MyH4IwrjTQxBwkJQbqseBjNjm0fiAZEWt005Qc94wVP+DA9NRYXmQEVBohZp2p5ps4",
+	"ZQYLYrOMMYupBjT8b2HZJRf9D55PeMBHVMHLgw7wWCToAkJXlb+GkLDzhh4aq0RIc6gJ1bQCegPFmkfj",
+	"xYvnL0PUhUse+uM+dLSotbB+0nRpne7l8LewfNRhGVcQzyUM1S3LhjpVwzuQbLxs8A0ZAYRumIJTWy+D",
+	"oU/Qily9Hfbevz//eXh6dtU//njZHx6//3h13b+8CjlnDPczuFHlXlOtM3W4u0szZvSqpGPotet+78Zi",
+	"dvjy4OB5db/7ewd/DpyJ2Y+dYpj7BvyXXoScU4V957vkXz7/88H94KzRo9tckAQF54DW7ykfi1VgvxML",
+	"hK7TMUlsn1dHhAPqe0auesSnpzBTkN6BClgaxua2Kyglfx6BWMXaoKCP6VBN6f6LlwFJ/67X2X/xkuxM",
+	"4Us7Z+Mn/UuCDCj/Ysyk0obyvZkqvFwtlYYZkUJoG+uZK+vQXl1Lue8hfMmYhGHu1KgbEbk57EFKaZGR",
+	"hZC3jE8882FJFF0SJchOlR39pAh8yawXOgoypp8UORO6N9Yg24UiY5R2f9bCfc0JLnnZJVdwB5wkdKnI",
+	"CMZCAmG67mQlei65Iif9t5e9k/6JAcdmfhsfRvMMfa3bOX7W8YVVMjZciTWEX25h2TGjmg8rp2EOWgFN",
+	"DUdheho875JHbELf62W6G8tH6MgjkGInzRAMUfPJ8YdLmDClrb91VeTPQCk6afBNGqsrAdnkXVTaEGVw",
+	"Z6GFXIHWjE/UlkGBYhU5HKsHeXL8geSPoIVa+P4V0YLUTOLOV5Z82yQQIBFquW8Wx8ujzPWQgH1wxSdg",
+	"pD0lZnluDcUyN40GeA7xgBWYpmIBybAajNs8xhYXBthQ+K6Q7YxahUMVIuPeAarCxbKD7VlAEs/um8nH",
+	"NwwXW5S47zUP5Cf5K/VocwC4CVNZSpfDRjd/AwWhIbHWx9B0jiWWrA/+YAZFRYnxUFTtFlpMq4EGGjZc",
+	"hgQ2hOaVfeFb1HoQ0zfW0YaOfpczUjmS6gkWcC+26CaIKjGwAIV5iGSxsIGOKjThBRF8bK9C4vN6+j/x",
+	"8HcLc6iXZSmzWSl5rsFiKhQQF8YgKdA7UM6+RXIxajNf6xS+N1xRcQBX/Gkbqbme72gbX/A9HPSUZ3O9",
+	"LfiI9IRnl/S/0FinS+LizjelHXeDRuCNJ5pvuuR6CgNehqt9sYT2CQcH+BRiY7mUwxFMnPmibbA7ZCSG",
+	"2X/dGNaS+lkRRR7EjC6JpnICuggNFDJ0yrhW2+VrPKYsqZr+a0dYdRb8j5QN5bGHwswp4+Bjxt96H94b",
+	"TISYZOl8wriKiFETiwNUERmzFN3sUxWZr78wc/Y8IWyWgVSCIzqjhithnFszD7HRy3UNHcaubuHYobIW",
+	"xnAqzXNvT1OqiDLWI01xnVyQeC4lcN1xw9YWGGAcoeU9unitqZ4ux6QkcWNcOUbb3VKiNku4dVwtHGX2",
+	"RfzGDmhf29wszFxjlta+FPZ0U6p0kW24XmpXVnuPHLygOp42H2hQQX9zTP70/M8vyf+9Oj/zQ1BE5P4K",
+	"gzkYmhszSBP0DNQlx+GA+4QcEW+SyDqEVUTs+UbEHGZU4kU04Kv8OioEQkSSeBaREBe1aWP5GqEjeLr0",
+	"KQczBgd8lQ7bpGrnR2QxZfGUSGGMtrq12yW9AefzNCUS0FtGLSgM0TKt8pUe+VObhfkGc4whGzICO1KX",
+	"XAJN7IIdWHdYEiFbikipHkUueyQinnIUDbinHLVxLhftyQfzuJdNwTnY2zMQNyqMdetAmljJuQ6hrnIb",
+	"Nnc/XfTPTk7P3rai1mW/d/K3VtTKfRytqPXx7LLfO37X+8v7Pv7V+3j97vzy9N/6J0Hf1Kr+u0KqSTwb",
+	"ypqFfo/sqhj0jgnbOMLwDqRqYjCGIoeZFKNtdW98ETMlt3xxnW+h8B1sYT+s6pNlguhqGGjOXWJeHghq",
+	"SCY9tmmcaZ7WaXi4b7W75NJqtL8k4wHHfE8uwjmmO5QLjCXk4vkn1T606Rk0xSj6nGuWlinAN4f48abd",
+	"JcdmwZCQkfVOScAMaptfKhYc1fYB910OghOghsoNkcYsNfNSpcjO8z2i2hVq8CBVh889wRx7dOXx1gZo",
+	"hPzn+yjRRmDLuHujUGtySIkRQj1p8Lr28lCuUY9cZiZhili+Qkdirv0cJS+pYwl6cw+n0jSFe3KNyk1u",
+	"JJt92Jxganswv2htuq9d1uoaQsfyJgWoHMgj6Rib7GNNsqSaz2ZULreZ5cq9Ekp2bZUjRvdrIcEMp4cW",
+	"EUTVxy9EODm1nPMd43pbz+mDbfaKznufp/SfauC/Z3fAIYSfpYeqSBS+DcA4wNvm4fP3ylo2LT6pH4j9",
+	"IYjaqK6EwxS5r8ZqZDuJ0EYooDZrlKm2q/CxczNlGVlUGFoSExFckkoomqIpD1k3/tRmnso0IkYDLSGC",
+	"dxt4oIP+qrjRTKewxvgqT+z07FPv/enJsHf59uOH/tl1K2qdnV8P35x/PDPaWO89qmjD/v87vbq+akWt",
+	"i/7lh9Orq9Pzs+FJ/+zUqWxGSeufXZ8e967xm9Oz6/7lWe+9/fFT7/S90+fe9E7f90+GF5f94/Ozk9Pr",
+	"0/Oz+zHGRWfspqJ7EAg1gHdAU+uUbQzFrJ5EVf1AEZxXlJAdBEOEKYPTJWHaHPicT3GeZTt4QJv6hV2S",
+	"oNq1o60/6/zc3MyoCuSfQ+ytft6OlQSfnWdhoX5lVJ1EEcV4DJXItNJU6kqk1td5GjXl8Pk6r3Lhyc3f",
+	"LxYWOnHD41mYPdl0c8cBVyPsvYtTEtM0BWktHfO4MbRiqiE5Ijd5ScMNmQHlilC+FBzIYiqINBqg8+li",
+	"tUpMOUmEeaSoRWmqnVhbKRFPIb7dopog3/yxeW99XUG+HrQyWlGLC2dxbMyxi+VFHmjXnold1uZU+PPU",
+	"BYnNe2RMWWpOwk8PFLfWXB/bRCE8viK+7lvb6ypEqpNmQumJBBWRGZtIl+crJOHU+mhL8s2fDI0tbjeo",
+	"D3MaUUVK+mArimYrXMMPIGVUa5Bm2f//77Tzy17n1ecd96Hz+ete9PLZt/z79r/+MbRQrEDxs0CTGeNF",
+	"qOWOwaKStVK+GFAs782bbTAOgOeuho1L9ZqS3+sIj06g3CiCLxnlNR7kmQqeN0gVicDbpOn6eZWbJp/i",
+	"O4oNXYrtfW9V60Q2LKZSwyKeHtp3o/J/j3FXpNQkVFOyoMq6IBUAz53JZAe/iqeUT8BQEZrJHOLcJkzZ",
+	"HRyVHupckKRCVQzDiAgja9Cgam9uF1YL3jf2SK/qAnnacjlgwWUUxBJ0JxXi1iW2oAtiiSkuseCaMm5+",
+	"sM9F6B2IbD5R5LGoyDxv4woRySS7M+qGkJhcFJGYKugwroArptkd+BpGyTG8nP2GskRMXVpXwbM+AJ02",
+	"qEp5iVHhkCQLqrEYmIvFkc3TMP+0QxFr/hu0CWcCOnodMZ4wPimEdqGkzmaQMOsS+Zky/UbIN0wqfSy4",
+	"ms8a+FU9//7xeFG1PKbOgTaLowcaLVTD5LkvoUqTRU2df/QVig8Ds5ExriBJhYhCPDIkunzZEI6XPGJs",
+	"4+E+nlWfy30unk08OSFfyJaS8SNngpfBEt9OwNYDjy8ntxVbNp29DOUOfQRe4yLe9DGDkIlRjH26x5Jf",
+	"zNI0BCFmkH/mwn4K0X29kGnzGDuS3KYbc0xj6BFIg/e7759mWbKWixiLGaQIa9oyQ5sFa+c4wufnHDXT",
+	"qUgTx0/tg4KnDf0VHqH2b2P/Z+6YboLhOsRZA8zacVYQJdq6IspR6gfQNE+j38LX94BQdz1Mn7lMIXOe",
+	"F5+Oj6z2MOcJSOJXErrQm+X8QdHfkKlp46cYOyE7vf5F59n+ftuoGplNlvSrGY+weYZZCsM5fr1tUXFq",
+	"SueczUPG93s1733DHXB470YvGYk5T8gFSMWUBq4tMndtm4V1Y4cMtTUYdJVBvCX2xI3VciXLJv+YU66Z",
+	"XtpwKyUjxqlcGt6QQMxmNCVqPh6zLxGZYCTXiAvKyS8gRdVUfbb3ltUSTg6C4cOSEjZw9xeE42cuT9e7",
+	"zUP5AuhpJ5kXsjtCNmbTvSwsbowCaU4tIja6h6Ri6IJNuJCWLKogLl/eXEpap3/Q8W2oj8Uw3NyFFsg3",
+	"Lwao1JEVcA/hmGsctFru95A83o17b/x69+Xz8X78bPQKOi/on5LOQfwMOq/Ge7SzP/pz8hIO4j/RZ8+C",
+	"2pwjpg0QEOlu49xYC8gyLda+NVwXM39A5uyaBNnVAKFZv+firK1o2+xVu8FjfOcvIgnwlr6tssuDDGpK",
+	"M7BFenYmQ0SCw/m4dfj3TYBp58pbD32Ltji1z7UFe/2LVhm5I51Ozh86M8rpBAPGlb0EqoK3xaY60Zov",
+	"m4FtnXM108XKWcISW7/48ePpCdnBdnXGjm8fkYHz1w9alquVgr2krg3J59dLabuRjc20Bim8rUZ5rzaZ",
+	"D9sM+3o4+A1LwVaOtaLWX1IR3wYNggob8NOQLs8/nV6dnp+5XKSPZ+6TDVJhWtL7/rX9Dj825CDZCT4i",
+	"sf4KrcAr4d7bRHzX4FcM9TnUBAELupheXplDyXsuzFjIEK9W5P7Xf/ynURvPT0+Oc1PF/rBz9XbY+3j9",
+	"bvjh/KT/WrAkblv0t6GOAQ89Zn9r46jIhjLJeMwymlqVB5sbmXURKVI4rKTeqMj+PE+YJlpSltpYgG0M",
+	"ZZWEou2VTcRBFERfE26ppIap1pmXylyHQGBVSTyza8LMpZimaZ4Gl4Hs+BlCFpHN0pNMYKY36RVcq2xl",
+	"Z8FjawWKRlQMS6lZAgOew+3k+MPw+vLj1XX/ZHjWv/75/PKvV2QCWlk3m1kT2Tk5/vCTGvAmtkkU8EQR",
+	"LtysS9DtDSHkIgKbAck+7OBklDdM9KyeYdGRkScDPk4BNL6myE5C1XQkqEzUZov7hsH1UAXtOS9dy5jL",
+	"5VLFssIyKJax46nfF5+OVZsITmaUL3Mnp7JdWE6OP3TJtYF4IuK5bVNgI4Cx4FrSWB+6UgN5Zw9yAtwg",
+	"IyRkLMXMtl3pSylcvLGe04CtOovBXUVCymLgCsrWdK1eRuMpdPa7e16gv1WrwfOip4etu2c0zab0GXr4",
+	"M+A0Y0bcdPe6z52qguxgl2ZsN392F6msU3bRmkBAUmPXLNuSTUWEw8LmUEilDx1VWlq2rb48Ys1JZDbX",
+	"rkkdotBiKsiOax8WuV442DwsIlOxqEZobTedAfcb3ZV4lqNZ5HdPiwoqZLaVYE523QH30TllM6atoa7E",
+	"rO6OA+dzMdMz6XZvT6tYy2nSOmwZCVv2FVNVz2qTulU+sut3zW3StLzHy+615uFQ99myMVuw9ez+i5cB",
+	"GRMeqtou5iFNgVdwiZfMm7BkXdvC0ILKbnLFWnxNqdf5N9r55fPXZ9HLg29/bAX3WdOc8dAIxTZRdFyU",
+	"nxplvGkRmA6RK+/lQjazIhoW4MrD750bePLAmT/Xmgvv7+2taSy8XUPhWrO+QF9hw6qNwonqgMdPuoZd",
+	"HdilhGYollw2LTbPP9vy+edbPf9iq+c9tQvp3Slcf/9sQF4kWqK94yk15oToRBVtBFufzUBV7lzPDHXc",
+	"eZX/+L7n78uA6tqCJ2bRkVo0/8GeLVj0oFOi6S2yVzgksZjNaEeBmUFDMuBO2bVsGKX6bK5s+1l0ihud",
+	"8haWr7E9DIZX/+A+D/gtLAnjZIdGI3SHLgkXuvrFztS1fcbltSPyh+JbLnJ1yesxxEC+zqRIoj+kMKEY",
+	"OQvRJY42zDfbxHsP9l5tznyLUGFwqEAGaaNAcGnmm9HyaqnAk7KOegnWPbyjqmQKmWCv+NESndu/YVYS",
+	"fS1U9DpjMWCrwMVjLdVcbGzlGfLFfHLNmi1lMJ7NNdY7jtw3eSLAztv+Ndl1OqftUDjgV5COr6zOYYOR",
+	"l2A1faNPW0UwAzljyrxUSQfhAIlqWxPBqLZuNt/KQoWRaVXt74LdRLrkErKULo2BRvmAs8RqjWml1tg1",
+	"0VVkf2+vtGBwtsSfKaTaHdfVklXeuja/1CigRXimSaI/1v0Ln4uWurmP8LHp0xZ+f6t6JFyB6PfgDyHe",
+	"0DNaZPjcbU96Al+Y0urIJfNK0HPJISFzbrOXLNvYt2zge6w4b3MCPybDOth7td3zz7Yc/9mL7Z7f39/y",
+	"+Vf/fF2vaGWDTWB99tHAmNeqfrtfqxGGb5aBp6Ah1Fh/PFegyM7B3qu2y8arM1Wj7OTF1eRmLGQMrw0d",
+	"3xiWPQGNpXjVV7DoXatqaZ46Ql9KXtiXSwkqwbYwG3C7yiTEXE/wp7XMNcQucbUVZaZIgnSu15Xs3FX1",
+	"5SBUgm5X+mPS5MHT0vCPQDP2ADammChsDb0FXUWpf5ZgqqkCvwm8+g7K7FvQW6DAdoZu9WYsM2+WN0Fo",
+	"aHSwSY+DLukRDotqDxshB7zSw8a1C1D1fgFH+K6v3ApZqYk2zBQ18cT1V7RtPWzJrVVhVJlojU9iSYXh",
+	"7HyepjfGol7TiSDEmm2Mq05HT6pb2nYUBmf84RD+HYT/v/zqoX8ktdVwBxv2T35zXOJ3DfIRpKElwRor",
+	"JDv1zivtx1Ipd/PQkpdsvYm7sdZr4PtQVG3SAH310e1gL1tYvdcqIiObPPm7VN5MKp/zet3syrnnWIih",
+	"3kcQzr8OfXe/VtJOvzWic1VfrBQNPCEuh7o3fGuuUPodTTdHUx+0hvRFFXUfH1Oj4A2r1azndQ6+e5o8",
+	"bE0JXt5WMJp/hUlpNlnBc8Ziyh0a9YWtH9N4CuUNH2jc583JbVVunuTufuwGg+Of3IK+X1zqKeMVXlrd",
+	"PaEKdxD/E6IU/0RaxtSsDQIcdwUW5fRbZBI+hiEYDItcL0Q1D1VhWthPityTgXXzryx5PZjv7T2P53OW",
+	"4Ce4GXBsbfp1gNmng9Yh8TJUv90cubErbreJ+d8OSskI78LwXnIFBJzcnCYwy4QGHi87f4XlDZkCTdAB",
+	"iU0gWUJ2PGIf8DxryUV8bKKMhBnMRiDtl7ewtAX42NxWabJ/QKZtm+WWpWaQfHbD2+4oXrZldhYOuaAf",
+	"3hit9tya4y0ukXSDUItzRprNWdDlPVgIS9ro8TcW+cxt8uLTsVP61gRitmEC4QyXS8fp8+trzPL8+2tw",
+	"ans65dy142vO3XkRtWaMF3dWNKR5PL6pvpKD/p3t6Ty7OBABcuiImSWcAJUpA+lSikgDij560Kd5fRZm",
+	"yVGBgzYg9bup/wOY+k8gxyqSy5590S06KLwept7lXYQaczYdCw6oeajWJZiNG7CNrcSw0ZsFNWpgeXWh",
+	"VfLITdGL6Kb0PFbC3phLQ7CZ0pGNJfm329qEWk6u3g7f9Xvvr98NP57ZD38bHp+f9MmOERxCkhd7z/P8",
+	"z5FIlnkmrqJh8fEWcl3zXd5i6cn4Ua0FVYDu7S8PJPMHqWPfaWMf89MnO4t1x/jaHF+3TjYV+rCTWCxk",
+	"auV6DxTrJBNpqgjT7SfR/R5Ifl+LW5PXRmNtUKvQP7rkYO+gpJlcf1FFS16jbrm8hYmxXBEA2nARAwFC",
+	"FVFzzLFpdxsCqoX2tGHIkwme9/ciO970tlp5QZft3y2WDTh9Hr1cx+mbQ5ZNh/Y99KdSkf79oLc2TTFc",
+	"uf7Mn8C5VN7Y/tDMMc+AaQ6DGks1Lzcz1urAVqwNWt9uumjb2Y551rhznWawXxTjTLNC6R3wImkkE1Ir",
+	"4lfkEdu02XZlVuwXIGa1yDSbI5MeuTyVpePK/B4vIFkb9gcxnvrFuRVn9rth8r/AMMFzTx7TMLHN1m1B",
+	"zlP44t4wnuTJyOvbzO/c+D1WrGMu6YyWr5N4dhMNeOXnJJ51cmeeXmbw2o1y076/Xf2OM4yMoma+T9pk",
+	"bQf7//qP/yQzmgAZLYmr5MxAdvK0ubr2G+F1lbYwNymc89iV/o6mLMF5qSI0Z7CHLscVjStbex6RsbD3",
+	"ZbhBDAeGhKTstlRWLJMuriG1/oqoDAO4nn+l9ZZf2Z1g+74u6dkzIUwNuLplWWZeLxx/EqjC2j+zLNsr",
+	"bgSpIglTdCIByI7ntkPDkWllr3syi7AVv+6MiDmjdoTDWL+aeZ46gBT+wIhQB7ABR7eQHaQSSje6rvu+",
+	"ONQ2lpgoNzz2AUaQDvgIGJ+QPJ2RnJU97/P7BtjMXpicLg8JLbHTQsbVAw94vi7zZnl3gQV27G4pCCHe",
+	"gN9Y+HfDdwLcRIUktU35sGlq0iU/47UmN3cuw38oeLq8MbvC4sZcJC8M3jJNFmKeJnZLXVI4JfWhQTKF",
+	"/YFt3AefUHkeUpf00hQTl+zfh8Rd+2yz/1OmsLKnNHcsDCCx7+AF3yFp3zOzlOGjp5D2OAUTvOh14UTz",
+	"UxXKuelCsvhncwZGfSpusBDSkVHl9CJ3SiN3ncsif8+R3u8C/EkE+A+QFITYY+9ePv7gVdhX70XJOfhj",
+	"pQYdlrcCP41ov8Q4Wr3WqF6rU7lSGGWZvTg5WDFkvuSwcDJr1VfyCbf0Q2YKF1XILpvziDjOf+OEk7OV",
+	"5ulvJF3wR6CsC8ybrWXbcbHYgoZcz4Xuks7SdelG5xnw3sXpdgiXD+pXPdTKoNy45HnRXCLQUTCMfauv",
+	"ru1x8QC0W+MDxmYb+Qry+T24FwAMQr05bXE1MQO4trWILjHQapiM2z6KmKXhqa3u7hEsOjVqTPV+KHt1",
+	"1HgMEh2zO6yKOjiYFc+UuL0SMcZYyKxL3rAUm01zKqVYVKbDPrBHeAu9WSMuhwsyozo2qtWA2wcL/VHM",
+	"tVHAZyIBMsZh7bN5+4r84iXrX9ZiwNU8w9sMzKz42s5K919y4xzSNy7dxw3Z7pILOsnT0kdLD5BNrTFW",
+	"EgX/acXp/Uphpjoyyi9QC4diCLQm3Q2atnFXlmI/Kutd26ZJxoZ3O5QlnNgJ6tS+9WxvL9S5dpm6GqhZ",
+	"68nLxqu9pzdPWGsYzr9DaVM3ZbjNcdMM/m1I2zlC149baUZbDrt6C0T49UrX7jWvf/5OCaeb5K6VdP1D",
+	"Jyo0wMZvtbRV5NMJq1CV8Y1H5jc5p0UA1dUGFA2JAOubwGwP9DYwZZi1YolrDI23mvykiIpFBjbK9h1y",
+	"ZKv8mNBYCmV1SpsPu5ofuyJz78swfbOac1AtG7W5aM6fhD3g8/b37SJbcsBHyxpYgROWdInr0VfaPxKc",
+	"i8FKPPQzUXVrXYMuS83p0K/dyzdN4gp7x3//jNX/rcKqbJG6BbfOW702D1rNvd4i1/pHShz+nfH+phjv",
+	"p5xdbcZxbY7NL/cmeGGObVHln0mBvTuZS1HmE8y86pIzVOO1mKNlkEAGPAEeMwg4R96Cfudmf0J6KC6c",
+	"bDBKva3QlN3B41qdxexrDE1MhGk+AQt54M7LXcB06S42y1DCHpILd5+YvU/OqJERsUAYcO8uMhdmichZ",
+	"7/oqv9Ybki55sffctj1dMAXOQMUoEE7zk8ICX7xTfDFdGsPRu1YNEWGKmUXYy1Dg3QB+g0VHDg35dJcW",
+	"BE+IBuXNfsFeKTTBVaN28CCG+Ji5cWvX2svT5AWHVWSwx7E+G64cvgkpXbv6XB2Zy7R12NpF16p7oY6k",
+	"OZ5H2KcVRy8uws87mhKmFaTjbilBvVlXVRN7nSl22llaW8E2UCU7yAfbXXLsu2qlf+M+Nk9dEqxjsF2c",
+	"CNVEgvLyTosePRFJxWRio0QQT4UNjQH2VrX4uqrUhBbsSjZceLVeulGAIXK1YradL/qJvIEPB/wrxj3j",
+	"4Vym3x6QM9glvaIjqr1H1l4OwrS1tPL01iKKWdljrnSvbu/nqSAJs3Ggxoas+aUzRSdWvCsE9WPsQHxy",
+	"ej287F/3z65Pz8/cSSLPaFdWYVsVrq7hjdfg1yilIlOk7POLK8hSGmNXv8Na8WjhcmNywAtXFLO9g0me",
+	"gBR521BRLkXtbv0KenI9haX1T6nGSjfGOzOYCbkkjCfwxQ+wRw4JR0uzGNv+mZbVb5STOS8YeUX9MHy2",
+	"fhnagOMlejMqjTlyg9fm3FQgamX+t8/f/jsAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
