@@ -743,6 +743,55 @@ type Liveness struct {
 // LivenessStatus defines model for Liveness.Status.
 type LivenessStatus string
 
+// Placement defines model for Placement.
+type Placement struct {
+	Candidates []PlacementCandidate `json:"candidates"`
+
+	// Excluded With explain=true, every environment or class left out and why.
+	Excluded *[]PlacementExclusion `json:"excluded,omitempty"`
+}
+
+// PlacementCandidate defines model for PlacementCandidate.
+type PlacementCandidate struct {
+	// AccessModes The class's known access modes (absent when unknown).
+	AccessModes          *[]string `json:"access_modes,omitempty"`
+	AllowVolumeExpansion bool      `json:"allow_volume_expansion"`
+
+	// CapabilityKnown false when a requested mode is not known to be supported (the class's modes are unknown).
+	CapabilityKnown bool `json:"capability_known"`
+
+	// Capacity The published capacity segment the volume fits best in; null when the class publishes none.
+	Capacity      *CapacitySegment `json:"capacity"`
+	EnvironmentId string           `json:"environment_id"`
+	IsDefault     bool             `json:"is_default"`
+	Provisioner   string           `json:"provisioner"`
+
+	// Quota The headroom the default namespace's quotas leave; null when none limits it (or quota_known is false).
+	Quota *QuotaHeadroom `json:"quota"`
+
+	// QuotaKnown false when the gateway may not read the namespace's ResourceQuotas.
+	QuotaKnown bool `json:"quota_known"`
+
+	// Rank 1 for the best candidate.
+	Rank              int    `json:"rank"`
+	Region            string `json:"region"`
+	StorageClass      string `json:"storage_class"`
+	VolumeBindingMode string `json:"volume_binding_mode"`
+
+	// VolumeModes The class's known volume modes (absent when unknown).
+	VolumeModes *[]string `json:"volume_modes,omitempty"`
+	Zone        string    `json:"zone"`
+}
+
+// PlacementExclusion defines model for PlacementExclusion.
+type PlacementExclusion struct {
+	EnvironmentId string `json:"environment_id"`
+	Reason        string `json:"reason"`
+
+	// StorageClass Absent when the whole environment was left out.
+	StorageClass *string `json:"storage_class,omitempty"`
+}
+
 // Problem RFC 9457 problem details.
 type Problem struct {
 	Detail *string `json:"detail,omitempty"`
@@ -780,6 +829,13 @@ type ProviderHealthStatus string
 
 // ProviderHealthType defines model for ProviderHealth.Type.
 type ProviderHealthType string
+
+// QuotaHeadroom defines model for QuotaHeadroom.
+type QuotaHeadroom struct {
+	Headroom      string `json:"headroom"`
+	HeadroomBytes int64  `json:"headroom_bytes"`
+	Namespace     string `json:"namespace"`
+}
 
 // Readiness defines model for Readiness.
 type Readiness struct {
@@ -1031,6 +1087,22 @@ type CreateVolumeParams struct {
 
 	// IdempotencyKey Required when no id is given.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// ListPlacementsParams defines parameters for ListPlacements.
+type ListPlacementsParams struct {
+	// Capacity The volume's size, a Kubernetes quantity with a binary or decimal suffix.
+	Capacity   string                `form:"capacity" json:"capacity"`
+	AccessMode *KubernetesAccessMode `form:"access_mode,omitempty" json:"access_mode,omitempty"`
+	VolumeMode *VolumeMode           `form:"volume_mode,omitempty" json:"volume_mode,omitempty"`
+	Region     *string               `form:"region,omitempty" json:"region,omitempty"`
+	Zone       *string               `form:"zone,omitempty" json:"zone,omitempty"`
+
+	// Expandable true asks for classes that allow expansion.
+	Expandable *bool `form:"expandable,omitempty" json:"expandable,omitempty"`
+
+	// Explain true adds the reason for each environment or class left out.
+	Explain *bool `form:"explain,omitempty" json:"explain,omitempty"`
 }
 
 // ListStorageClassesParams defines parameters for ListStorageClasses.
@@ -1531,6 +1603,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
 	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPlacements Where can this volume go?
+	//
+	// Every (environment, StorageClass) that can take a volume of this
+	// capacity with these modes, best first, answered from the fleet index
+	// alone (no cluster is called). Only READY environments whose classes
+	// are current (watched now) are considered, in the region and zone
+	// asked. A class is left out when it is known not to support a
+	// requested mode, does not allow expansion when `expandable=true`, or
+	// publishes capacity (CSIStorageCapacity) of which no topology segment
+	// takes the volume (capacity or maximum volume size too small), or
+	// when the ResourceQuotas of the environment's default namespace leave
+	// less than the capacity on `requests.storage` (overall or for the
+	// class). What is unknown does not leave a class out but is flagged:
+	// `capability_known: false` (a requested mode the gateway cannot
+	// confirm), `capacity: null` (none published), `quota_known: false`
+	// (the gateway may not read the quotas). Ranking: known capability,
+	// then published capacity, then the most room (the smaller of the
+	// best segment's capacity and the quota's headroom), then the
+	// environment's default class, then environment and class name.
+	// `explain=true` adds the reason for each environment or class left
+	// out.
+	//
+	// Corresponds with GET /api/v1alpha1/placements (the `ListPlacements` operationId).
+	ListPlacements(ctx context.Context, params *ListPlacementsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListStorageClasses StorageClasses across the fleet
 	//
@@ -2042,6 +2139,41 @@ func (c *Client) VerifyEnvironment(ctx context.Context, environmentId Environmen
 // Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
 func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetOpenAPIRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPlacements Where can this volume go?
+//
+// Every (environment, StorageClass) that can take a volume of this
+// capacity with these modes, best first, answered from the fleet index
+// alone (no cluster is called). Only READY environments whose classes
+// are current (watched now) are considered, in the region and zone
+// asked. A class is left out when it is known not to support a
+// requested mode, does not allow expansion when `expandable=true`, or
+// publishes capacity (CSIStorageCapacity) of which no topology segment
+// takes the volume (capacity or maximum volume size too small), or
+// when the ResourceQuotas of the environment's default namespace leave
+// less than the capacity on `requests.storage` (overall or for the
+// class). What is unknown does not leave a class out but is flagged:
+// `capability_known: false` (a requested mode the gateway cannot
+// confirm), `capacity: null` (none published), `quota_known: false`
+// (the gateway may not read the quotas). Ranking: known capability,
+// then published capacity, then the most room (the smaller of the
+// best segment's capacity and the quota's headroom), then the
+// environment's default class, then environment and class name.
+// `explain=true` adds the reason for each environment or class left
+// out.
+//
+// Corresponds with GET /api/v1alpha1/placements (the `ListPlacements` operationId).
+func (c *Client) ListPlacements(ctx context.Context, params *ListPlacementsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPlacementsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3099,6 +3231,128 @@ func NewGetOpenAPIRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListPlacementsRequest constructs an http.Request for the ListPlacements method
+func NewListPlacementsRequest(server string, params *ListPlacementsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/placements")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "capacity", params.Capacity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.AccessMode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "access_mode", *params.AccessMode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.VolumeMode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "volume_mode", *params.VolumeMode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Region != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "region", *params.Region, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Zone != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "zone", *params.Zone, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Expandable != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "expandable", *params.Expandable, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Explain != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "explain", *params.Explain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListStorageClassesRequest constructs an http.Request for the ListStorageClasses method
 func NewListStorageClassesRequest(server string, params *ListStorageClassesParams) (*http.Request, error) {
 	var err error
@@ -3714,6 +3968,33 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1alpha1/openapi.yaml (the `GetOpenAPI` operationId).
 	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
+
+	// ListPlacementsWithResponse Where can this volume go?
+	//
+	// Every (environment, StorageClass) that can take a volume of this
+	// capacity with these modes, best first, answered from the fleet index
+	// alone (no cluster is called). Only READY environments whose classes
+	// are current (watched now) are considered, in the region and zone
+	// asked. A class is left out when it is known not to support a
+	// requested mode, does not allow expansion when `expandable=true`, or
+	// publishes capacity (CSIStorageCapacity) of which no topology segment
+	// takes the volume (capacity or maximum volume size too small), or
+	// when the ResourceQuotas of the environment's default namespace leave
+	// less than the capacity on `requests.storage` (overall or for the
+	// class). What is unknown does not leave a class out but is flagged:
+	// `capability_known: false` (a requested mode the gateway cannot
+	// confirm), `capacity: null` (none published), `quota_known: false`
+	// (the gateway may not read the quotas). Ranking: known capability,
+	// then published capacity, then the most room (the smaller of the
+	// best segment's capacity and the quota's headroom), then the
+	// environment's default class, then environment and class name.
+	// `explain=true` adds the reason for each environment or class left
+	// out.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/placements (the `ListPlacements` operationId).
+	ListPlacementsWithResponse(ctx context.Context, params *ListPlacementsParams, reqEditors ...RequestEditorFn) (*ListPlacementsResponse, error)
 
 	// ListStorageClassesWithResponse StorageClasses across the fleet
 	//
@@ -5165,6 +5446,82 @@ func (r GetOpenAPIResponse) ContentType() string {
 	return ""
 }
 
+type ListPlacementsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Placement
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPlacementsResponse) GetJSON200() *Placement {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPlacementsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPlacementsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPlacementsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPlacementsResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPlacementsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPlacementsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPlacementsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPlacementsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPlacementsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListStorageClassesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5828,6 +6185,39 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 		return nil, err
 	}
 	return ParseGetOpenAPIResponse(rsp)
+}
+
+// ListPlacementsWithResponse Where can this volume go?
+//
+// Every (environment, StorageClass) that can take a volume of this
+// capacity with these modes, best first, answered from the fleet index
+// alone (no cluster is called). Only READY environments whose classes
+// are current (watched now) are considered, in the region and zone
+// asked. A class is left out when it is known not to support a
+// requested mode, does not allow expansion when `expandable=true`, or
+// publishes capacity (CSIStorageCapacity) of which no topology segment
+// takes the volume (capacity or maximum volume size too small), or
+// when the ResourceQuotas of the environment's default namespace leave
+// less than the capacity on `requests.storage` (overall or for the
+// class). What is unknown does not leave a class out but is flagged:
+// `capability_known: false` (a requested mode the gateway cannot
+// confirm), `capacity: null` (none published), `quota_known: false`
+// (the gateway may not read the quotas). Ranking: known capability,
+// then published capacity, then the most room (the smaller of the
+// best segment's capacity and the quota's headroom), then the
+// environment's default class, then environment and class name.
+// `explain=true` adds the reason for each environment or class left
+// out.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/placements (the `ListPlacements` operationId).
+func (c *ClientWithResponses) ListPlacementsWithResponse(ctx context.Context, params *ListPlacementsParams, reqEditors ...RequestEditorFn) (*ListPlacementsResponse, error) {
+	rsp, err := c.ListPlacements(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPlacementsResponse(rsp)
 }
 
 // ListStorageClassesWithResponse StorageClasses across the fleet
@@ -7054,6 +7444,67 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 	return response, nil
 }
 
+// ParseListPlacementsResponse parses an HTTP response from a ListPlacementsWithResponse call
+func ParseListPlacementsResponse(rsp *http.Response) (*ListPlacementsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPlacementsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Placement
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListStorageClassesResponse parses an HTTP response from a ListStorageClassesWithResponse call
 func ParseListStorageClassesResponse(rsp *http.Response) (*ListStorageClassesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7302,6 +7753,9 @@ type ServerInterface interface {
 	// GetOpenAPI This OpenAPI document
 	// (GET /api/v1alpha1/openapi.yaml)
 	GetOpenAPI(ctx echo.Context) error
+	// ListPlacements Where can this volume go?
+	// (GET /api/v1alpha1/placements)
+	ListPlacements(ctx echo.Context, params ListPlacementsParams) error
 	// ListStorageClasses StorageClasses across the fleet
 	// (GET /api/v1alpha1/storage-classes)
 	ListStorageClasses(ctx echo.Context, params ListStorageClassesParams) error
@@ -7745,6 +8199,66 @@ func (w *ServerInterfaceWrapper) GetOpenAPI(ctx echo.Context) error {
 	return err
 }
 
+// ListPlacements converts echo context to params.
+func (w *ServerInterfaceWrapper) ListPlacements(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListPlacementsParams
+	// ------------- Required query parameter "capacity" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "capacity", ctx.QueryParams(), &params.Capacity, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter capacity: %s", err))
+	}
+
+	// ------------- Optional query parameter "access_mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "access_mode", ctx.QueryParams(), &params.AccessMode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter access_mode: %s", err))
+	}
+
+	// ------------- Optional query parameter "volume_mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "volume_mode", ctx.QueryParams(), &params.VolumeMode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_mode: %s", err))
+	}
+
+	// ------------- Optional query parameter "region" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "region", ctx.QueryParams(), &params.Region, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter region: %s", err))
+	}
+
+	// ------------- Optional query parameter "zone" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "zone", ctx.QueryParams(), &params.Zone, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter zone: %s", err))
+	}
+
+	// ------------- Optional query parameter "expandable" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "expandable", ctx.QueryParams(), &params.Expandable, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter expandable: %s", err))
+	}
+
+	// ------------- Optional query parameter "explain" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "explain", ctx.QueryParams(), &params.Explain, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter explain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListPlacements(ctx, params)
+	return err
+}
+
 // ListStorageClasses converts echo context to params.
 func (w *ServerInterfaceWrapper) ListStorageClasses(ctx echo.Context) error {
 	var err error
@@ -7940,6 +8454,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.UpdateEnvironment, options.OperationMiddlewares["updateEnvironment"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:verify", wrapper.VerifyEnvironment, options.OperationMiddlewares["verifyEnvironment"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:adopt", wrapper.AdoptVolumes, options.OperationMiddlewares["adoptVolumes"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/placements", wrapper.ListPlacements, options.OperationMiddlewares["listPlacements"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/storage-classes", wrapper.ListStorageClasses, options.OperationMiddlewares["listStorageClasses"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/volumes", wrapper.ListFleetVolumes, options.OperationMiddlewares["listFleetVolumes"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/storage-classes", wrapper.ListEnvironmentStorageClasses, options.OperationMiddlewares["listEnvironmentStorageClasses"]...)
@@ -9813,6 +10328,100 @@ func (response GetOpenAPI400ApplicationProblemPlusJSONResponse) VisitGetOpenAPIR
 	return err
 }
 
+type ListPlacementsRequestObject struct {
+	Params ListPlacementsParams
+}
+
+type ListPlacementsResponseObject interface {
+	VisitListPlacementsResponse(w http.ResponseWriter) error
+}
+
+type ListPlacements200JSONResponse Placement
+
+func (response ListPlacements200JSONResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlacements400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListPlacements400ApplicationProblemPlusJSONResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlacements401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListPlacements401ApplicationProblemPlusJSONResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlacements403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListPlacements403ApplicationProblemPlusJSONResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlacements429ApplicationProblemPlusJSONResponse Problem
+
+func (response ListPlacements429ApplicationProblemPlusJSONResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlacements503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListPlacements503ApplicationProblemPlusJSONResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListStorageClassesRequestObject struct {
 	Params ListStorageClassesParams
 }
@@ -10142,6 +10751,9 @@ type StrictServerInterface interface {
 	// GetOpenAPI This OpenAPI document
 	// (GET /api/v1alpha1/openapi.yaml)
 	GetOpenAPI(ctx context.Context, request GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error)
+	// ListPlacements Where can this volume go?
+	// (GET /api/v1alpha1/placements)
+	ListPlacements(ctx context.Context, request ListPlacementsRequestObject) (ListPlacementsResponseObject, error)
 	// ListStorageClasses StorageClasses across the fleet
 	// (GET /api/v1alpha1/storage-classes)
 	ListStorageClasses(ctx context.Context, request ListStorageClassesRequestObject) (ListStorageClassesResponseObject, error)
@@ -10770,6 +11382,31 @@ func (sh *strictHandler) GetOpenAPI(ctx echo.Context) error {
 	return nil
 }
 
+// ListPlacements operation middleware
+func (sh *strictHandler) ListPlacements(ctx echo.Context, params ListPlacementsParams) error {
+	var request ListPlacementsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListPlacements(ctx.Request().Context(), request.(ListPlacementsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListPlacements")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListPlacementsResponseObject); ok {
+		return validResponse.VisitListPlacementsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListStorageClasses operation middleware
 func (sh *strictHandler) ListStorageClasses(ctx echo.Context, params ListStorageClassesParams) error {
 	var request ListStorageClassesRequestObject
@@ -10871,161 +11508,177 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H2Nbts6muircHwHODFWdtI07UwTFAtP4ra50yZBkvbc2XGvQ0ufbW5kUkPScX2KAvsQ+4T7JAt+pCRK",
-	"phw7J+l0zx6gKBxb4s/H7/+PX1uxmGWCA9eqdfi1lVFJZ6BB4l99fsek4DPg+vTEfMF467CVUT1tRS1O",
-	"Z9A6bEH5zJAlragl4R9zJiFpHWo5h6il4inMqHn7jxLGrcPW/9kt59y1v6rdS1BiLmM4PWl9+xa1PtAv",
-	"F3QCV+wXMG8moGLJMs2EWYD5hSj2C5CdBMZ0nmryYu+IpFROQJI7ms5BESqBpGIBEhKiBXm2t7fX7rYi",
-	"u4V/zEEuyz3M6JdhRicwNIO2/CXPGGez+ax1uBe19DIzDzOuYQISl2lWci1uga8u8noKRGT0H3MgHL5o",
-	"O742zxIxJnoKJJNwx8RcEfNT09LK16rrol/eA5/oaevw2d7+QbE4pSXjk9Y3szgJKhNcAR7lhRSjFGbm",
-	"Yyy4Bq7NR5plKYupWfJuZp/4l39XArez2bnl4+KMVQhcvjkmrw5e/Im4kUkCmrJUdRF0bgAzfi+OQakP",
-	"IsGzBm7g/ffWJdDkZ8k0nPPYHIr5+5ynyw+UL92f+DP+/XkFAlGrlwi3lK+tTIoMpGYWGNT8YjA0dGh3",
-	"Ip3PDALZh8jOgumpwSqWUA1DwdNlRPSUarIQ8zQhI2hHhCo8Uvsu6V2cEjUVC/xyhkerYabug+UnfNss",
-	"3e2FSkmX5u8akR1+Xd2twReV0djucHVb5e9EAZXxFJLKwlYGrK9BQixkAskwFnOLPdVJ3tMRpCkkJE4p",
-	"mynCOIIkMK+FHs2hZQcmCuSdAXsqgSZLs7Y6wUUtdcuyLHRw9cnNmYm5mcSNbg8MJBAudH62EaE8IYvp",
-	"cuMjynHq6pZlISBV0MQD60iIFChvWbrMGeTfV7lndYDKsUYF3paAWDmWkhDE6N8h1j4hXMI/5qAs4ScJ",
-	"M1/R9MKjjDFNFUQ1YilWsAp1Q45ET5kqT5nsCA45h/N295NqH5GcW9M0dY8gcXjM7OXzACGvALXGZyAT",
-	"UpOFT5IF9ZoDdsA6ynGBCz1lfOKhmH88jeDDM1/hJZZPryPI4K8SqOOzdc5dRZByFCcSileDJz1PmO7f",
-	"Oe5eY3pxzgxXmYNhWOZZlAQRge6kS2IJVIOnAnjwKvdB53o6nIGeisRn3oIlsUFTTTUzH7ScKw1Jh4Ne",
-	"CHnbiloJU3SUQhJk3RvwOxbgAqfcLFqBpX8CdyCX5v+GtTceXQYgw4C6Pr4g5ldCk0SCUsFxpaWzppVL",
-	"kdoT2YjjXIo0KBIMaOcNvP7d9fUFsQ/kpEi5WoBs4Kpzi0BBKcAsjMZCzqhuHbYMIXbw2xClIkcPb7yG",
-	"2Mjt3Dj5AkoURxBVsSvKMbjYuzuoCsDXU8V7pkKUYX4fIp5sfi4eqQVOp6by3Q+OyhpCmzi+Oj2R7A7k",
-	"GxrrwLn/bNifOek4pUr9pEjxArGDkATilEpQR4SOFHDDMYG7Vwx1SjKlinDBURmtgUhrGk+H5YpXJVvU",
-	"GqvhRIp5NsxEyuJlmLREMmR8LIaCD2e5IrE6lNJCGujFNKMx08vwUw7dUjaGeBmnMJyJpEZa96g1IX5/",
-	"TDM6YinTy/M7kJJZtXStxKwexdU8MxIJEoLrOSKU3DKekBTGmhitZEzT1OiGUswnU2OdmENI7GFpwxUD",
-	"B4A6cmCD63D0r/MRSA4alKdif0OBe2rfPwioMBao281kVdfV8fcfBnC1JcQd8jNVVTksLRjN055IZFBe",
-	"AoJ7NGep7hgl1QCciPGALyBNO7dcLLgxWe6YYoKDVIQpolhqKEZIspCCT7rkQkIMCfAYDn2qG+DblHOh",
-	"UZYqsuNQuTOhGhZ02U3iWTeTwmx+155qB2EdDXi329214LdftY2hAWY8AlzLJcHVj4Usp0TNyz0mOAy4",
-	"+ZVp5e/A/byCZOSUE0pmICdAMqrjaUQo4fM0HXA7nYSZMDo5090BX0FJH0bN57UebwK0FsKQgh3Y83zS",
-	"2dZj6BV6KULaVZU+N1uGHe2MWquvTnnbj1EXKv6iauN/3mCbZ05ByrW6Eq9bFR3NqHOIWK2oNedIQUG1",
-	"7tjj5nWWOcs1FU9+Xdljz19zgiwgwBxaZ/NRytQUmqSYgslsKyGfz3xlXwxJei00TcOSxvwyHC21nbzQ",
-	"oBjXLw9aQX+Sf3h24OowUbmFpvPzl7uCpb44hS90lqVmgP1rFlLm8ofLLRSv7D979Wpv//n+ixcvXuxH",
-	"928NRQKbzWdDh4PKOfYCQMtEKiYBFDkTCRAFKcRayBxZHDgI4ySlI0g7xQNqyTX9ckRglumlxRSDFIaZ",
-	"T9gdcIMdJQjyabu3hcjsMrH7i+DwGqjSHboKoZXzcisvIddaAeK6U7vOMal6Zt8VwYLrs9rhsTTyTjOa",
-	"biud+1+ylMVMG5MyH4IwrjTQxBwkJQbqseBjNjm0fiAZEWt005Qc94wVP+DA9NRYXmQEVBohZp2p5ps4",
-	"ZQYLYrOMMYupBjT8b2HZJRf9D55PeMBHVMHLgw7wWCToAkJXlb+GkLDzhh4aq0RIc6gJ1bQCegPFmkfj",
-	"xYvnL0PUhUse+uM+dLSotbB+0nRpne7l8LewfNRhGVcQzyUM1S3LhjpVwzuQbLxs8A0ZAYRumIJTWy+D",
-	"oU/Qily9Hfbevz//eXh6dtU//njZHx6//3h13b+8CjlnDPczuFHlXlOtM3W4u0szZvSqpGPotet+78Zi",
-	"dvjy4OB5db/7ewd/DpyJ2Y+dYpj7BvyXXoScU4V957vkXz7/88H94KzRo9tckAQF54DW7ykfi1VgvxML",
-	"hK7TMUlsn1dHhAPqe0auesSnpzBTkN6BClgaxua2Kyglfx6BWMXaoKCP6VBN6f6LlwFJ/67X2X/xkuxM",
-	"4Us7Z+Mn/UuCDCj/Ysyk0obyvZkqvFwtlYYZkUJoG+uZK+vQXl1Lue8hfMmYhGHu1KgbEbk57EFKaZGR",
-	"hZC3jE8882FJFF0SJchOlR39pAh8yawXOgoypp8UORO6N9Yg24UiY5R2f9bCfc0JLnnZJVdwB5wkdKnI",
-	"CMZCAmG67mQlei65Iif9t5e9k/6JAcdmfhsfRvMMfa3bOX7W8YVVMjZciTWEX25h2TGjmg8rp2EOWgFN",
-	"DUdheho875JHbELf62W6G8tH6MgjkGInzRAMUfPJ8YdLmDClrb91VeTPQCk6afBNGqsrAdnkXVTaEGVw",
-	"Z6GFXIHWjE/UlkGBYhU5HKsHeXL8geSPoIVa+P4V0YLUTOLOV5Z82yQQIBFquW8Wx8ujzPWQgH1wxSdg",
-	"pD0lZnluDcUyN40GeA7xgBWYpmIBybAajNs8xhYXBthQ+K6Q7YxahUMVIuPeAarCxbKD7VlAEs/um8nH",
-	"NwwXW5S47zUP5Cf5K/VocwC4CVNZSpfDRjd/AwWhIbHWx9B0jiWWrA/+YAZFRYnxUFTtFlpMq4EGGjZc",
-	"hgQ2hOaVfeFb1HoQ0zfW0YaOfpczUjmS6gkWcC+26CaIKjGwAIV5iGSxsIGOKjThBRF8bK9C4vN6+j/x",
-	"8HcLc6iXZSmzWSl5rsFiKhQQF8YgKdA7UM6+RXIxajNf6xS+N1xRcQBX/Gkbqbme72gbX/A9HPSUZ3O9",
-	"LfiI9IRnl/S/0FinS+LizjelHXeDRuCNJ5pvuuR6CgNehqt9sYT2CQcH+BRiY7mUwxFMnPmibbA7ZCSG",
-	"2X/dGNaS+lkRRR7EjC6JpnICuggNFDJ0yrhW2+VrPKYsqZr+a0dYdRb8j5QN5bGHwswp4+Bjxt96H94b",
-	"TISYZOl8wriKiFETiwNUERmzFN3sUxWZr78wc/Y8IWyWgVSCIzqjhithnFszD7HRy3UNHcaubuHYobIW",
-	"xnAqzXNvT1OqiDLWI01xnVyQeC4lcN1xw9YWGGAcoeU9unitqZ4ux6QkcWNcOUbb3VKiNku4dVwtHGX2",
-	"RfzGDmhf29wszFxjlta+FPZ0U6p0kW24XmpXVnuPHLygOp42H2hQQX9zTP70/M8vyf+9Oj/zQ1BE5P4K",
-	"gzkYmhszSBP0DNQlx+GA+4QcEW+SyDqEVUTs+UbEHGZU4kU04Kv8OioEQkSSeBaREBe1aWP5GqEjeLr0",
-	"KQczBgd8lQ7bpGrnR2QxZfGUSGGMtrq12yW9AefzNCUS0FtGLSgM0TKt8pUe+VObhfkGc4whGzICO1KX",
-	"XAJN7IIdWHdYEiFbikipHkUueyQinnIUDbinHLVxLhftyQfzuJdNwTnY2zMQNyqMdetAmljJuQ6hrnIb",
-	"Nnc/XfTPTk7P3rai1mW/d/K3VtTKfRytqPXx7LLfO37X+8v7Pv7V+3j97vzy9N/6J0Hf1Kr+u0KqSTwb",
-	"ypqFfo/sqhj0jgnbOMLwDqRqYjCGIoeZFKNtdW98ETMlt3xxnW+h8B1sYT+s6pNlguhqGGjOXWJeHghq",
-	"SCY9tmmcaZ7WaXi4b7W75NJqtL8k4wHHfE8uwjmmO5QLjCXk4vkn1T606Rk0xSj6nGuWlinAN4f48abd",
-	"JcdmwZCQkfVOScAMaptfKhYc1fYB910OghOghsoNkcYsNfNSpcjO8z2i2hVq8CBVh889wRx7dOXx1gZo",
-	"hPzn+yjRRmDLuHujUGtySIkRQj1p8Lr28lCuUY9cZiZhili+Qkdirv0cJS+pYwl6cw+n0jSFe3KNyk1u",
-	"JJt92Jxganswv2htuq9d1uoaQsfyJgWoHMgj6Rib7GNNsqSaz2ZULreZ5cq9Ekp2bZUjRvdrIcEMp4cW",
-	"EUTVxy9EODm1nPMd43pbz+mDbfaKznufp/SfauC/Z3fAIYSfpYeqSBS+DcA4wNvm4fP3ylo2LT6pH4j9",
-	"IYjaqK6EwxS5r8ZqZDuJ0EYooDZrlKm2q/CxczNlGVlUGFoSExFckkoomqIpD1k3/tRmnso0IkYDLSGC",
-	"dxt4oIP+qrjRTKewxvgqT+z07FPv/enJsHf59uOH/tl1K2qdnV8P35x/PDPaWO89qmjD/v87vbq+akWt",
-	"i/7lh9Orq9Pzs+FJ/+zUqWxGSeufXZ8e967xm9Oz6/7lWe+9/fFT7/S90+fe9E7f90+GF5f94/Ozk9Pr",
-	"0/Oz+zHGRWfspqJ7EAg1gHdAU+uUbQzFrJ5EVf1AEZxXlJAdBEOEKYPTJWHaHPicT3GeZTt4QJv6hV2S",
-	"oNq1o60/6/zc3MyoCuSfQ+ytft6OlQSfnWdhoX5lVJ1EEcV4DJXItNJU6kqk1td5GjXl8Pk6r3Lhyc3f",
-	"LxYWOnHD41mYPdl0c8cBVyPsvYtTEtM0BWktHfO4MbRiqiE5Ijd5ScMNmQHlilC+FBzIYiqINBqg8+li",
-	"tUpMOUmEeaSoRWmqnVhbKRFPIb7dopog3/yxeW99XUG+HrQyWlGLC2dxbMyxi+VFHmjXnold1uZU+PPU",
-	"BYnNe2RMWWpOwk8PFLfWXB/bRCE8viK+7lvb6ypEqpNmQumJBBWRGZtIl+crJOHU+mhL8s2fDI0tbjeo",
-	"D3MaUUVK+mArimYrXMMPIGVUa5Bm2f//77Tzy17n1ecd96Hz+ete9PLZt/z79r/+MbRQrEDxs0CTGeNF",
-	"qOWOwaKStVK+GFAs782bbTAOgOeuho1L9ZqS3+sIj06g3CiCLxnlNR7kmQqeN0gVicDbpOn6eZWbJp/i",
-	"O4oNXYrtfW9V60Q2LKZSwyKeHtp3o/J/j3FXpNQkVFOyoMq6IBUAz53JZAe/iqeUT8BQEZrJHOLcJkzZ",
-	"HRyVHupckKRCVQzDiAgja9Cgam9uF1YL3jf2SK/qAnnacjlgwWUUxBJ0JxXi1iW2oAtiiSkuseCaMm5+",
-	"sM9F6B2IbD5R5LGoyDxv4woRySS7M+qGkJhcFJGYKugwroArptkd+BpGyTG8nP2GskRMXVpXwbM+AJ02",
-	"qEp5iVHhkCQLqrEYmIvFkc3TMP+0QxFr/hu0CWcCOnodMZ4wPimEdqGkzmaQMOsS+Zky/UbIN0wqfSy4",
-	"ms8a+FU9//7xeFG1PKbOgTaLowcaLVTD5LkvoUqTRU2df/QVig8Ds5ExriBJhYhCPDIkunzZEI6XPGJs",
-	"4+E+nlWfy30unk08OSFfyJaS8SNngpfBEt9OwNYDjy8ntxVbNp29DOUOfQRe4yLe9DGDkIlRjH26x5Jf",
-	"zNI0BCFmkH/mwn4K0X29kGnzGDuS3KYbc0xj6BFIg/e7759mWbKWixiLGaQIa9oyQ5sFa+c4wufnHDXT",
-	"qUgTx0/tg4KnDf0VHqH2b2P/Z+6YboLhOsRZA8zacVYQJdq6IspR6gfQNE+j38LX94BQdz1Mn7lMIXOe",
-	"F5+Oj6z2MOcJSOJXErrQm+X8QdHfkKlp46cYOyE7vf5F59n+ftuoGplNlvSrGY+weYZZCsM5fr1tUXFq",
-	"SueczUPG93s1733DHXB470YvGYk5T8gFSMWUBq4tMndtm4V1Y4cMtTUYdJVBvCX2xI3VciXLJv+YU66Z",
-	"XtpwKyUjxqlcGt6QQMxmNCVqPh6zLxGZYCTXiAvKyS8gRdVUfbb3ltUSTg6C4cOSEjZw9xeE42cuT9e7",
-	"zUP5AuhpJ5kXsjtCNmbTvSwsbowCaU4tIja6h6Ri6IJNuJCWLKogLl/eXEpap3/Q8W2oj8Uw3NyFFsg3",
-	"Lwao1JEVcA/hmGsctFru95A83o17b/x69+Xz8X78bPQKOi/on5LOQfwMOq/Ge7SzP/pz8hIO4j/RZ8+C",
-	"2pwjpg0QEOlu49xYC8gyLda+NVwXM39A5uyaBNnVAKFZv+firK1o2+xVu8FjfOcvIgnwlr6tssuDDGpK",
-	"M7BFenYmQ0SCw/m4dfj3TYBp58pbD32Ltji1z7UFe/2LVhm5I51Ozh86M8rpBAPGlb0EqoK3xaY60Zov",
-	"m4FtnXM108XKWcISW7/48ePpCdnBdnXGjm8fkYHz1w9alquVgr2krg3J59dLabuRjc20Bim8rUZ5rzaZ",
-	"D9sM+3o4+A1LwVaOtaLWX1IR3wYNggob8NOQLs8/nV6dnp+5XKSPZ+6TDVJhWtL7/rX9Dj825CDZCT4i",
-	"sf4KrcAr4d7bRHzX4FcM9TnUBAELupheXplDyXsuzFjIEK9W5P7Xf/ynURvPT0+Oc1PF/rBz9XbY+3j9",
-	"bvjh/KT/WrAkblv0t6GOAQ89Zn9r46jIhjLJeMwymlqVB5sbmXURKVI4rKTeqMj+PE+YJlpSltpYgG0M",
-	"ZZWEou2VTcRBFERfE26ppIap1pmXylyHQGBVSTyza8LMpZimaZ4Gl4Hs+BlCFpHN0pNMYKY36RVcq2xl",
-	"Z8FjawWKRlQMS6lZAgOew+3k+MPw+vLj1XX/ZHjWv/75/PKvV2QCWlk3m1kT2Tk5/vCTGvAmtkkU8EQR",
-	"LtysS9DtDSHkIgKbAck+7OBklDdM9KyeYdGRkScDPk4BNL6myE5C1XQkqEzUZov7hsH1UAXtOS9dy5jL",
-	"5VLFssIyKJax46nfF5+OVZsITmaUL3Mnp7JdWE6OP3TJtYF4IuK5bVNgI4Cx4FrSWB+6UgN5Zw9yAtwg",
-	"IyRkLMXMtl3pSylcvLGe04CtOovBXUVCymLgCsrWdK1eRuMpdPa7e16gv1WrwfOip4etu2c0zab0GXr4",
-	"M+A0Y0bcdPe6z52qguxgl2ZsN392F6msU3bRmkBAUmPXLNuSTUWEw8LmUEilDx1VWlq2rb48Ys1JZDbX",
-	"rkkdotBiKsiOax8WuV442DwsIlOxqEZobTedAfcb3ZV4lqNZ5HdPiwoqZLaVYE523QH30TllM6atoa7E",
-	"rO6OA+dzMdMz6XZvT6tYy2nSOmwZCVv2FVNVz2qTulU+sut3zW3StLzHy+615uFQ99myMVuw9ez+i5cB",
-	"GRMeqtou5iFNgVdwiZfMm7BkXdvC0ILKbnLFWnxNqdf5N9r55fPXZ9HLg29/bAX3WdOc8dAIxTZRdFyU",
-	"nxplvGkRmA6RK+/lQjazIhoW4MrD750bePLAmT/Xmgvv7+2taSy8XUPhWrO+QF9hw6qNwonqgMdPuoZd",
-	"HdilhGYollw2LTbPP9vy+edbPf9iq+c9tQvp3Slcf/9sQF4kWqK94yk15oToRBVtBFufzUBV7lzPDHXc",
-	"eZX/+L7n78uA6tqCJ2bRkVo0/8GeLVj0oFOi6S2yVzgksZjNaEeBmUFDMuBO2bVsGKX6bK5s+1l0ihud",
-	"8haWr7E9DIZX/+A+D/gtLAnjZIdGI3SHLgkXuvrFztS1fcbltSPyh+JbLnJ1yesxxEC+zqRIoj+kMKEY",
-	"OQvRJY42zDfbxHsP9l5tznyLUGFwqEAGaaNAcGnmm9HyaqnAk7KOegnWPbyjqmQKmWCv+NESndu/YVYS",
-	"fS1U9DpjMWCrwMVjLdVcbGzlGfLFfHLNmi1lMJ7NNdY7jtw3eSLAztv+Ndl1OqftUDjgV5COr6zOYYOR",
-	"l2A1faNPW0UwAzljyrxUSQfhAIlqWxPBqLZuNt/KQoWRaVXt74LdRLrkErKULo2BRvmAs8RqjWml1tg1",
-	"0VVkf2+vtGBwtsSfKaTaHdfVklXeuja/1CigRXimSaI/1v0Ln4uWurmP8LHp0xZ+f6t6JFyB6PfgDyHe",
-	"0DNaZPjcbU96Al+Y0urIJfNK0HPJISFzbrOXLNvYt2zge6w4b3MCPybDOth7td3zz7Yc/9mL7Z7f39/y",
-	"+Vf/fF2vaGWDTWB99tHAmNeqfrtfqxGGb5aBp6Ah1Fh/PFegyM7B3qu2y8arM1Wj7OTF1eRmLGQMrw0d",
-	"3xiWPQGNpXjVV7DoXatqaZ46Ql9KXtiXSwkqwbYwG3C7yiTEXE/wp7XMNcQucbUVZaZIgnSu15Xs3FX1",
-	"5SBUgm5X+mPS5MHT0vCPQDP2ADammChsDb0FXUWpf5ZgqqkCvwm8+g7K7FvQW6DAdoZu9WYsM2+WN0Fo",
-	"aHSwSY+DLukRDotqDxshB7zSw8a1C1D1fgFH+K6v3ApZqYk2zBQ18cT1V7RtPWzJrVVhVJlojU9iSYXh",
-	"7HyepjfGol7TiSDEmm2Mq05HT6pb2nYUBmf84RD+HYT/v/zqoX8ktdVwBxv2T35zXOJ3DfIRpKElwRor",
-	"JDv1zivtx1Ipd/PQkpdsvYm7sdZr4PtQVG3SAH310e1gL1tYvdcqIiObPPm7VN5MKp/zet3syrnnWIih",
-	"3kcQzr8OfXe/VtJOvzWic1VfrBQNPCEuh7o3fGuuUPodTTdHUx+0hvRFFXUfH1Oj4A2r1azndQ6+e5o8",
-	"bE0JXt5WMJp/hUlpNlnBc8Ziyh0a9YWtH9N4CuUNH2jc583JbVVunuTufuwGg+Of3IK+X1zqKeMVXlrd",
-	"PaEKdxD/E6IU/0RaxtSsDQIcdwUW5fRbZBI+hiEYDItcL0Q1D1VhWthPityTgXXzryx5PZjv7T2P53OW",
-	"4Ce4GXBsbfp1gNmng9Yh8TJUv90cubErbreJ+d8OSskI78LwXnIFBJzcnCYwy4QGHi87f4XlDZkCTdAB",
-	"iU0gWUJ2PGIf8DxryUV8bKKMhBnMRiDtl7ewtAX42NxWabJ/QKZtm+WWpWaQfHbD2+4oXrZldhYOuaAf",
-	"3hit9tya4y0ukXSDUItzRprNWdDlPVgIS9ro8TcW+cxt8uLTsVP61gRitmEC4QyXS8fp8+trzPL8+2tw",
-	"ans65dy142vO3XkRtWaMF3dWNKR5PL6pvpKD/p3t6Ty7OBABcuiImSWcAJUpA+lSikgDij560Kd5fRZm",
-	"yVGBgzYg9bup/wOY+k8gxyqSy5590S06KLwept7lXYQaczYdCw6oeajWJZiNG7CNrcSw0ZsFNWpgeXWh",
-	"VfLITdGL6Kb0PFbC3phLQ7CZ0pGNJfm329qEWk6u3g7f9Xvvr98NP57ZD38bHp+f9MmOERxCkhd7z/P8",
-	"z5FIlnkmrqJh8fEWcl3zXd5i6cn4Ua0FVYDu7S8PJPMHqWPfaWMf89MnO4t1x/jaHF+3TjYV+rCTWCxk",
-	"auV6DxTrJBNpqgjT7SfR/R5Ifl+LW5PXRmNtUKvQP7rkYO+gpJlcf1FFS16jbrm8hYmxXBEA2nARAwFC",
-	"FVFzzLFpdxsCqoX2tGHIkwme9/ciO970tlp5QZft3y2WDTh9Hr1cx+mbQ5ZNh/Y99KdSkf79oLc2TTFc",
-	"uf7Mn8C5VN7Y/tDMMc+AaQ6DGks1Lzcz1urAVqwNWt9uumjb2Y551rhznWawXxTjTLNC6R3wImkkE1Ir",
-	"4lfkEdu02XZlVuwXIGa1yDSbI5MeuTyVpePK/B4vIFkb9gcxnvrFuRVn9rth8r/AMMFzTx7TMLHN1m1B",
-	"zlP44t4wnuTJyOvbzO/c+D1WrGMu6YyWr5N4dhMNeOXnJJ51cmeeXmbw2o1y076/Xf2OM4yMoma+T9pk",
-	"bQf7//qP/yQzmgAZLYmr5MxAdvK0ubr2G+F1lbYwNymc89iV/o6mLMF5qSI0Z7CHLscVjStbex6RsbD3",
-	"ZbhBDAeGhKTstlRWLJMuriG1/oqoDAO4nn+l9ZZf2Z1g+74u6dkzIUwNuLplWWZeLxx/EqjC2j+zLNsr",
-	"bgSpIglTdCIByI7ntkPDkWllr3syi7AVv+6MiDmjdoTDWL+aeZ46gBT+wIhQB7ABR7eQHaQSSje6rvu+",
-	"ONQ2lpgoNzz2AUaQDvgIGJ+QPJ2RnJU97/P7BtjMXpicLg8JLbHTQsbVAw94vi7zZnl3gQV27G4pCCHe",
-	"gN9Y+HfDdwLcRIUktU35sGlq0iU/47UmN3cuw38oeLq8MbvC4sZcJC8M3jJNFmKeJnZLXVI4JfWhQTKF",
-	"/YFt3AefUHkeUpf00hQTl+zfh8Rd+2yz/1OmsLKnNHcsDCCx7+AF3yFp3zOzlOGjp5D2OAUTvOh14UTz",
-	"UxXKuelCsvhncwZGfSpusBDSkVHl9CJ3SiN3ncsif8+R3u8C/EkE+A+QFITYY+9ePv7gVdhX70XJOfhj",
-	"pQYdlrcCP41ov8Q4Wr3WqF6rU7lSGGWZvTg5WDFkvuSwcDJr1VfyCbf0Q2YKF1XILpvziDjOf+OEk7OV",
-	"5ulvJF3wR6CsC8ybrWXbcbHYgoZcz4Xuks7SdelG5xnw3sXpdgiXD+pXPdTKoNy45HnRXCLQUTCMfauv",
-	"ru1x8QC0W+MDxmYb+Qry+T24FwAMQr05bXE1MQO4trWILjHQapiM2z6KmKXhqa3u7hEsOjVqTPV+KHt1",
-	"1HgMEh2zO6yKOjiYFc+UuL0SMcZYyKxL3rAUm01zKqVYVKbDPrBHeAu9WSMuhwsyozo2qtWA2wcL/VHM",
-	"tVHAZyIBMsZh7bN5+4r84iXrX9ZiwNU8w9sMzKz42s5K919y4xzSNy7dxw3Z7pILOsnT0kdLD5BNrTFW",
-	"EgX/acXp/Uphpjoyyi9QC4diCLQm3Q2atnFXlmI/Kutd26ZJxoZ3O5QlnNgJ6tS+9WxvL9S5dpm6GqhZ",
-	"68nLxqu9pzdPWGsYzr9DaVM3ZbjNcdMM/m1I2zlC149baUZbDrt6C0T49UrX7jWvf/5OCaeb5K6VdP1D",
-	"Jyo0wMZvtbRV5NMJq1CV8Y1H5jc5p0UA1dUGFA2JAOubwGwP9DYwZZi1YolrDI23mvykiIpFBjbK9h1y",
-	"ZKv8mNBYCmV1SpsPu5ofuyJz78swfbOac1AtG7W5aM6fhD3g8/b37SJbcsBHyxpYgROWdInr0VfaPxKc",
-	"i8FKPPQzUXVrXYMuS83p0K/dyzdN4gp7x3//jNX/rcKqbJG6BbfOW702D1rNvd4i1/pHShz+nfH+phjv",
-	"p5xdbcZxbY7NL/cmeGGObVHln0mBvTuZS1HmE8y86pIzVOO1mKNlkEAGPAEeMwg4R96Cfudmf0J6KC6c",
-	"bDBKva3QlN3B41qdxexrDE1MhGk+AQt54M7LXcB06S42y1DCHpILd5+YvU/OqJERsUAYcO8uMhdmichZ",
-	"7/oqv9Ybki55sffctj1dMAXOQMUoEE7zk8ICX7xTfDFdGsPRu1YNEWGKmUXYy1Dg3QB+g0VHDg35dJcW",
-	"BE+IBuXNfsFeKTTBVaN28CCG+Ji5cWvX2svT5AWHVWSwx7E+G64cvgkpXbv6XB2Zy7R12NpF16p7oY6k",
-	"OZ5H2KcVRy8uws87mhKmFaTjbilBvVlXVRN7nSl22llaW8E2UCU7yAfbXXLsu2qlf+M+Nk9dEqxjsF2c",
-	"CNVEgvLyTosePRFJxWRio0QQT4UNjQH2VrX4uqrUhBbsSjZceLVeulGAIXK1YradL/qJvIEPB/wrxj3j",
-	"4Vym3x6QM9glvaIjqr1H1l4OwrS1tPL01iKKWdljrnSvbu/nqSAJs3Ggxoas+aUzRSdWvCsE9WPsQHxy",
-	"ej287F/3z65Pz8/cSSLPaFdWYVsVrq7hjdfg1yilIlOk7POLK8hSGmNXv8Na8WjhcmNywAtXFLO9g0me",
-	"gBR521BRLkXtbv0KenI9haX1T6nGSjfGOzOYCbkkjCfwxQ+wRw4JR0uzGNv+mZbVb5STOS8YeUX9MHy2",
-	"fhnagOMlejMqjTlyg9fm3FQgamX+t8/f/jsAAP//",
+	"7H2Nbtu4muircH0PUBsru2ma9pxJUBz4JG6be9okN0nbe/a416Yl2uZGIjUkHddTFNiH2CfcJ7ngR1Ki",
+	"ZMqxM0mnOzvAYJBaEn8+fv9//NqKeZZzRpiSrcOvrRwLnBFFBPxrwG6p4CwjTJ2e6B8oax22cqzmrajF",
+	"cEZahy1SvjOiSStqCfLzggqStA6VWJCoJeM5ybD++k+CTFuHrf/1tJzzqXkqn14SyRciJqcnrW/fotZ7",
+	"/OUCz8gV/YXoLxMiY0FzRblegH6CJP2FoHZCpniRKvRi7wilWMyIQLc4XRCJsCAo5UsiSIIUR8/29vY6",
+	"vVZktvDzgohVuYcMfxnleEZGetCWv+SMMpotstbhXtRSq1y/TJkiMyJgmXol1/yGsPVFXs8J4jn+eUEQ",
+	"I1+UGV/pdxGfIjUnKBfklvKFRPpR09LKz6rrwl/eETZT89bhs739g2JxUgnKZq1venGCyJwzSeAoLwSf",
+	"pCTTf8acKcKU/hPneUpjrJf8NDdv/Ou/Sw7b2e7c3LgwYxUCl6+P0U8HL/6M7MgoIQrTVPYAdHYAPX4/",
+	"jomU73kCZ02Yhvc/W5cEJ58EVeScxfpQ9L/PWbp6j9nK/hMew78/r0EgavUTbpfytZULnhOhqAEG1k80",
+	"hoYO7Zani0wjkHkJtZdUzTVW0QQrMuIsXUVIzbFCS75IEzQhnQhhCUdqvkX9i1Mk53wJP2ZwtIpk8i5Y",
+	"foSv9dLtXrAQeKX/XSOyw6/ru9X4InMcmx2ub6t8jiTBIp6TpLKwtQHraxAk5iIhySjmC4M91Une4QlJ",
+	"U5KgOMU0k4gyAElgXgM97KBlBkaSiFsN9lQQnKz02uoEF7XkDc3z0MHVJ9dnxhd6Eju6OTAiCGJcubON",
+	"EGYJWs5XWx+Rw6mrG5qHgFRBEw+sE85TglnL0KVjkP9c557VASrHGhV4WwJi7VhKQuCTfyex8gnhkvy8",
+	"INIQfpJQ/RNOLzzKmOJUkqhGLMUK1qGuyRGpOZXlKaM2Z8RxOG93T2TnCDlujdPUvgLE4TGzl88DhLwG",
+	"1BqfITkXCi19kiyoVx+wBdaRwwXG1ZyymYdi/vE0gg/OfI2XGD69iSCDTwXBls/WOXcVQcpRrEgoPg2e",
+	"9CKhanBruXuN6cWOGa4zB82w9LsgCSJEerMeigXBingqgAevch94oeajjKg5T3zmzWkSazRVWFH9hxIL",
+	"qUjSZUQtubhpRa2ESjxJSRJk3VvwOxrgAqdML1oSQ/+I3BKx0v9vWHvj0eWEiDCgro8vkH6KcJIIImVw",
+	"XGHorGnlgqfmRLbiOJc8DYoEDdpFA69/e319gcwLjhQxk0siGrjqwiBQUApQA6MpFxlWrcOWJsQu/Bqi",
+	"VODo4Y3XEBu4nR3HLaBEcQBRFbsih8HF3u1BVQC+mSreURmiDP18BHiy/bl4pBY4nZrKdzc4KmsIbeL4",
+	"6vRE0FsiXuNYBc79k2Z/+qTjFEv5RKLiA2QGQQmJUyyIPEJ4IgnTHJMw+4mmToHmWCLGGSijNRApheP5",
+	"qFzxumSLWlM5mgm+yEc5T2m8CpMWT0aUTfmIs1HmFIn1oaTiQkMvxjmOqVqF37LoltIpiVdxSkYZT2qk",
+	"dYdaE+L3xzjHE5pStTq/JUJQo5ZulJjVo7ha5FoikQTBeo4QRjeUJSglU4W0VjLFaap1Q8EXs7m2TvQh",
+	"JOawlOaKgQMAHTmwwU04+vfFhAhGFJGeiv0NBO6p+f4goMIYoO42k1Fd18ffvx/A5Y4Qt8hPZVXlMLSg",
+	"NU9zIpFGeUEA3JMFTVVXK6ka4IhPh2xJ0rR7w/iSaZPllkrKGRESUYkkTTXFcIGWgrNZD10IEpOEsJgc",
+	"+lQ3hK8xY1yBLJWobVG5O8OKLPGql8RZLxdcb/6pOdUuwDoasl6v99SA3/zU0YYG0eMhwpRYIVj9lIty",
+	"StC87GuckSHTT6mS/g7s4zUkQ6cMYZQRMSMoxyqeRwgjtkjTITPTCZJxrZNT1RuyNZT0YdR8XpvxJkBr",
+	"IQwp2IE5z0edbTOGXoGXIqRdVelzu2WY0c6wsfrqlLf7GHWh4i+qNv7nLbZ5ZhUkp9WVeN2q6GhanQPE",
+	"akWtBQMKCqp1xx43r7PMzGkqnvy6MsfuPrOCLCDALFrni0lK5Zw0STFJZtlOQt7NfGU+DEl6xRVOw5JG",
+	"PxlNVspMXmhQlKmXB62gP8k/PDNwdZio3ELT+fnLXcNSX5ySLzjLUz3A/jUNKXPu5XILxSf7z376aW//",
+	"+f6LFy9e7Ed3bw1EAs0W2cjioLSOvQDQcp7yWQBFznhCkCQpiRUXDlksOBBlKMUTknaLF+SKKfzlCJEs",
+	"VyuDKRopNDOf0VvCNHaUIHDT9m4Kkdmj/OkvnJFXBEvVxesQWjsvu/IScq01IG46tWuHSdUz+64IFlyf",
+	"0Q6PhZZ3iuJ0V+k8+JKnNKZKm5RuCESZVAQn+iAx0lCPOZvS2aHxA4kIGaMbp+i4r634ISNUzbXlhSYE",
+	"Cy3EjDNV/xKnVGNBrJcxpTFWBAz/G7LqoYvBe88nPGQTLMnLgy5hMU/ABQSuKn8NIWHnDT3SVgkX+lAT",
+	"rHAF9BqKNY/GixfPX4aoC5Y88se972hRa2n8pOnKON3L4W/I6kGHpUySeCHISN7QfKRSObolgk5XDb4h",
+	"LYDADVNwauNl0PRJlERXb0b9d+/OP41Oz64Gxx8uB6Pjdx+urgeXVyHnjOZ+Gjeq3GuuVC4Pnz7FOdV6",
+	"VdLV9Nqzz3sxzw5fHhw8r+53f+/gL4Ez0fsxU4ycb8D/6EXIOVXYd75L/uXzvxzcDc4aPdrNBUmQM0bA",
+	"+j1lU74O7Ld8CdC1OiaKzfvyCDEC+p6Wqx7xqTnJJElviQxYGtrmNisoJb+LQKxjbVDQx3gk53j/xcuA",
+	"pH/b7+6/eInac/Kl49j4yeASAQNyP0ypkEpTvjdThZfLlVQkQ4JzZWI9C2kc2utrKfc9Il9yKsjIOTXq",
+	"RoQzhz1IScVztOTihrKZZz6skMQrJDlqV9nRE4nIl9x4oaMgY3oi0RlX/akiolMoMlpp92ct3NcMwZJX",
+	"PXRFbglDCV5JNCFTLgiiqu5kRWohmEQngzeX/ZPBiQbHdn4bH0aLHHytuzl+NvGFdTLWXIk2hF9uyKqr",
+	"R9V/rJ2GPmhJcKo5ClXz4HmXPGIb+t4s0+1YPkJHHoEUO2mGYIiaT47fX5IZlcr4W9dFfkakxLMG36S2",
+	"uhIimryLUmmiDO4stJArohRlM7ljUKBYhYNj9SBPjt8j9wpYqIXvXyLFUc0k7n6lybdtAgECoOZ8szCe",
+	"izLXQwLmxTWfgJb2GOnl2TUUy9w2GuA5xANWYJryJUlG1WDc9jG2uDDARtx3hexm1EoYqhAZdw5QFS6G",
+	"HezOApI4u2smH98gXGxQ4q7PPJCfuE/q0eYAcBMq8xSvRo1u/gYKAkNio4+h6RxLLNkc/IEMiooS46Go",
+	"fFpoMa0GGmjYcBkS2BKaV+aDb1HrXkxfW0dbOvptzkjlSKonWMC92KKdIKrEwAIU5iGSwcIGOqrQhBdE",
+	"8LG9ConPm+n/xMPfHcyhfp6n1GSluFyD5ZxLgmwYA6UE3xJp7VsgF602s41O4TvDFRUHcMWftpWa6/mO",
+	"dvEF38FBT1m+ULuCDwlPePbQ4AuOVbpCNu48Lu24MRiBY080j3voek6GrAxX+2IJ7BNGLOBTEmvLpRwO",
+	"QeLMF2WC3SEjMcz+68awEtjPiijyIDK8QgqLGVFFaKCQoXPKlNwtX+MhZUnV9N84wrqz4L+lbCiPPRRm",
+	"TikjPmb8o//+ncZEEqM8XcwokxHSamJxgDJCU5qCm30uI/3zF6rPniWIZjkRkjNAZ9BwBZk6a+Y+Nnq5",
+	"rpHF2PUtHFtUVlwbTqV57u1pjiWS2nrEKayTcRQvhCBMde2wtQUGGEdoeQ8uXmuqp80xKUlcG1eW0fZ2",
+	"lKjNEm4TVwtHmX0Rv7UD2tc2twsz15ilsS+5Od0US1VkG26W2pXV3iEHL7CK580HGlTQXx+jPz//y0v0",
+	"v6/Oz/wQFOLOX6ExB0JzU0rSBDwDdclxOGQ+IUfImyQyDmEZIXO+EdKHGZV4EQ3ZOr+OCoEQoSTOIhTi",
+	"oiZtzK2RdDlLVz7lQMbgkK3TYQdV7fwILec0niPBtdFWt3Z7qD9kbJGmSBDwlmEDCk20VEm30iN/ar0w",
+	"32COIWSDJsSM1EOXBCdmwRasbZpEwJYiVKpHkc0eiZCnHEVD5ilHHZjLRnvcYB73Mik4B3t7GuJahTFu",
+	"HZImRnJuQqgrZ8M699PF4Ozk9OxNK2pdDvon/2hFLefjaEWtD2eXg/7x2/7f3g3gX/0P12/PL0//bXAS",
+	"9E2t679rpJrE2UjULPQ7ZFfFoLdM2MQRRrdEyCYGoylylAs+2VX3hg8hU3LHDzf5FgrfwQ72w7o+WSaI",
+	"roeBFswm5rlAUEMy6bFJ40xdWqfm4b7VbpNLq9H+koyHDPI9GQ/nmLYx4xBLcOL5iewcmvQMnEIUfcEU",
+	"TcsU4PEh/Dnu9NCxXjBJ0MR4pwSBDGqTX8qXDNT2IfNdDpwhgjWVayKNaarnxVKi9vM9JDsVavAgVYfP",
+	"HcEcc3Tl8dYGaIT857so0URgy7h7o1BrckjxCUA9afC69l0oV6tHNjMTUYkMX8ETvlB+jpKX1LEiansP",
+	"p1Q4JXfkGpWb3Eo2+7A5gdT2YH7RxnRfs6z1NYSO5XVKSOVAHkjH2GYfG5Il5SLLsFjtMsuV/SSU7Noq",
+	"R4zu1kKCGU73LSKIqq9f8HByajnnW8rUrp7Te9vsFZ33Lk/pb2rgv6O3hJEQfpYeqiJR+CYA4wBvW4TP",
+	"/yLFMWnKdWAJpI1vTwnFaMfu22Axxpc4XSShKoRPkHX8JU8xZa9A7XU5yL44EDZzq0gH3LUIoVjmQK9E",
+	"Wo1jI+PxgLERjOXG78xwWg/duMwdy7rhfZMCidp+xo5VGju7+TNAWXfCi3zJMatpVR5L97R2k420tl6g",
+	"TbMc7BxvNmFTSx+tNJttKI4mxCUQal3Az1Eym4Pwo7en8Hpc3g1O0/Np6/CfO2YefY4CEHcJTwlyMxQZ",
+	"MV450lRbCxMiFaLsCBL8/NRfjYrriVP6LW19FWb7Nin5clREZUKn4iUMBr//ecFNpsJ2IPo/+vW3BCeC",
+	"86wBQHP72GSJ1V0DTySCOaVxufqwgVyhlGYadFShNhfmVYNPGkUAgzpBWHlvbsQ8P2Sf4RVgndbpq4VT",
+	"TyRy1ZGwZRnGMYHZzfpsz4p0UUCAgg+EKwE2BhdqEqVJgkwoSyibFZJkk6TZipE49+hDMZLtwhaButZq",
+	"VKIKkCp2V2ghDJlGhmZPMsDEKollhliquLaRtZfC4j5afGO9UgAzGhR8i/DLOU+rWQtLXArDnTxT7mAa",
+	"66G8qtdta1Pr+pp5ENw4eDPCGOxCOcZh00640rIDnF05VvOOLQA2c1Np7JyoAJIAIWRZcSjZQmEWcn76",
+	"U+t5KtPwGPy3CeKs12AiWeVsnTEoqlKygbpKhe707GP/3enJqH/55sP7wdl1K2qdnV+PXp9/ODtpRa3+",
+	"O/DgjAb/9/Tq+qoVtS4Gl+9Pr65Oz89GJ4OzU+vR6X+4fjs4uz497l/DL6dn14PLs/478/Bj//Sddfe8",
+	"7p++G5yMLi4Hx+dnJ6fXp+dndyuUNnnDbCraqF9aB8FbglMTs23M1Fg/iap3Aix0p+uhNoAhgoqC+UqL",
+	"GCrRgs1hnlUneEDbho1tDYF8akbbfNbu3OzM4Clwf4esn/p5W+oPvrvIwzb/FYk5SySSlMWkIgWlwlrL",
+	"CkunZkda+Hxt0LkI9Lrvi4WFTryqVawd+Nx7srZf93CHnNzNqQIbikGLhaxNG9qVNmxp2CYzNXZWWK+n",
+	"FfYvTlGM05QIo+jq1wlTkMuWHKGxq+Mco4xgJhFmK606LedcqzLx3AayoUQ3xgwlXL9SFOA2FYxuLA+N",
+	"5yS+2aGE0m3+WH+3uZjSrQdcq1q349bNurWZWiwv8kC78UzMsrbnLZ/mNjNOf4emmKb6JHzFiN+YGMXU",
+	"ZEfD8RVJhX6IYVNZbHXSnEs1E0RGKKMzYYubuEAMm8B0yZTcm6Gx+c0WRfHWDVRxDfhgKzqFVHihnzWT",
+	"Y6WI0Mv+f//E3V/2uj99bts/up+/7kUvn31zv3f++qfQQqHs1i99STLKivySW0qWlVTd8sOAN21HU7q/",
+	"ruFu7Rpoqvh7IGNaFtVPu9Qm1S3gbexe+EbSka0ruuuranHsw5irjR7POzzaRR5xghU2yi2WCklCmIug",
+	"ozb8FM8xmxFNRRAbYCR2jvCUanN0zUhMuax4wyPEtQQFL3Jne2d4tcvP1mH4ZkOtHLDgMpLEgqhuyvmN",
+	"zeaFuMsK8npjzhSmTD8w70UQEolMEnXksahIv2+SKSKUC3qrlSguIKM6QjGWpEuZJExSRW+JrzeVHOMu",
+	"v4MgkK+9qWx5c9ZdSprsWFNXXURh0RIr6IDC+PLIJKfq/5RFEWPvarQJm/gNFnahemcZSaiJA33CVL3m",
+	"4jUVUh1zJhdZA7/abI3/Gl5UrQl+NCvcBFCqNFk0EnhAo7yKJBUiCvHIkOjyZUM4SeQBEzruH9haDzTd",
+	"5V7eJnwVCgDtKBk/MMpZmSHiWz/Qb+nh5eSuYsvU8JX5ayMfgTfExbd9TSNkYnyNJd1DjAFKUzRB8Iy4",
+	"vxk3f4Xovl69vb3/DEhu241ZpjHyCKQh5D/wT7Os03cixoYTilyudd/7Eby/YKCZznmaWH5qXuQsbWgq",
+	"9QAND7YO+rpofBMMNyHOBmDWjrOCKNHOZeCWUt8ThV3t4A4Bznvk99VzE3ObHq3P8+Lj8ZHRHhYsIQL5",
+	"7RNsvpHh/EHR31CeYpLGwMWO2v3BRffZ/n5Hqxq5qRDxWzgcgVteL4XCHL/etqhY/MJGpF2e3N3u1Tu/",
+	"sAcc3rvWSyZ8wRJ0QYSkUhGmDDL3jC9109ghQ20DBl3lJN4Re+LGFgEly0Y/LzBTVK1MjhlGE8qwWGne",
+	"kJCYZjhFcjGd0i8RmkH6mhYXmKFfiOBVU/XZ3htay7I9COZMlZSwRY5DQTh+udZ8c65AKEkS0gtQ7uUp",
+	"HQEbMznuBhZjrUDqU4uQSWkCUtF0QWeMC0MWVRCXH28vJU2mQzDar6mPxmS0vWMwUGRXDFCJcRRwD+GY",
+	"7Za4Hve/T/HS1g3Hfr1T9vl0P342+Yl0X+A/J92D+Bnp/jTdw939yV+Sl+Qg/jN+9iyozVli2gIBge62",
+	"LggygCxrgcxXo02JgvcoF9pQFbSeFaXX7zluayvatWTHbPAYvvkbTwK8ZWBaC7jQiZzjnJjOBGYmTUSc",
+	"kS2C0v5crt/it2iHU/tcW7DXtHGdkVvS6Tr+0M0wwzPIkqvsJdAKZVdsqhOt/rEZ2MY5VzNdjJxFNDFN",
+	"Gz58OD1BbejRq+34zhEa2ijEsGW4WinYS+raknx+vZQ2G9naTGuQwrtqlHdqk27YZtjXc+Be05SYcvlW",
+	"1PpbyuOboEFQYQN+7vXl+cfTq9PzM5uA/eHM/mVCb5CL/W5wbX6DPxsSr80EH3KXXnRPrcDrW7O3jfhe",
+	"y4SyQ30OdX6CKnaqVlf6UFyjqYyGDPFqG5L/+o//1Grj+enJsTNVzIP21ZtR/8P129H785PBK06TuGPQ",
+	"34Q6hiz0mnnWgVGBDeWCspjmODUqD3R01OtCgqfksJJvLCPzeJFQhZTANDWxAJOJZpSEotenyT4GFARf",
+	"E2yppIa5UrlXv1WHQGBVSZyZNUG6dozT1OX+50R0/ai/QWS99CTnUN6G+gXXKvv3GvCYAsmi+yaF/jE0",
+	"IUPm4HZy/H50ffnh6npwMjobXH86v/z7FZoRJY2bTa8JtU+O3z+RQ9bENpEkLJGIcTvriqjOlhCyEYHt",
+	"gGRetnDSyhtUt1TPsGhDzZIhm6aEKPhMonaC5XzCsUjkdov7BikDobYh56x0LUMCu82PzwvLoFhG21O/",
+	"Lz4eyw7iDGWYrZyTU5rWcyfH73voWkM84fHC9GYyEcCYMyVwrA5tfaW4NQc5I0wjI0nQVPDM9JobCMFt",
+	"vLGeqQH9yYvBbRlmSmPCJCn78bb6OY7npLvf2/PSF1q1xgNeTPiwdfsMp/kcPwMPf04YzqkWN7293nOr",
+	"qgA7eIpz+tS9+xSorFu2Dp2RgKSGVqGmD62MECNLkxkipDq0VGlo2fQ39YjVkUi2ULYzL6DQcs5R2/ZM",
+	"jWwDQOiYGqE5X1YjtKaF4JD53X1LPHNoFvktY6OCCqnpn+zIrjdkPjpDdpwx1CXP6u44Yn0uenoq7O7N",
+	"aRVrOU1ahy0tYctmqrLqWW1St8pXnvpXBTRpWt7rZct+/XKo5X7ZjTbYb3//xcuAjAkPVe2Rd5+bENZw",
+	"iZXMG9FkU6/m0ILKFrrFWnxNqd/9N9z95fPXZ9HLg29/agX3WdOc4dAQhrxmPC16bmhlvGkRkOThlPdy",
+	"IdtZEQ0LsD1x7pybsOSeM3+u3aiwv7e34TaF3W5RqHUoDlymoFm1VjhBHfD4SU+zqwOzlNAMxZLLmxr0",
+	"+892fP/5Tu+/2Ol9T+0CercK1z8/a5AX1SVg73hKjT4hPJNF7+TWZz1QlTvXy2Esd17nP77v+fsyoLq2",
+	"4IlZcKQWHQ+hUR1UeqoUKXwD7JUcophnGe5KomdQJBkyq+waNgxSPVtI03MfnOJap7whq1fQEw/Cq/9i",
+	"/x6yG7JClKE2jibgDoWU5OoP7bm96wKW14nQvxS/Mu7UJa+xIiXiVS54Ev1LSmYYImchuoTRRm6zTbz3",
+	"YO+n7ZlvESoMDhUom2kUCLa2bjtaXq+PfFTWUa87v4N3VJVMLhK4IGeyAuf275iVRF8LFb3OWDTYKnDx",
+	"WEu1AA36l4d8MR/tDRWGMijLFwqaPEzsLy4RoP1mcI2eWp3TtGUesiuSTq+MzmGCkZfEaPpanzaKYE5E",
+	"RqX+qJIOwghJZMeYCFq1tbNVcqu1wkiVrDa1gxZqPXRJ8hSvtIGG2ZDRxGiNaaXBir05QKL9vb3SgoHZ",
+	"En+mkGp3XFdL1nnrxqxZrYAW4Zkmif5Ql059Lu4RcD7Ch6ZP0+3mW9UjYUtGvgd/CPGGvtYiw+duLuJB",
+	"5AuVSh7ZFGVB1EIwkqAFM9lLhm3sGzbwPVbseruRH5NhHez9tNv7z3Yc/9mL3d7f39/x/Z9+e12v6N8H",
+	"ne999tHAmDeqfk+/ViMM3wwDT4kioduEpgtJJGof7P3Usdl4daaqlR3XUQaNp1zEBMo9x5plz4iC/gPV",
+	"T6DTj5LVfgTyCHwprpuBkxJYENO3dcjMKpMQcz2BRxuZa4hdwmorykyRBGldr2vZuevqy0Go745Z6Y9J",
+	"kwePS8M/As2YA9iaYqKwNfSGqCpK/VaCqaYK/C7w6jsos2+I2gEFdjN0q9eB6nlz1/mpobvTNo2deqiP",
+	"GFlWG/dxMWSVxn22R5KsN0k6gm995ZaLSiMYzUxBE09sU2nTy8z0GTEqjCwTreFNKKnQnJ0t0nSsLeoN",
+	"7ZdCrNnEuOp09Ki6penBpXHGHw7g3wX4/+uvHvpHUls1dzBh/+R3xyX+0CAfQBoaEqyxQtSut5vrPJRK",
+	"+dSFlrxk623cjbUGS9+HomqTBuhrAG4H0xxi/TLPCE1M8uQfUnk7qXzO6tXAa+fusBBCvQ8gnH8d+j79",
+	"Wkk7/daIzlV9sVI08Ii4HGpZ9a25QukPNN0eTX3QatLnVdR9eEyNgtfK17trNDv47uhstTMleHlbwWj+",
+	"FSSlmWQFzxkLKXdg1Be2fozjOSmvNQPj3t3IYqpyXZK7fdgLBsc/2gV9v7jUY8YrvLS6O0IV9iD+O0Qp",
+	"fkNahtSsLQIctwUWOfotMgkfwhAMhkWul7yahyohLeyJRHdkYI3/SpNXw8Xe3vN4saAJ/EXGQwb93L8O",
+	"Ift02DpEXobqt/GRHbvidpvp/5tBMZrABWDeR7aAgKHxaUKynCvC4lX372Q1hs5R4ICEztfUNv6yxD5k",
+	"LmvJRnxMoowgGckmRJgfb8jKFOBDR3+p0P4BmndMllue6kHc7Jq33WK4YVTvLBxyAT+8NlrNuTXHW2wi",
+	"6RahFuuM1JszoHOdZRBNOuDx1xZ5Zjd58fHYKn0bAjG7MIFwhsul5fSuD5denn9pH0xtTqecu3Z8zbk7",
+	"L6JWRllxUVdDmsfDm+prOejf2Z522cWBCJBFR8gsYYhgkVIibEoRakDRBw/6NK/PwCw5KnDQBKT+MPV/",
+	"AFP/EeRYRXKZsy+uyAgKr/upd643UmPOpmXBATUP1LoEsnEDtrGRGCZ6s8RaDSzvazZKHhoXHZbGpeex",
+	"EvY2DSihRdSRiSX5V/qbhFqGrt6M3g76767fjj6cmT/+MTo+PxmgthYcXKAXe89d/ueEJyuXiStxWHy8",
+	"IU7XfOsaRz0aP6o11grQvXlyTzK/lzr2nTb2wZ0+ai83HeMrfXy9OtlU6MNMYrCQyrU7zUCso5ynqURU",
+	"dR5F97sn+X21Rap3RGNNUKvQP3roYO+gpBmnv8jiHgKtbtm8hZm2XAEASnMRaOOJJZILyLHp9BoCqoX2",
+	"tGXIk3LmupZBl1A3valWXuJV5w+LZQtO76KXmzh9c8iy6dC+h/5UKtJ/HPTOpimEKzef+SM4lwrec+/M",
+	"Mc+AaQ6DakvVlZtpa3VoKtaGrW/jHth2pmOeMe5spxnoF0UZVbRQeoesSBrJuVAS+RV5yNxUYa6ikPQX",
+	"gvRqgWk2RyY9cnksS8eW+T1cQLI27A9iPA2KcyvO7A/D5H+AYQLnnjykYWJumDEFOY/hi3tNWeKSkTff",
+	"rdMe+z1WjGMu6U5Wr5I4G0dDVnmcxFnXOfPUKiev7Cjjzt139LStYaQVNf170kEbr+35r//4T5ThhKDJ",
+	"CtlKzpyIrkubq2u/EdzRbQpzk8I5D1fx3OKUJjAvlgg7Bntoc1zBuDK15xGacnNJmB3E3gKQ0ptSWTFM",
+	"urh73fgrojIMYHv+ldZb2bafs5j0UN+cCaJyyOQNzXP9eeH4M/2tbXNo0ytuQlKJEirxTBCC2p7bDgxH",
+	"qqS541IvwlT82jNC+ow6EQxj/Gr6fWwBUvgDI7gUQQNsyMAtZAaphNK1rmt/Lw61AyUm0g4P3Y0BpEM2",
+	"IZTNkEtnRGflRT/ukiWaafZMVbo6RLjETgMZWw88ZG5d+svywiYD7NhezRRCvCEbG/j3whchjaNCkpqm",
+	"fNA0NemhT3CX2/jWZviPOEtXY70rKG50Inmp8ZYqtOSLNDFb6qHCKakONZJJ6Hps4j7whnR5SD3UT1NI",
+	"XDL/PkTENKQw2f8plVDZU5o7BgYkMd8w/VtI2vf1LGX46DGkPUxBOSt6XVjR/FiFcna6kCz+pM9Aq0/F",
+	"tV1cWDKqnF5kT2li77Bbuu8s6f0hwB9FgP8ASUGAPcAbtLwrK+yrl8E5Dv5QqUGHt0TQ6erxRPslxNHq",
+	"tUb1Wh0/R9LIMrUQrKFiCC4gIUsrs9Z9JR9hSz9kpnBRhWyzOY+Q5fxjK5ysrbRIfyfpgj8CZV1A3mwt",
+	"247x5Q40ZHsu9FY4SzelG53nhPUvTndDODeoX/VQK4Oy46LnRXOJQEfBMPatf7qxx8U90G6DDxiabbgV",
+	"uPk9uBcADEI9d9fDNCe8mFzAdiX/z88Sslp7jBnUJZdqsXVLD1lxOZXjLdK274zMrUSQmB3ZsLefW2P6",
+	"nlCWkC9DBpoeajNesLhCTev00LlWxyBiUm1EYTrH2LQ2kw5eNOH2ujF3oOom5tBVRmj922qRpooYOOYv",
+	"cDUoljdaL+zb7EjqXeRmNfTy+kroHMnd7WFaCaxeNRahhBOrg2szw/cD6bHGZR9PU2AUQWZ8eV1XAdn2",
+	"8dWpOxT7W0cfgLlgGDra5Dzls+KCsCEzReSeH71djMYFyvAXmi0y9wxcS4pzJDOcph2zjsIRX72fKhAV",
+	"eyLXb98yl24NWQrNkubYFkEVa2BobKEle86qRG0ON5KDtmwDa0MGJ9HpIdAAvWhAAVyYCWGX0LpQaLKA",
+	"N6cpns1Icjhk4/p1S4fmhq8xaq9dEOfX4Jre3kMGlQsi60Ro7LZwCPeJjTXKMu+uNv2Kd2uTm2fI2hvv",
+	"AzM3lXV66BKzGzASzCbLdUcQKmSBW+FMqTEMk3GpEFyJBtPBcRJhj0zbadCqfmYPrTgNd+M1rOKJLC5W",
+	"65RDV7pQeQcOQLev1QOl5kCYCUiO/asTxwgnhbDWBrAph9bWe+NtikPGF6qpx8xFyem2To15IgHxtTl8",
+	"j/ajTYkyXofLZu+z36R0uzZnXxs6vpT3jW7r3Q53x26awb85dDf/+eZxH6x/g2sVv8MwVYTQZ4OwvDGx",
+	"fHf/MEi9GttubDvj92MuF7J+EUp46p0pwV2l1rAWTWWbF/KYKaDlpa1NSdvFbaW+gvBjauu/kfa9Iab2",
+	"CXqngzqmVUMrwGf8r4Hc7TV9sLmMZT1RlzBlelN4bBz0JuirDVm7nhvT3rAHTUi0Rlm9JN3cnz6dEmHu",
+	"26SshtwJEcZdg5HdKuJTEHhZD72mKVw+wrAQfFmZDu4FOCpkPyyHcZRp1Y+y2ZCZF309Tit3IOenMKx5",
+	"17Uzc9TvbocdMqfdGemaWD2qchsEGluVZGzTv+2QnR66wDOnl05WVXkYFGNrhSO/WbOiQaVRhzxCguQE",
+	"GzgUQwCvkgSUNtPINU+hP6mRd7s0Tdvyrq+ypQeIzFPz1bO9vdBNBqvU1sRnrUcXQ9W7SLYvYPjdCfYd",
+	"hGEwz9i/xeU3EmFrN7ncUctQ0vUPnbjaABu/9eZOmXBWioW6zow9Mh87TgsAqruRQDQUphxk/0L0iYIl",
+	"p+11azhqQ0Zr7DHPicm6+g7StsqPEY4Fl7J0Xmwjc++qOHq9noNabSNiTTkTX4Q7gdx1SJ2iembIJqsa",
+	"WAlDNOkh27O59IcLYkNORuKZS9LljQkV26oF61N9ZT8eN4kruEvo+1cw/U8VVmXL/B24tWv93zxotRZv",
+	"h9q7H6mQ7A/G+7tivB8du9qO45qc61/uTPiHmqui61MuOPRyp7Zkjc0gE7+HzkCNV3wBlkFCcsISwmJK",
+	"AsGyN0S9tbM/Ij28o7cEbvhtMKq9reCU3pKHjUIUs28IPEBidPMJGMgTZrMeCpiu7EW3OUjYQ3Rh75c1",
+	"9wtrNTJCBghD5t1Na738ETrrX18he70mSXroxd5z0wZ/SSWxBip4U2CaJxIavixSdQQ3c+PKNbuACHPI",
+	"NIfe1hzuivIbbltyaKivuDQgeEQ0KG96DvbOwwmsGrSDezHEh6yV2LjWviub5IysI4M5js3VEeXwTUhp",
+	"ry9y6shCpK3D1lMItdsP6kjq8DwCxzyMXvjGXYd7RJUk6bRXSlBv1nXV5NpGmaQCn0bRUB+1gQ92eujY",
+	"D90L00GJdDUGQjP9FYK6VtPVE2GFBJFeHVLRszFCKZ/NTNYQiefcpEoR6LVv8HVdqQkt2Jbw2nS7eilv",
+	"AYbI9g4w1zuAn8gb+HDIvkKgIh4tRPrtHjUkPdQvOuRT6IZsLoujylhartypyGqr7NEp3evb+zTnKKEm",
+	"L6ixQb+7hLDozA93x4F+DDdSnJxejy4H14Oz69PzM3uSwDM6lVWY1tXra3jtXfiglVKeS1Te+wArKCK3",
+	"h7VmIoXLjQoTegVXFDV3SXghoXIbMnJS1OzW76iErudkZfxTsrHzAWXdjGRcrEys1k+4jCwSTlZ6MeY6",
+	"EFx2Q8AMLVjByCvqh+az9ctxhwwuVc6w0ObIGK5RHFcgamT+t8/f/n8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -40,6 +40,31 @@ func (h *handlers) ListStorageClasses(ctx context.Context, req ListStorageClasse
 	}}, nil
 }
 
+func (h *handlers) ListPlacements(ctx context.Context, req ListPlacementsRequestObject) (ListPlacementsResponseObject, error) {
+	p := req.Params
+	size, err := volumes.ParseCapacity("capacity", p.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	scope := principal(ctx).Narrow(nil)
+	if outOfScope(scope) {
+		return fleetResponse{value: Placement{Candidates: []PlacementCandidate{}}}, nil
+	}
+	explain := deref(p.Explain)
+	placement, err := h.opts.Fleet.Place(fleet.Request{
+		CapacityBytes: size.Value(), AccessMode: string(deref(p.AccessMode)), VolumeMode: string(deref(p.VolumeMode)),
+		Region: deref(p.Region), Zone: deref(p.Zone), Expandable: deref(p.Expandable), Explain: explain, Environments: scope,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fleetResponse{write: func(w io.Writer) error { return placement.WriteJSON(w, explain) }}, nil
+}
+
+func (r fleetResponse) VisitListPlacementsResponse(w http.ResponseWriter) error {
+	return r.visit(w)
+}
+
 func (h *handlers) ListEnvironmentStorageClasses(ctx context.Context, req ListEnvironmentStorageClassesRequestObject) (ListEnvironmentStorageClassesResponseObject, error) {
 	classes, err := h.environmentClasses(ctx, req.EnvironmentId)
 	if err != nil {

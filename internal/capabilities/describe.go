@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,10 @@ type Objects struct {
 	Classes    []*storagev1.StorageClass       `json:"classes"`
 	Drivers    []*storagev1.CSIDriver          `json:"drivers"`
 	Capacities []*storagev1.CSIStorageCapacity `json:"capacities"`
+	// Quotas are the ResourceQuotas of the environment's default
+	// namespace; QuotasDenied says the gateway may not read them.
+	Quotas       []*corev1.ResourceQuota `json:"quotas,omitempty"`
+	QuotasDenied bool                    `json:"quotas_denied,omitempty"`
 }
 
 // Class is what one environment offers under one StorageClass name: the
@@ -237,6 +242,17 @@ func Slim(objs Objects) Objects {
 			ObjectMeta:       metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace},
 			StorageClassName: c.StorageClassName, Capacity: c.Capacity, MaximumVolumeSize: c.MaximumVolumeSize,
 			NodeTopology: c.NodeTopology,
+		})
+	}
+	out.QuotasDenied = objs.QuotasDenied
+	for _, q := range objs.Quotas {
+		hard, used := storageResources(q.Status.Hard), storageResources(q.Status.Used)
+		if len(hard) == 0 {
+			continue // limits something else
+		}
+		out.Quotas = append(out.Quotas, &corev1.ResourceQuota{
+			ObjectMeta: metav1.ObjectMeta{Name: q.Name, Namespace: q.Namespace},
+			Status:     corev1.ResourceQuotaStatus{Hard: hard, Used: used},
 		})
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 )
@@ -16,16 +17,22 @@ import (
 // CSIStorageCapacities are listed again when no StorageClass changed.
 const defaultFactsInterval = 10 * time.Minute
 
-// listed is a cache filled by listing, not watching: the CSIDrivers and
-// CSIStorageCapacities, which only the fleet view reads and which change
-// rarely. Watched, they held twelve goroutines and two streams per
-// environment; listed on connect, after every StorageClass change (a new
-// driver comes with new classes) and every factsInterval, they cost two
-// requests per interval and no goroutine in between.
+// listed is a cache filled by listing, not watching: the CSIDrivers,
+// CSIStorageCapacities and the default namespace's ResourceQuotas, which
+// only the fleet view reads and which change rarely. Watched, the first two
+// held twelve goroutines and two streams per environment; listed on
+// connect, after every StorageClass change (a new driver comes with new
+// classes) and every factsInterval, they cost a request each per interval
+// and no goroutine in between.
 type listed struct {
 	name    string
 	list    func(context.Context) ([]any, error)
 	indexer cache.Indexer
+	// optional caches may be forbidden to the gateway (credentials granted
+	// before it read them): a refusal leaves them empty and denied, not
+	// failing, so the rest of the fleet view never waits for them.
+	optional bool
+	denied   atomic.Bool
 	// changed is called after a listing that changed what is cached (or
 	// the first one).
 	changed func()
@@ -35,9 +42,14 @@ type listed struct {
 // refresh lists the objects again and replaces what is cached.
 func (l *listed) refresh(ctx context.Context) error {
 	objs, err := l.list(ctx)
+	denied := l.optional && apierrors.IsForbidden(err)
+	if denied {
+		objs, err = nil, nil
+	}
 	if err != nil {
 		return err
 	}
+	deniedChanged := l.denied.Swap(denied) != denied
 	for i, obj := range objs {
 		objs[i], _ = stripUnused(obj)
 	}
@@ -45,7 +57,7 @@ func (l *listed) refresh(ctx context.Context) error {
 	if err := l.indexer.Replace(objs, ""); err != nil {
 		return err
 	}
-	if first := !l.synced.Swap(true); first || !maps.Equal(before, versions(objs)) {
+	if first := !l.synced.Swap(true); first || deniedChanged || !maps.Equal(before, versions(objs)) {
 		l.changed()
 	}
 	return nil
@@ -73,7 +85,8 @@ type facts struct {
 	busy     bool      // a listing is in flight
 }
 
-// want asks for a listing at the next chance: a StorageClass changed.
+// want asks for a listing at the next chance: a StorageClass changed, or
+// the gateway changed what its claims request.
 func (f *facts) want() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

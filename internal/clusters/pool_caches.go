@@ -46,6 +46,7 @@ const (
 	cacheStorageClasses = "storageclasses"
 	cacheCSIDrivers     = "csidrivers"
 	cacheCapacities     = "csistoragecapacities"
+	cacheQuotas         = "resourcequotas"
 )
 
 // byInvolvedPVC indexes events by the namespace/name of their PVC.
@@ -67,6 +68,7 @@ type caches struct {
 	classLister storagelisters.StorageClassLister
 	drivers     storagelisters.CSIDriverLister
 	capacities  storagelisters.CSIStorageCapacityLister
+	quotas      *listed
 	// running holds every informer's goroutine, the warnings' too.
 	running sync.WaitGroup
 }
@@ -128,13 +130,18 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	}
 	c.classes = add(cacheStorageClasses, listWatch(classes.List, classes.Watch, nil), &storagev1.StorageClass{}, cache.Indexers{}, classChanged)
 	c.classLister = storagelisters.NewStorageClassLister(c.classes.indexer)
-	fact := func(name string, list func(context.Context) ([]any, error), indexers cache.Indexers) cache.Indexer {
-		l := &listed{name: name, list: list, indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers), changed: onStorage}
+	fact := func(name string, list func(context.Context) ([]any, error), indexers cache.Indexers, optional bool) *listed {
+		l := &listed{name: name, list: list, indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
+			changed: onStorage, optional: optional}
 		c.facts.caches = append(c.facts.caches, l)
-		return l.indexer
+		return l
 	}
-	c.drivers = storagelisters.NewCSIDriverLister(fact(cacheCSIDrivers, listAll(drivers.List), cache.Indexers{}))
-	c.capacities = storagelisters.NewCSIStorageCapacityLister(fact(cacheCapacities, listAll(capacities.List), namespaced))
+	c.drivers = storagelisters.NewCSIDriverLister(fact(cacheCSIDrivers, listAll(drivers.List), cache.Indexers{}, false).indexer)
+	c.capacities = storagelisters.NewCSIStorageCapacityLister(fact(cacheCapacities, listAll(capacities.List), namespaced, false).indexer)
+	// The quotas of the namespace a volume lands in unless it asks for
+	// another: what placement checks a request against.
+	quotas := client.CoreV1().ResourceQuotas(namespaces[0])
+	c.quotas = fact(cacheQuotas, listAll(quotas.List), namespaced, true)
 	return c
 }
 
@@ -348,10 +355,24 @@ func (c *Cluster) CSIDrivers() []*storagev1.CSIDriver {
 	return drivers
 }
 
-// StorageObjects returns the cached classes, CSI drivers and capacities.
+// StorageObjects returns the cached classes, CSI drivers, capacities and
+// the default namespace's quotas (or that they may not be read).
 func (c *Cluster) StorageObjects() capabilities.Objects {
-	return capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities()}
+	objs := capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities(),
+		QuotasDenied: c.caches.quotas.denied.Load()}
+	for _, obj := range c.caches.quotas.indexer.List() {
+		objs.Quotas = append(objs.Quotas, obj.(*corev1.ResourceQuota))
+	}
+	slices.SortFunc(objs.Quotas, byName)
+	return objs
 }
+
+// StorageRequested says the gateway changed what the claims of the
+// environment request (a create, an expansion, a deletion): the quotas'
+// usage moved, so the listed facts are listed again at the next chance (a
+// health check, every few seconds), not at the next facts interval. A
+// burst of changes costs one listing.
+func (c *Cluster) StorageRequested() { c.caches.facts.want() }
 
 // CSIStorageCapacities returns every CSIStorageCapacity, by namespace and
 // name.

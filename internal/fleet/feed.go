@@ -254,7 +254,7 @@ func (f *Feed) step(ctx context.Context) {
 func (f *Feed) syncRegistry(ctx context.Context) error {
 	var metas []Meta
 	err := f.opts.Registry.Each(ctx, func(e environments.Environment) error {
-		metas = append(metas, Meta{ID: e.ID, Region: e.Spec.Region, Zone: e.Spec.Zone, Overrides: e.Spec.CapabilityOverrides})
+		metas = append(metas, Meta{ID: e.ID, Region: e.Spec.Region, Zone: e.Spec.Zone, State: string(e.Status.State), Overrides: e.Spec.CapabilityOverrides})
 		return nil
 	})
 	if err != nil {

@@ -15,9 +15,12 @@ import (
 // Meta is what the registry says about an environment that the fleet view
 // shows or needs.
 type Meta struct {
-	ID        string
-	Region    string
-	Zone      string
+	ID     string
+	Region string
+	Zone   string
+	// State is the environment's registered state (placement takes READY
+	// ones only), as of the last registry read.
+	State     string
 	Overrides capabilities.Overrides
 }
 
@@ -82,7 +85,8 @@ type envView struct {
 // per detail; json is the detail's API form, encoded once.
 type detail struct {
 	facet
-	json []byte
+	json      []byte
+	placement placementFacts
 	Detail
 }
 
@@ -318,10 +322,12 @@ func (ix *Index) render(e *entry) {
 	// consecutive memory.
 	var buf []byte
 	ends := make([]int, len(e.classes))
+	headroom := capabilities.QuotaHeadroom(e.objs)
 	for i, c := range e.classes {
 		d := &v.details[i]
 		d.Detail = Detail{EnvironmentID: e.meta.ID, Region: e.meta.Region, Zone: e.meta.Zone, Stale: v.stale, ObservedTime: e.observed, Class: c}
 		d.facet = newFacet(c, v.stale)
+		d.placement = newPlacementFacts(&d.Detail, headroom)
 		d.nameID = ix.intern(c.Name)
 		raw, err := json.Marshal(d.Detail)
 		if err != nil {

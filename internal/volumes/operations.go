@@ -153,6 +153,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 		s.log.WarnContext(ctx, "record an expansion", "environment", envID, "volume", id, "error", err)
 	}
 	rec.Spec.Capacity = want.String()
+	cluster.StorageRequested()
 	s.log.InfoContext(ctx, "volume expansion requested", "environment", envID, "volume", id, "capacity", want.String())
 	return s.fromClaim(cluster, rec, patched), nil
 }
@@ -183,6 +184,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 		Status: status.Deleting, Message: "the claim is being deleted"}); err != nil {
 		return err
 	}
+	cluster.StorageRequested()
 	s.log.InfoContext(ctx, "volume deletion requested", "environment", envID, "volume", id)
 	return nil
 }

@@ -153,6 +153,7 @@ func (s *Service) createNew(ctx context.Context, env environments.Environment, c
 	if err != nil {
 		return Volume{}, err
 	}
+	cluster.StorageRequested()
 	s.log.InfoContext(ctx, "volume created", "environment", env.ID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
 	return v, nil
 }
