@@ -111,6 +111,24 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatalf("classes --expandable maybe: %v\n%s", err, out)
 	}
 
+	// Where a ReadWriteMany volume can go: the class known to support it
+	// first, classes of unknown modes after it; why the others cannot.
+	out = mustRun(t, cli, "place", "--capacity", "1Gi", "--access-mode", "rwx", "-o", "name")
+	if first, _, _ := strings.Cut(out, "\n"); first != "placement/local-east/shared-files" || strings.Contains(out, "/standard\n") {
+		t.Fatalf("place --access-mode rwx -o name:\n%s", out)
+	}
+	out = mustRun(t, cli, "place", "--capacity", "1Gi", "--access-mode", "RWX", "--explain")
+	if !regexp.MustCompile(`(?m)^1\s+local-east\s+shared-files\s+local\s+east-a\s+RWO,ROX,RWX\s`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^  local-east\s+standard\s+supports ReadWriteOnce, ReadWriteOncePod, not ReadWriteMany$`).MatchString(out) {
+		t.Fatalf("place --explain:\n%s", out)
+	}
+	if out, err := run(t, cli, "place", "--access-mode", "RWX"); err == nil || !strings.Contains(out, `required flag(s) "capacity" not set`) {
+		t.Fatalf("place without --capacity: %v\n%s", err, out)
+	}
+	if out, err := run(t, cli, "place", "--capacity", "lots"); err == nil || !strings.Contains(out, "(HTTP 400): --capacity:") {
+		t.Fatalf("place --capacity lots: %v\n%s", err, out)
+	}
+
 	// Rotate to explicit credentials read from files.
 	type connection struct {
 		Connection struct {

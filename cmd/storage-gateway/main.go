@@ -49,7 +49,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newVolumeCommand(), newClassesCommand(),
+	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newVolumeCommand(), newClassesCommand(), newPlaceCommand(),
 		newKeysCommand(), newTokensCommand(), newLoginCommand(), newLogoutCommand(), newAuditCommand(), newVersionCommand())
 	// Added now rather than by cobra at Execute, so that it is part of the
 	// tree the loop below and the help test see.

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -38,8 +38,34 @@ func (r Request) validate() error {
 // Placement is the answer: the candidates, best first, and (when asked)
 // what was left out and why.
 type Placement struct {
+	request    Request
 	candidates []candidate
-	Excluded   []Exclusion
+	// order ranks the candidates: each a sort key (rankKey) over the
+	// candidate's index in its low seqBits, sorted.
+	order    []uint64
+	excluded []exclusion
+}
+
+// exclusion is an Exclusion as a placement keeps it: an environment's id
+// and the reason, or a class's detail and why it refused (its text is
+// written straight into the answer).
+type exclusion struct {
+	env    string
+	reason string
+	d      *detail
+	why    refusal
+}
+
+// Excluded lists what was left out and why (when explained).
+func (p *Placement) Excluded() []Exclusion {
+	out := make([]Exclusion, len(p.excluded))
+	for i, e := range p.excluded {
+		out[i] = Exclusion{EnvironmentID: e.env, Reason: e.reason}
+		if e.d != nil {
+			out[i] = Exclusion{EnvironmentID: e.d.EnvironmentID, StorageClass: e.d.Name, Reason: string(e.d.explain(nil, e.why, p.request))}
+		}
+	}
+	return out
 }
 
 // Exclusion is an environment (StorageClass empty) or one of its classes
@@ -61,6 +87,10 @@ type candidate struct {
 	free              int64
 }
 
+// candidateBuffers and exclusionBuffers recycle the lists placements keep
+// (40 bytes a candidate: 400 KB for a whole fleet of 10,000 classes).
+var candidateBuffers, exclusionBuffers, orderBuffers sync.Pool
+
 // placementFacts are what a placement reads of one class of one
 // environment, prepared with its view: the segments its capacity is
 // published in, and the JSON of the parts of a candidate that do not
@@ -73,8 +103,11 @@ type placementFacts struct {
 	quotaLimited, quotaUnknown bool
 	quotaHeadroom              int64
 	// head opens the candidate's JSON object (its class and where it
-	// lives), quota is its "quota" member.
-	head, quota []byte
+	// lives), tail closes it with its "quota" members; class is the
+	// opening of an exclusion of the class.
+	head, tail, class []byte
+	// accessList and volumeList are the class's known modes, for reasons.
+	accessList, volumeList string
 }
 
 // segmentFit is one published capacity segment of a class.
@@ -105,6 +138,8 @@ func newPlacementFacts(d *Detail, headroom capabilities.Headroom) placementFacts
 		}
 	}
 	p.quotaHeadroom, p.quotaLimited = headroom.For(d.Name)
+	p.accessList, p.volumeList = strings.Join(d.AccessModes, ", "), strings.Join(d.VolumeModes, ", ")
+	p.class = fmt.Appendf(nil, `{"environment_id":%s,"storage_class":%s,"reason":`, mustMarshal(d.EnvironmentID), mustMarshal(d.Name))
 	head := struct {
 		EnvironmentID        string   `json:"environment_id"`
 		Region               string   `json:"region"`
@@ -122,12 +157,12 @@ func newPlacementFacts(d *Detail, headroom capabilities.Headroom) placementFacts
 	p.head = raw[:len(raw)-1]
 	switch {
 	case p.quotaUnknown:
-		p.quota = []byte(`,"quota":null,"quota_known":false`)
+		p.tail = []byte(`,"quota":null,"quota_known":false}`)
 	case p.quotaLimited:
-		p.quota = fmt.Appendf(nil, `,"quota":{"namespace":%s,"headroom":%q,"headroom_bytes":%d},"quota_known":true`,
+		p.tail = fmt.Appendf(nil, `,"quota":{"namespace":%s,"headroom":%q,"headroom_bytes":%d},"quota_known":true}`,
 			mustMarshal(headroom.Namespace), quantity(p.quotaHeadroom), p.quotaHeadroom)
 	default:
-		p.quota = []byte(`,"quota":null,"quota_known":true`)
+		p.tail = []byte(`,"quota":null,"quota_known":true}`)
 	}
 	return p
 }
@@ -150,10 +185,19 @@ func (ix *Index) Place(r Request) (*Placement, error) {
 	}
 	access := modeBits(capabilities.AllAccessModes, []string{r.AccessMode})
 	volume := modeBits(capabilities.AllVolumeModes, []string{r.VolumeMode})
-	p := &Placement{}
-	exclude := func(env, class, format string, args ...any) {
+	p := &Placement{request: r}
+	if b, ok := candidateBuffers.Get().(*[]candidate); ok {
+		p.candidates = (*b)[:0]
+	}
+	if b, ok := orderBuffers.Get().(*[]uint64); ok {
+		p.order = (*b)[:0]
+	}
+	if b, ok := exclusionBuffers.Get().(*[]exclusion); ok && r.Explain {
+		p.excluded = (*b)[:0]
+	}
+	exclude := func(env, format string, args ...any) {
 		if r.Explain {
-			p.Excluded = append(p.Excluded, Exclusion{EnvironmentID: env, StorageClass: class, Reason: fmt.Sprintf(format, args...)})
+			p.excluded = append(p.excluded, exclusion{env: env, reason: fmt.Sprintf(format, args...)})
 		}
 	}
 	ix.mu.RLock()
@@ -164,67 +208,90 @@ func (ix *Index) Place(r Request) (*Placement, error) {
 		case r.Environments != nil && !slices.Contains(r.Environments, m.ID):
 			continue
 		case r.Region != "" && m.Region != r.Region:
-			exclude(m.ID, "", "in region %q, not %q", m.Region, r.Region)
+			exclude(m.ID, "in region %q, not %q", m.Region, r.Region)
 			continue
 		case r.Zone != "" && m.Zone != r.Zone:
-			exclude(m.ID, "", "in zone %q, not %q", m.Zone, r.Zone)
+			exclude(m.ID, "in zone %q, not %q", m.Zone, r.Zone)
 			continue
 		case m.State != string(clusters.StateReady):
-			exclude(m.ID, "", "the environment is %s, not READY", cmp.Or(m.State, "PENDING"))
+			exclude(m.ID, "the environment is %s, not READY", cmp.Or(m.State, "PENDING"))
 			continue
 		case v.stale:
-			exclude(m.ID, "", "its classes are not current: the cluster is not watched now")
+			exclude(m.ID, "its classes are not current: the cluster is not watched now")
 			continue
 		}
 		for i := range v.details {
 			d := &v.details[i]
-			if c, why := d.place(r, access, volume); why == "" {
+			if c, why := d.place(r, access, volume); why == taken {
+				p.order = append(p.order, c.rankKey()<<seqBits|uint64(len(p.candidates)))
 				p.candidates = append(p.candidates, c)
-			} else {
-				exclude(m.ID, d.Name, "%s", why)
+			} else if r.Explain {
+				p.excluded = append(p.excluded, exclusion{d: d, why: why})
 			}
 		}
 	}
 	ix.mu.RUnlock()
-	slices.SortStableFunc(p.candidates, func(a, b candidate) int {
-		if c := compareFalseFirst(a.unknownCapability, b.unknownCapability); c != 0 {
-			return c
-		}
-		if c := compareFalseFirst(a.fit == nil, b.fit == nil); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.free, a.free); c != 0 {
-			return c
-		}
-		return compareFalseFirst(!a.d.isDefault, !b.d.isDefault) // then index order: environment, class
-	})
+	// Sorting plain integers: a tenth of what comparing candidates costs
+	// (a whole fleet's 10,000 classes rank in ~0.3 ms).
+	slices.Sort(p.order)
 	return p, nil
 }
 
-// compareFalseFirst orders false before true.
-func compareFalseFirst(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
+// The rank key's layout, most significant first: 2 bits of what is
+// unknown (capability, then capacity), 38 bits of room not left (MiB,
+// saturating at 256 PiB), 1 bit for a class that is not the default, then
+// seqBits of the candidate's index — its place in the index (environment,
+// then class), the last tie-breaker. A fleet has far fewer than 2^23
+// (8 million) classes.
+const (
+	seqBits  = 23
+	roomBits = 38
+)
+
+// rankKey is c's sort key without its index: smaller ranks first.
+func (c candidate) rankKey() uint64 {
+	var unknown uint64
+	if c.unknownCapability {
+		unknown |= 2
 	}
-	return -1
+	if c.fit == nil {
+		unknown |= 1
+	}
+	const most = 1<<roomBits - 1
+	room := min(uint64(max(c.free, 0))>>20, most)
+	var notDefault uint64
+	if !c.d.isDefault {
+		notDefault = 1
+	}
+	return unknown<<(roomBits+1) | (most-room)<<1 | notDefault
 }
 
-// place decides whether d takes the volume: a candidate, or why not.
-func (d *detail) place(r Request, access, volume uint8) (candidate, string) {
+// refusal is why a class cannot take a volume; taken says it can.
+type refusal uint8
+
+const (
+	taken refusal = iota
+	accessModeRefused
+	volumeModeRefused
+	notExpandable
+	noSegment
+	quotaTooSmall
+)
+
+// place decides whether d takes the volume: a candidate, or why not (its
+// text is built only for a placement that explains).
+func (d *detail) place(r Request, access, volume uint8) (candidate, refusal) {
 	f := &d.facet
 	c := candidate{d: d, free: -1}
 	if f.knownAccess && f.access&access != access {
-		return c, fmt.Sprintf("supports %s, not %s", strings.Join(d.AccessModes, ", "), r.AccessMode)
+		return c, accessModeRefused
 	}
 	if f.knownVolume && f.volume&volume != volume {
-		return c, fmt.Sprintf("supports %s volumes, not %s", strings.Join(d.VolumeModes, ", "), r.VolumeMode)
+		return c, volumeModeRefused
 	}
 	c.unknownCapability = access != 0 && !f.knownAccess || volume != 0 && !f.knownVolume
 	if r.Expandable && !f.expandable {
-		return c, "does not allow volume expansion"
+		return c, notExpandable
 	}
 	pf := &d.placement
 	if len(pf.segments) > 0 {
@@ -234,19 +301,37 @@ func (d *detail) place(r Request, access, volume uint8) (candidate, string) {
 			}
 		}
 		if c.fit == nil {
-			return c, "no published capacity segment takes " + quantity(r.CapacityBytes) + ": " + d.capacitySummary()
+			return c, noSegment
 		}
 		c.free = c.fit.capacityBytes
 	}
 	if pf.quotaLimited {
 		if pf.quotaHeadroom < r.CapacityBytes {
-			return c, fmt.Sprintf("the ResourceQuota of its default namespace leaves %s of requests.storage", quantity(pf.quotaHeadroom))
+			return c, quotaTooSmall
 		}
 		if c.free < 0 || pf.quotaHeadroom < c.free {
 			c.free = pf.quotaHeadroom
 		}
 	}
-	return c, ""
+	return c, taken
+}
+
+// explain appends to b why d refused r. Its text is ASCII from the
+// contract's enums and Kubernetes quantities and label selectors.
+func (d *detail) explain(b []byte, why refusal, r Request) []byte {
+	switch why {
+	case accessModeRefused:
+		return append(append(append(append(b, "supports "...), d.placement.accessList...), ", not "...), r.AccessMode...)
+	case volumeModeRefused:
+		return append(append(append(append(b, "supports "...), d.placement.volumeList...), " volumes, not "...), r.VolumeMode...)
+	case notExpandable:
+		return append(b, "does not allow volume expansion"...)
+	case noSegment:
+		return append(append(append(append(b, "no published capacity segment takes "...), quantity(r.CapacityBytes)...), ": "...), d.capacitySummary()...)
+	case quotaTooSmall:
+		return append(append(append(b, "the ResourceQuota of its default namespace leaves "...), quantity(d.placement.quotaHeadroom)...), " of requests.storage"...)
+	}
+	return b
 }
 
 // capacitySummary lists a class's published segments for an explanation.
@@ -265,53 +350,88 @@ func (d *detail) capacitySummary() string {
 }
 
 // WriteJSON writes the placement as the API's Placement: each candidate's
-// prepared JSON with what this question found (capability, capacity
-// segment, rank), then the exclusions if explained.
+// prepared JSON with what this question found (rank, capability, capacity
+// segment), then the exclusions if explained. It hands the placement's
+// buffers back for reuse: the placement must not be used afterwards.
 func (p *Placement) WriteJSON(w io.Writer, explain bool) error {
-	bw := writers.Get().(*bufio.Writer)
-	bw.Reset(w)
+	bp, _ := placementWriters.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, 0, writeChunk+4<<10)
+		bp = &b
+	}
+	buf := (*bp)[:0]
+	var err error
+	// flush writes what is buffered once a chunk is full (or at the end):
+	// a placement can be megabytes, sent in 64 KiB writes.
+	flush := func(force bool) {
+		if err == nil && (force || len(buf) >= writeChunk) {
+			_, err = w.Write(buf)
+			buf = buf[:0]
+		}
+	}
 	defer func() {
-		bw.Reset(nil)
-		writers.Put(bw)
+		*bp = buf[:0]
+		placementWriters.Put(bp)
+		b := p.candidates[:0]
+		clear(p.candidates)
+		p.candidates = nil
+		candidateBuffers.Put(&b)
+		o := p.order[:0]
+		p.order = nil
+		orderBuffers.Put(&o)
+		if p.excluded != nil {
+			x := p.excluded[:0]
+			clear(p.excluded)
+			p.excluded = nil
+			exclusionBuffers.Put(&x)
+		}
 	}()
-	buf := make([]byte, 0, 512)
 	buf = append(buf, `{"candidates":[`...)
-	for i, c := range p.candidates {
+	for i, key := range p.order {
+		c := &p.candidates[key&(1<<seqBits-1)]
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		pf := &c.d.placement
-		buf = append(buf, pf.head...)
-		buf = append(buf, `,"rank":`...)
-		buf = strconv.AppendInt(buf, int64(i+1), 10)
-		buf = append(buf, `,"capability_known":`...)
-		buf = strconv.AppendBool(buf, !c.unknownCapability)
+		buf = append(buf, c.d.placement.head...)
+		buf = strconv.AppendInt(append(buf, `,"rank":`...), int64(i+1), 10)
+		buf = strconv.AppendBool(append(buf, `,"capability_known":`...), !c.unknownCapability)
 		buf = append(buf, `,"capacity":`...)
 		if c.fit != nil {
 			buf = append(buf, c.fit.json...)
 		} else {
 			buf = append(buf, "null"...)
 		}
-		buf = append(buf, pf.quota...)
-		buf = append(buf, '}')
-		if len(buf) > 32<<10 {
-			_, _ = bw.Write(buf) // bufio keeps the first error for Flush
-			buf = buf[:0]
-		}
+		buf = append(buf, c.d.placement.tail...)
+		flush(false)
 	}
 	buf = append(buf, ']')
 	if explain {
-		excluded := p.Excluded
-		if excluded == nil {
-			excluded = []Exclusion{}
+		buf = append(buf, `,"excluded":[`...)
+		for i, e := range p.excluded {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			if e.d != nil {
+				buf = append(buf, e.d.placement.class...)
+				buf = append(append(e.d.explain(append(buf, '"'), e.why, p.request), '"'), '}')
+			} else {
+				buf = append(appendJSONString(append(buf, `{"environment_id":`...), e.env), `,"reason":`...)
+				buf = append(appendJSONString(buf, e.reason), '}')
+			}
+			flush(false)
 		}
-		buf = append(buf, `,"excluded":`...)
-		buf = append(buf, mustMarshal(excluded)...)
+		buf = append(buf, ']')
 	}
 	buf = append(buf, '}')
-	_, _ = bw.Write(buf)
-	return bw.Flush()
+	flush(true)
+	return err
 }
+
+// writeChunk is how much WriteJSON buffers before it writes.
+const writeChunk = 64 << 10
+
+// placementWriters recycles WriteJSON's buffers.
+var placementWriters sync.Pool
 
 // Candidates counts the candidates (for logs and tests).
 func (p *Placement) Candidates() int { return len(p.candidates) }
@@ -328,4 +448,17 @@ func mustMarshal(v any) []byte {
 		panic(fmt.Sprintf("fleet: encode %T: %v", v, err))
 	}
 	return raw
+}
+
+// appendJSONString appends s as a JSON string: printable ASCII directly
+// (reasons are), anything else through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return append(b, mustMarshal(s)...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

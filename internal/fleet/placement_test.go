@@ -110,6 +110,7 @@ func place(t *testing.T, ix *fleet.Index, r fleet.Request) placed {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n, excluded := p.Candidates(), p.Excluded()
 	var buf bytes.Buffer
 	if err := p.WriteJSON(&buf, r.Explain); err != nil {
 		t.Fatal(err)
@@ -118,8 +119,8 @@ func place(t *testing.T, ix *fleet.Index, r fleet.Request) placed {
 	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
 		t.Fatalf("decode %s: %v", buf.String(), err)
 	}
-	if p.Candidates() != len(out.Candidates) {
-		t.Fatalf("%d candidates counted, %d written", p.Candidates(), len(out.Candidates))
+	if n != len(out.Candidates) || !slices.Equal(excluded, out.Excluded) && len(excluded)+len(out.Excluded) > 0 {
+		t.Fatalf("%d candidates and %v exclusions counted, %d and %v written", n, excluded, len(out.Candidates), out.Excluded)
 	}
 	return out
 }
