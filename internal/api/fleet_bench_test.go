@@ -47,6 +47,7 @@ func fleetHandler(b *testing.B, n int, unreachable bool) http.Handler {
 				}}}
 		}
 		ix.Observe(m.ID, objs, now)
+		ix.SetWritable(m.ID, true)
 		if unreachable && i%10 == 0 {
 			ix.MarkStale(m.ID, now)
 		}

@@ -30,9 +30,11 @@ func TestFleetAnswersMatchTheContract(t *testing.T) {
 		Used: corev1.ResourceList{corev1.ResourceRequestsStorage: resource.MustParse("30Gi")},
 	}}}
 	ix.Observe("live", live, time.Now())
+	ix.SetWritable("live", true)
 	denied := fleettest.Objects(2, 10)
 	denied.QuotasDenied = true
 	ix.Observe("denied", denied, time.Now())
+	ix.SetWritable("denied", true)
 	ix.Observe("lost", fleettest.Objects(2, 10), time.Now())
 	ix.MarkStale("lost", time.Now())
 	logger := slog.New(slog.DiscardHandler)

@@ -282,6 +282,8 @@ func (f *Feed) refresh(id string) {
 	var changed bool
 	if c, ok := f.opts.Clusters.Get(id); ok && c.StorageSynced() && c.Health().State != clusters.StateUnreachable {
 		changed = f.opts.Index.Observe(id, c.StorageObjects(), now)
+		h := c.Health()
+		changed = f.opts.Index.SetWritable(id, h.State == clusters.StateReady && h.Synced) || changed
 	} else {
 		changed = f.opts.Index.MarkStale(id, now)
 	}
@@ -332,7 +334,7 @@ func (f *Feed) replicate(ctx context.Context) {
 		if f.opts.Owned.Owns(id) {
 			continue // claimed meanwhile: this replica's watch tells
 		}
-		shown := f.opts.Index.Replicate(id, s.objects, s.live, s.observed)
+		shown := f.opts.Index.Replicate(id, s.objects, s.live, s.writable, s.observed)
 		f.mu.Lock()
 		if shown {
 			f.replicated[id] = s.revision

@@ -61,6 +61,8 @@ type entry struct {
 	meta     Meta
 	objs     capabilities.Objects // slimmed (capabilities.Slim)
 	fresh    bool
+	// writable: the owner's connection takes writes (snapshot.writable).
+	writable bool
 	observed time.Time
 	classes  []capabilities.Class
 	view     *envView
@@ -74,6 +76,7 @@ func (e *entry) hasData() bool { return !e.observed.IsZero() }
 type envView struct {
 	meta     Meta
 	stale    bool
+	writable bool
 	observed time.Time
 	details  []detail // by class name
 	// series are the classes' metrics.
@@ -199,12 +202,13 @@ func (ix *Index) compactNames() {
 
 // Observe records live storage objects of an environment's cluster, read
 // from its synced caches at `at`: the path every informer change takes. It
-// reports whether what the environment shows changed — its classes, or
-// stale to live — so its owner persists it for the other replicas; unknown
-// environments are ignored.
+// reports whether what the environment shows changed — its classes, its
+// quotas (placement reads them), or stale to live — so its owner persists
+// it for the other replicas; unknown environments are ignored.
 func (ix *Index) Observe(id string, objs capabilities.Objects, at time.Time) (changed bool) {
 	return ix.update(id, objs, func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool {
-		if e.hasData() && e.fresh && reflect.DeepEqual(classes, e.classes) {
+		if e.hasData() && e.fresh && reflect.DeepEqual(classes, e.classes) &&
+			objs.QuotasDenied == e.objs.QuotasDenied && reflect.DeepEqual(objs.Quotas, e.objs.Quotas) {
 			e.objs = objs // same view; keep the newest objects
 			return false
 		}
@@ -252,7 +256,7 @@ func (ix *Index) MarkStale(id string, at time.Time) bool {
 	if !ok || !e.fresh {
 		return false
 	}
-	e.fresh = false
+	e.fresh, e.writable = false, false
 	if e.hasData() {
 		e.observed = at
 	}
@@ -260,13 +264,28 @@ func (ix *Index) MarkStale(id string, at time.Time) bool {
 	return true
 }
 
+// SetWritable records whether the environment's connection takes writes
+// (READY, every cache synced) and reports whether that changed; unknown
+// environments are ignored.
+func (ix *Index) SetWritable(id string, writable bool) (changed bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e, ok := ix.envs[id]
+	if !ok || e.writable == writable {
+		return false
+	}
+	e.writable = writable
+	ix.render(e)
+	return true
+}
+
 // Replicate shows an environment another replica owns as its owner's view
 // shows it (from the owner's persisted snapshot): its objects, live or
-// stale, observed at `observed`. It reports false for an environment the
-// index does not hold (yet).
-func (ix *Index) Replicate(id string, objs capabilities.Objects, live bool, observed time.Time) bool {
+// stale, writable or not, observed at `observed`. It reports false for an
+// environment the index does not hold (yet).
+func (ix *Index) Replicate(id string, objs capabilities.Objects, live, writable bool, observed time.Time) bool {
 	return ix.update(id, objs, func(e *entry, objs capabilities.Objects, classes []capabilities.Class) bool {
-		e.objs, e.classes, e.fresh, e.observed = objs, classes, live, observed
+		e.objs, e.classes, e.fresh, e.writable, e.observed = objs, classes, live, writable, observed
 		ix.render(e)
 		return true
 	})
@@ -298,7 +317,7 @@ func (ix *Index) snapshot(id string) (snapshot, bool) {
 	if !ok || !e.hasData() {
 		return snapshot{}, false
 	}
-	return snapshot{objects: e.objs, live: e.fresh, observed: e.observed}, true
+	return snapshot{objects: e.objs, live: e.fresh, writable: e.writable, observed: e.observed}, true
 }
 
 // freshIDs lists the environments watched live now.
@@ -317,7 +336,7 @@ func (ix *Index) freshIDs() []string {
 // render rebuilds e's view, encoding each class once for every query to
 // come. The caller holds ix.mu for writing.
 func (ix *Index) render(e *entry) {
-	v := &envView{meta: e.meta, stale: !e.fresh, observed: e.observed, details: make([]detail, len(e.classes))}
+	v := &envView{meta: e.meta, stale: !e.fresh, writable: e.writable, observed: e.observed, details: make([]detail, len(e.classes))}
 	// The details' JSON shares one buffer, so a query copies it from
 	// consecutive memory.
 	var buf []byte

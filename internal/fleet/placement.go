@@ -168,8 +168,9 @@ func newPlacementFacts(d *Detail, headroom capabilities.Headroom) placementFacts
 }
 
 // Place answers a placement question from the index alone: every class of
-// every READY, live environment (in the region and zone asked) that can
-// take the volume, best first. A class is left out when it is known not
+// every READY environment whose classes are current and whose connection
+// takes writes (in the region and zone asked) that can take the volume,
+// best first. A class is left out when it is known not
 // to support a requested mode, does not allow expansion when that is
 // asked, publishes capacity of which no segment takes the volume (its
 // capacity or its largest volume too small), or when the default
@@ -218,6 +219,9 @@ func (ix *Index) Place(r Request) (*Placement, error) {
 			continue
 		case v.stale:
 			exclude(m.ID, "its classes are not current: the cluster is not watched now")
+			continue
+		case !v.writable:
+			exclude(m.ID, "its connection does not take writes yet (caches still syncing, or the cluster not READY)")
 			continue
 		}
 		for i := range v.details {

@@ -21,7 +21,8 @@ import (
 const gi = int64(1) << 30
 
 // placementIndex is a small fleet: a and b READY in east (zones e1, e2), c
-// DEGRADED, d in west, e READY but no longer watched. a's "fast" publishes
+// DEGRADED, d in west, e READY but no longer watched, f READY but still
+// connecting (its caches syncing). a's "fast" publishes
 // 200Gi in zone-a (volumes up to 50Gi) and 80Gi in zone-b; b's "fast"
 // 1Ti. a's "shared" is ReadWriteMany only, publishes nothing, and a quota
 // gives its claims 10Gi; a's "mystery" has unknown modes. a's namespace
@@ -75,9 +76,13 @@ func placementIndex(t *testing.T) *fleet.Index {
 		{ID: "c", Region: "east", Zone: "e1", State: "DEGRADED"},
 		{ID: "d", Region: "west", Zone: "w1", State: "READY"},
 		{ID: "e", Region: "east", Zone: "e1", State: "READY"},
+		{ID: "f", Region: "east", Zone: "e1", State: "READY"},
 	})
-	for id, objs := range map[string]capabilities.Objects{"a": a, "b": b, "c": b, "d": b, "e": b} {
+	for id, objs := range map[string]capabilities.Objects{"a": a, "b": b, "c": b, "d": b, "e": b, "f": b} {
 		ix.Observe(id, objs, t0)
+		if id != "f" && !ix.SetWritable(id, true) {
+			t.Fatalf("%s: SetWritable reported no change", id)
+		}
 	}
 	ix.MarkStale("e", t0)
 	return ix
@@ -177,12 +182,13 @@ func TestPlacementRanksWhatCanTakeTheVolume(t *testing.T) {
 		{"c", "", "the environment is DEGRADED, not READY"},
 		{"d", "", `in region "west", not "east"`},
 		{"e", "", "not watched now"},
+		{"f", "", "does not take writes yet"},
 	} {
 		if got := got.reason(want.env, want.class); !strings.Contains(got, want.says) {
 			t.Errorf("%s/%s left out because %q; want it to say %q", want.env, want.class, got, want.says)
 		}
 	}
-	if len(got.Excluded) != 4 {
+	if len(got.Excluded) != 5 {
 		t.Errorf("excluded %v", got.Excluded)
 	}
 
@@ -212,5 +218,35 @@ func TestPlacementRanksWhatCanTakeTheVolume(t *testing.T) {
 	}
 	if _, err := ix.Place(fleet.Request{CapacityBytes: gi, AccessMode: "ReadWriteAlways"}); !fault.Is(err, fault.InvalidArgument) {
 		t.Fatalf("an unknown access mode: %v", err)
+	}
+}
+
+// A quota's usage moving is a change of what the environment shows (its
+// owner persists it): placement follows it.
+func TestQuotaChangesAreObserved(t *testing.T) {
+	ix := fleet.NewIndex()
+	ix.SetEnvironments([]fleet.Meta{{ID: "a", State: "READY"}})
+	objs := capabilities.Objects{Classes: []*storagev1.StorageClass{{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "disk.example.com"}}}
+	withUsed := func(used string) capabilities.Objects {
+		o := objs
+		o.Quotas = []*corev1.ResourceQuota{{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "dcm"}, Status: corev1.ResourceQuotaStatus{
+			Hard: corev1.ResourceList{corev1.ResourceRequestsStorage: resource.MustParse("10Gi")},
+			Used: corev1.ResourceList{corev1.ResourceRequestsStorage: resource.MustParse(used)},
+		}}}
+		return o
+	}
+	ix.Observe("a", withUsed("1Gi"), t0)
+	ix.SetWritable("a", true)
+	if got := place(t, ix, fleet.Request{CapacityBytes: 5 * gi}); len(got.Candidates) != 1 {
+		t.Fatalf("5Gi with 9Gi of room: %v", got.names())
+	}
+	if !ix.Observe("a", withUsed("6Gi"), t0) {
+		t.Fatal("a quota's usage moving was not a change")
+	}
+	if got := place(t, ix, fleet.Request{CapacityBytes: 5 * gi, Explain: true}); len(got.Candidates) != 0 || !strings.Contains(got.reason("a", "fast"), "leaves 4Gi") {
+		t.Fatalf("5Gi with 4Gi of room: %v, excluded %v", got.names(), got.Excluded)
+	}
+	if ix.Observe("a", withUsed("6Gi"), t0) {
+		t.Fatal("the same quota again was a change")
 	}
 }

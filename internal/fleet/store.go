@@ -25,6 +25,9 @@ type Store struct{ DB *pgxpool.Pool }
 type snapshot struct {
 	objects  capabilities.Objects
 	live     bool
+	// writable says the owner's connection took writes (READY, every
+	// cache synced): placement offers only such environments.
+	writable bool
 	observed time.Time
 	// seen is the last time the owner saw the objects current.
 	seen     time.Time
@@ -35,7 +38,7 @@ type snapshot struct {
 // those of ids when ids is not nil — and the ids of rows that do not
 // decode (skipped: one bad row must not hide the rest).
 func (s Store) load(ctx context.Context, ids []string) (map[string]snapshot, []string, error) {
-	rows, err := s.DB.Query(ctx, `SELECT environment_id, objects, live, observed_time, seen_time, revision FROM fleet_snapshots
+	rows, err := s.DB.Query(ctx, `SELECT environment_id, objects, live, writable, observed_time, seen_time, revision FROM fleet_snapshots
 		WHERE $1::text[] IS NULL OR environment_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, nil, err
@@ -45,7 +48,7 @@ func (s Store) load(ctx context.Context, ids []string) (map[string]snapshot, []s
 	var id string
 	var raw []byte
 	var snap snapshot
-	_, err = pgx.ForEachRow(rows, []any{&id, &raw, &snap.live, &snap.observed, &snap.seen, &snap.revision}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &raw, &snap.live, &snap.writable, &snap.observed, &snap.seen, &snap.revision}, func() error {
 		read := snap
 		read.objects = capabilities.Objects{}
 		if json.Unmarshal(raw, &read.objects) != nil {
@@ -85,12 +88,12 @@ func (s Store) save(ctx context.Context, id string, snap snapshot, claim members
 		return false, err
 	}
 	tag, err := s.DB.Exec(ctx, `
-		INSERT INTO fleet_snapshots (environment_id, objects, live, observed_time, seen_time)
-		SELECT $1, $2, $3, $4, $4 WHERE `+membership.FenceSQL("$1", "$5", "$6")+`
-		ON CONFLICT (environment_id) DO UPDATE SET objects = EXCLUDED.objects, live = EXCLUDED.live,
+		INSERT INTO fleet_snapshots (environment_id, objects, live, observed_time, seen_time, writable)
+		SELECT $1, $2, $3, $4, $4, $7 WHERE `+membership.FenceSQL("$1", "$5", "$6")+`
+		ON CONFLICT (environment_id) DO UPDATE SET objects = EXCLUDED.objects, live = EXCLUDED.live, writable = EXCLUDED.writable,
 			observed_time = EXCLUDED.observed_time, seen_time = greatest(fleet_snapshots.seen_time, EXCLUDED.seen_time),
 			revision = fleet_snapshots.revision + 1`,
-		id, raw, snap.live, snap.observed, claim.Epoch, claim.Incarnation)
+		id, raw, snap.live, snap.observed, claim.Epoch, claim.Incarnation, snap.writable)
 	if postgres.ErrorCode(err) == pgerrcode.ForeignKeyViolation {
 		return false, nil
 	}

@@ -39,7 +39,7 @@ type registry []string
 
 func (r registry) Each(_ context.Context, fn func(environments.Environment) error) error {
 	for _, id := range r {
-		if err := fn(environments.Environment{ID: id}); err != nil {
+		if err := fn(environments.Environment{ID: id, Status: environments.Status{State: clusters.StateReady}}); err != nil {
 			return err
 		}
 	}
@@ -189,9 +189,16 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 	}
 	observed := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	first.opts.Index.Observe("east", fleettest.Objects(3, 10), observed)
+	first.opts.Index.SetWritable("east", true)
 	first.unsaved["east"] = true
 	first.persist(ctx)
 	second.replicate(ctx)
+	// Both place a volume the same: east, which takes writes, offers its 3 classes.
+	for name, f := range map[string]*Feed{"owner": first, "other": second} {
+		if p, err := f.opts.Index.Place(Request{CapacityBytes: 1 << 30}); err != nil || p.Candidates() != 3 {
+			t.Fatalf("the %s replica places on %d classes (%v); want east's 3", name, p.Candidates(), err)
+		}
+	}
 	east, _ := second.opts.Index.Environment("east")
 	if east.Stale || !east.ObservedTime.Equal(observed) || len(east.Classes) != 3 {
 		t.Fatalf("the other replica shows %+v; want live, observed %s, 3 classes", east, observed)
@@ -209,6 +216,9 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 	east, _ = second.opts.Index.Environment("east")
 	if !east.Stale || !east.ObservedTime.Equal(lost.ObservedTime) || len(east.Classes) != 3 {
 		t.Fatalf("after the owner lost the cluster the other replica shows %+v; want stale since %s", east, lost.ObservedTime)
+	}
+	if p, _ := second.opts.Index.Place(Request{CapacityBytes: 1 << 30}); p.Candidates() != 0 {
+		t.Fatalf("the other replica still places on east after its owner lost it")
 	}
 	seen := maps.Clone(second.replicated)
 	second.replicate(ctx)

@@ -4,6 +4,10 @@
 -- reconciler pass and after an adoption; the environment's status shows the
 -- count (any replica answers it from here). A row is written only by the
 -- owner, fenced like its other writes.
+--
+-- Placement (issue 18) offers only environments a create would be accepted
+-- in now: fleet_snapshots.writable says the owner's connection is READY
+-- with every cache synced (live alone says the classes are current).
 
 -- +goose Up
 CREATE TABLE unadopted_claims (
@@ -11,6 +15,8 @@ CREATE TABLE unadopted_claims (
     count          integer     NOT NULL,
     count_time     timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE fleet_snapshots ADD COLUMN writable boolean NOT NULL DEFAULT false;
 
 -- +goose Down
+ALTER TABLE fleet_snapshots DROP COLUMN writable;
 DROP TABLE unadopted_claims;
