@@ -58,9 +58,9 @@ type Index struct {
 
 // entry is one environment: its inputs and the view built from them.
 type entry struct {
-	meta     Meta
-	objs     capabilities.Objects // slimmed (capabilities.Slim)
-	fresh    bool
+	meta  Meta
+	objs  capabilities.Objects // slimmed (capabilities.Slim)
+	fresh bool
 	// writable: the owner's connection takes writes (snapshot.writable).
 	writable bool
 	observed time.Time

@@ -23,8 +23,8 @@ type Store struct{ DB *pgxpool.Pool }
 // snapshot is one persisted environment: its objects, and its view's
 // freshness and date as the owner's index shows them.
 type snapshot struct {
-	objects  capabilities.Objects
-	live     bool
+	objects capabilities.Objects
+	live    bool
 	// writable says the owner's connection took writes (READY, every
 	// cache synced): placement offers only such environments.
 	writable bool
