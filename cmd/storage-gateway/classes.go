@@ -96,7 +96,7 @@ func classFilters(p *api.ListStorageClassesParams, environments []string, region
 		}
 	}
 	if accessMode != "" {
-		mode, err := accessModeFlag("--access-mode", accessMode, classAccessModes)
+		mode, err := accessModeFlag(accessMode, classAccessModes)
 		if err != nil {
 			return err
 		}
@@ -138,9 +138,11 @@ var (
 	volumeAccessModes = classAccessModes[:3]
 )
 
-// accessModeFlag reads an access mode among allowed, as the tables print it
-// (RWO, ROX, RWX, RWOP, in any case) or by its Kubernetes name.
-func accessModeFlag(flag, v string, allowed []api.KubernetesAccessMode) (string, error) {
+// accessModeFlag reads the --access-mode flag's value among allowed, as
+// the tables print it (RWO, ROX, RWX, RWOP, in any case) or by its
+// Kubernetes name.
+func accessModeFlag(v string, allowed []api.KubernetesAccessMode) (string, error) {
+	const flag = "--access-mode"
 	if full, ok := fullAccessMode(v); ok && slices.Contains(allowed, api.KubernetesAccessMode(full)) {
 		return full, nil
 	}

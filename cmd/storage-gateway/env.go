@@ -216,7 +216,7 @@ func (f *specFlags) defaults(cmd *cobra.Command, in *api.EnvironmentInput) error
 		in.Defaults.StorageClass = &f.storageClass
 	}
 	if cmd.Flags().Changed("access-mode") {
-		mode, err := accessModeFlag("--access-mode", f.accessMode, volumeAccessModes)
+		mode, err := accessModeFlag(f.accessMode, volumeAccessModes)
 		if err != nil {
 			return err
 		}

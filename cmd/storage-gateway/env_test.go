@@ -319,8 +319,9 @@ func adoptCommands(t *testing.T, cli []string) {
 		t.Fatalf("env get:\n%s", out)
 	}
 	// The cut-over's settings: the old provider's name, registration off, then on.
-	out := mustRun(t, cli, "env", "apply", "local-east", "--dcm-provider-name", "k8s-storage-sp-east", "--dcm-register=false")
-	if out = mustRun(t, cli, "env", "get", "local-east"); !regexp.MustCompile(`Register with DCM:\s+no\n`).MatchString(out) ||
+	mustRun(t, cli, "env", "apply", "local-east", "--dcm-provider-name", "k8s-storage-sp-east", "--dcm-register=false")
+	out := mustRun(t, cli, "env", "get", "local-east")
+	if !regexp.MustCompile(`Register with DCM:\s+no\n`).MatchString(out) ||
 		!regexp.MustCompile(`DCM provider name:\s+k8s-storage-sp-east\n`).MatchString(out) {
 		t.Fatalf("env get after apply --dcm-provider-name --dcm-register=false:\n%s", out)
 	}

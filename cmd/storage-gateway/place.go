@@ -34,7 +34,7 @@ func newPlaceCommand() *cobra.Command {
 				return err
 			}
 			if accessMode != "" {
-				mode, err := accessModeFlag("--access-mode", accessMode, volumeAccessModes)
+				mode, err := accessModeFlag(accessMode, volumeAccessModes)
 				if err != nil {
 					return err
 				}

@@ -190,7 +190,7 @@ func kubernetesHints(namespace, storageClass, accessMode, volumeMode string) (*a
 		h.StorageClass = &storageClass
 	}
 	if accessMode != "" {
-		mode, err := accessModeFlag("--access-mode", accessMode, volumeAccessModes)
+		mode, err := accessModeFlag(accessMode, volumeAccessModes)
 		if err != nil {
 			return nil, err
 		}
