@@ -125,7 +125,7 @@ type specFlags struct {
 	namespace, region, zone, displayName, desc string
 	storageClass, accessMode, volumeMode       string
 	allowedNamespaces, labels                  []string
-	dcmRegister                                bool
+	dcmRegister, noRegister                    bool
 	dcmProviderName                            string
 }
 
@@ -143,12 +143,14 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.volumeMode, "volume-mode", "", "default volume mode of volumes: Filesystem or Block")
 	fl.StringArrayVar(&f.labels, "label", nil, "label key=value (repeatable)")
 	fl.BoolVar(&f.dcmRegister, "dcm-register", true, "register the environment as a DCM provider (--dcm-register=false: do not)")
+	fl.BoolVar(&f.noRegister, "no-dcm-register", false, "do not register the environment as a DCM provider")
+	_ = fl.MarkDeprecated("no-dcm-register", "use --dcm-register=false")
 	fl.StringVar(&f.dcmProviderName, "dcm-provider-name", "", "its provider name in DCM, storage-gateway-ID when unset; an existing provider's name takes that provider over")
 	for flag, field := range map[string]string{
 		"namespace": "namespace", "allowed-namespaces": "allowed_namespaces", "region": "region", "zone": "zone",
 		"display-name": "display_name", "description": "description", "storage-class": "defaults.storage_class",
 		"access-mode": "defaults.access_mode", "volume-mode": "defaults.volume_mode", "label": "labels",
-		"dcm-register": "dcm.register", "dcm-provider-name": "dcm.provider_name",
+		"dcm-register": "dcm.register", "dcm-provider-name": "dcm.provider_name", "no-dcm-register": "dcm.register",
 	} {
 		setsFields(cmd, flag, field)
 	}
@@ -189,6 +191,12 @@ func (f *specFlags) input(cmd *cobra.Command, id string) (string, api.Environmen
 			return "", in, err
 		}
 		in.Labels = &labels
+	}
+	if f.noRegister {
+		f.dcmRegister = false
+		if err := cmd.Flags().Set("dcm-register", "false"); err != nil {
+			return "", in, err
+		}
 	}
 	if cmd.Flags().Changed("dcm-register") || cmd.Flags().Changed("dcm-provider-name") {
 		if in.Dcm == nil {

@@ -34,7 +34,7 @@ func newPlaceCommand() *cobra.Command {
 				return err
 			}
 			if accessMode != "" {
-				mode, err := accessModeFlag(accessMode, volumeAccessModes)
+				mode, err := accessModeFlag(accessMode, classAccessModes)
 				if err != nil {
 					return err
 				}
@@ -72,7 +72,7 @@ func newPlaceCommand() *cobra.Command {
 	c.registerFlags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&params.Capacity, "capacity", "", "the volume's size, e.g. 100Gi (required)")
-	f.StringVar(&accessMode, "access-mode", "", "access mode: RWO, ROX or RWX (or ReadWriteOnce, ...)")
+	f.StringVar(&accessMode, "access-mode", "", "access mode: RWO, ROX, RWX or RWOP (or ReadWriteOnce, ...)")
 	f.StringVar(&volumeMode, "volume-mode", "", "volume mode: Filesystem or Block")
 	f.StringVar(&region, "region", "", "only environments in this region")
 	f.StringVar(&zone, "zone", "", "only environments in this zone")

@@ -67,12 +67,12 @@ func rules(t *testing.T, objs []*unstructured.Unstructured, name string) []rbacv
 }
 
 // The manifest's rules cover every permission the probe requires, cluster
-// scoped and namespaced where the probe asks for each, and grant nothing
-// the probe does not require.
+// scoped and namespaced where the probe asks for each, and the optional ones
+// the gateway uses where it may, and grant nothing else.
 func TestManifestGrantsExactlyWhatTheProbeRequires(t *testing.T) {
 	objs := objects(t)
 	cluster, namespaced := rules(t, objs, "storage-gateway:storage-read"), rules(t, objs, "storage-gateway:volumes")
-	required := clusters.RequiredPermissions([]string{servedNamespace})
+	required := append(clusters.RequiredPermissions([]string{servedNamespace}), clusters.OptionalPermissions([]string{servedNamespace})...)
 	for _, p := range required {
 		granted := cluster
 		if p.Namespace != "" {

@@ -421,7 +421,7 @@ type Adoption struct {
 	// RecordedCount Labelled claims in the namespaces searched that a volume record serves already.
 	RecordedCount int `json:"recorded_count"`
 
-	// Skipped Labelled claims without a record that were not adopted, and why.
+	// Skipped Labelled claims no live record serves that were not adopted, and why.
 	Skipped      []AdoptionSkip `json:"skipped"`
 	ValidateOnly bool           `json:"validate_only"`
 }
@@ -1554,10 +1554,12 @@ type ClientInterface interface {
 	// per-cluster storage provider, say — and records each valid one as a
 	// volume: it is then served, followed and reported like a volume the
 	// gateway created, and its current status is published once. A claim is
-	// skipped, with the reason, when its labels disagree (instance id not its
-	// name, another service type), its id is not a valid volume id, a record
-	// of another environment (or another namespace) holds its id, or it is
-	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// skipped, with the reason, when its instance-id label is not its name,
+	// its name is not a valid volume id, a record of another environment (or
+	// of this one in another namespace, or a deleted one) holds its id,
+	// claims of its name are in several of the environment's namespaces, or
+	// it is being deleted; claims of other DCM service types are not looked
+	// at. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -1577,10 +1579,12 @@ type ClientInterface interface {
 	// per-cluster storage provider, say — and records each valid one as a
 	// volume: it is then served, followed and reported like a volume the
 	// gateway created, and its current status is published once. A claim is
-	// skipped, with the reason, when its labels disagree (instance id not its
-	// name, another service type), its id is not a valid volume id, a record
-	// of another environment (or another namespace) holds its id, or it is
-	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// skipped, with the reason, when its instance-id label is not its name,
+	// its name is not a valid volume id, a record of another environment (or
+	// of this one in another namespace, or a deleted one) holds its id,
+	// claims of its name are in several of the environment's namespaces, or
+	// it is being deleted; claims of other DCM service types are not looked
+	// at. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -2059,10 +2063,12 @@ func (c *Client) UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.C
 // per-cluster storage provider, say — and records each valid one as a
 // volume: it is then served, followed and reported like a volume the
 // gateway created, and its current status is published once. A claim is
-// skipped, with the reason, when its labels disagree (instance id not its
-// name, another service type), its id is not a valid volume id, a record
-// of another environment (or another namespace) holds its id, or it is
-// being deleted. Nothing is adopted implicitly: a labelled claim without
+// skipped, with the reason, when its instance-id label is not its name,
+// its name is not a valid volume id, a record of another environment (or
+// of this one in another namespace, or a deleted one) holds its id,
+// claims of its name are in several of the environment's namespaces, or
+// it is being deleted; claims of other DCM service types are not looked
+// at. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -2092,10 +2098,12 @@ func (c *Client) AdoptVolumesWithBody(ctx context.Context, environmentId Environ
 // per-cluster storage provider, say — and records each valid one as a
 // volume: it is then served, followed and reported like a volume the
 // gateway created, and its current status is published once. A claim is
-// skipped, with the reason, when its labels disagree (instance id not its
-// name, another service type), its id is not a valid volume id, a record
-// of another environment (or another namespace) holds its id, or it is
-// being deleted. Nothing is adopted implicitly: a labelled claim without
+// skipped, with the reason, when its instance-id label is not its name,
+// its name is not a valid volume id, a record of another environment (or
+// of this one in another namespace, or a deleted one) holds its id,
+// claims of its name are in several of the environment's namespaces, or
+// it is being deleted; claims of other DCM service types are not looked
+// at. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -3915,10 +3923,12 @@ type ClientWithResponsesInterface interface {
 	// per-cluster storage provider, say — and records each valid one as a
 	// volume: it is then served, followed and reported like a volume the
 	// gateway created, and its current status is published once. A claim is
-	// skipped, with the reason, when its labels disagree (instance id not its
-	// name, another service type), its id is not a valid volume id, a record
-	// of another environment (or another namespace) holds its id, or it is
-	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// skipped, with the reason, when its instance-id label is not its name,
+	// its name is not a valid volume id, a record of another environment (or
+	// of this one in another namespace, or a deleted one) holds its id,
+	// claims of its name are in several of the environment's namespaces, or
+	// it is being deleted; claims of other DCM service types are not looked
+	// at. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -3938,10 +3948,12 @@ type ClientWithResponsesInterface interface {
 	// per-cluster storage provider, say — and records each valid one as a
 	// volume: it is then served, followed and reported like a volume the
 	// gateway created, and its current status is published once. A claim is
-	// skipped, with the reason, when its labels disagree (instance id not its
-	// name, another service type), its id is not a valid volume id, a record
-	// of another environment (or another namespace) holds its id, or it is
-	// being deleted. Nothing is adopted implicitly: a labelled claim without
+	// skipped, with the reason, when its instance-id label is not its name,
+	// its name is not a valid volume id, a record of another environment (or
+	// of this one in another namespace, or a deleted one) holds its id,
+	// claims of its name are in several of the environment's namespaces, or
+	// it is being deleted; claims of other DCM service types are not looked
+	// at. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -6109,10 +6121,12 @@ func (c *ClientWithResponses) UpdateVolumeWithApplicationMergePatchPlusJSONBodyW
 // per-cluster storage provider, say — and records each valid one as a
 // volume: it is then served, followed and reported like a volume the
 // gateway created, and its current status is published once. A claim is
-// skipped, with the reason, when its labels disagree (instance id not its
-// name, another service type), its id is not a valid volume id, a record
-// of another environment (or another namespace) holds its id, or it is
-// being deleted. Nothing is adopted implicitly: a labelled claim without
+// skipped, with the reason, when its instance-id label is not its name,
+// its name is not a valid volume id, a record of another environment (or
+// of this one in another namespace, or a deleted one) holds its id,
+// claims of its name are in several of the environment's namespaces, or
+// it is being deleted; claims of other DCM service types are not looked
+// at. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -6138,10 +6152,12 @@ func (c *ClientWithResponses) AdoptVolumesWithBodyWithResponse(ctx context.Conte
 // per-cluster storage provider, say — and records each valid one as a
 // volume: it is then served, followed and reported like a volume the
 // gateway created, and its current status is published once. A claim is
-// skipped, with the reason, when its labels disagree (instance id not its
-// name, another service type), its id is not a valid volume id, a record
-// of another environment (or another namespace) holds its id, or it is
-// being deleted. Nothing is adopted implicitly: a labelled claim without
+// skipped, with the reason, when its instance-id label is not its name,
+// its name is not a valid volume id, a record of another environment (or
+// of this one in another namespace, or a deleted one) holds its id,
+// claims of its name are in several of the environment's namespaces, or
+// it is being deleted; claims of other DCM service types are not looked
+// at. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -11508,177 +11524,178 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H2Nbtu4muircH0PUBsru2ma9pxJUBz4JG6be9okN0nbe/a416Yl2uZGIjUkHddTFNiH2CfcJ7ngR1Ki",
-	"ZMqxM0mnOzvAYJBaEn8+fv9//NqKeZZzRpiSrcOvrRwLnBFFBPxrwG6p4CwjTJ2e6B8oax22cqzmrajF",
-	"cEZahy1SvjOiSStqCfLzggqStA6VWJCoJeM5ybD++k+CTFuHrf/1tJzzqXkqn14SyRciJqcnrW/fotZ7",
-	"/OUCz8gV/YXoLxMiY0FzRblegH6CJP2FoHZCpniRKvRi7wilWMyIQLc4XRCJsCAo5UsiSIIUR8/29vY6",
-	"vVZktvDzgohVuYcMfxnleEZGetCWv+SMMpotstbhXtRSq1y/TJkiMyJgmXol1/yGsPVFXs8J4jn+eUEQ",
-	"I1+UGV/pdxGfIjUnKBfklvKFRPpR09LKz6rrwl/eETZT89bhs739g2JxUgnKZq1venGCyJwzSeAoLwSf",
-	"pCTTf8acKcKU/hPneUpjrJf8NDdv/Ou/Sw7b2e7c3LgwYxUCl6+P0U8HL/6M7MgoIQrTVPYAdHYAPX4/",
-	"jomU73kCZ02Yhvc/W5cEJ58EVeScxfpQ9L/PWbp6j9nK/hMew78/r0EgavUTbpfytZULnhOhqAEG1k80",
-	"hoYO7Zani0wjkHkJtZdUzTVW0QQrMuIsXUVIzbFCS75IEzQhnQhhCUdqvkX9i1Mk53wJP2ZwtIpk8i5Y",
-	"foSv9dLtXrAQeKX/XSOyw6/ru9X4InMcmx2ub6t8jiTBIp6TpLKwtQHraxAk5iIhySjmC4M91Une4QlJ",
-	"U5KgOMU0k4gyAElgXgM97KBlBkaSiFsN9lQQnKz02uoEF7XkDc3z0MHVJ9dnxhd6Eju6OTAiCGJcubON",
-	"EGYJWs5XWx+Rw6mrG5qHgFRBEw+sE85TglnL0KVjkP9c557VASrHGhV4WwJi7VhKQuCTfyex8gnhkvy8",
-	"INIQfpJQ/RNOLzzKmOJUkqhGLMUK1qGuyRGpOZXlKaM2Z8RxOG93T2TnCDlujdPUvgLE4TGzl88DhLwG",
-	"1BqfITkXCi19kiyoVx+wBdaRwwXG1ZyymYdi/vE0gg/OfI2XGD69iSCDTwXBls/WOXcVQcpRrEgoPg2e",
-	"9CKhanBruXuN6cWOGa4zB82w9LsgCSJEerMeigXBingqgAevch94oeajjKg5T3zmzWkSazRVWFH9hxIL",
-	"qUjSZUQtubhpRa2ESjxJSRJk3VvwOxrgAqdML1oSQ/+I3BKx0v9vWHvj0eWEiDCgro8vkH6KcJIIImVw",
-	"XGHorGnlgqfmRLbiOJc8DYoEDdpFA69/e319gcwLjhQxk0siGrjqwiBQUApQA6MpFxlWrcOWJsQu/Bqi",
-	"VODo4Y3XEBu4nR3HLaBEcQBRFbsih8HF3u1BVQC+mSreURmiDP18BHiy/bl4pBY4nZrKdzc4KmsIbeL4",
-	"6vRE0FsiXuNYBc79k2Z/+qTjFEv5RKLiA2QGQQmJUyyIPEJ4IgnTHJMw+4mmToHmWCLGGSijNRApheP5",
-	"qFzxumSLWlM5mgm+yEc5T2m8CpMWT0aUTfmIs1HmFIn1oaTiQkMvxjmOqVqF37LoltIpiVdxSkYZT2qk",
-	"dYdaE+L3xzjHE5pStTq/JUJQo5ZulJjVo7ha5FoikQTBeo4QRjeUJSglU4W0VjLFaap1Q8EXs7m2TvQh",
-	"JOawlOaKgQMAHTmwwU04+vfFhAhGFJGeiv0NBO6p+f4goMIYoO42k1Fd18ffvx/A5Y4Qt8hPZVXlMLSg",
-	"NU9zIpFGeUEA3JMFTVVXK6ka4IhPh2xJ0rR7w/iSaZPllkrKGRESUYkkTTXFcIGWgrNZD10IEpOEsJgc",
-	"+lQ3hK8xY1yBLJWobVG5O8OKLPGql8RZLxdcb/6pOdUuwDoasl6v99SA3/zU0YYG0eMhwpRYIVj9lIty",
-	"StC87GuckSHTT6mS/g7s4zUkQ6cMYZQRMSMoxyqeRwgjtkjTITPTCZJxrZNT1RuyNZT0YdR8XpvxJkBr",
-	"IQwp2IE5z0edbTOGXoGXIqRdVelzu2WY0c6wsfrqlLf7GHWh4i+qNv7nLbZ5ZhUkp9WVeN2q6GhanQPE",
-	"akWtBQMKCqp1xx43r7PMzGkqnvy6MsfuPrOCLCDALFrni0lK5Zw0STFJZtlOQt7NfGU+DEl6xRVOw5JG",
-	"PxlNVspMXmhQlKmXB62gP8k/PDNwdZio3ELT+fnLXcNSX5ySLzjLUz3A/jUNKXPu5XILxSf7z376aW//",
-	"+f6LFy9e7Ed3bw1EAs0W2cjioLSOvQDQcp7yWQBFznhCkCQpiRUXDlksOBBlKMUTknaLF+SKKfzlCJEs",
-	"VyuDKRopNDOf0VvCNHaUIHDT9m4Kkdmj/OkvnJFXBEvVxesQWjsvu/IScq01IG46tWuHSdUz+64IFlyf",
-	"0Q6PhZZ3iuJ0V+k8+JKnNKZKm5RuCESZVAQn+iAx0lCPOZvS2aHxA4kIGaMbp+i4r634ISNUzbXlhSYE",
-	"Cy3EjDNV/xKnVGNBrJcxpTFWBAz/G7LqoYvBe88nPGQTLMnLgy5hMU/ABQSuKn8NIWHnDT3SVgkX+lAT",
-	"rHAF9BqKNY/GixfPX4aoC5Y88se972hRa2n8pOnKON3L4W/I6kGHpUySeCHISN7QfKRSObolgk5XDb4h",
-	"LYDADVNwauNl0PRJlERXb0b9d+/OP41Oz64Gxx8uB6Pjdx+urgeXVyHnjOZ+Gjeq3GuuVC4Pnz7FOdV6",
-	"VdLV9Nqzz3sxzw5fHhw8r+53f+/gL4Ez0fsxU4ycb8D/6EXIOVXYd75L/uXzvxzcDc4aPdrNBUmQM0bA",
-	"+j1lU74O7Ld8CdC1OiaKzfvyCDEC+p6Wqx7xqTnJJElviQxYGtrmNisoJb+LQKxjbVDQx3gk53j/xcuA",
-	"pH/b7+6/eInac/Kl49j4yeASAQNyP0ypkEpTvjdThZfLlVQkQ4JzZWI9C2kc2utrKfc9Il9yKsjIOTXq",
-	"RoQzhz1IScVztOTihrKZZz6skMQrJDlqV9nRE4nIl9x4oaMgY3oi0RlX/akiolMoMlpp92ct3NcMwZJX",
-	"PXRFbglDCV5JNCFTLgiiqu5kRWohmEQngzeX/ZPBiQbHdn4bH0aLHHytuzl+NvGFdTLWXIk2hF9uyKqr",
-	"R9V/rJ2GPmhJcKo5ClXz4HmXPGIb+t4s0+1YPkJHHoEUO2mGYIiaT47fX5IZlcr4W9dFfkakxLMG36S2",
-	"uhIimryLUmmiDO4stJArohRlM7ljUKBYhYNj9SBPjt8j9wpYqIXvXyLFUc0k7n6lybdtAgECoOZ8szCe",
-	"izLXQwLmxTWfgJb2GOnl2TUUy9w2GuA5xANWYJryJUlG1WDc9jG2uDDARtx3hexm1EoYqhAZdw5QFS6G",
-	"HezOApI4u2smH98gXGxQ4q7PPJCfuE/q0eYAcBMq8xSvRo1u/gYKAkNio4+h6RxLLNkc/IEMiooS46Go",
-	"fFpoMa0GGmjYcBkS2BKaV+aDb1HrXkxfW0dbOvptzkjlSKonWMC92KKdIKrEwAIU5iGSwcIGOqrQhBdE",
-	"8LG9ConPm+n/xMPfHcyhfp6n1GSluFyD5ZxLgmwYA6UE3xJp7VsgF602s41O4TvDFRUHcMWftpWa6/mO",
-	"dvEF38FBT1m+ULuCDwlPePbQ4AuOVbpCNu48Lu24MRiBY080j3voek6GrAxX+2IJ7BNGLOBTEmvLpRwO",
-	"QeLMF2WC3SEjMcz+68awEtjPiijyIDK8QgqLGVFFaKCQoXPKlNwtX+MhZUnV9N84wrqz4L+lbCiPPRRm",
-	"TikjPmb8o//+ncZEEqM8XcwokxHSamJxgDJCU5qCm30uI/3zF6rPniWIZjkRkjNAZ9BwBZk6a+Y+Nnq5",
-	"rpHF2PUtHFtUVlwbTqV57u1pjiWS2nrEKayTcRQvhCBMde2wtQUGGEdoeQ8uXmuqp80xKUlcG1eW0fZ2",
-	"lKjNEm4TVwtHmX0Rv7UD2tc2twsz15ilsS+5Od0US1VkG26W2pXV3iEHL7CK580HGlTQXx+jPz//y0v0",
-	"v6/Oz/wQFOLOX6ExB0JzU0rSBDwDdclxOGQ+IUfImyQyDmEZIXO+EdKHGZV4EQ3ZOr+OCoEQoSTOIhTi",
-	"oiZtzK2RdDlLVz7lQMbgkK3TYQdV7fwILec0niPBtdFWt3Z7qD9kbJGmSBDwlmEDCk20VEm30iN/ar0w",
-	"32COIWSDJsSM1EOXBCdmwRasbZpEwJYiVKpHkc0eiZCnHEVD5ilHHZjLRnvcYB73Mik4B3t7GuJahTFu",
-	"HZImRnJuQqgrZ8M699PF4Ozk9OxNK2pdDvon/2hFLefjaEWtD2eXg/7x2/7f3g3gX/0P12/PL0//bXAS",
-	"9E2t679rpJrE2UjULPQ7ZFfFoLdM2MQRRrdEyCYGoylylAs+2VX3hg8hU3LHDzf5FgrfwQ72w7o+WSaI",
-	"roeBFswm5rlAUEMy6bFJ40xdWqfm4b7VbpNLq9H+koyHDPI9GQ/nmLYx4xBLcOL5iewcmvQMnEIUfcEU",
-	"TcsU4PEh/Dnu9NCxXjBJ0MR4pwSBDGqTX8qXDNT2IfNdDpwhgjWVayKNaarnxVKi9vM9JDsVavAgVYfP",
-	"HcEcc3Tl8dYGaIT857so0URgy7h7o1BrckjxCUA9afC69l0oV6tHNjMTUYkMX8ETvlB+jpKX1LEiansP",
-	"p1Q4JXfkGpWb3Eo2+7A5gdT2YH7RxnRfs6z1NYSO5XVKSOVAHkjH2GYfG5Il5SLLsFjtMsuV/SSU7Noq",
-	"R4zu1kKCGU73LSKIqq9f8HByajnnW8rUrp7Te9vsFZ33Lk/pb2rgv6O3hJEQfpYeqiJR+CYA4wBvW4TP",
-	"/yLFMWnKdWAJpI1vTwnFaMfu22Axxpc4XSShKoRPkHX8JU8xZa9A7XU5yL44EDZzq0gH3LUIoVjmQK9E",
-	"Wo1jI+PxgLERjOXG78xwWg/duMwdy7rhfZMCidp+xo5VGju7+TNAWXfCi3zJMatpVR5L97R2k420tl6g",
-	"TbMc7BxvNmFTSx+tNJttKI4mxCUQal3Az1Eym4Pwo7en8Hpc3g1O0/Np6/CfO2YefY4CEHcJTwlyMxQZ",
-	"MV450lRbCxMiFaLsCBL8/NRfjYrriVP6LW19FWb7Nin5clREZUKn4iUMBr//ecFNpsJ2IPo/+vW3BCeC",
-	"86wBQHP72GSJ1V0DTySCOaVxufqwgVyhlGYadFShNhfmVYNPGkUAgzpBWHlvbsQ8P2Sf4RVgndbpq4VT",
-	"TyRy1ZGwZRnGMYHZzfpsz4p0UUCAgg+EKwE2BhdqEqVJgkwoSyibFZJkk6TZipE49+hDMZLtwhaButZq",
-	"VKIKkCp2V2ghDJlGhmZPMsDEKollhliquLaRtZfC4j5afGO9UgAzGhR8i/DLOU+rWQtLXArDnTxT7mAa",
-	"66G8qtdta1Pr+pp5ENw4eDPCGOxCOcZh00640rIDnF05VvOOLQA2c1Np7JyoAJIAIWRZcSjZQmEWcn76",
-	"U+t5KtPwGPy3CeKs12AiWeVsnTEoqlKygbpKhe707GP/3enJqH/55sP7wdl1K2qdnV+PXp9/ODtpRa3+",
-	"O/DgjAb/9/Tq+qoVtS4Gl+9Pr65Oz89GJ4OzU+vR6X+4fjs4uz497l/DL6dn14PLs/478/Bj//Sddfe8",
-	"7p++G5yMLi4Hx+dnJ6fXp+dndyuUNnnDbCraqF9aB8FbglMTs23M1Fg/iap3Aix0p+uhNoAhgoqC+UqL",
-	"GCrRgs1hnlUneEDbho1tDYF8akbbfNbu3OzM4Clwf4esn/p5W+oPvrvIwzb/FYk5SySSlMWkIgWlwlrL",
-	"CkunZkda+Hxt0LkI9Lrvi4WFTryqVawd+Nx7srZf93CHnNzNqQIbikGLhaxNG9qVNmxp2CYzNXZWWK+n",
-	"FfYvTlGM05QIo+jq1wlTkMuWHKGxq+Mco4xgJhFmK606LedcqzLx3AayoUQ3xgwlXL9SFOA2FYxuLA+N",
-	"5yS+2aGE0m3+WH+3uZjSrQdcq1q349bNurWZWiwv8kC78UzMsrbnLZ/mNjNOf4emmKb6JHzFiN+YGMXU",
-	"ZEfD8RVJhX6IYVNZbHXSnEs1E0RGKKMzYYubuEAMm8B0yZTcm6Gx+c0WRfHWDVRxDfhgKzqFVHihnzWT",
-	"Y6WI0Mv+f//E3V/2uj99bts/up+/7kUvn31zv3f++qfQQqHs1i99STLKivySW0qWlVTd8sOAN21HU7q/",
-	"ruFu7Rpoqvh7IGNaFtVPu9Qm1S3gbexe+EbSka0ruuuranHsw5irjR7POzzaRR5xghU2yi2WCklCmIug",
-	"ozb8FM8xmxFNRRAbYCR2jvCUanN0zUhMuax4wyPEtQQFL3Jne2d4tcvP1mH4ZkOtHLDgMpLEgqhuyvmN",
-	"zeaFuMsK8npjzhSmTD8w70UQEolMEnXksahIv2+SKSKUC3qrlSguIKM6QjGWpEuZJExSRW+JrzeVHOMu",
-	"v4MgkK+9qWx5c9ZdSprsWFNXXURh0RIr6IDC+PLIJKfq/5RFEWPvarQJm/gNFnahemcZSaiJA33CVL3m",
-	"4jUVUh1zJhdZA7/abI3/Gl5UrQl+NCvcBFCqNFk0EnhAo7yKJBUiCvHIkOjyZUM4SeQBEzruH9haDzTd",
-	"5V7eJnwVCgDtKBk/MMpZmSHiWz/Qb+nh5eSuYsvU8JX5ayMfgTfExbd9TSNkYnyNJd1DjAFKUzRB8Iy4",
-	"vxk3f4Xovl69vb3/DEhu241ZpjHyCKQh5D/wT7Os03cixoYTilyudd/7Eby/YKCZznmaWH5qXuQsbWgq",
-	"9QAND7YO+rpofBMMNyHOBmDWjrOCKNHOZeCWUt8ThV3t4A4Bznvk99VzE3ObHq3P8+Lj8ZHRHhYsIQL5",
-	"7RNsvpHh/EHR31CeYpLGwMWO2v3BRffZ/n5Hqxq5qRDxWzgcgVteL4XCHL/etqhY/MJGpF2e3N3u1Tu/",
-	"sAcc3rvWSyZ8wRJ0QYSkUhGmDDL3jC9109ghQ20DBl3lJN4Re+LGFgEly0Y/LzBTVK1MjhlGE8qwWGne",
-	"kJCYZjhFcjGd0i8RmkH6mhYXmKFfiOBVU/XZ3htay7I9COZMlZSwRY5DQTh+udZ8c65AKEkS0gtQ7uUp",
-	"HQEbMznuBhZjrUDqU4uQSWkCUtF0QWeMC0MWVRCXH28vJU2mQzDar6mPxmS0vWMwUGRXDFCJcRRwD+GY",
-	"7Za4Hve/T/HS1g3Hfr1T9vl0P342+Yl0X+A/J92D+Bnp/jTdw939yV+Sl+Qg/jN+9iyozVli2gIBge62",
-	"LggygCxrgcxXo02JgvcoF9pQFbSeFaXX7zluayvatWTHbPAYvvkbTwK8ZWBaC7jQiZzjnJjOBGYmTUSc",
-	"kS2C0v5crt/it2iHU/tcW7DXtHGdkVvS6Tr+0M0wwzPIkqvsJdAKZVdsqhOt/rEZ2MY5VzNdjJxFNDFN",
-	"Gz58OD1BbejRq+34zhEa2ijEsGW4WinYS+raknx+vZQ2G9naTGuQwrtqlHdqk27YZtjXc+Be05SYcvlW",
-	"1PpbyuOboEFQYQN+7vXl+cfTq9PzM5uA/eHM/mVCb5CL/W5wbX6DPxsSr80EH3KXXnRPrcDrW7O3jfhe",
-	"y4SyQ30OdX6CKnaqVlf6UFyjqYyGDPFqG5L/+o//1Grj+enJsTNVzIP21ZtR/8P129H785PBK06TuGPQ",
-	"34Q6hiz0mnnWgVGBDeWCspjmODUqD3R01OtCgqfksJJvLCPzeJFQhZTANDWxAJOJZpSEotenyT4GFARf",
-	"E2yppIa5UrlXv1WHQGBVSZyZNUG6dozT1OX+50R0/ai/QWS99CTnUN6G+gXXKvv3GvCYAsmi+yaF/jE0",
-	"IUPm4HZy/H50ffnh6npwMjobXH86v/z7FZoRJY2bTa8JtU+O3z+RQ9bENpEkLJGIcTvriqjOlhCyEYHt",
-	"gGRetnDSyhtUt1TPsGhDzZIhm6aEKPhMonaC5XzCsUjkdov7BikDobYh56x0LUMCu82PzwvLoFhG21O/",
-	"Lz4eyw7iDGWYrZyTU5rWcyfH73voWkM84fHC9GYyEcCYMyVwrA5tfaW4NQc5I0wjI0nQVPDM9JobCMFt",
-	"vLGeqQH9yYvBbRlmSmPCJCn78bb6OY7npLvf2/PSF1q1xgNeTPiwdfsMp/kcPwMPf04YzqkWN7293nOr",
-	"qgA7eIpz+tS9+xSorFu2Dp2RgKSGVqGmD62MECNLkxkipDq0VGlo2fQ39YjVkUi2ULYzL6DQcs5R2/ZM",
-	"jWwDQOiYGqE5X1YjtKaF4JD53X1LPHNoFvktY6OCCqnpn+zIrjdkPjpDdpwx1CXP6u44Yn0uenoq7O7N",
-	"aRVrOU1ahy0tYctmqrLqWW1St8pXnvpXBTRpWt7rZct+/XKo5X7ZjTbYb3//xcuAjAkPVe2Rd5+bENZw",
-	"iZXMG9FkU6/m0ILKFrrFWnxNqd/9N9z95fPXZ9HLg29/agX3WdOc4dAQhrxmPC16bmhlvGkRkOThlPdy",
-	"IdtZEQ0LsD1x7pybsOSeM3+u3aiwv7e34TaF3W5RqHUoDlymoFm1VjhBHfD4SU+zqwOzlNAMxZLLmxr0",
-	"+892fP/5Tu+/2Ol9T+0CercK1z8/a5AX1SVg73hKjT4hPJNF7+TWZz1QlTvXy2Esd17nP77v+fsyoLq2",
-	"4IlZcKQWHQ+hUR1UeqoUKXwD7JUcophnGe5KomdQJBkyq+waNgxSPVtI03MfnOJap7whq1fQEw/Cq/9i",
-	"/x6yG7JClKE2jibgDoWU5OoP7bm96wKW14nQvxS/Mu7UJa+xIiXiVS54Ev1LSmYYImchuoTRRm6zTbz3",
-	"YO+n7ZlvESoMDhUom2kUCLa2bjtaXq+PfFTWUa87v4N3VJVMLhK4IGeyAuf275iVRF8LFb3OWDTYKnDx",
-	"WEu1AA36l4d8MR/tDRWGMijLFwqaPEzsLy4RoP1mcI2eWp3TtGUesiuSTq+MzmGCkZfEaPpanzaKYE5E",
-	"RqX+qJIOwghJZMeYCFq1tbNVcqu1wkiVrDa1gxZqPXRJ8hSvtIGG2ZDRxGiNaaXBir05QKL9vb3SgoHZ",
-	"En+mkGp3XFdL1nnrxqxZrYAW4Zkmif5Ql059Lu4RcD7Ch6ZP0+3mW9UjYUtGvgd/CPGGvtYiw+duLuJB",
-	"5AuVSh7ZFGVB1EIwkqAFM9lLhm3sGzbwPVbseruRH5NhHez9tNv7z3Yc/9mL3d7f39/x/Z9+e12v6N8H",
-	"ne999tHAmDeqfk+/ViMM3wwDT4kioduEpgtJJGof7P3Usdl4daaqlR3XUQaNp1zEBMo9x5plz4iC/gPV",
-	"T6DTj5LVfgTyCHwprpuBkxJYENO3dcjMKpMQcz2BRxuZa4hdwmorykyRBGldr2vZuevqy0Go745Z6Y9J",
-	"kwePS8M/As2YA9iaYqKwNfSGqCpK/VaCqaYK/C7w6jsos2+I2gEFdjN0q9eB6nlz1/mpobvTNo2deqiP",
-	"GFlWG/dxMWSVxn22R5KsN0k6gm995ZaLSiMYzUxBE09sU2nTy8z0GTEqjCwTreFNKKnQnJ0t0nSsLeoN",
-	"7ZdCrNnEuOp09Ki6penBpXHGHw7g3wX4/+uvHvpHUls1dzBh/+R3xyX+0CAfQBoaEqyxQtSut5vrPJRK",
-	"+dSFlrxk623cjbUGS9+HomqTBuhrAG4H0xxi/TLPCE1M8uQfUnk7qXzO6tXAa+fusBBCvQ8gnH8d+j79",
-	"Wkk7/daIzlV9sVI08Ii4HGpZ9a25QukPNN0eTX3QatLnVdR9eEyNgtfK17trNDv47uhstTMleHlbwWj+",
-	"FSSlmWQFzxkLKXdg1Be2fozjOSmvNQPj3t3IYqpyXZK7fdgLBsc/2gV9v7jUY8YrvLS6O0IV9iD+O0Qp",
-	"fkNahtSsLQIctwUWOfotMgkfwhAMhkWul7yahyohLeyJRHdkYI3/SpNXw8Xe3vN4saAJ/EXGQwb93L8O",
-	"Ift02DpEXobqt/GRHbvidpvp/5tBMZrABWDeR7aAgKHxaUKynCvC4lX372Q1hs5R4ICEztfUNv6yxD5k",
-	"LmvJRnxMoowgGckmRJgfb8jKFOBDR3+p0P4BmndMllue6kHc7Jq33WK4YVTvLBxyAT+8NlrNuTXHW2wi",
-	"6RahFuuM1JszoHOdZRBNOuDx1xZ5Zjd58fHYKn0bAjG7MIFwhsul5fSuD5denn9pH0xtTqecu3Z8zbk7",
-	"L6JWRllxUVdDmsfDm+prOejf2Z522cWBCJBFR8gsYYhgkVIibEoRakDRBw/6NK/PwCw5KnDQBKT+MPV/",
-	"AFP/EeRYRXKZsy+uyAgKr/upd643UmPOpmXBATUP1LoEsnEDtrGRGCZ6s8RaDSzvazZKHhoXHZbGpeex",
-	"EvY2DSihRdSRiSX5V/qbhFqGrt6M3g76767fjj6cmT/+MTo+PxmgthYcXKAXe89d/ueEJyuXiStxWHy8",
-	"IU7XfOsaRz0aP6o11grQvXlyTzK/lzr2nTb2wZ0+ai83HeMrfXy9OtlU6MNMYrCQyrU7zUCso5ynqURU",
-	"dR5F97sn+X21Rap3RGNNUKvQP3roYO+gpBmnv8jiHgKtbtm8hZm2XAEASnMRaOOJJZILyLHp9BoCqoX2",
-	"tGXIk3LmupZBl1A3valWXuJV5w+LZQtO76KXmzh9c8iy6dC+h/5UKtJ/HPTOpimEKzef+SM4lwrec+/M",
-	"Mc+AaQ6DakvVlZtpa3VoKtaGrW/jHth2pmOeMe5spxnoF0UZVbRQeoesSBrJuVAS+RV5yNxUYa6ikPQX",
-	"gvRqgWk2RyY9cnksS8eW+T1cQLI27A9iPA2KcyvO7A/D5H+AYQLnnjykYWJumDEFOY/hi3tNWeKSkTff",
-	"rdMe+z1WjGMu6U5Wr5I4G0dDVnmcxFnXOfPUKiev7Cjjzt139LStYaQVNf170kEbr+35r//4T5ThhKDJ",
-	"CtlKzpyIrkubq2u/EdzRbQpzk8I5D1fx3OKUJjAvlgg7Bntoc1zBuDK15xGacnNJmB3E3gKQ0ptSWTFM",
-	"urh73fgrojIMYHv+ldZb2bafs5j0UN+cCaJyyOQNzXP9eeH4M/2tbXNo0ytuQlKJEirxTBCC2p7bDgxH",
-	"qqS541IvwlT82jNC+ow6EQxj/Gr6fWwBUvgDI7gUQQNsyMAtZAaphNK1rmt/Lw61AyUm0g4P3Y0BpEM2",
-	"IZTNkEtnRGflRT/ukiWaafZMVbo6RLjETgMZWw88ZG5d+svywiYD7NhezRRCvCEbG/j3whchjaNCkpqm",
-	"fNA0NemhT3CX2/jWZviPOEtXY70rKG50Inmp8ZYqtOSLNDFb6qHCKakONZJJ6Hps4j7whnR5SD3UT1NI",
-	"XDL/PkTENKQw2f8plVDZU5o7BgYkMd8w/VtI2vf1LGX46DGkPUxBOSt6XVjR/FiFcna6kCz+pM9Aq0/F",
-	"tV1cWDKqnF5kT2li77Bbuu8s6f0hwB9FgP8ASUGAPcAbtLwrK+yrl8E5Dv5QqUGHt0TQ6erxRPslxNHq",
-	"tUb1Wh0/R9LIMrUQrKFiCC4gIUsrs9Z9JR9hSz9kpnBRhWyzOY+Q5fxjK5ysrbRIfyfpgj8CZV1A3mwt",
-	"247x5Q40ZHsu9FY4SzelG53nhPUvTndDODeoX/VQK4Oy46LnRXOJQEfBMPatf7qxx8U90G6DDxiabbgV",
-	"uPk9uBcADEI9d9fDNCe8mFzAdiX/z88Sslp7jBnUJZdqsXVLD1lxOZXjLdK274zMrUSQmB3ZsLefW2P6",
-	"nlCWkC9DBpoeajNesLhCTev00LlWxyBiUm1EYTrH2LQ2kw5eNOH2ujF3oOom5tBVRmj922qRpooYOOYv",
-	"cDUoljdaL+zb7EjqXeRmNfTy+kroHMnd7WFaCaxeNRahhBOrg2szw/cD6bHGZR9PU2AUQWZ8eV1XAdn2",
-	"8dWpOxT7W0cfgLlgGDra5Dzls+KCsCEzReSeH71djMYFyvAXmi0y9wxcS4pzJDOcph2zjsIRX72fKhAV",
-	"eyLXb98yl24NWQrNkubYFkEVa2BobKEle86qRG0ON5KDtmwDa0MGJ9HpIdAAvWhAAVyYCWGX0LpQaLKA",
-	"N6cpns1Icjhk4/p1S4fmhq8xaq9dEOfX4Jre3kMGlQsi60Ro7LZwCPeJjTXKMu+uNv2Kd2uTm2fI2hvv",
-	"AzM3lXV66BKzGzASzCbLdUcQKmSBW+FMqTEMk3GpEFyJBtPBcRJhj0zbadCqfmYPrTgNd+M1rOKJLC5W",
-	"65RDV7pQeQcOQLev1QOl5kCYCUiO/asTxwgnhbDWBrAph9bWe+NtikPGF6qpx8xFyem2To15IgHxtTl8",
-	"j/ajTYkyXofLZu+z36R0uzZnXxs6vpT3jW7r3Q53x26awb85dDf/+eZxH6x/g2sVv8MwVYTQZ4OwvDGx",
-	"fHf/MEi9GttubDvj92MuF7J+EUp46p0pwV2l1rAWTWWbF/KYKaDlpa1NSdvFbaW+gvBjauu/kfa9Iab2",
-	"CXqngzqmVUMrwGf8r4Hc7TV9sLmMZT1RlzBlelN4bBz0JuirDVm7nhvT3rAHTUi0Rlm9JN3cnz6dEmHu",
-	"26SshtwJEcZdg5HdKuJTEHhZD72mKVw+wrAQfFmZDu4FOCpkPyyHcZRp1Y+y2ZCZF309Tit3IOenMKx5",
-	"17Uzc9TvbocdMqfdGemaWD2qchsEGluVZGzTv+2QnR66wDOnl05WVXkYFGNrhSO/WbOiQaVRhzxCguQE",
-	"GzgUQwCvkgSUNtPINU+hP6mRd7s0Tdvyrq+ypQeIzFPz1bO9vdBNBqvU1sRnrUcXQ9W7SLYvYPjdCfYd",
-	"hGEwz9i/xeU3EmFrN7ncUctQ0vUPnbjaABu/9eZOmXBWioW6zow9Mh87TgsAqruRQDQUphxk/0L0iYIl",
-	"p+11azhqQ0Zr7DHPicm6+g7StsqPEY4Fl7J0Xmwjc++qOHq9noNabSNiTTkTX4Q7gdx1SJ2iembIJqsa",
-	"WAlDNOkh27O59IcLYkNORuKZS9LljQkV26oF61N9ZT8eN4kruEvo+1cw/U8VVmXL/B24tWv93zxotRZv",
-	"h9q7H6mQ7A/G+7tivB8du9qO45qc61/uTPiHmqui61MuOPRyp7Zkjc0gE7+HzkCNV3wBlkFCcsISwmJK",
-	"AsGyN0S9tbM/Ij28o7cEbvhtMKq9reCU3pKHjUIUs28IPEBidPMJGMgTZrMeCpiu7EW3OUjYQ3Rh75c1",
-	"9wtrNTJCBghD5t1Na738ETrrX18he70mSXroxd5z0wZ/SSWxBip4U2CaJxIavixSdQQ3c+PKNbuACHPI",
-	"NIfe1hzuivIbbltyaKivuDQgeEQ0KG96DvbOwwmsGrSDezHEh6yV2LjWviub5IysI4M5js3VEeXwTUhp",
-	"ry9y6shCpK3D1lMItdsP6kjq8DwCxzyMXvjGXYd7RJUk6bRXSlBv1nXV5NpGmaQCn0bRUB+1gQ92eujY",
-	"D90L00GJdDUGQjP9FYK6VtPVE2GFBJFeHVLRszFCKZ/NTNYQiefcpEoR6LVv8HVdqQkt2Jbw2nS7eilv",
-	"AYbI9g4w1zuAn8gb+HDIvkKgIh4tRPrtHjUkPdQvOuRT6IZsLoujylhartypyGqr7NEp3evb+zTnKKEm",
-	"L6ixQb+7hLDozA93x4F+DDdSnJxejy4H14Oz69PzM3uSwDM6lVWY1tXra3jtXfiglVKeS1Te+wArKCK3",
-	"h7VmIoXLjQoTegVXFDV3SXghoXIbMnJS1OzW76iErudkZfxTsrHzAWXdjGRcrEys1k+4jCwSTlZ6MeY6",
-	"EFx2Q8AMLVjByCvqh+az9ctxhwwuVc6w0ObIGK5RHFcgamT+t8/f/n8AAAD//w==",
+	"7H2Nbtu4muircH0P0BgrO2ma9pxJUBz4JG6be9okN0nbe/a416Yl2uZGIjUkHcdTFNiH2CfcJ7ngR1Ki",
+	"ZMqxM0mnOzvAYJBaEn+//9+vrZhnOWeEKdk6/NrKscAZUUTAv/rslgrOMsLU6Yn+gbLWYSvHataKWgxn",
+	"pHXYIuU7Q5q0opYgP8+pIEnrUIk5iVoynpEM66//JMikddj6X7vlnLvmqdy9JJLPRUxOT1rfvkWtD/ju",
+	"Ak/JFf2F6C8TImNBc0W5XoB+giT9haCdhEzwPFXo5d4RSrGYEoFucTonEmFBUMoXRJAEKY6e7+3ttbut",
+	"yGzh5zkRy3IPGb4b5nhKhnrQlr/kjDKazbPW4V7UUstcv0yZIlMiYJl6Jdf8hrDVRV7PCOI5/nlOECN3",
+	"yoyv9LuIT5CaEZQLckv5XCL9qGlp5WfVdeG794RN1ax1+Hxv/6BYnFSCsmnrm16cIDLnTBK4ygvBxynJ",
+	"9J8xZ4owpf/EeZ7SGOsl7+bmjX/9d8lhO5vdmxsXZqyewOWbY/TTwcs/IzsySojCNJVdODo7gB6/F8dE",
+	"yg88gbsmTJ/3P1uXBCefBVXknMX6UvS/z1m6/IDZ0v4THsO/v6ycQNTqJdwu5WsrFzwnQlFzGFg/0RAa",
+	"urRbns4zDUDmJbSzoGqmoYomWJEhZ+kyQmqGFVrweZqgMWlHCEu4UvMt6l2cIjnjC/gxg6tVJJP3neUn",
+	"+Fov3e4FC4GX+t81JDv8urpbDS8yx7HZ4eq2yudIEiziGUkqC1sZsL4GQWIuEpIMYz430FOd5D0ekzQl",
+	"CYpTTDOJKIMjCcxrTg+70zIDI0nErT72VBCcLPXa6ggXteQNzfPQxdUnZxyl9LY+trk1IghiXLkLjhBm",
+	"CVrMlhvfkwOsqxuah06qAive2Y45TwlmLYOcjkr+c5WEVgeo3G1UAG95Git3U2IDH/87iZWPDZfk5zmR",
+	"BvuThOqfcHrhoccEp5JENYwpVrB69BonkZpRWV412uGMODLn7e6ZbB8hR7JxmtpXAEM8ivbqRQCbVw61",
+	"RmxIzoVCCx8vCxTWF2wP68iBBONqRtnUgzP/ehqPD+58haAYYr0OK4NPBcGW2NbJdxVAylEsXyg+Dd70",
+	"PKGqf2tJfI3yxY4irlIITbX0u8AOIkS60y6KBcGKeHKAd17lPvBczYYZUTOe+BSc0yTWYKqwovoPJeZS",
+	"kaTDiFpwcdOKWgmVeJySJEi/NyB6NEAKTpletCQSAeEmt0Qs9f8b1t54dTkhInxQ18cXSD9FOEkEkTI4",
+	"rjB41rRywVNzIxtRnEueBvmCPtp5A8F/d319gcwLDhUxkwsiGkjr3ABQkBVQc0YTLjKsWoctjYgd+DWE",
+	"qUDWwxuvATZQOzuOW0AJ4nBEVeiKHAQXe7cXVTnw9VjxnsoQZujnQ4CTze/FQ7XA7dTkvvuPo7KG0CaO",
+	"r05PBL0l4g2OVeDeP2vyp286TrGUzyQqPkBmEJSQOMWCyCOEx5IwTTEJs59o7BRohjX7ZCCR1o5IKRzP",
+	"huWKVzlb1JrI4VTweT7MeUrjZRi1eDKkbMKHnA0zJ02sDiUVF/r0YpzjmKpl+C0LbimdkHgZp2SY8aSG",
+	"WvfINiF6f4xzPKYpVcvzWyIENbLpWo5ZvYqrea45EkkQrOcIYXRDWYJSMlGIzxWa4DTVIong8+lMqyj6",
+	"EhJzWUpTxcAFgKAc2OA6GP37fEwEI4pIT87+Bgz31Hx/EBBhzKFuN5ORX1fH33/YgcstT9wCP5VVkcPg",
+	"ghY/zY1EGuQFgeMez2mqOlpS1QeO+GTAFiRNOzeML5jWW26ppJwRIRGVSNJUYwwXaCE4m3bRhSAxSQiL",
+	"yaGPdQP4GjPGFfBSiXYsKHemWJEFXnaTOOvmguvN75pb7cBZRwPW7XZ3zfGbn9pa2yB6PESYEksEq59w",
+	"UU4Jkpd9jTMyYPopVdLfgX28AmTolCGMMiKmBOVYxbMIYcTmaTpgZjpBMq6FZ6q6A7YCkv4ZNd/XergJ",
+	"4FoIQgpyYO7zSWdbD6FXYKoISVdV/NxsGWa0M2xUvzrmbT9Gnan4i6qN/2WDbZ5ZAclJdSVctyoymhbn",
+	"ALBaUWvOAIOCYt2xR83rJDNzkorHv67MtbvPLCMLMDAL1vl8nFI5I01cTJJpthWTdzNfmQ9DnF5xhdMw",
+	"p9FPhuOlMpMXEhRl6tVBK2hU8i/PDFwdJiq30HR//nJXoNRnp+QOZ3mqB9i/piFhzr1cbqH4ZP/5Tz/t",
+	"7b/Yf/ny5cv96P6tAUug2TwbWhiU1roXOLScp3waAJEznhAkSUpixYUDFnsciDKU4jFJO8ULcskUvjtC",
+	"JMvV0kCKBgpNzKf0ljANHeURuGm7NwXL7FK++wtn5DXBUnXw6gmt3JddeXlyrZVDXHdr1w6Sqnf2XQEs",
+	"uD4jHR4Lze8Uxem23Ll/l6c0pkqrlG4IRJlUBCf6IjHSpx5zNqHTQ2OwEREySjdO0XFPa/EDRqiaac0L",
+	"jQkWmokZi6r+JU6phoJYL2NCY6wIKP43ZNlFF/0PnmF4wMZYklcHHcJinoAJCOxV/hpCzM4beqi1Ei70",
+	"pSZY4crR61OsWTRevnzxKoRdsOShP+5DR4taC2MsTZfG8l4Of0OWjzosZZLEc0GG8obmQ5XK4S0RdLJs",
+	"sA1pBgRmmIJSGyuDxk+iJLp6O+y9f3/+eXh6dtU//njZHx6//3h13b+8ChlnNPXTsFGlXjOlcnm4u4tz",
+	"quWqpKPxtWufd2OeHb46OHhR3e/+3sFfAnei92OmGDrbgP/Ry5BxqtDvfLv8qxd/Obj/OGv4aDcXREHO",
+	"GAHt95RN+Ophv+MLOF0rY6LYvC+PECMg72m+6iGfmpFMkvSWyICmoXVus4KS8zs3xCrUBhl9jIdyhvdf",
+	"vgpw+ne9zv7LV2hnRu7ajoyf9C8RECD3w4QKqTTmezNVaLlcSkUyJDhXxuEzl8aqvbqWct9DcpdTQYbO",
+	"qFFXIpw67J2UVDxHCy5uKJt66sMSSbxEkqOdKjl6JhG5y40pOgoSpmcSnXHVmygi2oUgo4V2f9YFVTOt",
+	"KGrBXy952UVX5JYwlOClRGMy4YIgqupGVqTmgkl00n972Tvpn+jj2Mxu45/RPAdb63aGn3V0YRWNNVWi",
+	"DT6YG7Ls6FH1Hyu3oS9aEpxqikLVLHjfJY3YBL/X83Q7lg/QkYcgxU6aTzCEzSfHHy7JlEpl7K2rLD8j",
+	"UuJpg21Sa10JEU3WRak0UgZ3FlrIFVGKsqnc0ilQrMKdY/UiT44/IPcKaKiF7V8ixVFNJe58pcm3TRwB",
+	"Ak7N2WZhPOdqrrsEzIsrNgHN7THSy7NrKJa5qTfAM4gHtMA05QuSDKseuc0dbXGhgA25bwrZTqmVMFTB",
+	"Mu4doMpcDDnYngQkcXbfTD68gc/YgMR9n3lHfuI+qbucA4ebUJmneDlsNPM3YBAoEmttDE33WELJeucP",
+	"hFFUhBgPROVuIcW0GnCgYcOlS2DD07wyH3yLWg8i+lo72tDQbwNHKldSvcHi3Ist2gmiig8sgGEeIBko",
+	"bMCjCk54TgQf2qsn8WU9/p948LuFOtTL85Sa0BQXcLCYcUmQdWOglGDjstbMDtBFi81srVH4XndFxQBc",
+	"sadtJOZ6tqNtbMH3UNBTls/VtseHhMc8u6h/h2OVLpH1O49KPW4ESuDIY82jLrqekQEr3dU+WwL9hBF7",
+	"8CmJteZSDocgeuZOGWd3SEkMk/+6MqwE9kMjimCIDC+RwmJKVOEaKHjojDIltwvaeExeUlX9146waiz4",
+	"b8kbymsPuZlTyogPGf/ofXivIZHEKE/nU8pkhLSYWFygjNCEpmBmn8lI/3xH9d2zBNEsJ0JyBuAMEq4g",
+	"E6fNPERHL9c1tBC7uoVjC8qKa8WpVM+9Pc2wRFJrjziFdTKO4rkQhKmOHba2wADhCC3v0dlrTfS0MSYl",
+	"imvlyhLa7pYctZnDraNqYS+zz+I3NkD70uZmbuYasTT6JTe3m2KpipDD9Vy7stp7+OAFVvGs+UKDAvqb",
+	"Y/TnF395hf731fmZ74JC3NkrNOSAa25CSZqAZaDOOQ4HzEfkCHmTRMYgLCNk7jdC+jKjEi6iAVul11HB",
+	"ECKUxFmEQlTUhI25NZIOZ+nSxxwIGxywVTxso6qeH6HFjMYzJLhW2urabhf1BozN0xQJAtYybI5CIy1V",
+	"0q30yJ9aL8xXmGNw2aAxMSN10SXBiVmwPdYdmkRAliJUikeRjR6JkCccRQPmCUdtmMt6e9xgHvUyITgH",
+	"e3v6xLUIY8w6JE0M51wHUFdOh3Xmp4v+2cnp2dtW1Lrs907+0YpazsbRilofzy77veN3vb+978O/eh+v",
+	"351fnv5b/yRom1qVf1dQNYmzoahp6PfwropCb4mw8SMMb4mQTQRGY+QwF3y8rewNH0K45JYfrrMtFLaD",
+	"LfSHVXmyjBJddQPNmQ3Mc46ghojSYxPLmbrYTk3Dfa3dRphWvf0lGg8YxHsyHg403cGMgy/Bsednsn1o",
+	"wjNwCl70OVM0LeOAR4fw56jdRcd6wSRBY2OdEgTCqE18KV8wENsHzDc5cIYI1liukTSmqZ4XS4l2Xuwh",
+	"2a5gg3dS9fO5x5ljrq683toAjSf/5T5MNB7Y0u/eyNSaDFJ8DKeeNFhde86Vq8UjG5mJqESGruAxnys/",
+	"RskL6lgStbmFUyqckntijcpNbsSb/bM5gfj2YHzR2nBfs6zVNYSu5U1KSOVCHknG2GQfa4Il5TzLsFhu",
+	"M8uV/SQU7NoqR4zul0KCEU4PzSSIqq9f8HBwajnnO8rUtpbTB+vsFZn3Pkvpb6rgv6e3hJEQfJYWqiJQ",
+	"+CZwxgHaNg/f/0WKY9IU68ASCBvfHBOK0Y7dt8GMjLs4nSehVITPEHV8l6eYstcg9roYZJ8dCBu5VYQD",
+	"bpuEUCyzr1circSxlvB4h7H2GMuN3xvhtOq6cZE7lnTD+yYEEu34ETtWaGxvZ88AYd0xL3KXY1aTqjyS",
+	"7kntJhppZb2Am2Y52BnebMCm5j5aaDbbUByNiQsg1LKAH6NkNgfuR29P4fW4uBucpueT1uE/t4w8+hIF",
+	"TtwFPCXIzVBExHg5SROtLYyJVIiyIwjw80N/NSiuBk7pt7T2Vajtm4Tky2HhlQndihcwGPz+5zk3kQqb",
+	"HdH/0a+/IzgRnGcNBzSzj02UWN008EwimFMak6t/NhArlNJMHx1VaIcL86qBJw0iAEHt4Fl5b66FPN9l",
+	"n+ElQJ2W6avZU88kcimSsGUZhjGB2c3qbM+LcFEAgIIOhDMB1joXahyliYOMKUsomxacZB2n2YiQOPPo",
+	"YxGSzdwWgeTWqleieiBV6K7gQvhkGgmavckAEasElhlkqcLaWtJeMouHSPGN+UoByGgQ8C3AL2Y8rUYt",
+	"LHDJDLeyTLmLacyH8lJfN01Qrctr5kFw42DNCEOwc+UYg81OwpXmHWDsyrGatW0WsJmbSqPnRMUhCWBC",
+	"lhSHgi0UZiHjpz+1nqcyDY/BfpsgzroNKpIVzlYJg6IqJWuwqxToTs8+9d6fngx7l28/fuifXbei1tn5",
+	"9fDN+cezk1bU6r0HC86w/39Pr66vWlHron/54fTq6vT8bHjSPzu1Fp3ex+t3/bPr0+PeNfxyenbdvzzr",
+	"vTcPP/VO31tzz5ve6fv+yfDisn98fnZyen16fna/QGmDN8ymorXypTUQvCM4NT7bxkiN1ZuoWidAQ3ey",
+	"HtqBY4ggo2C21CyGSjRnM5hn2Q5e0KZuY5tDIHfNaOvv2t2bnRksBe7vkPZTv2+L/cF353lY578iMWeJ",
+	"RJKymFS4oFRYS1lh7tRsSAvfr3U6F45e932xsNCNV6WKlQufeU9W9usebhGTuz5UYE0yaLGQlWlDu9KK",
+	"LQ3rZCbHzjLr1bDC3sUpinGaEmEEXf06YQpi2ZIjNHJ5nCOUEcwkwmypRafFjGtRJp5ZRzak6MaYoYTr",
+	"V4oE3KaE0bXpofGMxDdbpFC6zR/r79YnU7r1gGlVy3bcmlk3VlOL5UXe0a69E7OszWnL55mNjNPfoQmm",
+	"qb4JXzDiN8ZHMTHR0XB9RVCh72JYlxZbnTTnUk0FkRHK6FTY5CYuEMPGMV0SJfdmaGx+s0FSvDUDVUwD",
+	"/rEV5UIqtNCPmsmxUkToZf+/f+LOL3udn77s2D86X77uRa+ef3O/t//6p9BCIe3WT31JMsqK+JJbShaV",
+	"UN3yw4A1bUtVurcq4W5sGmjK+HskZVoW2U/b5CbVNeBN9F74RtKhzSu676tqcuzjqKuNFs97LNpFHHGC",
+	"FTbCLZYKSUKY86CjHfgpnmE2JRqLwDfASOwM4SnV6uiKkphyWbGGR4hrDgpW5PbmxvBqqZ+N3fDNilo5",
+	"YEFlJIkFUZ2U8xsbzQt+lyXE9cacKUyZfmDei8AlEpkg6sgjUZF+3wRTRCgX9FYLUVxARHWEYixJhzJJ",
+	"mKSK3hJfbiopxn12B0EgXntd2vL6qLuUNOmxJq+68MKiBVZQBoXxxZEJTtX/KQsiRt/VYBNW8Rs07EL0",
+	"zjKSUOMH+oypesPFGyqkOuZMzrMGerVeG/81tKiaE/xkWrhxoFRxsigk8IhKeRVIKkgUopEh1uXzhnCQ",
+	"yCMGdDzcsbXqaLrPvLyJ+yrkANqSM35klLMyQsTXfqDo0uPzyW3ZlsnhK+PXhj4Ar/GLb/qaBsjE2BpL",
+	"vAcfA6SmaITgGXF/M27+CuF9PXt7c/sZoNymG7NEY+ghSIPLv+/fZpmn71iMdScUsVyrtvcjeH/OQDKd",
+	"8TSx9NS8yFnaUFnqEQoebOz0dd74pjNcBzhrDrN2nRVAibZOA7eY+oEo7HIHt3BwPiC+rx6bmNvwaH2f",
+	"F5+Oj4z0MGcJEcgvn2DjjQzlD7L+hvQUEzQGJna00+tfdJ7v77e1qJGbDBG/hMMRmOX1UijM8et1i4rG",
+	"L6xH2sXJ3W9evfcLe8HhvWu5ZMznLEEXREgqFWHKAHPX2FLXjR1S1NZA0FVO4i2hJ24sEVCSbPTzHDNF",
+	"1dLEmGE0pgyLpaYNCYlphlMk55MJvYvQFMLXNLvADP1CBK+qqs/33tJalO1BMGaqxIQNYhwKxPHTtWbr",
+	"YwVCQZIQXoByL07pCMiYiXE3ZzHSAqS+tQiZkCZAFY0XdMq4MGhRPeLy4825pIl0CHr7NfbRmAw3NwwG",
+	"kuyKASo+juLcQzBmSyau+v0fkry0ccGxX2+UfTHZj5+PfyKdl/jPSecgfk46P032cGd//JfkFTmI/4yf",
+	"Pw9KcxaZNgBAwLuNE4LMQZa5QOar4bpAwQekC63JClqNitLr9wy3tRVtm7JjNngM3/yNJwHa0jelBZzr",
+	"RM5wTkxlAjOTRiLOyAZOaX8uV2/xW7TFrX2pLdgr2rhKyC3qdBx96GSY4SlEyVX2EiiFsi001ZFW/9h8",
+	"2MY4V1NdDJ9FNDFFGz5+PD1BO1CoV+vx7SM0sF6IQctQtZKxl9i1Ifr8ei5tNrKxmtbAhbeVKO+VJt2w",
+	"zWdfj4F7Q1Ni0uVbUetvKY9vggpBhQz4sdeX559Or07Pz2wA9scz+5dxvUEs9vv+tfkN/mwIvDYTfMxd",
+	"eNEDpQKvbs3eJux7JRLKDvUlVPkJstipWl7pS3GFpjIaUsSrZUj+6z/+U4uN56cnx05VMQ92rt4Oex+v",
+	"3w0/nJ/0X3OaxG0D/sbVMWCh18yzNowKZCgXlMU0x6kReaCio14XEjwlh5V4YxmZx/OEKqQEpqnxBZhI",
+	"NCMkFLU+TfQxgCDYmmBLJTbMlMq9/K36CQRWlcSZWROEa8c4TV3sf05Ex/f6G0DWS09yDultqFdQraIA",
+	"gj1FkyBZVN+kUD+GJmTA3LmdHH8YXl9+vLrunwzP+tefzy//foWmREljZtNrQjsnxx+eyQFrIptIEpZA",
+	"BWEz65Ko9oYnZD0Cmx2SedmekxbeILuleodFLWqWDNgkJUTBZxLtJFjOxhyLRG62uG8QMhAqG3LOStMy",
+	"BLDb+Pi80AyKZex44vfFp2PZRpyhDLOlM3JKU3ru5PhDF13rE094PDe1mYwHMOZMCRyrQ5tfKW7NRU4J",
+	"08BIEjQRPDO15vpCcOtvrEdqQJHyYnCbhpnSmDBJynq8rV6O4xnp7Hf3vPCFVq3wgOcTPmzdPsdpPsPP",
+	"wcKfE4ZzqtlNd6/7wooqQA52cU533bu7gGWdsnTolAQ4NZQKNXVoZYQYWZjIECHVocVKg8umvqmHrA5F",
+	"srmylXkBhBYzjnZszdTIFgCEiqkRmvFF1UNrSggOmF/dt4QzB2aRXzI2KrCQmvrJDu26A+aDM0THGUVd",
+	"8qxujiPW5qKnp8Lu3txWsZbTpHXY0hy2LKYqq5bVJnGrfGXX7xfQJGl5r5d1+/XLobr7ZTXaYNH9/Zev",
+	"AjwmPFS1Rt5D2iGswBIriTeiybpazaEFlSV0i7X4klKv82+488uXr8+jVwff/tQK7rMmOcOlIQxxzXhS",
+	"1NzQwnjTIiDIwwnv5UI20yIaFmBr4tw7N2HJA2f+UmursL+3t6alwnatFGoVigMdFTSp1gIniAMePelq",
+	"cnVglhKaoVhy2a5Bv/98y/dfbPX+y63e98QuwHcrcP3ziz7yIrsE9B1PqNE3hKeyqJ3c+qIHqlLnejqM",
+	"pc6r9Me3PX9fAlSXFjw2C4bUouIhFKqDTE+VIoVvgLySQxTzLMMdSfQMiiQDZoVdQ4aBq2dzaWrug1Fc",
+	"y5Q3ZPkaauKBe/Vf7N8DdkOWiDK0g6MxmEMhJLn6w87MNryA5bUj9C/Fr4w7cckrrEiJeJ0LnkT/kpIp",
+	"Bs9ZCC9htKHbbBPtPdj7aXPiW7gKg0MF0mYaGYLNrdsMl1fzI5+UdNTzzu+hHVUhk4sEuuSMl2Dc/h2T",
+	"kuhrIaLXCYs+tsq5eKSlmoAG9ctDtphPtkOFwQzK8rmCIg9j+4sLBNh5279Gu1bmNGWZB+yKpJMrI3MY",
+	"Z+QlMZK+lqeNIJgTkVGpP6qEgzBCEtk2KoIWbe1sldhqLTBSJatF7aCEWhddkjzFS62gYTZgNDFSY1op",
+	"sGI7B0i0v7dXajAwW+LPFBLtjutiySptXRs1qwXQwj3TxNEfq/PUl6KPgLMRPjZ+mmo336oWCZsy8j3o",
+	"Q4g29LQUGb53040HkTsqlTyyIcqCqLlgJEFzZqKXDNnYN2Tge6zY1XYjPybBOtj7abv3n285/vOX272/",
+	"v7/l+z/99rJeUb8PKt/75KOBMK8V/Xa/Vj0M3wwBT4kioW5Ck7kkEu0c7P3UttF4daKqhR1XUQaNJlzE",
+	"BNI9R5pkT4mC+gPVT6DSj5LVegTyCGwprpqB4xJYEFO3dcDMKpMQcT2BR2uJa4hcwmorwkwRBGlNryvR",
+	"uaviy0Go7o5Z6Y+JkwdPi8M/As6YC9gYY6KwNvSWqCpI/VaMqSYK/C7g6jsIs2+J2gIEtlN0qz1B9by5",
+	"q/zUUN1pk8JOXdRDjCyqhfu4GLBK4T5bI0nWiyQdwbe+cMtFpRCMJqYgiSe2qLSpZWbqjBgRRpaB1vAm",
+	"pFRoys7maTrSGvWa8ksh0mx8XHU8elLZ0tTg0jDjDwfn34Hz/9dfPfSPJLZq6mDc/snvjkr8IUE+Ajc0",
+	"KFgjhWinXm6u/Vgi5a5zLXnB1puYG2sFlr4PRtUmDeBXH8wOpjjEajPPCI1N8OQfXHkzrnzO6tnAK/fu",
+	"oBBcvY/AnH8d+O5+rYSdfmsE56q8WEkaeEJYDpWs+tacofQHmG4Opv7RatTnVdB9fEiNgr3l69U1mg18",
+	"91S22hoTvLitoDf/CoLSTLCCZ4yFkDtQ6gtdP8bxjJRtzUC5dx1ZTFauC3K3D7tB5/gnu6Dv55d6Sn+F",
+	"F1Z3j6vCXsR/By/Fb4jLEJq1gYPjtoAih79FJOFjKIJBt8j1glfjUCWEhT2T6J4IrNFfafJ6MN/bexHP",
+	"5zSBv8howKCe+9cBRJ8OWofIi1D9NjqyY1fMblP9fzMoRmNoAOZ9ZBMIGBqdJiTLuSIsXnb+TpYjqBwF",
+	"BkiofE1t4S+L7APmopasx8cEygiSkWxMhPnxhixNAj5U9JcK7R+gWdtEueWpHsTNrmnbLYYOo3pnYZcL",
+	"2OG10mrurdnfYgNJN3C1WGOk3pw5OldZBtGkDRZ/rZFndpMXn46t0LfGEbMNEQhHuFxaSu/qcOnl+U37",
+	"YGpzO+Xctetrjt15GbUyyopGXQ1hHo+vqq/EoH9nfdpFFwc8QBYcIbKEIYJFSomwIUWoAUQf3enTvD5z",
+	"ZslRAYPGIfWHqv8DqPpPwMcqnMvcfdEiI8i8HibeudpIjTGblgQHxDwQ6xKIxg3oxoZjGO/NAmsxsOzX",
+	"bIQ8NCoqLI1Ky2PF7W0KUEKJqCPjS/Jb+puAWoau3g7f9Xvvr98NP56ZP/4xPD4/6aMdzTi4QC/3Xrj4",
+	"zzFPli4SV+Iw+3hLnKz5zhWOejJ6VCusFcB78+SBaP4gcew7beyju320s1h3ja/19XXraFPBDzOJgUIq",
+	"V3qaAVtHOU9TiahqP4ns90D0+2qTVO/xxhqnViF/dNHB3kGJM05+kUUfAi1u2biFqdZc4QCUpiJQxhNL",
+	"JOcQY9PuNjhUC+lpQ5cn5cxVLYMqoW56k628wMv2HxrLBpTeeS/XUfpml2XTpX0P+akUpP+46K1VU3BX",
+	"rr/zJzAuFbTnwZFjngLT7AbVmqpLN9Pa6sBkrA1a30Zd0O1MxTyj3NlKM1AvijKqaCH0DlgRNJJzoSTy",
+	"M/KQ6VRhWlFI+gtBerVANJs9kx66PJWmY9P8Hs8hWRv2B1Ge+sW9FXf2h2LyP0AxgXtPHlMxMR1mTELO",
+	"U9ji3lCWuGDk9b11dkZ+jRVjmEs64+XrJM5G0YBVHidx1nHGPLXMyWs7yqh9f4+eHasYaUFN/5600dq2",
+	"Pf/1H/+JMpwQNF4im8mZE9FxYXN16TeCHt0mMTcpjPPQiucWpzSBebFE2BHYQxvjCsqVyT2P0ISbJmF2",
+	"ENsFIKU3pbBiiHTRe93YK6LSDWBr/pXaW1m2n7OYdFHP3AmicsDkDc1z/Xlh+DP1rW1xaKhHb610HZrY",
+	"JBGrMOqHkA44YO5P9wjbPRcmvwj6HsDxguHHJAZXnOVcDJhTLfRZUVa8V3ZRM8nMNk5Rv9aGNBNT1Y4m",
+	"0YBZeOOTYn2mPgkr2guuatEVSIkgHMjczZhQNnXTHaFybLMugGMDjkiDo8kh1QeQcn5DkgHDqovOyjZD",
+	"rsUTzTRzoCpdHiJc4oa5F5uNPGDFkVHptYsyVx3bxlAhsB+wkbn9brgN0ygq+LgpCQglW5Mu+gyd5Ea3",
+	"Nr9gyFm6HGkwhdRKJxAsNNZQhRZ8niZmS11UmETVoQZxCTWXjdcJ3pAuCqqLemkKYVPm34eImHIYJvcg",
+	"pRLyikply5wBScw3GjCCskZPz1I6r55C1oApKGdFpQ0rGDxVmp6dLiQJfNZ3oIW3omkYFxaJK7cX2Vsa",
+	"2w56C/edRfw/xIcnER9+gJAkgB6gDZpKlfn91VZ0jn88VmDS4S0RdLJ8OsHiErx49UyneqaQH6FpOKma",
+	"C9aQrwTtT8jCcsxVS80n2NIPGadc5EDbWNIjZCn/yLJFq6nN099JsOKPgFkXELVbi/VjfLEFDtmKD90l",
+	"ztJ1wU7nOWG9i9PtAM4N6udc1JKw7LjoRVHaIlDPMAx9q5+urbDxALBbY4GGUh9uBW5+79yLAwyeeu6a",
+	"0zSH25hIxJ1K9KEfo2R1hhgzyIouhXIruQ5Y0RrL0RZpi4dGpicShIVH1unuR/aYqiuUJeRuwEDSQzuM",
+	"FySuENPaXXSuxTHw11TLYJi6NTaozgSjFyXAvVrQbRBTYw41bYSW/q0UaXKYgWL+Ao1JsbzRcmHPxmZS",
+	"r42c1Q/K5plQt5K73mVaCKw2OotQwolVD7SS41uh9FijsoqoSW8ygnjZLKw42Z3jq1N3Kfa3tr4A094Y",
+	"6unkPOXToj3ZgJkUds+Kv1OMxgXK8B3N5pl7BoYtxTmSGU7TtllH4QaodscKaxMrvb9My68BS6FU0wzb",
+	"FKxiDQyN7GnJrtNp0Q4HhQWkZevWA/1GynYXgQTo+SKKw4WZEHbhtHOFxnN4c5Li6ZQkhwM2qjd7OjT9",
+	"xUZoZ6U9nZ8BbCqLDxjkTYisHaGR28IhdDMbaZBlXqc4/YrXM8rNM2A7a7uRmT5p7S66xOwGlASzyXLd",
+	"ETgqWaAnnUl0hmEyLhWChmwwHVwnEfbKBgzw0YLIMw++XL9tWMUzWbR1a5dDV2pgeRcOh25fq7tpzYUw",
+	"4w4d+Y0bRwgnBbPW6rdJxsbxrLmX44DxuWqqcHNRUrqNA3OeSQB8rak/oPhpU5iOV1+z2fbtl0jdrMja",
+	"14Z6M2W3001t6+Ha3E0z+H1Lt7Perx/30apHuEL1WwxTBQh9NwjLGxNJ4LofA9erke3Gojd+NehyIatt",
+	"WMJTb40JrpFbw1o0lq1fyFMGoJYtY5tCxoteqb6A8GNK67+R9L3Go/cZKreDOKZFQ8vAp/yvgcjxFXmw",
+	"OYlmNUyYMGUqY3hkHOQmsDBCzLBnRLX9/aAEipYoqy3aTff2yYQI0+2TshpwJ0QYcw1GdquIT4DhZV30",
+	"hqbQ+oRhIfiiMh10JTgqeD8sh3GUadGPsumAmRd9OU4Ld8DnJzCsedcVU3PY73rTDpiT7gx3TawcVelF",
+	"gUZWJBnZ4HM7ZLuLLvDUyaXjZZUfBtnYStrKb1YqqV8pEyKPkCA5weYciiGAVlkrsykjm6dQHdXwu21K",
+	"tm3YaawsKAIs89R89XxvL9RHYZnajPys9eRsqNoJZfP0id8dY9+CGQajnP0eMr8RC1vpI3NPJkWJ1z90",
+	"2GzD2fiFP7eKw7NcLFTzZuSh+chRWjiguhkJWEOhykHsMcR5UdDktL5uFUetyGiJPeY5MTFf34HbVukx",
+	"wrHgUpbGi0147n35Tm9WI2CrRUysKme8m9CRyDVjahe5OwM2XtaOlTBEky6yFaNLe7gg1uVkOJ5p0S5v",
+	"jKPa5kxYm+pr+/GoiV1BJ6Pvnz/1P5VZlQX7t6DWrvFA86DVTMAtMv9+pDS2Pwjv74rwfnLkajOKayK+",
+	"f7k33QAyvoqaU7ngUEme2oQ5NoU8gC46AzFe8TloBgnJCUsIiykJOMveEvXOzv6E+PCe3hLoL9ygVHtb",
+	"wSm9JY/rhShmX+N4gLDs5hswJ0+YjXooznRp2+zmwGEP0YXtbmu6G2sxMkLmEAbM64xrrfwROutdXyHb",
+	"3JMkXfRy74WJVVlQSayCCtYUmOaZhHIz81QdQV9wXGnyC4Awgzh3qKzNoVOVX+7bokNDdselOYInBIOy",
+	"z3Swch9OYNUgHTyIID5mpsbatfZc0iZnZBUYzHWsz80oh28CSts8yYkjc5G2Dlu74Gq3H9SB1MF5BIZ5",
+	"GL2wjbv6+ogqSdJJt+Sg3qyrosm19TJJBTaNopw/2gE62O6iY991L0z9JtLREAil/JcIsmpNTVGEFRJE",
+	"ellQRcXICKV8OjVRQySecRMqRaDSv4HXVaEmtGCbQGyD/eqJxMUxRLZygWkuAXYib+DDAfsKjop4OBfp",
+	"twdksHRRr6jPb+PjoFWdH3jn56gklT06oXt1e59nHCXUxAU1tgdwLRCLvgDQuQ7kY+iHcXJ6PbzsX/fP",
+	"rk/Pz+xNAs1oV1ZhCmevruGN125CC6U8l6jsOgErKDy3h7VSJoXJjQrjegVTFDWdLDyXULkNGTkuanbr",
+	"13NC1zOyNPYp2Vh3gbJORjIulsZX64d7RhYIx0u9GNOMBJe1GDBDc1YQ8or4oelsvTXvgEFL5wwLrY6M",
+	"oInjqHKihud/+/Lt/wcAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

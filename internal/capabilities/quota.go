@@ -63,12 +63,14 @@ func QuotaHeadroom(objs Objects) Headroom {
 	return h
 }
 
-// For returns the headroom for a claim of class, and whether any quota
-// limits it.
-func (h Headroom) For(class string) (bytes int64, limited bool) {
+// For returns the headroom for a claim of class, whether any quota limits
+// it, and the quota resource that leaves the least (requests.storage, or
+// the class's own).
+func (h Headroom) For(class string) (bytes int64, limited bool, resource string) {
 	bytes, limited = h.byClass[class]
+	resource = class + classStorageSuffix
 	if h.all != nil && (!limited || *h.all < bytes) {
-		bytes, limited = *h.all, true
+		bytes, limited, resource = *h.all, true, string(corev1.ResourceRequestsStorage)
 	}
-	return bytes, limited
+	return bytes, limited, resource
 }

@@ -1,6 +1,7 @@
 package clusters
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -129,10 +130,20 @@ type deniedTransport struct {
 
 func (d deniedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := d.next.RoundTrip(req)
-	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+	if err == nil && (resp.StatusCode == http.StatusUnauthorized ||
+		resp.StatusCode == http.StatusForbidden && req.Context().Value(optionalPermissionKey{}) == nil) {
 		d.denied()
 	}
 	return resp, err
+}
+
+type optionalPermissionKey struct{}
+
+// optionalPermission marks requests that need a permission the gateway
+// does without (listing ResourceQuotas): their 403 says nothing about lost
+// permissions, so it does not call OnDenied (a 401 still does).
+func optionalPermission(ctx context.Context) context.Context {
+	return context.WithValue(ctx, optionalPermissionKey{}, true)
 }
 
 // WrappedRoundTripper lets client-go and connection tracking find the

@@ -30,7 +30,8 @@ type listed struct {
 	indexer cache.Indexer
 	// optional caches may be forbidden to the gateway (credentials granted
 	// before it read them): a refusal leaves them empty and denied, not
-	// failing, so the rest of the fleet view never waits for them.
+	// failing, and no failure of theirs holds back the cluster's sync or
+	// health (a failed listing is still retried).
 	optional bool
 	denied   atomic.Bool
 	// changed is called after a listing that changed what is cached (or
@@ -47,6 +48,9 @@ func (l *listed) refresh(ctx context.Context) error {
 		objs, err = nil, nil
 	}
 	if err != nil {
+		if l.optional {
+			l.synced.Store(true) // tried: what follows never waits for it
+		}
 		return err
 	}
 	deniedChanged := l.denied.Swap(denied) != denied

@@ -139,9 +139,12 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	c.drivers = storagelisters.NewCSIDriverLister(fact(cacheCSIDrivers, listAll(drivers.List), cache.Indexers{}, false).indexer)
 	c.capacities = storagelisters.NewCSIStorageCapacityLister(fact(cacheCapacities, listAll(capacities.List), namespaced, false).indexer)
 	// The quotas of the namespace a volume lands in unless it asks for
-	// another: what placement checks a request against.
-	quotas := client.CoreV1().ResourceQuotas(namespaces[0])
-	c.quotas = fact(cacheQuotas, listAll(quotas.List), namespaced, true)
+	// another (the first): what placement checks a request against. Not
+	// every grant includes them.
+	if len(namespaces) > 0 {
+		quotas := listAll(client.CoreV1().ResourceQuotas(namespaces[0]).List)
+		c.quotas = fact(cacheQuotas, func(ctx context.Context) ([]any, error) { return quotas(optionalPermission(ctx)) }, namespaced, true)
+	}
 	return c
 }
 
@@ -227,9 +230,18 @@ func cacheFailure(err error) string {
 	return message
 }
 
-// count is how many caches the cluster always keeps: informers and listed
-// facts (each namespace's warnings run only while it has a Pending claim).
-func (c *caches) count() int { return len(c.informers) + len(c.facts.caches) }
+// count is how many caches the cluster always keeps and needs: informers
+// and the listed facts but the optional ones (each namespace's warnings run
+// only while it has a Pending claim).
+func (c *caches) count() int {
+	n := len(c.informers)
+	for _, l := range c.facts.caches {
+		if !l.optional {
+			n++
+		}
+	}
+	return n
+}
 
 // start runs every informer until ctx ends. client-go's reflectors retry a
 // failed LIST or WATCH with jittered exponential backoff from 0.8s, capped at
@@ -272,7 +284,7 @@ func (c *caches) unsynced() []string {
 		}
 	}
 	for _, l := range c.facts.caches {
-		if !l.synced.Load() {
+		if !l.optional && !l.synced.Load() {
 			names = append(names, l.name)
 		}
 	}
@@ -358,10 +370,12 @@ func (c *Cluster) CSIDrivers() []*storagev1.CSIDriver {
 // StorageObjects returns the cached classes, CSI drivers, capacities and
 // the default namespace's quotas (or that they may not be read).
 func (c *Cluster) StorageObjects() capabilities.Objects {
-	objs := capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities(),
-		QuotasDenied: c.caches.quotas.denied.Load()}
-	for _, obj := range c.caches.quotas.indexer.List() {
-		objs.Quotas = append(objs.Quotas, obj.(*corev1.ResourceQuota))
+	objs := capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities()}
+	if q := c.caches.quotas; q != nil {
+		objs.QuotasDenied = q.denied.Load()
+		for _, obj := range q.indexer.List() {
+			objs.Quotas = append(objs.Quotas, obj.(*corev1.ResourceQuota))
+		}
 	}
 	slices.SortFunc(objs.Quotas, byName)
 	return objs

@@ -78,6 +78,17 @@ func RequiredPermissions(namespaces []string) []Permission {
 	return perms
 }
 
+// OptionalPermissions lists what the gateway uses where it may but does
+// without (the probe does not ask for it): listing the ResourceQuotas of
+// its namespaces, for placement's quota headroom (unknown without).
+func OptionalPermissions(namespaces []string) []Permission {
+	perms := make([]Permission, len(namespaces))
+	for i, ns := range namespaces {
+		perms[i] = Permission{Verb: "list", Resource: "resourcequotas", Namespace: ns}
+	}
+	return perms
+}
+
 // ProbeResult is what one probe learned. Message is written by the gateway
 // (never copied from the API server) and safe to show to any admin.
 type ProbeResult struct {

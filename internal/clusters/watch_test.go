@@ -26,7 +26,7 @@ func TestInformersWatchLong(t *testing.T) {
 	lists := map[string]string{
 		"persistentvolumeclaims": "v1/PersistentVolumeClaimList", "events": "v1/EventList",
 		"storageclasses": "storage.k8s.io/v1/StorageClassList", "csidrivers": "storage.k8s.io/v1/CSIDriverList",
-		"csistoragecapacities": "storage.k8s.io/v1/CSIStorageCapacityList",
+		"csistoragecapacities": "storage.k8s.io/v1/CSIStorageCapacityList", "resourcequotas": "v1/ResourceQuotaList",
 	}
 	var mu sync.Mutex
 	timeouts := map[string]int{} // resource: the watch's timeoutSeconds

@@ -102,6 +102,7 @@ type placementFacts struct {
 	// quotaLimited); quotaUnknown when the quotas may not be read.
 	quotaLimited, quotaUnknown bool
 	quotaHeadroom              int64
+	quotaResource              string
 	// head opens the candidate's JSON object (its class and where it
 	// lives), tail closes it with its "quota" members; class is the
 	// opening of an exclusion of the class.
@@ -137,7 +138,7 @@ func newPlacementFacts(d *Detail, headroom capabilities.Headroom) placementFacts
 			p.segments = append(p.segments, fit)
 		}
 	}
-	p.quotaHeadroom, p.quotaLimited = headroom.For(d.Name)
+	p.quotaHeadroom, p.quotaLimited, p.quotaResource = headroom.For(d.Name)
 	p.accessList, p.volumeList = strings.Join(d.AccessModes, ", "), strings.Join(d.VolumeModes, ", ")
 	p.class = fmt.Appendf(nil, `{"environment_id":%s,"storage_class":%s,"reason":`, mustMarshal(d.EnvironmentID), mustMarshal(d.Name))
 	head := struct {
@@ -333,7 +334,7 @@ func (d *detail) explain(b []byte, why refusal, r Request) []byte {
 	case noSegment:
 		return append(append(append(append(b, "no published capacity segment takes "...), quantity(r.CapacityBytes)...), ": "...), d.capacitySummary()...)
 	case quotaTooSmall:
-		return append(append(append(b, "the ResourceQuota of its default namespace leaves "...), quantity(d.placement.quotaHeadroom)...), " of requests.storage"...)
+		return append(append(append(append(b, "the ResourceQuota of its default namespace leaves "...), quantity(d.placement.quotaHeadroom)...), " of "...), d.placement.quotaResource...)
 	}
 	return b
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -67,8 +68,14 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 		return Adoption{}, err
 	}
 	recs := make([]record, len(candidates))
+	now := time.Now()
 	for i, pvc := range candidates {
-		recs[i] = record{EnvironmentID: envID, ID: pvc.Name, Spec: specOf(pvc), PVCUID: string(pvc.UID), VolumeName: pvc.Spec.VolumeName}
+		// The volume was created with its claim; it is recorded now.
+		recs[i] = record{EnvironmentID: envID, ID: pvc.Name, Spec: specOf(pvc), PVCUID: string(pvc.UID), VolumeName: pvc.Spec.VolumeName,
+			CreateTime: pvc.CreationTimestamp.UTC(), UpdateTime: now}
+		if recs[i].CreateTime.IsZero() {
+			recs[i].CreateTime = now
+		}
 		out.Adopted = append(out.Adopted, s.fromClaim(cluster, recs[i], pvc))
 	}
 	if validateOnly || len(recs) == 0 {
@@ -77,9 +84,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 	if err := s.recordAdopted(ctx, envID, recs, out.Adopted); err != nil {
 		return Adoption{}, err
 	}
-	if recs, err := s.repo.live(ctx, envID); err == nil {
-		s.countUnadopted(ctx, envID, cluster, recs)
-	}
+	s.countUnadopted(ctx, envID, cluster)
 	s.log.InfoContext(ctx, "volumes adopted", "environment", envID, "count", len(out.Adopted), "skipped", len(out.Skipped))
 	return out, nil
 }
@@ -111,8 +116,10 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 		}
 	}
 	ids := make([]string, len(unrecorded))
+	seen := map[string]int{}
 	for i, pvc := range unrecorded {
 		ids[i] = pvc.Name
+		seen[pvc.Name]++
 	}
 	elsewhere, err := s.repo.elsewhere(ctx, envID, ids)
 	if err != nil {
@@ -120,6 +127,11 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 	}
 	var take []*corev1.PersistentVolumeClaim
 	for _, pvc := range unrecorded {
+		if seen[pvc.Name] > 1 {
+			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name,
+				"claims of this name are in several of the environment's namespaces: a volume id names one (adopt one namespace's with --namespace)"})
+			continue
+		}
 		if reason := unadoptable(pvc, elsewhere[pvc.Name]); reason != "" {
 			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name, reason})
 			continue
@@ -189,9 +201,10 @@ func (s *Service) recordAdopted(ctx context.Context, envID string, recs []record
 // insertAdopted records an adopted volume (rec, as v shows it): the
 // caller's transaction holds the claim and records the first status after.
 func (r *repository) insertAdopted(ctx context.Context, tx pgx.Tx, rec record, v Volume) error {
-	_, err := tx.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, pvc_uid, status, status_message, volume_name)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, mustJSON(rec.Spec), rec.PVCUID, string(v.Status), v.Message, rec.VolumeName)
+	_, err := tx.Exec(ctx, `INSERT INTO volumes (environment_id, id, namespace, spec, pvc_uid, status, status_message, volume_name, create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, mustJSON(rec.Spec), rec.PVCUID, string(v.Status), v.Message, rec.VolumeName,
+		rec.CreateTime, rec.UpdateTime)
 	switch postgres.ErrorCode(err) {
 	case pgerrcode.UniqueViolation:
 		return errExists
@@ -245,45 +258,48 @@ func (r *repository) elsewhere(ctx context.Context, env string, ids []string) (m
 }
 
 // countUnadopted records how many labelled claims in the environment's
-// namespaces none of recs (its live records) serves: the environment's
-// status shows it. Only the owner counts, from its cache, fenced by its
-// claim; a failure is logged (the next reconciler pass counts again).
-func (s *Service) countUnadopted(ctx context.Context, envID string, cluster *clusters.Cluster, recs []record) {
-	served := make(map[string]string, len(recs))
-	for _, rec := range recs {
-		served[rec.ID] = rec.Spec.Namespace
-	}
-	n := 0
-	for _, pvc := range cluster.PVCs() {
-		if ns, ok := served[pvc.Name]; pvc.Labels[ServiceTypeLabel] == ServiceType && (!ok || ns != pvc.Namespace) {
-			n++
-		}
-	}
+// namespaces no live record serves: the environment's status shows it.
+// Only the owner counts, from its cache, fenced by its claim; a failure is
+// logged (the next reconciler pass counts again). Counts are made one at a
+// time, each reading the records afresh, so one that read them before an
+// adoption committed never overwrites the adoption's.
+func (s *Service) countUnadopted(ctx context.Context, envID string, cluster *clusters.Cluster) {
 	claim, err := s.claims.Claim(envID)
 	if err != nil {
 		return // no longer this replica's
 	}
-	// Written only when it changed since this claim last wrote it: most
-	// passes over a quiet fleet write nothing.
 	s.counted.Lock()
 	defer s.counted.Unlock()
-	if last, ok := s.counted.by[envID]; ok && last == (unadoptedCount{claim.Epoch, n}) {
-		return
-	}
-	if err := s.repo.setUnadopted(ctx, envID, n, claim); err != nil {
-		if ctx.Err() == nil {
-			s.log.WarnContext(ctx, "count the claims no volume record serves", "environment", envID, "error", err)
+	recs, err := s.repo.live(ctx, envID)
+	if err == nil {
+		served := make(map[string]string, len(recs))
+		for _, rec := range recs {
+			served[rec.ID] = rec.Spec.Namespace
 		}
-		return
+		n := 0
+		for _, pvc := range cluster.PVCs() {
+			if ns, ok := served[pvc.Name]; pvc.Labels[ServiceTypeLabel] == ServiceType && (!ok || ns != pvc.Namespace) {
+				n++
+			}
+		}
+		// A quiet environment's zero is written once per claim: most
+		// passes over a fleet write nothing. Other counts are written each
+		// time (a deleted and re-registered environment starts with no
+		// row, so a remembered count could hide it).
+		if n == 0 && s.counted.zero[envID] == claim.Epoch {
+			return
+		}
+		if err = s.repo.setUnadopted(ctx, envID, n, claim); err == nil {
+			if n == 0 {
+				s.counted.zero[envID] = claim.Epoch
+			} else {
+				delete(s.counted.zero, envID)
+			}
+		}
 	}
-	s.counted.by[envID] = unadoptedCount{claim.Epoch, n}
-}
-
-// unadoptedCount is a count of unadopted claims as written under the
-// claim of one epoch.
-type unadoptedCount struct {
-	epoch int64
-	count int
+	if err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "count the claims no volume record serves", "environment", envID, "error", err)
+	}
 }
 
 // setUnadopted stores env's count of unadopted claims while claim holds.

@@ -93,7 +93,7 @@ func (s *Service) ReconcileAll(ctx context.Context) {
 		s.ReconcileEnvironment(ctx, envID)
 	}
 	s.counted.Lock()
-	maps.DeleteFunc(s.counted.by, func(env string, _ unadoptedCount) bool {
+	maps.DeleteFunc(s.counted.zero, func(env string, _ int64) bool {
 		_, held := slices.BinarySearch(envs, env)
 		return !held
 	})
@@ -122,7 +122,7 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
 	}
-	s.countUnadopted(ctx, envID, cluster, recs)
+	s.countUnadopted(ctx, envID, cluster)
 	return nil
 }
 
@@ -137,6 +137,13 @@ func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec rec
 			return nil
 		}
 		return err
+	case exists && rec.PVCUID == "" && !createdByGateway(pvc):
+		// Another provider's claim of the same name, found by a create
+		// that stopped before refusing it: never adopted implicitly.
+		s.log.WarnContext(ctx, "a create found another provider's claim of its name; dropping its record",
+			"environment", rec.EnvironmentID, "volume", rec.ID, "namespace", rec.Spec.Namespace)
+		s.forget(ctx, rec)
+		return nil
 	case exists && rec.PVCUID != string(pvc.UID):
 		claim, err := s.claims.Claim(rec.EnvironmentID)
 		if err != nil {

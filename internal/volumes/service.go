@@ -56,11 +56,12 @@ type Service struct {
 	clusters *clusters.Pool
 	claims   membership.Claims
 	log      *slog.Logger
-	// counted remembers the unadopted-claim count last written for each
-	// environment (countUnadopted).
+	// counted serializes the unadopted-claim counts and remembers, for
+	// each environment whose last count was zero, the claim epoch it was
+	// written under (countUnadopted).
 	counted struct {
 		sync.Mutex
-		by map[string]unadoptedCount
+		zero map[string]int64
 	}
 }
 
@@ -70,7 +71,7 @@ func NewService(opts Options) *Service {
 		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued, Claims: opts.Claims}, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger,
 	}
-	s.counted.by = map[string]unadoptedCount{}
+	s.counted.zero = map[string]int64{}
 	return s
 }
 
@@ -198,6 +199,9 @@ func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec rec
 			Detail: "a volume with this id exists with a different spec: " + strings.Join(diff, ", ")}
 	}
 	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
+		if rec.PVCUID == "" && !createdByGateway(pvc) {
+			return Volume{}, false, s.foreignClaim(ctx, rec)
+		}
 		return s.fromClaim(cluster, rec, pvc), false, nil
 	}
 	if claimGone(cluster, rec) {
@@ -228,11 +232,7 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
 				Detail: fmt.Sprintf("a PVC named %s that the gateway does not manage exists in namespace %s", rec.ID, rec.Spec.Namespace)}
 		case err == nil && !createdByGateway(pvc):
-			// Another provider's claim for DCM: never adopted implicitly.
-			s.forget(ctx, rec)
-			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
-				Detail: fmt.Sprintf("a PVC named %s labelled for DCM by another provider exists in namespace %s; an admin adopts it (POST …/environments/%s:adopt)",
-					rec.ID, rec.Spec.Namespace, rec.EnvironmentID)}
+			return Volume{}, s.foreignClaim(ctx, rec)
 		}
 	}
 	if err != nil {
@@ -289,6 +289,15 @@ func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.Persi
 		s.recorder.Queued()
 	}
 	return live, &first, nil
+}
+
+// foreignClaim refuses a create whose claim name another provider's claim
+// for DCM holds (never adopted implicitly), dropping the create's record.
+func (s *Service) foreignClaim(ctx context.Context, rec record) error {
+	s.forget(ctx, rec)
+	return &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+		Detail: fmt.Sprintf("a PVC named %s labelled for DCM by another provider exists in namespace %s; an admin adopts it (POST …/environments/%s:adopt)",
+			rec.ID, rec.Spec.Namespace, rec.EnvironmentID)}
 }
 
 // forget drops the record of a volume whose claim the cluster refused.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/http"
@@ -123,6 +124,18 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	// A create of one of them is refused, not an implicit adoption.
 	code, body = c.do(http.MethodPost, volumesPath(envID)+"?id="+keep, map[string]any{"spec": storageSpec(keep, "1Gi", nil)})
 	c.want(http.StatusConflict, code, body, "another provider", ":adopt")
+	// Nor is a record an interrupted create left behind (the process died
+	// between recording the intent and finding the claim): the reconciler
+	// drops it instead of binding the other provider's claim.
+	if _, err := g.DB.Exec(t.Context(), `INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
+		VALUES ($1, $2, $3, $4, 'PROVISIONING', 'creating the claim')`, envID, keep, ns,
+		fmt.Sprintf(`{"name": %q, "namespace": %q, "capacity": "1Gi", "storage_class": "standard"}`, keep, ns)); err != nil {
+		t.Fatal(err)
+	}
+	g.Volumes.ReconcileEnvironment(t.Context(), envID)
+	if code, body := c.do(http.MethodGet, volumesPath(envID)+"/"+keep, nil); code != http.StatusNotFound {
+		t.Fatalf("the reconciler kept a record bound to the other provider's claim: %d %v", code, body)
+	}
 
 	// 2. Adopt: first a dry run, which changes nothing.
 	adopt := func(req map[string]any) map[string]any {
@@ -329,6 +342,31 @@ func TestAdoptionSkipsWhatItCannotServe(t *testing.T) {
 	if after := claimVersions(t, east, ns); !maps.Equal(after, before) {
 		t.Fatalf("adoption wrote to the cluster: claims %v before, %v after", before, after)
 	}
+	// Claims of one name in two of an environment's namespaces: a volume id
+	// names one claim, so neither is adopted (east's two namespaces).
+	eastID, eastNamespaces := east.Spec.Environment.ID, []string{east.Spec.Environment.Namespace, east.Spec.Environment.AllowedNamespaces[0]}
+	for _, twinNS := range eastNamespaces {
+		twin := peer("twin", "twin", "storage")
+		twin.Namespace = twinNS
+		if _, err := east.AdminClient().CoreV1().PersistentVolumeClaims(twinNS).Create(t.Context(), twin, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = east.AdminClient().CoreV1().PersistentVolumeClaims(twinNS).Delete(context.Background(), "twin", metav1.DeleteOptions{})
+		})
+	}
+	r.eventually(time.Minute, "both twins skipped", func() bool {
+		code, body := r.do(http.MethodPost, "/api/v1alpha1/environments/"+eastID+":adopt", map[string]any{"validate_only": true})
+		twins := 0
+		for _, s := range body["skipped"].([]any) {
+			s := s.(map[string]any)
+			if code == http.StatusOK && s["name"] == "twin" && strings.Contains(s["reason"].(string), "several of the environment's namespaces") {
+				twins++
+			}
+		}
+		return twins == 2 && !slices.Contains(adoptedIDs(body), "twin")
+	})
+
 	code, page := r.do(http.MethodGet, "/api/v1alpha1/audit-events?environment="+envID+"&action=adoptVolumes", nil)
 	r.want(http.StatusOK, code, page)
 	if events, _ := page["audit_events"].([]any); len(events) != 4 { // two refused, the dry run, the adoption
