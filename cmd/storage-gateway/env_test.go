@@ -303,7 +303,8 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	}
 	// The claims terminate; then the environment has no volumes left.
 	poll.Until(t, 30*time.Second, "deleted volumes no longer counted", func() bool {
-		return strings.Contains(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"), "volume_count: 0\n")
+		// (not unadopted_volume_count)
+		return regexp.MustCompile(`(?m)^\s+volume_count: 0$`).MatchString(mustRun(t, cli, "env", "get", "local-east", "-o", "yaml"))
 	})
 }
 

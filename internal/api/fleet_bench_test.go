@@ -102,6 +102,24 @@ func countDetails(b *testing.B, h http.Handler, path string) int {
 	return n
 }
 
+// alternately times x and y once each to warm up, then once each per
+// benchmark iteration, taking turns at going first so both see the same
+// machine noise.
+func alternately(b *testing.B, x, y func() time.Duration) (xs, ys []time.Duration) {
+	x()
+	y()
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			xs = append(xs, x())
+			ys = append(ys, y())
+		} else {
+			ys = append(ys, y())
+			xs = append(xs, x())
+		}
+	}
+	return xs, ys
+}
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -136,18 +154,9 @@ func BenchmarkFleetQuery(b *testing.B) {
 		for _, q := range []string{"all", "placement"} {
 			b.Run(fmt.Sprintf("envs=%d/query=%s", n, q), func(b *testing.B) {
 				path := queries[q]
-				serve(b, live, path, adminToken) // warm up
-				serve(b, dead, path, adminToken)
-				var liveTimes, deadTimes []time.Duration
-				for i := 0; b.Loop(); i++ {
-					if i%2 == 0 {
-						liveTimes = append(liveTimes, serve(b, live, path, adminToken))
-						deadTimes = append(deadTimes, serve(b, dead, path, adminToken))
-					} else {
-						deadTimes = append(deadTimes, serve(b, dead, path, adminToken))
-						liveTimes = append(liveTimes, serve(b, live, path, adminToken))
-					}
-				}
+				liveTimes, deadTimes := alternately(b,
+					func() time.Duration { return serve(b, live, path, adminToken) },
+					func() time.Duration { return serve(b, dead, path, adminToken) })
 				b.ReportMetric(ms(percentile(liveTimes, 0.50)), "p50-ms")
 				b.ReportMetric(ms(percentile(liveTimes, 0.99)), "p99-ms")
 				b.ReportMetric(ms(percentile(deadTimes, 0.99)), "p99-10%unreachable-ms")
@@ -185,18 +194,9 @@ func BenchmarkPlacement(b *testing.B) {
 				if got := candidates(b, h, path); got == 0 {
 					b.Fatalf("GET %s: no candidates", path)
 				}
-				serve(b, h, path, adminToken) // warm up
-				serve(b, h, baseline, adminToken)
-				var times, base []time.Duration
-				for i := 0; b.Loop(); i++ {
-					if i%2 == 0 {
-						times = append(times, serve(b, h, path, adminToken))
-						base = append(base, serve(b, h, baseline, adminToken))
-					} else {
-						base = append(base, serve(b, h, baseline, adminToken))
-						times = append(times, serve(b, h, path, adminToken))
-					}
-				}
+				times, base := alternately(b,
+					func() time.Duration { return serve(b, h, path, adminToken) },
+					func() time.Duration { return serve(b, h, baseline, adminToken) })
 				p99 := percentile(times, 0.99)
 				b.ReportMetric(ms(percentile(times, 0.50)), "p50-ms")
 				b.ReportMetric(ms(p99), "p99-ms")

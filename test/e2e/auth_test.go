@@ -125,8 +125,12 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 		"deleteEnvironment": func() call {
 			return call{method: "DELETE", path: "/api/v1alpha1/environments/" + newEnvironment(), want: 204}
 		},
-		"verifyEnvironment":  func() call { return call{method: "POST", path: envPath + ":verify", want: 200} },
+		"verifyEnvironment": func() call { return call{method: "POST", path: envPath + ":verify", want: 200} },
+		"adoptVolumes": func() call {
+			return call{method: "POST", path: envPath + ":adopt", body: map[string]any{"validate_only": true}, want: 200}
+		},
 		"listStorageClasses": func() call { return call{method: "GET", path: "/api/v1alpha1/storage-classes", want: 200} },
+		"listPlacements":     func() call { return call{method: "GET", path: "/api/v1alpha1/placements?capacity=1Gi", want: 200} },
 		"listFleetVolumes":   func() call { return call{method: "GET", path: "/api/v1alpha1/volumes", want: 200} },
 		"listEnvironmentStorageClasses": func() call {
 			return call{method: "GET", path: envPath + "/storage-classes", want: 200}

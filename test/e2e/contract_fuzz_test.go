@@ -78,6 +78,9 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 			"credentials": map[string]any{"server": "https://127.0.0.1:6443", "token": "fuzz-token"}}},
 		"deleteEnvironment": {path: env, query: url.Values{"force": {"false"}}},
 		"verifyEnvironment": {path: env},
+		"adoptVolumes":      {path: env, body: map[string]any{"namespace": "dcm-volumes", "validate_only": true}},
+		"listPlacements": {query: url.Values{"capacity": {"1Gi"}, "access_mode": {"ReadWriteOnce"}, "volume_mode": {"Filesystem"},
+			"region": {"local"}, "zone": {"east-a"}, "expandable": {"true"}, "explain": {"true"}}},
 		"listStorageClasses": {query: url.Values{"max_page_size": {"5"}, "environment": {envID}, "region": {"local"}, "provisioner": {"p"},
 			"access_mode": {"ReadWriteOnce"}, "volume_mode": {"Block"}, "expandable": {"true"}, "is_default": {"false"}}},
 		"listFleetVolumes":              {query: url.Values{"max_page_size": {"5"}, "environment": {envID}, "status": {"RUNNING"}, "storage_class": {"standard"}}},
@@ -176,7 +179,11 @@ func mutations(op *openapi3.Operation, shared openapi3.Parameters, base baseRequ
 		m.req.body = broken
 		out = append(out, m)
 	}, func(v any) any { return v })
-	for what, raw := range map[string]string{"body not JSON": "{", "body an array": "[]", "body empty": ""} {
+	broken := map[string]string{"body not JSON": "{", "body an array": "[]"}
+	if op.RequestBody.Value.Required { // an optional body may be left out
+		broken["body empty"] = ""
+	}
+	for what, raw := range broken {
 		out = append(out, mutation{what: what, field: "body", req: base.clone(), raw: []byte(raw)})
 	}
 	return out
