@@ -96,7 +96,7 @@ bench: ## run the benchmarks (README, Benchmarks) and print each figure with its
 	run -bench 'BoundToRunning|StatusLatency|FlappingClaim' -benchtime 40x ./test/e2e; \
 	run -bench IdleFleet -benchtime 1x ./test/e2e; \
 	run -bench Replicas -benchtime 1x ./test/e2e; \
-	run -bench 'FleetQuery|Authentication' -benchtime 1000x ./internal/api; \
+	run -bench 'FleetQuery|Placement|Authentication' -benchtime 1000x ./internal/api; \
 	run -bench MetricsScrape -benchtime 1x ./internal/gateway; \
 	exit $$failed
 

@@ -24,11 +24,12 @@ import (
 // benchmark's gateway re-probes its READY environments.
 const probeReadyInterval = 10 * time.Minute
 
-// factsListings are the lists of an environment's CSIDrivers and
-// CSIStorageCapacities every factsInterval (the pool's default): like the
-// probe, less often than the idle window sees.
+// factsListings are the lists of an environment's CSIDrivers,
+// CSIStorageCapacities and default namespace's ResourceQuotas every
+// factsInterval (the pool's default): like the probe, less often than the
+// idle window sees.
 const (
-	factsListings = 2
+	factsListings = 3
 	factsInterval = 10 * time.Minute
 )
 
