@@ -24,7 +24,7 @@ func newPlaceCommand() *cobra.Command {
 		Long: "place asks a running gateway which READY environments and StorageClasses can take a volume of this size\n" +
 			"and these modes, best first. CAPACITY is the published capacity segment it fits best in (? when none is\n" +
 			"published), QUOTA the room the default namespace's quotas leave (- when none limits it, ? when the gateway\n" +
-			"may not read them); MODES shows ? when the class's modes are unknown. --explain also lists what was left out and why.",
+			"may not read them); MODES shows ? where the class's modes are unknown. --explain also lists what was left out and why.",
 		Example: "  storage-gateway place --capacity 100Gi --access-mode RWX\n" +
 			"  storage-gateway place --capacity 10Gi --volume-mode Block --region eu-1 --expandable --explain",
 		Args: cobra.NoArgs,
@@ -112,8 +112,11 @@ func printPlacement(w io.Writer, format string, p api.Placement) error {
 	fmt.Fprintln(tw, header)
 	for _, c := range p.Candidates {
 		modes := "?"
-		if c.CapabilityKnown && c.AccessModes != nil {
+		if c.AccessModes != nil {
 			modes = shortAccessModes(*c.AccessModes)
+			if !c.CapabilityKnown {
+				modes += " (?)" // a requested volume mode is unknown
+			}
 		}
 		capacity := "?"
 		if c.Capacity != nil {
