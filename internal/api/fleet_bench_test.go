@@ -85,16 +85,22 @@ func serve(b *testing.B, h http.Handler, path, token string) time.Duration {
 	return took
 }
 
-// countDetails decodes one answer and counts its per-environment details.
-func countDetails(b *testing.B, h http.Handler, path string) int {
+// answer sends one admin GET and decodes its 200 answer.
+func answer[T any](b *testing.B, h http.Handler, path string) T {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, path, nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	h.ServeHTTP(rec, req)
-	var list api.StorageClassList
-	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+	var out T
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != http.StatusOK {
 		b.Fatalf("GET %s: %d %v", path, rec.Code, err)
 	}
+	return out
+}
+
+// countDetails decodes one answer and counts its per-environment details.
+func countDetails(b *testing.B, h http.Handler, path string) int {
+	list := answer[api.StorageClassList](b, h, path)
 	n := 0
 	for _, c := range list.StorageClasses {
 		n += len(c.Environments)
@@ -213,13 +219,5 @@ func BenchmarkPlacement(b *testing.B) {
 
 // candidates decodes one placement answer and counts its candidates.
 func candidates(b *testing.B, h http.Handler, path string) int {
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodGet, path, nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	h.ServeHTTP(rec, req)
-	var p api.Placement
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusOK {
-		b.Fatalf("GET %s: %d %v", path, rec.Code, err)
-	}
-	return len(p.Candidates)
+	return len(answer[api.Placement](b, h, path).Candidates)
 }
