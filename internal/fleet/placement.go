@@ -46,7 +46,7 @@ type Placement struct {
 	excluded []exclusion
 }
 
-// exclusion is an Exclusion as a placement keeps it: an environment's id
+// exclusion is what a placement left out: an environment's id
 // and the reason, or a class's detail and why it refused (its text is
 // written straight into the answer).
 type exclusion struct {
@@ -54,26 +54,6 @@ type exclusion struct {
 	reason string
 	d      *detail
 	why    refusal
-}
-
-// Excluded lists what was left out and why (when explained).
-func (p *Placement) Excluded() []Exclusion {
-	out := make([]Exclusion, len(p.excluded))
-	for i, e := range p.excluded {
-		out[i] = Exclusion{EnvironmentID: e.env, Reason: e.reason}
-		if e.d != nil {
-			out[i] = Exclusion{EnvironmentID: e.d.EnvironmentID, StorageClass: e.d.Name, Reason: string(e.d.explain(nil, e.why, p.request))}
-		}
-	}
-	return out
-}
-
-// Exclusion is an environment (StorageClass empty) or one of its classes
-// left out of a placement, and why.
-type Exclusion struct {
-	EnvironmentID string `json:"environment_id"`
-	StorageClass  string `json:"storage_class,omitempty"`
-	Reason        string `json:"reason"`
 }
 
 // candidate is one class of one environment that can take the volume.
@@ -437,9 +417,6 @@ const writeChunk = 64 << 10
 
 // placementWriters recycles WriteJSON's buffers.
 var placementWriters sync.Pool
-
-// Candidates counts the candidates (for logs and tests).
-func (p *Placement) Candidates() int { return len(p.candidates) }
 
 func quantity(bytes int64) string {
 	return resource.NewQuantity(bytes, resource.BinarySI).String()
