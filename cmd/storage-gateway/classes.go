@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 )
@@ -87,25 +88,10 @@ func classFilters(p *api.ListStorageClassesParams, environments []string, region
 	if len(environments) > 0 {
 		p.Environment = &environments
 	}
-	for _, s := range []struct {
-		value string
-		dst   **string
-	}{{region, &p.Region}, {provisioner, &p.Provisioner}} {
-		if s.value != "" {
-			*s.dst = &s.value
-		}
-	}
-	if accessMode != "" {
-		mode, err := accessModeFlag(accessMode, classAccessModes)
-		if err != nil {
-			return err
-		}
-		m := api.KubernetesAccessMode(mode)
-		p.AccessMode = &m
-	}
-	if volumeMode != "" {
-		m := api.VolumeMode(volumeMode)
-		p.VolumeMode = &m
+	setStrings(map[**string]string{&p.Region: region, &p.Provisioner: provisioner})
+	var err error
+	if p.AccessMode, p.VolumeMode, err = modeFilters(accessMode, volumeMode); err != nil {
+		return err
 	}
 	for _, b := range []struct {
 		name, value string
@@ -121,6 +107,34 @@ func classFilters(p *api.ListStorageClassesParams, environments []string, region
 		*b.dst = &v
 	}
 	return nil
+}
+
+// setStrings points each destination at its flag's value, where one was
+// given.
+func setStrings(flags map[**string]string) {
+	for dst, v := range flags {
+		if v != "" {
+			*dst = &v
+		}
+	}
+}
+
+// modeFilters reads the fleet commands' --access-mode (any a class may
+// support) and --volume-mode flags; nil where a flag was not given.
+func modeFilters(accessMode, volumeMode string) (*api.KubernetesAccessMode, *api.VolumeMode, error) {
+	var access *api.KubernetesAccessMode
+	if accessMode != "" {
+		mode, err := accessModeFlag(accessMode, classAccessModes)
+		if err != nil {
+			return nil, nil, err
+		}
+		access = ptr.To(api.KubernetesAccessMode(mode))
+	}
+	var volume *api.VolumeMode
+	if volumeMode != "" {
+		volume = ptr.To(api.VolumeMode(volumeMode))
+	}
+	return access, volume, nil
 }
 
 // accessAbbreviations are the short forms kubectl prints.

@@ -33,26 +33,10 @@ func newPlaceCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if accessMode != "" {
-				mode, err := accessModeFlag(accessMode, classAccessModes)
-				if err != nil {
-					return err
-				}
-				m := api.KubernetesAccessMode(mode)
-				params.AccessMode = &m
+			if params.AccessMode, params.VolumeMode, err = modeFilters(accessMode, volumeMode); err != nil {
+				return err
 			}
-			if volumeMode != "" {
-				m := api.VolumeMode(volumeMode)
-				params.VolumeMode = &m
-			}
-			for _, s := range []struct {
-				value string
-				dst   **string
-			}{{region, &params.Region}, {zone, &params.Zone}} {
-				if s.value != "" {
-					*s.dst = &s.value
-				}
-			}
+			setStrings(map[**string]string{&params.Region: region, &params.Zone: zone})
 			if expandable {
 				params.Expandable = &expandable
 			}
