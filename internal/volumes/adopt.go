@@ -46,7 +46,7 @@ type Skip struct {
 // adopt. validateOnly reports the same answer and records nothing.
 //
 // Adoption never happens implicitly: a labelled claim without a record is
-// only counted (Reconciler), and a create that finds one refuses it.
+// only counted (liveCounted), and a create that finds one refuses it.
 func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOnly bool) (Adoption, error) {
 	env, err := s.envs.Get(ctx, envID)
 	if err != nil {
@@ -84,7 +84,9 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 	if err := s.recordAdopted(ctx, envID, recs, out.Adopted); err != nil {
 		return Adoption{}, err
 	}
-	s.countUnadopted(ctx, envID, cluster)
+	if _, err := s.liveCounted(ctx, envID, cluster); err != nil {
+		s.log.WarnContext(ctx, "count the claims no volume record serves after an adoption", "environment", envID, "error", err)
+	}
 	s.log.InfoContext(ctx, "volumes adopted", "environment", envID, "count", len(out.Adopted), "skipped", len(out.Skipped))
 	return out, nil
 }
@@ -257,49 +259,51 @@ func (r *repository) elsewhere(ctx context.Context, env string, ids []string) (m
 	return out, err
 }
 
-// countUnadopted records how many labelled claims in the environment's
-// namespaces no live record serves: the environment's status shows it.
-// Only the owner counts, from its cache, fenced by its claim; a failure is
-// logged (the next reconciler pass counts again). Counts are made one at a
-// time, each reading the records afresh, so one that read them before an
-// adoption committed never overwrites the adoption's.
-func (s *Service) countUnadopted(ctx context.Context, envID string, cluster *clusters.Cluster) {
-	claim, err := s.claims.Claim(envID)
-	if err != nil {
-		return // no longer this replica's
-	}
+// liveCounted reads the environment's live records and records how many
+// labelled claims in its namespaces none of them serves (the environment's
+// status shows the count), returning the records: the reconciler settles
+// them, so each pass reads them once. Only the owner counts, from its
+// cache, fenced by its claim; a failed count is logged (the next pass
+// counts again). Counts are made one at a time, each reading the records
+// afresh, so one that read them before an adoption committed never
+// overwrites the adoption's.
+func (s *Service) liveCounted(ctx context.Context, envID string, cluster *clusters.Cluster) ([]record, error) {
 	s.counted.Lock()
 	defer s.counted.Unlock()
 	recs, err := s.repo.live(ctx, envID)
-	if err == nil {
-		served := make(map[string]string, len(recs))
-		for _, rec := range recs {
-			served[rec.ID] = rec.Spec.Namespace
-		}
-		n := 0
-		for _, pvc := range cluster.PVCs() {
-			if ns, ok := served[pvc.Name]; pvc.Labels[ServiceTypeLabel] == ServiceType && (!ok || ns != pvc.Namespace) {
-				n++
-			}
-		}
-		// A quiet environment's zero is written once per claim: most
-		// passes over a fleet write nothing. Other counts are written each
-		// time (a deleted and re-registered environment starts with no
-		// row, so a remembered count could hide it).
-		if n == 0 && s.counted.zero[envID] == claim.Epoch {
-			return
-		}
-		if err = s.repo.setUnadopted(ctx, envID, n, claim); err == nil {
-			if n == 0 {
-				s.counted.zero[envID] = claim.Epoch
-			} else {
-				delete(s.counted.zero, envID)
-			}
+	if err != nil {
+		return nil, err
+	}
+	served := make(map[string]string, len(recs))
+	for _, rec := range recs {
+		served[rec.ID] = rec.Spec.Namespace
+	}
+	n := 0
+	for _, pvc := range cluster.PVCs() {
+		if ns, ok := served[pvc.Name]; pvc.Labels[ServiceTypeLabel] == ServiceType && (!ok || ns != pvc.Namespace) {
+			n++
 		}
 	}
-	if err != nil && ctx.Err() == nil {
-		s.log.WarnContext(ctx, "count the claims no volume record serves", "environment", envID, "error", err)
+	claim, err := s.claims.Claim(envID)
+	// A quiet environment's zero is written once per claim: most passes
+	// over a fleet write nothing. Other counts are written each time (a
+	// deleted and re-registered environment starts with no row, so a
+	// remembered count could hide it).
+	if err != nil || n == 0 && s.counted.zero[envID] == claim.Epoch {
+		return recs, nil // not this replica's to count, or counted
 	}
+	if err := s.repo.setUnadopted(ctx, envID, n, claim); err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "count the claims no volume record serves", "environment", envID, "error", err)
+		}
+		return recs, nil
+	}
+	if n == 0 {
+		s.counted.zero[envID] = claim.Epoch
+	} else {
+		delete(s.counted.zero, envID)
+	}
+	return recs, nil
 }
 
 // setUnadopted stores env's count of unadopted claims while claim holds.

@@ -112,7 +112,9 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 	if err != nil {
 		return nil // not connected: nothing can be concluded from its cache
 	}
-	recs, err := s.repo.live(ctx, envID)
+	// Counted before settling: a record settling drops is still counted
+	// as serving its claim until the next pass.
+	recs, err := s.liveCounted(ctx, envID, cluster)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,6 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
 	}
-	s.countUnadopted(ctx, envID, cluster)
 	return nil
 }
 

@@ -58,7 +58,7 @@ type Service struct {
 	log      *slog.Logger
 	// counted serializes the unadopted-claim counts and remembers, for
 	// each environment whose last count was zero, the claim epoch it was
-	// written under (countUnadopted).
+	// written under (liveCounted).
 	counted struct {
 		sync.Mutex
 		zero map[string]int64
