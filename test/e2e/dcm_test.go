@@ -29,15 +29,8 @@ var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 // health checks against its /health; its status records the registration;
 // deleting the environment removes the provider.
 func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
-	natsServer := natstest.Start(t)
-	natsServer.DCMStream()
-	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback})
-	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
-	dcm, err := spmclient.NewClientWithResponses(spm.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	site := startDCMSite(t, gatewaytest.Options{})
+	c, g, dcm := site.client, site.gateway, site.providers
 	providerIDs := map[string]string{}
 	for _, cluster := range clusters {
 		c.register(cluster)
@@ -81,18 +74,11 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 // DCM's stream. (service-provider-manager v0.1.0-rc.1 hard-deletes the
 // instance record on DELETE, so its consumer drops that last event.)
 func TestVolumeLoopThroughDCM(t *testing.T) {
-	natsServer := natstest.Start(t)
-	stream := natsServer.DCMStream()
-	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback})
-	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	site := startDCMSite(t, gatewaytest.Options{})
+	c, stream, providers, instances := site.client, site.stream, site.providers, site.instances
 	east := clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 	c.register(east)
-	providers, err := spmclient.NewClientWithResponses(spm.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c.eventually(time.Minute, "the provider ready in DCM", func() bool {
 		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
 		id, _ := field(env, "status", "dcm_registration", "provider_id").(string)
@@ -103,10 +89,6 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 		return err == nil && got.JSON200 != nil && got.JSON200.HealthStatus != nil && *got.JSON200.HealthStatus == "ready"
 	})
 
-	instances, err := rmclient.NewClientWithResponses(spm.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	created, err := instances.CreateInstanceWithResponse(t.Context(), &rmapi.CreateInstanceParams{}, rmapi.ServiceTypeInstance{
 		ProviderName: "storage-gateway-" + envID,
 		Spec:         storageSpec("through-dcm", "1Gi", nil),
@@ -164,15 +146,8 @@ func TestVolumeLoopThroughDCM(t *testing.T) {
 // v0.1.0-rc.1 reads only the status code), stopping one cluster's network
 // makes DCM mark that provider not ready while the other stays ready.
 func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
-	natsServer := natstest.Start(t)
-	natsServer.DCMStream()
-	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback, HealthUnhealthyCode: http.StatusServiceUnavailable})
-	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
-	providers, err := spmclient.NewClientWithResponses(spm.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	site := startDCMSite(t, gatewaytest.Options{HealthUnhealthyCode: http.StatusServiceUnavailable})
+	c, providers := site.client, site.providers
 	health := map[string]func() string{}
 	for _, cluster := range clusters {
 		c.register(cluster)
@@ -205,6 +180,39 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 	c.eventually(time.Minute, "DCM to see the environment ready again", func() bool {
 		return health[east.Spec.Environment.ID]() == "ready"
 	})
+}
+
+// dcmSite is DCM's real service-provider-manager on a private NATS with
+// DCM's stream, a gateway registering its environments there (DCM's calls
+// admitted from loopback), and clients of both.
+type dcmSite struct {
+	client
+	stream    *natstest.Stream
+	spmURL    string
+	gateway   *gatewaytest.Gateway
+	providers *spmclient.ClientWithResponses
+	instances *rmclient.ClientWithResponses
+}
+
+// startDCMSite starts a dcmSite for the test; opts adds to the gateway's
+// options (NATS, DCM and the trusted network are set here).
+func startDCMSite(t *testing.T, opts gatewaytest.Options) dcmSite {
+	t.Helper()
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	spm := dcmtest.Start(t, natsServer.URL)
+	opts.NATSURL, opts.DCMURL, opts.TrustedNetworks = natsServer.URL, spm.URL, loopback
+	g := gatewaytest.Start(t, opts)
+	providers, err := spmclient.NewClientWithResponses(spm.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instances, err := rmclient.NewClientWithResponses(spm.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dcmSite{client: client{t: t, base: g.URL, token: g.Tokens.Admin}, stream: stream, spmURL: spm.URL, gateway: g,
+		providers: providers, instances: instances}
 }
 
 func totalStorage(p *spmapi.Provider) string {

@@ -11,17 +11,13 @@ import (
 	"time"
 
 	rmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/resource_manager"
-	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
-	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dcm-project/storage-gateway/test/dcmtest"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/harness"
-	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/storagesp"
 )
 
@@ -35,11 +31,8 @@ import (
 // gateway, their status reaching DCM's stream; a new instance under the old
 // name lands on the gateway.
 func TestMigrateFromTheStorageSP(t *testing.T) {
-	natsServer := natstest.Start(t)
-	stream := natsServer.DCMStream()
-	spm := dcmtest.Start(t, natsServer.URL)
-	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL, DCMURL: spm.URL, TrustedNetworks: loopback})
-	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	site := startDCMSite(t, gatewaytest.Options{})
+	c, stream, g, providers, instances := site.client, site.stream, site.gateway, site.providers, site.instances
 	east := clusters[0]
 	tenants, err := east.Tenants(t.Context(), "migrate", 1)
 	if err != nil {
@@ -48,11 +41,7 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	ns := tenants[0].Namespace
 
 	// The site before: the old provider, registered in DCM, with instances.
-	old := storagesp.Start(t, "k8s-storage-sp-east", spm.URL, east.AdminClient(), ns)
-	providers, err := spmclient.NewClientWithResponses(spm.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := storagesp.Start(t, "k8s-storage-sp-east", site.spmURL, east.AdminClient(), ns)
 	provider := func() (endpoint, health string) {
 		got, err := providers.GetProviderWithResponse(t.Context(), old.ProviderID)
 		if err != nil || got.JSON200 == nil {
@@ -64,10 +53,6 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 		return got.JSON200.Endpoint, health
 	}
 	c.eventually(time.Minute, "the old provider ready in DCM", func() bool { _, h := provider(); return h == "ready" })
-	instances, err := rmclient.NewClientWithResponses(spm.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	createInstance := func(id string, spec map[string]any) {
 		t.Helper()
 		created, err := instances.CreateInstanceWithResponse(t.Context(), &rmapi.CreateInstanceParams{Id: &id},
