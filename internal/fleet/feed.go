@@ -280,9 +280,13 @@ func (f *Feed) refresh(id string) {
 	}
 	now := time.Now().Truncate(time.Microsecond) // as Postgres keeps it: every replica shows the same
 	var changed bool
-	if c, ok := f.opts.Clusters.Get(id); ok && c.StorageSynced() && c.Health().State != clusters.StateUnreachable {
+	c, ok := f.opts.Clusters.Get(id)
+	var h clusters.Health
+	if ok {
+		h = c.Health()
+	}
+	if ok && c.StorageSynced() && h.State != clusters.StateUnreachable {
 		changed = f.opts.Index.Observe(id, c.StorageObjects(), now)
-		h := c.Health()
 		changed = f.opts.Index.SetWritable(id, h.State == clusters.StateReady && h.Synced) || changed
 	} else {
 		changed = f.opts.Index.MarkStale(id, now)
