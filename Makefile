@@ -22,7 +22,9 @@ DCM_ADDR      ?= 127.0.0.1:8081
 DCM_DATABASE  ?= service_provider
 EMBEDDED_NATS := $(or $(SG_EMBEDDED_NATS_LISTEN),127.0.0.1:4223)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION)
+COMMIT    ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; })
+LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION) \
+             -X github.com/dcm-project/storage-gateway/internal/version.Commit=$(COMMIT)
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(CACHE_DIR)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/logging"
+	"github.com/dcm-project/storage-gateway/internal/version"
 )
 
 func main() {
@@ -48,7 +49,10 @@ func newRootCommand() *cobra.Command {
 			"environment variables (see the README).",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version, as most CLIs take it, prints what `version` prints.
+		Version: version.Get().Version,
 	}
+	root.SetVersionTemplate(versionLine() + "\n")
 	root.AddCommand(newServeCommand(), newMigrateCommand(), newEnvCommand(), newVolumeCommand(), newClassesCommand(), newPlaceCommand(),
 		newKeysCommand(), newTokensCommand(), newLoginCommand(), newLogoutCommand(), newAuditCommand(), newVersionCommand())
 	// Added now rather than by cobra at Execute, so that it is part of the

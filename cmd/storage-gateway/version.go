@@ -13,15 +13,14 @@ func newVersionCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:     "version",
-		Example: "  storage-gateway version\n  storage-gateway version --json",
+		Example: "  storage-gateway version\n  storage-gateway version --json\n  storage-gateway --version",
 		Short:   "Print the gateway's version",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info := version.Get()
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(info)
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(version.Get())
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "storage-gateway %s (commit %s, %s)\n", info.Version, orUnknown(info.Commit), info.GoVersion)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return err
 		},
 	}
@@ -29,9 +28,12 @@ func newVersionCommand() *cobra.Command {
 	return cmd
 }
 
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown"
+// versionLine is what `version` and `--version` print: the version, the
+// commit when the build recorded one, and the Go release.
+func versionLine() string {
+	info := version.Get()
+	if info.Commit == "" {
+		return fmt.Sprintf("storage-gateway %s (%s)", info.Version, info.GoVersion)
 	}
-	return s
+	return fmt.Sprintf("storage-gateway %s (commit %s, %s)", info.Version, info.Commit, info.GoVersion)
 }
