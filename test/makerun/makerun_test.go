@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/dcm-project/storage-gateway/test/docs"
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/ports"
@@ -77,7 +78,7 @@ func TestMakeRunFirstDay(t *testing.T) {
 		{`"status":"ready"`, "\n401\n", "local-east", "local-west", "READY", "Labels:", "shared-files"},
 		{"volume/db-1 deleted", `"status":"healthy"`, `"message":"READY: `, "createVolume"},
 	}
-	for i, block := range readmeBlocks(t, root, "walkthrough") {
+	for i, block := range docs.Blocks(t, "README.md", "walkthrough") {
 		out := runBlock(t, root, append(base, exports...), block, first)
 		t.Logf("walkthrough block %d:\n%s", i+1, out)
 		if i < len(expect) {
@@ -101,7 +102,7 @@ func TestMakeRunFirstDay(t *testing.T) {
 		!strings.Contains(out, "make run-reset") {
 		t.Fatalf("second run does not say what it restored:\n%s", out)
 	}
-	for _, block := range readmeBlocks(t, root, "walkthrough-dcm") {
+	for _, block := range docs.Blocks(t, "README.md", "walkthrough-dcm") {
 		out := runBlock(t, root, append(base, second.exports(t)...), block, second)
 		t.Logf("DCM walkthrough:\n%s", out)
 		for _, provider := range []string{"storage-gateway-local-east", "storage-gateway-local-west"} {
@@ -296,34 +297,6 @@ func checkStateFiles(t *testing.T, state string, exports []string) {
 			t.Fatalf("%s: the gateway kubeconfig lists %v storage classes: %v", s.Environment.ID, classes, err)
 		}
 	}
-}
-
-// readmeBlocks returns the README's shell blocks whose info string is
-// "sh TAG", in order.
-func readmeBlocks(t *testing.T, root, tag string) []string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	var current []string
-	in := false
-	for _, line := range strings.Split(string(data), "\n") {
-		switch {
-		case !in && line == "```sh "+tag:
-			in, current = true, nil
-		case in && line == "```":
-			in = false
-			blocks = append(blocks, strings.Join(current, "\n"))
-		case in:
-			current = append(current, line)
-		}
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("README.md has no ```sh %s block", tag)
-	}
-	return blocks
 }
 
 // runBlock runs a README block with bash in the repository, failing on the
