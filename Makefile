@@ -5,11 +5,28 @@
 # and golangci-lint (pinned, cached outside the clone).
 
 SHELL := bash
+comma := ,
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
 GO        ?= go
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/storage-gateway
+# make run INSTANCE=n runs another instance beside the first: its own state
+# directory, ports (8080 + 10n and so on) and databases, each derived from n
+# unless set (SG_STATE_DIR, SG_LISTEN_ADDR, SG_DATABASE_URL,
+# SG_EMBEDDED_NATS_LISTEN, DCM_ADDR, DCM_DATABASE).
+ifdef INSTANCE
+ifeq ($(shell [ "$(INSTANCE)" -ge 1 ] 2>/dev/null && [ "$(INSTANCE)" -le 99 ] && echo ok),)
+$(error INSTANCE must be a number from 1 to 99)
+endif
+port = $(shell echo $$(($(1) + 10 * $(INSTANCE))))
+export SG_STATE_DIR ?= $(or $(XDG_STATE_HOME),$(HOME)/.local/state)/storage-gateway-$(INSTANCE)
+export SG_LISTEN_ADDR ?= :$(call port,8080)
+export SG_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/storage_gateway_$(INSTANCE)?sslmode=disable
+export SG_EMBEDDED_NATS_LISTEN ?= 127.0.0.1:$(call port,4223)
+DCM_ADDR ?= 127.0.0.1:$(call port,8081)
+DCM_DATABASE ?= service_provider_$(INSTANCE)
+endif
 STATE_DIR ?= $(or $(SG_STATE_DIR),$(or $(XDG_STATE_HOME),$(HOME)/.local/state)/storage-gateway)
 BIN       := bin/storage-gateway
 # make run: local clusters listen on loopback, which production never allows.
@@ -48,17 +65,25 @@ control-plane: ## build and cache etcd, kube-apiserver, kube-controller-manager 
 # make run authenticates API callers with static tokens: each run replaces the
 # admin token of the subject make-run and prints it once the clusters are
 # registered. With DCM=1, token-less requests from loopback get the dcm role
-# (DCM's service-provider-manager sends no token). fleet runs in place of the
-# recipe's shell, so a signal from the terminal (Ctrl-C, or SIGHUP when it is
-# closed) reaches it directly: it stops the gateway and every cluster process
-# and exits 0.
-run: build ## run the gateway (embedded NATS) with two local clusters, registered; DCM=1 adds DCM's service-provider-manager
+# (DCM's service-provider-manager sends no token). The recipe is one shell:
+# it opens the state directory's lock file on fd 9 and local-clusters
+# -preflight locks it, so a second run is refused before anything is
+# written, and every process of the run holds the lock until it ends. fleet
+# runs in place of the recipe's shell, so a signal from the terminal
+# (Ctrl-C, or SIGHUP when it is closed) reaches it directly: it stops the
+# gateway and every cluster process and exits 0.
+run: build ## run the gateway (embedded NATS) with two local clusters, registered; DCM=1 adds DCM's service-provider-manager; INSTANCE=n another one beside it
 	@mkdir -p $(STATE_DIR)
-	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json
-	$(BIN) migrate --create-database
 	$(GO) build -o bin/local-clusters ./cmd/local-clusters
 	$(if $(DCM),$(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm)
-	@token=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1) || exit 1; \
+	@exec 9>>$(STATE_DIR)/make-run.lock; \
+	bin/local-clusters -preflight -lock-fd 9 -state $(STATE_DIR) \
+		-addresses $(LISTEN_ADDR),$(if $(filter off,$(EMBEDDED_NATS)),,$(EMBEDDED_NATS))$(if $(DCM),$(comma)$(DCM_ADDR)) || exit 1; \
+	echo "$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json"; \
+	$(BIN) keys init --if-missing --file $(STATE_DIR)/keyring.json; \
+	echo "$(BIN) migrate --create-database"; \
+	$(BIN) migrate --create-database; \
+	token=$$($(BIN) tokens create --replace --file $(STATE_DIR)/tokens.json --role admin --subject make-run | tail -n 1) || exit 1; \
 	export SG_GATEWAY_TOKEN=$$token MAKE_RUN_NOTE="$$(printf '%s\n' \
 		'make run: the gateway is ready. The API needs a bearer token; the admin token of this run (replaced by the next run):' \
 		"  export SG_GATEWAY_TOKEN=$$token SG_GATEWAY_URL=$(GATEWAY_URL)$(if $(DCM), DCM_URL=http://$(DCM_ADDR)/api/v1alpha1)" \
@@ -70,10 +95,10 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8) \
 	exec bin/local-clusters -out $(STATE_DIR)/clusters \
 		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -note-env MAKE_RUN_NOTE \
-		-reset-hint "make run-reset (with make run stopped) drops the local database and state to start afresh" \
+		-reset-hint "make run-reset$(if $(INSTANCE), INSTANCE=$(INSTANCE)) (with make run stopped) drops the local database and state to start afresh" \
 		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
 
-run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state
+run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state (INSTANCE=n: that instance's)
 	$(GO) run ./cmd/local-reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE) -gateway $(GATEWAY_URL)
 
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)

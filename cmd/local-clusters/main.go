@@ -55,6 +55,11 @@ func run() (int, error) {
 	resetHint := flag.String("reset-hint", "", "how to start afresh, printed when the gateway had environments from before")
 	noteEnv := flag.String("note-env", "", "an environment variable whose text is printed once the gateway is ready and the clusters are registered "+
 		"(how to call it; an environment variable, not an argument, since it may hold a token and arguments are visible to every local user)")
+	preflightOnly := flag.Bool("preflight", false, "only check, before make run touches anything, that no other run holds the "+
+		"state directory's lock (taken here on -lock-fd, for the caller) and that -addresses are free; then exit")
+	lockFD := flag.Int("lock-fd", -1, "with -preflight: the caller's open descriptor of STATE/"+LockFile)
+	state := flag.String("state", "", "with -preflight: make run's state directory")
+	addresses := flag.String("addresses", "", "with -preflight: comma-separated addresses the run will listen on")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: local-clusters [-out DIR] [SPEC.yaml ...] [-- COMMAND ARGS...]\n")
 		flag.PrintDefaults()
@@ -62,6 +67,12 @@ func run() (int, error) {
 	args, command := splitCommand(os.Args[1:])
 	if err := flag.CommandLine.Parse(args); err != nil {
 		return 2, err
+	}
+	if *preflightOnly {
+		if err := preflight(*lockFD, *state, strings.Split(*addresses, ",")); err != nil {
+			return 1, err
+		}
+		return 0, nil
 	}
 	specFiles := flag.Args()
 

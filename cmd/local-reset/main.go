@@ -16,7 +16,10 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
@@ -39,6 +42,15 @@ func run() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// make run holds this lock for as long as any of its processes lives
+	// (see cmd/local-clusters, LockFile).
+	if lock, err := os.Open(filepath.Join(*state, "make-run.lock")); err == nil {
+		held := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+		_ = lock.Close()
+		if held {
+			return fmt.Errorf("make run is running with %s: stop make run first (dropping its database under it would break it)", *state)
+		}
+	}
 	if *gateway != "" {
 		if u, err := url.Parse(*gateway); err == nil {
 			if conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", u.Host); err == nil {

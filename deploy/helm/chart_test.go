@@ -28,6 +28,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/internal/kubeobjects"
+	"github.com/dcm-project/storage-gateway/test/docs"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/natstest"
@@ -58,10 +60,10 @@ const namespace = "storage-gateway"
 
 var chartDir = filepath.Join(harness.RepoRoot(), "deploy", "helm", "storage-gateway")
 
-// render renders the chart with values over its defaults, for a cluster
-// with the given capabilities, as `helm install sg` into namespace would,
-// hooks included, and returns every object (the schema is enforced).
-func render(t *testing.T, caps *common.Capabilities, values map[string]any) ([]*unstructured.Unstructured, error) {
+// renderFiles renders the chart with values over its defaults, for a
+// cluster with the given capabilities, as `helm install sg` into namespace
+// would (the schema is enforced): every template's output by file name.
+func renderFiles(t *testing.T, caps *common.Capabilities, values map[string]any) (map[string]string, error) {
 	t.Helper()
 	chart, err := loader.Load(chartDir)
 	if err != nil {
@@ -72,7 +74,13 @@ func render(t *testing.T, caps *common.Capabilities, values map[string]any) ([]*
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(chart, vals)
+	return engine.Render(chart, vals)
+}
+
+// render returns every object renderFiles renders, hooks included.
+func render(t *testing.T, caps *common.Capabilities, values map[string]any) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	files, err := renderFiles(t, caps, values)
 	if err != nil {
 		return nil, err
 	}
@@ -456,12 +464,14 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		values  map[string]any
 		mention string
 	}{
-		"no replicas":           {map[string]any{"replicaCount": 0}, "replicaCount"},
-		"unknown auth mode":     {map[string]any{"auth": map[string]any{"mode": "ldap"}}, "mode"},
-		"a misspelt setting":    {map[string]any{"replicas": 2}, "replicas"},
-		"oidc without issuer":   {map[string]any{"auth": map[string]any{"mode": "oidc"}}, "issuerURL"},
-		"root filesystem rw":    {map[string]any{"securityContext": map[string]any{"readOnlyRootFilesystem": false}}, "readOnlyRootFilesystem"},
-		"not an SG_ setting":    {map[string]any{"extraEnv": []any{map[string]any{"name": "PATH", "value": "/"}}}, "name"},
+		"no replicas":         {map[string]any{"replicaCount": 0}, "replicaCount"},
+		"unknown auth mode":   {map[string]any{"auth": map[string]any{"mode": "ldap"}}, "mode"},
+		"a misspelt setting":  {map[string]any{"replicas": 2}, "replicas"},
+		"oidc without issuer": {map[string]any{"auth": map[string]any{"mode": "oidc"}}, "issuerURL"},
+		"root filesystem rw":  {map[string]any{"securityContext": map[string]any{"readOnlyRootFilesystem": false}}, "readOnlyRootFilesystem"},
+		"not an SG_ setting":  {map[string]any{"extraEnv": []any{map[string]any{"name": "PATH", "value": "/"}}}, "name"},
+		"a misspelt SG_ setting": {map[string]any{"extraEnv": []any{map[string]any{"name": "SG_PROBE_INTERVALL", "value": "1m"}}},
+			"/extraEnv/0/name"},
 		"a CIDR that is not":    {map[string]any{"allowedClusterCIDRs": []any{"10.0.0.0"}}, "allowedClusterCIDRs"},
 		"no database secret":    {map[string]any{"database": map[string]any{"existingSecret": ""}}, "existingSecret"},
 		"a NATS URL with space": {map[string]any{"nats": map[string]any{"url": "nats://a b"}}, "url"},
@@ -475,4 +485,193 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 			t.Errorf("%s: got %v, want a schema error naming %s", name, err, tc.mention)
 		}
 	}
+}
+
+// extraEnv takes exactly the settings the binary reads: the schema's list
+// is config.Variables (make generate writes it), and one of them passes.
+func TestChartSchemaKnowsEverySetting(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			ExtraEnv struct {
+				Items struct {
+					Properties struct {
+						Name struct {
+							Enum []string `json:"enum"`
+						} `json:"name"`
+					} `json:"properties"`
+				} `json:"items"`
+			} `json:"extraEnv"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	got, want := schema.Properties.ExtraEnv.Items.Properties.Name.Enum, slices.Sorted(slices.Values(config.Variables()))
+	if !slices.Equal(got, want) {
+		t.Fatalf("the schema's extraEnv names are stale (run make generate):\nschema: %v\nbinary: %v", got, want)
+	}
+	if _, err := render(t, capabilities(t), map[string]any{"extraEnv": []any{map[string]any{"name": "SG_PROBE_INTERVAL", "value": "1m"}}}); err != nil {
+		t.Fatalf("a known setting in extraEnv: %v", err)
+	}
+}
+
+// An optional object that is enabled but whose API the cluster does not
+// serve is left out, and the install notes say so; once the API is served,
+// the object renders and the notes are quiet.
+func TestChartNotesWarnAboutObjectsLeftOut(t *testing.T) {
+	enabled := map[string]any{
+		"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
+		"route":   map[string]any{"enabled": true, "host": "sg.example.com"},
+	}
+	without := common.DefaultCapabilities.Copy()
+	files, err := renderFiles(t, without, enabled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := files["storage-gateway/templates/NOTES.txt"]
+	for _, want := range []string{"metrics.serviceMonitor.enabled", "metrics.prometheusRule.enabled", "route.enabled"} {
+		if !strings.Contains(notes, "WARNING: "+want+" is true") {
+			t.Errorf("the notes do not warn that %s was left out:\n%s", want, notes)
+		}
+	}
+	with := common.DefaultCapabilities.Copy()
+	with.APIVersions = append(with.APIVersions, "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule",
+		"route.openshift.io/v1/Route")
+	if files, err = renderFiles(t, with, enabled); err != nil {
+		t.Fatal(err)
+	}
+	if notes := files["storage-gateway/templates/NOTES.txt"]; strings.Contains(notes, "WARNING") {
+		t.Errorf("the notes warn although every API is served:\n%s", notes)
+	}
+	if defaults, _ := renderFiles(t, without, nil); strings.Contains(defaults["storage-gateway/templates/NOTES.txt"], "WARNING") {
+		t.Error("the notes warn with the default values")
+	}
+}
+
+// The manual's install and template blocks work as written with the Helm 3
+// and the Helm 4 CLI (and kubectl) against a real API server: the release
+// is deployed, its migration hook Job having run — completed by a stand-in
+// for the kubelet and the Job controller, which the harness has not — and
+// the rendered objects are written. Each run starts from no namespace.
+func TestInstallWithHelmAsWritten(t *testing.T) {
+	ctx := t.Context()
+	kubectl, err := harness.Tool(ctx, "kubectl", "github.com/dcm-project/storage-gateway/test/tools/kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := gatewayproc.Binary(t)
+	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := os.WriteFile(kubeconfig, cluster.AdminKubeconfig(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	install, template := docs.Blocks(t, "deploy/README.md", "helm-install"), docs.Blocks(t, "deploy/README.md", "helm-template")
+	for _, helm := range []struct{ name, module, pkg string }{
+		{"Helm 3", "helm3", "helm.sh/helm/v3/cmd/helm"},
+		{"Helm 4", "helm4", "helm.sh/helm/v4/cmd/helm"},
+	} {
+		t.Run(helm.name, func(t *testing.T) {
+			bin, err := harness.Tool(ctx, helm.module, helm.pkg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ns, release = "storage-gateway", "storage-gateway"
+			removeNamespace(t, ns)
+			dir := t.TempDir()
+			if err := os.Symlink(filepath.Join(harness.RepoRoot(), "deploy"), filepath.Join(dir, "deploy")); err != nil {
+				t.Fatal(err)
+			}
+			env := append(os.Environ(), "KUBECONFIG="+kubeconfig, "HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir(),
+				"PATH="+strings.Join([]string{filepath.Dir(bin), filepath.Dir(kubectl), filepath.Dir(binary), os.Getenv("PATH")}, ":"))
+			stop := completeMigrationJobs(t, ns)
+			for _, block := range append(slices.Clone(install), template...) {
+				cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+				cmd.Dir, cmd.Env = dir, env
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: the block failed: %v\n--- block:\n%s\n--- output:\n%s", helm.name, err, block, out)
+				}
+				t.Logf("%s:\n%s", helm.name, out)
+			}
+			if migrated := stop(); migrated != 1 {
+				t.Errorf("the migration Job ran %d times, want once", migrated)
+			}
+			d, err := cluster.AdminClient().AppsV1().Deployments(ns).Get(ctx, release, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s installed no Deployment: %v", helm.name, err)
+			}
+			if image := d.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, ":0.1.0") {
+				t.Errorf("the Deployment runs %s", image)
+			}
+			rendered, err := os.ReadFile(filepath.Join(dir, "storage-gateway.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := kubeobjects.Decode(rendered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := kinds(objs); !slices.Contains(got, "Deployment/"+release) || !slices.Contains(got, "Job/"+release+"-migrate") {
+				t.Errorf("helm template rendered %v", got)
+			}
+			removeNamespace(t, ns)
+		})
+	}
+}
+
+// removeNamespace deletes ns, if it exists, and waits until it is gone.
+func removeNamespace(t *testing.T, ns string) {
+	t.Helper()
+	namespaces := cluster.AdminClient().CoreV1().Namespaces()
+	if err := namespaces.Delete(t.Context(), ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	poll.Until(t, 2*time.Minute, "namespace "+ns+" gone", func() bool {
+		_, err := namespaces.Get(t.Context(), ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
+
+// completeMigrationJobs stands in for the kubelet and the Job controller in
+// ns: each Job that runs `storage-gateway migrate` is marked complete as
+// they would once its pod exited 0. stop ends it and says how many it
+// completed.
+func completeMigrationJobs(t *testing.T, ns string) (stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	jobs := cluster.AdminClient().BatchV1().Jobs(ns)
+	done := make(chan int, 1)
+	go func() {
+		completed := map[string]bool{}
+		defer func() { done <- len(completed) }()
+		for ctx.Err() == nil {
+			list, err := jobs.List(ctx, metav1.ListOptions{})
+			if err == nil {
+				for i := range list.Items {
+					j := &list.Items[i]
+					if completed[string(j.UID)] || !slices.Equal(j.Spec.Template.Spec.Containers[0].Args, []string{"migrate"}) {
+						continue
+					}
+					now := metav1.Now()
+					j.Status = batchv1.JobStatus{StartTime: &now, CompletionTime: &now, Succeeded: 1, Conditions: []batchv1.JobCondition{
+						{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+						{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+					}}
+					if _, err := jobs.UpdateStatus(ctx, j, metav1.UpdateOptions{}); err == nil {
+						completed[string(j.UID)] = true
+					} else if ctx.Err() == nil {
+						t.Logf("complete job %s: %v", j.Name, err)
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int { cancel(); return <-done }
 }

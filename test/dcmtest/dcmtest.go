@@ -1,7 +1,7 @@
 // Package dcmtest runs DCM's real service-provider-manager (built from the
-// pinned module by test/tools/build-spm.sh) for interoperability tests: on a
-// private Postgres database, against a given NATS server, with fast health
-// checks. It must never be imported by production code.
+// pinned module test/tools/spm by test/tools/build-tool.sh) for
+// interoperability tests: on a private Postgres database, against a given
+// NATS server, with fast health checks. It must never be imported by production code.
 package dcmtest
 
 import (
@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -36,13 +34,17 @@ func Binary(t testing.TB) string {
 	if bin := os.Getenv("SG_SPM_BIN"); bin != "" {
 		return bin
 	}
-	cmd := exec.CommandContext(context.Background(), "bash", filepath.Join(harness.RepoRoot(), "test", "tools", "build-spm.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	bin, err := Build(context.Background())
 	if err != nil {
-		t.Fatalf("build service-provider-manager: %v", err)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return bin
+}
+
+// Build builds the manager from the pinned module test/tools/spm (once;
+// cached outside the clone) and returns the binary's path.
+func Build(ctx context.Context) (string, error) {
+	return harness.Tool(ctx, "spm", "github.com/dcm-project/service-provider-manager/cmd/service-provider-manager")
 }
 
 // Start runs the manager until the test ends. Its status consumer reads the

@@ -55,3 +55,16 @@ func checkBinaries(dir string) error {
 	}
 	return nil
 }
+
+// Tool returns the path of a program the tests run that is built from a
+// pinned tools module (test/tools/<module>), building it with
+// test/tools/build-tool.sh on first use (instant once cached).
+func Tool(ctx context.Context, module, pkg string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(RepoRoot(), "test", "tools", "build-tool.sh"), module, pkg)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build %s from test/tools/%s: %w\n%s", pkg, module, err, stderr.String())
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}

@@ -41,9 +41,11 @@ const (
 const gatewayTokenTTL = 365 * 24 * time.Hour
 
 // volumeControllers are the kube-controller-manager controllers a storage
-// fleet needs: binding, expansion, protection finalizers and quota usage.
+// fleet needs: binding, expansion, protection finalizers and quota usage;
+// and namespace deletion, which installs and `env unbootstrap` wait for.
 var volumeControllers = "persistentvolume-binder-controller,persistentvolume-expander-controller," +
-	"persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,resourcequota-controller"
+	"persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,resourcequota-controller," +
+	"namespace-controller"
 
 // Cluster is one running harness cluster.
 type Cluster struct {

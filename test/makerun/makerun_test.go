@@ -10,6 +10,7 @@ package makerun_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -89,6 +90,7 @@ func TestMakeRunFirstDay(t *testing.T) {
 			}
 		}
 	}
+	checkSecondRunRefused(t, root, base, state)
 	first.signal(t, syscall.SIGHUP)
 	first.wait(t)
 	first.checkCleanExit(t, tmp, exports, syscall.SIGHUP)
@@ -142,6 +144,56 @@ func TestMakeRunFirstDay(t *testing.T) {
 			t.Fatalf("database %s after make run-reset: %v", url, err)
 		}
 	}
+}
+
+// checkSecondRunRefused: while a run is up, another on the same state
+// directory is refused before it writes anything — the first run's key
+// ring, tokens and kubeconfigs stay as they were — and so is one on its own
+// state directory but the same gateway address; each refusal says how to
+// run another instance.
+func checkSecondRunRefused(t *testing.T, root string, base []string, state string) {
+	t.Helper()
+	before := stateFiles(t, state)
+	for _, tc := range []struct {
+		name, want string
+		env        []string
+	}{
+		{"the same state directory", "another make run uses " + state, nil},
+		{"the same address", "is in use", []string{"SG_STATE_DIR=" + t.TempDir()}},
+	} {
+		second := startMakeRun(t, root, append(slices.Clone(base), tc.env...))
+		second.wait(t)
+		out := second.out.String()
+		if second.err == nil || !strings.Contains(out, tc.want) || !strings.Contains(out, "make run INSTANCE=2") ||
+			strings.Contains(out, readyLine) || strings.Contains(out, "keys init") {
+			t.Fatalf("a second make run on %s was not refused first thing (%v):\n%s", tc.name, second.err, out)
+		}
+	}
+	if after := stateFiles(t, state); !maps.Equal(before, after) {
+		t.Fatal("a refused make run changed the first run's state files")
+	}
+}
+
+// stateFiles reads every file of make run's state directory but the
+// embedded NATS store.
+func stateFiles(t *testing.T, state string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(state, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			if d != nil && d.IsDir() && d.Name() == "nats" {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		data, err := os.ReadFile(path)
+		files[path] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 // makeRun is one `make run` in a process group of its own, as a terminal

@@ -9,14 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/postgres"
-	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/dcmtest"
 )
 
 func main() {
@@ -38,13 +35,11 @@ func run() error {
 	if err := postgres.EnsureDatabase(ctx, url); err != nil {
 		return err
 	}
-	build := exec.CommandContext(ctx, "bash", filepath.Join(harness.RepoRoot(), "test", "tools", "build-spm.sh"))
-	build.Stderr = os.Stderr
-	out, err := build.Output()
+	fmt.Fprintln(os.Stderr, "spm: building DCM's service-provider-manager (first time only, ~1 min)")
+	bin, err := dcmtest.Build(ctx)
 	if err != nil {
-		return fmt.Errorf("build service-provider-manager: %w", err)
+		return err
 	}
-	bin := strings.TrimSpace(string(out))
 	env := append(os.Environ(), "DB_TYPE=pgsql", "DB_HOST=127.0.0.1", "DB_PORT=5432", "DB_USER=postgres",
 		"DB_NAME="+*database, "SVC_ADDRESS="+*listen, "NATS_URL="+*natsURL)
 	fmt.Fprintf(os.Stderr, "spm: DCM service-provider-manager on http://%s/api/v1alpha1\n", *listen)

@@ -1,0 +1,61 @@
+// Command schemagen writes into the chart's values.schema.json the names
+// extraEnv may set: every SG_* setting the binary reads (config.Variables),
+// so a misspelt name fails `helm install` instead of being ignored by the
+// gateway. `make generate` runs it; the chart test fails when the list is
+// stale. It rewrites only that list, keeping the rest of the file as
+// written.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/dcm-project/storage-gateway/internal/config"
+)
+
+// enum finds the list: the "enum" right after the generated-list comment.
+var enum = regexp.MustCompile(`("\$comment": "` + regexp.QuoteMeta(comment) + `",\n(\s*)"enum": )\[[^\]]*\]`)
+
+// comment marks the generated list in the schema.
+const comment = "every SG_* setting the binary reads; make generate writes this list"
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: schemagen values.schema.json")
+		os.Exit(2)
+	}
+	if err := run(os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "schemagen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	m := enum.FindSubmatchIndex(data)
+	if m == nil {
+		return fmt.Errorf("%s: no \"$comment\": %q followed by an \"enum\"", file, comment)
+	}
+	indent := string(data[m[4]:m[5]])
+	names := slices.Sorted(slices.Values(config.Variables()))
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		q, _ := json.Marshal(n)
+		quoted[i] = indent + "  " + string(q)
+	}
+	list := "[\n" + strings.Join(quoted, ",\n") + "\n" + indent + "]"
+	out := append([]byte{}, data[:m[3]]...)
+	out = append(out, list...)
+	out = append(out, data[m[1]:]...)
+	if !json.Valid(out) {
+		return fmt.Errorf("%s: the result is not JSON", file)
+	}
+	return os.WriteFile(file, out, 0o644)
+}
