@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -63,31 +68,193 @@ func openTargetCluster(kubeconfig, context string) (*targetCluster, error) {
 // that already held other things (the gateway itself, say).
 const createdByBootstrap = "storage-gateway.dcm-project.io/created-by-bootstrap"
 
-// grant applies the ServiceAccount and its RBAC (server-side apply: running
-// it again changes nothing, and adds the namespaces not bound yet). The
-// namespace is created when missing, and otherwise left as it is.
-func (t *targetCluster) grant(ctx context.Context, namespaces []string) error {
+// terminatingWait bounds how long bootstrap waits for a namespace that is
+// being deleted (right after unbootstrap, say) to be gone.
+const terminatingWait = 2 * time.Minute
+
+// grant makes what the gateway needs in the cluster — all of it or, on any
+// failure, nothing: a preflight checks the namespaces and the admin's
+// permissions before anything is written, and what this run created is
+// deleted again when a later step fails (the returned undo does the same
+// for the caller's later steps). Server-side apply makes a second run
+// change nothing but add the namespaces not bound yet; what existed before
+// is never deleted by undo. Served namespaces that do not exist are
+// created only with createNamespaces.
+func (t *targetCluster) grant(ctx context.Context, namespaces []string, createNamespaces bool, progress io.Writer) (undo func(), err error) {
 	objs, err := targetcluster.Objects(namespaces)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	missing, err := t.preflight(ctx, namespaces, createNamespaces, progress)
+	if err != nil {
+		return nil, err
+	}
+	var created []*unstructured.Unstructured
+	undo = func() { t.remove(context.WithoutCancel(ctx), created, progress) }
+	defer func() {
+		if err != nil {
+			undo()
+		}
+	}()
+	for _, ns := range missing {
+		obj := &unstructured.Unstructured{}
+		obj.SetAPIVersion("v1")
+		obj.SetKind("Namespace")
+		obj.SetName(ns)
+		if _, err := t.typed.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+			metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+			return undo, fmt.Errorf("create namespace %s: %w", ns, err)
+		}
+		created = append(created, obj)
 	}
 	for _, obj := range objs {
 		res, err := t.objects.Resource(obj, "")
 		if err != nil {
-			return err
+			return undo, err
 		}
 		if obj.GetKind() == "Namespace" {
 			obj.SetAnnotations(map[string]string{createdByBootstrap: "true"})
-			if _, err := res.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("create namespace %s: %w", obj.GetName(), err)
+			_, err := res.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+			switch {
+			case err == nil:
+				created = append(created, obj)
+			case !apierrors.IsAlreadyExists(err):
+				return undo, fmt.Errorf("create namespace %s: %w", obj.GetName(), err)
 			}
 			continue
 		}
+		_, err = res.Get(ctx, obj.GetName(), metav1.GetOptions{})
+		existed := err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return undo, fmt.Errorf("read %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
 		if _, err := res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
-			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			return undo, fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if !existed {
+			created = append(created, obj)
 		}
 	}
-	return nil
+	return undo, nil
+}
+
+// preflight waits for namespaces that are being deleted to be gone, then
+// says which served namespaces are missing (refusing them unless they may
+// be created) and refuses, naming each, the permissions the admin lacks to
+// make what grant makes. It writes nothing.
+func (t *targetCluster) preflight(ctx context.Context, namespaces []string, createNamespaces bool, progress io.Writer) (missing []string, err error) {
+	saNamespaceExists := false
+	for _, ns := range append([]string{targetcluster.Namespace}, namespaces...) {
+		exists, err := t.namespaceExists(ctx, ns, progress)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case ns == targetcluster.Namespace:
+			saNamespaceExists = saNamespaceExists || exists
+		case !exists && !slices.Contains(missing, ns):
+			missing = append(missing, ns)
+		}
+	}
+	if len(missing) > 0 && !createNamespaces {
+		return nil, fmt.Errorf("namespace %s does not exist in the cluster: create it first, or give --create-namespace; nothing was changed",
+			strings.Join(missing, ", "))
+	}
+	type need struct{ verb, group, resource, subresource, namespace string }
+	var needs []need
+	if len(missing) > 0 || !saNamespaceExists {
+		needs = append(needs, need{"create", "", "namespaces", "", ""})
+	}
+	for _, verb := range []string{"create", "patch"} {
+		needs = append(needs, need{verb, "", "serviceaccounts", "", targetcluster.Namespace},
+			need{verb, "rbac.authorization.k8s.io", "clusterroles", "", ""},
+			need{verb, "rbac.authorization.k8s.io", "clusterrolebindings", "", ""})
+		for _, ns := range namespaces {
+			needs = append(needs, need{verb, "rbac.authorization.k8s.io", "rolebindings", "", ns})
+		}
+	}
+	needs = append(needs, need{"create", "", "serviceaccounts", "token", targetcluster.Namespace})
+	var denied []string
+	for _, n := range needs {
+		review, err := t.typed.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: n.verb, Group: n.group, Resource: n.resource, Subresource: n.subresource, Namespace: n.namespace}}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("ask the cluster what the admin kubeconfig may do: %w", err)
+		}
+		if !review.Status.Allowed {
+			what := n.verb + " " + n.resource
+			if n.subresource != "" {
+				what += "/" + n.subresource
+			}
+			if n.namespace != "" {
+				what += " in namespace " + n.namespace
+			}
+			denied = append(denied, what)
+		}
+	}
+	if len(denied) > 0 {
+		return nil, fmt.Errorf("the admin kubeconfig may not %s; use a cluster admin's kubeconfig; nothing was changed", strings.Join(denied, ", "))
+	}
+	return missing, nil
+}
+
+// namespaceExists reports whether ns exists, first waiting — up to
+// terminatingWait, saying so — for it to be gone if it is being deleted.
+func (t *targetCluster) namespaceExists(ctx context.Context, ns string, progress io.Writer) (bool, error) {
+	start := time.Now()
+	said := time.Time{}
+	for {
+		n, err := t.typed.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if !said.IsZero() {
+				fmt.Fprintf(progress, "namespace %s is gone\n", ns)
+			}
+			return false, nil
+		case apierrors.IsForbidden(err):
+			return false, fmt.Errorf("the admin kubeconfig may not get namespace %s; use a cluster admin's kubeconfig; nothing was changed", ns)
+		case err != nil:
+			return false, err
+		case n.DeletionTimestamp == nil:
+			return true, nil
+		case time.Since(start) > terminatingWait:
+			return false, fmt.Errorf("namespace %s is still being deleted after %s (kubectl get namespace %s -o yaml says what holds it); "+
+				"nothing was changed", ns, terminatingWait, ns)
+		case time.Since(said) >= 10*time.Second:
+			fmt.Fprintf(progress, "waiting for namespace %s to finish terminating (%s so far, at most %s)\n", ns,
+				time.Since(start).Round(time.Second), terminatingWait)
+			said = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// remove deletes objs, last first, saying so (undoing a failed grant).
+func (t *targetCluster) remove(ctx context.Context, objs []*unstructured.Unstructured, progress io.Writer) {
+	for i := len(objs) - 1; i >= 0; i-- {
+		obj := objs[i]
+		res, err := t.objects.Resource(obj, "")
+		if err == nil {
+			err = res.Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			fmt.Fprintf(progress, "could not remove %s %s: %v (remove it by hand, or run env unbootstrap)\n", obj.GetKind(), obj.GetName(), err)
+			continue
+		}
+		fmt.Fprintf(progress, "removed %s %s, created by this run\n", obj.GetKind(), qualified(obj))
+	}
+}
+
+func qualified(obj *unstructured.Unstructured) string {
+	if obj.GetNamespace() != "" {
+		return obj.GetNamespace() + "/" + obj.GetName()
+	}
+	return obj.GetName()
 }
 
 // mintToken asks the cluster for a token of the ServiceAccount.
@@ -167,6 +334,7 @@ type bootstrapFlags struct {
 	kubeconfig, context string
 	tokenTTL            time.Duration
 	rotate              bool
+	createNamespace     bool
 }
 
 func (c *gatewayClient) bootstrapCommand() *cobra.Command {
@@ -178,8 +346,11 @@ func (c *gatewayClient) bootstrapCommand() *cobra.Command {
 		Long: "bootstrap uses your admin kubeconfig here, on your machine (exec plugins included), to apply deploy/target-cluster's\n" +
 			"ServiceAccount and RBAC to the cluster — one RoleBinding per namespace the environment serves — mints a token of\n" +
 			"that ServiceAccount and registers the environment through the gateway's API with it. Only the token reaches the\n" +
-			"gateway. --rotate mints a new token and rotates it in. Run again with more --allowed-namespaces to bind them.",
+			"gateway. It is all or nothing: the namespaces and your permissions are checked before anything is written, and\n" +
+			"what it created is removed if a later step fails. --rotate mints a new token and rotates it in. Run again with\n" +
+			"more --allowed-namespaces to bind them (the environment is updated).",
 		Example: "  storage-gateway env bootstrap east --kubeconfig ~/.kube/config --context east-admin --namespace dcm-volumes\n" +
+			"  storage-gateway env bootstrap east --kubeconfig ~/.kube/config --namespace dcm-volumes --create-namespace\n" +
 			"  storage-gateway env bootstrap east --kubeconfig ~/.kube/config --context east-admin --rotate",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -210,22 +381,39 @@ func (c *gatewayClient) bootstrapCommand() *cobra.Command {
 			if in.AllowedNamespaces != nil {
 				namespaces = append(namespaces, *in.AllowedNamespaces...)
 			}
-			if err := target.grant(ctx, namespaces); err != nil {
-				return err
-			}
-			token, err := target.mintToken(ctx, f.tokenTTL)
+			undo, err := target.grant(ctx, namespaces, f.createNamespace, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			if in.Credentials, err = target.credentials(token); err != nil {
+			err = func() error {
+				token, err := target.mintToken(ctx, f.tokenTTL)
+				if err != nil {
+					return err
+				}
+				if in.Credentials, err = target.credentials(token); err != nil {
+					return err
+				}
+				return c.apply(cmd, id, in)
+			}()
+			var unreachable *unreachableError
+			switch {
+			case errors.As(err, &unreachable) && unreachable.sent:
+				// The gateway may hold the environment now: its credentials
+				// must stay. The admin finds out which it is.
+				return fmt.Errorf("%w; if `storage-gateway env get %s` does not find it, run env unbootstrap", err, id)
+			case err != nil:
+				fmt.Fprintln(cmd.ErrOrStderr(), "env bootstrap failed after changing the cluster; undoing what this run created:")
+				undo()
 				return err
 			}
-			return c.create(cmd, id, in)
+			return nil
 		},
 	}
 	spec.register(cmd)
 	f.register(cmd)
 	cmd.Flags().BoolVar(&f.rotate, "rotate", false, "mint a new token and rotate it into the registered environment")
+	cmd.Flags().BoolVar(&f.createNamespace, "create-namespace", false,
+		"create the served namespaces that do not exist yet (unbootstrap leaves them: they hold the volumes)")
 	cmd.Flags().DurationVar(&f.tokenTTL, "token-duration", 365*24*time.Hour,
 		"lifetime of the minted token (the gateway reports the environment DEGRADED 7 days before it ends)")
 	return cmd
