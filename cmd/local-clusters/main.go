@@ -27,7 +27,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -88,7 +87,7 @@ func run() (int, error) {
 	context.AfterFunc(ctx, stop)
 	// `make run` runs local-clusters directly: should make be killed outright, it
 	// gets SIGTERM and stops everything it started.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
+	if err := harness.SignalOnParentDeath(syscall.SIGTERM); err != nil {
 		return 1, fmt.Errorf("set the parent-death signal: %w", err)
 	}
 
@@ -137,14 +136,15 @@ func inBackground(ctx context.Context, fn func(context.Context)) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// childProcess is command as a child of local-clusters: when ctx ends it gets
-// SIGTERM, and SIGKILL grace later; when local-clusters dies, it gets SIGTERM.
-func childProcess(ctx context.Context, command []string, grace time.Duration) *exec.Cmd {
+// childProcess is command as a child of local-clusters, with env (nil: this
+// process's): when ctx ends it gets SIGTERM, and SIGKILL grace later; when
+// local-clusters dies, it gets SIGTERM.
+func childProcess(ctx context.Context, command, env []string, grace time.Duration) (*exec.Cmd, error) {
 	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.Env = env
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = grace
-	return cmd
+	return cmd, harness.BindToParent(cmd, syscall.SIGTERM)
 }
 
 // runCompanion runs a command beside the main one once the gateway is ready
@@ -154,9 +154,12 @@ func runCompanion(ctx context.Context, gateway string, command []string) {
 	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
 		return
 	}
-	cmd := childProcess(ctx, command, 10*time.Second)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil && ctx.Err() == nil {
+	cmd, err := childProcess(ctx, command, nil, 10*time.Second)
+	if err == nil {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		err = cmd.Run()
+	}
+	if err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "local-clusters: companion exited:", err)
 	}
 }
@@ -182,10 +185,12 @@ func registerAll(ctx context.Context, gateway string, command []string, clusters
 		args := append(slices.Clone(command[1:]), c.Name(),
 			"-f", filepath.Join(dir, c.Name()+".environment.yaml"),
 			"--kubeconfig", filepath.Join(dir, c.Name()+".kubeconfig"))
-		cmd := childProcess(ctx, append([]string{command[0]}, args...), 10*time.Second)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		cmd.Env = append(os.Environ(), "SG_GATEWAY_URL="+gateway)
-		if err := cmd.Run(); err != nil {
+		cmd, err := childProcess(ctx, append([]string{command[0]}, args...), append(os.Environ(), "SG_GATEWAY_URL="+gateway), 10*time.Second)
+		if err == nil {
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			err = cmd.Run()
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "local-clusters: register %s: %v\n", c.Name(), err)
 		}
 	}
@@ -390,9 +395,11 @@ func printSummary(clusters []*harness.Cluster, dir string, took time.Duration) {
 // kubeconfigs until it exits or ctx ends (then it gets SIGTERM, and SIGKILL
 // 30 s later), and returns its exit code.
 func runChild(ctx context.Context, command []string, dir string) (int, error) {
-	cmd := childProcess(ctx, command, 30*time.Second)
+	cmd, err := childProcess(ctx, command, append(os.Environ(), "SG_LOCAL_CLUSTERS_DIR="+dir), 30*time.Second)
+	if err != nil {
+		return 1, err
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "SG_LOCAL_CLUSTERS_DIR="+dir)
 	return exitCode(cmd.Run())
 }
 

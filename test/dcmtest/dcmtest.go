@@ -61,7 +61,10 @@ func Start(t testing.TB, natsURL string) *SPM {
 		"HEALTH_CHECK_INTERVAL=1s", "HEALTH_CHECK_TIMEOUT=1s", "HEALTH_CHECK_BASE_BACKOFF_INTERVAL=1s",
 		"HEALTH_CHECK_MAX_BACKOFF_INTERVAL=2s")
 	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a test binary killed at its timeout
+	// It dies with a test binary killed at its timeout.
+	if err := harness.BindToParent(cmd, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

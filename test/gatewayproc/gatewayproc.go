@@ -138,7 +138,10 @@ func Start(t testing.TB, binary string, env []string) *Process {
 	t.Helper()
 	cmd := exec.CommandContext(context.Background(), binary, "serve")
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a test binary killed at its timeout
+	// It dies with a test binary killed at its timeout.
+	if err := harness.BindToParent(cmd, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -365,7 +365,10 @@ func (c *Cluster) startControllerManager(ctx context.Context, bins string) error
 	// On cancel: SIGTERM, then SIGKILL if it has not exited within 10 s.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := BindToParent(cmd, syscall.SIGKILL); err != nil {
+		_ = logFile.Close()
+		return err
+	}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return fmt.Errorf("start kube-controller-manager: %w", err)

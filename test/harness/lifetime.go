@@ -1,9 +1,9 @@
 package harness
 
 import (
-	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,48 +17,70 @@ import (
 
 // The control-plane processes must not outlive the process that runs the
 // harness, however it ends: a test binary killed at its timeout, `make run`
-// closed with its terminal. envtest starts etcd and kube-apiserver in their
-// own process groups (so a terminal's signals miss them) and offers no way to
-// set a parent-death signal. So the harness starts them through itself: each
-// cluster's bin directory links etcd and kube-apiserver to this executable,
-// which, started under one of those names with launcherDirEnv set, asks the
-// kernel for SIGKILL when its parent dies and then executes the real binary
-// (the parent-death signal survives exec).
+// closed with its terminal. On Linux a parent-death signal does it; envtest
+// starts etcd and kube-apiserver in their own process groups (so a
+// terminal's signals miss them) and offers no way to set one. So the harness
+// starts them through itself: each cluster's bin directory links etcd and
+// kube-apiserver to this executable, which, started under one of those names
+// with launcherDirEnv set, becomes a launcher of the real binary (launch, per
+// platform: on Linux it asks for SIGKILL at its parent's death and executes
+// the real binary, the signal surviving exec; elsewhere it runs the real
+// binary in a process group of its own and kills that group when its parent
+// dies). Commands the harness's users start themselves go through the same
+// launcher where there is no parent-death signal (BindToParent).
 const (
 	// launcherDirEnv names the directory of the real binaries.
 	launcherDirEnv = "SG_HARNESS_LAUNCH_FROM"
 	// launcherParentEnv is the harness process's pid: a launcher whose
-	// parent died before it set the signal must not run on as an orphan.
+	// parent died before it was set up must not run on as an orphan.
 	launcherParentEnv = "SG_HARNESS_LAUNCHER_PARENT"
+	// launchEnv names the real binary of a command started through
+	// BindToParent, and launchSignalEnv the signal it gets when its parent
+	// dies.
+	launchEnv       = "SG_HARNESS_LAUNCH"
+	launchSignalEnv = "SG_HARNESS_LAUNCH_SIGNAL"
 )
 
 // launchedBinaries are the control-plane programs envtest starts.
 var launchedBinaries = []string{"etcd", "kube-apiserver"}
 
 func init() {
-	dir := os.Getenv(launcherDirEnv)
 	name := filepath.Base(os.Args[0])
-	if dir == "" || !slices.Contains(launchedBinaries, name) {
+	real, sig := "", syscall.SIGKILL
+	switch {
+	case os.Getenv(launchEnv) != "":
+		real = os.Getenv(launchEnv)
+		if n, err := strconv.Atoi(os.Getenv(launchSignalEnv)); err == nil {
+			sig = syscall.Signal(n)
+		}
+	case os.Getenv(launcherDirEnv) != "" && slices.Contains(launchedBinaries, name):
+		real = filepath.Join(os.Getenv(launcherDirEnv), name)
+	default:
 		return
 	}
-	if err := launch(dir, name); err != nil {
+	if parent := os.Getenv(launcherParentEnv); parent != strconv.Itoa(os.Getppid()) {
+		fmt.Fprintf(os.Stderr, "harness launcher for %s: the harness process is gone\n", name)
+		os.Exit(1)
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		for _, v := range []string{launcherDirEnv, launcherParentEnv, launchEnv, launchSignalEnv} {
+			if strings.HasPrefix(kv, v+"=") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := launch(real, os.Args, env, sig); err != nil {
 		fmt.Fprintf(os.Stderr, "harness launcher for %s: %v\n", name, err)
 		os.Exit(1)
 	}
 }
 
-// launch becomes the real binary name from dir, set to die with its parent.
-func launch(dir, name string) error {
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
-		return fmt.Errorf("set the parent-death signal: %w", err)
-	}
-	if parent := os.Getenv(launcherParentEnv); parent != strconv.Itoa(os.Getppid()) {
-		return errors.New("the harness process is gone")
-	}
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, launcherDirEnv+"=") || strings.HasPrefix(kv, launcherParentEnv+"=")
-	})
-	return syscall.Exec(filepath.Join(dir, name), os.Args, env)
+// BindToParent makes cmd's process get sig when this process dies, however
+// it dies: a parent-death signal on Linux, the launcher elsewhere. Call it
+// before cmd starts.
+func BindToParent(cmd *exec.Cmd, sig syscall.Signal) error {
+	return bindToParent(cmd, sig)
 }
 
 // linkLaunchers makes binDir hold etcd and kube-apiserver as links to this
@@ -144,28 +166,7 @@ func removeAbandonedWorkDirs() {
 // ProcessesWithEnv lists the live processes (pid and command line) whose
 // environment holds kv, such as TMPDIR=<a test's directory>: every process
 // a harness user starts inherits it, so tests find what was left behind.
-func ProcessesWithEnv(kv string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var found []string
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !slices.Contains(strings.Split(string(environ), "\x00"), kv) {
-			continue
-		}
-		// Zombies are gone but for their parent's wait: the state field
-		// follows the command in parentheses.
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		found = append(found, e.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
-	}
-	return found
-}
+func ProcessesWithEnv(kv string) []string { return processesWithEnv(kv) }
 
 // WaitForNoProcessesWithEnv fails t when processes with kv in their
 // environment are still alive after timeout (killed ones may take a moment
