@@ -115,6 +115,7 @@ var auditTable = table[api.AuditEvent]{
 	columns: []column[api.AuditEvent]{
 		{header: "TIME", value: func(e api.AuditEvent) string { return e.Time.Local().Format(time.RFC3339) }},
 		{header: "SUBJECT", value: func(e api.AuditEvent) string { return e.Subject }},
+		{header: "SUBJECT NAME", wide: true, value: func(e api.AuditEvent) string { return e.Name }},
 		{header: "ROLES", value: func(e api.AuditEvent) string { return joinNames(e.Roles, ",") }},
 		{header: "METHOD", value: func(e api.AuditEvent) string { return string(e.AuthMethod) }},
 		{header: "ACTION", value: func(e api.AuditEvent) string { return e.Action }},
@@ -124,6 +125,5 @@ var auditTable = table[api.AuditEvent]{
 		{header: "PEER", value: func(e api.AuditEvent) string { return e.Peer }},
 		{header: "REQUEST", value: func(e api.AuditEvent) string { return e.RequestId }},
 		{header: "ID", wide: true, value: func(e api.AuditEvent) string { return e.Id }},
-		{header: "EVENT", wide: true, value: func(e api.AuditEvent) string { return e.Name }},
 	},
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,7 +20,8 @@ func newClassesCommand() *cobra.Command {
 	c := &gatewayClient{}
 	var params api.ListStorageClassesParams
 	var environments []string
-	var region, provisioner, accessMode, volumeMode, expandable, isDefault string
+	var region, provisioner, accessMode, volumeMode string
+	var expandable, isDefault bool
 	cmd := &cobra.Command{
 		Use:   "classes",
 		Short: "Show StorageClasses across the fleet: one row per class, one column per environment",
@@ -30,16 +29,24 @@ func newClassesCommand() *cobra.Command {
 			"the class supports there (? when unknown), then: exp (expandable), default, and the capacity\n" +
 			"its driver publishes; - means the environment has no such class. A stale column is an\n" +
 			"environment the gateway cannot reach now: its last known classes, as of the time shown.",
-		Example: "  storage-gateway classes\n  storage-gateway classes --access-mode RWX --expandable true\n" +
-			"  storage-gateway classes --environment east --environment west -o wide\n  storage-gateway classes -o name",
+		Example: "  storage-gateway classes\n  storage-gateway classes --access-mode RWX --expandable\n" +
+			"  storage-gateway classes -e east -e west -o wide\n  storage-gateway classes --default=false -o name",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if err := classFilters(&params, environments, region, provisioner, accessMode, volumeMode, expandable, isDefault); err != nil {
+			if err := classFilters(&params, environments, region, provisioner, accessMode, volumeMode); err != nil {
 				return err
+			}
+			// --expandable and --default are switches; =false asks for the
+			// others.
+			if cmd.Flags().Changed("expandable") {
+				params.Expandable = &expandable
+			}
+			if cmd.Flags().Changed("default") {
+				params.IsDefault = &isDefault
 			}
 			all, err := allPages(func(token *string) ([]api.FleetStorageClass, *string, error) {
 				params.PageToken = token
@@ -64,13 +71,13 @@ func newClassesCommand() *cobra.Command {
 	}
 	c.registerFlags(cmd)
 	f := cmd.Flags()
-	f.StringArrayVar(&environments, "environment", nil, "only this environment (repeatable)")
+	f.StringArrayVarP(&environments, "environment", "e", nil, "only this environment (repeatable)")
 	f.StringVar(&region, "region", "", "only environments in this region")
 	f.StringVar(&provisioner, "provisioner", "", "only classes of this provisioner")
 	f.StringVar(&accessMode, "access-mode", "", "only classes known to support this access mode: RWO, ROX, RWX or RWOP (or ReadWriteOnce, ...)")
 	f.StringVar(&volumeMode, "volume-mode", "", "only classes known to support this volume mode: Filesystem or Block")
-	f.StringVar(&expandable, "expandable", "", "only expandable (true) or fixed-size (false) classes")
-	f.StringVar(&isDefault, "default", "", "only default (true) or non-default (false) classes")
+	f.BoolVar(&expandable, "expandable", false, "only classes that allow expansion (--expandable=false: only fixed-size ones)")
+	f.BoolVar(&isDefault, "default", false, "only default classes (--default=false: only the others)")
 	for flag, field := range map[string]string{
 		"environment": "environment", "region": "region", "provisioner": "provisioner", "access-mode": "access_mode",
 		"volume-mode": "volume_mode", "expandable": "expandable", "default": "is_default",
@@ -83,30 +90,15 @@ func newClassesCommand() *cobra.Command {
 // classTable is how classes print with -o name.
 var classTable = table[api.FleetStorageClass]{kind: "storageclass", name: func(c api.FleetStorageClass) string { return c.Name }}
 
-// classFilters turns the command's flags into query parameters.
-func classFilters(p *api.ListStorageClassesParams, environments []string, region, provisioner, accessMode, volumeMode, expandable, isDefault string) error {
+// classFilters turns the command's string flags into query parameters.
+func classFilters(p *api.ListStorageClassesParams, environments []string, region, provisioner, accessMode, volumeMode string) error {
 	if len(environments) > 0 {
 		p.Environment = &environments
 	}
 	setStrings(map[**string]string{&p.Region: region, &p.Provisioner: provisioner})
 	var err error
-	if p.AccessMode, p.VolumeMode, err = modeFilters(accessMode, volumeMode); err != nil {
-		return err
-	}
-	for _, b := range []struct {
-		name, value string
-		dst         **bool
-	}{{"expandable", expandable, &p.Expandable}, {"default", isDefault, &p.IsDefault}} {
-		if b.value == "" {
-			continue
-		}
-		v, err := strconv.ParseBool(b.value)
-		if err != nil {
-			return errors.New("--" + b.name + " must be true or false")
-		}
-		*b.dst = &v
-	}
-	return nil
+	p.AccessMode, p.VolumeMode, err = modeFilters(accessMode, volumeMode)
+	return err
 }
 
 // setStrings points each destination at its flag's value, where one was

@@ -41,7 +41,7 @@ type gatewayClient struct {
 func (c *gatewayClient) registerFlags(cmd *cobra.Command) {
 	flags := cmd.PersistentFlags()
 	flags.StringVar(&c.gateway, "gateway", envOr("SG_GATEWAY_URL", defaultGateway),
-		"gateway base URL (host:port means http://host:port); SG_GATEWAY_URL sets the default")
+		"gateway base URL; host:port means http:// on this machine (loopback) and https:// anywhere else; SG_GATEWAY_URL sets the default")
 	// The token's default is read in client(), not here: cobra prints flag
 	// defaults in --help.
 	flags.StringVar(&c.token, "gateway-token", "",

@@ -139,7 +139,7 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.displayName, "display-name", "", "display name")
 	fl.StringVar(&f.desc, "description", "", "description")
 	fl.StringVar(&f.storageClass, "storage-class", "", "default StorageClass of volumes")
-	fl.StringVar(&f.accessMode, "access-mode", "", "default access mode of volumes: RWO, ROX or RWX (or ReadWriteOnce, ...)")
+	fl.StringVar(&f.accessMode, "access-mode", "", "default access mode of volumes: RWO, ROX or RWX (or ReadWriteOnce, ...); not RWOP, which DCM's volume contract lacks")
 	fl.StringVar(&f.volumeMode, "volume-mode", "", "default volume mode of volumes: Filesystem or Block")
 	fl.StringArrayVar(&f.labels, "label", nil, "label key=value (repeatable)")
 	fl.BoolVar(&f.dcmRegister, "dcm-register", true, "register the environment as a DCM provider (--dcm-register=false: do not)")
@@ -622,6 +622,9 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	}
 	d.add("Credentials sealed with key", e.Connection.KeyId)
 	d.add("Credentials updated", e.Connection.CredentialsUpdateTime.Local().Format(time.RFC3339))
+	if at := e.Connection.CredentialsExpireTime; at != nil {
+		d.add("Credentials expire", fmt.Sprintf("%s (%s)", at.Local().Format(time.RFC3339), untilExpiry(*at, time.Now())))
+	}
 	d.add("Default storage class", ptr.Deref(e.Defaults.StorageClass, ""))
 	if e.Defaults.AccessMode != nil {
 		d.add("Default access mode", string(*e.Defaults.AccessMode))
@@ -629,13 +632,10 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	if e.Defaults.VolumeMode != nil {
 		d.add("Default volume mode", string(*e.Defaults.VolumeMode))
 	}
-	register := e.Dcm.Register == nil || *e.Dcm.Register
-	d.add("Register with DCM", map[bool]string{true: "yes", false: "no"}[register])
 	d.add("DCM provider name", ptr.Deref(e.Dcm.ProviderName, ""))
 	if r := e.Status.DcmRegistration; r != nil {
-		d.add("DCM state", ptr.Deref(r.State, ""))
+		d.add("DCM registration", strings.TrimSuffix(ptr.Deref(r.State, "")+": "+ptr.Deref(r.Message, ""), ": "))
 		d.add("DCM provider id", ptr.Deref(r.ProviderId, ""))
-		d.add("DCM message", ptr.Deref(r.Message, ""))
 	}
 	for _, o := range overrides("provisioner", e.CapabilityOverrides.Provisioners) {
 		d.add("Override", o)
@@ -678,13 +678,23 @@ func joinNames[S ~string](items []S, sep string) string {
 }
 
 func dcmState(e api.Environment) string {
-	if e.Dcm.Register != nil && !*e.Dcm.Register {
-		return "off"
-	}
 	if e.Status.DcmRegistration == nil {
 		return ""
 	}
 	return ptr.Deref(e.Status.DcmRegistration.State, "")
+}
+
+// untilExpiry says how long credentials that expire at have left, or that
+// they have expired.
+func untilExpiry(at, now time.Time) string {
+	left := at.Sub(now)
+	switch {
+	case left <= 0:
+		return "expired"
+	case left < 48*time.Hour:
+		return "in " + left.Round(time.Minute).String()
+	}
+	return fmt.Sprintf("in %d days", int(left.Hours()/24))
 }
 
 func joinLabels(labels map[string]string) string {

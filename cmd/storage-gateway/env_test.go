@@ -69,14 +69,11 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatalf("env add:\n%s", out)
 	}
 
-	var list []struct {
+	list := listItems[struct {
 		ID     string            `json:"id"`
 		Labels map[string]string `json:"labels"`
 		Status struct{ State string }
-	}
-	if err := json.Unmarshal([]byte(mustRun(t, cli, "env", "list", "-o", "json", "-l", "site=east")), &list); err != nil {
-		t.Fatal(err)
-	}
+	}](t, mustRun(t, cli, "env", "list", "-o", "json", "-l", "site=east"))
 	if len(list) != 1 || list[0].ID != "local-east" || list[0].Labels["tier"] != "dev" || list[0].Status.State != "READY" {
 		t.Fatalf("env list: %+v", list)
 	}
@@ -96,10 +93,7 @@ func TestEnvCommands(t *testing.T) {
 		rows["block"] != "? exp 800Gi" {
 		t.Fatalf("classes:\n%s", out)
 	}
-	var rwx []struct{ Name string }
-	if err := json.Unmarshal([]byte(mustRun(t, cli, "classes", "--access-mode", "ReadWriteMany", "-o", "json")), &rwx); err != nil {
-		t.Fatal(err)
-	}
+	rwx := listItems[struct{ Name string }](t, mustRun(t, cli, "classes", "--access-mode", "ReadWriteMany", "-o", "json"))
 	if len(rwx) != 1 || rwx[0].Name != "shared-files" {
 		t.Fatalf("classes --access-mode ReadWriteMany: %+v", rwx)
 	}
@@ -107,7 +101,8 @@ func TestEnvCommands(t *testing.T) {
 	if out := mustRun(t, cli, "classes", "--access-mode", "rwx", "-o", "name"); out != "storageclass/shared-files\n" {
 		t.Fatalf("classes --access-mode rwx -o name: %q", out)
 	}
-	if out, err := run(t, cli, "classes", "--expandable", "maybe"); err == nil || !strings.Contains(out, "--expandable must be true or false") {
+	// --expandable is a switch, as on place: a word after it is no value.
+	if out, err := run(t, cli, "classes", "--expandable", "maybe"); err == nil || !strings.Contains(out, `storage-gateway classes takes no argument "maybe"`) {
 		t.Fatalf("classes --expandable maybe: %v\n%s", err, out)
 	}
 
@@ -188,10 +183,14 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	// The detailed view, not the list row.
 	out := mustRun(t, cli, "env", "get", "local-east")
 	for _, want := range []string{"Labels:", "site=east,tier=dev", "Allowed namespaces:", "dcm-scratch", "Zone:", "east-a",
-		"Server:", "State:", "READY", "Register with DCM:", "yes"} {
+		"Server:", "State:", "READY", "DCM registration:", "OFF: this gateway does not register environments with DCM"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("env get lacks %q:\n%s", want, out)
 		}
+	}
+	// The harness's token lives a year.
+	if !regexp.MustCompile(`Credentials expire:\s+\S+ \(in 36[45] days\)\n`).MatchString(out) {
+		t.Fatalf("env get does not say when the credentials expire:\n%s", out)
 	}
 	// kubectl's selector forms, and -o name.
 	if out := mustRun(t, cli, "env", "list", "-l", "tier", "-o", "name"); out != "environment/local-east\n" {
@@ -230,7 +229,7 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	}
 	// Without an id the gateway picks one (no uuidgen needed).
 	picked := strings.TrimPrefix(strings.TrimSpace(mustRun(t, cli, "volume", "create", "-e", "local-east", "--name", "scratch",
-		"--capacity", "1Gi", "-o", "name")), "volume/")
+		"--capacity", "1Gi", "-o", "name")), "volume/local-east/")
 	if picked == "" || picked == "scratch" {
 		t.Fatalf("volume create without an id named %q", picked)
 	}
@@ -265,8 +264,25 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	if out := mustRun(t, cli, "volume", "list", "-A", "-o", "wide"); !strings.Contains(out, "BOUND TO") || !strings.Contains(out, "team=db") {
 		t.Fatalf("volume list -A -o wide:\n%s", out)
 	}
+	// -o name is unique across environments.
+	if out := mustRun(t, cli, "volume", "list", "-A", "-o", "name"); !strings.Contains(out, "volume/local-east/db-1\n") {
+		t.Fatalf("volume list -A -o name:\n%s", out)
+	}
 	if out := mustRun(t, cli, "volume", "expand", "db-1", "-e", "local-east", "--capacity", "2Gi"); !strings.Contains(out, "2Gi") {
 		t.Fatalf("volume expand:\n%s", out)
+	}
+	// --wait on an expansion returns once the volume runs at its new size.
+	out = mustRun(t, cli, "volume", "expand", "db-1", "-e", "local-east", "--capacity", "3Gi", "--wait", "1m")
+	if !regexp.MustCompile(`Status:\s+RUNNING\n`).MatchString(out) || !regexp.MustCompile(`Capacity:\s+3Gi\n`).MatchString(out) {
+		t.Fatalf("volume expand --wait:\n%s", out)
+	}
+	// The fleet's classes: -e like everywhere else; expandable is a switch.
+	if out := mustRun(t, cli, "classes", "-e", "local-east", "--expandable", "-o", "name"); !strings.Contains(out, "storageclass/standard\n") {
+		t.Fatalf("classes -e local-east --expandable:\n%s", out)
+	}
+	fixed := mustRun(t, cli, "classes", "-e", "local-east", "--expandable=false", "-o", "name")
+	if strings.Contains(fixed, "storageclass/standard\n") || fixed == "" {
+		t.Fatalf("classes --expandable=false lists an expandable class, or none:\n%s", fixed)
 	}
 
 	// Refusals speak the CLI's words.
@@ -286,6 +302,10 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 		{[]string{"env", "add", "Bad_Id", "--kubeconfig", "/dev/null"}, "(HTTP 400): environment id:"},
 		{[]string{"env", "lst"}, "Did you mean this?\n\tget\n\tlist"},
 		{[]string{"env", "list", "-o", "xml"}, "--output must be one of table, wide, json, yaml, name"},
+		{[]string{"volume", "list", "-A", "--bogus"}, "unknown flag: --bogus\nRun 'storage-gateway volume list --help' for usage"},
+		{[]string{"volume", "get", "-e", "local-east"}, "storage-gateway volume get needs ID; usage: storage-gateway volume get ID [flags]"},
+		{[]string{"volume", "get", "a", "b", "-e", "local-east"}, "storage-gateway volume get takes no argument \"b\""},
+		{[]string{"classes", "--expandable=maybe"}, "invalid argument \"maybe\" for \"--expandable\""},
 	} {
 		out, err := run(t, cli, c.args...)
 		if err == nil || !strings.Contains(out, c.want) {
@@ -296,10 +316,15 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 		}
 	}
 
-	for _, id := range []string{"db-1", picked} {
-		if out := mustRun(t, cli, "volume", "delete", id, "-e", "local-east"); out != "volume/"+id+" deleted\n" {
-			t.Fatalf("volume delete %s: %q", id, out)
-		}
+	if out := mustRun(t, cli, "volume", "delete", picked, "-e", "local-east"); out != "volume/"+picked+" deleted\n" {
+		t.Fatalf("volume delete %s: %q", picked, out)
+	}
+	// --wait on a deletion returns once the claim is gone.
+	if out := mustRun(t, cli, "volume", "delete", "db-1", "-e", "local-east", "--wait", "1m"); out != "volume/db-1 deleted\n" {
+		t.Fatalf("volume delete --wait: %q", out)
+	}
+	if out, err := run(t, cli, "volume", "get", "db-1", "-e", "local-east"); err == nil || !strings.Contains(out, "NOT_FOUND") {
+		t.Fatalf("volume get after delete --wait: %v\n%s", err, out)
 	}
 	// The claims terminate; then the environment has no volumes left.
 	poll.Until(t, 30*time.Second, "deleted volumes no longer counted", func() bool {
@@ -320,15 +345,24 @@ func adoptCommands(t *testing.T, cli []string) {
 		t.Fatalf("env get:\n%s", out)
 	}
 	// The cut-over's settings: the old provider's name, registration off, then on.
+	register := func() bool {
+		var env struct {
+			Dcm struct {
+				Register bool `json:"register"`
+			} `json:"dcm"`
+		}
+		if err := json.Unmarshal([]byte(mustRun(t, cli, "env", "get", "local-east", "-o", "json")), &env); err != nil {
+			t.Fatal(err)
+		}
+		return env.Dcm.Register
+	}
 	mustRun(t, cli, "env", "apply", "local-east", "--dcm-provider-name", "k8s-storage-sp-east", "--dcm-register=false")
 	out := mustRun(t, cli, "env", "get", "local-east")
-	if !regexp.MustCompile(`Register with DCM:\s+no\n`).MatchString(out) ||
-		!regexp.MustCompile(`DCM provider name:\s+k8s-storage-sp-east\n`).MatchString(out) {
+	if register() || !regexp.MustCompile(`DCM provider name:\s+k8s-storage-sp-east\n`).MatchString(out) {
 		t.Fatalf("env get after apply --dcm-provider-name --dcm-register=false:\n%s", out)
 	}
 	mustRun(t, cli, "env", "apply", "local-east", "--dcm-register")
-	if out = mustRun(t, cli, "env", "get", "local-east"); !regexp.MustCompile(`Register with DCM:\s+yes\n`).MatchString(out) ||
-		!strings.Contains(out, "k8s-storage-sp-east") {
+	if out = mustRun(t, cli, "env", "get", "local-east"); !register() || !strings.Contains(out, "k8s-storage-sp-east") {
 		t.Fatalf("env get after apply --dcm-register:\n%s", out)
 	}
 	out = mustRun(t, cli, "env", "adopt", "local-east", "--dry-run")
@@ -339,7 +373,7 @@ func adoptCommands(t *testing.T, cli []string) {
 	if out, err := run(t, cli, "volume", "get", "peer-made", "-e", "local-east"); err == nil {
 		t.Fatalf("a dry run adopted:\n%s", out)
 	}
-	if out := mustRun(t, cli, "env", "adopt", "local-east", "-o", "name"); out != "volume/peer-made\n" {
+	if out := mustRun(t, cli, "env", "adopt", "local-east", "-o", "name"); out != "volume/local-east/peer-made\n" {
 		t.Fatalf("env adopt -o name: %q", out)
 	}
 	if out := mustRun(t, cli, "env", "adopt", "local-east", "-n", "dcm-volumes"); out != "local-east: 0 adopted, 0 skipped, 1 served already (namespaces dcm-volumes)\n" {

@@ -39,3 +39,40 @@ func TestEveryCommandHasHelpPeopleCanUse(t *testing.T) {
 		t.Fatalf("walked only %d commands", seen)
 	}
 }
+
+// Flag help says what the flags really do: --gateway without a scheme is
+// https off this machine; a volume's access mode cannot be RWOP, a class's
+// can; every command that waits for a volume takes --wait.
+func TestFlagHelpTellsTheTruth(t *testing.T) {
+	root := newRootCommand()
+	usage := func(path ...string) func(flag string) string {
+		cmd, _, err := root.Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(flag string) string {
+			f := cmd.Flag(flag)
+			if f == nil {
+				t.Fatalf("%v has no --%s", path, flag)
+			}
+			return f.Usage
+		}
+	}
+	for _, tc := range []struct {
+		path       []string
+		flag, want string
+	}{
+		{[]string{"env", "list"}, "gateway", "https:// anywhere else"},
+		{[]string{"volume", "create"}, "access-mode", "not RWOP"},
+		{[]string{"env", "add"}, "access-mode", "not RWOP"},
+		{[]string{"classes"}, "access-mode", "RWOP"},
+		{[]string{"place"}, "access-mode", "RWOP"},
+		{[]string{"volume", "create"}, "wait", "RUNNING"},
+		{[]string{"volume", "expand"}, "wait", "new size"},
+		{[]string{"volume", "delete"}, "wait", "gone"},
+	} {
+		if got := usage(tc.path...)(tc.flag); !strings.Contains(got, tc.want) {
+			t.Errorf("%v --%s: %q does not say %q", tc.path, tc.flag, got, tc.want)
+		}
+	}
+}

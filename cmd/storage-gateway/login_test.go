@@ -36,7 +36,7 @@ func TestLoginWithTheDeviceFlowThenUseTheAPI(t *testing.T) {
 	if strings.Contains(out, readToken(t, file)) {
 		t.Fatal("login printed the token")
 	}
-	if out := mustRun(t, cli, "env", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+	if out := mustRun(t, cli, "env", "list", "-o", "json"); len(listItems[any](t, out)) != 0 {
 		t.Fatalf("env list with the saved login: %s", out)
 	}
 	// The saved token (DCM accepts it too) travels only over TLS or loopback.
@@ -92,21 +92,20 @@ func TestAuditCommand(t *testing.T) {
 	if out, err := run(t, cli, "env", "rm", "nowhere"); err == nil {
 		t.Fatalf("removing an unknown environment succeeded:\n%s", out)
 	}
-	var events []struct {
+	out := mustRun(t, cli, "audit", "-o", "json", "--since", "1h", "--action", "deleteEnvironment")
+	events := listItems[struct {
 		Action, Subject, EnvironmentID string
 		Status                         int
-	}
-	out := mustRun(t, cli, "audit", "-o", "json", "--since", "1h", "--action", "deleteEnvironment")
-	if err := json.Unmarshal([]byte(strings.ReplaceAll(out, "environment_id", "environmentid")), &events); err != nil {
-		t.Fatalf("audit -o json: %v\n%s", err, out)
-	}
+	}](t, strings.ReplaceAll(out, "environment_id", "environmentid"))
 	if len(events) != 1 || events[0].Subject != "test-admin" || events[0].EnvironmentID != "nowhere" || events[0].Status != 404 {
 		t.Fatalf("audit events: %+v", events)
 	}
 	if out := mustRun(t, cli, "audit", "-o", "name", "--action", "deleteEnvironment"); !regexp.MustCompile(`^auditevent/\d+\n$`).MatchString(out) {
 		t.Fatalf("audit -o name: %q", out)
 	}
-	if out := mustRun(t, cli, "audit", "-o", "wide", "--action", "deleteEnvironment"); !strings.Contains(out, "EVENT") || !strings.Contains(out, "nowhere") {
+	// The caller's name is headed as such.
+	if out := mustRun(t, cli, "audit", "-o", "wide", "--action", "deleteEnvironment"); !strings.Contains(out, "SUBJECT NAME") ||
+		strings.Contains(out, "EVENT") || !strings.Contains(out, "nowhere") {
 		t.Fatalf("audit -o wide:\n%s", out)
 	}
 	table := mustRun(t, cli, "audit", "--subject", "test-admin")

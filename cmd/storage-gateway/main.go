@@ -64,7 +64,45 @@ func newRootCommand() *cobra.Command {
 		}
 		refuseUnknownSubcommands(cmd)
 	}
+	explainArgumentErrors(root)
+	// A flag the command does not know (or a bad value) says where the
+	// flags are listed, as a wrong subcommand does.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nRun '%s --help' for usage", err, cmd.CommandPath())
+	})
 	return root
+}
+
+// explainArgumentErrors makes every command that refuses its arguments say
+// which are missing or unexpected, with its usage line, instead of cobra's
+// "accepts 1 arg(s), received 0". The arguments a command needs are the
+// placeholders in its Use before the first flag or optional part
+// ("get ID -e ENV" needs ID).
+func explainArgumentErrors(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		explainArgumentErrors(sub)
+	}
+	check := cmd.Args
+	if check == nil || cmd.HasSubCommands() {
+		return
+	}
+	var needs []string
+	for _, word := range strings.Fields(cmd.Use)[1:] {
+		if strings.HasPrefix(word, "-") || strings.HasPrefix(word, "[") {
+			break
+		}
+		needs = append(needs, word)
+	}
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if check(cmd, args) == nil {
+			return nil
+		}
+		usage := fmt.Sprintf("usage: %s\nRun '%s --help' for examples", cmd.UseLine(), cmd.CommandPath())
+		if len(args) < len(needs) {
+			return fmt.Errorf("%s needs %s; %s", cmd.CommandPath(), strings.Join(needs[len(args):], " "), usage)
+		}
+		return fmt.Errorf("%s takes no argument %q; %s", cmd.CommandPath(), strings.Join(args[len(needs):], " "), usage)
+	}
 }
 
 // completionExamples gives cobra's completion commands examples like the

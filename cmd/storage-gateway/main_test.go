@@ -275,6 +275,15 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal(out, &v); err != nil || v.Version == "" || !strings.HasPrefix(v.GoVersion, "go1.") {
 		t.Fatalf("version output %q (%v)", out, err)
 	}
+	// --version says what version says; neither claims an unknown commit.
+	plain, err := exec.Command(binary, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag, err := exec.Command(binary, "--version").Output()
+	if err != nil || string(flag) != string(plain) || strings.Contains(string(plain), "unknown") {
+		t.Fatalf("--version %q (%v), version %q", flag, err, plain)
+	}
 }
 
 // TestMissingDatabaseHintsHowToCreateIt: a fresh server without the
@@ -363,4 +372,18 @@ func TestShellCompletion(t *testing.T) {
 	if out := mustRun(t, nil, "__complete", "volume", ""); !strings.Contains(out, "create") || !strings.Contains(out, "expand") {
 		t.Errorf("__complete volume:\n%s", out)
 	}
+}
+
+// listItems reads what a list command prints with -o json: a List, as
+// kubectl prints one.
+func listItems[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var l struct {
+		Kind  string `json:"kind"`
+		Items []T    `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil || l.Kind != "List" || l.Items == nil {
+		t.Fatalf("want a List with items: %v\n%s", err, out)
+	}
+	return l.Items
 }

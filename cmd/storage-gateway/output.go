@@ -14,8 +14,9 @@ import (
 // answers, as kubectl and argocd spell them.
 var outputFormats = []string{"table", "wide", "json", "yaml", "name"}
 
-// table says how one kind of item prints: its -o name prefix and name, and
-// its columns (wide ones only with -o wide).
+// table says how one kind of item prints: its -o name prefix and name
+// (unique among everything the command can list: a volume's names its
+// environment too), and its columns (wide ones only with -o wide).
 type table[T any] struct {
 	kind    string
 	name    func(T) string
@@ -28,20 +29,28 @@ type column[T any] struct {
 	value  func(T) string
 }
 
+// list is how several items print as JSON or YAML: as kubectl prints them,
+// a List whose items are the API's objects, so scripts read .items either
+// way.
+type list[T any] struct {
+	Kind  string `json:"kind"`
+	Items []T    `json:"items"`
+}
+
 // printItems prints items in format: JSON or YAML as the API returned them
-// (one object when single is set, else an array, possibly empty), kind/name
+// (one object when single is set, else a List, possibly empty), kind/name
 // lines, or a table. describe, when given, prints a single item in the table
 // formats instead of a one-row table.
 func printItems[T any](w io.Writer, format string, items []T, single bool, t table[T], describe func(io.Writer, T) error) error {
 	switch format {
 	case "json", "yaml":
-		var v any = items
 		if single {
-			v = items[0]
-		} else if items == nil {
-			v = []T{}
+			return printData(w, format, items[0])
 		}
-		return printData(w, format, v)
+		if items == nil {
+			items = []T{}
+		}
+		return printData(w, format, list[T]{Kind: "List", Items: items})
 	case "name":
 		for _, item := range items {
 			if _, err := fmt.Fprintf(w, "%s/%s\n", t.kind, cell(t.name(item))); err != nil {

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,18 +47,18 @@ func TestTokensCommands(t *testing.T) {
 	if !strings.Contains(table, "dashboards") || !strings.Contains(table, "east, west") || !strings.Contains(table, "admin,viewer") {
 		t.Fatalf("tokens list:\n%s", table)
 	}
-	var listed []struct {
+	out := mustRun(t, env, "tokens", "list", "-o", "json")
+	listed := listItems[struct {
 		ID           string   `json:"id"`
 		Subject      string   `json:"subject"`
 		Environments []string `json:"environments"`
-	}
-	out := mustRun(t, env, "tokens", "list", "-o", "json")
-	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 3 || listed[0].Subject != "dashboards" {
-		t.Fatalf("tokens list -o json: %v\n%s", err, out)
+	}](t, out)
+	if len(listed) != 3 || listed[0].Subject != "dashboards" {
+		t.Fatalf("tokens list -o json:\n%s", out)
 	}
 	yamlOut := mustRun(t, env, "tokens", "list", "-o", "yaml")
 	names := mustRun(t, env, "tokens", "list", "-o", "name")
-	if !strings.Contains(yamlOut, "- create_time:") || !strings.Contains(yamlOut, "subject: dashboards") ||
+	if !strings.Contains(yamlOut, "kind: List") || !strings.Contains(yamlOut, "- create_time:") || !strings.Contains(yamlOut, "subject: dashboards") ||
 		!strings.HasPrefix(names, "token/"+listed[0].ID+"\n") || strings.Count(names, "\n") != 3 {
 		t.Fatalf("tokens list -o yaml:\n%s\n-o name:\n%s", yamlOut, names)
 	}

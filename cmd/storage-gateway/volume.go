@@ -125,7 +125,7 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	f.StringVar(&name, "name", "", "display name (when empty: the volume id)")
 	f.StringVar(&namespace, "namespace", "", "namespace of the claim (when empty: the environment's)")
 	f.StringVar(&storageClass, "storage-class", "", "StorageClass (when empty: the environment's default, then the cluster's)")
-	f.StringVar(&accessMode, "access-mode", "", "access mode: RWO, ROX or RWX (or ReadWriteOnce, ...)")
+	f.StringVar(&accessMode, "access-mode", "", "access mode: RWO, ROX or RWX (or ReadWriteOnce, ...); not RWOP, which DCM's volume contract lacks")
 	f.StringVar(&volumeMode, "volume-mode", "", "volume mode: Filesystem or Block")
 	f.StringArrayVar(&labels, "label", nil, "label key=value copied to the claim (repeatable)")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the volume to be RUNNING (bound); FAILED ends the wait with an error")
@@ -148,25 +148,68 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	return cmd
 }
 
-// waitRunning polls the volume until it is RUNNING and prints it; FAILED,
-// or still not RUNNING after wait, is an error naming its status message.
+// waitRunning polls the volume until it is RUNNING — created, or expanded
+// to its new size — and prints it; FAILED, or still not RUNNING after wait,
+// is an error naming its status message.
 func (c *volumeClient) waitRunning(cmd *cobra.Command, client *api.ClientWithResponses, id string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for {
+	return c.poll(cmd, wait, func() (bool, error) {
 		resp, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, id)
 		if err != nil {
-			return err
+			return false, err
 		}
 		v := resp.JSON200
 		switch {
 		case v == nil:
-			return problemError(cmd, resp.HTTPResponse, resp.Body)
+			return false, problemError(cmd, resp.HTTPResponse, resp.Body)
 		case v.Status == api.RUNNING:
-			return c.printVolume(cmd, resp.HTTPResponse, resp.Body, v)
+			return true, c.printVolume(cmd, resp.HTTPResponse, resp.Body, v)
 		case v.Status == api.FAILED:
-			return fmt.Errorf("volume %s FAILED: %s", id, v.StatusMessage)
-		case time.Now().After(deadline):
-			return fmt.Errorf("volume %s is still %s after %s: %s", id, v.Status, wait, v.StatusMessage)
+			return false, fmt.Errorf("volume %s FAILED: %s", id, v.StatusMessage)
+		}
+		return false, &notYet{id: id, status: v.Status, message: v.StatusMessage, wait: wait}
+	})
+}
+
+// waitGone polls the volume until the gateway no longer finds it (its
+// claim is gone) and says so.
+func (c *volumeClient) waitGone(cmd *cobra.Command, client *api.ClientWithResponses, id string, wait time.Duration) error {
+	return c.poll(cmd, wait, func() (bool, error) {
+		resp, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, id)
+		switch {
+		case err != nil:
+			return false, err
+		case resp.StatusCode() == http.StatusNotFound:
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "volume/%s deleted\n", id)
+			return true, err
+		case resp.JSON200 == nil:
+			return false, problemError(cmd, resp.HTTPResponse, resp.Body)
+		}
+		return false, &notYet{id: id, status: resp.JSON200.Status, message: resp.JSON200.StatusMessage, wait: wait}
+	})
+}
+
+// notYet is a volume that has not reached what a --wait waits for: the
+// error when the wait is over.
+type notYet struct {
+	id, message string
+	status      api.VolumeStatus
+	wait        time.Duration
+}
+
+func (e *notYet) Error() string {
+	return fmt.Sprintf("volume %s is still %s after %s: %s", e.id, e.status, e.wait, e.message)
+}
+
+// poll calls check twice a second until it is done, it fails for good
+// (a FAILED volume, a refusal), or wait has passed: then the notYet of its
+// last call, which says what the volume is still doing.
+func (c *volumeClient) poll(cmd *cobra.Command, wait time.Duration, check func() (done bool, err error)) error {
+	deadline := time.Now().Add(wait)
+	for {
+		done, err := check()
+		var pending *notYet
+		if done || err != nil && (!errors.As(err, &pending) || time.Now().After(deadline)) {
+			return err
 		}
 		select {
 		case <-cmd.Context().Done():
@@ -300,11 +343,13 @@ func (c *volumeClient) getCommand() *cobra.Command {
 
 func (c *volumeClient) expandCommand() *cobra.Command {
 	var capacity string
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:     "expand ID --capacity SIZE",
-		Short:   "Grow a volume (its class must allow expansion; volumes never shrink)",
-		Example: "  storage-gateway volume expand db-1 -e local-east --capacity 40Gi",
-		Args:    cobra.ExactArgs(1),
+		Use:   "expand ID --capacity SIZE",
+		Short: "Grow a volume (its class must allow expansion; volumes never shrink)",
+		Example: "  storage-gateway volume expand db-1 -e local-east --capacity 40Gi\n" +
+			"  storage-gateway volume expand db-1 -e local-east --capacity 40Gi --wait 2m",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -315,11 +360,16 @@ func (c *volumeClient) expandCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.printVolume(cmd, resp.HTTPResponse, resp.Body, resp.JSON200)
+			if resp.JSON200 == nil || wait == 0 {
+				return c.printVolume(cmd, resp.HTTPResponse, resp.Body, resp.JSON200)
+			}
+			return c.waitRunning(cmd, client, args[0], wait)
 		},
 	}
 	c.environmentFlag(cmd, true)
 	cmd.Flags().StringVar(&capacity, "capacity", "", "the new size, larger than the current one: 40Gi")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the expansion to finish (RUNNING at the new size); "+
+		"a file system that grows only when mounted keeps it PROVISIONING")
 	_ = cmd.MarkFlagRequired("capacity")
 	setsFields(cmd, "capacity", "capacity")
 	setsFields(cmd, "environment", "environment_id")
@@ -327,11 +377,12 @@ func (c *volumeClient) expandCommand() *cobra.Command {
 }
 
 func (c *volumeClient) deleteCommand() *cobra.Command {
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:     "delete ID",
 		Aliases: []string{"rm"},
 		Short:   "Delete a volume: its PersistentVolumeClaim is deleted",
-		Example: "  storage-gateway volume delete db-1 -e local-east",
+		Example: "  storage-gateway volume delete db-1 -e local-east\n  storage-gateway volume delete db-1 -e local-east --wait 1m",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
@@ -345,11 +396,15 @@ func (c *volumeClient) deleteCommand() *cobra.Command {
 			if resp.StatusCode() != http.StatusNoContent {
 				return problemError(cmd, resp.HTTPResponse, resp.Body)
 			}
+			if wait > 0 {
+				return c.waitGone(cmd, client, args[0], wait)
+			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "volume/%s deleted\n", args[0])
 			return err
 		},
 	}
 	c.environmentFlag(cmd, true)
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the claim to be gone (finalizers done)")
 	setsFields(cmd, "environment", "environment_id")
 	return cmd
 }
@@ -366,7 +421,8 @@ func (c *volumeClient) printVolume(cmd *cobra.Command, resp *http.Response, body
 // volumeTable is how volumes print as rows.
 var volumeTable = table[api.Volume]{
 	kind: "volume",
-	name: func(v api.Volume) string { return v.Id },
+	// A volume id is unique within its environment only.
+	name: func(v api.Volume) string { return v.EnvironmentId + "/" + v.Id },
 	columns: []column[api.Volume]{
 		{header: "ENVIRONMENT", value: func(v api.Volume) string { return v.EnvironmentId }},
 		{header: "ID", value: func(v api.Volume) string { return v.Id }},

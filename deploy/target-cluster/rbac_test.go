@@ -25,6 +25,7 @@ import (
 	targetcluster "github.com/dcm-project/storage-gateway/deploy/target-cluster"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 	"github.com/dcm-project/storage-gateway/internal/kubeobjects"
 	"github.com/dcm-project/storage-gateway/test/harness"
@@ -135,5 +136,13 @@ func TestManifestPassesTheProbe(t *testing.T) {
 	if res := prober.Probe(ctx, "target", conn, []string{unbound}); res.State != clusters.StateUnauthorized ||
 		!strings.Contains(res.Message, "persistentvolumeclaims in namespace "+unbound) {
 		t.Fatalf("probe for a namespace without the RoleBinding: %+v, want UNAUTHORIZED naming its claims", res)
+	}
+}
+
+// The gateway tells a token bootstrap minted by its subject, to say how to
+// rotate it: that subject is this manifest's ServiceAccount.
+func TestBootstrapSubjectIsTheServiceAccount(t *testing.T) {
+	if want := "system:serviceaccount:" + targetcluster.Namespace + ":" + targetcluster.ServiceAccount; environments.BootstrapSubject != want {
+		t.Fatalf("environments.BootstrapSubject is %q, the manifest's ServiceAccount %q", environments.BootstrapSubject, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
@@ -25,9 +26,9 @@ func (h *handlers) CreateEnvironment(ctx context.Context, req CreateEnvironmentR
 		return nil, err
 	}
 	if created {
-		return CreateEnvironment201JSONResponse(toEnvironment(env)), nil
+		return CreateEnvironment201JSONResponse(h.toEnvironment(env)), nil
 	}
-	return CreateEnvironment200JSONResponse(toEnvironment(env)), nil
+	return CreateEnvironment200JSONResponse(h.toEnvironment(env)), nil
 }
 
 func (h *handlers) ListEnvironments(ctx context.Context, req ListEnvironmentsRequestObject) (ListEnvironmentsResponseObject, error) {
@@ -44,7 +45,7 @@ func (h *handlers) ListEnvironments(ctx context.Context, req ListEnvironmentsReq
 	}
 	out := ListEnvironments200JSONResponse{Environments: make([]Environment, 0, len(page.Environments))}
 	for _, e := range page.Environments {
-		out.Environments = append(out.Environments, toEnvironment(e))
+		out.Environments = append(out.Environments, h.toEnvironment(e))
 	}
 	if page.NextPageToken != "" {
 		out.NextPageToken = &page.NextPageToken
@@ -57,7 +58,7 @@ func (h *handlers) GetEnvironment(ctx context.Context, req GetEnvironmentRequest
 	if err != nil {
 		return nil, err
 	}
-	return GetEnvironment200JSONResponse(toEnvironment(env)), nil
+	return GetEnvironment200JSONResponse(h.toEnvironment(env)), nil
 }
 
 func (h *handlers) UpdateEnvironment(ctx context.Context, req UpdateEnvironmentRequestObject) (UpdateEnvironmentResponseObject, error) {
@@ -76,7 +77,7 @@ func (h *handlers) UpdateEnvironment(ctx context.Context, req UpdateEnvironmentR
 	if err != nil {
 		return nil, err
 	}
-	return UpdateEnvironment200JSONResponse(toEnvironment(env)), nil
+	return UpdateEnvironment200JSONResponse(h.toEnvironment(env)), nil
 }
 
 func (h *handlers) DeleteEnvironment(ctx context.Context, req DeleteEnvironmentRequestObject) (DeleteEnvironmentResponseObject, error) {
@@ -91,7 +92,7 @@ func (h *handlers) VerifyEnvironment(ctx context.Context, req VerifyEnvironmentR
 	if err != nil {
 		return nil, err
 	}
-	return VerifyEnvironment200JSONResponse(toEnvironment(env)), nil
+	return VerifyEnvironment200JSONResponse(h.toEnvironment(env)), nil
 }
 
 // mergePatchAsJSON lets the generated PATCH binding decode RFC 7386 bodies:
@@ -153,7 +154,9 @@ func registration(id string, in EnvironmentInput) environments.Registration {
 	return reg
 }
 
-func toEnvironment(e environments.Environment) Environment {
+// toEnvironment is the contract's form of e. A registration that is off —
+// for this environment, or on this gateway — reads OFF and says which.
+func (h *handlers) toEnvironment(e environments.Environment) Environment {
 	c, st := e.Connection, e.Status
 	out := Environment{
 		Id:                e.ID,
@@ -195,7 +198,14 @@ func toEnvironment(e environments.Environment) Environment {
 		CreateTime: e.CreateTime,
 		UpdateTime: e.UpdateTime,
 	}
-	if r := st.DCMRegistration; r != (environments.DCMRegistration{}) {
+	r := st.DCMRegistration
+	switch {
+	case !h.opts.DCMRegistration:
+		r = environments.DCMRegistration{State: dcm.StateOff, Message: "this gateway does not register environments with DCM (SG_DCM_REGISTRATION_URL is unset)"}
+	case !e.Spec.DCM.Register:
+		r = environments.DCMRegistration{State: dcm.StateOff, Message: "registration is off for this environment (dcm.register is false)"}
+	}
+	if r != (environments.DCMRegistration{}) {
 		out.Status.DcmRegistration = &DCMRegistration{State: optional(r.State), ProviderId: optional(r.ProviderID), Message: optional(r.Message)}
 	}
 	return out

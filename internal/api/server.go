@@ -68,6 +68,10 @@ type Options struct {
 	// answer: 200 (the body says unhealthy) or 503 for pollers that read only
 	// the status code.
 	HealthUnhealthyCode int
+	// DCMRegistration says whether this gateway registers environments with
+	// DCM at all; when it does not, every environment's registration reads
+	// OFF, saying why.
+	DCMRegistration bool
 	// Auth identifies callers; required (a disabled-mode Authenticator
 	// admits everyone, and says so).
 	Auth *auth.Authenticator

@@ -25,10 +25,13 @@ import (
 )
 
 // Registration states recorded in an environment's status.dcm_registration.
+// StateOff is never recorded: the API reports it for an environment that is
+// not registered because registration is off (for it, or on the gateway).
 const (
 	StateRegistered = "REGISTERED"
 	StatePending    = "PENDING"
 	StateFailed     = "FAILED"
+	StateOff        = "OFF"
 )
 
 // requestTimeout bounds one call to DCM.

@@ -45,7 +45,7 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 		t.Fatalf("credentials_expire_time %v, want the token's %v", got, expiry)
 	}
 	if env.Status.State != clusters.StateDegraded || !strings.Contains(env.Status.Message, "the credentials expire at "+expiry.Format(time.RFC3339)) ||
-		!strings.Contains(env.Status.Message, "rotate") {
+		!strings.Contains(env.Status.Message, "storage-gateway env rotate expiring") {
 		t.Fatalf("status %s %q, want DEGRADED saying when the credentials expire", env.Status.State, env.Status.Message)
 	}
 

@@ -110,7 +110,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if result.State != clusters.StateReady {
 		return Environment{}, false, probeFailed(result)
 	}
-	result = expiring(result, expiryOf(conn))
+	result = expiring(result, reg.ID, conn)
 	rec, err := s.newRecord(ctx, reg, spec, conn, result)
 	if err != nil {
 		return Environment{}, false, err
@@ -254,7 +254,7 @@ func (s *Service) probeStored(ctx context.Context, rec record) (result clusters.
 		return refused, nil
 	}
 	expiry = expiryOf(conn)
-	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), expiry), expiry
+	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), rec.ID, conn), expiry
 }
 
 // expiryWarning is how long before its credentials expire an environment
@@ -269,19 +269,34 @@ func expiryOf(conn kubeconfig.Connection) *time.Time {
 	return nil
 }
 
-// expiring turns a READY probe result DEGRADED when the credentials expire
-// (expiry, from expiryOf) within expiryWarning, saying when and what to do.
-// The environment keeps serving (DEGRADED is a problem to fix, not an
-// outage); the cluster itself refuses the credentials once they have
+// expiring turns a READY probe result DEGRADED when the credentials of
+// environment id (conn) expire within expiryWarning, saying when and what
+// to do. The environment keeps serving (DEGRADED is a problem to fix, not
+// an outage); the cluster itself refuses the credentials once they have
 // expired (UNAUTHORIZED).
-func expiring(r clusters.ProbeResult, expiry *time.Time) clusters.ProbeResult {
+func expiring(r clusters.ProbeResult, id string, conn kubeconfig.Connection) clusters.ProbeResult {
+	expiry := expiryOf(conn)
 	if expiry == nil || r.State != clusters.StateReady || expiry.Sub(r.Time) > expiryWarning {
 		return r
 	}
 	r.State = clusters.StateDegraded
-	r.Message = fmt.Sprintf("the credentials expire at %s (in %s); rotate them (storage-gateway env rotate)",
-		expiry.Format(time.RFC3339), max(expiry.Sub(r.Time), 0).Round(time.Minute))
+	r.Message = fmt.Sprintf("the credentials expire at %s (in %s); %s",
+		expiry.Format(time.RFC3339), max(expiry.Sub(r.Time), 0).Round(time.Minute), rotateHint(id, conn))
 	return r
+}
+
+// BootstrapSubject is who the tokens `env bootstrap` mints are for: its
+// ServiceAccount (deploy/target-cluster; a test there keeps the two equal).
+const BootstrapSubject = "system:serviceaccount:storage-gateway:storage-gateway"
+
+// rotateHint says how to rotate conn's credentials: a token bootstrap
+// minted is rotated by bootstrap (it mints the next one), anything else
+// with env rotate and new credentials.
+func rotateHint(id string, conn kubeconfig.Connection) string {
+	if conn.TokenSubject() == BootstrapSubject {
+		return "mint a new token with `storage-gateway env bootstrap " + id + " --rotate --kubeconfig ADMIN_KUBECONFIG`"
+	}
+	return "rotate them with `storage-gateway env rotate " + id + "` and new credentials"
 }
 
 // Delete forgets an environment. It refuses while volume records exist unless

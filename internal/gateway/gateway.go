@@ -292,6 +292,7 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 		Fleet:               g.index,
 		StartTime:           g.startTime,
 		HealthUnhealthyCode: cfg.HealthUnhealthyCode,
+		DCMRegistration:     cfg.DCMRegistrationURL != "",
 		Readiness: []api.Check{
 			{Name: "postgres", Check: g.db.Ping},
 			{Name: "migrations", Check: g.migrator.CheckCurrent},

@@ -90,6 +90,24 @@ func (c Connection) CredentialsExpiry() (expiry time.Time, ok bool) {
 	}
 }
 
+// TokenSubject is the subject (sub) a bearer token that is a JWT names, read
+// without verifying it (only the cluster can); "" for anything else. It
+// tells a ServiceAccount's token apart, to say how to rotate it.
+func (c Connection) TokenSubject() string {
+	if c.Token == "" {
+		return ""
+	}
+	tok, err := josejwt.ParseSigned(c.Token, expiryAlgorithms)
+	if err != nil {
+		return ""
+	}
+	var claims josejwt.Claims
+	if err := tok.UnsafeClaimsWithoutVerification(&claims); err != nil {
+		return ""
+	}
+	return claims.Subject
+}
+
 // CASHA256 returns the lowercase hex SHA-256 of the DER bytes of the first CA
 // certificate, or "" when there is none. It identifies the trusted CA in API
 // responses and audit records without exposing the PEM.

@@ -57,3 +57,21 @@ func TestCredentialsExpiry(t *testing.T) {
 		t.Fatalf("client certificate expiry %v, %v; want about a day from now", got, ok)
 	}
 }
+
+// A token's subject is read as its expiry is, so a ServiceAccount's token
+// is told apart; anything that is not a JWT has none.
+func TestTokenSubject(t *testing.T) {
+	for _, tc := range []struct {
+		conn kubeconfig.Connection
+		want string
+	}{
+		{kubeconfig.Connection{Token: jwtWith(t, josejwt.Claims{Subject: "system:serviceaccount:sg:gw"})}, "system:serviceaccount:sg:gw"},
+		{kubeconfig.Connection{Token: "sha256~opaque-token-of-an-oauth-server"}, ""},
+		{kubeconfig.Connection{Token: "a.b.c"}, ""},
+		{kubeconfig.Connection{}, ""},
+	} {
+		if got := tc.conn.TokenSubject(); got != tc.want {
+			t.Errorf("TokenSubject of %.20q = %q, want %q", tc.conn.Token, got, tc.want)
+		}
+	}
+}
