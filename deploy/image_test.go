@@ -9,10 +9,8 @@ package deploy_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -21,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -30,7 +27,6 @@ import (
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
-	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // instruction is one line of a Containerfile, continuations joined.
@@ -160,7 +156,7 @@ func (b *built) reproduce() error {
 			cmd := exec.Command("sh", "-c", in.args)
 			cmd.Dir, cmd.Env = b.dir, env
 			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("RUN %s: %v\n%s", in.args, err, out)
+				return fmt.Errorf("RUN %s: %w\n%s", in.args, err, out)
 			}
 		default:
 			return fmt.Errorf("%s in the build stage: this test does not reproduce it", in.op)
@@ -191,7 +187,7 @@ func copyIn(src, dest string, intoDir bool) error {
 		}
 	}
 	if out, err := exec.Command("cp", "-R", src, dest).CombinedOutput(); err != nil {
-		return fmt.Errorf("%v: %s", err, out)
+		return fmt.Errorf("%w: %s", err, out)
 	}
 	return nil
 }
@@ -455,20 +451,6 @@ func TestComposeRunsTheImageAsWritten(t *testing.T) {
 	}
 	g := gatewayproc.Start(t, bin, append(env, "SG_DATABASE_URL="+pgtest.NewDatabase(t).URL, "SG_NATS_URL="+natstest.Start(t).URL,
 		"SG_GATEWAY_TOKEN="+token))
-	for _, check := range []struct {
-		path, token string
-	}{{"/readyz", ""}, {"/api/v1alpha1/environments", token}} {
-		poll.Until(t, 30*time.Second, check.path+" answers 200", func() bool {
-			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+g.Addr+check.path, nil)
-			if check.token != "" {
-				req.Header.Set("Authorization", "Bearer "+check.token)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return false
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
-	}
+	g.WaitOK(t, "/readyz", "")
+	g.WaitOK(t, "/api/v1alpha1/environments", token)
 }

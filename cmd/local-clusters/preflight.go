@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -45,7 +46,7 @@ func preflight(fd int, state string, addresses []string) error {
 		if addr == "" || addr == "off" {
 			continue
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 		if err != nil {
 			return fmt.Errorf("%s is in use (another gateway?): %s", addr, anotherInstance)
 		}

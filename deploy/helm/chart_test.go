@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -444,15 +443,7 @@ func TestChartProbesReachTheBinary(t *testing.T) {
 	g := gatewayproc.Start(t, binary, gatewayproc.Env(t, binary, append(env,
 		"SG_DATABASE_URL="+pgtest.NewDatabase(t).URL, "SG_NATS_URL="+natstest.Start(t).URL)...))
 	for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-		url := "http://" + g.Addr + probe.HTTPGet.Path
-		poll.Until(t, 30*time.Second, url+" answers 200", func() bool {
-			resp, err := http.Get(url)
-			if err != nil {
-				return false
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		g.WaitOK(t, probe.HTTPGet.Path, "")
 	}
 }
 
@@ -579,7 +570,7 @@ func TestInstallWithHelmAsWritten(t *testing.T) {
 				t.Fatal(err)
 			}
 			const ns, release = "storage-gateway", "storage-gateway"
-			removeNamespace(t, ns)
+			cluster.RemoveNamespace(t, ns)
 			dir := t.TempDir()
 			if err := os.Symlink(filepath.Join(harness.RepoRoot(), "deploy"), filepath.Join(dir, "deploy")); err != nil {
 				t.Fatal(err)
@@ -617,22 +608,9 @@ func TestInstallWithHelmAsWritten(t *testing.T) {
 			if got := kinds(objs); !slices.Contains(got, "Deployment/"+release) || !slices.Contains(got, "Job/"+release+"-migrate") {
 				t.Errorf("helm template rendered %v", got)
 			}
-			removeNamespace(t, ns)
+			cluster.RemoveNamespace(t, ns)
 		})
 	}
-}
-
-// removeNamespace deletes ns, if it exists, and waits until it is gone.
-func removeNamespace(t *testing.T, ns string) {
-	t.Helper()
-	namespaces := cluster.AdminClient().CoreV1().Namespaces()
-	if err := namespaces.Delete(t.Context(), ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	poll.Until(t, 2*time.Minute, "namespace "+ns+" gone", func() bool {
-		_, err := namespaces.Get(t.Context(), ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
 }
 
 // completeMigrationJobs stands in for the kubelet and the Job controller in

@@ -9,8 +9,6 @@ package quadlet_test
 
 import (
 	"bufio"
-	"context"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -20,14 +18,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/test/docs"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
-	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -286,18 +282,6 @@ func TestInstallWithPodmanAsWritten(t *testing.T) {
 		t.Fatalf("the gateway unit runs %v", args)
 	}
 	g := gatewayproc.Start(t, binary, append(env, "SG_GATEWAY_TOKEN="+token))
-	for _, check := range []struct{ path, token string }{{"/readyz", ""}, {"/api/v1alpha1/environments", token}} {
-		poll.Until(t, 30*time.Second, check.path+" answers 200", func() bool {
-			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+g.Addr+check.path, nil)
-			if check.token != "" {
-				req.Header.Set("Authorization", "Bearer "+check.token)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return false
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
-	}
+	g.WaitOK(t, "/readyz", "")
+	g.WaitOK(t, "/api/v1alpha1/environments", token)
 }

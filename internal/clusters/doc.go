@@ -10,4 +10,24 @@
 // answer read outside the informers is bounded in size. It
 // must not read kubeconfig files or use client-go's config loaders, and never
 // returns an API server's raw response text to callers.
+//
+// One pool entry per environment: its own clients (watches; health checks;
+// writes) and caches, managedFields stripped. Informers watch DCM-labelled
+// claims in the environment's namespaces and StorageClasses; Warning events
+// of claims are watched in a namespace only while it has a Pending claim
+// (a warning explains a Pending claim and nothing else, and the list that
+// starts the watch brings back every warning still kept); CSIDrivers and
+// CSIStorageCapacities, which only the fleet view reads, are listed rather
+// than watched — when the caches start, after a StorageClass change and
+// every FactsInterval. Each informer is client-go's controller and
+// DeltaFIFO feeding an indexer (informer.go), not a shared informer, whose
+// processor costs goroutines per informer and per handler. Clients speak
+// protobuf, as Kubernetes' own controllers do, and ask for 30–60 minute
+// watches (bookmarks still arrive every minute). Entries start in the
+// background, a bounded number of initial syncs at a time, each with a
+// deadline; a dead cluster never blocks another or any request. Health is
+// `GET /readyz` 30 s after a good check and 10 s after a failed one (two
+// failures: UNREACHABLE; one success: READY). A credential rotation starts
+// a new entry and retires the old one once the new one has synced; removing
+// an entry stops every goroutine, watch and connection of it.
 package clusters

@@ -20,6 +20,12 @@
 //	                                       └► dcm.Registrar (register what it owns)
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
+// Background workers, each started and stopped here: the membership
+// (heartbeat and rebalance), the connector, the probe loop, the status
+// follower's sweep, the outbox relay, the volume reconciler, the fleet feed,
+// the key-ring and token reloader (SIGHUP), audit pruning and, when
+// configured, the DCM registrar.
+//
 // Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
 // stop the background workers and the informers → flush the status
 // tracker (still the owner: the fence would refuse it after) → leave the

@@ -8,4 +8,15 @@
 // Reads come from the cluster pool's caches and the records; the cluster is
 // only called to write (and, when a create collides with an existing claim,
 // to look at that claim).
+//
+// A create records its intent (with the idempotency key) before it creates
+// the claim, named by the volume id: a retry after a crash finds the record
+// and creates exactly one claim. The reconciler (periodically, and for each
+// cluster that becomes ready with synced caches) completes interrupted
+// creates, stores the uid of claims whose create was interrupted after the
+// claim existed, deletes claims created after their volume was deleted,
+// marks volumes whose claim vanished DELETED, and counts the labelled
+// claims no record serves (unadopted_claims). Adoption records such claims
+// of another provider as volumes, each with its first status and event, in
+// one fenced transaction; nothing is adopted implicitly.
 package volumes

@@ -163,7 +163,7 @@ func TestEnvBootstrapIsAllOrNothing(t *testing.T) {
 		t.Helper()
 		return bootstrapObjects(t, west)
 	}
-	removeNamespaceAndWait(t, west, targetcluster.Namespace)
+	west.RemoveNamespace(t, targetcluster.Namespace)
 
 	t.Run("a served namespace that does not exist", func(t *testing.T) {
 		fails(t, admin, []string{"boot-missing", "--namespace", "no-such-namespace"},
@@ -213,7 +213,7 @@ func TestEnvBootstrapIsAllOrNothing(t *testing.T) {
 	})
 
 	t.Run("again right after unbootstrap", func(t *testing.T) {
-		removeNamespaceAndWait(t, west, targetcluster.Namespace)
+		west.RemoveNamespace(t, targetcluster.Namespace)
 		cli(t, binary, g, "env", "bootstrap", "boot-again", "--kubeconfig", admin, "--namespace", ns)
 		// Something in the namespace holds it while it terminates.
 		held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: targetcluster.Namespace,
@@ -285,18 +285,4 @@ func bootstrapObjects(t *testing.T, c *harness.Cluster) []string {
 		found = append(found, "ServiceAccount/"+sa.Name)
 	}
 	return found
-}
-
-// removeNamespaceAndWait deletes ns in c, if it is there, and waits until
-// it is gone.
-func removeNamespaceAndWait(t *testing.T, c *harness.Cluster, ns string) {
-	t.Helper()
-	namespaces := c.AdminClient().CoreV1().Namespaces()
-	if err := namespaces.Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	poll.Until(t, 2*time.Minute, "namespace "+ns+" gone", func() bool {
-		_, err := namespaces.Get(context.Background(), ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
 }

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 var build struct {
@@ -202,4 +204,25 @@ func (p *Process) WaitLog(t testing.TB, want string, within time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// WaitOK waits up to 30 seconds for GET path to answer 200, with token as
+// the bearer token when it is not empty.
+func (p *Process) WaitOK(t testing.TB, path, token string) {
+	t.Helper()
+	poll.Until(t, 30*time.Second, path+" answers 200", func() bool {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+p.Addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

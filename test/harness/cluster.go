@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -25,6 +26,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // Names of what the harness creates for the gateway in every cluster.
@@ -408,4 +411,19 @@ func createIgnoreExisting[T any](ctx context.Context, create func(context.Contex
 		return err
 	}
 	return nil
+}
+
+// RemoveNamespace deletes ns, if it exists, and waits (up to two minutes)
+// until the namespace controller has removed it, so a test can create it
+// afresh.
+func (c *Cluster) RemoveNamespace(t testing.TB, ns string) {
+	t.Helper()
+	namespaces := c.client.CoreV1().Namespaces()
+	if err := namespaces.Delete(t.Context(), ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	poll.Until(t, 2*time.Minute, "namespace "+ns+" gone", func() bool {
+		_, err := namespaces.Get(t.Context(), ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
