@@ -133,7 +133,7 @@ lint: $(GOLANGCI_LINT) ## run golangci-lint (installed at a pinned version)
 fmt: $(GOLANGCI_LINT) ## format the code (gofmt, goimports)
 	$(GOLANGCI_LINT) fmt ./...
 
-generate: ## regenerate code from the OpenAPI contract; copy the dashboard and alerts into the chart
+generate: ## regenerate code from the OpenAPI contract; copy the dashboard and alerts into the chart; write its schema's setting names
 	$(GO) generate ./...
 
 check-generated: ## fail when generated code is stale
