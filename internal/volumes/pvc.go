@@ -2,7 +2,7 @@ package volumes
 
 import (
 	"maps"
-	"strings"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,7 +78,7 @@ func specOf(pvc *corev1.PersistentVolumeClaim) Spec {
 		Labels:    map[string]string{},
 	}
 	for k, v := range pvc.Labels {
-		if !strings.HasPrefix(k, reservedPrefix) {
+		if !slices.Contains(ReservedLabels, k) {
 			s.Labels[k] = v
 		}
 	}

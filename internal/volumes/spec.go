@@ -4,26 +4,36 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
 
-// Labels every gateway PVC carries (SPEC.md §2.2).
+// Labels every gateway PVC carries (DCM's, the same its per-cluster
+// storage provider sets).
 const (
 	InstanceIDLabel  = "dcm.project/dcm-instance-id"
 	ServiceTypeLabel = "dcm.project/dcm-service-type"
 	ServiceType      = "storage"
 	// displayNameAnnotation keeps spec.metadata.name, which is not the id.
 	displayNameAnnotation = "dcm.project/display-name"
-	reservedPrefix        = "dcm.project/"
 )
 
-var quantitySuffix = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$`)
+// ReservedLabels are the label keys the gateway sets on every claim (and
+// DCM's per-cluster storage provider on its own): a user may not set them;
+// any other key, under dcm.project/ too, is the user's.
+var ReservedLabels = []string{clusters.ManagedByLabel, InstanceIDLabel, ServiceTypeLabel}
+
+// CapacityPattern is how DCM's storage contract writes a capacity: digits,
+// an optional fraction and an optional unit; without one it is bytes. The
+// API contract declares the same pattern (a test keeps them equal).
+const CapacityPattern = `^[0-9]+(\.[0-9]+)?(Ei|Pi|Ti|Gi|Mi|Ki|E|P|T|G|M|K)?$`
+
+var capacityPattern = regexp.MustCompile(CapacityPattern)
 
 // Request is a create request as DCM sent it: hints may be empty.
 type Request struct {
@@ -62,12 +72,14 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// ParseCapacity checks a requested size: a quantity with a binary or decimal
-// suffix, greater than zero.
+// ParseCapacity checks a requested size: written as CapacityPattern says, a
+// Kubernetes quantity (which "1K" is not: the decimal kilo is k, which the
+// pattern does not take), greater than zero.
 func ParseCapacity(field, s string) (resource.Quantity, error) {
 	q, err := resource.ParseQuantity(s)
-	if err != nil || !quantitySuffix.MatchString(s) {
-		return resource.Quantity{}, fault.Invalid(field, "must be a size with a binary or decimal suffix, e.g. 10Gi or 500M")
+	if err != nil || !capacityPattern.MatchString(s) {
+		return resource.Quantity{}, fault.Invalid(field, "must be a size: digits, an optional fraction and an optional unit "+
+			"(Ki, Mi, Gi, Ti, Pi, Ei, or M, G, T, P, E), e.g. 10Gi, 500M or 1073741824 (bytes)")
 	}
 	if q.Sign() <= 0 {
 		return resource.Quantity{}, fault.Invalid(field, "must be greater than zero")
@@ -84,8 +96,8 @@ func (r Request) validate() error {
 		return err
 	}
 	for k, v := range r.Labels {
-		if strings.HasPrefix(k, reservedPrefix) {
-			return fault.Invalid("spec.metadata.labels", "keys under dcm.project/ are reserved")
+		if slices.Contains(ReservedLabels, k) {
+			return fault.Invalid("spec.metadata.labels", "%q is reserved: the gateway sets it on every claim", k)
 		}
 		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
 			return fault.Invalid("spec.metadata.labels", "must be Kubernetes labels (keys [prefix/]name, values at most 63 characters)")

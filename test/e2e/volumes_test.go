@@ -226,9 +226,16 @@ func TestVolumeLifecycleInTwoEnvironments(t *testing.T) {
 				t.Fatalf("expansion answer: %v", v)
 			}
 			c.waitStatus(env.ID, id, "RUNNING", time.Minute, "3Gi")
+			// As DCM's storage contract writes it: a capacity in bytes, and a
+			// dcm.project/ label that is not one the gateway sets.
 			fixed := uuid.NewString()
-			code, v = c.do(http.MethodPost, path+"?id="+fixed, map[string]any{"spec": storageSpec("fixed", "1Gi", map[string]any{"storage_class": tc.fixed})})
+			fixedSpec := storageSpec("fixed", "1073741824", map[string]any{"storage_class": tc.fixed})
+			fixedSpec["metadata"].(map[string]any)["labels"] = map[string]string{"dcm.project/cost-center": "r-and-d"}
+			code, v = c.do(http.MethodPost, path+"?id="+fixed, map[string]any{"spec": fixedSpec})
 			c.want(http.StatusCreated, code, v)
+			if field(v, "spec", "capacity") != "1073741824" || field(v, "spec", "metadata", "labels", "dcm.project/cost-center") != "r-and-d" {
+				t.Fatalf("a capacity in bytes and a dcm.project/ label: %v", v)
+			}
 			c.waitStatus(env.ID, fixed, "RUNNING", time.Minute)
 			code, v = c.do(http.MethodPatch, path+"/"+fixed, map[string]any{"capacity": "2Gi"})
 			c.want(http.StatusUnprocessableEntity, code, v, "does not allow volume expansion")
@@ -302,7 +309,8 @@ func TestCreateRefusals(t *testing.T) {
 		{"namespace not allowed", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", map[string]any{"namespace": "kube-system"})}, nil, 422, []string{"namespace"}},
 		{"unknown environment", volumesPath("nowhere") + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", nil)}, nil, 404, nil},
 		{"no id and no key", path, storageSpec("x", "1Gi", nil), nil, 400, []string{"Idempotency-Key"}},
-		{"capacity without suffix", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "100", nil)}, nil, 400, []string{"spec.capacity"}},
+		{"capacity not as the contract writes it", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "10gi", nil)}, nil, 400, []string{"spec.capacity"}},
+		{"capacity the contract writes but Kubernetes does not", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1K", nil)}, nil, 400, []string{"spec.capacity"}},
 		{"zero capacity", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "0Gi", nil)}, nil, 400, []string{"greater than zero"}},
 		{"reserved label", path + "?id=" + uuid.NewString(), map[string]any{"spec": map[string]any{"service_type": "storage", "capacity": "1Gi", "metadata": map[string]any{"name": "x", "labels": map[string]string{"dcm.project/managed-by": "me"}}}}, nil, 400, []string{"reserved"}},
 		{"unknown kubernetes hint", path + "?id=" + uuid.NewString(), map[string]any{"spec": storageSpec("x", "1Gi", map[string]any{"storageclass": "typo"})}, nil, 400, nil},
