@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,9 +316,15 @@ func (r *Registrar) deregister(ctx context.Context, environmentID, providerID st
 	}
 }
 
-// provider is the registration body of an environment (SPEC.md §4).
+// operations are what DCM's service-provider-manager can ask of a storage
+// provider, as DCM's own storage SP registers them: its instances have no
+// update (PATCH answers 405), so an expansion is made through the gateway
+// and DCM's record of the instance keeps the size it was created with.
+var operations = []string{"CREATE", "READ", "DELETE"}
+
+// provider is the registration body of an environment.
 func (r *Registrar) provider(env environments.Environment) spmapi.Provider {
-	operations := []string{"CREATE", "READ", "UPDATE", "DELETE"}
+	operations := slices.Clone(operations)
 	meta := &spmapi.ProviderMetadata{}
 	if env.Spec.Region != "" {
 		meta.RegionCode = &env.Spec.Region

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,9 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 			return p.HealthStatus != nil && *p.HealthStatus == "ready" && p.Name == "storage-gateway-"+envID &&
 				p.ServiceType == "storage" && p.Endpoint == g.URL+volumesPath(envID) &&
 				p.Metadata != nil && p.Metadata.RegionCode != nil && *p.Metadata.RegionCode == "local" &&
-				totalStorage(p) == wantTotal[envID]
+				totalStorage(p) == wantTotal[envID] &&
+				// What DCM's manager can ask: it has no instance update.
+				p.Operations != nil && slices.Equal(*p.Operations, []string{"CREATE", "READ", "DELETE"})
 		})
 	}
 
