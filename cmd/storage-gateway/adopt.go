@@ -52,8 +52,8 @@ func (c *gatewayClient) adoptCommand() *cobra.Command {
 }
 
 // printAdoption prints an adoption: as the API answered it (json, yaml),
-// the adopted volumes' names, or one row per claim it looked at and a
-// summary line.
+// the adopted volumes' names, or one row per claim it looked at (with
+// what to look at in an adopted one) and a summary line.
 func printAdoption(w io.Writer, format string, a api.Adoption) error {
 	switch format {
 	case "json", "yaml":
@@ -69,9 +69,15 @@ func printAdoption(w io.Writer, format string, a api.Adoption) error {
 	if len(a.Adopted)+len(a.Skipped) > 0 {
 		fmt.Fprintln(tw, "ACTION\tNAMESPACE\tID\tSTATUS\tCAPACITY\tCLASS\tREASON")
 	}
+	// An adopted claim to look at carries its warnings as its reason.
+	warnings := map[string][]string{}
+	for _, n := range a.Warnings {
+		warnings[n.Namespace+"/"+n.Name] = append(warnings[n.Namespace+"/"+n.Name], n.Reason)
+	}
 	for _, v := range a.Adopted {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", verb, cell(ptr.Deref(v.Spec.Metadata.Namespace, "")), cell(v.Id),
-			v.Status, cell(v.Spec.Capacity), cell(ptr.Deref(v.Spec.Metadata.StorageClass, "")))
+		ns := ptr.Deref(v.Spec.Metadata.Namespace, "")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", verb, cell(ns), cell(v.Id),
+			v.Status, cell(v.Spec.Capacity), cell(ptr.Deref(v.Spec.Metadata.StorageClass, "")), cell(strings.Join(warnings[ns+"/"+v.Id], "; ")))
 	}
 	for _, s := range a.Skipped {
 		fmt.Fprintf(tw, "skip\t%s\t%s\t\t\t\t%s\n", cell(s.Namespace), cell(s.Name), cell(s.Reason))

@@ -176,12 +176,19 @@ func (h *handlers) AdoptVolumes(ctx context.Context, req AdoptVolumesRequestObje
 		return nil, err
 	}
 	out := Adoption{EnvironmentId: req.EnvironmentId, ValidateOnly: deref(in.ValidateOnly), Namespaces: a.Namespaces,
-		Adopted: make([]Volume, len(a.Adopted)), Skipped: make([]AdoptionSkip, len(a.Skipped)), RecordedCount: a.Recorded}
+		Adopted: make([]Volume, len(a.Adopted)), Skipped: adoptionClaims(a.Skipped), Warnings: adoptionClaims(a.Warnings),
+		RecordedCount: a.Recorded}
 	for i, v := range a.Adopted {
 		out.Adopted[i] = toVolume(v)
 	}
-	for i, s := range a.Skipped {
-		out.Skipped[i] = AdoptionSkip{Namespace: s.Namespace, Name: s.Name, Reason: s.Reason}
-	}
 	return AdoptVolumes200JSONResponse(out), nil
+}
+
+// adoptionClaims are the contract's form of claims an adoption names.
+func adoptionClaims(claims []volumes.Skip) []AdoptionClaim {
+	out := make([]AdoptionClaim, len(claims))
+	for i, c := range claims {
+		out[i] = AdoptionClaim{Namespace: c.Namespace, Name: c.Name, Reason: c.Reason}
+	}
+	return out
 }

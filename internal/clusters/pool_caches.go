@@ -332,6 +332,17 @@ func (c *Cluster) StorageClass(name string) (*storagev1.StorageClass, bool) {
 	return class, err == nil
 }
 
+// ClassOf returns the StorageClass pvc names, and whether that class is
+// known to be gone: named, the class cache synced, and not in it. (A class
+// not found before the cache synced is unknown, not gone.)
+func (c *Cluster) ClassOf(pvc *corev1.PersistentVolumeClaim) (class *storagev1.StorageClass, gone bool) {
+	if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName == "" {
+		return nil, false
+	}
+	class, ok := c.StorageClass(*pvc.Spec.StorageClassName)
+	return class, !ok && c.caches.classes.ctrl.HasSynced()
+}
+
 // StorageClasses returns every StorageClass, by name.
 func (c *Cluster) StorageClasses() []*storagev1.StorageClass {
 	classes, _ := c.caches.classLister.List(labels.Everything())

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
@@ -92,12 +91,7 @@ func (f *Follower) observeObject(envID string, obj any) {
 // observe maps a claim with what c's cache knows about its class and
 // warnings, and applies the provisioning timeout.
 func (f *Follower) observe(envID string, c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) {
-	var class *storagev1.StorageClass
-	if pvc.Spec.StorageClassName != nil {
-		class, _ = c.StorageClass(*pvc.Spec.StorageClassName)
-	}
-	warnings := OwnWarnings(c, pvc)
-	st, msg := Of(pvc, class, warnings)
+	st, msg, warnings := OfClaim(c, pvc)
 	if failingFor(pvc, warnings) > f.provisioningTimeout {
 		st, msg = Failed, "provisioning kept failing for more than "+f.provisioningTimeout.String()+": "+clean(warnings[0].Message)
 	}
@@ -117,6 +111,25 @@ func failingFor(pvc *corev1.PersistentVolumeClaim, warnings []*corev1.Event) tim
 		return 0
 	}
 	return time.Since(w.FirstTimestamp.Time)
+}
+
+// OfClaim maps a claim with what c's caches know of it — its class, or
+// that the class is gone, and its warnings (returned too) — to its status.
+// A claim whose class is gone says so: nothing will provision it, nor
+// expand it.
+func OfClaim(c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) (Status, string, []*corev1.Event) {
+	class, gone := c.ClassOf(pvc)
+	warnings := OwnWarnings(c, pvc)
+	st, msg := Of(pvc, class, warnings)
+	if gone && pvc.DeletionTimestamp == nil {
+		msg += "; " + ClassGone(*pvc.Spec.StorageClassName)
+	}
+	return st, msg, warnings
+}
+
+// ClassGone says that a claim's StorageClass no longer exists.
+func ClassGone(class string) string {
+	return "its StorageClass " + class + " does not exist in the cluster (any more): it cannot be provisioned or expanded"
 }
 
 // OwnWarnings returns the claim's own Warning events, newest first: events

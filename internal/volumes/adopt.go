@@ -21,16 +21,18 @@ import (
 
 // Adoption is what an adoption found in an environment's namespaces: the
 // volumes it recorded (or, validating only, would record), the labelled
-// claims it left alone and why, and how many labelled claims a record
-// serves already.
+// claims it left alone and why, the adopted ones to look at and why, and
+// how many labelled claims a record serves already.
 type Adoption struct {
 	Namespaces []string
 	Adopted    []Volume
 	Skipped    []Skip
+	Warnings   []Skip
 	Recorded   int
 }
 
-// Skip is a labelled claim an adoption left alone, and why.
+// Skip is a labelled claim an adoption names, and why: one it left alone,
+// or one it adopted that needs a look.
 type Skip struct {
 	Namespace, Name, Reason string
 }
@@ -95,7 +97,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 // envID serves into the ones an adoption takes and the ones it skips
 // (with the reason); it counts the ones a record serves already.
 func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters.Cluster, namespaces []string) ([]*corev1.PersistentVolumeClaim, Adoption, error) {
-	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}}
+	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}, Warnings: []Skip{}}
 	recorded, err := s.repo.namespaces(ctx, envID)
 	if err != nil {
 		return nil, Adoption{}, err
@@ -138,6 +140,16 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name, reason})
 			continue
 		}
+		// Adopted all the same, so that DCM's record of it ends: a claim
+		// being deleted (DELETING now, DELETED once gone), and one whose
+		// class is gone (served, never expanded).
+		if pvc.DeletionTimestamp != nil {
+			out.Warnings = append(out.Warnings, Skip{pvc.Namespace, pvc.Name,
+				"it is being deleted: adopted as DELETING, its DELETED is reported once the claim is gone"})
+		}
+		if _, gone := cluster.ClassOf(pvc); gone {
+			out.Warnings = append(out.Warnings, Skip{pvc.Namespace, pvc.Name, status.ClassGone(*pvc.Spec.StorageClassName)})
+		}
 		take = append(take, pvc)
 	}
 	return take, out, nil
@@ -154,8 +166,6 @@ func unadoptable(pvc *corev1.PersistentVolumeClaim, otherEnv string) string {
 		return "its name is not a valid volume id (1-63 lowercase letters, digits or '-', not \"health\")"
 	case otherEnv != "":
 		return "a volume with this id is recorded in environment " + otherEnv
-	case pvc.DeletionTimestamp != nil:
-		return "it is being deleted"
 	}
 	return ""
 }

@@ -127,11 +127,15 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if !ok || pvc.DeletionTimestamp != nil {
 		return Volume{}, fault.New(fault.Conflict, "volume %s has no claim to expand (still being created, or deleted)", id)
 	}
+	class, gone := cluster.ClassOf(pvc)
+	if gone {
+		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
+			Detail: fmt.Sprintf("volume %s cannot be expanded: %s", id, status.ClassGone(*pvc.Spec.StorageClassName))}
+	}
 	if pvc.Status.Phase != corev1.ClaimBound {
 		return Volume{}, fault.New(fault.Conflict, "volume %s is not bound to a volume yet; expand it once it is RUNNING", id)
 	}
-	class, ok := cluster.StorageClass(rec.Spec.StorageClass)
-	if !ok || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
+	if class == nil || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
 		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
 			Detail: fmt.Sprintf("storage class %s does not allow volume expansion", rec.Spec.StorageClass)}
 	}

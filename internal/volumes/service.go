@@ -363,11 +363,7 @@ func storageClass(cluster *clusters.Cluster, name string) (*storagev1.StorageCla
 
 // fromClaim is the volume as its claim shows it.
 func (s *Service) fromClaim(cluster *clusters.Cluster, rec record, pvc *corev1.PersistentVolumeClaim) Volume {
-	var class *storagev1.StorageClass
-	if pvc.Spec.StorageClassName != nil {
-		class, _ = cluster.StorageClass(*pvc.Spec.StorageClassName)
-	}
-	st, msg := status.Of(pvc, class, status.OwnWarnings(cluster, pvc))
+	st, msg, _ := status.OfClaim(cluster, pvc)
 	v := Volume{
 		ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: specOf(pvc), VolumeName: pvc.Spec.VolumeName,
 		Status: st, Message: msg, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/storagesp"
 )
 
@@ -252,6 +253,9 @@ func TestAdoptionSkipsWhatItCannotServe(t *testing.T) {
 	}
 	leaving := peer("leaving", "leaving", "storage")
 	leaving.Finalizers = []string{"e2e.storage-gateway/hold"}
+	classless := peer("classless", "classless", "storage")
+	retired := "retired-class" // no such class in the cluster
+	classless.Spec.StorageClassName = &retired
 	for _, pvc := range []*corev1.PersistentVolumeClaim{
 		peer("good", "good", "storage"),
 		peer("mislabelled", "another-id", "storage"),
@@ -260,6 +264,7 @@ func TestAdoptionSkipsWhatItCannotServe(t *testing.T) {
 		peer("recorded-elsewhere", "recorded-elsewhere", "storage"),
 		peer("a-database", "a-database", "database"), // not storage: not adoption's business
 		leaving,
+		classless,
 	} {
 		if _, err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), pvc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -279,9 +284,9 @@ func TestAdoptionSkipsWhatItCannotServe(t *testing.T) {
 	envID := "adopt-east"
 	code, body = r.do(http.MethodPost, "/api/v1alpha1/environments?id="+envID, map[string]any{"kubeconfig": string(kc)})
 	r.want(http.StatusCreated, code, body)
-	r.eventually(time.Minute, "six unadopted storage claims counted", func() bool {
+	r.eventually(time.Minute, "seven unadopted storage claims counted", func() bool {
 		_, env := r.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
-		return field(env, "status", "unadopted_volume_count") == float64(6)
+		return field(env, "status", "unadopted_volume_count") == float64(7)
 	})
 	code, body = r.do(http.MethodPost, volumesPath(envID)+"?id=own", map[string]any{"spec": storageSpec("own", "1Gi", nil)})
 	r.want(http.StatusCreated, code, body)
@@ -298,14 +303,29 @@ func TestAdoptionSkipsWhatItCannotServe(t *testing.T) {
 		"health":             "not a valid volume id",
 		"dotted.name":        "not a valid volume id",
 		"recorded-elsewhere": "recorded in environment " + westID,
-		"leaving":            "being deleted",
+	}
+	// Adopted, to be looked at: a claim being deleted (so DCM's record of
+	// it ends), one whose class is gone.
+	wantWarnings := map[string]string{
+		"leaving":   "adopted as DELETING",
+		"classless": "its StorageClass retired-class does not exist",
 	}
 	for _, validateOnly := range []bool{true, false} {
 		code, body = r.do(http.MethodPost, "/api/v1alpha1/environments/"+envID+":adopt", map[string]any{"namespace": ns, "validate_only": validateOnly})
 		r.want(http.StatusOK, code, body)
-		if got := adoptedIDs(body); !slices.Equal(got, []string{"good"}) || body["recorded_count"] != float64(1) ||
+		if got := adoptedIDs(body); !slices.Equal(got, []string{"classless", "good", "leaving"}) || body["recorded_count"] != float64(1) ||
 			!slices.Equal(body["namespaces"].([]any), []any{ns}) {
 			t.Fatalf("adopt (validate_only %v): %v", validateOnly, body)
+		}
+		warnings := body["warnings"].([]any)
+		if len(warnings) != len(wantWarnings) {
+			t.Fatalf("warnings %v, want %v", warnings, wantWarnings)
+		}
+		for _, w := range warnings {
+			w := w.(map[string]any)
+			if reason := wantWarnings[w["name"].(string)]; reason == "" || !strings.Contains(w["reason"].(string), reason) {
+				t.Fatalf("warning %v; want it to say %q", w, reason)
+			}
 		}
 		skipped := body["skipped"].([]any)
 		if len(skipped) != len(wantSkipped) {
@@ -319,14 +339,33 @@ func TestAdoptionSkipsWhatItCannotServe(t *testing.T) {
 		}
 	}
 	r.waitStatus(envID, "good", "PROVISIONING", 10*time.Second)
-	stillExactly(t, r.stream, map[string][]string{"good": {"PROVISIONING"}, "mislabelled": nil, "health": nil, "leaving": nil})
+	stillExactly(t, r.stream, map[string][]string{"good": {"PROVISIONING"}, "leaving": {"DELETING"}, "classless": {"PROVISIONING"},
+		"mislabelled": nil, "health": nil})
 	_, env := r.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
-	if field(env, "status", "unadopted_volume_count") != float64(5) || field(env, "status", "volume_count") != float64(2) {
+	if field(env, "status", "unadopted_volume_count") != float64(4) {
 		t.Fatalf("after adoption: %v", env["status"])
 	}
 	if after := claimVersions(t, east, ns); !maps.Equal(after, before) {
 		t.Fatalf("adoption wrote to the cluster: claims %v before, %v after", before, after)
 	}
+	// The class is gone: the volume says so, and an expansion is refused
+	// saying why.
+	_, v := r.do(http.MethodGet, volumesPath(envID)+"/classless", nil)
+	if msg, _ := v["status_message"].(string); !strings.Contains(msg, "its StorageClass retired-class does not exist") {
+		t.Fatalf("the volume of a claim whose class is gone: %v", v)
+	}
+	code, body = r.do(http.MethodPatch, volumesPath(envID)+"/classless", map[string]any{"capacity": "2Gi"})
+	r.want(http.StatusUnprocessableEntity, code, body, "StorageClass retired-class does not exist")
+	// The claim being deleted goes: DCM hears DELETED, the volume is gone.
+	if _, err := claimsAPI.Patch(t.Context(), "leaving", "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually(time.Minute, "leaving DELETED", func() bool {
+		return slices.Equal(natstest.For(r.stream.Events(), "leaving"), []string{"DELETING", "DELETED"})
+	})
+	code, body = r.do(http.MethodGet, volumesPath(envID)+"/leaving", nil)
+	r.want(http.StatusNotFound, code, body)
 	// Claims of one name in two of an environment's namespaces: a volume id
 	// names one claim, so neither is adopted (east's two namespaces).
 	eastID, eastNamespaces := east.Spec.Environment.ID, []string{east.Spec.Environment.Namespace, east.Spec.Environment.AllowedNamespaces[0]}
