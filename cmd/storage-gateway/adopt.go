@@ -85,7 +85,36 @@ func printAdoption(w io.Writer, format string, a api.Adoption) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s: %d %s, %d skipped, %d served already (namespaces %s)\n", a.EnvironmentId,
-		len(a.Adopted), verb, len(a.Skipped), a.RecordedCount, strings.Join(a.Namespaces, ", "))
-	return err
+	if _, err := fmt.Fprintf(w, "%s: %d %s, %d skipped, %d served already (namespaces %s)\n", a.EnvironmentId,
+		len(a.Adopted), verb, len(a.Skipped), a.RecordedCount, strings.Join(a.Namespaces, ", ")); err != nil {
+		return err
+	}
+	return printDCMInstancesWithoutClaim(w, a)
+}
+
+// printDCMInstancesWithoutClaim says which of DCM's instances of the
+// provider the environment would still not serve: what a take-over of the
+// name would orphan.
+func printDCMInstancesWithoutClaim(w io.Writer, a api.Adoption) error {
+	without := ptr.Deref(a.DcmInstancesWithoutClaim, nil)
+	switch {
+	case a.DcmCheck == nil && a.DcmInstancesWithoutClaim == nil:
+		return nil // the gateway does not register with DCM
+	case a.DcmCheck != nil:
+		_, err := fmt.Fprintf(w, "DCM's instances not checked: %s\n", *a.DcmCheck)
+		return err
+	case len(without) == 0:
+		_, err := fmt.Fprintln(w, "every DCM instance of the provider is served here or adoptable")
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "DCM holds %d instance(s) of the provider with no claim in the environment's namespaces "+
+		"(a take-over would have DCM forget them; serve their namespace, then adopt):\n", len(without)); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tNAME\tNAMESPACE")
+	for _, in := range without {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", cell(in.Id), cell(in.Name), cell(ptr.Deref(in.Namespace, "")))
+	}
+	return tw.Flush()
 }

@@ -636,6 +636,17 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	if r := e.Status.DcmRegistration; r != nil {
 		d.add("DCM registration", strings.TrimSuffix(ptr.Deref(r.State, "")+": "+ptr.Deref(r.Message, ""), ": "))
 		d.add("DCM provider id", ptr.Deref(r.ProviderId, ""))
+		if r.DisplacedBy != nil {
+			held := *r.DisplacedBy + " since " + optionalTime(r.DisplacedTime)
+			if r.ReclaimTime != nil {
+				held += ", taken back " + optionalTime(r.ReclaimTime)
+			}
+			d.add("DCM name held by", held)
+		}
+		if n := ptr.Deref(r.InstancesWithoutClaim, 0); n > 0 {
+			d.add("DCM instances without claim", fmt.Sprintf("%d, not served here nor adoptable (%s), counted %s", n,
+				strings.Join(ptr.Deref(r.InstancesWithoutClaimIds, nil), ", "), optionalTime(r.InstancesCheckTime)))
+		}
 	}
 	for _, o := range overrides("provisioner", e.CapabilityOverrides.Provisioners) {
 		d.add("Override", o)

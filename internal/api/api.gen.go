@@ -49,6 +49,7 @@ func (e AccessMode) Valid() bool {
 // Defines values for AuditEventAuthMethod.
 const (
 	AuditEventAuthMethodDisabled       AuditEventAuthMethod = "disabled"
+	AuditEventAuthMethodGateway        AuditEventAuthMethod = "gateway"
 	AuditEventAuthMethodOidc           AuditEventAuthMethod = "oidc"
 	AuditEventAuthMethodStatic         AuditEventAuthMethod = "static"
 	AuditEventAuthMethodTrustedNetwork AuditEventAuthMethod = "trusted-network"
@@ -58,6 +59,8 @@ const (
 func (e AuditEventAuthMethod) Valid() bool {
 	switch e {
 	case AuditEventAuthMethodDisabled:
+		return true
+	case AuditEventAuthMethodGateway:
 		return true
 	case AuditEventAuthMethodOidc:
 		return true
@@ -412,8 +415,14 @@ type AccessMode string
 // Adoption defines model for Adoption.
 type Adoption struct {
 	// Adopted The volumes adopted (with validate_only, that would be), as the volume API shows them.
-	Adopted       []Volume `json:"adopted"`
-	EnvironmentId string   `json:"environment_id"`
+	Adopted []Volume `json:"adopted"`
+
+	// DcmCheck Why DCM's instances were not checked, when they were not.
+	DcmCheck *string `json:"dcm_check,omitempty"`
+
+	// DcmInstancesWithoutClaim With DCM registration on: DCM's instances of the environment's provider name that it would neither serve nor be able to adopt after this adoption (no record, no labelled claim in its namespaces) — what a take-over of the name would orphan. Absent without DCM registration, and when DCM could not be asked (dcm_check says why).
+	DcmInstancesWithoutClaim *[]DCMInstance `json:"dcm_instances_without_claim,omitempty"`
+	EnvironmentId            string         `json:"environment_id"`
 
 	// Namespaces The namespaces searched.
 	Namespaces []string `json:"namespaces"`
@@ -448,7 +457,9 @@ type AdoptionRequest struct {
 // AuditEvent defines model for AuditEvent.
 type AuditEvent struct {
 	// Action The API operation, e.g. createEnvironment.
-	Action        string               `json:"action"`
+	Action string `json:"action"`
+
+	// AuthMethod How the caller authenticated; gateway for what the gateway did on its own.
 	AuthMethod    AuditEventAuthMethod `json:"auth_method"`
 	EnvironmentId *string              `json:"environment_id,omitempty"`
 
@@ -468,7 +479,7 @@ type AuditEvent struct {
 	VolumeId *string   `json:"volume_id,omitempty"`
 }
 
-// AuditEventAuthMethod defines model for AuditEvent.AuthMethod.
+// AuditEventAuthMethod How the caller authenticated; gateway for what the gateway did on its own.
 type AuditEventAuthMethod string
 
 // AuditEventList defines model for AuditEventList.
@@ -578,12 +589,38 @@ type ConnectionInfo struct {
 // ConnectionInfoAuthType defines model for ConnectionInfo.AuthType.
 type ConnectionInfoAuthType string
 
+// DCMInstance defines model for DCMInstance.
+type DCMInstance struct {
+	Id string `json:"id"`
+
+	// Name The name DCM's spec gave the instance.
+	Name string `json:"name"`
+
+	// Namespace The namespace its provider hints ask for, if any.
+	Namespace *string `json:"namespace,omitempty"`
+}
+
 // DCMRegistration defines model for DCMRegistration.
 type DCMRegistration struct {
-	Message    *string `json:"message,omitempty"`
-	ProviderId *string `json:"provider_id,omitempty"`
+	// DisplacedBy The endpoint last found holding the provider's name instead of the gateway.
+	DisplacedBy *string `json:"displaced_by,omitempty"`
 
-	// State REGISTERED (with provider_id), PENDING (retrying), FAILED (DCM refused; message says why) or OFF (not registered: dcm.register is false, or this gateway does not register with DCM; message says which).
+	// DisplacedTime Since when displaced_by held the name.
+	DisplacedTime      *time.Time `json:"displaced_time,omitempty"`
+	InstancesCheckTime *time.Time `json:"instances_check_time,omitempty"`
+
+	// InstancesWithoutClaim DCM's instances of the provider that this environment neither serves nor can adopt (no volume record, no labelled claim in its namespaces), as of instances_check_time.
+	InstancesWithoutClaim *int `json:"instances_without_claim,omitempty"`
+
+	// InstancesWithoutClaimIds The first of those instances.
+	InstancesWithoutClaimIds *[]string `json:"instances_without_claim_ids,omitempty"`
+	Message                  *string   `json:"message,omitempty"`
+	ProviderId               *string   `json:"provider_id,omitempty"`
+
+	// ReclaimTime When the gateway last registered the name again after it was displaced.
+	ReclaimTime *time.Time `json:"reclaim_time,omitempty"`
+
+	// State REGISTERED (with provider_id), PENDING (retrying), FAILED (DCM refused; message says why), BLOCKED (the provider name is another endpoint's in DCM, with instances this environment cannot serve: message names them and the fix) or OFF (not registered: dcm.register is false, or this gateway does not register with DCM; message says which).
 	State *string `json:"state,omitempty"`
 }
 
@@ -1603,6 +1640,18 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
 	AdoptVolumes(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// TakeOverDCMProvider Register the environment's DCM provider name now, even over instances it cannot serve
+	//
+	// Registers the environment with DCM now under its `dcm.provider_name`, taking the name over
+	// from whatever endpoint holds it — even when DCM holds instances of that provider that the
+	// environment neither serves nor can adopt (no claim in its namespaces), which the gateway
+	// otherwise refuses (its registration then reads BLOCKED and names them): after this, DCM
+	// hears 404 for each and forgets it. The admin's decision, recorded in the audit trail under
+	// this operation. Registration must be on (`dcm.register`).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:takeOverDCMProvider (the `TakeOverDCMProvider` operationId).
+	TakeOverDCMProvider(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// VerifyEnvironment Probe an environment now
 	//
 	// Re-probes the cluster with the stored credentials and returns the environment with the new status.
@@ -2122,6 +2171,28 @@ func (c *Client) AdoptVolumesWithBody(ctx context.Context, environmentId Environ
 // Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
 func (c *Client) AdoptVolumes(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAdoptVolumesRequest(c.Server, environmentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TakeOverDCMProvider Register the environment's DCM provider name now, even over instances it cannot serve
+//
+// Registers the environment with DCM now under its `dcm.provider_name`, taking the name over
+// from whatever endpoint holds it — even when DCM holds instances of that provider that the
+// environment neither serves nor can adopt (no claim in its namespaces), which the gateway
+// otherwise refuses (its registration then reads BLOCKED and names them): after this, DCM
+// hears 404 for each and forgets it. The admin's decision, recorded in the audit trail under
+// this operation. Registration must be on (`dcm.register`).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:takeOverDCMProvider (the `TakeOverDCMProvider` operationId).
+func (c *Client) TakeOverDCMProvider(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTakeOverDCMProviderRequest(c.Server, environmentId)
 	if err != nil {
 		return nil, err
 	}
@@ -3185,6 +3256,40 @@ func NewAdoptVolumesRequestWithBody(server string, environmentId EnvironmentID, 
 	return req, nil
 }
 
+// NewTakeOverDCMProviderRequest constructs an http.Request for the TakeOverDCMProvider method
+func NewTakeOverDCMProviderRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s:takeOverDCMProvider", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewVerifyEnvironmentRequest constructs an http.Request for the VerifyEnvironment method
 func NewVerifyEnvironmentRequest(server string, environmentId EnvironmentID) (*http.Request, error) {
 	var err error
@@ -3971,6 +4076,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:adopt (the `AdoptVolumes` operationId).
 	AdoptVolumesWithResponse(ctx context.Context, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptVolumesResponse, error)
+
+	// TakeOverDCMProviderWithResponse Register the environment's DCM provider name now, even over instances it cannot serve
+	//
+	// Registers the environment with DCM now under its `dcm.provider_name`, taking the name over
+	// from whatever endpoint holds it — even when DCM holds instances of that provider that the
+	// environment neither serves nor can adopt (no claim in its namespaces), which the gateway
+	// otherwise refuses (its registration then reads BLOCKED and names them): after this, DCM
+	// hears 404 for each and forgets it. The admin's decision, recorded in the audit trail under
+	// this operation. Registration must be on (`dcm.register`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}:takeOverDCMProvider (the `TakeOverDCMProvider` operationId).
+	TakeOverDCMProviderWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*TakeOverDCMProviderResponse, error)
 
 	// VerifyEnvironmentWithResponse Probe an environment now
 	//
@@ -5334,6 +5453,96 @@ func (r AdoptVolumesResponse) ContentType() string {
 	return ""
 }
 
+type TakeOverDCMProviderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TakeOverDCMProviderResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r TakeOverDCMProviderResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TakeOverDCMProviderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TakeOverDCMProviderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TakeOverDCMProviderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TakeOverDCMProviderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type VerifyEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6180,6 +6389,26 @@ func (c *ClientWithResponses) AdoptVolumesWithResponse(ctx context.Context, envi
 		return nil, err
 	}
 	return ParseAdoptVolumesResponse(rsp)
+}
+
+// TakeOverDCMProviderWithResponse Register the environment's DCM provider name now, even over instances it cannot serve
+//
+// Registers the environment with DCM now under its `dcm.provider_name`, taking the name over
+// from whatever endpoint holds it — even when DCM holds instances of that provider that the
+// environment neither serves nor can adopt (no claim in its namespaces), which the gateway
+// otherwise refuses (its registration then reads BLOCKED and names them): after this, DCM
+// hears 404 for each and forgets it. The admin's decision, recorded in the audit trail under
+// this operation. Registration must be on (`dcm.register`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}:takeOverDCMProvider (the `TakeOverDCMProvider` operationId).
+func (c *ClientWithResponses) TakeOverDCMProviderWithResponse(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*TakeOverDCMProviderResponse, error) {
+	rsp, err := c.TakeOverDCMProvider(ctx, environmentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTakeOverDCMProviderResponse(rsp)
 }
 
 // VerifyEnvironmentWithResponse Probe an environment now
@@ -7366,6 +7595,81 @@ func ParseAdoptVolumesResponse(rsp *http.Response) (*AdoptVolumesResponse, error
 	return response, nil
 }
 
+// ParseTakeOverDCMProviderResponse parses an HTTP response from a TakeOverDCMProviderWithResponse call
+func ParseTakeOverDCMProviderResponse(rsp *http.Response) (*TakeOverDCMProviderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TakeOverDCMProviderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseVerifyEnvironmentResponse parses an HTTP response from a VerifyEnvironmentWithResponse call
 func ParseVerifyEnvironmentResponse(rsp *http.Response) (*VerifyEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7770,6 +8074,9 @@ type ServerInterface interface {
 	// AdoptVolumes Adopt the DCM volumes another provider created
 	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
 	AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error
+	// TakeOverDCMProvider Register the environment's DCM provider name now, even over instances it cannot serve
+	// (POST /api/v1alpha1/environments/{environment_id}:takeOverDCMProvider)
+	TakeOverDCMProvider(ctx echo.Context, environmentId EnvironmentID) error
 	// VerifyEnvironment Probe an environment now
 	// (POST /api/v1alpha1/environments/{environment_id}:verify)
 	VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error
@@ -8197,6 +8504,22 @@ func (w *ServerInterfaceWrapper) AdoptVolumes(ctx echo.Context) error {
 	return err
 }
 
+// TakeOverDCMProvider converts echo context to params.
+func (w *ServerInterfaceWrapper) TakeOverDCMProvider(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.TakeOverDCMProvider(ctx, environmentId)
+	return err
+}
+
 // VerifyEnvironment converts echo context to params.
 func (w *ServerInterfaceWrapper) VerifyEnvironment(ctx echo.Context) error {
 	var err error
@@ -8476,6 +8799,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.GetEnvironment, options.OperationMiddlewares["getEnvironment"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id", wrapper.UpdateEnvironment, options.OperationMiddlewares["updateEnvironment"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:verify", wrapper.VerifyEnvironment, options.OperationMiddlewares["verifyEnvironment"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:takeOverDCMProvider", wrapper.TakeOverDCMProvider, options.OperationMiddlewares["takeOverDCMProvider"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id\\:adopt", wrapper.AdoptVolumes, options.OperationMiddlewares["adoptVolumes"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/placements", wrapper.ListPlacements, options.OperationMiddlewares["listPlacements"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/storage-classes", wrapper.ListStorageClasses, options.OperationMiddlewares["listStorageClasses"]...)
@@ -10200,6 +10524,128 @@ func (response AdoptVolumes503ApplicationProblemPlusJSONResponse) VisitAdoptVolu
 	return err
 }
 
+type TakeOverDCMProviderRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+}
+
+type TakeOverDCMProviderResponseObject interface {
+	VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error
+}
+
+type TakeOverDCMProvider200JSONResponse Environment
+
+func (response TakeOverDCMProvider200JSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response TakeOverDCMProvider400ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider401ApplicationProblemPlusJSONResponse Problem
+
+func (response TakeOverDCMProvider401ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider403ApplicationProblemPlusJSONResponse Problem
+
+func (response TakeOverDCMProvider403ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider404ApplicationProblemPlusJSONResponse Problem
+
+func (response TakeOverDCMProvider404ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider422ApplicationProblemPlusJSONResponse Problem
+
+func (response TakeOverDCMProvider422ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider429ApplicationProblemPlusJSONResponse Problem
+
+func (response TakeOverDCMProvider429ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TakeOverDCMProvider503ApplicationProblemPlusJSONResponse Problem
+
+func (response TakeOverDCMProvider503ApplicationProblemPlusJSONResponse) VisitTakeOverDCMProviderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type VerifyEnvironmentRequestObject struct {
 	EnvironmentId EnvironmentID `json:"environment_id"`
 }
@@ -10768,6 +11214,9 @@ type StrictServerInterface interface {
 	// AdoptVolumes Adopt the DCM volumes another provider created
 	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
 	AdoptVolumes(ctx context.Context, request AdoptVolumesRequestObject) (AdoptVolumesResponseObject, error)
+	// TakeOverDCMProvider Register the environment's DCM provider name now, even over instances it cannot serve
+	// (POST /api/v1alpha1/environments/{environment_id}:takeOverDCMProvider)
+	TakeOverDCMProvider(ctx context.Context, request TakeOverDCMProviderRequestObject) (TakeOverDCMProviderResponseObject, error)
 	// VerifyEnvironment Probe an environment now
 	// (POST /api/v1alpha1/environments/{environment_id}:verify)
 	VerifyEnvironment(ctx context.Context, request VerifyEnvironmentRequestObject) (VerifyEnvironmentResponseObject, error)
@@ -11357,6 +11806,31 @@ func (sh *strictHandler) AdoptVolumes(ctx echo.Context, environmentId Environmen
 	return nil
 }
 
+// TakeOverDCMProvider operation middleware
+func (sh *strictHandler) TakeOverDCMProvider(ctx echo.Context, environmentId EnvironmentID) error {
+	var request TakeOverDCMProviderRequestObject
+
+	request.EnvironmentId = environmentId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.TakeOverDCMProvider(ctx.Request().Context(), request.(TakeOverDCMProviderRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "TakeOverDCMProvider")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(TakeOverDCMProviderResponseObject); ok {
+		return validResponse.VisitTakeOverDCMProviderResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // VerifyEnvironment operation middleware
 func (sh *strictHandler) VerifyEnvironment(ctx echo.Context, environmentId EnvironmentID) error {
 	var request VerifyEnvironmentRequestObject
@@ -11531,184 +12005,196 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H2Nbtu4muircH0XqI0ju2mads4kGBz4JG6bO22Sm6TtPXvca9MSbXMjkRqSTuppA+xD7BPuk1zwIylR",
-	"MuXYmaTTnR1gMEgtiT8fP37/P19aMc9yzghTsrX/pZVjgTOiiIB/Ddg1FZxlhKnjI/0DZa39Vo7VvBW1",
-	"GM5Ia79FyndGNGlFLUF+WVBBkta+EgsStWQ8JxnWX/+rINPWfut/PS3nfGqeyqfnRPKFiMnxUev2Nmq9",
-	"w5/P8Ixc0F+J/jIhMhY0V5TrBegnSNJfCWonZIoXqUIvdg5QisWMCHSN0wWRCAuCUn5DBEmQ4ujZzs5O",
-	"p9eKzBZ+WRCxLPeQ4c+jHM/ISA/a8pecUUazRdba34laapnrlylTZEYELFOv5JJfEba6yMs5QTzHvywI",
-	"YuSzMuMr/S7iU6TmBOWCXFO+kEg/alpa+Vl1XfjzW8Jmat7af7azu1csTipB2ax1qxcniMw5kwSO8kzw",
-	"SUoy/WfMmSJM6T9xnqc0xnrJT3Pzxl/+XXLYzmbn5saFGasQOH91iH7ce/EDsiOjhChMU9kD0NkB9Pj9",
-	"OCZSvuMJnDVhGt7/bJ0TnHwUVJFTFutD0f8+ZenyHWZL+094DP/+tAKBqNVPuF3Kl1YueE6EogYYWD/R",
-	"GBo6tGueLjKNQOYl1L6haq6xiiZYkRFn6TJCao4VuuGLNEET0okQlnCk5lvUPztGcs5v4McMjlaRTN4F",
-	"yw/wtV663QsWAi/1v2uXbP/L6m41vsgcx2aHq9sqnyNJsIjnJKksbGXA+hoEiblISDKK+cJgT3WSt3hC",
-	"0pQkKE4xzSSiDEASmNdADztomYGRJOJagz0VBCdLvbb6hYta8ormeejg6pMzjlJ6XR/bnBoRBDGu3AFH",
-	"CLME3cyXG5+TQ6xDPVcIVBVk8YA74TwlmOlXbrBglM0Ch9W3eGd3sgH6afqWcn6FsNpHnBE0IZTNUEJS",
-	"AgjsMBlLdDR4O7g8PnkdIarsvwZHSJCcC/0GZzFBVCEq0Ywzjdh6uJs5lwRdKC7wjBymWBr4cqbJLflM",
-	"pZIPBbtbn3/8c5W5VCFbwfqouNYlnnhwXkHgkmTwyb+TWPkkw6xuhW4Ymrzu8gWfCoItTa1T6epuy1Es",
-	"+S8+XbfWc/LLgkhDzpOE6p9weuate4pTSaLAVooVVxFQE1mk5lSWdxe1NR5YvuUdyhPZOUCOB+M0ta8A",
-	"yfNY1MvnAfK8cklq3ANwEt34mF7QZH1j7RkfuDvOuJpTNvMIR3HdbkPgWyRUDa4tI6zxh9jxjVU6qmm7",
-	"fheYZoRIb9ZDsSBYEU9a8hZRbhgv1HyUETXnic/nOE1ijbIKK6r/UGIhFUm6jKgbLq5aUSuhEk9SkgS5",
-	"3AasgQYI5jHTi5ZEIqAv5JqIpf5/w9obMT8nRIQBdXl4hvRThJNEECmD4wqDvE0rFzw1J7IRbTnnaZB7",
-	"atAuGtjim8vLM2RecPiNmbwhooEBLQwCBRkmNTCacpFh1dpvaezuwq8h9AfmF954jS4A5bPjuAWUFAJA",
-	"VMWuyGFwsXd7UBWAf1p7K95SGboZ+vkI8GTzc/GuWuB0atLx3eCorCG0icOL4yNBr4l4hWMVOPePmqbo",
-	"k441L3siUfEBMoOghMQpFkQeIDyRhGkyRJj9RN9OgeZYM0EGcnsNRErheD4qVxxi/1M5mgm+yEc5T2m8",
-	"DF8tnowom/IRZ6PMyVyrQ0nDl0cxznFMVYO8YdEtpVMSL+OUjDKe1K7WHRJgiIge4hxPaErV8vSaCEGN",
-	"BL+WDVWP4mKRW9ED1nOAMLqiLEEpmSrEFwpNcZpqwU3wxWyuBR19CIk5LKWpYuAAQJ0IbHAdjv68mBDB",
-	"iCLS00ZugYsdm+/3AnKeAep2Mxkpf3X83fsBXG4JcYv8VFb5uLkLWkg3JxJplBcEwD1Z0FR1tTyvAY74",
-	"dMhuSJp2rxi/YVq7u6aSckaE1IKjpKm+MVygG8HZrIfOBIlJQlhM9v1bN4SvMWNcAS+VqG1RuTvDitzg",
-	"ZS+Js14uuN78U3OqXYB1NGS9Xu+pAb/5qaOFYqLHQ4QpsUSw+ikX5ZQgztjXOCNDpp9qMdjbgX28gmTo",
-	"mCGMMiJmBOVYxfMIYcQWaTpkZjpBMq5VDKp6Q7aCkj6Mms9rPd4E7loIQwpyYM7zUWdbj6EXYNAJSVfV",
-	"+7nZMsxoJ9goyPWbt/0YdabiL6o2/qcNtnliBSQn1ZV43arIaFqcA8RqRa0FgxsUFOsOPWpeJ5mZk1Q8",
-	"/uW0M/uZZWQBBmbROl9MUirnpImLSTLLtmLybuYL82GI0yuucBrmNPrJaLJUZvJCgqJMvdxrBU1v/uGZ",
-	"gavDROUWms7PX+4KlvrslHzGWZ7qAXYvaUiYcy+XWyg+2X324487u893X7x48WI3untrwBJotshGFgel",
-	"tYEGgJbzlM8CKHLCE4IkSUmsuHDIYsGBKEMpnpC0W7wgl0zhzweIZLlaGkzRSAFWAHpNmMaOEgRu2t5V",
-	"wTJ7lD/9lTPyE8FSdfEqhFbOy668hFxrBYjrTu3SYVL1zL4pggXXZ6TDQ6H5naI43ZY7Dz7nKY2p0iql",
-	"GwJRJhXBiT5IjDTUY86mdLZvzFoiQsYQgFN02Neq8ZARquZa80ITgoVmYsburH+JU6qxINbLmNIYKwLa",
-	"9BVZ9tDZ4J1nPh+yCZbk5V6XsJgnYCgDq56/hhCz84Yeaa2EC32oCVa4AnoNxZqZ4MWL5y9DtwuWPPLH",
-	"ve9oUevGmJTTpfFPlMNfkeWDDkuZJPFCkJG8ovlIpXJ0TQSdLhsMLpoBgW2joNTGyqDvJ1ESXbwe9d++",
-	"Pf04Oj65GBy+Px+MDt++v7gcnF+ELB6a+mncqFKvuVK53H/6FOdUy1VJV9/Xnn3ei3m2/3Jv73l1v7s7",
-	"e38NnInej5li5GwD/kcvQhafQr/zvRcvn/91725w1u6j3VzwCnLGCGi/x2zKV4H9ht8AdK2MiWLzvjxA",
-	"jIC8p/mqd/nUnGSSpNdEBjQNrXObFZSc3zlrVrE2yOhjPJJzvPviZYDTv+l3d1+8RO05+dxxZPxocI6A",
-	"ALkfplRIpW++N1OFlsulVCRDgnNl3GILaWz/q2sp9z0in3MqyMgZNepKhFOHPUhJxXN0w8UVZTNPfVgi",
-	"iZdIctSukqMnEpHPuTFzR0HC9ESiE676U0VEpxBktNDuz3pD1Vwrilrw10te9tAFuSYMJXgp0YRMuQCT",
-	"ds1yidRCMImOBq/P+0eDIw2Ozew2PowWORgwtzP8rKMLq9dYUyXa4Km6IsuuHlX/sXIa+qAlwammKFTN",
-	"g+dd0ohN7vd6nm7H8hE68i5IsZNmCIZu89Hhu3Myo1IZe+sqy8+IlHjWYJvUWldCRJN1USp9KVctz4PX",
-	"x5qwDo6s88UbpxOhs8HJ0fHJa9QWRIklZbNOhF71j9/q148O3yFBpvqCHSC7NI3+Et3Mlx3NgE9fvUJt",
-	"xhUSsC0iSLKPtJ7r/q2lLiMaIFBetRBmSVXCQVwvvzW226PDdyuT0Xje6QXlsBCIL4hSzhm1hQ+hgIvD",
-	"kCocNTDcK6B7F64CiRRHNWW/+4Umt5v4DdzmzYQwngs1qHsQLJTq1g4tx2ANNreGYpmbOg88U39Av01T",
-	"fkOSUdUju7mjNS5UyxH3jTzbqesShiqY4Z0DVNmmIXTbE7ckzu6aycc3iBkwKHHXZx7Ij9wn9ZCDAHAT",
-	"KvMUL0eNDowG2gAq0lrrSdM5lliy3isIYTQV8cxDUfm0kM9aDXegYcOls2NDaF6YD26j1r3Ymdb7NnRh",
-	"2MChypFUT7CAe7FFO0FUcY4GbpiHSAYLG+5R5U547hEf26uQ+LT+/h95+LuFotfP85Sa0CQXcGLc7NZB",
-	"g1KCTciCZuNwXbRCwNaau+90xFRM2xVL4UYCvGcV28bKfQcFPWb5Qm0LPssDjVjQQ4PPOFbpElk39bjU",
-	"UMeg3o49oWPcQ5dzMmSld9tnS6B5MWIBn5JY62TlcAiipz4r4xsPqb9h8l9X85XAfmhMEQyT4SVSWMyI",
-	"KpweBQ+dU1aLtPimvKRq1Fg7wqoZ5L8lbyiPPeRATykjPmb8o//urcZEEqM8XcwokxHSAnBxgDJCU5qC",
-	"A2EuI/3zZ6rPniWIZjkRkjNAZ5DdrRjZu6f1oVzXyGLs6hYOLSorrlXC0vDg7WmOJZJaL8YprJNxFC+E",
-	"IEx17bC1BQYIR2h5D85ea6KnDUkpr7hWGy2h7W3JUZs53DqqFvaf+yx+Y9O6L21u5kCvEUujOXNzuimW",
-	"qgg5Xc+1K6u9gw+eYRXPmw80KKC/OkQ/PP/rS/S/L05PfOca4s4SozEHnI5TStIEbB51zrE/ZP5FjpA3",
-	"SWRM3TJC5nwjpA8zKvEiGrJVeh0VDCHSqlmEQlTUhA26NZIuZ+nSvzmgOg7Z6j0ENdAjppFR15DgWh2t",
-	"6/E91B8ytkhTJAjYAbEBhb60VEm30gN/ar0w3xQQgzMKTYgZqYfOCU7Mgi1Y2zSJgCxFqBSPIhsXEyFP",
-	"OIqGzBOOOjCX9WO5wTzqZRTUvZ0dDXEtwhiDFUkTwznXIdSF086dYc0q3q2odT7oH/2jFbWc9aYVtd6f",
-	"nA/6h2/6f387gH/131++OT0//rfBUdDqtir/rlzVJM5GomZ7uIN3VUwVlggbD8nomgjZRGD0jRzlgk+2",
-	"lb3hQwiX3fLDdVaTwiqyhf6wKk+WUcKrDq4Fs3F8zsXVEFF8aCJgUxfbq2m4r7XbCONqHEN5jYcMwmQZ",
-	"DwcatzHj4CVx7PmJ7OybwBOcQnzAgimalnHg4334c9zpoUO9YJKgibG7CQJh9CYsl98wENuHzDc5cIYI",
-	"1rdcX9KYpnpeLCVqP99BslO5DR6k6vC5w01ljq483toAjZD/dNdNLCN/iVzL1JpMbXwCUE8a7Ml956TW",
-	"4pEN5ERUIkNX8IQvlB995YWrLIna3HYrFU7JHVFU5SY34s0+bI4gv2H7oGazrNU1hI7lVUpI5UAeSMbY",
-	"ZB9rwkDlIsuwWG4zy4X9JBQF3SpHjO6WQoKxW/fNJImqr5/xcNhtOecbytS2ltN76+wVmfcuS+nvquC/",
-	"pdeEkRB+lhaqIgT6KgDjAG1bhM//LMUxaYriYAlEmW9+E4rRDt23wYycz3G6SEKpKB8hnvpznmLKfgKx",
-	"10VX++xA2Ji0ItBx2ySUYpkDvRJpJY61hMcDxlowlhu/M3Zr1SnlYpIs6Yb3TXAnavuxSFZo7GxnzwBh",
-	"3TEv8jnHrCZVeSTdk9pNnNXKeuFumuVgZ3izoaia+2ih2WxDcTQhLjRSywJ+9JXZHDhWvT2F1+MiinCa",
-	"nk5b+//cMqbqUxSAuAvlSpCboYj18XLSplpbmBCpEGUHELroBzVrVFwNCdNvae2rUNs3STaQo8IrEzoV",
-	"LxQy+P0vC25iMDYD0f/Rr78hOBGcZw0AmtvHJv6tbhp4IhHMKY3J1YcNREGlNNOgowq1uTCvGnwqPHWd",
-	"IKy8N9dinh+MkOGldfDhpJo990QilyILW5ZhHBOYXa3O9qwIhAUEKOhAOMdhrXOhxlGaOMiEsoSyWcFJ",
-	"1nGajQiJM48+FCHZzG0RSG6ueiWqAKlid+UuhCHTSNDsSQaIWCVkzlyWKq6tJe0ls7iPFN+YyBbAjAYB",
-	"3yL8zZyn1XiMG1wyw60sU+5gGhPlvNTnTROU6/KaeRDcOFgzwhjsXDnGYNNOuNK8A4xdOVbzjs0CN3NT",
-	"afScqACSACZkSXEojERhFjJ++lPreSrT8BjstwnirNegIlnhbJUwKKpSsuZ2lQLd8cmH/tvjo1H//PX7",
-	"d4OTy1bUOjm9HL06fX9y1Ipa/bdgwRkN/u/xxeVFK2qdDc7fHV9cHJ+ejI4GJ8fWotN/f/lmcHJ5fNi/",
-	"hF+OTy4H5yf9t+bhh/7xW2vuMeEXo7PzweHpydHx5fHpyd0CpQ1LMZuK1sqX1kDwhuDU+GwbY1BWT6Jq",
-	"nQAN3cl6qA1ggEAP/U+TeLtgc5hn2Qke0KZuY5sdIZ+a0daftTs3OzNYCtzfIe2nft729gffXeRhnf+C",
-	"xJwlEknKYlLhglJhLWWFuVOzIS18vtbpXDh63ffFwkInXpUqVg587j1Z2a97uEW08fpQgTVZwsVCVqYN",
-	"7UortjSsk5nsQcusVwMm+2fHKMZpSoQRdPXrhCmI0ksO0NhlqI5RRjCTCLOlTRzXokw8t45syOiNMUMJ",
-	"168U+bpNqbBrE1/jOYmvtkgOdZs/1N+tTxN16wHTqpbtuDWzbqymFsuLPNCuPROzrM1py8e5jfnT36Ep",
-	"pqk+CV8w4lfGRzE1cd9wfEW4pO9iWJfwW50051LNBJERyuhM2LQtLhDDxjFdEiX3ZmhsfhVSDcJmoIpp",
-	"wAdbUS6mQgv9qJkcK0WEXvb/+yfu/rrT/fFT2/7R/fRlJ3r57Nb93vnbv4YWCgnFflJPklFWxJdcU3JT",
-	"CUIuPwxY07ZUpfurEu7GpoGmXMYHUqZlkde1TdZVXQPeRO+FbyQd2Yypu76qpv0+jLraaPG8w6JdREgn",
-	"WGEj3GKpkCSEOQ86asNP8RyzGdG3CHwDjMTOEJ5SrY6uKIkplxVreGTKdoAVubO5Mbxa6mljN3yzolYO",
-	"WFAZSWJBVDfl/MrGKYPfZQkRyzFnClOmH5j3InCJRCY8PPJIVKTfN8EUEcoFvdZCFBcQKx6hGEvSpUwS",
-	"Jqmi18SXm0qKcZfdQRCIRF+XkL0+6i4lTXqsyRgvvLDoBisog8P4zYEJTtX/KYsiRt/VaBNW8Rs07EL0",
-	"zjKSUOMH+oipesXFKyqkOuRMLrIGerVeG/8ttKia7fxoWrhxoFTvZFEi4QGV8iqSVC5RiEaGWJfPG8JB",
-	"Ig8Y0HF/x9aqo+ku8/Im7quQA2hLzvieUc7KCBFf+4GiWw/PJ7dlWyY7sYxfG/kIvMYvvulrGiETY2ss",
-	"7z34GCDpRl8InhH3N+Pmr9C9r+elb24/gyu36cYs0Rh5F6TB5T/wT7OsQOBYjHUnFLFcq7b3A3h/wUAy",
-	"nfM0sfTUvMhZ2lBZ7AFKOWzs9HXe+CYYrkOcNcCsHWcFUaKtE9ztTX1HFHZZkVs4OO8R31ePTcxteLQ+",
-	"z7MPhxC0aySIiq2AKAnBFeBiA+qM2p+7ghhO0NUfdPyQpANkoj70AwjvKipMIM6IRJQZx14EHwEySSKe",
-	"yFWhImrV5tHn7A+YYYZnJOlOlkZnKB4kcdZ19rsucLT6Uz0qjUkXZvzUqI8dmcA3cBOgdn9w1n22u9vR",
-	"4lJuslz8AhsH4FrQO6JgW/nt+lHFaiGsV93F+t1tIr7zC4uk4b1rdJjwBUvQGRGSSkWYMheyZ+zB68YO",
-	"KZtrbsFFTuItb0DcWMChj0rGg35ZYKaoWqIZxNhpnoYZ+pUIDunWR4fvwGpoAp60xCyw1g8EVVBsZB8l",
-	"dEYVRCOWaeBTYeo/gfrvP1gwqlB7QhkWS/Qz7fUGVBPThMQ0wyn6udcbdA7KlErzvjFLmpzT9rOdH57/",
-	"sPfsr7t7+sdnr2mnqvc/23lNayHLe1VU0/j0l/Zw2DN/df7WHtCvZ/TrJf36mn59R7/+TL8Ovp59vfz6",
-	"+uu7rz83oF7m0aUNIk4KMuanBc7XR26EQlYh2APlXtTYATAVk3FgznSsIaPxL/JIDVATOmNcGMNmFVnK",
-	"jzeXWUzcSTD2wlKP0eZm2kAyZzFAxeNUwD10W2wB09UojPukkm1c2O63m8ifT3fjZ5MfSfcF/iHp7sXP",
-	"SPfH6Q7u7k7+mrwke/EP+NmzoGxtycIGCAgUZOP0LAPIMjPLfDVaF7Z5j+StNTlaqzFqev2eGb22om0T",
-	"qMwGD+Gbv/MkQCUHpoSFc2TJOc6JqYBhZtKXiDOyQYiAP5crlnkbbXFqn2oL9ipurrIkx7kdfegaKUA8",
-	"kdW9BErubItN9Uurf2wGtjGV1liRkRgQTUxxkPfvj49QG8pmx1iSzgEaWp/QsGWomhF3qjR/w+vz2+UN",
-	"s5GNleYGeWJb+f5O2d4N2wz7ekTiK5oSU5ahFbX+nvL4KqieVciAHwl/fvrh+OL49MSGw78/sX8ZRyhE",
-	"xps6v+7PhjB4M8H73AV7PYh8A9WmyQ1UaI9cVXYQa0CVs8ZPyMPQcowizCRkGzA+kWUYE605FXZ3vol0",
-	"sRI2Z3f6KVQADYo5ULW80Djj6q1lNGS1qVbj+a//+E8tm50eHx06vdY8aF+8HvXfX74ZvTs9GvzEaRJ3",
-	"zO00frEhC71mnnVgVKCSuaAspjlOTQ4GFDbV60KCp2S/EpwuI/N4kVCFlMA0NY4jo1MZGaYoeWtC1eGG",
-	"gGEStlTCcK5U7iX71SEQWFUSZ2ZNENsf4zR1iSI5EV0/RMQgiF56knPIhUT9gqiWQqsBj8mmLYrQUiij",
-	"RBMyZA5uR4fvRpfn7y8uB0ejk8Hlx9Pzny/QTOuTYJPVa4KKDk/kkDVRdSQJS6Actpl1SVRnQwhZ99Fm",
-	"QDIvWzhp2RJSoapnWBSuZ8mQTVNCFHwmUTvBcj7hWCRys8XdQnxJqHrOKStVb8h2sMkUeaGCFctoe1rO",
-	"2YdD2dFqeobZ0lnEpanAeHT4Tuv2VKKExwtToszo+E7d2bfJuOLaHOSMMI2MJEFTwTNTcnEgBLfO6XpY",
-	"D3Q0KAa3ObspjQmTpKzq3ernOJ6T7m5vx4t1adWqVHgBBPut62c4zef4GbiDcsJwTjU37O30nltJCsjB",
-	"U5zTp+7dp3DLumUF3RkJCBJQMdeUY5aRJqYmjEhItW9vpbnLnppnfnZXJFsoW6AaUOhmzlHblg6ObB1M",
-	"KBwcoTm/qbrzTSXNIfOLXJd45tAs8isnR8UtpKY2t7t2vSHz0RlCKY1VR/Ksbrsl1kCnp6fC7t6cVrGW",
-	"46S139ICQFlTWFbN8E3SYPnKU7+5SJMg6L1eNvnQL4eadJRFmYMdOnZfvAzwmPBQ1VKR9+mdsoJLrCTe",
-	"iCbrSpaHFlRWki7W4vPbfvffcPfXT1+eRS/3boO8dEWwh0NDGILg8bQo0KJ1haZFQESQ0y3KhWym5DQs",
-	"wJaGunNuwpJ7zvyp1oNld2dnTf+V7fqu1Ap1B9qvaFKt5WEQBzx60tPkas8sJTRDseSyt4t+/9mW7z/f",
-	"6v0XW73viV1w363A9c9PGuRFKhIIop5Qo08Iz2RRQrz1SQ9Upc713ClLnVfpj++o+LYEaI0xEazuReFP",
-	"MCBCWrBKkcJXQF7JPop5luGuJHoGRZIhs8KuIcPA1bOFNP0cwIOiZcorsvwJSkOCL/5f7N9DdkWWiDLU",
-	"xtEE7M4Qv179oT233XFgeZ0I/UvxK+NOXPLqi1IifsoFT6J/SckMg5s1dC9htJHbbBPt3dv5cXPiW/iV",
-	"g0MFcqwaGYJNxNzsLq8m0z4q6agXKbiDdlSFTC4SaKk1WYIX4Q9MSqIvhYheJywabBW4eKSlmq0IZfxD",
-	"pqIPtvuJuRmU5QsFFUEm9hcXNdJ+PbhET63MaaqTD9kFSacXRuYwnutzYiR9LU8bQTAnIqNSf1RxlzFC",
-	"EtkxKoIWbe1slUB8LTBSJau1HaGSYA+dkzzFS62gYTZkNDFSY1qpxmMbaEi0u7NTajAwW+LPFBLtDuti",
-	"ySptXRtirQXQwg/WxNEfqk3dp6KdhjNhPvT9NKWRbqsWCZtf9C3oQ4g29LUUGT5307rLtoQ6sI4jQdRC",
-	"MJKgBTOhboZs7Boy8C1WfF6UWvwuCdbezo/bvf9sy/Gfvdju/d3dLd//8feX9Ypij9AAwicfDYR5rej3",
-	"9EvVAXJrCHhKgvVCIbBAovbezo8dG7pZJ6pa2HHlh9B4ykVMIDd4rEn2jCgoVlH9BMpCKVktXiEPwJbi",
-	"Sl84LoEFMeWLh8x2fQsR1yN4tJa4hsglrLYizBQRs9YyvBLKvSq+7IWKNJmVfp93cu9x7/D3cGfMAWx8",
-	"Y6KwNvSaqCpK/V6MqSYK/CHw6hsIs6+J2gIFtlN0qw2E9by5KxPWUApskypgPdQHB1OlyiMXQ1ap8mgL",
-	"asl6Ra0D+NYXbrmoVA3SxBQk8cTWVjeF70xRGiPCyDIqH96E/BtN2dkiTcdao15TqytEmo0Lrn6PHlW2",
-	"NAXbNM74wwH8uwD/v/zmob8nsVVTBxOVkPzhqMSfEuQDcENzBWukELXrtQk7DyVSPnWuJS8yfxNzY60a",
-	"17e5UbVJA/dr4AJwpQw0io3QxESp/smVN+PKp6yeOr5y7g4LwdX7AMz5t6Hv0y+V+N7bRnSuyouVDJNH",
-	"xOVQfbPb5nS2P9F0czStNAbnU6ieHZYmHwhTndHdxioWNvdqKZZmA98dZdC2vgleWFnQm38BMXMmWMEz",
-	"xkJEICj1ha4f43hOyu5+oNy7xkQmhdtlRNiHvaBz/INd0LfzSz2mv8KL+rvDVWEP4r+Dl+J3vMsQmrWB",
-	"g+O6wCJ3f4tAx4dQBINukcsbXg2TlfsuB2J9BNb4bzT5abjY2XkeLxY0gb/IeMig+P+XIQTHDlv7yAug",
-	"vR0f2LErZreZ/r8ZFKMJ9MHzPjIODczQ+DghWc4VYfGy+zNZjqHMGBggoUw6tVXi7GUfMhe1ZD0+JlBG",
-	"kIxkEyLMj1dkaao1QPsHqdDuHpp3TJRbnupB3Oyatl1jaLSrdxZ2uYAdXiut5tya/S02znUDV4s1RurN",
-	"GdC5NCZEkw5Y/LVGntlNnn04tELfGkfMNkQgHOFybim9K9qml+f3roSpzemUc9eOrzl250XUyigr+tU1",
-	"hHk8vKq+EiL/jfVpF/wc8ABZdITIEoYIFiklwoYUoQYUfXCnT/P6DMySgwIHjUPqT1X/O1D1H4GPVTiX",
-	"OfsimjzIvO4n3rlCWo0xm5YEB8Q8EOsSiMYN6MaGYxjvzQ3WYmDZttwIeWhclOMal5bHitvbVCuFemIH",
-	"xpfkxWfagFqGLl6P3gz6by/fjN6fmD/+MTo8PRqgtmYcXKAXO89d/OeEJ0sXiStxmH28Jk7WfOOqjD0a",
-	"PapVYQvce/Pkntf8XuLYN9rYe3f6qH2z7hh/0sfXq1+byv0wkxgspHKlAZ5pYZjzNJWIqs6jyH73vH5f",
-	"bDbwHd5Y49SSZdr43s5eeWec/CKLphVa3LJxCzOtuQIAlKYiUPMVSyQXEGPT6TU4VAvpaUOXJ+XMlbiD",
-	"krJu+gXTB3CDl50/NZYNKL3zXq6j9M0uy6ZD+xbyUylI/3nQW6um4K5cf+aPYFwqaM+9I8c8BabZDao1",
-	"VZduprXVoUl5G7Zuxz3Q7Ux5RaPc2bJEUFyMMqpoIfQOWRE0knOhJPITBpFpa2L6lkj6K0F6tUA0mz2T",
-	"3nV5LE3HZiE+nEOyNux3ojwNinMrzuxPxeR/gGIC5548pGJi2hGZhJzHsMW9oixxwcjrGzG1x+GyNz8l",
-	"cTaOhmy8rrzNT3aUcefuhk5tqxhpQU3/nnTQ2h5P//Uf/4kynBA0WSKbyZkT0XVhc3XpN4JW9SYxNymM",
-	"89C36RqnNIF5sUTYEdh9G+MKypVJjY/QlJuOcnYQ2zIipVelsGKItAvKNoaTJCrdADZHutTeyh4PnMWk",
-	"h/q21BGVQyavaJ7rzwvDnymGbiuJQ/OCstiQTRKxCqN+COmAQ+b+dI+w3XNh8ougSQaAFww/JjG44izn",
-	"YsicaqFhRVnxXtlyzyQz2zhF/VoH0kxMCUSaRENm8Y1Pi/WZ8ims6EW5qkVXMCWCcCBbuIZQNnPTHaBy",
-	"bLMuwGODjkijo8kh1QBIOb8iyZBh1UMnZU8q1w+MZpo5UJUu9xEu74Y5F5uNPGQFyKj0eouZo45tF7EQ",
-	"2g/Z2Jx+L9yzaxwVfNzUj4T6vkkPfYS2g+Nrm18w4ixdjjWaQmqlEwhu9K2hCt3wRZqYLfVQYRJV+xrF",
-	"JRToNl4neEO6KKge6qcphE2Zf+8jYqp1mNyDlErIKyqVLQMDkphvNGIEZY2+nqV0Xj2GrAFTUM6KQiBW",
-	"MHisND07XUgS+KjPQAtvRYc5LuwlrpxeZE9pYtst3rjv7MX/U3x4FPHhOwhJAuwB2qCpVJnfX+1b6PjH",
-	"QwUm7V8TQafLxxMszsGLV890qmcK+RGahpOqhWAN+UrK1RwxNHOFsnyALX2XccpFDrSNJT1AlvKPLVu0",
-	"mtoi/YMEK34PN+sMonZrsX6M32xxh2zFh94SZ+m6YKfTnLD+2fF2COcG9XMuaklYdlz0vChtEah7Hca+",
-	"1U/XVti4B9qtsUBDqQ+3Aje/B/cCgEGo566TUXO4jYlEbFeiD/0YJaszxJhBVnQplFvJdciKAkSOtkhb",
-	"aTYyDbQgLDyyTnc/ssdUXaEsIZ+HDCQ91Ga8IHGFmNbpoVMtjoG/ploGw9StsUF1Jhi9qBfvFQ43NU1j",
-	"DjVthJb+rRRpcpiBYv4KXWyxvNJyYd/GZlKv56DVD8pOq1AglLtGd1oIrHbFi1DCiVUPtJLjW6H0WOOy",
-	"5KxJbzKCeNlZroBs+/Di2B2K/a2jD8D0woZ6OjlP+azoZTdkJoXds+K3i9G4QBn+TLNF5p6BYUtxjmSG",
-	"07Rj1lG4Aaqt1MLaxEqjONMfbshSKNVU1LMq1sDQ2EJL9pxOi9ocFBaQlq1bD/QbKTs9BBKg54sogAsz",
-	"IezCaRcKTRbw5jTFsxlJ9odsXO8Mtm+a0Y1Re6WXoZ8BbMrQDxnkTYisE6Gx28I+tL4ba5RlXltB/YrX",
-	"YMzNM2Ttta3rTFO9Tg+dY3YFSoLZZLnuCByVLNDA0CQ6wzAZlwpB9z6YDo6TCHtkQwb30aKIXzrMNWeH",
-	"VTyRRQ/ATjl0pQaWd+AAdPta3U1rDoQZd+jY7/I5RjgpmLVWv00yNo7nzY0/h4wvVFOFm7OS0m0cmPNE",
-	"2qprjQXVXMm1ppAcr9Rns53bL/f6jSqyfWkoTlP20d3UEB+u+t40g98RdztT//pxH6zUhGuBsMUwVezR",
-	"h4uwvDJhB66vNrDIGo1vrJDj1xkvF7La4Cc89dbXxrUIbFiLvpLrF/KY0aplM+Km+PKiC68vTXyfov3v",
-	"JKqvcf99hJ4AILtpOdJy+xn/WyDMfEV4bM64WY0pJkyZMhoezQchC8yREGDsWVxt50iol6LFz2rzf7hM",
-	"fDolwvSRpayG3AkRxraDkd0q4lPgjlkPvaIpNNVhWAh+U5kO+l0cFIICLIdxlGk5kbLZkJkXfaFPS4Ig",
-	"FExhWPOuq7zmbr/rejxkThQ0rDixQlelywkaW/llbCPV7ZCdHjrDMyfETpZV5hnkeSs5Lr9bXaVBpaaI",
-	"PECC5AQbOBRDAK2yJmlTqTRPodKrYZjb1HfbsIddWX0EeO6x+erZzk6oQ8cyten7WevR2VC1x87muRZ/",
-	"OMa+BTMMhkT73Yl+Jxa20qHojrSL8l5/1zG2DbDxq4RuFbRnuVioQM7Yu+ZjR2kBQHWbE7CGQu+DQGUI",
-	"CqOg9mnl3mqZWuvR4n3Mc2ICxL4Bt63SY4RjwaUsLR2b8Ny7kqNerYbLViueWL3PuEKh15Vr89UpEn2G",
-	"bLKsgZUwRJMestWvS+O5INY/ZTieaf4vr4xX2yZYWAPsT/bjcRO7gh5Z3z7Z6n8qsyqbD2xBrV0TheZB",
-	"q2mDW6QJfk85b38S3j8U4f3gyNVmFNeEh/96Z24CpIcVBapywaHsPLXZdWwGSQM9dAJivOIL0AwSkhOW",
-	"EBZTEvCsvSbqjZ39Ee/DW3pNoHN1g1LtbQWn9Jo8rMuimH2NlwJiuJtPwECeuEZlBUyXtoFzDhx2H53Z",
-	"vsmmb7YWIyNkgDBkXs9l6xKI0En/8gLZtrEk6aEXO89NYMsNlcQqqGBNgWmeSKhNs0jVAXScx5X20YAI",
-	"cwiKhzLcHPqH+bXB7XVoSAU5NyB4RDQoO5gHy/zhBFYN0sG9COJDpnWsXWvfZXhyRlaRwRzH+kSOcvgm",
-	"pLSNoJw4shBpa7/1FPzy9oM6kjo8j8CKD6MXhvSi9xhVkqTTXslBvVlXRZNL65KSCmwaRe1/1AY62Omh",
-	"Q9/PL0yxJ9LVGAh1/5cIUnBNAVKEFRJEeilTRXnJCKV8NjMhRiSecxNXRaAtgMHXVaEmtOBqx7V61nEB",
-	"hsiWOTCdKMBO5A28P2RfwKsRjxYivb1HuksP9Yti/jaY7uzD4QHyo/T8hJakskcndK9u7+Oco4SaIKLG",
-	"XgKuuWbRRAD6CYJ8DM0zjo4vR+eDy8HJ5fHpiT1JoBmdyipMle3VNbzyelNooZTnEpUtKmAFhZt3v1b3",
-	"pDC5UWH8tGCKoqbthec/KrchI8dFzW794k/ock6Wxj4lG4s0UNbNSMbF0jh2/djQyCLhZKkXYzqX4LJw",
-	"A2ZowQpCXhE/NJ2tN30eMmgWnmGh1ZExtAcdVyBqeP7tp9v/HwAA//8=",
+	"7H2Nbhu3muircHUXiIQdK47jpKc2igMfW0l8m9i+tpPe3aNciZqhJK5H5JSk7KhpgH2IfcLzJBf8PnKG",
+	"I3FkKXXSnG6BonA0M/z9/n8/tlI5K6RgwujWwcdWQRWdMcMU/KsnbrmSYsaEOT2xP3DROmgV1ExbSUvQ",
+	"GWsdtFj1zoBnraSl2M9zrljWOjBqzpKWTqdsRu3X/6rYuHXQ+l+Pqzkf41P9+JJpOVcpOz1pffqUtN7Q",
+	"Dxd0wq74L8x+mTGdKl4YLu0C7BOi+S+MtDM2pvPckGe7hySnasIUuaX5nGlCFSO5vGOKZcRI8mR3d7fT",
+	"bSW4hZ/nTC2qPczoh0FBJ2xgB22FS55xwWfzWetgN2mZRWFf5sKwCVOwTLuSa3nDxOoir6eMyIL+PGdE",
+	"sA8Gxzf2XSLHxEwZKRS75XKuiX3UtLTqs/q66IfXTEzMtHXwZHdvv1ycNoqLSeuTXZxiupBCM7jKCyVH",
+	"OZvZP1MpDBPG/kmLIucptUt+XOAb//afWsJ2Nrs3Py7MWD+ByxfH5Pv9Z98RNzLJmKE81104OjeAHf8o",
+	"TZnWb2QGd82EPe+/ty4ZzX5S3LBzkdpLsf8+F/niDRUL9094DP9+v3ICSesok24pH1uFkgVThuNhUPvE",
+	"Qmjs0m5lPp9ZAMKXSPuOm6mFKp5RwwZS5IuEmCk15E7O84yMWCchVMOV4rfk6OKU6Km8gx9ncLWGzfR9",
+	"Z/kOvrZLd3uhStGF/XeWzgbplKU3q0v+abogJ8dvHmnChTZUpEwTC/VESEPgG5Yl5G7KhF3MonxmV7Vy",
+	"ZHaecpiB3bicm0GaUz6LzGzP5eT4DVFswrVRAEZEioOV9TiAD0jFI22h4pZnTBEL6Xig3J+pYNxMmSKa",
+	"qVu7WkVGjNBRziwqw8UQOjZMETPl7qbs3G0hiWKpVFlChCQ5HbE8ZxmBDRAuCDcaptMFTZnukH/813+T",
+	"OzszJYbesB15y5RfLSwLlyNVMaWiS45GmglD3Lms7D0hVGR41PZRiluRBhavbywslRdJNF1ocjdddDYG",
+	"j5PjN6fuSGMwskSIDz6uXm+19TjoV8+JZlSlU5bVVrcy4PIa8PBZNkjlHClMfZLXtRuxIFIe9dK8CBDU",
+	"YxQOjPCgCc0Vo9kiAOGSKCctfcOLIobcy5NbCOG3y2MjZnsEckTA3+xi48vyxOcYcCdyVDWCEhzuSMqc",
+	"UWFfuaNKcDGJXNaRo01uJxuQKIs4uZQ3hJoDIgUjI8bFhGQsZ0DkPLWjmpz0XveuT89eJoAu8K/eCVGs",
+	"kMq+IUXKLKZyTSZSWOJnh7ubSs3IlZGKTthxTjWerxSWJbMPXBv9UGf3KZQx/r4qgNRPtgb1SUn6KzgJ",
+	"znkFgCu2Ikf/yVITspVjTxXrvAX59jrkiz5VjDq+u8zJ67utRnEiQvnpurVesp/nTCPLzzJuf6L5RbDu",
+	"Mc01SyJbKVdcB0DLiJH4li+RtoWDGKnvHBIvp9E8d68AWwzEmOdPI/xoBUmWJAyASaTgHtJLvm0x1t3x",
+	"ocdxIc2Ui0lAOEp0+xQ7vnnGTe/WCUtLMkTqZYtVOmr5v33XcQXWnXRJqhg1LJCoowyYzs10MGNmKiME",
+	"7JW8g8NNaZ4zRey7TBgrv9ktTqhhd3RBxlLhidhX/Y8Zt4gLCC3vhJ3ai1mSZ6nFBkMNt38YNdeGZTuC",
+	"mTupblpJK+Pasl6LKW64qLi1Af/hkU2dCnsy2kotloixW6YW9v8NB9SIXgVjKn4b18cXxD4lNMsU0zo6",
+	"rkIMaVq5kjle+0YE7FLmURZtD3newHtfXV9fEHzBIxEV+o6pBi43RyiNcmWOZzSWakZN66BlUWgHfo3h",
+	"GHDY+MaXiA+QVzeOX0BFhuCI6iCceDQp9+4uqnbg79ei3muuY+hnnw8ATja/lwCfI7ezpKbdfxy1NcQ2",
+	"cXx1eqL4LVMvaGp0THZ3aJpahvlIk/IDgoOQjKU5VUwfEupkTyfIkzS3eKrIlFpOK0CBXDoiY2g6HVQr",
+	"jskYYz2YKDkvBoXMebqIo5bMBlyM5UCKwcwLdqtDaWT+g5QWNOWmQahx4JbzMUsXac4GM5ktodY9YmaM",
+	"Uh/Tgo54zs3i/JYpxVGVXMvr6ldxNS+cfAPrOSSU3HCRkZyNDbHC/pjmuZUOlZxPplaaspeQ4WUZSx8j",
+	"FwB6bWSD62D0x/mIKcEM04Fa/AlY5Sl+vx8RJvFQt5sJ1c3V8fc+78D1lifugJ/rJb0QcMFqAngjoLsq",
+	"Bsc9mvPc7FilAXRBOe6LO5bnOzdC3glUKDWXgiltpVPNc4sxlh0qKSZdcqFYyjImUnYQYl0fvqZCSAMM",
+	"W5O2A+Udx++6WTrrFkrazT/GW92Bs076otvtPsbjx586VvJmdjzChFELAqu3TLmcEmQm95oUrC/sU8ua",
+	"gx24xytARk4FoWTG1ISRgpp0mhBKxDzP+wKnU2wmrR7DTbcvVkAyPKPm+1oPNxFci0FISQ7wPr/obOsh",
+	"9AosizERro6fmy0DRzujaKlZxrztx1hmKuGilsZ/v8E2z5yA5OW7Cq5bNRnNCnYAWK2kNReAQVGx7jig",
+	"5sskc+YllYB/eRXQfeYYWYSBObAu5qOc6ylr4mKaTWZbMXk/8xV+GOP0RhqaxzmNfTIYLQxOXkpQXJjn",
+	"+62oDTi8PBy4PkxSbaHp/sLlrkBpyE7ZBzorcjvA3jWPCXP+5WoL5Sd7T77/fnfv6d6zZ8+e7SX3bw1Y",
+	"Ap/NZwMHg9oZ4yOHVshcTiIgciYzRjTLWWpkaVhzx0G4QAvdTvmCXghDPxwSNivMAiHFAgWYGvgtQ72l",
+	"PAI/bfemZJldLh//IgX7gVFtdujqCa3cl1t5dXKtlUNcd2vXHpLqd/ZVASy6PpQOj5Xld4bTfFvu3PtQ",
+	"5Dzlxuqtfgiw6DKa2YukxJ56KsWYTw7QdqYSgtYGmpPjI6t/970dl5IRo8oyMXSA2F/SnFsoSO0yxqDE",
+	"gsp+wxZdctF7E/hx+mJENXu+v8NEKjOwxoHpMFxDjNkFQw+sViKVvdSMGlo7enuKS7aIZ8+ePo9hFyx5",
+	"EI77uaMlrTv0beQLdJRVw9+wxYMOy4Vm6Vyxgb7hxcDkenDLFB8vGqw6lgGBAaWk1GjKsPjJjCZXLwdH",
+	"r1+f/zQ4PbvqHb+97A2OX7+9uu5dXsXMKpb6WdioU6+pMYU+ePyYFtzKVdmOxdeue95N5ezg+f7+0/p+",
+	"93b3/xK5E7sfnGLgbQPhR89iZqVSvwvdaM+f/mX//uNcwke3uSgKSiEYaL+nYiybrTneRJPi+/qQCAby",
+	"nuWrAfKZKZtplt8yHdE0rM6NK6g4v/carkJtlNGndKCndO/Z8winf3W0s/fsOWlP2YeOJ+MnvUsCBMj/",
+	"MOZKG4v5wUw1Wq4X2rAZUVIa9M/ONToYVtdS7XvAPhRcsYE3aiwrEV4dDk5KG1mQO6luuJgE6sOCaLog",
+	"WpJ2nRw90oR9KNCWnkQJ0yNNzqQ5GhumOqUgY4X2cFbvFbKCv13yokuu2C0TJKMLTUZsLBXYzZfMo8TM",
+	"ldDkpPfy8uikd2KPYzO7TXhG8wKspNsZftbRhVU0tlSJN7hMb9hix45q/1i5DXvRmtHcUhRuptH7rmjE",
+	"Jvi9nqe7sUKATgIEKXfSfIIxbA6dbyvsfo27rdnR5rykumApmdBb1HC9z7TR9tlgj6957ypdMmOKTLmw",
+	"6KZvLMQmhI8JFYvuvaIRnBDsoOE4LgPP5+qRZFwXOU1ZNhgt4stlIiskF4bkVFtsmouMTGWeWTjC8Ajc",
+	"wCPUl0PhIyCbcTd2OXmcalxxkTKkSeE6yZTlWemQ3BwTK485uHa3R8PN/O0NXvXyok3MoFJ3pWvwpadU",
+	"OCd6W8i6h3UzvzkIYHJMYhuPm6sbNjngWYM5HJkJbFHqCi/0dv7oGdOaThocBu7cGk3+DJd4D+Px7Bug",
+	"GKMBMObIozmdUCurQrgCN+SO6groNocxbSzfXvWA9V6eWtmrd+KcwMGuOgm56J2dnJ69JG3FjFpwMekk",
+	"5MXR6Wv7OkYvjC0PPiTuoKqohIT87fX58Y/2xRqQISpqQoUEsPJYDJBpSVqCfpwKTFcgMgWTBALkQTkz",
+	"gBcIOaAGoEBhpQ1Fzl+8sJAaHu8BydJZ1//bLgi1GCJdTEjp+JIA9NW3uLyT4zcrm+bptBOnizHyd8WM",
+	"8c75LXyq5f3EmYO9lNpZl65TTYwkS3bJnY88+7SJH9VvHieE8Xx43rJH1Z3Syq1RTSiEtbg1lMvc1Jka",
+	"uD4jprg8l3csG9QjVDZH9LS0gg1kaI/ezrKoYahSbr93gLqEjzLZ9nJYls42CP0p4Q3i7BAk7vssOPIT",
+	"/8lymN7HJva5GDT6WhsoJvCNtYbepnusoGR9lASEntY0yQBE9eNSlWw14EDDhiu/7IaneYUffEpanyV5",
+	"/yIF29Db6oJta1dSv8Hy3MstugmSWrBIBMMCQEIobMCjGk4EntwQ2usn8X49/p8E8LuFTeqoKHKO4bw+",
+	"SBPDjpwvmeSMYgiX1TgAXYgs0GzYaPm/12dc88LVnBob2RoCA/42Drl7KOipKOZm2+OrBSt2Se8DTU2+",
+	"IC5sZ1gZ04bAgoeBfjTskusp64tKxwjZEhiJBHMHn7PUsCywzRGIOP5gkMfHLHVx8r9skTSKhqGCZXDg",
+	"jC6IoWrCTOmfrWs/2wmND8lL6vbXtSOsWmz/KXlDde2xWJ+cCxZCxr8fvXltIZGlpMjnEy50AnFN5QXq",
+	"hIx5Dr7OqU7szx+4vXuRET4rmNJSYNwxVcyLs93PNJRW6xo4iF3dwrEDZSPJXLPKRhrsaUo10eyWKZrD",
+	"OoUk6VwpJsyOG3ZpgRHCEVveg7PXJdHThehVKD6WyhPa7pYctZnDraNq8VCfkMVv7AUMpc3NYn2WiCUa",
+	"+STeLih3Pk1jPdeurfYePnhBTTptvtCogP7imHz39C/Pyf++Oj8L4wCI9EZjCzkQHzHmLM9AUV/mHAd9",
+	"ESJyQoJJEtT/dULwfhNiLzOp4CLpi1V6nZQMIbGqWUJiVDQpVTuA7h0p8kWIOaDC9sUqHoIaGBDTBNU1",
+	"oqRVi5dNjl1y1BdinudEMXBZUDwKi7TcaL/Sw3Bqu7DQaumU1BHDkbrkktEMF+yOtc2zBMhSQirxKHEh",
+	"fAkJhKOkLwLhqANzOZe7HyygXqig7u/u2hP3xjB4DTnnOoC68lYC7wNwBoBW0rrsHZ38eytpeUNzK2m9",
+	"PbvsHR2/Ovrb6x786+jt9avzy9P/6J1EHQSr8u+q1S+dDdSSXfAe3lUzIzoijM7cwS1TuonAWIwcFEqO",
+	"tpW94UNIH9jyw3W2pNI6s4X+sCpPVlkTqwa0uXBxzd4b35BhcYwZAaUJz9LwUGt3GRf1kKsKjfsCrIjL",
+	"ZkFvPWx7s09lnO0cYIwczSGUaS4Mz6vcqeEB/DnsdMmxXTDLyAhdBIpB6hlaLeWdALG9L0KTgxSEUYvl",
+	"FklTntt5qdak/XSX6E4NG4KTWj6fezzqeHXV9S4N0Hjy7+/DxCoTgum1TK3JAClHcOpNRmyfjDS14pEL",
+	"bCdcE6QrdCTnJgwUDSLrFsxsZXjM2T0Bn9UmN+LN4dmcQE7g9kkeuKzVNcSu5UXOWO1CHkjG2GQfayLW",
+	"9Xw2o2qxzSxX7pNYVkirGjG5XwqJhpl+bvZlUn/9QmZRBlLN+YoLs63l9LN19prMe5+l9HdV8F/zWyZY",
+	"DD4rC1WZt3ETOeMIbZvH7/8ipylrCjgTGWTdbI4J5WjH/ttohuKHNJ9nsdQ8SCVlH4qccvEDiL0+ESRk",
+	"B8qFz5Yx2dsm5ZXL7NmVaCdxrCU8wWGsPcZq4/eGma46u3z4pCPd8D7GoZN2GDbphMbOdvYMENY982If",
+	"CiqWpKqApAdSO4aErqwXcBOXQ73hzUXNW+5jhWbchpFkxHwUt5UFwkBR3BzEgAR7iq/HBz/SPD8ftw7+",
+	"vmX45/skcuI+6jQjfoYyLDHI4x5bbWHEtCFcHEKUdZh/YUFxNXrVvmW1r1Jt3yQvSg9Kr0zsVoKo7ej3",
+	"P88lhottdkT/x77+itFMSTlrOKCpe4yhusumgUeawJwaTa7h2UDAZs5n9ui4IW2p8FWEp9JT14meVfDm",
+	"WsgLHa8zunAOPprVs4kfaeLLSsCWdRzGFBWRvPonZcw+AEBJB+L+7bXOhSWO0sRBRlxkXExKTrKO02xE",
+	"SLx59KEIyWZui0hBkLpXon4gdeiu4UL8ZBoJmrvJCBGrRfcistRhbS1pr5jF50jxjYm9EchoEPAdwN9N",
+	"ZV4PHbujFTPcyjLlL6YxcTgoF7JpUY9leQ0fRDcO1ow4BHtXDhps2pk0lneAsaugZtrxIS8wN9eo51T1",
+	"LRQwIUeKG0Nt1k9t56lNI1Ow32ZEim5TbMZcx/V2w03O1mBXJdCdnr07en16Mji6fPn2Te/supW0zs6v",
+	"By/O356dtJLW0Wuw4Ax6//f06vqqlbQuepdvTq+uTs/PBie9s1Nn0Tl6e/2qd3Z9enx0Db+cnl33Ls+O",
+	"XuPDd0enr525B8NABheXvePzs5PT69Pzs/sFShdBh5tK1sqXzkDwitEcfbZ16AisKbHQsNA6ARq6l/VI",
+	"G44BAj3sP7EQwVxMYZ5FJ3pBm7qNXSKXfoyjrb9rf29uZrAU+L9j2s/yfTvsj747LxoC11gqRaaJhgC2",
+	"kAtqQ62UFedOzYa0+P06p3Pp6PXflwuL3Xhdqli58GnwZGW//uEWiRHrQwXWVE0oF7IybWxXVrHlcZ0M",
+	"E50ds16N7T66OHWZ+ijoLqXrD31a/ZDMGBWaULFwhTSsKJNOnSMbKhykVJBM2lfK+gVN+ftltn40xnvK",
+	"0pst8tj95o+h9tDajHa/HjCtWtlOOjPrxmpqubwkONq1d3LsSyJtSFt+mrrwZKjAM6Y8tzcRCkbyBn0U",
+	"Y0xRwUILPrI7dDGsq01Qn7SQ2kwU0wmZ8YlyGaZSEUHRMV0RJf9mbGx5E1MN4magmmkgPLayxFqNFoZR",
+	"MwU1him77P/3d7rzy+7O9+/b7o+d9x93k+dPPvnfO3/919hCofZBmH+Yzbgo40tuObur5UtUH0asaVuq",
+	"0kerEu7GpoGmtOsHUqZ1mYK6TYLosga8id4L32g+cMmd931Vr1DwMOpqo8XzHot2GVObUUNRuKXaEM2Y",
+	"8B500oaf0ikVE2axCHwDgqXeEJ5zq46uKIm51DVreIJljMCK3NncGF4vj7ixG75ZUasGLKmMZqliZieX",
+	"8salVIDfZQHJFakUhnJhH+B7CbhEEsxkSQISldj3MZgiIYXit1aIkgrSWhKSUs12uNBMaG74LQvlpopi",
+	"3Gd38CHSa2pHrI+6y1mTHovFLUovLLmjBsqCCXl3iMGp9j/jQAT1XQs2cRW/QcMuRe/ZjGUc/UA/UW5e",
+	"SPWCK22OpdDzWQO9Wq+N/xZaVC/M8MW0cHSg1HGyrObygEp5HUhqSBSjkTHWFfKGeJDIAwZ0fL5ja9XR",
+	"dJ95eRP3VcwBtCVnfCugNKOPEAm1HyhU+fB8clu2hYnUVfzaIATgNX7xTV+zAJmhrbHCe/AxQH6gRQg5",
+	"Y/5vIfGvGN4vl9DY3H4GKLfpxhzRGAQI0uDy74W3WRVL8SzGuRPKWK5V2/shvD8XIJlOZZ45eoovSpE3",
+	"VFp8gKozGzt9vTe+6QzXAc6aw1y6zhqgJFvX4nCY+oYZ6hO4t3BwfkZ833JsYuHCo+19Xrw7hqBdlCBq",
+	"tgJmNARXgIsNk7zaH3YUQ06wYz/ohCFJhwSjPuwDCO8qi+EQKZgmXKBjL4GPAJg0U4/0qlCRtJbmsfcc",
+	"Djijgk5YtjNaoM5QPsjS2Y633+0AR1t+akflKduBGd836mMnGPiGmUzto97FzpO9vY4VlwrMcglrAR2C",
+	"awEyM8G28tv1o5rVQjmvuo/1u99EfO8XDkibc09HkGl5wZTm2jBhECG7aA9eN3ZM2VyDBVcFS7fEgLSx",
+	"1swRqRgP+XlOheFmQSYQYweZj4L8wpSExESXV+sCnqzErKjVDxQ3UBfpgGR8wg1EI1YVK8YKS9WB+h8+",
+	"mAtuSHvEBVUL8iPvdnvcEtOMpXxGc/Jjt9vrHFbZ3/g+miUxPb79ZPe7p9/tP/nL3r798clL3qnr/U92",
+	"X/KlkOX9OqhZePq3dr/fxb86f233+K8X/Ndr/utL/usb/uuP/Nferxe/Xv/68tc3v/7YAHqzgC5tEHFS",
+	"krEwWXK6PnIjFrIKwR6kCKLGDoGpYMYB3unQnoyFvyQgNUBN+ERIhYbNOrBUH28us2DcSTT2wlGPweZm",
+	"2kjeeTlAzeNUnnsMW1zR79UojM9JJdu4BudvN5E/He+lT0bfs51n9LtsZz99wna+H+/Snb3RX7LnbD/9",
+	"jj55EpWtHVnYAACBgmycnoUHWWVm4VeDdWGbn5G8tSZHazVGza4/MKMvrWjbBCrc4DF88zeZRahkD1O9",
+	"vSNLT2nBsFgPzmSRSAq2QYhAOJcvHvwp2eLW3i8tOKhAvMqSPOf29GEHpQD1SNf3EqkOti00LSOt/bH5",
+	"sNFUusSKUGIgPMM6Rm/fnp6QNrSaSKlmnUPSdz6hfgupGoo7dZq/Ifr8dnkDN7Kx0twgT2wr398r2/th",
+	"m89+OSLxBc8ZVpBpJa2/5TK9iapnNTIQRsJfnr87vTo9P3Ph8G/P3F/oCIXIeKx77v9sCIPHCd4WPtjr",
+	"QeQbqN/B7qCrSeI7mYBYA6qcM35CHoaVYwwTmJCNx/hIV2FMfMmpsLf7VaSLlbA5t9P3sVqNUHeGm8WV",
+	"hRlfGnLGY1abeuGwf/zXf1vZ7Pz05NjrtfigffVycPT2+tXgzflJ7wfJs7SD2Il+sb6IvYbPsAsEUMlC",
+	"cZHyguaYgwE1mO26iJI5O6gFp+sEH88zbohRlOfoOEKdCmWYsgQ4hqoDhoBhErZUneHUmCJI9ls+gciq",
+	"snSGa8JGEzTPy6opTO2EISIIIHbpWKdBd8lRSVQroRWPB7Npy3rZHKqN8Iz1hT+3k+M3g+vLt1fXvZPB",
+	"We/6p/PLH6/IxOqTYJO1a4LKEo90XzRRdaKZyKA9AM66YKaz4Qk599Fmh4Qvu3OysiWkQtXvsGz2IrK+",
+	"GOeMGfhMk3ZG9XQkqcr0Zov7BPElsUJf56JSvSHbwSVTFKUKVi6jHWg5F++Odceq6TMqFt4irrFY7Mnx",
+	"G6vbc00ymc6xmiLq+F7dOXDJuOoWL3LChAVGlpGxkjOsDttTSjrn9HJYD3QBKgd3Obs5T5nQrOpy0Doq",
+	"aDplO3vd3SDWpbVUpSIIIDho3T6heTGlT8AdVDBBC265YXe3+9RJUkAOHtOCP/bvPgYs26mKfU9YRJCA",
+	"4t5YOV4nlphiGJHS5sBhJeJyoObhzx5FZnPjCvYDCN1NJWm7KueJK9kLNc4TMpV3dXc+Fv3ti7DofwVn",
+	"HsySsMh7UmIhx14FHu26fRGCM4RSolVHy9my7ZY5A52dniu3e7ytci2nWeugZQWAqvy5rpvhm6TB6pXH",
+	"YUOuJkEweL1qjGVfjjW2qurHR7ta7T17HuEx8aHqVW0/p9/YCiyJingTnq1r4RBbUFX0vlxLyG+Pdv6D",
+	"7vzy/uOT5Pn+pygvXRHs4dIIhSD4oPORL7gUPWBDlfG6RbWQzZSchgW4Knb3zs1E9pkzv1/qW7a3u7um",
+	"Z9l2vcqWegpEWpZZUm3lYRAHAnrSteRqH5cSm6FcctUPzb7/ZMv3n271/rOt3g/ELsB3J3D9/b098jIV",
+	"CQTRQKixN0Qnuux20HpvB6pT5+XcKUedV+lP6Kj4ugRojTERrO5ljWIwIEJasMmhJRgEkx6QVM5mdEcz",
+	"O4NhWV84YRfJMHD12VxjfxvwoFiZ8oYtfoAqtuCL/xf3d1/csAXhgrRpMgK7M8Sv139oT11HOVheJyH/",
+	"Uv4qpBeXglLInKkfCiWz5F9yNqHgZo3hJYw28Jttor37u99vTnxLv3J0qEiOVSNDcImYm+HyajLtFyUd",
+	"y0UK7qEddSFTqgxKwo0W4EX4A5OS5GMpoi8TFntstXMJSEs9WxE6jsRMRe9cNyjtSmUWcwMVQUbuFx81",
+	"0n7ZuyaPncyJjRT64orl4yuUOdBzfclQ0rfyNAqCBVMzru1HNXeZYCzTHVQRrGjrZqsF4kPJO6PrZWih",
+	"6GmXXLIipwuroFHRFzxDqTGvt03EXj+a7O3uVhoMzJaFM8VEu+NlsWSVtq4NsbYCaOkHa+LoD9Xa9X3Z",
+	"+cebMB8aP7E00qe6RcLlF30N+hCjDUdWiozfO7YydC3yDp3jSDEzV4JlZC4w1A3Jxh6Sga+x4suy1OI3",
+	"SbD2d7/f7v0nW47/5Nl27+/tbfn+97+/rFcWe4ReNSH5aCDMa0W/xx/rDpBPSMBzFq1bCoEFmrT3d7/v",
+	"uNDNZaJqhR1ffogMx1KlDHKDh5ZkT5iBYhX1T6AslNH14hX6EGwpvvSF5xJUMay03heuC2aMuJ7Ao7XE",
+	"NUYuYbU1YaaMmHWW4ZVQ7lXxZT9WpAlX+m3i5P6XxeFvAWfwAjbGmCSuDb1kpg5SvxdjWhIF/hBw9RWE",
+	"2ZfMbAEC2ym69ab7dt7ClwlrKAW2SRWwLjkCB1OtyqNUfVGr8ugKaunlilqH8G0o3EpVqxpkiSlI4pmr",
+	"3I2F77AoDYowuorKhzch/8ZSdjHP86HVqNfU6oqRZnTBLePRF5UtsWCbhZlwODj/HTj/f/vNQ39LYqul",
+	"DhiVkP3hqMSfEuQDcENEwSVSSNrLtQk7DyVSPvaupSAyfxNz41I1rq+DUUuTRvCr5wNwtY40zk7IaOE6",
+	"UfzJlTfhyudiOXV85d49FIKr9wGY828D38cfa/G9nxrBuS4v1jJMviAsx+qbfWpOZ/sTTDcH0/BoLerL",
+	"Oug+PKR6o7uLVSxt7vVSLM0GvnvKoG2NCUFYWdSbfwUxcxisEBhjISIQlPpS109pOmVVI1JQ7n0PNUzh",
+	"9hkR7mE36hx/5xb09fxSX9JfEUT93eOqcBfxz+Cl+B1xGUKzNnBw3JZQ5PG3DHR8CEUw6ha5vpP1MFl9",
+	"4HMg1kdgDf/Ksx/6893dp+l8zjP4iw37Aor/f+xDcGy/dUCCANpPw0M3ds3sNrH/x0EpGUHLzuAjdGhQ",
+	"QYanGZsV0jCRLnZ+ZIshlBkDAySUSeeuSpxD9r7wUUvO44OBMorN2GzEFP54wxZYrQHaP2hD9vbJtINR",
+	"bkVuB/GzW9p2S6EnODRdi7pcwA5vlVa8t2Z/i4tz3cDV4oyRdnP1Fl6EZx2w+FuN3HU/Ihfvjsv2Y42O",
+	"mG2IQDzC5dJRel+0zS4vbLMLU+PtVHMvXV9z7M6zpDXjomyt2RDm8fCq+kqI/FfWp33wc8QD5MARIksE",
+	"YVTlnCkXUkQaQPTBnT7N68Mzyw5LGESH1J+q/jeg6n8BPlbjXHj3ZTR5lHl9nnjnC2k1xmw6EhwR80Cs",
+	"yyAaN6IbI8dA780dtWKgr9bohTwyLMtxDSvLY83tjdVKoZ7YIfqSgvhMF1AryNXLwave0evrV4O3Z/jH",
+	"vw+Oz096pG0Zh1Tk2e5TH/85ktnCR+JqGmcfL5mXNV/5KmNfjB4tVWGL4D0++Uw0/yxx7Ctt7K2/fdK+",
+	"W3eNP9jr6y6jTQ0/cBKEQq5XGuBhK8VC5rkm3HS+iOz3mej30WUD3+ONRaeWrtLG93f3K5zx8osum1ZY",
+	"ccvFLUys5goHYCwVgZqvVBM9hxibTrfBoVpKTxu6PLkUvsQdlJT108+FvYA7uuj8qbFsQOm993IdpW92",
+	"WTZd2teQnypB+s+L3lo1BXfl+jv/AsalkvZ8duRYoMA0u0GtpurTzay22seUt37r07ALuh2WV0TlzpUl",
+	"guJiXHDDS6G3L8qgkUIqo0mYMEiwrQn2LdH8F0bsaoFoNnsmA3T5UpqOy0J8OIfk0rDfiPLUK++tvLM/",
+	"FZP/AYoJ3Hv2kIoJtiPChJwvYYt7wUXmg5HXN2JqD+Nlb37I0tkw6YvhuvI2P7hRhp37Gzq1nWJkBTX7",
+	"e9Yha3s8/eO//pvMaMbIaEFcJmfB1I4Pm1uWfhOi6cIl5malcR76Nt3SnGcwL9WEegJ74GJcQbnC1PiE",
+	"jCV2lHODuJYROb+phBUk0j4oGw0nWVK5AVyOdKW9VT0epEhZlxz5fva6L/QNLwr7eWn4w2LorpI4NC+o",
+	"ig25JBGnMPpm+Elf+D/9I+r2XJr8EmiSAccLhh/fND1wlkvVF161sGfFRfle1XIPk5ldnKJ9rQNpJlgC",
+	"kWdJXzh4k+NyfVg+RZS9KFe16BqkJBAO5ArXMC4mfrpDUo2N6wI4RnAkFhwxh9QeQC7lDcv6gpouOat6",
+	"Uvl+YHxmmQM3+eKA0Ao38F5cNnJflEfGddBbDK86dV3EYmDfF0O8/W68Z9cwKfk41o+E+r5Zl/wEbQeH",
+	"ty6/YCBFvhhaMIXUSi8Q3Fms4YbcyXme4Za6pDSJmgML4hoKdKPXCd7QPgqqS47yHMKm8N8HhGG1Dsw9",
+	"yLmGvKJK2cIzYBl+YwEjKmsc2Vkq59WXkDVgCi5FWQjECQZfKk3PTReTBH6yd2CFt7LDnFQOiWu3l7hb",
+	"Grl2i3f+O4f4f4oPX0R8+AZCkgB6gDZYKlXl99f7Fnr+8VCBSQeG3rDzW6ZOjt9429SXkzJ84H5DIpLd",
+	"uJB3zjhi2YEXJrCGl6X5w4QYeuOrRgC7kGBNBVOsRRdwoPuyESW3AU7PbqFYBBMwlXvk2KWLZKKmOmv4",
+	"10p3R+HonxM7hIRyv4jYpC2k59aiZGjIpzq++WvNUwjXe8e1r1moSdt+Vsu1AYkDC0H87fX58Y+9EzQj",
+	"U+d7m3UOguTqxG6uL6aMKg0GMUgUs3KNKxAPZS+4wSKLAI2PNJSFw7Szkn47VhVk1eLN9AXy/LJKCAl7",
+	"oWI+6cjKbU5WVO7Wh50YH7iOAOA3E1deHiur3cgh8Qx7uXHsMBBv5Nyk8g9i9/nnzhNaFR/B8u3xHKiI",
+	"kHcJEggIRa/IAje+nDdg/INR3lum+HjxJYntTiTHdDlHM4yNRx3GzJVoINDGV3tC4F/B5XewpW8yQyTA",
+	"ZDiVEoU9xjob2Tz/g4SJfwsIeAH5EktR1kLebYFDrtZOd0Fn+bow0/OCiaOL0+0Azg8aZrstpb+6ccnT",
+	"sqhQpONAHPpWP11b2+gzwG6N7w+KLPkV+PmDcy8PMHrqhe8h1xzoiDHg7Vrcdxgd6qw1VjSyMmZlDnE2",
+	"g74oS7952qJdje8EWxdCQk7iwp3CmEqsd8VFxj70BejYTu5CElcqyJ0uObeKMHjK6wWIsGKYC2fGNKCy",
+	"U0fQsgGrSacSqokpliVeKMLqEUAxf4H+4VTfWI38yEXF86Dbq7PMVD2uoTSz9C1Grfpd70eakEwyZ5jJ",
+	"c3kX2v/tWMOq2DcmlqIJpOrpWZ5s+/jq1F+K+61jLwAFUahkVshcTsouon2BxUMC/2m7HE0qMqMf+Gw+",
+	"88/ApWCkJHpG87yD6ygdsPUmlnE7zkqLTuzM2Rc5FMkrKwmWaxBk6E5Ld701kbQlmIrATuECKsCypHWn",
+	"S0D3DrzA5eHCTIT6RIa5IaM5vDnO6WTCsoO+GC73ZDzANqBD0l7pIhvWXkCJoS8gY03NOgkZ+i0cQNPR",
+	"oQVZETR0ta8ErR39PH3RXts0FNuZdrrkkoobMM/gJqt1JxAiIiKtY7HEBAwzk9oQ6JsK08F1MuWurC8A",
+	"Hx2IhEUbLfyXq3iky+6rnWromvIUXDgcunttOUAGL0RgIMow7K88JDQrmTXVUlTaTWPL5b6Qc9NUW+yi",
+	"onQbh0Q+0q7eZWMpS1/ssikYMiiy3OxhDAttf6VamB8byoJVHcw3dYHG+200zRD2It/Oybp+3Acr8uOb",
+	"z2wxTB167OUSqm8w4MsxHmSRSzS+sTZZ2OGhWshqa7X41FujjW/O2rAWi5LrF/Il8wSqNvBNmT1l//NQ",
+	"mvg2RfvfSVRfE3jxE3RjAdnNypGO20/kXyMJPivCY3Ou42o2BxMGCxgFNB+ELLTsKXDUVeVjsWcvVKqy",
+	"4mfdMAfIJMdjprCDNxdLwJ0xhVZ1StxWiRwDd5x1yQueg2VSUKXkXW066DR0WAoKsBwhyczKiVxM+gJf",
+	"DIU+KwmCUDCGYfFdX/PSY7/vN98XXhREVpw5oavWX4oMnfwydDlCbshOl1zQiRdiR4s684zyvJXswt+t",
+	"ol2vVs1JHxLFCoZG16rFHNAq5wzEGtFFDjW2kWFuU1lzw+6hVd0n4Lmn+NWT3d1Yb6RF7gqnzFpfnA3V",
+	"u5ttnuX2h2PsWzDDaDJK2Bfud2JhK73h7kl4q/D6m85uaDibsD7zVuHSjovFSpMNAzQfekqLXpElmxOw",
+	"hlLvgxQRCMfloPZZ5d5pmVbrseJ9KguGoblfgdvW6TGhqZJaV5aOTXjufWmpL1YTFeq1ppzeh0Eo0GXQ",
+	"N1jslCmWfTFaLB0rE4RnXeL6DlRuS8VcZAByPDAJgInEEnOX2uYMsD+4j4dN7Aq6E379NNf/qcyqavuy",
+	"BbX27WuaB60nbG+RoP0tZRv/SXj/UIT3nSdXm1FcTMz55d6sMEjMLUsDFkpCww/u8prFBNK1uuQMxHgj",
+	"56AZZKxgImMi5SziWXvJzCs3+xfEh9f8lgmmdZNSHWyF5vyWPazLopx9jZcCsmeabwBPnvkWkeWZLlzr",
+	"/AI47AG5cB3riWI0nVoxMiF4CH0RdLt3LoGEnB1dXxHXsJtlXfJs9ykpIzecggrWFJjmkYaqYPPcHJK7",
+	"6cIqjkHjfgCEKaQjQQMECZ0bw64MDh0akvAu8Qi+IBjYGXgTHMD04L6w0sFnEcSHTKhbu9Yjn1svBVsF",
+	"BryO9Sl01fBNQOla8HlxZK7y1kHrMfjl3QfLQOrhPAErPoxeGtLLro/caJaPuxUHDWZdFU2uqwCVBeoK",
+	"2HWFtIEOdrrkOPTzKyyzx3YsBELHlQWB4gdY+plQQxTTQbJqWdg3IbmcTDC4k6VTiWFCDBqyILyuCjWx",
+	"Bdd7XS7XeyiPIXEFZlwwV1GPQT7oi4/g1UgHc5V/+oxEwy45KtuouDDmi3fHhySMjw5TCbPaHr3Qvbq9",
+	"n6aSZBzDNxu7uPi2xmX7FujkCvIxtC06Ob0eXPaue2fXp+dn7iaBZnRqq8D+BqtreBF0BbJCqSw0qZoD",
+	"wQpKN+/BUsWp0uTGFfppwRTFseFQ4D+qtqETz0Vxt2HZPXI9ZQu0T+nG8jhc7MzYTKoFOnbDqPzEAeFo",
+	"YReDPaNoVTKHCjIXJSGviR+Wzi632++LjBpKZlRZdWQIjZmHtRNFnv/p/af/HwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -77,6 +77,9 @@ func (h *handlers) UpdateEnvironment(ctx context.Context, req UpdateEnvironmentR
 	if err != nil {
 		return nil, err
 	}
+	if env, err = h.registerAgain(ctx, env, false); err != nil {
+		return nil, err
+	}
 	return UpdateEnvironment200JSONResponse(h.toEnvironment(env)), nil
 }
 
@@ -92,7 +95,41 @@ func (h *handlers) VerifyEnvironment(ctx context.Context, req VerifyEnvironmentR
 	if err != nil {
 		return nil, err
 	}
+	if env, err = h.registerAgain(ctx, env, false); err != nil {
+		return nil, err
+	}
 	return VerifyEnvironment200JSONResponse(h.toEnvironment(env)), nil
+}
+
+func (h *handlers) TakeOverDCMProvider(ctx context.Context, req TakeOverDCMProviderRequestObject) (TakeOverDCMProviderResponseObject, error) {
+	env, err := h.opts.Environments.Get(ctx, req.EnvironmentId)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case h.opts.DCM == nil:
+		return nil, fault.New(fault.FailedPrecondition, "this gateway does not register environments with DCM (SG_DCM_REGISTRATION_URL is unset)")
+	case !env.Spec.DCM.Register:
+		return nil, fault.New(fault.FailedPrecondition, "registration is off for environment %s: turn it on (dcm.register) first", env.ID)
+	}
+	if env, err = h.registerAgain(ctx, env, true); err != nil {
+		return nil, err
+	}
+	return TakeOverDCMProvider200JSONResponse(h.toEnvironment(env)), nil
+}
+
+// registerAgain has the environment registered with DCM now (when the
+// gateway registers it: an admin's verify or update asks for it, so a
+// provider name another endpoint took is taken back at once) and returns
+// the environment as it is then.
+func (h *handlers) registerAgain(ctx context.Context, env environments.Environment, force bool) (environments.Environment, error) {
+	if h.opts.DCM == nil || !env.Spec.DCM.Register {
+		return env, nil
+	}
+	if err := h.opts.DCM.Refresh(ctx, env, force); err != nil {
+		return environments.Environment{}, err
+	}
+	return h.opts.Environments.Get(ctx, env.ID)
 }
 
 // mergePatchAsJSON lets the generated PATCH binding decode RFC 7386 bodies:
@@ -205,8 +242,13 @@ func (h *handlers) toEnvironment(e environments.Environment) Environment {
 	case !e.Spec.DCM.Register:
 		r = environments.DCMRegistration{State: dcm.StateOff, Message: "registration is off for this environment (dcm.register is false)"}
 	}
-	if r != (environments.DCMRegistration{}) {
-		out.Status.DcmRegistration = &DCMRegistration{State: optional(r.State), ProviderId: optional(r.ProviderID), Message: optional(r.Message)}
+	if r.State != "" || r.ProviderID != "" || r.Message != "" {
+		out.Status.DcmRegistration = &DCMRegistration{State: optional(r.State), ProviderId: optional(r.ProviderID), Message: optional(r.Message),
+			DisplacedBy: optional(r.DisplacedBy), DisplacedTime: r.DisplacedTime, ReclaimTime: r.ReclaimTime,
+			InstancesWithoutClaim: r.InstancesWithoutClaim, InstancesCheckTime: r.InstancesCheckTime}
+		if len(r.InstancesWithoutClaimIDs) > 0 {
+			out.Status.DcmRegistration.InstancesWithoutClaimIds = &r.InstancesWithoutClaimIDs
+		}
 	}
 	return out
 }

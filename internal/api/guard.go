@@ -51,6 +51,7 @@ const (
 var ownerOnly = map[string]bool{
 	"createVolume": true, "listVolumes": true, "getVolumesHealth": true, "getVolume": true,
 	"updateVolume": true, "deleteVolume": true, "verifyEnvironment": true, "updateEnvironment": true, "adoptVolumes": true,
+	"takeOverDCMProvider": true,
 }
 
 // operation is what the contract says about one operation, plus the

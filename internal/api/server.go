@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/forwarding"
@@ -42,6 +43,12 @@ func Contract() (*openapi3.T, error) {
 type Check struct {
 	Name  string
 	Check func(context.Context) error
+}
+
+// DCMProviders is what the API asks of the gateway's DCM registrar.
+type DCMProviders interface {
+	Refresh(ctx context.Context, env environments.Environment, force bool) error
+	InstancesWithoutClaim(ctx context.Context, env environments.Environment) ([]dcm.Instance, error)
 }
 
 // Options configures the HTTP server.
@@ -72,6 +79,10 @@ type Options struct {
 	// DCM at all; when it does not, every environment's registration reads
 	// OFF, saying why.
 	DCMRegistration bool
+	// DCM registers environments with DCM (nil when registration is off):
+	// an admin's verify or update registers again at once, and an adoption
+	// reports DCM's instances the environment would not serve.
+	DCM DCMProviders
 	// Auth identifies callers; required (a disabled-mode Authenticator
 	// admits everyone, and says so).
 	Auth *auth.Authenticator

@@ -181,6 +181,7 @@ func (h *handlers) AdoptVolumes(ctx context.Context, req AdoptVolumesRequestObje
 	for i, v := range a.Adopted {
 		out.Adopted[i] = toVolume(v)
 	}
+	out.DcmInstancesWithoutClaim, out.DcmCheck = h.dcmInstancesWithoutClaim(ctx, req.EnvironmentId)
 	return AdoptVolumes200JSONResponse(out), nil
 }
 
@@ -191,4 +192,28 @@ func adoptionClaims(claims []volumes.Skip) []AdoptionClaim {
 		out[i] = AdoptionClaim{Namespace: c.Namespace, Name: c.Name, Reason: c.Reason}
 	}
 	return out
+}
+
+// dcmInstancesWithoutClaim are DCM's instances of the environment's
+// provider name that it would neither serve nor be able to adopt once the
+// adoption a is done (a dry run's adoptions count as done): what taking
+// the name over would orphan. When DCM cannot be asked, the second value
+// says why; without DCM registration there is neither.
+func (h *handlers) dcmInstancesWithoutClaim(ctx context.Context, envID string) (*[]DCMInstance, *string) {
+	if h.opts.DCM == nil {
+		return nil, nil
+	}
+	env, err := h.opts.Environments.Get(ctx, envID)
+	if err != nil {
+		return nil, optional("the environment could not be read: " + err.Error())
+	}
+	without, err := h.opts.DCM.InstancesWithoutClaim(ctx, env)
+	if err != nil {
+		return nil, optional("DCM's instances of " + env.Spec.DCM.ProviderName + " could not be listed: " + err.Error())
+	}
+	out := []DCMInstance{}
+	for _, in := range without {
+		out = append(out, DCMInstance{Id: in.ID, Name: in.Name, Namespace: optional(in.Namespace)})
+	}
+	return &out, nil
 }

@@ -47,6 +47,9 @@ const (
 	MethodStatic         Method = "static"
 	MethodTrustedNetwork Method = "trusted-network"
 	MethodDisabled       Method = "disabled"
+	// MethodGateway records what the gateway did on its own (taking a DCM
+	// provider name back), with no caller.
+	MethodGateway Method = "gateway"
 )
 
 // Principal is an authenticated caller.

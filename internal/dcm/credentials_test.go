@@ -26,7 +26,7 @@ func fakeDCM(t *testing.T) (*httptest.Server, func() []string) {
 	t.Helper()
 	var mu sync.Mutex
 	var seen []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(dcmAPI(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, r.Header.Get("Authorization"))
 		mu.Unlock()
@@ -45,6 +45,9 @@ func fakeDCM(t *testing.T) (*httptest.Server, func() []string) {
 
 func runRegistrar(t *testing.T, opts dcm.Options) {
 	t.Helper()
+	if opts.Served == nil {
+		opts.Served = servedAll
+	}
 	r, err := dcm.New(opts)
 	if err != nil {
 		t.Fatal(err)

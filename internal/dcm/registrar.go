@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/google/uuid"
 	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
+	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
 
+	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
@@ -59,6 +62,18 @@ type Options struct {
 	// registered by its owner alone, and a hand-over has the new owner
 	// register it at once.
 	Owned membership.Ownership
+	// Served says which of DCM's instance ids an environment serves or can
+	// adopt (a live volume record, or a labelled claim in one of its
+	// namespaces): a provider name is taken over only when it serves every
+	// instance DCM holds under it.
+	Served func(ctx context.Context, environmentID string, ids []string) (map[string]bool, error)
+	// CheckInterval is how often each registered provider is read back from
+	// DCM, so a provider name another endpoint took is taken back within
+	// it (default 30 s).
+	CheckInterval time.Duration
+	// Audit records what the registrar does on its own: taking a provider
+	// name back.
+	Audit *auth.AuditLog
 }
 
 // Registrar keeps every environment with dcm.register that this replica
@@ -67,9 +82,13 @@ type Options struct {
 // hand-over wakes it, a deletion deregisters the provider.
 type Registrar struct {
 	opts   Options
-	client *spmclient.ClientWithResponses
-	log    *slog.Logger
-	wake   chan struct{}
+	client    *spmclient.ClientWithResponses
+	instances *rmclient.ClientWithResponses
+	log       *slog.Logger
+	wake      chan struct{}
+	// busy serializes the passes over one environment: the loop's and an
+	// admin's (Refresh).
+	busy sync.Mutex
 
 	registryChanges  *changes.Subscription[environments.Change]
 	ownershipChanges *changes.Subscription[membership.Change]
@@ -77,6 +96,10 @@ type Registrar struct {
 
 	mu    sync.Mutex
 	state map[string]*registration
+	// listing is DCM's storage providers as one listing found them, shared
+	// by the passes of a sync in which many environments are read back.
+	listing  holders
+	listedAt time.Time
 	// forgotten are deleted environments whose providers leave DCM next.
 	forgotten []environments.Change
 }
@@ -94,6 +117,13 @@ type registration struct {
 	// an environment deleted while its registration was in flight has no
 	// provider id in its row.
 	providerID string
+	// checked is when DCM's provider of the name was last read back.
+	checked time.Time
+	// again has the next pass register the environment even when nothing
+	// changed (an admin's verify or update); force has it take the name
+	// over even from a provider with instances the environment cannot
+	// serve (an admin's decision, audited).
+	again, force bool
 }
 
 // New returns a Registrar; Run starts it.
@@ -106,13 +136,49 @@ func New(opts Options) (*Registrar, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registrar{opts: opts, client: client, log: opts.Logger.With("component", "dcm"),
+	instances, err := rmclient.NewClientWithResponses(strings.TrimRight(opts.URL, "/"), rmclient.WithHTTPClient(httpClient))
+	if err != nil {
+		return nil, err
+	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = 30 * time.Second
+	}
+	if opts.Served == nil {
+		return nil, errors.New("dcm: Options.Served is required")
+	}
+	r := &Registrar{opts: opts, client: client, instances: instances, log: opts.Logger.With("component", "dcm"),
 		wake: make(chan struct{}, 1), state: map[string]*registration{},
 		registryChanges: opts.Environments.Subscribe(), ownershipChanges: opts.Owned.Subscribe()}
 	if opts.Clusters != nil {
 		r.clusterChanges = opts.Clusters.Subscribe()
 	}
 	return r, nil
+}
+
+// Refresh registers env again now, whatever the registrar last did — an
+// admin's verify or update asks for it — and, with force, takes its
+// provider name over even when DCM holds instances of it the environment
+// cannot serve (the admin's decision; the request is audited). It returns
+// once the pass is done; the environment's status shows its outcome. Only
+// the environment's owner registers it.
+func (r *Registrar) Refresh(ctx context.Context, env environments.Environment, force bool) error {
+	if !env.Spec.DCM.Register {
+		return nil
+	}
+	claim, err := r.opts.Owned.Claim(env.ID)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	reg := r.state[env.ID]
+	if reg == nil {
+		reg = &registration{backoff: newBackoff()}
+		r.state[env.ID] = reg
+	}
+	reg.again, reg.force = true, force
+	r.mu.Unlock()
+	r.ensure(ctx, env, claim)
+	return nil
 }
 
 // changed wakes the registration loop.
@@ -168,9 +234,14 @@ func (r *Registrar) Run(ctx context.Context) {
 	}
 }
 
+// manyDue is how many environments due for a read-back make one listing of
+// DCM's providers cheaper than reading each back.
+const manyDue = 10
+
 // sync registers what needs it and returns when to look again.
 func (r *Registrar) sync(ctx context.Context) time.Time {
 	next := time.Now().Add(r.opts.Interval)
+	r.listIfManyDue(ctx)
 	err := r.opts.Environments.Each(ctx, func(env environments.Environment) error {
 		if !r.opts.Owned.Owns(env.ID) {
 			r.mu.Lock()
@@ -192,9 +263,38 @@ func (r *Registrar) sync(ctx context.Context) time.Time {
 	return next
 }
 
+// listIfManyDue lists DCM's providers once when many environments are
+// due for a read-back.
+func (r *Registrar) listIfManyDue(ctx context.Context) {
+	r.mu.Lock()
+	due := 0
+	for _, reg := range r.state {
+		if time.Since(reg.checked) >= r.opts.CheckInterval {
+			due++
+		}
+	}
+	r.mu.Unlock()
+	if due < manyDue {
+		return
+	}
+	listing, err := r.listHolders(ctx)
+	if err != nil {
+		return // each pass reads its own back
+	}
+	r.mu.Lock()
+	r.listing, r.listedAt = listing, time.Now()
+	r.mu.Unlock()
+}
+
 // ensure registers env if its registration is missing, changed, due for
-// renewal or due for a retry, and returns when it next needs attention.
+// renewal, asked for again or due for a retry, reads its provider back from
+// DCM every CheckInterval, and returns when it next needs attention. A
+// provider name another endpoint holds is taken back at once when the
+// gateway held it before, and taken over only when env serves every
+// instance DCM holds under it (or an admin forces it).
 func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim) time.Time {
+	r.busy.Lock()
+	defer r.busy.Unlock()
 	body := r.provider(env)
 	fp := fingerprint(body)
 	r.mu.Lock()
@@ -204,45 +304,196 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 		r.state[env.ID] = reg
 	}
 	now := time.Now()
+	renew := reg.fingerprint != fp || now.Sub(reg.done) >= r.opts.Interval || reg.again || reg.force
+	check := now.Sub(reg.checked) >= r.opts.CheckInterval
 	switch {
-	case reg.fingerprint == fp && now.Sub(reg.done) < r.opts.Interval:
+	case !renew && !check:
 		r.mu.Unlock()
-		return reg.done.Add(r.opts.Interval)
-	case reg.tried != fp:
-		reg.retryAt = time.Time{} // changed: try at once
-	case now.Before(reg.retryAt):
+		return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
+	case reg.tried == fp && !reg.again && !reg.force && now.Before(reg.retryAt):
 		r.mu.Unlock()
 		return reg.retryAt
 	}
-	r.mu.Unlock()
-
-	r.mu.Lock()
 	reg.tried = fp
+	known := reg.providerID
+	force := reg.force
 	r.mu.Unlock()
-	outcome := r.register(ctx, body)
-	r.record(ctx, env.ID, outcome, claim)
+	if known == "" {
+		known = env.Status.DCMRegistration.ProviderID
+	}
+
+	prev := env.Status.DCMRegistration
+	o := r.pass(ctx, env, body, prev, known, renew, force)
+	if o.skip {
+		r.mu.Lock()
+		reg.checked = time.Now()
+		r.mu.Unlock()
+		return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
+	}
+	r.record(ctx, env.ID, o, claim)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if outcome.State == StatePending {
+	reg.checked = time.Now()
+	switch o.State {
+	case StatePending:
 		wait := reg.backoff.NextBackOff()
-		if outcome.retryAfter > wait {
-			wait = outcome.retryAfter
+		if o.retryAfter > wait {
+			wait = o.retryAfter
 		}
 		reg.retryAt = time.Now().Add(wait)
 		return reg.retryAt
+	case StateBlocked:
+		// Looked at again every check: once the environment serves every
+		// instance, the take-over goes ahead.
+		reg.again, reg.force = false, false
+		reg.fingerprint = ""
+		return reg.checked.Add(r.opts.CheckInterval)
 	}
+	reg.again, reg.force = false, false
 	reg.backoff.Reset()
 	reg.fingerprint, reg.done = fp, time.Now()
-	if outcome.ProviderID != "" {
-		reg.providerID = outcome.ProviderID
+	if o.ProviderID != "" {
+		reg.providerID = o.ProviderID
 	}
-	return reg.done.Add(r.opts.Interval)
+	return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
+}
+
+// pass looks at who holds env's provider name in DCM and registers as that
+// says: at once when another endpoint took a name the gateway held, after
+// the pre-check when it is another provider's name, when renew is due
+// otherwise. Its outcome carries prev's history forward; skip means
+// nothing needed doing.
+func (r *Registrar) pass(ctx context.Context, env environments.Environment, body spmapi.Provider, prev environments.DCMRegistration,
+	known string, renew, force bool) outcome {
+	holder, err := r.holder(ctx, body.Name, known)
+	if err != nil {
+		r.log.WarnContext(ctx, "read the provider back from DCM", "environment", env.ID, "error", err)
+		return outcome{DCMRegistration: carried(prev, StatePending, "DCM unreachable; retrying")}
+	}
+	now := time.Now().UTC()
+	ours := holder != nil && holder.Endpoint == body.Endpoint
+	switch {
+	case holder != nil && !ours && heldBefore(prev, holder):
+		// Another endpoint registered the name the gateway held (DCM's
+		// storage SP starting again): take it back now.
+		since := now
+		if prev.DisplacedBy == holder.Endpoint && prev.DisplacedTime != nil {
+			since = *prev.DisplacedTime
+		}
+		r.log.WarnContext(ctx, "DCM provider name held by another endpoint: registering it again", "environment", env.ID,
+			"provider", body.Name, "endpoint", holder.Endpoint, "since", since)
+		o := r.register(ctx, body)
+		o.DCMRegistration = merged(prev, o.DCMRegistration)
+		o.DisplacedBy, o.DisplacedTime = holder.Endpoint, &since
+		if o.State == StateRegistered {
+			o.ReclaimTime = &now
+			o.Message = fmt.Sprintf("registered as %s; the name was held by %s from %s until %s", body.Name, holder.Endpoint,
+				since.Format(time.RFC3339), now.Format(time.RFC3339))
+		}
+		r.audit(ctx, env.ID, o)
+		return o
+	case holder != nil && !ours && !force:
+		without, err := r.InstancesWithoutClaim(ctx, env)
+		if err != nil {
+			r.log.WarnContext(ctx, "list DCM's instances of the provider", "environment", env.ID, "error", err)
+			return outcome{DCMRegistration: carried(prev, StatePending, "cannot list DCM's instances of "+body.Name+"; retrying")}
+		}
+		if len(without) > 0 {
+			reg := withInstances(carried(prev, StateBlocked, blocked(env, *holder, without)), without, now)
+			return outcome{DCMRegistration: reg}
+		}
+	case ours && !renew:
+		return outcome{skip: true}
+	}
+	o := r.register(ctx, body)
+	o.DCMRegistration = merged(prev, o.DCMRegistration)
+	if o.State == StateRegistered && (renew || !ours) {
+		// The count of instances the environment cannot serve, kept current
+		// with each registration.
+		if without, err := r.InstancesWithoutClaim(ctx, env); err == nil {
+			o.DCMRegistration = withInstances(o.DCMRegistration, without, now)
+		}
+	}
+	return o
+}
+
+// holder is DCM's provider of the name: the one registered as known (the
+// id the gateway registered), else found by listing DCM's storage
+// providers; nil when DCM has none.
+func (r *Registrar) holder(ctx context.Context, name, known string) (*spmapi.Provider, error) {
+	r.mu.Lock()
+	listing, fresh := r.listing, time.Since(r.listedAt) < r.opts.CheckInterval/2
+	r.mu.Unlock()
+	if listing != nil && fresh {
+		if p, ok := listing[name]; ok {
+			return &p, nil
+		}
+		return nil, nil
+	}
+	if known != "" {
+		p, err := r.providerOf(ctx, known)
+		if err != nil || p != nil && p.Name == name {
+			return p, err
+		}
+	}
+	all, err := r.listHolders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := all[name]; ok {
+		return &p, nil
+	}
+	return nil, nil
+}
+
+// heldBefore reports whether the gateway held holder's name: its last
+// registration was accepted as holder's provider.
+func heldBefore(prev environments.DCMRegistration, holder *spmapi.Provider) bool {
+	return holder.Id != nil && prev.ProviderID == *holder.Id && (prev.State == StateRegistered || prev.ReclaimTime != nil)
+}
+
+// carried is prev in a new state, its history kept.
+func carried(prev environments.DCMRegistration, state, message string) environments.DCMRegistration {
+	prev.State, prev.Message = state, message
+	return prev
+}
+
+// merged is a registration attempt's result over prev's history.
+func merged(prev, now environments.DCMRegistration) environments.DCMRegistration {
+	out := carried(prev, now.State, now.Message)
+	if now.ProviderID != "" {
+		out.ProviderID = now.ProviderID
+	}
+	return out
+}
+
+// audit records a take-back in the audit trail, as the gateway's own act.
+func (r *Registrar) audit(ctx context.Context, environmentID string, o outcome) {
+	if r.opts.Audit == nil {
+		return
+	}
+	code := http.StatusOK
+	if o.State != StateRegistered {
+		code = http.StatusServiceUnavailable
+	}
+	r.opts.Audit.Record(ctx, auth.AuditEvent{RequestID: uuid.NewString(), Subject: "storage-gateway", Name: "storage-gateway",
+		AuthMethod: auth.MethodGateway, Action: "reclaimDCMProvider", EnvironmentID: environmentID, Status: code})
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // outcome is one registration attempt's result.
 type outcome struct {
 	environments.DCMRegistration
 	retryAfter time.Duration
+	// skip: nothing needed doing (the provider is the gateway's, and no
+	// renewal is due).
+	skip bool
 }
 
 // register sends one create (name-keyed, so it creates or updates): 2xx is
@@ -251,6 +502,9 @@ type outcome struct {
 func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
+	r.mu.Lock()
+	r.listing = nil // what it lists changes now
+	r.mu.Unlock()
 	resp, err := r.client.CreateProviderWithResponse(ctx, &spmapi.CreateProviderParams{}, body)
 	if err != nil {
 		return outcome{DCMRegistration: environments.DCMRegistration{State: StatePending, Message: "DCM unreachable; retrying"}}

@@ -60,7 +60,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			var calls atomic.Int32
 			var mu sync.Mutex
 			var at []time.Time
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := httptest.NewServer(dcmAPI(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				at = append(at, time.Now())
 				mu.Unlock()
@@ -76,7 +76,7 @@ func TestRegistrarRetriesWhatDCMMayAcceptLater(t *testing.T) {
 			}))
 			defer srv.Close()
 			r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: reg.Member(t, "replica-1"),
-				Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+				Interval: time.Hour, Logger: slog.New(slog.DiscardHandler), Served: servedAll})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +110,7 @@ func TestRegistrarDeregistersAProviderRegisteredWhileDeleted(t *testing.T) {
 	environment(t, reg)
 	creating, release := make(chan struct{}), make(chan struct{})
 	deleted := make(chan string, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(dcmAPI(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodDelete {
 			deleted <- r.URL.Path
 			w.WriteHeader(http.StatusNoContent)
@@ -139,4 +139,31 @@ func TestRegistrarDeregistersAProviderRegisteredWhileDeleted(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the provider registered while its environment was deleted stays in DCM")
 	}
+}
+
+// dcmAPI is a DCM manager's API that knows no provider and no instance —
+// the lookups a registration makes first — and hands everything else
+// (registrations, deregistrations) to register.
+func dcmAPI(register http.HandlerFunc) http.Handler {
+	mux := http.NewServeMux()
+	empty := func(key string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{key: []any{}})
+		}
+	}
+	mux.HandleFunc("GET /providers", empty("providers"))
+	mux.HandleFunc("GET /service-type-instances", empty("instances"))
+	mux.HandleFunc("GET /providers/{id}", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) })
+	mux.HandleFunc("/", register)
+	return mux
+}
+
+// servedAll serves every instance: no take-over is held back.
+func servedAll(_ context.Context, _ string, ids []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
 }

@@ -112,6 +112,21 @@ type DCMRegistration struct {
 	State      string `json:"state,omitempty"`
 	ProviderID string `json:"provider_id,omitempty"`
 	Message    string `json:"message,omitempty"`
+	// DisplacedBy is the endpoint last found holding the provider's name
+	// instead of the gateway (a per-cluster provider started again, which
+	// registers under its name at every start), DisplacedTime when that was
+	// first seen, ReclaimTime when the gateway registered the name again.
+	DisplacedBy   string     `json:"displaced_by,omitempty"`
+	DisplacedTime *time.Time `json:"displaced_time,omitempty"`
+	ReclaimTime   *time.Time `json:"reclaim_time,omitempty"`
+	// InstancesWithoutClaim counts DCM's instances of the provider that the
+	// environment neither serves nor can adopt — no volume record, no
+	// labelled claim in its namespaces — as of InstancesCheckTime; their
+	// first ids are in InstancesWithoutClaimIDs. After a take-over DCM would
+	// hear 404 for each, and forget it.
+	InstancesWithoutClaim    *int       `json:"instances_without_claim,omitempty"`
+	InstancesWithoutClaimIDs []string   `json:"instances_without_claim_ids,omitempty"`
+	InstancesCheckTime       *time.Time `json:"instances_check_time,omitempty"`
 }
 
 // ListQuery filters and pages a list of environments.

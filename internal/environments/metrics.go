@@ -30,6 +30,16 @@ var (
 	credentialsExpiryGauge = metrics.NewGauge("storage_gateway_environment_credentials_expire_time_seconds",
 		"When the environment's credentials expire (Unix time), where they say so (a token's exp claim, a client certificate's NotAfter).",
 		"environment", "region", "zone")
+	// dcmWithoutClaimGauge counts what a DCM provider take-over would
+	// orphan, for an alert before it does.
+	dcmWithoutClaimGauge = metrics.NewGauge("storage_gateway_environment_dcm_instances_without_claim",
+		"DCM's instances of the environment's provider name that it neither serves nor can adopt (no volume record, no labelled claim in its namespaces), as last counted; only where counted.",
+		"environment", "region", "zone")
+	// dcmReclaimGauge says when another endpoint last held the provider's
+	// name and the gateway took it back (DCM's storage SP started again).
+	dcmReclaimGauge = metrics.NewGauge("storage_gateway_environment_dcm_provider_reclaim_time_seconds",
+		"When the gateway last registered the environment's provider name again after another endpoint had registered it (Unix time); only where that happened.",
+		"environment", "region", "zone")
 )
 
 // metricsTimeout bounds the registry query of one scrape.
@@ -44,6 +54,8 @@ type metricsRow struct {
 	id, region, zone string
 	state            clusters.State
 	expiry           *time.Time
+	withoutClaim     *int
+	reclaimed        *time.Time
 }
 
 // gatherMetrics serves nothing when the database does not answer (a stale
@@ -53,13 +65,15 @@ type metricsRow struct {
 func (s *Service) gatherMetrics() ([]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
 	defer cancel()
-	rows, err := s.repo.db.Query(ctx, `SELECT id, region, zone, state, credentials_expire_time FROM environments ORDER BY id`)
+	rows, err := s.repo.db.Query(ctx, `SELECT id, region, zone, state, credentials_expire_time,
+			(dcm_registration->>'instances_without_claim')::int, (dcm_registration->>'reclaim_time')::timestamptz
+		FROM environments ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("environment metrics: %w", err)
 	}
-	var up, expiries []*dto.Metric
+	var up, expiries, withoutClaim, reclaims []*dto.Metric
 	var r metricsRow
-	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.region, &r.zone, &r.state, &r.expiry}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.region, &r.zone, &r.state, &r.expiry, &r.withoutClaim, &r.reclaimed}, func() error {
 		value := 0.0
 		if r.state == clusters.StateReady || r.state == clusters.StateDegraded {
 			value = 1
@@ -69,17 +83,47 @@ func (s *Service) gatherMetrics() ([]*dto.MetricFamily, error) {
 			return err
 		}
 		up = append(up, m)
-		if r.expiry != nil {
-			m, err := credentialsExpiryGauge.Series(float64(r.expiry.Unix()), r.id, r.region, r.zone)
+		for _, s := range []struct {
+			gauge *metrics.Gauge
+			value *float64
+			into  *[]*dto.Metric
+		}{
+			{&credentialsExpiryGauge, unixTime(r.expiry), &expiries},
+			{&dcmWithoutClaimGauge, count(r.withoutClaim), &withoutClaim},
+			{&dcmReclaimGauge, unixTime(r.reclaimed), &reclaims},
+		} {
+			if s.value == nil {
+				continue
+			}
+			m, err := s.gauge.Series(*s.value, r.id, r.region, r.zone)
 			if err != nil {
 				return err
 			}
-			expiries = append(expiries, m)
+			*s.into = append(*s.into, m)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("environment metrics: %w", err)
 	}
-	return []*dto.MetricFamily{upGauge.Family(up), credentialsExpiryGauge.Family(expiries)}, nil
+	return []*dto.MetricFamily{upGauge.Family(up), credentialsExpiryGauge.Family(expiries), dcmWithoutClaimGauge.Family(withoutClaim),
+		dcmReclaimGauge.Family(reclaims)}, nil
+}
+
+// unixTime is t in seconds, nil when t is.
+func unixTime(t *time.Time) *float64 {
+	if t == nil {
+		return nil
+	}
+	v := float64(t.Unix())
+	return &v
+}
+
+// count is n as a sample, nil when n is.
+func count(n *int) *float64 {
+	if n == nil {
+		return nil
+	}
+	v := float64(*n)
+	return &v
 }

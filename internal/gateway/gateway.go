@@ -73,6 +73,9 @@ type Intervals struct {
 	// Connect is how often the connector re-reads the whole registry, for
 	// other replicas' changes (30s).
 	Connect time.Duration
+	// DCMCheck is how often each registered provider is read back from DCM
+	// (30s; see dcm.Options.CheckInterval).
+	DCMCheck time.Duration
 }
 
 func (i Intervals) withDefaults() Intervals {
@@ -84,6 +87,7 @@ func (i Intervals) withDefaults() Intervals {
 	set(&i.Follow, 2*time.Second)
 	set(&i.Reconcile, 30*time.Second)
 	set(&i.Connect, 30*time.Second)
+	set(&i.DCMCheck, 30*time.Second)
 	return i // Health and HealthTimeout: the pool's defaults
 }
 
@@ -184,9 +188,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	// A new environment is claimed at once, not at the next heartbeat.
 	g.registrations = g.registry.Subscribe()
 	g.connector = environments.NewConnector(g.registry, g.clusters, g.membership, g.opts.Intervals.Connect)
-	if err := g.newRegistrar(); err != nil {
-		return nil, err
-	}
 	g.index = fleet.NewIndex()
 	g.feed = fleet.NewFeed(fleet.FeedOptions{Index: g.index, Clusters: g.clusters, Registry: g.registry,
 		Store: fleet.Store{DB: g.db}, Owned: g.membership, Logger: g.log})
@@ -200,6 +201,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	}
 	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker, Claims: g.membership})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
+	if err := g.newRegistrar(); err != nil {
+		return nil, err
+	}
 	if err := g.newServer(ctx, metrics); err != nil {
 		return nil, err
 	}
@@ -249,7 +253,8 @@ func (g *Gateway) newRegistrar() error {
 	g.registrar, err = dcm.New(dcm.Options{URL: cfg.DCMRegistrationURL, PublicURL: cfg.PublicURL,
 		Environments: g.registry, Interval: cfg.DCMRegistrationInterval, Logger: g.log, Clusters: g.clusters, Owned: g.membership,
 		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
-			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}})
+			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL},
+		Served: g.volumes.Served, CheckInterval: g.opts.Intervals.DCMCheck, Audit: g.audit})
 	return err
 }
 
@@ -275,6 +280,15 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 	return nil
 }
 
+// dcmProviders is the registrar as the API asks it, nil (not a nil
+// registrar in an interface) when registration is off.
+func (g *Gateway) dcmProviders() api.DCMProviders {
+	if g.registrar == nil {
+		return nil
+	}
+	return g.registrar
+}
+
 func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) error {
 	cfg := g.cfg
 	var handler http.Handler = api.New(api.Options{
@@ -293,6 +307,7 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 		StartTime:           g.startTime,
 		HealthUnhealthyCode: cfg.HealthUnhealthyCode,
 		DCMRegistration:     cfg.DCMRegistrationURL != "",
+		DCM:                 g.dcmProviders(),
 		Readiness: []api.Check{
 			{Name: "postgres", Check: g.db.Ping},
 			{Name: "migrations", Check: g.migrator.CheckCurrent},

@@ -327,3 +327,37 @@ func (r *repository) setUnadopted(ctx context.Context, env string, count int, cl
 	}
 	return err
 }
+
+// Served says which of ids environment envID serves or can adopt: a live
+// volume record, or a claim labelled for DCM storage in one of its
+// namespaces (from the owner's cache). DCM's instances of its provider
+// outside that set are ones it would answer 404 for.
+func (s *Service) Served(ctx context.Context, envID string, ids []string) (map[string]bool, error) {
+	env, err := s.envs.Get(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := s.readable(envID)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.repo.live(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
+	served := make(map[string]bool, len(ids))
+	for _, rec := range recs {
+		served[rec.ID] = true
+	}
+	namespaces := env.Spec.Namespaces()
+	for _, pvc := range cluster.PVCs() {
+		if slices.Contains(namespaces, pvc.Namespace) && pvc.Labels[ServiceTypeLabel] == ServiceType {
+			served[pvc.Name] = true
+		}
+	}
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = served[id]
+	}
+	return out, nil
+}

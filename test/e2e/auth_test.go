@@ -126,6 +126,9 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 			return call{method: "DELETE", path: "/api/v1alpha1/environments/" + newEnvironment(), want: 204}
 		},
 		"verifyEnvironment": func() call { return call{method: "POST", path: envPath + ":verify", want: 200} },
+		// The walk's gateway does not register with DCM: the admitted role
+		// gets the precondition's 422, every other caller what the guard says.
+		"takeOverDCMProvider": func() call { return call{method: "POST", path: envPath + ":takeOverDCMProvider", want: 422} },
 		"adoptVolumes": func() call {
 			return call{method: "POST", path: envPath + ":adopt", body: map[string]any{"validate_only": true}, want: 200}
 		},
