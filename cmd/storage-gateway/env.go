@@ -325,10 +325,43 @@ func (c *gatewayClient) addCommand() *cobra.Command {
 }
 
 func (c *gatewayClient) applyCommand() *cobra.Command {
-	cmd := c.writeCommand("apply [ID]", "Register an environment, or update its settings (and rotate its credentials, if given) if it exists", c.apply)
+	var takeOver bool
+	cmd := c.writeCommand("apply [ID]", "Register an environment, or update its settings (and rotate its credentials, if given) if it exists",
+		func(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+			if !takeOver {
+				return c.apply(cmd, id, in)
+			}
+			// The settings first, quietly: what is printed is the take-over's
+			// outcome.
+			output := c.output
+			c.output = "name"
+			err := c.apply(cmd, id, in)
+			c.output = output
+			if err != nil {
+				return err
+			}
+			return c.takeOver(cmd, id)
+		})
 	cmd.Example = "  storage-gateway env apply -f environments/local-east.yaml --kubeconfig east.kubeconfig\n" +
-		"  storage-gateway env apply east --dcm-register   # one setting, credentials unchanged"
+		"  storage-gateway env apply east --dcm-register   # one setting, credentials unchanged\n" +
+		"  storage-gateway env apply east --dcm-register --dcm-take-over   # register even over DCM instances it does not serve"
+	cmd.Flags().BoolVar(&takeOver, "dcm-take-over", false, "register the DCM provider name now even though DCM holds instances of it "+
+		"this environment does not serve (DCM then forgets them: the gateway answers 404); recorded in the audit trail")
 	return cmd
+}
+
+// takeOver asks the gateway to register id's DCM provider name now,
+// whatever DCM holds under it, and prints the environment.
+func (c *gatewayClient) takeOver(cmd *cobra.Command, id string) error {
+	client, err := c.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	resp, err := client.TakeOverDCMProviderWithResponse(cmd.Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body, true)
 }
 
 // writeCommand builds a command that assembles an environment from a

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"github.com/google/uuid"
 	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
 	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
+	"github.com/google/uuid"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/changes"
@@ -62,11 +62,11 @@ type Options struct {
 	// registered by its owner alone, and a hand-over has the new owner
 	// register it at once.
 	Owned membership.Ownership
-	// Served says which of DCM's instance ids an environment serves or can
-	// adopt (a live volume record, or a labelled claim in one of its
-	// namespaces): a provider name is taken over only when it serves every
-	// instance DCM holds under it.
-	Served func(ctx context.Context, environmentID string, ids []string) (map[string]bool, error)
+	// Served says which of DCM's instance ids an environment serves (a live
+	// volume record) and which it could adopt (a labelled claim in one of
+	// its namespaces): a provider name is taken over only when it serves
+	// every instance DCM holds under it.
+	Served func(ctx context.Context, environmentID string, ids []string) (recorded, claimed map[string]bool, err error)
 	// CheckInterval is how often each registered provider is read back from
 	// DCM, so a provider name another endpoint took is taken back within
 	// it (default 30 s).
@@ -81,7 +81,7 @@ type Options struct {
 // changes (and the pool's, when it has one): a registration, update or
 // hand-over wakes it, a deletion deregisters the provider.
 type Registrar struct {
-	opts   Options
+	opts      Options
 	client    *spmclient.ClientWithResponses
 	instances *rmclient.ClientWithResponses
 	log       *slog.Logger
@@ -393,13 +393,13 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 		r.audit(ctx, env.ID, o)
 		return o
 	case holder != nil && !ours && !force:
-		without, err := r.InstancesWithoutClaim(ctx, env)
+		without, unadopted, err := r.coverage(ctx, env)
 		if err != nil {
 			r.log.WarnContext(ctx, "list DCM's instances of the provider", "environment", env.ID, "error", err)
 			return outcome{DCMRegistration: carried(prev, StatePending, "cannot list DCM's instances of "+body.Name+"; retrying")}
 		}
-		if len(without) > 0 {
-			reg := withInstances(carried(prev, StateBlocked, blocked(env, *holder, without)), without, now)
+		if len(without)+len(unadopted) > 0 {
+			reg := withInstances(carried(prev, StateBlocked, blocked(env, *holder, without, unadopted)), without, now)
 			return outcome{DCMRegistration: reg}
 		}
 	case ours && !renew:

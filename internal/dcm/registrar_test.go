@@ -160,10 +160,10 @@ func dcmAPI(register http.HandlerFunc) http.Handler {
 }
 
 // servedAll serves every instance: no take-over is held back.
-func servedAll(_ context.Context, _ string, ids []string) (map[string]bool, error) {
-	out := make(map[string]bool, len(ids))
+func servedAll(_ context.Context, _ string, ids []string) (recorded, claimed map[string]bool, err error) {
+	recorded = make(map[string]bool, len(ids))
 	for _, id := range ids {
-		out[id] = true
+		recorded[id] = true
 	}
-	return out, nil
+	return recorded, nil, nil
 }

@@ -96,28 +96,39 @@ func (r *Registrar) Instances(ctx context.Context, name string) ([]Instance, err
 	}
 }
 
-// InstancesWithoutClaim are DCM's instances of env's provider that env
-// neither serves nor can adopt.
-func (r *Registrar) InstancesWithoutClaim(ctx context.Context, env environments.Environment) ([]Instance, error) {
+// coverage sorts DCM's instances of env's provider into those env has no
+// claim for (it could never serve them) and those whose claim it has not
+// adopted yet (it does not serve them now).
+func (r *Registrar) coverage(ctx context.Context, env environments.Environment) (without, unadopted []Instance, err error) {
 	all, err := r.Instances(ctx, env.Spec.DCM.ProviderName)
 	if err != nil || len(all) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
 	ids := make([]string, len(all))
 	for i, in := range all {
 		ids[i] = in.ID
 	}
-	served, err := r.opts.Served(ctx, env.ID, ids)
+	recorded, claimed, err := r.opts.Served(ctx, env.ID, ids)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var without []Instance
 	for _, in := range all {
-		if !served[in.ID] {
+		switch {
+		case recorded[in.ID]:
+		case claimed[in.ID]:
+			unadopted = append(unadopted, in)
+		default:
 			without = append(without, in)
 		}
 	}
-	return without, nil
+	return without, unadopted, nil
+}
+
+// InstancesWithoutClaim are DCM's instances of env's provider that env
+// neither serves nor can adopt.
+func (r *Registrar) InstancesWithoutClaim(ctx context.Context, env environments.Environment) ([]Instance, error) {
+	without, _, err := r.coverage(ctx, env)
+	return without, err
 }
 
 // withInstances records in reg how many of DCM's instances env cannot
@@ -133,21 +144,39 @@ func withInstances(reg environments.DCMRegistration, without []Instance, at time
 	return reg
 }
 
-// blocked is the registration of env held back because DCM holds instances
-// of its provider name that env cannot serve.
-func blocked(env environments.Environment, holder spmapi.Provider, without []Instance) string {
-	ids := make([]string, 0, min(len(without), maxListedIDs))
-	for _, in := range without[:min(len(without), maxListedIDs)] {
+// blocked says why env's registration is held back: DCM holds instances of
+// its provider name that env does not serve — without a claim in its
+// namespaces, or with one not adopted yet — each of which would answer 404
+// after a take-over, and be forgotten by DCM.
+func blocked(env environments.Environment, holder spmapi.Provider, without, unadopted []Instance) string {
+	var parts []string
+	if len(without) > 0 {
+		parts = append(parts, fmt.Sprintf("%d with no claim in this environment's namespaces (%s): serve their namespace",
+			len(without), listed(without)))
+	}
+	if len(unadopted) > 0 {
+		parts = append(parts, fmt.Sprintf("%d whose claims are not adopted yet (%s): storage-gateway env adopt %s",
+			len(unadopted), listed(unadopted), env.ID))
+	}
+	return fmt.Sprintf("not taking over DCM's provider %s from %s: DCM holds instances of it that this environment does not "+
+		"serve, which would answer 404 and be forgotten by DCM — %s; or take the name over anyway "+
+		"(storage-gateway env apply %s --dcm-take-over)", holder.Name, holder.Endpoint, strings.Join(parts, "; "), env.ID)
+}
+
+// listed names the first instances, with the namespace DCM asked for.
+func listed(instances []Instance) string {
+	ids := make([]string, 0, min(len(instances), maxListedIDs))
+	for _, in := range instances[:min(len(instances), maxListedIDs)] {
 		id := in.ID
 		if in.Namespace != "" {
 			id += " (namespace " + in.Namespace + ")"
 		}
 		ids = append(ids, id)
 	}
-	return fmt.Sprintf("not taking over DCM's provider %s (now %s): DCM holds %d instance(s) of it with no claim in this "+
-		"environment's namespaces (%s), which would answer 404 and be forgotten by DCM; serve their namespace "+
-		"(allowed_namespaces) and adopt them, or take the name over anyway (storage-gateway env apply %s --dcm-take-over)",
-		holder.Name, holder.Endpoint, len(without), strings.Join(ids, ", "), env.ID)
+	if len(instances) > maxListedIDs {
+		ids = append(ids, "…")
+	}
+	return strings.Join(ids, ", ")
 }
 
 // providerOf reads back the provider DCM has under id, nil when DCM has

@@ -328,36 +328,38 @@ func (r *repository) setUnadopted(ctx context.Context, env string, count int, cl
 	return err
 }
 
-// Served says which of ids environment envID serves or can adopt: a live
-// volume record, or a claim labelled for DCM storage in one of its
-// namespaces (from the owner's cache). DCM's instances of its provider
-// outside that set are ones it would answer 404 for.
-func (s *Service) Served(ctx context.Context, envID string, ids []string) (map[string]bool, error) {
+// Served says which of ids environment envID serves — a live volume
+// record — and which it could adopt: a claim labelled for DCM storage in
+// one of its namespaces (from the owner's cache). DCM's instances of its
+// provider in neither set are ones it would answer 404 for.
+func (s *Service) Served(ctx context.Context, envID string, ids []string) (recorded, claimed map[string]bool, err error) {
 	env, err := s.envs.Get(ctx, envID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cluster, err := s.readable(envID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	recs, err := s.repo.live(ctx, envID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	served := make(map[string]bool, len(ids))
+	wanted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		wanted[id] = true
+	}
+	recorded, claimed = map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
-		served[rec.ID] = true
+		if wanted[rec.ID] {
+			recorded[rec.ID] = true
+		}
 	}
 	namespaces := env.Spec.Namespaces()
 	for _, pvc := range cluster.PVCs() {
-		if slices.Contains(namespaces, pvc.Namespace) && pvc.Labels[ServiceTypeLabel] == ServiceType {
-			served[pvc.Name] = true
+		if wanted[pvc.Name] && slices.Contains(namespaces, pvc.Namespace) && pvc.Labels[ServiceTypeLabel] == ServiceType {
+			claimed[pvc.Name] = true
 		}
 	}
-	out := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		out[id] = served[id]
-	}
-	return out, nil
+	return recorded, claimed, nil
 }

@@ -191,6 +191,7 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 type dcmSite struct {
 	client
 	stream    *natstest.Stream
+	natsURL   string
 	spmURL    string
 	gateway   *gatewaytest.Gateway
 	providers *spmclient.ClientWithResponses
@@ -214,7 +215,7 @@ func startDCMSite(t *testing.T, opts gatewaytest.Options) dcmSite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dcmSite{client: client{t: t, base: g.URL, token: g.Tokens.Admin}, stream: stream, spmURL: spm.URL, gateway: g,
+	return dcmSite{client: client{t: t, base: g.URL, token: g.Tokens.Admin}, stream: stream, natsURL: natsServer.URL, spmURL: spm.URL, gateway: g,
 		providers: providers, instances: instances}
 }
 

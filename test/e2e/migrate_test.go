@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
 	rmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/resource_manager"
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/harness"
@@ -23,37 +25,54 @@ import (
 )
 
 // TestMigrateFromTheStorageSP moves a site from DCM's per-cluster storage
-// provider onto the gateway exactly as the README's cut-over says, against
-// DCM's real service-provider-manager: instances created through DCM by the
-// old provider (a stand-in making the very claims it makes) are left alone
-// and counted until adopted, adoption (dry run first) reports each one's
-// status once, the gateway takes over the provider's name, and those same
-// instances are then read, expanded and deleted through DCM and the
-// gateway, their status reaching DCM's stream; a new instance under the old
-// name lands on the gateway.
+// provider onto the gateway as the operator's manual says, against DCM's
+// real service-provider-manager and a stand-in that behaves as the provider
+// does (its claims, its refusals, its status events, its registration at
+// every start), through every edge of the cut-over:
+//   - the environment first serves the wrong namespace: the dry run names
+//     DCM's instances it has no claim for, registration under the
+//     provider's name is refused (BLOCKED) and DCM keeps pointing at the
+//     provider, so nothing is orphaned; serving the right namespace, the
+//     claims are counted, and registration stays refused until they are
+//     adopted;
+//   - adoption (dry run first) reports each volume's status once, a
+//     capacity in bytes and a dcm.project/ label included;
+//   - DCM deletes an instance between adoption and the provider's stop:
+//     the provider deletes the claim, the gateway reports it gone;
+//   - the gateway takes over the provider's name; the same instances are
+//     read, expanded and deleted through DCM and the gateway, and a new one
+//     (in bytes, with a dcm.project/ label) lands on the gateway;
+//   - the provider comes back and registers its name again: the gateway
+//     takes it back within a minute, saying who held it and since when.
 func TestMigrateFromTheStorageSP(t *testing.T) {
 	site := startDCMSite(t, gatewaytest.Options{})
-	c, stream, g, providers, instances := site.client, site.stream, site.gateway, site.providers, site.instances
+	c, g, providers, instances := site.client, site.gateway, site.providers, site.instances
 	east := clusters[0]
-	tenants, err := east.Tenants(t.Context(), "migrate", 1)
+	tenants, err := east.Tenants(t.Context(), "migrate", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := tenants[0].Namespace
+	ns, wrongNS := tenants[0].Namespace, tenants[1].Namespace
+	envID := "migrate-east"
+	gw, sp := site.stream.From(envID), site.stream.From("")
 
-	// The site before: the old provider, registered in DCM, with instances.
-	old := storagesp.Start(t, "k8s-storage-sp-east", site.spmURL, east.AdminClient(), ns)
-	provider := func() (endpoint, health string) {
-		got, err := providers.GetProviderWithResponse(t.Context(), old.ProviderID)
-		if err != nil || got.JSON200 == nil {
-			return "", ""
+	// The site before: the provider, registered in DCM, with instances.
+	old := storagesp.Start(t, storagesp.Options{Name: "k8s-storage-sp-east", DCMURL: site.spmURL, NATSURL: site.natsURL,
+		Client: east.AdminClient(), Namespace: ns})
+	provider := func() (id, endpoint, health string) {
+		list, err := providers.ListProvidersWithResponse(t.Context(), &spmapi.ListProvidersParams{})
+		if err != nil || list.JSON200 == nil || list.JSON200.Providers == nil {
+			return "", "", ""
 		}
-		if got.JSON200.HealthStatus != nil {
-			health = *got.JSON200.HealthStatus
+		for _, p := range *list.JSON200.Providers {
+			if p.Name == old.Name {
+				return *p.Id, p.Endpoint, ptr.Deref(p.HealthStatus, "")
+			}
 		}
-		return got.JSON200.Endpoint, health
+		return "", "", ""
 	}
-	c.eventually(time.Minute, "the old provider ready in DCM", func() bool { _, h := provider(); return h == "ready" })
+	c.eventually(time.Minute, "the provider ready in DCM", func() bool { _, e, h := provider(); return e == old.Endpoint && h == "ready" })
+	providerID, _, _ := provider()
 	createInstance := func(id string, spec map[string]any) {
 		t.Helper()
 		created, err := instances.CreateInstanceWithResponse(t.Context(), &rmapi.CreateInstanceParams{Id: &id},
@@ -70,41 +89,102 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 		}
 		return *got.JSON200.Status
 	}
-	// The old provider names each claim by the instance's
-	// spec.metadata.name, which must equal its id.
-	ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
+	// The provider names each claim by the instance's spec.metadata.name,
+	// which must equal its id.
+	ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()}
 	slices.Sort(ids) // the order the gateway lists them in
-	grow, drop, keep := ids[0], ids[1], ids[2]
+	grow, drop, keep, bytes := ids[0], ids[1], ids[2], ids[3]
 	createInstance(grow, storageSpec(grow, "1Gi", map[string]any{"storage_class": "standard"}))
 	createInstance(drop, storageSpec(drop, "2Gi", nil)) // the cluster's default class
 	createInstance(keep, storageSpec(keep, "1Gi", map[string]any{"storage_class": "standard", "access_mode": "ReadWriteOnce"}))
-	c.eventually(time.Minute, "the old provider's claims bound", func() bool {
-		pvcs, err := old.Claims(t.Context())
-		bound := 0
-		for _, pvc := range pvcs {
-			if pvc.Status.Phase == corev1.ClaimBound {
-				bound++
-			}
-		}
-		return err == nil && bound == len(ids)
-	})
+	inBytes := storageSpec(bytes, "1073741824", map[string]any{"storage_class": "standard"})
+	inBytes["metadata"].(map[string]any)["labels"] = map[string]string{"dcm.project/cost-center": "r-and-d"}
+	createInstance(bytes, inBytes)
+	for _, id := range ids {
+		c.eventually(time.Minute, "the provider reporting "+id+" RUNNING", func() bool {
+			got := natstest.For(sp.Events(), id)
+			return len(got) > 0 && got[len(got)-1] == "RUNNING" && instanceStatus(id) == "RUNNING"
+		})
+	}
 	before := claimVersions(t, east, ns)
 
-	// 1. Register the environment under the old provider's name, with
-	// registration off: DCM still calls the old provider.
-	kc, err := east.TenantKubeconfig(tenants[0])
-	if err != nil {
-		t.Fatal(err)
+	// 1. Register the environment under the provider's name, registration
+	// off — but serving another namespace than the provider's.
+	register := func(tenant harness.Tenant) {
+		t.Helper()
+		kc, err := east.TenantKubeconfig(tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, body := c.do(http.MethodPost, "/api/v1alpha1/environments?id="+envID, map[string]any{
+			"kubeconfig": string(kc), "dcm": map[string]any{"register": false, "provider_name": old.Name},
+		})
+		c.want(http.StatusCreated, code, body)
 	}
-	envID := "migrate-east"
-	code, body := c.do(http.MethodPost, "/api/v1alpha1/environments?id="+envID, map[string]any{
-		"kubeconfig": string(kc), "dcm": map[string]any{"register": false, "provider_name": old.Name},
+	register(tenants[1])
+	adopt := func(req map[string]any) map[string]any {
+		t.Helper()
+		var send any // no body at all: the request's fields are optional
+		if req != nil {
+			send = req
+		}
+		code, body := c.do(http.MethodPost, "/api/v1alpha1/environments/"+envID+":adopt", send)
+		c.want(http.StatusOK, code, body)
+		return body
+	}
+	withoutClaim := func(adoption map[string]any) []string {
+		var out []string
+		list, _ := adoption["dcm_instances_without_claim"].([]any)
+		for _, in := range list {
+			out = append(out, in.(map[string]any)["id"].(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	var dry map[string]any
+	c.eventually(time.Minute, "the dry run naming DCM's instances without a claim", func() bool {
+		var code int
+		code, dry = c.do(http.MethodPost, "/api/v1alpha1/environments/"+envID+":adopt", map[string]any{"validate_only": true})
+		return code == http.StatusOK && dry["dcm_check"] == nil && slices.Equal(withoutClaim(dry), ids)
 	})
-	c.want(http.StatusCreated, code, body)
-	c.eventually(time.Minute, "the other provider's claims counted, not served", func() bool {
+	if len(dry["adopted"].([]any)) != 0 || !slices.Equal(dry["namespaces"].([]any), []any{wrongNS}) {
+		t.Fatalf("dry run in the wrong namespace: %v", dry)
+	}
+	// Turning registration on is refused: DCM keeps the provider, nothing
+	// is orphaned.
+	setRegister := func(on bool) map[string]any {
+		t.Helper()
+		code, body := c.do(http.MethodPatch, "/api/v1alpha1/environments/"+envID, map[string]any{"dcm": map[string]any{"register": on}},
+			"Content-Type", "application/merge-patch+json")
+		c.want(http.StatusOK, code, body)
+		return body
+	}
+	env := setRegister(true)
+	if field(env, "status", "dcm_registration", "state") != "BLOCKED" || field(env, "status", "dcm_registration", "instances_without_claim") != float64(len(ids)) ||
+		!strings.Contains(field(env, "status", "dcm_registration", "message").(string), keep) {
+		t.Fatalf("registration under the provider's name with its instances unserved: %v", env["status"])
+	}
+	if id, endpoint, _ := provider(); id != providerID || endpoint != old.Endpoint {
+		t.Fatalf("DCM's provider moved (%s, %s) although the take-over was refused", id, endpoint)
+	}
+	if instanceStatus(keep) != "RUNNING" {
+		t.Fatalf("DCM lost instance %s", keep)
+	}
+	// The right namespace: the claims are counted, not served, and the
+	// take-over still waits for their adoption.
+	setRegister(false)
+	code, body := c.do(http.MethodDelete, "/api/v1alpha1/environments/"+envID, nil)
+	c.want(http.StatusNoContent, code, body)
+	register(tenants[0])
+	c.eventually(time.Minute, "the provider's claims counted, not served", func() bool {
 		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
 		return field(env, "status", "unadopted_volume_count") == float64(len(ids)) && field(env, "status", "volume_count") == float64(0)
 	})
+	if env = setRegister(true); field(env, "status", "dcm_registration", "state") != "BLOCKED" ||
+		!strings.Contains(field(env, "status", "dcm_registration", "message").(string), "not adopted yet") {
+		t.Fatalf("registration before adoption: %v", env["status"])
+	}
+	setRegister(false)
 	code, body = c.do(http.MethodGet, volumesPath(envID)+"/"+keep, nil)
 	c.want(http.StatusNotFound, code, body)
 	// A create of one of them is refused, not an implicit adoption.
@@ -124,24 +204,15 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	}
 
 	// 2. Adopt: first a dry run, which changes nothing.
-	adopt := func(req map[string]any) map[string]any {
-		t.Helper()
-		var send any // no body at all: the request's fields are optional
-		if req != nil {
-			send = req
-		}
-		code, body := c.do(http.MethodPost, "/api/v1alpha1/environments/"+envID+":adopt", send)
-		c.want(http.StatusOK, code, body)
-		return body
-	}
-	dry := adopt(map[string]any{"validate_only": true})
-	if got := adoptedIDs(dry); !slices.Equal(got, ids) || len(dry["skipped"].([]any)) != 0 || dry["recorded_count"] != float64(0) || dry["validate_only"] != true {
+	dry = adopt(map[string]any{"validate_only": true})
+	if got := adoptedIDs(dry); !slices.Equal(got, ids) || len(dry["skipped"].([]any)) != 0 || dry["recorded_count"] != float64(0) ||
+		dry["validate_only"] != true || len(withoutClaim(dry)) != 0 {
 		t.Fatalf("dry run: %v", dry)
 	}
 	for _, v := range dry["adopted"].([]any) {
 		v := v.(map[string]any)
 		if v["status"] != "RUNNING" || field(v, "spec", "metadata", "namespace") != ns || field(v, "spec", "metadata", "name") != v["id"] ||
-			field(v, "spec", "metadata", "storage_class") != "standard" || field(v, "spec", "metadata", "labels", "team") != "e2e" {
+			field(v, "spec", "metadata", "storage_class") != "standard" && v["id"] != drop {
 			t.Fatalf("dry run shows %v", v)
 		}
 	}
@@ -156,11 +227,14 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	for _, id := range ids {
 		c.waitStatus(envID, id, "RUNNING", 10*time.Second)
 		want[id] = []string{"RUNNING"}
-		waitEvents(t, stream, id, want[id], time.Minute)
-		// DCM's record converges on the status the old provider never sent.
-		c.eventually(time.Minute, "DCM's record of "+id+" RUNNING", func() bool { return instanceStatus(id) == "RUNNING" })
+		waitEvents(t, gw, id, want[id], time.Minute)
 	}
-	_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
+	// As DCM's contract writes them: a capacity in bytes, a dcm.project/ label.
+	_, v := c.do(http.MethodGet, volumesPath(envID)+"/"+bytes, nil)
+	if field(v, "spec", "capacity") != "1073741824" || field(v, "spec", "metadata", "labels", "dcm.project/cost-center") != "r-and-d" {
+		t.Fatalf("the adopted volume in bytes with a dcm.project/ label: %v", v)
+	}
+	_, env = c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
 	if field(env, "status", "unadopted_volume_count") != float64(0) || field(env, "status", "volume_count") != float64(len(ids)) {
 		t.Fatalf("after adoption the environment shows %v", env["status"])
 	}
@@ -168,23 +242,35 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	if len(again["adopted"].([]any)) != 0 || again["recorded_count"] != float64(len(ids)) {
 		t.Fatalf("adopting again: %v", again)
 	}
-	stillExactly(t, stream, want)
+	stillExactly(t, gw, want)
 	if after := claimVersions(t, east, ns); !maps.Equal(after, before) {
 		t.Fatalf("adoption wrote to the cluster: claims %v before, %v after", before, after)
 	}
 
-	// 3. Stop the old provider; 4. turn registration on: the gateway takes
-	// the provider's name, and DCM's existing instances reach it.
+	// DCM deletes an instance before the provider stops: the provider
+	// deletes the claim; the gateway, which adopted it, reports it gone.
+	deleted, err := instances.DeleteInstanceWithResponse(t.Context(), drop, &rmapi.DeleteInstanceParams{})
+	if err != nil || deleted.StatusCode() >= 300 {
+		t.Fatalf("delete instance %s through DCM: %v %d %s", drop, err, deleted.StatusCode(), deleted.Body)
+	}
+	c.eventually(time.Minute, "the deleted instance's claim gone", func() bool { return claims(t, east, ns, drop) == 0 })
+	want[drop] = []string{"RUNNING", "DELETING", "DELETED"}
+	waitEvents(t, gw, drop, want[drop], time.Minute)
+	code, body = c.do(http.MethodGet, volumesPath(envID)+"/"+drop, nil)
+	c.want(http.StatusNotFound, code, body)
+
+	// 3. Stop the provider; 4. turn registration on: every instance DCM
+	// holds is served, so the gateway takes the provider's name.
 	old.Stop()
-	code, body = c.do(http.MethodPatch, "/api/v1alpha1/environments/"+envID, map[string]any{"dcm": map[string]any{"register": true}},
-		"Content-Type", "application/merge-patch+json")
-	c.want(http.StatusOK, code, body)
-	c.eventually(time.Minute, "the gateway registered under the old provider's name", func() bool {
-		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
-		endpoint, health := provider()
-		return field(env, "status", "dcm_registration", "state") == "REGISTERED" &&
-			field(env, "status", "dcm_registration", "provider_id") == old.ProviderID &&
-			endpoint == g.URL+volumesPath(envID) && health == "ready"
+	adopt(nil)
+	env = setRegister(true)
+	if field(env, "status", "dcm_registration", "state") != "REGISTERED" || field(env, "status", "dcm_registration", "provider_id") != providerID ||
+		field(env, "status", "dcm_registration", "instances_without_claim") != float64(0) {
+		t.Fatalf("the take-over: %v", env["status"])
+	}
+	c.eventually(time.Minute, "DCM's provider pointing at the gateway, ready", func() bool {
+		id, endpoint, health := provider()
+		return id == providerID && endpoint == g.URL+volumesPath(envID) && health == "ready"
 	})
 
 	// The same instances, through DCM and the gateway.
@@ -195,27 +281,42 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	c.want(http.StatusOK, code, body)
 	c.waitStatus(envID, grow, "RUNNING", time.Minute, "2Gi")
 	want[grow] = []string{"RUNNING", "PROVISIONING", "RUNNING"}
-	waitEvents(t, stream, grow, want[grow], time.Minute)
-	deleted, err := instances.DeleteInstanceWithResponse(t.Context(), drop, &rmapi.DeleteInstanceParams{})
-	if err != nil || deleted.StatusCode() >= 300 {
-		t.Fatalf("delete instance %s through DCM: %v %d %s", drop, err, deleted.StatusCode(), deleted.Body)
-	}
-	c.eventually(time.Minute, "the deleted instance's claim gone", func() bool { return claims(t, east, ns, drop) == 0 })
-	want[drop] = []string{"RUNNING", "DELETING", "DELETED"}
-	waitEvents(t, stream, drop, want[drop], time.Minute)
-
-	// A new instance under the old provider's name is the gateway's.
+	waitEvents(t, gw, grow, want[grow], time.Minute)
+	// A new instance under the provider's name is the gateway's — in
+	// bytes, with a dcm.project/ label, as DCM's contract allows.
 	fresh := uuid.NewString()
-	createInstance(fresh, storageSpec("after-cut-over", "1Gi", nil))
+	freshSpec := storageSpec("after-cut-over", "1073741824", nil)
+	freshSpec["metadata"].(map[string]any)["labels"] = map[string]string{"dcm.project/cost-center": "r-and-d"}
+	createInstance(fresh, freshSpec)
 	c.waitStatus(envID, fresh, "RUNNING", time.Minute)
 	c.eventually(time.Minute, "DCM's record of the new instance RUNNING", func() bool { return instanceStatus(fresh) == "RUNNING" })
 	want[fresh] = []string{"PROVISIONING", "RUNNING"}
-	stillExactly(t, stream, want)
+	stillExactly(t, gw, want)
 	code, body = c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID+"/volumes", nil)
 	c.want(http.StatusOK, code, body)
-	if got := volumeIDs(body); !slices.Equal(got, sorted(grow, keep, fresh)) {
-		t.Fatalf("the environment lists %v, want %v", got, sorted(grow, keep, fresh))
+	if got := volumeIDs(body); !slices.Equal(got, sorted(grow, keep, bytes, fresh)) {
+		t.Fatalf("the environment lists %v, want %v", got, sorted(grow, keep, bytes, fresh))
 	}
+
+	// The provider comes back: it registers its name again, DCM points the
+	// name at it, and the gateway takes it back within a minute.
+	old.Restart()
+	c.eventually(time.Minute, "the provider's name taken back", func() bool {
+		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
+		id, endpoint, _ := provider()
+		return id == providerID && endpoint == g.URL+volumesPath(envID) &&
+			field(env, "status", "dcm_registration", "displaced_by") == old.Endpoint &&
+			field(env, "status", "dcm_registration", "reclaim_time") != nil
+	})
+	code, page := c.do(http.MethodGet, "/api/v1alpha1/audit-events?environment="+envID+"&action=reclaimDCMProvider", nil)
+	c.want(http.StatusOK, code, page)
+	if events, _ := page["audit_events"].([]any); len(events) == 0 || field(events[0].(map[string]any), "auth_method") != "gateway" {
+		t.Fatalf("no audit record of the take-back: %v", page)
+	}
+	if !scrape(t, c).has("storage_gateway_environment_dcm_provider_reclaim_time_seconds", "environment", envID) {
+		t.Fatal("no metric of the take-back")
+	}
+	old.Stop()
 }
 
 // TestAdoptionSkipsWhatItCannotServe: adoption takes a labelled claim only

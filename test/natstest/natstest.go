@@ -86,10 +86,19 @@ type Event struct {
 	} `json:"data"`
 }
 
-// Stream is DCM's status stream and everything stored in it.
+// Stream is DCM's status stream and everything stored in it — or, as From
+// returns it, the part one publisher wrote.
 type Stream struct {
 	t      testing.TB
 	stream jetstream.Stream
+	only   func(Event) bool
+}
+
+// From is the part of the stream published for environment id (the
+// gateway's events carry it); "" is the part without one — the events of a
+// per-cluster provider such as DCM's storage SP.
+func (st *Stream) From(environmentID string) *Stream {
+	return &Stream{t: st.t, stream: st.stream, only: func(e Event) bool { return e.EnvironmentID == environmentID }}
 }
 
 // DCMStream creates the stream DCM configures: dcm-status on dcm.*.
@@ -135,7 +144,9 @@ func (st *Stream) Events() []Event {
 			st.t.Fatalf("message %d is not a CloudEvent: %v", seq, err)
 		}
 		e.MsgID = msg.Header.Get(jetstream.MsgIDHeader)
-		out = append(out, e)
+		if st.only == nil || st.only(e) {
+			out = append(out, e)
+		}
 	}
 	return out
 }
