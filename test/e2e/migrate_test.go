@@ -316,6 +316,15 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	if !scrape(t, c).has("storage_gateway_environment_dcm_provider_reclaim_time_seconds", "environment", envID) {
 		t.Fatal("no metric of the take-back")
 	}
+	// Once more, and an admin's verify takes the name back at once.
+	old.Stop()
+	old.Restart()
+	c.eventually(time.Minute, "the provider registered again", func() bool { _, endpoint, _ := provider(); return endpoint == old.Endpoint })
+	code, body = c.do(http.MethodPost, "/api/v1alpha1/environments/"+envID+":verify", nil)
+	c.want(http.StatusOK, code, body)
+	if _, endpoint, _ := provider(); endpoint != g.URL+volumesPath(envID) || field(body, "status", "dcm_registration", "state") != "REGISTERED" {
+		t.Fatalf("verify did not take the name back: DCM points at %s; %v", endpoint, body["status"])
+	}
 	old.Stop()
 }
 
