@@ -93,7 +93,7 @@ type Provider struct {
 // claims.
 func Start(t testing.TB, opts Options) *Provider {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func (p *Provider) Restart() {
 	var l net.Listener
 	var err error
 	for range 50 { // the old listener's port may take a moment to free
-		if l, err = net.Listen("tcp", p.addr); err == nil {
+		if l, err = (&net.ListenConfig{}).Listen(p.t.Context(), "tcp", p.addr); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
