@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -118,6 +119,11 @@ func (h *handlers) TakeOverDCMProvider(ctx context.Context, req TakeOverDCMProvi
 	return TakeOverDCMProvider200JSONResponse(h.toEnvironment(env)), nil
 }
 
+// dcmRefreshTimeout bounds how long an admin's request waits for DCM: a
+// DCM that does not answer leaves the registration PENDING, retried in the
+// background, and never holds the API up longer.
+const dcmRefreshTimeout = 5 * time.Second
+
 // registerAgain has the environment registered with DCM now (when the
 // gateway registers it: an admin's verify or update asks for it, so a
 // provider name another endpoint took is taken back at once) and returns
@@ -126,7 +132,9 @@ func (h *handlers) registerAgain(ctx context.Context, env environments.Environme
 	if h.opts.DCM == nil || !env.Spec.DCM.Register {
 		return env, nil
 	}
-	if err := h.opts.DCM.Refresh(ctx, env, force); err != nil {
+	refresh, cancel := context.WithTimeout(ctx, dcmRefreshTimeout)
+	defer cancel()
+	if err := h.opts.DCM.Refresh(refresh, env, force); err != nil {
 		return environments.Environment{}, err
 	}
 	return h.opts.Environments.Get(ctx, env.ID)

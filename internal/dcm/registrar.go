@@ -86,9 +86,6 @@ type Registrar struct {
 	instances *rmclient.ClientWithResponses
 	log       *slog.Logger
 	wake      chan struct{}
-	// busy serializes the passes over one environment: the loop's and an
-	// admin's (Refresh).
-	busy sync.Mutex
 
 	registryChanges  *changes.Subscription[environments.Change]
 	ownershipChanges *changes.Subscription[membership.Change]
@@ -104,8 +101,24 @@ type Registrar struct {
 	forgotten []environments.Change
 }
 
+// passing serializes the passes over one environment — the loop's and an
+// admin's (Refresh) — and returns the function that ends this one.
+func (r *Registrar) passing(id string) func() {
+	r.mu.Lock()
+	reg := r.state[id]
+	if reg == nil {
+		reg = &registration{backoff: newBackoff()}
+		r.state[id] = reg
+	}
+	r.mu.Unlock()
+	reg.pass.Lock()
+	return reg.pass.Unlock
+}
+
 // registration is what the registrar knows about one environment.
 type registration struct {
+	// pass is held by the pass over the environment under way.
+	pass sync.Mutex
 	// tried is the fingerprint of the last body sent: a wake-up retries at
 	// once only a body not tried yet, never one waiting out a backoff.
 	tried       string
@@ -293,8 +306,7 @@ func (r *Registrar) listIfManyDue(ctx context.Context) {
 // gateway held it before, and taken over only when env serves every
 // instance DCM holds under it (or an admin forces it).
 func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim) time.Time {
-	r.busy.Lock()
-	defer r.busy.Unlock()
+	defer r.passing(env.ID)()
 	body := r.provider(env)
 	fp := fingerprint(body)
 	r.mu.Lock()
@@ -330,7 +342,9 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 		r.mu.Unlock()
 		return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
 	}
-	r.record(ctx, env.ID, o, claim)
+	// Recorded even when the caller stopped waiting (an admin's request
+	// times out): DCM has answered, and the loop must not think otherwise.
+	r.record(context.WithoutCancel(ctx), env.ID, o, claim)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	reg.checked = time.Now()
