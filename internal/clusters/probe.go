@@ -27,7 +27,7 @@ import (
 // State is an environment's health as the probe sees it.
 type State string
 
-// The states of SPEC.md §2.1.
+// The states of an environment (the API contract's EnvironmentState).
 const (
 	StatePending      State = "PENDING"
 	StateReady        State = "READY"

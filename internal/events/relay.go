@@ -19,8 +19,8 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
-// Subject is where DCM's consumer reads storage status (SPEC.md §3); DCM's
-// stream dcm-status captures dcm.*.
+// Subject is where DCM's consumer reads storage status (deploy/README.md,
+// Status events); DCM's stream dcm-status captures dcm.*.
 const Subject = status.EventSubject
 
 // Relay timing: a claimed batch is leased for claimLease — longer than

@@ -17,7 +17,8 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
-// The CloudEvent contract DCM's consumer expects (SPEC.md §3).
+// The CloudEvent contract DCM's consumer expects (deploy/README.md, Status
+// events).
 const (
 	EventType    = "dcm.status.storage"
 	EventSubject = "dcm.storage"

@@ -12,7 +12,7 @@ import (
 // Status is a volume's state in DCM's vocabulary.
 type Status string
 
-// The statuses of SPEC.md §3.
+// The statuses DCM knows a volume by (the API contract's VolumeStatus).
 const (
 	Provisioning Status = "PROVISIONING"
 	Running      Status = "RUNNING"

@@ -12,8 +12,9 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
 
-// kubernetesError classifies an API server's answer to a write (SPEC.md §2.2):
-// a client mistake is never a bare 500. Messages are the gateway's own; an
+// kubernetesError classifies an API server's answer to a write into the
+// answers the API contract (internal/api/openapi.yaml) declares: a client
+// mistake is never a bare 500. Messages are the gateway's own; an
 // Invalid answer contributes only the field paths it names.
 func kubernetesError(err error, action string) error {
 	var netErr net.Error

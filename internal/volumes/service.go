@@ -312,7 +312,7 @@ func (s *Service) forget(ctx context.Context, rec record) {
 }
 
 // resolve fills the request's open settings and checks them against the
-// environment and the storage class (SPEC.md §2.2).
+// environment and the storage class (the API contract's createVolume).
 func resolve(env environments.Environment, cluster *clusters.Cluster, req Request) (Spec, error) {
 	const hints = "spec.provider_hints.kubernetes."
 	spec := Spec{Name: req.Name, Labels: req.Labels, Capacity: req.Capacity,
