@@ -109,7 +109,7 @@ func (h *handlers) TakeOverDCMProvider(ctx context.Context, req TakeOverDCMProvi
 	}
 	switch {
 	case h.opts.DCM == nil:
-		return nil, fault.New(fault.FailedPrecondition, "this gateway does not register environments with DCM (SG_DCM_REGISTRATION_URL is unset)")
+		return nil, fault.New(fault.FailedPrecondition, "%s", registrationOff)
 	case !env.Spec.DCM.Register:
 		return nil, fault.New(fault.FailedPrecondition, "registration is off for environment %s: turn it on (dcm.register) first", env.ID)
 	}
@@ -119,9 +119,12 @@ func (h *handlers) TakeOverDCMProvider(ctx context.Context, req TakeOverDCMProvi
 	return TakeOverDCMProvider200JSONResponse(h.toEnvironment(env)), nil
 }
 
-// dcmRefreshTimeout bounds how long an admin's request waits for DCM: a
-// DCM that does not answer leaves the registration PENDING, retried in the
-// background, and never holds the API up longer.
+// registrationOff says why nothing is registered with DCM.
+const registrationOff = "this gateway does not register environments with DCM (SG_DCM_REGISTRATION_URL is unset)"
+
+// dcmRefreshTimeout bounds how long an admin's request waits for DCM —
+// for a pass over the environment already under way, and for DCM's
+// answers: what DCM does not answer in time is retried in the background.
 const dcmRefreshTimeout = 5 * time.Second
 
 // registerAgain has the environment registered with DCM now (when the
@@ -134,7 +137,8 @@ func (h *handlers) registerAgain(ctx context.Context, env environments.Environme
 	}
 	refresh, cancel := context.WithTimeout(ctx, dcmRefreshTimeout)
 	defer cancel()
-	if err := h.opts.DCM.Refresh(refresh, env, force); err != nil {
+	// Out of time, the request answers with the registration as it stands.
+	if err := h.opts.DCM.Refresh(refresh, env, force); err != nil && refresh.Err() == nil {
 		return environments.Environment{}, err
 	}
 	return h.opts.Environments.Get(ctx, env.ID)
@@ -245,8 +249,8 @@ func (h *handlers) toEnvironment(e environments.Environment) Environment {
 	}
 	r := st.DCMRegistration
 	switch {
-	case !h.opts.DCMRegistration:
-		r = environments.DCMRegistration{State: dcm.StateOff, Message: "this gateway does not register environments with DCM (SG_DCM_REGISTRATION_URL is unset)"}
+	case h.opts.DCM == nil:
+		r = environments.DCMRegistration{State: dcm.StateOff, Message: registrationOff}
 	case !e.Spec.DCM.Register:
 		r = environments.DCMRegistration{State: dcm.StateOff, Message: "registration is off for this environment (dcm.register is false)"}
 	}

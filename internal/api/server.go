@@ -75,12 +75,9 @@ type Options struct {
 	// answer: 200 (the body says unhealthy) or 503 for pollers that read only
 	// the status code.
 	HealthUnhealthyCode int
-	// DCMRegistration says whether this gateway registers environments with
-	// DCM at all; when it does not, every environment's registration reads
-	// OFF, saying why.
-	DCMRegistration bool
-	// DCM registers environments with DCM (nil when registration is off):
-	// an admin's verify or update registers again at once, and an adoption
+	// DCM registers environments with DCM; nil when this gateway does not,
+	// and every environment's registration then reads OFF, saying why. An
+	// admin's verify or update registers again at once, and an adoption
 	// reports DCM's instances the environment would not serve.
 	DCM DCMProviders
 	// Auth identifies callers; required (a disabled-mode Authenticator

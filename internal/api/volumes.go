@@ -196,8 +196,8 @@ func adoptionClaims(claims []volumes.Skip) []AdoptionClaim {
 
 // dcmInstancesWithoutClaim are DCM's instances of the environment's
 // provider name that it would neither serve nor be able to adopt once the
-// adoption a is done (a dry run's adoptions count as done): what taking
-// the name over would orphan. When DCM cannot be asked, the second value
+// adoption just answered is done (a dry run's adoptions count as done):
+// what taking the name over would orphan. When DCM cannot be asked, the second value
 // says why; without DCM registration there is neither.
 func (h *handlers) dcmInstancesWithoutClaim(ctx context.Context, envID string) (*[]DCMInstance, *string) {
 	if h.opts.DCM == nil {

@@ -63,10 +63,10 @@ type Options struct {
 	// register it at once.
 	Owned membership.Ownership
 	// Served says which of DCM's instance ids an environment serves (a live
-	// volume record) and which it could adopt (a labelled claim in one of
-	// its namespaces): a provider name is taken over only when it serves
-	// every instance DCM holds under it.
-	Served func(ctx context.Context, environmentID string, ids []string) (recorded, claimed map[string]bool, err error)
+	// volume record) and which an adoption would take (a valid labelled
+	// claim in one of its namespaces): a provider name is taken over only
+	// when it serves every instance DCM holds under it.
+	Served func(ctx context.Context, environmentID string, ids []string) (recorded, adoptable map[string]bool, err error)
 	// CheckInterval is how often each registered provider is read back from
 	// DCM, so a provider name another endpoint took is taken back within
 	// it (default 30 s).
@@ -93,32 +93,33 @@ type Registrar struct {
 
 	mu    sync.Mutex
 	state map[string]*registration
-	// listing is DCM's storage providers as one listing found them, shared
-	// by the passes of a sync in which many environments are read back.
-	listing  holders
-	listedAt time.Time
 	// forgotten are deleted environments whose providers leave DCM next.
 	forgotten []environments.Change
 }
 
-// passing serializes the passes over one environment — the loop's and an
-// admin's (Refresh) — and returns the function that ends this one.
-func (r *Registrar) passing(id string) func() {
+// passing returns the environment's registration, held for this pass:
+// passes over one environment — the loop's and an admin's (Refresh) —
+// exclude each other, and an admin's waits no longer than its ctx.
+func (r *Registrar) passing(ctx context.Context, id string) (*registration, func(), error) {
 	r.mu.Lock()
 	reg := r.state[id]
 	if reg == nil {
-		reg = &registration{backoff: newBackoff()}
+		reg = &registration{backoff: newBackoff(), pass: make(chan struct{}, 1)}
 		r.state[id] = reg
 	}
 	r.mu.Unlock()
-	reg.pass.Lock()
-	return reg.pass.Unlock
+	select {
+	case reg.pass <- struct{}{}:
+		return reg, func() { <-reg.pass }, nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
 }
 
 // registration is what the registrar knows about one environment.
 type registration struct {
-	// pass is held by the pass over the environment under way.
-	pass sync.Mutex
+	// pass holds a token while a pass over the environment is under way.
+	pass chan struct{}
 	// tried is the fingerprint of the last body sent: a wake-up retries at
 	// once only a body not tried yet, never one waiting out a backoff.
 	tried       string
@@ -132,12 +133,13 @@ type registration struct {
 	providerID string
 	// checked is when DCM's provider of the name was last read back.
 	checked time.Time
-	// again has the next pass register the environment even when nothing
-	// changed (an admin's verify or update); force has it take the name
-	// over even from a provider with instances the environment cannot
-	// serve (an admin's decision, audited).
-	again, force bool
 }
+
+// asked is what an admin asks of a pass (Refresh): again registers the
+// environment even when nothing changed (a verify or update); force takes
+// the name over even from a provider with instances the environment
+// cannot serve (the admin's decision, audited). The loop asks neither.
+type asked struct{ again, force bool }
 
 // New returns a Registrar; Run starts it.
 func New(opts Options) (*Registrar, error) {
@@ -182,16 +184,8 @@ func (r *Registrar) Refresh(ctx context.Context, env environments.Environment, f
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	reg := r.state[env.ID]
-	if reg == nil {
-		reg = &registration{backoff: newBackoff()}
-		r.state[env.ID] = reg
-	}
-	reg.again, reg.force = true, force
-	r.mu.Unlock()
-	r.ensure(ctx, env, claim)
-	return nil
+	_, err = r.ensure(ctx, env, claim, asked{again: true, force: force}, nil)
+	return err
 }
 
 // changed wakes the registration loop.
@@ -247,14 +241,10 @@ func (r *Registrar) Run(ctx context.Context) {
 	}
 }
 
-// manyDue is how many environments due for a read-back make one listing of
-// DCM's providers cheaper than reading each back.
-const manyDue = 10
-
 // sync registers what needs it and returns when to look again.
 func (r *Registrar) sync(ctx context.Context) time.Time {
 	next := time.Now().Add(r.opts.Interval)
-	r.listIfManyDue(ctx)
+	look := &lookup{}
 	err := r.opts.Environments.Each(ctx, func(env environments.Environment) error {
 		if !r.opts.Owned.Owns(env.ID) {
 			r.mu.Lock()
@@ -263,7 +253,7 @@ func (r *Registrar) sync(ctx context.Context) time.Time {
 			return nil
 		}
 		if claim, err := r.opts.Owned.Claim(env.ID); err == nil && env.Spec.DCM.Register {
-			if at := r.ensure(ctx, env, claim); at.Before(next) {
+			if at, _ := r.ensure(ctx, env, claim, asked{}, look); at.Before(next) {
 				next = at
 			}
 		}
@@ -276,78 +266,52 @@ func (r *Registrar) sync(ctx context.Context) time.Time {
 	return next
 }
 
-// listIfManyDue lists DCM's providers once when many environments are
-// due for a read-back.
-func (r *Registrar) listIfManyDue(ctx context.Context) {
-	r.mu.Lock()
-	due := 0
-	for _, reg := range r.state {
-		if time.Since(reg.checked) >= r.opts.CheckInterval {
-			due++
-		}
-	}
-	r.mu.Unlock()
-	if due < manyDue {
-		return
-	}
-	listing, err := r.listHolders(ctx)
-	if err != nil {
-		return // each pass reads its own back
-	}
-	r.mu.Lock()
-	r.listing, r.listedAt = listing, time.Now()
-	r.mu.Unlock()
-}
-
 // ensure registers env if its registration is missing, changed, due for
 // renewal, asked for again or due for a retry, reads its provider back from
 // DCM every CheckInterval, and returns when it next needs attention. A
 // provider name another endpoint holds is taken back at once when the
 // gateway held it before, and taken over only when env serves every
-// instance DCM holds under it (or an admin forces it).
-func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim) time.Time {
-	defer r.passing(env.ID)()
+// instance DCM holds under it (or an admin forces it). look, when set, is
+// the loop's listing of DCM's providers, shared by the passes of one sync.
+func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim, ask asked, look *lookup) (time.Time, error) {
+	reg, done, err := r.passing(ctx, env.ID)
+	if err != nil {
+		return time.Now(), err
+	}
+	defer done()
 	body := r.provider(env)
 	fp := fingerprint(body)
 	r.mu.Lock()
-	reg := r.state[env.ID]
-	if reg == nil {
-		reg = &registration{backoff: newBackoff()}
-		r.state[env.ID] = reg
-	}
 	now := time.Now()
-	renew := reg.fingerprint != fp || now.Sub(reg.done) >= r.opts.Interval || reg.again || reg.force
+	renew := reg.fingerprint != fp || now.Sub(reg.done) >= r.opts.Interval || ask.again || ask.force
 	check := now.Sub(reg.checked) >= r.opts.CheckInterval
 	switch {
 	case !renew && !check:
 		r.mu.Unlock()
-		return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
-	case reg.tried == fp && !reg.again && !reg.force && now.Before(reg.retryAt):
+		return r.next(reg), nil
+	case reg.tried == fp && !ask.again && !ask.force && now.Before(reg.retryAt):
 		r.mu.Unlock()
-		return reg.retryAt
+		return reg.retryAt, nil
 	}
 	reg.tried = fp
 	known := reg.providerID
-	force := reg.force
 	r.mu.Unlock()
 	if known == "" {
 		known = env.Status.DCMRegistration.ProviderID
 	}
 
-	prev := env.Status.DCMRegistration
-	o := r.pass(ctx, env, body, prev, known, renew, force)
+	o := r.pass(ctx, env, body, env.Status.DCMRegistration, known, renew, ask.force, look)
+	r.mu.Lock()
+	reg.checked = time.Now()
+	r.mu.Unlock()
 	if o.skip {
-		r.mu.Lock()
-		reg.checked = time.Now()
-		r.mu.Unlock()
-		return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
+		return r.next(reg), nil
 	}
 	// Recorded even when the caller stopped waiting (an admin's request
 	// times out): DCM has answered, and the loop must not think otherwise.
 	r.record(context.WithoutCancel(ctx), env.ID, o, claim)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	reg.checked = time.Now()
 	switch o.State {
 	case StatePending:
 		wait := reg.backoff.NextBackOff()
@@ -355,20 +319,24 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 			wait = o.retryAfter
 		}
 		reg.retryAt = time.Now().Add(wait)
-		return reg.retryAt
+		return reg.retryAt, nil
 	case StateBlocked:
-		// Looked at again every check: once the environment serves every
-		// instance, the take-over goes ahead.
-		reg.again, reg.force = false, false
+		// Looked at again at the next check: once the environment serves
+		// every instance, the take-over goes ahead.
 		reg.fingerprint = ""
-		return reg.checked.Add(r.opts.CheckInterval)
+		reg.retryAt = reg.checked.Add(r.opts.CheckInterval)
+		return reg.retryAt, nil
 	}
-	reg.again, reg.force = false, false
 	reg.backoff.Reset()
 	reg.fingerprint, reg.done = fp, time.Now()
 	if o.ProviderID != "" {
 		reg.providerID = o.ProviderID
 	}
+	return r.next(reg), nil
+}
+
+// next is when reg next needs a pass: its renewal or its read-back.
+func (r *Registrar) next(reg *registration) time.Time {
 	return earliest(reg.done.Add(r.opts.Interval), reg.checked.Add(r.opts.CheckInterval))
 }
 
@@ -378,14 +346,18 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 // otherwise. Its outcome carries prev's history forward; skip means
 // nothing needed doing.
 func (r *Registrar) pass(ctx context.Context, env environments.Environment, body spmapi.Provider, prev environments.DCMRegistration,
-	known string, renew, force bool) outcome {
-	holder, err := r.holder(ctx, body.Name, known)
+	known string, renew, force bool, look *lookup) outcome {
+	holder, err := look.holder(ctx, r, body.Name, known)
 	if err != nil {
 		r.log.WarnContext(ctx, "read the provider back from DCM", "environment", env.ID, "error", err)
 		return outcome{DCMRegistration: carried(prev, StatePending, "DCM unreachable; retrying")}
 	}
 	now := time.Now().UTC()
 	ours := holder != nil && holder.Endpoint == body.Endpoint
+	// DCM's instances the environment has no claim for, once counted in
+	// this pass (the take-over's pre-check counts them).
+	var without []Instance
+	counted := false
 	switch {
 	case holder != nil && !ours && heldBefore(prev, holder):
 		// Another endpoint registered the name the gateway held (DCM's
@@ -396,7 +368,7 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 		}
 		r.log.WarnContext(ctx, "DCM provider name held by another endpoint: registering it again", "environment", env.ID,
 			"provider", body.Name, "endpoint", holder.Endpoint, "since", since)
-		o := r.register(ctx, body)
+		o := r.register(ctx, body, look)
 		o.DCMRegistration = merged(prev, o.DCMRegistration)
 		o.DisplacedBy, o.DisplacedTime = holder.Endpoint, &since
 		if o.State == StateRegistered {
@@ -407,7 +379,10 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 		r.audit(ctx, env.ID, o)
 		return o
 	case holder != nil && !ours && !force:
-		without, unadopted, err := r.coverage(ctx, env)
+		var unadopted []Instance
+		var err error
+		without, unadopted, err = r.coverage(ctx, env)
+		counted = err == nil
 		if err != nil {
 			r.log.WarnContext(ctx, "list DCM's instances of the provider", "environment", env.ID, "error", err)
 			return outcome{DCMRegistration: carried(prev, StatePending, "cannot list DCM's instances of "+body.Name+"; retrying")}
@@ -419,51 +394,74 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 	case ours && !renew:
 		return outcome{skip: true}
 	}
-	o := r.register(ctx, body)
+	o := r.register(ctx, body, look)
 	o.DCMRegistration = merged(prev, o.DCMRegistration)
-	if o.State == StateRegistered && (renew || !ours) {
-		// The count of instances the environment cannot serve, kept current
-		// with each registration.
-		if without, err := r.InstancesWithoutClaim(ctx, env); err == nil {
-			o.DCMRegistration = withInstances(o.DCMRegistration, without, now)
-		}
+	if o.State != StateRegistered {
+		return o
+	}
+	// The count of instances the environment cannot serve, kept current
+	// with each registration.
+	if !counted {
+		var err error
+		without, _, err = r.coverage(ctx, env)
+		counted = err == nil
+	}
+	if counted {
+		o.DCMRegistration = withInstances(o.DCMRegistration, without, now)
 	}
 	return o
 }
 
-// holder is DCM's provider of the name: the one registered as known (the
-// id the gateway registered), else found by listing DCM's storage
-// providers; nil when DCM has none.
-func (r *Registrar) holder(ctx context.Context, name, known string) (*spmapi.Provider, error) {
-	r.mu.Lock()
-	listing, fresh := r.listing, time.Since(r.listedAt) < r.opts.CheckInterval/2
-	r.mu.Unlock()
-	if listing != nil && fresh {
-		if p, ok := listing[name]; ok {
-			return &p, nil
-		}
-		return nil, nil
-	}
-	if known != "" {
+// lookup is one sync's listing of DCM's storage providers, made at the
+// first pass that reads its provider back and shared by the rest; an
+// admin's pass (nil lookup) reads its own back.
+type lookup struct{ listing holders }
+
+// holder is DCM's provider of the name: from the sync's listing, else the
+// one registered as known (the id the gateway registered), else found by
+// listing DCM's storage providers; nil when DCM has none.
+func (l *lookup) holder(ctx context.Context, r *Registrar, name, known string) (*spmapi.Provider, error) {
+	if l == nil && known != "" {
 		p, err := r.providerOf(ctx, known)
 		if err != nil || p != nil && p.Name == name {
 			return p, err
 		}
 	}
-	all, err := r.listHolders(ctx)
+	listing, err := l.list(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := all[name]; ok {
+	if p, ok := listing[name]; ok {
 		return &p, nil
 	}
 	return nil, nil
 }
 
-// heldBefore reports whether the gateway held holder's name: its last
-// registration was accepted as holder's provider.
+// list is the sync's listing, made on first use (every time without one).
+func (l *lookup) list(ctx context.Context, r *Registrar) (holders, error) {
+	if l != nil && l.listing != nil {
+		return l.listing, nil
+	}
+	listing, err := r.listHolders(ctx)
+	if err == nil && l != nil {
+		l.listing = listing
+	}
+	return listing, err
+}
+
+// registered updates the sync's listing with a provider DCM accepted, so
+// the passes after it see the name as the gateway's.
+func (l *lookup) registered(p spmapi.Provider) {
+	if l != nil && l.listing != nil {
+		l.listing[p.Name] = p
+	}
+}
+
+// heldBefore reports whether the gateway held holder's name: DCM accepted a
+// registration of the gateway's as holder's provider (a provider id is
+// recorded only from DCM's acceptance, and kept through later failures).
 func heldBefore(prev environments.DCMRegistration, holder *spmapi.Provider) bool {
-	return holder.Id != nil && prev.ProviderID == *holder.Id && (prev.State == StateRegistered || prev.ReclaimTime != nil)
+	return holder.Id != nil && prev.ProviderID == *holder.Id
 }
 
 // carried is prev in a new state, its history kept.
@@ -513,12 +511,9 @@ type outcome struct {
 // register sends one create (name-keyed, so it creates or updates): 2xx is
 // registered; 5xx, 429 and network errors are retried forever; any other
 // 4xx is recorded as failed until the environment changes.
-func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome {
+func (r *Registrar) register(ctx context.Context, body spmapi.Provider, look *lookup) outcome {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	r.mu.Lock()
-	r.listing = nil // what it lists changes now
-	r.mu.Unlock()
 	resp, err := r.client.CreateProviderWithResponse(ctx, &spmapi.CreateProviderParams{}, body)
 	if err != nil {
 		return outcome{DCMRegistration: environments.DCMRegistration{State: StatePending, Message: "DCM unreachable; retrying"}}
@@ -533,6 +528,7 @@ func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome 
 		reg := environments.DCMRegistration{State: StateRegistered, Message: "registered as " + body.Name}
 		if p != nil && p.Id != nil {
 			reg.ProviderID = *p.Id
+			look.registered(*p)
 		}
 		return outcome{DCMRegistration: reg}
 	case code >= 500 || code == http.StatusTooManyRequests:

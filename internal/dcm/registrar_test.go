@@ -3,10 +3,13 @@ package dcm_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,4 +169,146 @@ func servedAll(_ context.Context, _ string, ids []string) (recorded, claimed map
 		recorded[id] = true
 	}
 	return recorded, nil, nil
+}
+
+// dcmSite is DCM's manager as far as the registrar talks to it: providers
+// by id, a registration under an existing name updating that provider (as
+// DCM's manager does), and instances of them.
+type dcmSite struct {
+	mu            sync.Mutex
+	providers     map[string]map[string]any // id → provider
+	instances     map[string][]string       // provider name → instance ids
+	registrations int
+}
+
+func (d *dcmSite) handler() http.Handler {
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter, code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /providers", func(w http.ResponseWriter, _ *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		list := []any{}
+		for _, p := range d.providers {
+			list = append(list, p)
+		}
+		reply(w, http.StatusOK, map[string]any{"providers": list})
+	})
+	mux.HandleFunc("GET /providers/{id}", func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if p, ok := d.providers[r.PathValue("id")]; ok {
+			reply(w, http.StatusOK, p)
+			return
+		}
+		reply(w, http.StatusNotFound, map[string]any{"type": "NOT_FOUND"})
+	})
+	mux.HandleFunc("POST /providers", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.registrations++
+		for id, p := range d.providers {
+			if p["name"] == body["name"] {
+				body["id"] = id
+				d.providers[id] = body
+				reply(w, http.StatusOK, body)
+				return
+			}
+		}
+		body["id"] = fmt.Sprintf("p-%d", len(d.providers)+1)
+		d.providers[body["id"].(string)] = body
+		reply(w, http.StatusCreated, body)
+	})
+	mux.HandleFunc("GET /service-type-instances", func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		name := r.URL.Query().Get("provider")
+		list := []any{}
+		for _, id := range d.instances[name] {
+			list = append(list, map[string]any{"id": id, "provider_name": name, "spec": map[string]any{"metadata": map[string]any{"name": id}}})
+		}
+		reply(w, http.StatusOK, map[string]any{"instances": list})
+	})
+	return mux
+}
+
+// endpoint is where DCM's provider id points, and how many registrations
+// it has taken.
+func (d *dcmSite) endpoint(id string) (string, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, _ := d.providers[id]["endpoint"].(string)
+	return e, d.registrations
+}
+
+// A provider name another endpoint holds is taken over only when the
+// environment serves every instance DCM holds under it: otherwise the
+// registration is BLOCKED, naming what it does not serve, and DCM is not
+// called to register — until an admin forces the take-over. A name the
+// gateway held and another endpoint registered again is taken back at
+// the next read-back, saying who held it.
+func TestRegistrarTakesOverOnlyWhatItServes(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	if _, err := reg.DB.Exec(t.Context(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, dcm)
+		VALUES ('east', 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00', '{"register": true, "provider_name": "sp-east"}')`); err != nil {
+		t.Fatal(err)
+	}
+	const sp = "http://sp.example.com/api/v1alpha1/volumes"
+	site := &dcmSite{providers: map[string]map[string]any{"p-1": {"id": "p-1", "name": "sp-east", "endpoint": sp,
+		"service_type": "storage", "schema_version": "v1alpha1"}}, instances: map[string][]string{"sp-east": {"served", "orphan"}}}
+	srv := httptest.NewServer(site.handler())
+	t.Cleanup(srv.Close)
+	owner := reg.Member(t, "replica-1")
+	r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: owner,
+		Interval: time.Hour, CheckInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Served: func(_ context.Context, _ string, ids []string) (map[string]bool, map[string]bool, error) {
+			return map[string]bool{"served": true}, nil, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	poll.Until(t, 20*time.Second, "registration BLOCKED", func() bool { return registration(t, reg).State == dcm.StateBlocked })
+	got := registration(t, reg)
+	if got.InstancesWithoutClaim == nil || *got.InstancesWithoutClaim != 1 || !slices.Equal(got.InstancesWithoutClaimIDs, []string{"orphan"}) ||
+		!strings.Contains(got.Message, "orphan") {
+		t.Fatalf("blocked registration %+v", got)
+	}
+	if endpoint, n := site.endpoint("p-1"); endpoint != sp || n != 0 {
+		t.Fatalf("DCM's provider points at %s after %d registrations: the take-over was not held back", endpoint, n)
+	}
+
+	env, err := reg.Registry.Get(t.Context(), "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(t.Context(), env, true); err != nil {
+		t.Fatal(err)
+	}
+	ours := "https://gateway.example.com/api/v1alpha1/environments/east/volumes"
+	if got := registration(t, reg); got.State != dcm.StateRegistered || got.ProviderID != "p-1" {
+		t.Fatalf("after a forced take-over: %+v", got)
+	}
+	if endpoint, _ := site.endpoint("p-1"); endpoint != ours {
+		t.Fatalf("DCM's provider points at %s after the forced take-over", endpoint)
+	}
+
+	// The provider registers its name again: the next read-back takes it back.
+	site.mu.Lock()
+	site.providers["p-1"]["endpoint"] = sp
+	site.mu.Unlock()
+	poll.Until(t, 20*time.Second, "the name taken back", func() bool {
+		got := registration(t, reg)
+		endpoint, _ := site.endpoint("p-1")
+		return endpoint == ours && got.DisplacedBy == sp && got.ReclaimTime != nil && got.State == dcm.StateRegistered
+	})
 }

@@ -96,9 +96,9 @@ func (r *Registrar) Instances(ctx context.Context, name string) ([]Instance, err
 	}
 }
 
-// coverage sorts DCM's instances of env's provider into those env has no
-// claim for (it could never serve them) and those whose claim it has not
-// adopted yet (it does not serve them now).
+// coverage sorts DCM's instances of env's provider that env does not serve
+// into those it has no adoptable claim for (it could never serve them) and
+// those whose claim it has not adopted yet.
 func (r *Registrar) coverage(ctx context.Context, env environments.Environment) (without, unadopted []Instance, err error) {
 	all, err := r.Instances(ctx, env.Spec.DCM.ProviderName)
 	if err != nil || len(all) == 0 {
@@ -108,14 +108,14 @@ func (r *Registrar) coverage(ctx context.Context, env environments.Environment) 
 	for i, in := range all {
 		ids[i] = in.ID
 	}
-	recorded, claimed, err := r.opts.Served(ctx, env.ID, ids)
+	recorded, adoptable, err := r.opts.Served(ctx, env.ID, ids)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, in := range all {
 		switch {
 		case recorded[in.ID]:
-		case claimed[in.ID]:
+		case adoptable[in.ID]:
 			unadopted = append(unadopted, in)
 		default:
 			without = append(without, in)
@@ -151,8 +151,8 @@ func withInstances(reg environments.DCMRegistration, without []Instance, at time
 func blocked(env environments.Environment, holder spmapi.Provider, without, unadopted []Instance) string {
 	var parts []string
 	if len(without) > 0 {
-		parts = append(parts, fmt.Sprintf("%d with no claim in this environment's namespaces (%s): serve their namespace",
-			len(without), listed(without)))
+		parts = append(parts, fmt.Sprintf("%d with no claim an adoption can take in this environment's namespaces (%s): "+
+			"serve their namespace (env adopt --dry-run says why a claim is skipped)", len(without), listed(without)))
 	}
 	if len(unadopted) > 0 {
 		parts = append(parts, fmt.Sprintf("%d whose claims are not adopted yet (%s): storage-gateway env adopt %s",

@@ -110,7 +110,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if result.State != clusters.StateReady {
 		return Environment{}, false, probeFailed(result)
 	}
-	result = expiring(result, reg.ID, conn)
+	result = expiring(result, expiryOf(conn), reg.ID, conn)
 	rec, err := s.newRecord(ctx, reg, spec, conn, result)
 	if err != nil {
 		return Environment{}, false, err
@@ -254,7 +254,7 @@ func (s *Service) probeStored(ctx context.Context, rec record) (result clusters.
 		return refused, nil
 	}
 	expiry = expiryOf(conn)
-	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), rec.ID, conn), expiry
+	return expiring(s.prober.Probe(ctx, rec.ID, conn, rec.Spec.Namespaces()), expiry, rec.ID, conn), expiry
 }
 
 // expiryWarning is how long before its credentials expire an environment
@@ -270,12 +270,11 @@ func expiryOf(conn kubeconfig.Connection) *time.Time {
 }
 
 // expiring turns a READY probe result DEGRADED when the credentials of
-// environment id (conn) expire within expiryWarning, saying when and what
-// to do. The environment keeps serving (DEGRADED is a problem to fix, not
-// an outage); the cluster itself refuses the credentials once they have
-// expired (UNAUTHORIZED).
-func expiring(r clusters.ProbeResult, id string, conn kubeconfig.Connection) clusters.ProbeResult {
-	expiry := expiryOf(conn)
+// environment id (conn, which expire at expiry, from expiryOf) expire
+// within expiryWarning, saying when and what to do. The environment keeps
+// serving (DEGRADED is a problem to fix, not an outage); the cluster
+// itself refuses the credentials once they have expired (UNAUTHORIZED).
+func expiring(r clusters.ProbeResult, expiry *time.Time, id string, conn kubeconfig.Connection) clusters.ProbeResult {
 	if expiry == nil || r.State != clusters.StateReady || expiry.Sub(r.Time) > expiryWarning {
 		return r
 	}

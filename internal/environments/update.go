@@ -85,7 +85,7 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		if result.State != clusters.StateReady {
 			return Environment{}, probeFailed(result)
 		}
-		next.Status = statusFrom(rec.Status, expiring(result, id, conn))
+		next.Status = statusFrom(rec.Status, expiring(result, expiryOf(conn), id, conn))
 	}
 	if rotate {
 		if err := s.setCredentials(ctx, &next, conn); err != nil {

@@ -306,7 +306,6 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 		Fleet:               g.index,
 		StartTime:           g.startTime,
 		HealthUnhealthyCode: cfg.HealthUnhealthyCode,
-		DCMRegistration:     cfg.DCMRegistrationURL != "",
 		DCM:                 g.dcmProviders(),
 		Readiness: []api.Check{
 			{Name: "postgres", Check: g.db.Ping},

@@ -65,7 +65,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 	if err != nil {
 		return Adoption{}, err
 	}
-	candidates, out, err := s.adoptable(ctx, envID, cluster, namespaces)
+	candidates, out, _, err := s.adoptable(ctx, envID, cluster, namespaces)
 	if err != nil {
 		return Adoption{}, err
 	}
@@ -95,12 +95,14 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 
 // adoptable sorts the labelled claims in namespaces that no record of
 // envID serves into the ones an adoption takes and the ones it skips
-// (with the reason); it counts the ones a record serves already.
-func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters.Cluster, namespaces []string) ([]*corev1.PersistentVolumeClaim, Adoption, error) {
+// (with the reason); it counts the ones a record serves already, and
+// returns envID's records it read, by volume id.
+func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters.Cluster, namespaces []string) (
+	[]*corev1.PersistentVolumeClaim, Adoption, map[string]recordedAs, error) {
 	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}, Warnings: []Skip{}}
 	recorded, err := s.repo.namespaces(ctx, envID)
 	if err != nil {
-		return nil, Adoption{}, err
+		return nil, Adoption{}, nil, err
 	}
 	var unrecorded []*corev1.PersistentVolumeClaim
 	for _, pvc := range cluster.PVCs() {
@@ -127,7 +129,7 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 	}
 	elsewhere, err := s.repo.elsewhere(ctx, envID, ids)
 	if err != nil {
-		return nil, Adoption{}, err
+		return nil, Adoption{}, nil, err
 	}
 	var take []*corev1.PersistentVolumeClaim
 	for _, pvc := range unrecorded {
@@ -152,7 +154,7 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 		}
 		take = append(take, pvc)
 	}
-	return take, out, nil
+	return take, out, recorded, nil
 }
 
 // unadoptable says why a labelled claim without a record cannot become a
@@ -329,10 +331,11 @@ func (r *repository) setUnadopted(ctx context.Context, env string, count int, cl
 }
 
 // Served says which of ids environment envID serves — a live volume
-// record — and which it could adopt: a claim labelled for DCM storage in
-// one of its namespaces (from the owner's cache). DCM's instances of its
-// provider in neither set are ones it would answer 404 for.
-func (s *Service) Served(ctx context.Context, envID string, ids []string) (recorded, claimed map[string]bool, err error) {
+// record — and which an adoption would take: a valid labelled claim in one
+// of its namespaces (from the owner's cache), by the rules Adopt follows.
+// DCM's instances of its provider in neither set are ones it would answer
+// 404 for.
+func (s *Service) Served(ctx context.Context, envID string, ids []string) (recorded, adoptable map[string]bool, err error) {
 	env, err := s.envs.Get(ctx, envID)
 	if err != nil {
 		return nil, nil, err
@@ -341,7 +344,7 @@ func (s *Service) Served(ctx context.Context, envID string, ids []string) (recor
 	if err != nil {
 		return nil, nil, err
 	}
-	recs, err := s.repo.live(ctx, envID)
+	take, _, records, err := s.adoptable(ctx, envID, cluster, env.Spec.Namespaces())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -349,17 +352,16 @@ func (s *Service) Served(ctx context.Context, envID string, ids []string) (recor
 	for _, id := range ids {
 		wanted[id] = true
 	}
-	recorded, claimed = map[string]bool{}, map[string]bool{}
-	for _, rec := range recs {
-		if wanted[rec.ID] {
-			recorded[rec.ID] = true
+	recorded, adoptable = map[string]bool{}, map[string]bool{}
+	for id, rec := range records {
+		if wanted[id] && !rec.deleted {
+			recorded[id] = true
 		}
 	}
-	namespaces := env.Spec.Namespaces()
-	for _, pvc := range cluster.PVCs() {
-		if wanted[pvc.Name] && slices.Contains(namespaces, pvc.Namespace) && pvc.Labels[ServiceTypeLabel] == ServiceType {
-			claimed[pvc.Name] = true
+	for _, pvc := range take {
+		if wanted[pvc.Name] {
+			adoptable[pvc.Name] = true
 		}
 	}
-	return recorded, claimed, nil
+	return recorded, adoptable, nil
 }
