@@ -331,14 +331,14 @@ func (c *gatewayClient) applyCommand() *cobra.Command {
 			if !takeOver {
 				return c.apply(cmd, id, in)
 			}
-			// The settings first, quietly: what is printed is the take-over's
-			// outcome.
-			output := c.output
-			c.output = "name"
-			err := c.apply(cmd, id, in)
-			c.output = output
-			if err != nil {
+			// The settings first, unprinted: what is printed is the
+			// take-over's outcome.
+			resp, body, err := c.send(cmd, id, in, true)
+			switch {
+			case err != nil:
 				return err
+			case resp.StatusCode >= http.StatusBadRequest:
+				return problemError(cmd, resp, body)
 			}
 			return c.takeOver(cmd, id)
 		})
@@ -391,51 +391,71 @@ func (c *gatewayClient) writeCommand(use, short string, write func(*cobra.Comman
 }
 
 func (c *gatewayClient) create(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
-	if in.Kubeconfig == nil && in.Credentials == nil {
-		return errNoCredentials
-	}
-	client, err := c.client(cmd.Context())
-	if err != nil {
-		return err
-	}
-	resp, err := client.CreateEnvironmentWithResponse(cmd.Context(), &api.CreateEnvironmentParams{Id: id}, in)
-	if err != nil {
-		return err
-	}
-	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body, false)
+	return c.printed(cmd)(c.send(cmd, id, in, false))
 }
 
 // apply creates the environment, or merge-patches everything in into it.
 func (c *gatewayClient) apply(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
-	client, err := c.client(cmd.Context())
-	if err != nil {
-		return err
-	}
-	got, err := client.GetEnvironmentWithResponse(cmd.Context(), id)
-	if err != nil {
-		return err
-	}
-	if got.StatusCode() == http.StatusNotFound {
-		return c.create(cmd, id, in)
-	}
-	return c.patch(cmd, id, in)
+	return c.printed(cmd)(c.send(cmd, id, in, true))
 }
 
 // patch sends in as a merge patch: fields left nil are left unchanged.
 func (c *gatewayClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
+	resp, body, err := c.sendPatch(cmd, id, in)
+	return c.printed(cmd)(resp, body, err)
+}
+
+// send registers the environment — with orUpdate, merge-patches it if it
+// exists — and returns the gateway's answer unprinted.
+func (c *gatewayClient) send(cmd *cobra.Command, id string, in api.EnvironmentInput, orUpdate bool) (*http.Response, []byte, error) {
 	client, err := c.client(cmd.Context())
 	if err != nil {
-		return err
+		return nil, nil, err
+	}
+	if orUpdate {
+		got, err := client.GetEnvironmentWithResponse(cmd.Context(), id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if got.StatusCode() != http.StatusNotFound {
+			return c.sendPatch(cmd, id, in)
+		}
+	}
+	if in.Kubeconfig == nil && in.Credentials == nil {
+		return nil, nil, errNoCredentials
+	}
+	resp, err := client.CreateEnvironmentWithResponse(cmd.Context(), &api.CreateEnvironmentParams{Id: id}, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp.HTTPResponse, resp.Body, nil
+}
+
+// sendPatch sends in as a merge patch and returns the answer unprinted.
+func (c *gatewayClient) sendPatch(cmd *cobra.Command, id string, in api.EnvironmentInput) (*http.Response, []byte, error) {
+	client, err := c.client(cmd.Context())
+	if err != nil {
+		return nil, nil, err
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	resp, err := client.UpdateEnvironmentWithBodyWithResponse(cmd.Context(), id, "application/merge-patch+json", strings.NewReader(string(body)))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	return c.printEnvironment(cmd, resp.HTTPResponse, resp.Body, false)
+	return resp.HTTPResponse, resp.Body, nil
+}
+
+// printed prints a write's answer as its list row, or its error.
+func (c *gatewayClient) printed(cmd *cobra.Command) func(*http.Response, []byte, error) error {
+	return func(resp *http.Response, body []byte, err error) error {
+		if err != nil {
+			return err
+		}
+		return c.printEnvironment(cmd, resp, body, false)
+	}
 }
 
 func (c *gatewayClient) rotateCommand() *cobra.Command {

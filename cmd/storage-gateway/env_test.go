@@ -264,6 +264,12 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	if out := mustRun(t, cli, "volume", "list", "-A", "-o", "wide"); !strings.Contains(out, "BOUND TO") || !strings.Contains(out, "team=db") {
 		t.Fatalf("volume list -A -o wide:\n%s", out)
 	}
+	// A take-over prints its own outcome only (here the gateway does not
+	// register with DCM): nothing of the settings it applied first.
+	if out, err := run(t, cli, "env", "apply", "local-east", "--dcm-take-over", "-o", "json"); err == nil ||
+		!strings.Contains(out, "FAILED_PRECONDITION (HTTP 422)") || strings.Contains(out, "environment/local-east") || strings.Contains(out, `"id"`) {
+		t.Fatalf("env apply --dcm-take-over on a gateway without DCM: %v\n%s", err, out)
+	}
 	// -o name is unique across environments.
 	if out := mustRun(t, cli, "volume", "list", "-A", "-o", "name"); !strings.Contains(out, "volume/local-east/db-1\n") {
 		t.Fatalf("volume list -A -o name:\n%s", out)
