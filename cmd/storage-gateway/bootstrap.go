@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -96,16 +95,15 @@ func (t *targetCluster) grant(ctx context.Context, namespaces []string, createNa
 			undo()
 		}
 	}()
-	for _, ns := range missing {
+	// The served namespaces that do not exist come first; only the
+	// ServiceAccount's own namespace is marked as bootstrap's (unbootstrap
+	// deletes it; a served namespace holds volumes and stays).
+	for _, ns := range slices.Backward(missing) {
 		obj := &unstructured.Unstructured{}
 		obj.SetAPIVersion("v1")
 		obj.SetKind("Namespace")
 		obj.SetName(ns)
-		if _, err := t.typed.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-			metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
-			return undo, fmt.Errorf("create namespace %s: %w", ns, err)
-		}
-		created = append(created, obj)
+		objs = append([]*unstructured.Unstructured{obj}, objs...)
 	}
 	for _, obj := range objs {
 		res, err := t.objects.Resource(obj, "")
@@ -113,7 +111,9 @@ func (t *targetCluster) grant(ctx context.Context, namespaces []string, createNa
 			return undo, err
 		}
 		if obj.GetKind() == "Namespace" {
-			obj.SetAnnotations(map[string]string{createdByBootstrap: "true"})
+			if obj.GetName() == targetcluster.Namespace {
+				obj.SetAnnotations(map[string]string{createdByBootstrap: "true"})
+			}
 			_, err := res.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
 			switch {
 			case err == nil:

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +248,19 @@ func TestEnvBootstrapIsAllOrNothing(t *testing.T) {
 		c.getJSON("/api/v1alpha1/environments/boot-again", &env)
 		if env.Status.State != "READY" {
 			t.Fatalf("after bootstrap again: %+v\n%s", env, out)
+		}
+		// Undoing a refused run removes only what that run created: what the
+		// registered environment depends on stays.
+		before := bootstrapObjects(t, west)
+		fails(t, admin, []string{"boot-again", "--namespace", ns, "--allowed-namespaces", "bootstrap-later", "--create-namespace",
+			"--label", "not a key=x"}, "INVALID_ARGUMENT", "removed Namespace bootstrap-later")
+		slices.Sort(before)
+		if after := slices.Sorted(slices.Values(bootstrapObjects(t, west))); !slices.Equal(after, before) || len(before) == 0 {
+			t.Fatalf("a refused second run changed what the first made: %v before, %v after", before, after)
+		}
+		c.getJSON("/api/v1alpha1/environments/boot-again", &env)
+		if env.Status.State != "READY" {
+			t.Fatalf("after a refused second run: %+v", env)
 		}
 		cli(t, binary, g, "env", "rm", "boot-again")
 		cli(t, binary, g, "env", "unbootstrap", "--kubeconfig", admin)
