@@ -333,12 +333,12 @@ func (c *gatewayClient) applyCommand() *cobra.Command {
 			}
 			// The settings first, unprinted: what is printed is the
 			// take-over's outcome.
-			resp, body, err := c.send(cmd, id, in, true)
+			a, err := c.send(cmd, id, in, true)
 			switch {
 			case err != nil:
 				return err
-			case resp.StatusCode >= http.StatusBadRequest:
-				return problemError(cmd, resp, body)
+			case a.resp.StatusCode >= http.StatusBadRequest:
+				return problemError(cmd, a.resp, a.body)
 			}
 			return c.takeOver(cmd, id)
 		})
@@ -401,60 +401,66 @@ func (c *gatewayClient) apply(cmd *cobra.Command, id string, in api.EnvironmentI
 
 // patch sends in as a merge patch: fields left nil are left unchanged.
 func (c *gatewayClient) patch(cmd *cobra.Command, id string, in api.EnvironmentInput) error {
-	resp, body, err := c.sendPatch(cmd, id, in)
-	return c.printed(cmd)(resp, body, err)
+	return c.printed(cmd)(c.sendPatch(cmd, id, in))
+}
+
+// answer is the gateway's answer to a write, its body read (and closed) by
+// the generated client.
+type answer struct {
+	resp *http.Response
+	body []byte
 }
 
 // send registers the environment — with orUpdate, merge-patches it if it
 // exists — and returns the gateway's answer unprinted.
-func (c *gatewayClient) send(cmd *cobra.Command, id string, in api.EnvironmentInput, orUpdate bool) (*http.Response, []byte, error) {
+func (c *gatewayClient) send(cmd *cobra.Command, id string, in api.EnvironmentInput, orUpdate bool) (answer, error) {
 	client, err := c.client(cmd.Context())
 	if err != nil {
-		return nil, nil, err
+		return answer{}, err
 	}
 	if orUpdate {
 		got, err := client.GetEnvironmentWithResponse(cmd.Context(), id)
 		if err != nil {
-			return nil, nil, err
+			return answer{}, err
 		}
 		if got.StatusCode() != http.StatusNotFound {
 			return c.sendPatch(cmd, id, in)
 		}
 	}
 	if in.Kubeconfig == nil && in.Credentials == nil {
-		return nil, nil, errNoCredentials
+		return answer{}, errNoCredentials
 	}
 	resp, err := client.CreateEnvironmentWithResponse(cmd.Context(), &api.CreateEnvironmentParams{Id: id}, in)
 	if err != nil {
-		return nil, nil, err
+		return answer{}, err
 	}
-	return resp.HTTPResponse, resp.Body, nil
+	return answer{resp.HTTPResponse, resp.Body}, nil
 }
 
 // sendPatch sends in as a merge patch and returns the answer unprinted.
-func (c *gatewayClient) sendPatch(cmd *cobra.Command, id string, in api.EnvironmentInput) (*http.Response, []byte, error) {
+func (c *gatewayClient) sendPatch(cmd *cobra.Command, id string, in api.EnvironmentInput) (answer, error) {
 	client, err := c.client(cmd.Context())
 	if err != nil {
-		return nil, nil, err
+		return answer{}, err
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
-		return nil, nil, err
+		return answer{}, err
 	}
 	resp, err := client.UpdateEnvironmentWithBodyWithResponse(cmd.Context(), id, "application/merge-patch+json", strings.NewReader(string(body)))
 	if err != nil {
-		return nil, nil, err
+		return answer{}, err
 	}
-	return resp.HTTPResponse, resp.Body, nil
+	return answer{resp.HTTPResponse, resp.Body}, nil
 }
 
 // printed prints a write's answer as its list row, or its error.
-func (c *gatewayClient) printed(cmd *cobra.Command) func(*http.Response, []byte, error) error {
-	return func(resp *http.Response, body []byte, err error) error {
+func (c *gatewayClient) printed(cmd *cobra.Command) func(answer, error) error {
+	return func(a answer, err error) error {
 		if err != nil {
 			return err
 		}
-		return c.printEnvironment(cmd, resp, body, false)
+		return c.printEnvironment(cmd, a.resp, a.body, false)
 	}
 }
 

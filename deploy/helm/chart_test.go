@@ -579,11 +579,9 @@ func TestInstallWithHelmAsWritten(t *testing.T) {
 				"PATH="+strings.Join([]string{filepath.Dir(bin), filepath.Dir(kubectl), filepath.Dir(binary), os.Getenv("PATH")}, ":"))
 			stop := completeMigrationJobs(t, ns)
 			for _, block := range append(slices.Clone(install), template...) {
-				cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
-				cmd.Dir, cmd.Env = dir, env
-				out, err := cmd.CombinedOutput()
+				out, err := docs.Run(ctx, dir, env, block)
 				if err != nil {
-					t.Fatalf("%s: the block failed: %v\n--- block:\n%s\n--- output:\n%s", helm.name, err, block, out)
+					t.Fatalf("%s: the block failed: %v", helm.name, err)
 				}
 				t.Logf("%s:\n%s", helm.name, out)
 			}

@@ -195,14 +195,12 @@ func TestInstallWithPodmanAsWritten(t *testing.T) {
 		t.Fatalf("deploy/README.md has %d podman blocks, want 1", len(blocks))
 	}
 	block := strings.ReplaceAll(blocks[0], "/etc/", root+"/etc/")
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
-	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+filepath.Dir(binary)+":"+os.Getenv("PATH"), "SECRETS="+secrets)
-	out, err := cmd.CombinedOutput()
+	out, err := docs.Run(t.Context(), filepath.Join("..", ".."), append(os.Environ(), "PATH="+bin+":"+filepath.Dir(binary)+":"+os.Getenv("PATH"),
+		"SECRETS="+secrets), block)
 	if err != nil {
-		t.Fatalf("the Podman steps failed: %v\n%s", err, out)
+		t.Fatalf("the Podman steps failed: %v", err)
 	}
-	token := gatewayproc.LastLine(regexp.MustCompile(`(?m)^sgw_\S+$`).FindString(string(out)))
+	token := regexp.MustCompile(`(?m)^sgw_\S+$`).FindString(out)
 	if token == "" {
 		t.Fatalf("the steps printed no admin token:\n%s", out)
 	}

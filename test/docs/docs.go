@@ -5,7 +5,10 @@
 package docs
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,4 +42,17 @@ func Blocks(t testing.TB, file, tag string) []string {
 		t.Fatalf("%s has no ```sh %s block", file, tag)
 	}
 	return blocks
+}
+
+// Run runs a block with bash in dir and env, stopping at the first command
+// that fails (-euo pipefail), and returns what it printed; the error holds
+// the block and its output.
+func Run(ctx context.Context, dir string, env []string, block string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%w\n--- block:\n%s\n--- output:\n%s", err, block, out)
+	}
+	return string(out), nil
 }

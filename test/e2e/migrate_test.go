@@ -320,10 +320,13 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	old.Stop()
 	old.Restart()
 	c.eventually(time.Minute, "the provider registered again", func() bool { _, endpoint, _ := provider(); return endpoint == old.Endpoint })
+	verified := time.Now()
 	code, body = c.do(http.MethodPost, "/api/v1alpha1/environments/"+envID+":verify", nil)
 	c.want(http.StatusOK, code, body)
-	if _, endpoint, _ := provider(); endpoint != g.URL+volumesPath(envID) || field(body, "status", "dcm_registration", "state") != "REGISTERED" {
-		t.Fatalf("verify did not take the name back: DCM points at %s; %v", endpoint, body["status"])
+	reclaimed, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(field(body, "status", "dcm_registration", "reclaim_time")))
+	if _, endpoint, _ := provider(); endpoint != g.URL+volumesPath(envID) || field(body, "status", "dcm_registration", "state") != "REGISTERED" ||
+		reclaimed.Before(verified) {
+		t.Fatalf("verify did not take the name back: DCM points at %s; %v (verified at %s)", endpoint, body["status"], verified)
 	}
 	old.Stop()
 }

@@ -120,7 +120,7 @@ func TestMakeRunFirstDay(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := reset(); err == nil || !strings.Contains(out, "stop make run first") {
+	if out, err := reset(); err == nil || !strings.Contains(out, "make run is running with "+state) {
 		t.Fatalf("make run-reset while make run runs: %v\n%s", err, out)
 	}
 	second.signal(t, syscall.SIGINT)
@@ -356,11 +356,9 @@ func checkStateFiles(t *testing.T, state string, exports []string) {
 // against), and returns its output.
 func runBlock(t *testing.T, root string, env []string, block string, against *makeRun) string {
 	t.Helper()
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
-	cmd.Dir, cmd.Env = root, env
-	out, err := cmd.CombinedOutput()
+	out, err := docs.Run(t.Context(), root, env, block)
 	if err != nil {
-		t.Fatalf("README block failed: %v\n--- block:\n%s\n--- output:\n%s\n--- make run:\n%s", err, block, out, against.out)
+		t.Fatalf("README block failed: %v\n--- make run:\n%s", err, against.out)
 	}
-	return string(out)
+	return out
 }

@@ -62,11 +62,6 @@ type Options struct {
 	Client kubernetes.Interface
 	// Namespace is SP_K8S_NAMESPACE: every claim is made there.
 	Namespace string
-	// DefaultStorageClass is SP_K8S_DEFAULT_STORAGE_CLASS (empty: the
-	// cluster's default applies).
-	DefaultStorageClass string
-	// DisplayName is SP_DISPLAY_NAME (empty: none is registered).
-	DisplayName string
 }
 
 // Provider is a stand-in, running or stopped.
@@ -81,11 +76,10 @@ type Provider struct {
 	addr    string
 	started time.Time
 
-	mu         sync.Mutex
-	server     *http.Server
-	stop       context.CancelFunc
-	done       sync.WaitGroup
-	providerID string
+	mu     sync.Mutex
+	server *http.Server
+	stop   context.CancelFunc
+	done   sync.WaitGroup
 }
 
 // Start runs a stand-in until the test ends (or Stop): it listens, probes
@@ -167,13 +161,6 @@ func (p *Provider) Stop() {
 	p.done.Wait()
 }
 
-// ProviderID is the id DCM gave it at its last registration ("" before).
-func (p *Provider) ProviderID() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.providerID
-}
-
 // selfProbe polls its own health every 50 ms for up to 5 s
 // (internal/apiserver/server.go, waitForReady).
 func (p *Provider) selfProbe(ctx context.Context) bool {
@@ -206,21 +193,12 @@ func (p *Provider) register(ctx context.Context) {
 		return
 	}
 	operations := []string{"CREATE", "READ", "DELETE"}
+	// No display name: the provider sends one only with SP_DISPLAY_NAME.
 	body := spmapi.Provider{Name: p.Name, ServiceType: "storage", SchemaVersion: "v1alpha1", Endpoint: p.Endpoint, Operations: &operations}
-	if p.DisplayName != "" {
-		body.DisplayName = &p.DisplayName
-	}
 	for wait := time.Second; ; wait = min(2*wait, time.Minute) {
 		resp, err := client.CreateProviderWithResponse(ctx, nil, body)
 		switch {
 		case err == nil && (resp.JSON200 != nil || resp.JSON201 != nil):
-			created := resp.JSON201
-			if created == nil {
-				created = resp.JSON200
-			}
-			p.mu.Lock()
-			p.providerID = *created.Id
-			p.mu.Unlock()
 			return
 		case err == nil && resp.StatusCode() >= 400 && resp.StatusCode() < 500:
 			return // not retryable: logged and given up
@@ -296,12 +274,10 @@ func (p *Provider) create(w http.ResponseWriter, r *http.Request) {
 	hints, _ := spec["provider_hints"].(map[string]any)
 	k8s, _ := hints["kubernetes"].(map[string]any)
 	hint := func(k string) string { s, _ := k8s[k].(string); return s }
-	// The class: the hint, else SP_K8S_DEFAULT_STORAGE_CLASS, else unset; a
-	// named class must exist (store_create.go, Create).
+	// The class: the hint, else SP_K8S_DEFAULT_STORAGE_CLASS (unset here),
+	// else none, the cluster's default applying; a named class must exist
+	// (store_create.go, Create).
 	class := hint("storage_class")
-	if class == "" {
-		class = p.DefaultStorageClass
-	}
 	if class != "" {
 		if _, err := p.Client.StorageV1().StorageClasses().Get(r.Context(), class, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			writeProblem(w, problem{Type: "FAILED_PRECONDITION", Title: "Failed precondition", Status: http.StatusUnprocessableEntity,
@@ -557,14 +533,13 @@ func (p *Provider) list(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, r, "invalid page_token")
 		return
 	}
-	out := map[string]any{"volumes": []any{}}
 	volumes := []any{}
 	for i := range list.Items {
 		if list.Items[i].Labels[instanceIDLabel] == list.Items[i].Name {
 			volumes = append(volumes, volumeOf(&list.Items[i]))
 		}
 	}
-	out["volumes"] = volumes
+	out := map[string]any{"volumes": volumes}
 	if list.Continue != "" {
 		out["next_page_token"] = list.Continue
 	}
@@ -642,15 +617,6 @@ func statusOf(pvc *corev1.PersistentVolumeClaim) (string, string) {
 		return "RUNNING", "PVC is bound to volume " + pvc.Spec.VolumeName
 	}
 	return "PROVISIONING", string(pvc.Status.Phase)
-}
-
-// Claims lists the claims the stand-in made.
-func (p *Provider) Claims(ctx context.Context) ([]corev1.PersistentVolumeClaim, error) {
-	list, err := p.Client.CoreV1().PersistentVolumeClaims(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -159,8 +159,7 @@ func TestTheStandInBehavesAsTheStorageSP(t *testing.T) {
 	poll.Until(t, time.Minute, "the claim bound", func() bool {
 		return call(t, http.MethodGet, url+"/"+id, "", nil).body["status"] == "RUNNING"
 	})
-	// Its status events: core NATS on dcm.storage, its source, no extension;
-	// changes within half a second go out as the last of them.
+	// Its status events: core NATS on dcm.storage, its source, no extension.
 	poll.Value(t, 30*time.Second, func() ([]string, bool) {
 		got := natstest.For(stream.Events(), id)
 		return got, len(got) > 0 && got[len(got)-1] == "RUNNING"
