@@ -43,7 +43,9 @@ func fakeDCM(t *testing.T) (*httptest.Server, func() []string) {
 	}
 }
 
-func runRegistrar(t *testing.T, opts dcm.Options) {
+// runRegistrar runs a registrar with opts (serving every instance unless
+// opts say otherwise) until the test ends, and returns it.
+func runRegistrar(t *testing.T, opts dcm.Options) *dcm.Registrar {
 	t.Helper()
 	if opts.Served == nil {
 		opts.Served = servedAll
@@ -56,6 +58,7 @@ func runRegistrar(t *testing.T, opts dcm.Options) {
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return r
 }
 
 func waitCalls(t *testing.T, calls func() []string, n int) []string {

@@ -264,18 +264,11 @@ func TestRegistrarTakesOverOnlyWhatItServes(t *testing.T) {
 	srv := httptest.NewServer(site.handler())
 	t.Cleanup(srv.Close)
 	owner := reg.Member(t, "replica-1")
-	r, err := dcm.New(dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: owner,
+	r := runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: owner,
 		Interval: time.Hour, CheckInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		Served: func(_ context.Context, _ string, ids []string) (map[string]bool, map[string]bool, error) {
 			return map[string]bool{"served": true}, nil, nil
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 
 	poll.Until(t, 20*time.Second, "registration BLOCKED", func() bool { return registration(t, reg).State == dcm.StateBlocked })
 	got := registration(t, reg)
