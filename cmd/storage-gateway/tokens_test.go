@@ -95,7 +95,7 @@ func TestTokensCommands(t *testing.T) {
 	if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	g.WaitLog(t, "token file reloaded", 10*time.Second)
+	g.WaitLog(t, "tokens reloaded", 10*time.Second)
 	for _, replaced := range []string{admin, older} {
 		if code := g.authGet(t, "/api/v1alpha1/environments", replaced); code != http.StatusUnauthorized {
 			t.Fatalf("a replaced token after SIGHUP: %d", code)

@@ -1543,7 +1543,10 @@ type ClientInterface interface {
 	// Answers from the gateway's cached view of the environment and never
 	// waits for the cluster. `unhealthy` when the environment is not READY;
 	// the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
-	// body is the same.
+	// body is the same. DCM (the dcm role, or a caller from
+	// SG_AUTH_DCM_TRUSTED_NETWORKS), admins and viewers may read it for the
+	// environments in their scope; to anyone else an environment that
+	// exists, one out of scope and one that does not exist answer alike.
 	//
 	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/health (the `GetVolumesHealth` operationId).
 	GetVolumesHealth(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2004,7 +2007,10 @@ func (c *Client) CreateVolume(ctx context.Context, environmentId EnvironmentID, 
 // Answers from the gateway's cached view of the environment and never
 // waits for the cluster. `unhealthy` when the environment is not READY;
 // the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
-// body is the same.
+// body is the same. DCM (the dcm role, or a caller from
+// SG_AUTH_DCM_TRUSTED_NETWORKS), admins and viewers may read it for the
+// environments in their scope; to anyone else an environment that
+// exists, one out of scope and one that does not exist answer alike.
 //
 // Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/health (the `GetVolumesHealth` operationId).
 func (c *Client) GetVolumesHealth(ctx context.Context, environmentId EnvironmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3974,7 +3980,10 @@ type ClientWithResponsesInterface interface {
 	// Answers from the gateway's cached view of the environment and never
 	// waits for the cluster. `unhealthy` when the environment is not READY;
 	// the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
-	// body is the same.
+	// body is the same. DCM (the dcm role, or a caller from
+	// SG_AUTH_DCM_TRUSTED_NETWORKS), admins and viewers may read it for the
+	// environments in their scope; to anyone else an environment that
+	// exists, one out of scope and one that does not exist answer alike.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5045,10 +5054,16 @@ type GetVolumesHealthResponse struct {
 	JSON200 *ProviderHealth
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ProviderHealth
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5061,6 +5076,16 @@ func (r GetVolumesHealthResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetVolumesHealthResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetVolumesHealthResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetVolumesHealthResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
@@ -5069,6 +5094,11 @@ func (r GetVolumesHealthResponse) GetApplicationproblemJSON404() *Problem {
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
 func (r GetVolumesHealthResponse) GetJSON503() *ProviderHealth {
 	return r.JSON503
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetVolumesHealthResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -6240,7 +6270,10 @@ func (c *ClientWithResponses) CreateVolumeWithResponse(ctx context.Context, envi
 // Answers from the gateway's cached view of the environment and never
 // waits for the cluster. `unhealthy` when the environment is not READY;
 // the HTTP status is then SG_HEALTH_UNHEALTHY_CODE (200 or 503), the
-// body is the same.
+// body is the same. DCM (the dcm role, or a caller from
+// SG_AUTH_DCM_TRUSTED_NETWORKS), admins and viewers may read it for the
+// environments in their scope; to anyone else an environment that
+// exists, one out of scope and one that does not exist answer alike.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7280,6 +7313,20 @@ func ParseGetVolumesHealthResponse(rsp *http.Response) (*GetVolumesHealthRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7287,12 +7334,19 @@ func ParseGetVolumesHealthResponse(rsp *http.Response) (*GetVolumesHealthRespons
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
 		var dest ProviderHealth
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -10008,6 +10062,34 @@ func (response GetVolumesHealth400ApplicationProblemPlusJSONResponse) VisitGetVo
 	return err
 }
 
+type GetVolumesHealth401ApplicationProblemPlusJSONResponse Problem
+
+func (response GetVolumesHealth401ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumesHealth403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetVolumesHealth403ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetVolumesHealth404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetVolumesHealth404ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
@@ -10031,6 +10113,20 @@ func (response GetVolumesHealth503JSONResponse) VisitGetVolumesHealthResponse(w 
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVolumesHealth503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetVolumesHealth503ApplicationProblemPlusJSONResponse) VisitGetVolumesHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12148,53 +12244,56 @@ var swaggerSpec = []string{
 	"mG2IQDzC5dJRel+0zS4vbLMLU+PtVHMvXV9z7M6zpDXjomyt2RDm8fCq+kqI/FfWp33wc8QD5MARIksE",
 	"YVTlnCkXUkQaQPTBnT7N68Mzyw5LGESH1J+q/jeg6n8BPlbjXHj3ZTR5lHl9nnjnC2k1xmw6EhwR80Cs",
 	"yyAaN6IbI8dA780dtWKgr9bohTwyLMtxDSvLY83tjdVKoZ7YIfqSgvhMF1AryNXLwave0evrV4O3Z/jH",
-	"vw+Oz096pG0Zh1Tk2e5TH/85ktnCR+JqGmcfL5mXNV/5KmNfjB4tVWGL4D0++Uw0/yxx7Ctt7K2/fdK+",
-	"W3eNP9jr6y6jTQ0/cBKEQq5XGuBhK8VC5rkm3HS+iOz3mej30WUD3+ONRaeWrtLG93f3K5zx8osum1ZY",
-	"ccvFLUys5goHYCwVgZqvVBM9hxibTrfBoVpKTxu6PLkUvsQdlJT108+FvYA7uuj8qbFsQOm993IdpW92",
-	"WTZd2teQnypB+s+L3lo1BXfl+jv/AsalkvZ8duRYoMA0u0GtpurTzay22seUt37r07ALuh2WV0TlzpUl",
-	"guJiXHDDS6G3L8qgkUIqo0mYMEiwrQn2LdH8F0bsaoFoNnsmA3T5UpqOy0J8OIfk0rDfiPLUK++tvLM/",
-	"FZP/AYoJ3Hv2kIoJtiPChJwvYYt7wUXmg5HXN2JqD+Nlb37I0tkw6YvhuvI2P7hRhp37Gzq1nWJkBTX7",
-	"e9Yha3s8/eO//pvMaMbIaEFcJmfB1I4Pm1uWfhOi6cIl5malcR76Nt3SnGcwL9WEegJ74GJcQbnC1PiE",
-	"jCV2lHODuJYROb+phBUk0j4oGw0nWVK5AVyOdKW9VT0epEhZlxz5fva6L/QNLwr7eWn4w2LorpI4NC+o",
-	"ig25JBGnMPpm+Elf+D/9I+r2XJr8EmiSAccLhh/fND1wlkvVF161sGfFRfle1XIPk5ldnKJ9rQNpJlgC",
-	"kWdJXzh4k+NyfVg+RZS9KFe16BqkJBAO5ArXMC4mfrpDUo2N6wI4RnAkFhwxh9QeQC7lDcv6gpouOat6",
-	"Uvl+YHxmmQM3+eKA0Ao38F5cNnJflEfGddBbDK86dV3EYmDfF0O8/W68Z9cwKfk41o+E+r5Zl/wEbQeH",
-	"ty6/YCBFvhhaMIXUSi8Q3Fms4YbcyXme4Za6pDSJmgML4hoKdKPXCd7QPgqqS47yHMKm8N8HhGG1Dsw9",
-	"yLmGvKJK2cIzYBl+YwEjKmsc2Vkq59WXkDVgCi5FWQjECQZfKk3PTReTBH6yd2CFt7LDnFQOiWu3l7hb",
-	"Grl2i3f+O4f4f4oPX0R8+AZCkgB6gDZYKlXl99f7Fnr+8VCBSQeG3rDzW6ZOjt9429SXkzJ84H5DIpLd",
-	"uJB3zjhi2YEXJrCGl6X5w4QYeuOrRgC7kGBNBVOsRRdwoPuyESW3AU7PbqFYBBMwlXvk2KWLZKKmOmv4",
-	"10p3R+HonxM7hIRyv4jYpC2k59aiZGjIpzq++WvNUwjXe8e1r1moSdt+Vsu1AYkDC0H87fX58Y+9EzQj",
-	"U+d7m3UOguTqxG6uL6aMKg0GMUgUs3KNKxAPZS+4wSKLAI2PNJSFw7Szkn47VhVk1eLN9AXy/LJKCAl7",
-	"oWI+6cjKbU5WVO7Wh50YH7iOAOA3E1deHiur3cgh8Qx7uXHsMBBv5Nyk8g9i9/nnzhNaFR/B8u3xHKiI",
-	"kHcJEggIRa/IAje+nDdg/INR3lum+HjxJYntTiTHdDlHM4yNRx3GzJVoINDGV3tC4F/B5XewpW8yQyTA",
-	"ZDiVEoU9xjob2Tz/g4SJfwsIeAH5EktR1kLebYFDrtZOd0Fn+bow0/OCiaOL0+0Azg8aZrstpb+6ccnT",
-	"sqhQpONAHPpWP11b2+gzwG6N7w+KLPkV+PmDcy8PMHrqhe8h1xzoiDHg7Vrcdxgd6qw1VjSyMmZlDnE2",
-	"g74oS7952qJdje8EWxdCQk7iwp3CmEqsd8VFxj70BejYTu5CElcqyJ0uObeKMHjK6wWIsGKYC2fGNKCy",
-	"U0fQsgGrSacSqokpliVeKMLqEUAxf4H+4VTfWI38yEXF86Dbq7PMVD2uoTSz9C1Grfpd70eakEwyZ5jJ",
-	"c3kX2v/tWMOq2DcmlqIJpOrpWZ5s+/jq1F+K+61jLwAFUahkVshcTsouon2BxUMC/2m7HE0qMqMf+Gw+",
-	"88/ApWCkJHpG87yD6ygdsPUmlnE7zkqLTuzM2Rc5FMkrKwmWaxBk6E5Ld701kbQlmIrATuECKsCypHWn",
-	"S0D3DrzA5eHCTIT6RIa5IaM5vDnO6WTCsoO+GC73ZDzANqBD0l7pIhvWXkCJoS8gY03NOgkZ+i0cQNPR",
-	"oQVZETR0ta8ErR39PH3RXts0FNuZdrrkkoobMM/gJqt1JxAiIiKtY7HEBAwzk9oQ6JsK08F1MuWurC8A",
-	"Hx2IhEUbLfyXq3iky+6rnWromvIUXDgcunttOUAGL0RgIMow7K88JDQrmTXVUlTaTWPL5b6Qc9NUW+yi",
-	"onQbh0Q+0q7eZWMpS1/ssikYMiiy3OxhDAttf6VamB8byoJVHcw3dYHG+200zRD2It/Oybp+3Acr8uOb",
-	"z2wxTB167OUSqm8w4MsxHmSRSzS+sTZZ2OGhWshqa7X41FujjW/O2rAWi5LrF/Il8wSqNvBNmT1l//NQ",
-	"mvg2RfvfSVRfE3jxE3RjAdnNypGO20/kXyMJPivCY3Ou42o2BxMGCxgFNB+ELLTsKXDUVeVjsWcvVKqy",
-	"4mfdMAfIJMdjprCDNxdLwJ0xhVZ1StxWiRwDd5x1yQueg2VSUKXkXW066DR0WAoKsBwhyczKiVxM+gJf",
-	"DIU+KwmCUDCGYfFdX/PSY7/vN98XXhREVpw5oavWX4oMnfwydDlCbshOl1zQiRdiR4s684zyvJXswt+t",
-	"ol2vVs1JHxLFCoZG16rFHNAq5wzEGtFFDjW2kWFuU1lzw+6hVd0n4Lmn+NWT3d1Yb6RF7gqnzFpfnA3V",
-	"u5ttnuX2h2PsWzDDaDJK2Bfud2JhK73h7kl4q/D6m85uaDibsD7zVuHSjovFSpMNAzQfekqLXpElmxOw",
-	"hlLvgxQRCMfloPZZ5d5pmVbrseJ9KguGoblfgdvW6TGhqZJaV5aOTXjufWmpL1YTFeq1ppzeh0Eo0GXQ",
-	"N1jslCmWfTFaLB0rE4RnXeL6DlRuS8VcZAByPDAJgInEEnOX2uYMsD+4j4dN7Aq6E379NNf/qcyqavuy",
-	"BbX27WuaB60nbG+RoP0tZRv/SXj/UIT3nSdXm1FcTMz55d6sMEjMLUsDFkpCww/u8prFBNK1uuQMxHgj",
-	"56AZZKxgImMi5SziWXvJzCs3+xfEh9f8lgmmdZNSHWyF5vyWPazLopx9jZcCsmeabwBPnvkWkeWZLlzr",
-	"/AI47AG5cB3riWI0nVoxMiF4CH0RdLt3LoGEnB1dXxHXsJtlXfJs9ykpIzecggrWFJjmkYaqYPPcHJK7",
-	"6cIqjkHjfgCEKaQjQQMECZ0bw64MDh0akvAu8Qi+IBjYGXgTHMD04L6w0sFnEcSHTKhbu9Yjn1svBVsF",
-	"BryO9Sl01fBNQOla8HlxZK7y1kHrMfjl3QfLQOrhPAErPoxeGtLLro/caJaPuxUHDWZdFU2uqwCVBeoK",
-	"2HWFtIEOdrrkOPTzKyyzx3YsBELHlQWB4gdY+plQQxTTQbJqWdg3IbmcTDC4k6VTiWFCDBqyILyuCjWx",
-	"Bdd7XS7XeyiPIXEFZlwwV1GPQT7oi4/g1UgHc5V/+oxEwy45KtuouDDmi3fHhySMjw5TCbPaHr3Qvbq9",
-	"n6aSZBzDNxu7uPi2xmX7FujkCvIxtC06Ob0eXPaue2fXp+dn7iaBZnRqq8D+BqtreBF0BbJCqSw0qZoD",
-	"wQpKN+/BUsWp0uTGFfppwRTFseFQ4D+qtqETz0Vxt2HZPXI9ZQu0T+nG8jhc7MzYTKoFOnbDqPzEAeFo",
-	"YReDPaNoVTKHCjIXJSGviR+Wzi632++LjBpKZlRZdWQIjZmHtRNFnv/p/af/HwAA//8=",
+	"vw+Oz096pG0Zh1Tk2e5TH/85ktnCR+JqS8QhPrsdhmwnJCwtZDe+Prq6k2DcKgq8KHxoKHoJBS+58Tuv",
+	"h6c7bxdXRKeyYIdWBnYVpliuV0w2ZkpNXyDOJ9gRaA7tF+FrmBob/FBTtdSD1x0bJTTnN1F2+ZJ52fqV",
+	"r6r2xejvUtW5CJ3DJ38k8fbLHFzdwh1GhW81qCNJK9fw1uMmad+tQ7IfLHIdEheYR314uhPqLplRix3o",
+	"ywyNS31PARdgv4zwik+mhgh5R9rc9AXXZMTMHWOCyDvBFAb6/2Y9AI8QaRbXK+0SsfFmIfNcE246X0RT",
+	"+Exi/dHljt/ju0cXqK6KDOzv7lcU1ku7umxxYumdi3KZWCICB2Asz4EKwVQTPYeIrE63wf1eytobOsi5",
+	"FL4gIhQg9tPPhb2AO7ro/KnfbiAXeF/3Ormg2cHddGlfQ9qu1K4/L3prAgbO7fV3/gVMkSXt+ew4w0Dd",
+	"bXaaDz/2y+TEfuuA9DFBst/6NOyCJQCLcaIpwBWxglJ0XHDDSxWpL8oQo0Iqo0mYXkqwCQ52udH8F0bs",
+	"aoFoNvuxA3T5Unqxy1l9OPf10rDfiKrdK++tvLM/1dj/AWos3Hv2kGosNq/C9K0vYbl9wUXmQ9fXt+1q",
+	"D+NFkn7I0tkw6YvhumJIP7hRhp3723+1nRptBTX7e9YhazuC/eO//pvMaMbIaEFc3m/B1I4PslyWfhOi",
+	"6cKlcWelKwe6fN3SnKOWaSV9T2APXEQ0qOJYSCEhY4n9B90grsGIVUCrprBApH0IP5rZsqRyGrmM+krX",
+	"rzqCSJGyLjlyhbG47gt9w4vCfl6aibF0vqs7D60uqtJULqXImRfsQ0ge7Qv/p39E3Z5LA3ECLVXgeMFM",
+	"6FvsB6EVUvWFVy3sWXFRvlc1aEQTg4tqta91ICkJC2byLOkLB29yXK4Pi+2IsnPpqs2lBikJBI+5MkeM",
+	"i4mf7pBUY+O6AI4RHIkFR8w4tgeQS3nDsr6gpkvOqg5mvnscn1nmwE2+OCC0wg28F5e73hflkXEddKLD",
+	"q05dz7kY2PfFEG+/G+/wNkxKPo7VRsFkk3XJT9CkcnjrslEGUuSLoQVTSMT1AsGdxRpuyJ2c5xluqUtK",
+	"A7o5sCCuoZw7+ijhDe1j5rrkKM8hyA7/fUAY1nbBTJWca8hCq5QtPAOW4TcWMKKyxpGdpXJ1fglZA6bg",
+	"UpRlY5xg8KWSOt10MUngJ3sHVngr+xFK5ZC4dnuJu6WRa855579ziP+n+PBFxIdvIIANoAdog6VSVTWI",
+	"epdLzz8eKoztwNAbdn7L1MnxG295+3JShk/zaEhbsxsX8s4ZRyw78MIEVnyzNH+YEENvfI0RYBcSbO9g",
+	"uLfoAuEWvshIyW2A07NbKC3CBEzlHjl26eLeqKnOGv610gtUOPrnxA4hoTg0IjZpC+m5tSgZGvKpjm8V",
+	"XPMrw/Xece0rXGrStp/VMrNA4sCyIX97fX78Y+8EnQ7UeWpnnYMgFT+xm+uLKaNKg0EM0gqtXOPaCUCR",
+	"FG6wJCdA4yMNRQQxSbGk345VBTnYeDN9gTy/rClDws65mH08snKbkxWVu/VhJ8YHriMA+M1kIZTHymo3",
+	"ckg8w15uMzwMxBs5N6n8g9h9/rmzylbFR7B8ezwHKiLkXYIEAhIXKrLAjS/+Dhj/YJT3lik+XnxJYrsT",
+	"yUhezugNMylQhzFzJRoItPG1wRD4V3D5HWzpm8wnCjAZTqVEYY+xzkY2z/8gSQXfAgJeQHbNkoNXyLst",
+	"cMhVZuou6CxfF5R8XjBxdHG6HcD5QcPcyKVkaTcueVqWoIr0p4hD3+qnaythfQbY1a9hqXoK1+UK/PzB",
+	"uZcHGD31wnccbA6LxYyBdi1LIIwldtYaKxpZGbMyhzibQV+UhQI9bdGuInyCjS4hfStxXv0wAhero3GR",
+	"sQ99ATq2k7uQxJUKcqdLzq0iDHEV9XJVWF/OBb9j0ljZ1yVo8IG1x1MJtecUyxIvFGGtEaCYv0C3eapv",
+	"rEZ+5HIoeNAb2Flmqo7oUMhb+oa0Vv2ud69NqsAG6GUR2v/tWMOqNDymIaMJpOoAW55s+/jq1F+K+61j",
+	"LwAFUah7V8hcTsqes32BpWYC/2m7HE0qMqMf+Gw+88/ApWCkJHpG87yD6ygdsPWWp3E7zkpDV+zj2hc5",
+	"lFQs606WaxBk6E5Ld701kbQlmIrATlEGocBNdLoEdO/AC1weLsxEqE97mRsymsOb45xOJiw76IvhcgfP",
+	"A2waOyTtlZ7DYaUOlBj6AvIb1ayTkKHfwgG0qB1akBVB+1/7StAI1M/TF+21LWax+W2nSy6puAHzDG6y",
+	"WncCAUUi0mgYC5LAMDOpDYEuuzAdXCdT7sr6AvDRgUhY4tPCf7mKR7rs1duphq4pT8GFw6G715bDqfBC",
+	"IPa0L4ZhN+4hoVnJrKmWotJuGht094Wcm6ZKdBcVpds4gPaRdtVRGwuf+tKoTaGzQUnuZg9jWJb9K1VO",
+	"/dhQRK7qd7+pCzTenaVphrBz/XZO1vXjPlhJKN+qaIth6tBjL5dQfYPhgY7xIItcovGNlezCfiDVQlYb",
+	"8cWn3hptfCvfhrVYlFy/kC+ZVVKibWMeWNktP5Qmvk3R/ncS1dcEXvwEvXtAdrNypOP2E/nXSDrYivDY",
+	"nBm7mvvDhMFyVwHNByELLXsKHHVVsWHs8Ax1zaz4WTfMATLJ8Zgp7PfOxRJwZ0yhVZ0St1Uix8AdZ13y",
+	"gudgmRRUKXlXmw76Uh2WggIsR0gys3IiF5O+wBdDoc9KgiAUjGFYfNdXSPXYj5zayL7woiCy4swJXbVu",
+	"ZGTo5JehyyhzQ3a65IJOvBA7WtSZZ5TnreSi/m71D3u12l/6kChWMDS6Vg0JgVY5ZyBWFC9yqMiODHOb",
+	"Oqwb9pqtqoQBzz3Fr57s7sY6aS1yV2Zn1vribKjeC2/znMg/HGPfghlGU5fCLoK/Ewtb6SR4T3pkhdff",
+	"dC5Mw9k8eNz2kdWDKzQfekqLXpFIUsFytkBbgqlAzo1V7p2WabUeK96nsmAYmvsVuG2dHhOaKql1ZenY",
+	"hOfel8T8YjWtpV6ZzOl9GIQCPSl9O85OmZDbF6PF0rEyQXjWJa5LReW2VMxFBiDHA5MAmEgsMXcx884A",
+	"+4P7eNjErqCX5ddPiv6fyqyqJkFbUGvf7Kh50Hp6/xbp/N9SbvqfhPcPRXjfeXK1GcXFRKFf7s0hhDTu",
+	"spBkoSS0h+EuC15MILmvS85AjDdyDppBxgomMiZSziKetZfMvHKzf0F8eM1vmWBaNynVwVZozm/Zw7os",
+	"ytnXeCkge6b5BvDkmW8oWp7pgqRTlt5Ah3KmD8iF1GaiGDT6S6dWjEwIHkJfzPjEzeldAgk5O7q+Iq69",
+	"O8u65NnuU1JGbjgFFawpMM0jDTXk5rk5JHfThVUcYfYx5TmD6EDQKF27DAl9PsMeHg4dGlIYL/EIviAY",
+	"2Bl4ExzA9OC+sNLBZxHEh0wXXLvWI1+JQQq2Cgx4Hd21MFkN3wSUrmGjF0fmKm8dtB6DX959sAykHs4T",
+	"sOLD6KUhvewRyo1m+bhbcdBg1lXR5LoKUFmgroA9ekgb6GCnS45DP7/Cooxsx0Ig9OdZECiVgYXCCTVE",
+	"MR2kNpdloBOSy8kEgztZOpUYJsSgfQ/C66pQE1twvTPqcnWQ8hgSV47IBXMV9Rjkg774CF6NdDBX+afP",
+	"SDTskqOy6Y4LY754d3xIwvjoMJUwq+3RC92r2/tpKknGMXyzseePb4JdNvuBvr8gH0Ma9snp9eCyd907",
+	"uz49P3M3CTSjU1sFdsNYXcOLoIeUFUploUnVSgpWULp5D5bqk5UmN67QTwumKI7tqQL/UbUNnXguirsN",
+	"izSS6ylboH1KNxZT4mJnxmZSLdCxG0blJw4IRwu7GOwwRqsCS1SQuSgJeU38sHQWg7FApQH7WV9k1FAy",
+	"o8qqI0No4z2snSjy/E/vP/3/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

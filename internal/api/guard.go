@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -170,6 +171,11 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			return g.validated(c, op, route, params, next)
 		}
 		principal, peer, forwarded, err := g.authenticate(req)
+		if errors.Is(err, forwarding.ErrStale) {
+			// Not a caller without credentials: a replica that forwarded in
+			// time, and has answered its caller 503 already.
+			return fault.RetryLater(time.Second, "the request reached the environment's owner too late; retry it")
+		}
 		if err != nil {
 			return g.refuse(c, op.id, op.mutating, err)
 		}
@@ -180,6 +186,12 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		admitErr := g.admit(c, op, principal, env)
 		err = admitErr
 		handled := false
+		// An audited request's answer is held until its record is stored:
+		// a change is never answered as done without it.
+		var held *heldResponse
+		if op.audited {
+			held = hold(c.Response())
+		}
 		if err == nil {
 			err = g.validated(c, op, route, params, func(c echo.Context) error {
 				if !op.ownerOnly || g.owned == nil || g.owned.Owns(env) {
@@ -200,15 +212,76 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		// authenticated caller cannot grow the audit table at line rate
 		// (the access log still shows every request). A request the owner
 		// answered is audited there, under the original caller and peer.
+		var stored error
 		if op.audited && !handled && (admitErr == nil || g.refusals.allowNow(principal.Subject)) {
-			g.audit.Record(c.Request().Context(), auth.AuditEvent{
+			stored = g.audit.Record(c.Request().Context(), auth.AuditEvent{
 				RequestID: logging.RequestID(req.Context()), Subject: principal.Subject, Name: principal.Name,
 				Roles: principal.Roles, AuthMethod: principal.Method, Action: op.id,
 				EnvironmentID: env, VolumeID: note.volume, Status: statusOf(c, err), Peer: peer,
 			})
 		}
-		return err
+		if held == nil {
+			return err
+		}
+		if stored != nil && err == nil && c.Response().Status < http.StatusBadRequest {
+			// Done, but not on record: the caller hears 503 and retries;
+			// creates and deletes are idempotent, so the retry converges and
+			// is recorded.
+			held.discard()
+			return fault.RetryLater(5*time.Second, "the change was made but its audit record could not be stored; retry the request")
+		}
+		return errors.Join(err, held.release())
 	}
+}
+
+// heldResponse keeps a handler's answer — status, headers, body — until it
+// is released to the client or discarded for another answer.
+type heldResponse struct {
+	resp   *echo.Response
+	writer http.ResponseWriter
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+// hold makes resp write into a heldResponse until it is released.
+func hold(resp *echo.Response) *heldResponse {
+	h := &heldResponse{resp: resp, writer: resp.Writer, header: resp.Writer.Header().Clone()}
+	resp.Writer = h
+	return h
+}
+
+func (h *heldResponse) Header() http.Header { return h.header }
+
+func (h *heldResponse) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *heldResponse) Write(p []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return h.body.Write(p)
+}
+
+// release writes what was held, if anything, to the client.
+func (h *heldResponse) release() error {
+	h.resp.Writer = h.writer
+	if h.status == 0 {
+		return nil
+	}
+	maps.Copy(h.writer.Header(), h.header)
+	h.writer.WriteHeader(h.status)
+	_, err := h.writer.Write(h.body.Bytes())
+	return err
+}
+
+// discard drops what was held, so the request can be answered anew.
+func (h *heldResponse) discard() {
+	h.resp.Writer = h.writer
+	h.resp.Committed, h.resp.Status, h.resp.Size = false, 0, 0
 }
 
 // authenticate identifies the caller: from a forwarding envelope another

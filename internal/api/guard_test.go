@@ -13,12 +13,18 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/logging"
+	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
@@ -424,5 +430,170 @@ func TestOpenEndpointsDoNotVerifyTokens(t *testing.T) {
 	send(h, http.MethodGet, "/readyz", "", "")
 	if n := verifier.calls.Load(); n != 1 {
 		t.Fatalf("/readyz verified %d tokens, want 1", n)
+	}
+}
+
+// An environment's provider health is read by DCM, admins and viewers in
+// scope; to anyone else an environment that exists, one out of its scope
+// and one that does not exist answer alike (but for the id itself).
+func TestProviderHealthNeedsARoleAndTheScope(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	reg.InsertEnvironment(t, "east")
+	reg.InsertEnvironment(t, "west")
+	const westViewer, westDCM = "sgw_api-test-west-viewer", "sgw_api-test-west-dcm"
+	viewer, dcm := staticToken(westViewer, "west-viewer", auth.RoleViewer), staticToken(westDCM, "west-dcm", auth.RoleDCM)
+	viewer.Environments, dcm.Environments = []string{"west"}, []string{"west"}
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t, viewer, dcm), Audit: testAudit(reg.DB, reg.Logger)})
+	answer := func(id string, headers ...string) (int, string) {
+		req := httptest.NewRequest(http.MethodGet, "/api/v1alpha1/environments/"+id+"/volumes/health", nil)
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, strings.ReplaceAll(rec.Body.String(), id, "ID")
+	}
+	for _, tt := range []struct {
+		name    string
+		headers []string
+		want    int
+	}{
+		{"no token", nil, http.StatusUnauthorized},
+		{"a refused token", []string{"Authorization", "Bearer sgw_not-a-token"}, http.StatusUnauthorized},
+		{"another's viewer", []string{"Authorization", "Bearer " + westViewer}, http.StatusNotFound},
+		{"another's DCM", []string{"Authorization", "Bearer " + westDCM}, http.StatusNotFound},
+	} {
+		code, body := answer("east", tt.headers...)
+		if code != tt.want {
+			t.Errorf("%s: health of an existing environment answered %d %s, want %d", tt.name, code, body, tt.want)
+		}
+		for _, other := range []string{"nowhere", "north-2"} {
+			if c, b := answer(other, tt.headers...); c != code || b != body {
+				t.Errorf("%s: east answers %d %s, %s answers %d %s", tt.name, code, body, other, c, b)
+			}
+		}
+	}
+}
+
+// A change whose audit record cannot be stored is answered 503 with
+// Retry-After, never as done; a refusal is answered as it was.
+func TestAChangeIsNeverAnsweredDoneWithoutItsAuditRecord(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	reg.InsertEnvironment(t, "east")
+	const viewer = "sgw_api-test-viewer"
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t, staticToken(viewer, "viewer", auth.RoleViewer)), Audit: testAudit(reg.DB, reg.Logger)})
+	if _, err := reg.DB.Exec(t.Context(), `ALTER TABLE audit_events ADD CONSTRAINT refuse_all CHECK (false) NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/east", "", "")
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" ||
+		!strings.Contains(rec.Body.String(), "audit record could not be stored") {
+		t.Fatalf("a delete whose audit record failed: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	if rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/east", "", "", "Authorization", "Bearer "+viewer); rec.Code != http.StatusForbidden {
+		t.Fatalf("a viewer's delete while audit records fail: %d %s", rec.Code, rec.Body)
+	}
+	if _, err := reg.DB.Exec(t.Context(), `ALTER TABLE audit_events DROP CONSTRAINT refuse_all`); err != nil {
+		t.Fatal(err)
+	}
+	// The retry finds the change made, and is recorded.
+	if rec := send(h, http.MethodDelete, "/api/v1alpha1/environments/east", "", ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("the retried delete: %d %s", rec.Code, rec.Body)
+	}
+	page, err := testAudit(reg.DB, reg.Logger).List(t.Context(), auth.AuditQuery{Action: "deleteEnvironment"})
+	if err != nil || len(page.Events) != 1 || page.Events[0].Status != http.StatusNotFound {
+		t.Fatalf("audit records %+v %v, want the retry's", page.Events, err)
+	}
+}
+
+// ownsAll owns every environment.
+type ownsAll struct{}
+
+func (ownsAll) Owns(string) bool { return true }
+
+// fixedOwner says replica-1's process owns every environment, at url.
+type fixedOwner struct {
+	url         string
+	incarnation uuid.UUID
+}
+
+func (o fixedOwner) Owner(context.Context, string) (membership.Peer, error) {
+	return membership.Peer{ID: "replica-1", AdvertiseURL: o.url, Incarnation: o.incarnation}, nil
+}
+
+// A genuine forwarded request that reaches the owner after its time — the
+// owner was frozen while the forwarding replica gave up — is answered 503
+// with Retry-After, not 401, and is not logged as an unauthenticated change.
+func TestAStaleForwardIsUnavailableNotUnauthenticated(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	reg.InsertEnvironment(t, "east")
+	keys, err := secrets.NewKeyRing("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := func() *secrets.KeyRing { return keys }
+	incarnation := uuid.New()
+	owner := forwarding.New(forwarding.Options{Keys: ring, Member: "replica-1", Incarnation: incarnation, Logger: reg.Logger})
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t), Audit: testAudit(reg.DB, reg.Logger), Forwarding: owner, Owned: ownsAll{}})
+
+	// What replica-2 sent a minute ago, as the owner reads it on waking.
+	var late *http.Request
+	wire := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		late = httptest.NewRequest(r.Method, r.URL.RequestURI(), nil)
+		late.Header = r.Header.Clone()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer wire.Close()
+	sender := forwarding.New(forwarding.Options{Owners: fixedOwner{wire.URL, incarnation}, Keys: ring, Member: "replica-2",
+		Logger: reg.Logger, Now: func() time.Time { return time.Now().Add(-time.Minute) }})
+	admin := auth.Principal{Subject: "api-test", Name: "api-test", Roles: []auth.Role{auth.RoleAdmin}, Method: auth.MethodStatic}
+	if err := sender.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodDelete, "/api/v1alpha1/environments/east", nil), "east",
+		forwarding.Envelope{Principal: admin, RequestID: "req-late"}, nil); err != nil || late == nil {
+		t.Fatalf("forward: %v", err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, late)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || rec.Header().Get("WWW-Authenticate") != "" {
+		t.Fatalf("a stale forward: %d %v %s, want 503 with Retry-After", rec.Code, rec.Header(), rec.Body)
+	}
+	if strings.Contains(reg.Logs.String(), "unauthenticated change refused") {
+		t.Fatal("a stale forward was logged as an unauthenticated change")
+	}
+	if _, err := reg.Registry.Get(t.Context(), "east"); err != nil {
+		t.Fatalf("the stale forward changed something: %v", err)
+	}
+}
+
+// A database that drops the gateway's connections — a restart, 57P01 —
+// makes a request 503 with Retry-After, never 500, and the next one is
+// served on a new connection.
+func TestARestartingDatabaseIsUnavailableNotAnError(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	reg.InsertEnvironment(t, "east")
+	h := api.New(api.Options{Logger: reg.Logger, Metrics: prometheus.NewRegistry(), Environments: reg.Registry,
+		Auth: testAuth(t), Audit: testAudit(reg.DB, reg.Logger)})
+	const path = "/api/v1alpha1/environments/east"
+	if rec := send(h, http.MethodGet, path, "", ""); rec.Code != http.StatusOK {
+		t.Fatalf("before: %d %s", rec.Code, rec.Body)
+	}
+	admin, err := pgx.Connect(t.Context(), reg.DB.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	var dropped int
+	if err := admin.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&dropped); err != nil || dropped == 0 {
+		t.Fatalf("terminated %d backends: %v", dropped, err)
+	}
+	rec := send(h, http.MethodGet, path, "", "")
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("with its connection dropped: %d %v %s, want 503 with Retry-After", rec.Code, rec.Header(), rec.Body)
+	}
+	if rec := send(h, http.MethodGet, path, "", ""); rec.Code != http.StatusOK {
+		t.Fatalf("after: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 )
 
 // problemContentType is the RFC 9457 media type for error bodies.
@@ -39,6 +41,11 @@ func problemHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
+		}
+		if postgres.Unavailable(err) {
+			logger.WarnContext(c.Request().Context(), "request failed: the database is unavailable", "error", err,
+				"path", c.Request().URL.Path)
+			err = fault.RetryLater(2*time.Second, "the database is unavailable for a moment; retry shortly")
 		}
 		p := toProblem(err)
 		if fe, ok := fault.As(err); ok && fe.RetryAfter > 0 {

@@ -49,6 +49,9 @@ type Check struct {
 type DCMProviders interface {
 	Refresh(ctx context.Context, env environments.Environment, force bool) error
 	InstancesWithoutClaim(ctx context.Context, env environments.Environment) ([]dcm.Instance, error)
+	// CheckRecord has DCM's record of a volume DCM just created read back
+	// (DCM drops status events that come before it stores the record).
+	CheckRecord(environmentID, volumeID string)
 }
 
 // Options configures the HTTP server.

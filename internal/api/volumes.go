@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/version"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
@@ -27,6 +28,9 @@ func (h *handlers) CreateVolume(ctx context.Context, req CreateVolumeRequestObje
 	}
 	noteVolume(ctx, v.ID)
 	if created {
+		if p, _ := auth.FromContext(ctx); h.opts.DCM != nil && p.HasAny([]auth.Role{auth.RoleDCM}) {
+			h.opts.DCM.CheckRecord(req.EnvironmentId, v.ID)
+		}
 		return CreateVolume201JSONResponse(toVolume(v)), nil
 	}
 	return CreateVolume200JSONResponse(toVolume(v)), nil

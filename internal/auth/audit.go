@@ -75,10 +75,11 @@ func NewAuditLog(db *pgxpool.Pool, logger *slog.Logger, retention time.Duration)
 	return &AuditLog{db: db, log: logger, retention: retention}
 }
 
-// Record logs e and stores it. A store that fails is logged (with the
-// event, so the log still holds it) but never fails the request, whose
-// effect has already happened.
-func (a *AuditLog) Record(ctx context.Context, e AuditEvent) {
+// Record logs e and stores it, and returns the store's error: the API
+// then answers a change it made 503 instead of success (the caller's retry
+// converges and is recorded). A store that fails is logged too, with the
+// event, so the log still holds it.
+func (a *AuditLog) Record(ctx context.Context, e AuditEvent) error {
 	roles := RoleNames(e.Roles)
 	attrs := []slog.Attr{
 		slog.Bool("audit", true), slog.String("action", e.Action), slog.String("subject", e.Subject),
@@ -87,10 +88,12 @@ func (a *AuditLog) Record(ctx context.Context, e AuditEvent) {
 		slog.Int("status", e.Status), slog.String("peer", e.Peer), slog.String("request_id", e.RequestID),
 	}
 	a.log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
-	if err := a.store(ctx, e); err != nil {
+	err := a.store(ctx, e)
+	if err != nil {
 		a.log.LogAttrs(ctx, slog.LevelError, "audit event not stored; the log line above is its only record",
 			slog.String("request_id", e.RequestID), slog.String("error", err.Error()))
 	}
+	return err
 }
 
 // store writes e together with whatever other requests are storing now,

@@ -20,12 +20,16 @@ func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
 	log := auth.NewAuditLog(reg.DB, reg.Logger, 48*time.Hour)
 	ctx := context.Background()
 	for i := range 5 {
-		log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", Name: "Alice",
+		if err := log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", Name: "Alice",
 			Roles: []auth.Role{auth.RoleAdmin}, AuthMethod: auth.MethodOIDC, Action: "updateEnvironment",
-			EnvironmentID: []string{"east", "west"}[i%2], Status: 200, Peer: "10.0.0.1:4000"})
+			EnvironmentID: []string{"east", "west"}[i%2], Status: 200, Peer: "10.0.0.1:4000"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	log.Record(ctx, auth.AuditEvent{Subject: "dcm-trusted-network", Roles: []auth.Role{auth.RoleDCM}, AuthMethod: auth.MethodTrustedNetwork,
-		Action: "createVolume", EnvironmentID: "east", VolumeID: "v1", Status: 201, Peer: "10.0.0.2:4000"})
+	if err := log.Record(ctx, auth.AuditEvent{Subject: "dcm-trusted-network", Roles: []auth.Role{auth.RoleDCM}, AuthMethod: auth.MethodTrustedNetwork,
+		Action: "createVolume", EnvironmentID: "east", VolumeID: "v1", Status: 201, Peer: "10.0.0.2:4000"}); err != nil {
+		t.Fatal(err)
+	}
 
 	page, err := log.List(ctx, auth.AuditQuery{})
 	if err != nil {
@@ -102,8 +106,8 @@ func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
 }
 
 // Requests audited at once are stored together; each is answered only once
-// its event is stored, and an event the database refuses costs no other
-// its record.
+// its event is stored, an event the database refuses costs no other its
+// record, and its own Record says it was not stored.
 func TestConcurrentAuditEventsAreAllStored(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	var logs bytes.Buffer
@@ -119,8 +123,11 @@ func TestConcurrentAuditEventsAreAllStored(t *testing.T) {
 			if i == requests/2 {
 				subject = "nul\x00byte" // Postgres refuses text with a NUL
 			}
-			log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: subject, AuthMethod: auth.MethodStatic,
+			err := log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: subject, AuthMethod: auth.MethodStatic,
 				Action: "createVolume", Status: 201})
+			if (err == nil) != (subject == "alice") {
+				t.Errorf("req-%d by %q: Record says %v", i, subject, err)
+			}
 			// Answered only once stored: the event is there now.
 			if subject == "alice" {
 				var n int
@@ -174,8 +181,10 @@ func TestAuditEventsArrivingTogetherShareACommit(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range requests {
 		wg.Go(func() {
-			log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", AuthMethod: auth.MethodStatic,
-				Action: "createVolume", Status: 201})
+			if err := log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", AuthMethod: auth.MethodStatic,
+				Action: "createVolume", Status: 201}); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 	time.Sleep(300 * time.Millisecond) // every request has reached the log

@@ -20,10 +20,11 @@ import (
 // set fetches for an unknown key id at most once per keyRefetchCooldown; a
 // key the issuer really rotated in is accepted on first sight once the
 // cooldown since the last fetch has passed. Known keys are re-read after
-// keyMaxAge so a key the issuer withdrew stops verifying.
+// keyMaxAge, so a key the issuer withdrew stops verifying within keyMaxAge
+// plus verifiedTTL (six minutes), or at once on a reload (SIGHUP).
 const (
 	keyRefetchCooldown = 30 * time.Second
-	keyMaxAge          = time.Hour
+	keyMaxAge          = 5 * time.Minute
 	keyFetchTimeout    = 10 * time.Second
 	// maxJWKSSize bounds what is read from the issuer.
 	maxJWKSSize = 1 << 20
@@ -120,9 +121,25 @@ func (k *keySet) cached() (keys []jose.JSONWebKey, fresh bool) {
 // concurrent callers share one fetch (which does not end with the context
 // of the caller that started it). It returns the keys it has either way.
 func (k *keySet) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
-	result := k.fetches.DoChan("jwks", func() (any, error) {
+	return k.fetchShared(ctx, false)
+}
+
+// reload fetches the key set now, whatever the cooldown (an operator's
+// SIGHUP after the issuer withdrew a key); the cooldown for unknown key ids
+// then runs from this fetch. A failed fetch keeps the keys held.
+func (k *keySet) reload(ctx context.Context) error {
+	_, err := k.fetchShared(ctx, true)
+	return err
+}
+
+func (k *keySet) fetchShared(ctx context.Context, now bool) ([]jose.JSONWebKey, error) {
+	key := "jwks"
+	if now {
+		key = "jwks-reload" // never answered by a fetch that started before the reload
+	}
+	result := k.fetches.DoChan(key, func() (any, error) {
 		k.mu.Lock()
-		if !k.fetched.IsZero() && k.now().Sub(k.fetched) < k.cooldown {
+		if !now && !k.fetched.IsZero() && k.now().Sub(k.fetched) < k.cooldown {
 			defer k.mu.Unlock()
 			return k.keys, nil
 		}

@@ -43,8 +43,15 @@ type OIDCOptions struct {
 	EnvironmentsClaim string
 	// SigningAlgs are the accepted JWS algorithms (default RS256, ES256).
 	SigningAlgs []string
-	// ClockSkew is the tolerance on exp and nbf.
+	// ClockSkew is the tolerance on exp, nbf and iat.
 	ClockSkew time.Duration
+	// MaxLifetime bounds a token's exp − iat (0: no bound): a token minted
+	// to live for years is refused even though it verifies.
+	MaxLifetime time.Duration
+	// AuthorizedParties, if set, are the clients (azp) whose tokens are
+	// accepted; by default any client of the realm whose token names the
+	// audience.
+	AuthorizedParties []string
 	// HTTPClient reaches the issuer (default: one with a 10 s timeout).
 	HTTPClient *http.Client
 	// Now is the clock (tests move it); default time.Now.
@@ -66,6 +73,8 @@ type OIDC struct {
 	lastDiscovery time.Time
 
 	verified verifiedTokens
+	// names are the claim names read strictly (claims.go).
+	names claimNames
 }
 
 // discovered is what the issuer's discovery document yields.
@@ -86,7 +95,8 @@ func NewOIDC(opts OIDCOptions) *OIDC {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	o := &OIDC{opts: opts, verified: verifiedTokens{entries: map[[sha256.Size]byte]verifiedToken{}}}
+	o := &OIDC{opts: opts, verified: verifiedTokens{entries: map[[sha256.Size]byte]verifiedToken{}},
+		names: newClaimNames(append(slices.Clone(opts.RoleClaims), opts.EnvironmentsClaim)...)}
 	for _, a := range opts.SigningAlgs {
 		o.algs = append(o.algs, jose.SignatureAlgorithm(a))
 	}
@@ -128,6 +138,19 @@ func (o *OIDC) discovered(ctx context.Context) (*discovered, error) {
 	return d, nil
 }
 
+// Reload reads the issuer's key set again now and forgets every verified
+// token, so a key the issuer withdrew stops verifying at once (SIGHUP). The
+// keys held stay in use if the issuer cannot be read.
+func (o *OIDC) Reload(ctx context.Context) error {
+	d, err := o.discovered(ctx)
+	if err != nil {
+		return err
+	}
+	err = d.keys.reload(ctx)
+	o.verified.clear()
+	return err
+}
+
 func (o *OIDC) discover(ctx context.Context) (*discovered, error) {
 	dctx, cancel := context.WithTimeout(oidc.ClientContext(context.WithoutCancel(ctx), o.opts.HTTPClient), keyFetchTimeout)
 	defer cancel()
@@ -151,21 +174,32 @@ func (o *OIDC) discover(ctx context.Context) (*discovered, error) {
 	})}, nil
 }
 
-// Verify checks the token's signature, issuer, audience, algorithm and
-// lifetime, and maps its claims to a principal. A token verified in the
-// last minute is answered from the cache of verified tokens.
+// Verify reads the token strictly (see claims.go), checks its signature,
+// issuer, audience and algorithm with go-oidc, then its type, authorized
+// party and lifetime, and maps its claims to a principal. A token verified
+// in the last minute is answered from the cache of verified tokens.
 func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 	now := o.opts.Now()
 	sum := sha256.Sum256([]byte(token))
 	if p, ok := o.verified.get(sum, now); ok {
 		return p, nil
 	}
+	header, payload, err := compactParts(token)
+	if err != nil {
+		return Principal{}, err
+	}
+	if err := readHeader(header); err != nil {
+		return Principal{}, err
+	}
+	claims, err := strictObject(payload, o.names)
+	if err != nil {
+		return Principal{}, fmt.Errorf("the token's claims: %w", err)
+	}
 	d, err := o.discovered(ctx)
 	if err != nil {
 		return Principal{}, err
 	}
-	idt, err := d.verifier.Verify(ctx, token)
-	if err != nil {
+	if _, err := d.verifier.Verify(ctx, token); err != nil {
 		// go-oidc flattens the key set's errors: ask it directly whether
 		// the issuer's keys could not be had at all.
 		if d.keys.unavailable() {
@@ -173,89 +207,91 @@ func (o *OIDC) Verify(ctx context.Context, token string) (Principal, error) {
 		}
 		return Principal{}, err
 	}
-	var all map[string]any
-	if err := idt.Claims(&all); err != nil {
+	expiry, err := o.checkClaims(claims, now)
+	if err != nil {
 		return Principal{}, err
 	}
-	if err := o.checkLifetime(all, now); err != nil {
-		return Principal{}, err
-	}
-	if idt.Subject == "" {
-		return Principal{}, errors.New("the token has no subject")
-	}
-	p := Principal{Subject: idt.Subject, Method: MethodOIDC}
-	if p.Name, _ = all["preferred_username"].(string); p.Name == "" {
-		p.Name = p.Subject
-	}
-	for _, path := range o.opts.RoleClaims {
-		v, _ := lookup(all, path)
-		for _, name := range asStrings(v) {
-			if r, ok := ParseRole(strings.TrimPrefix(name, o.opts.RolePrefix)); ok && strings.HasPrefix(name, o.opts.RolePrefix) && !slices.Contains(p.Roles, r) {
-				p.Roles = append(p.Roles, r)
-			}
-		}
-	}
-	if o.opts.EnvironmentsClaim != "" {
-		if raw, ok := lookup(all, o.opts.EnvironmentsClaim); ok {
-			p.Environments = []string{}
-			for _, id := range asStrings(raw) {
-				if resourceIDMatch.MatchString(id) {
-					p.Environments = append(p.Environments, id)
-				}
-			}
-		}
-	}
+	p := o.principal(claims)
 	until := now.Add(verifiedTTL)
-	if expiry := idt.Expiry.Add(o.opts.ClockSkew); expiry.Before(until) {
+	if expiry = expiry.Add(o.opts.ClockSkew); expiry.Before(until) {
 		until = expiry
 	}
 	o.verified.put(sum, p, until, now)
 	return p, nil
 }
 
-// checkLifetime holds exp (required), nbf and iat to now within the skew.
-func (o *OIDC) checkLifetime(claims map[string]any, now time.Time) error {
-	exp, ok := claims["exp"].(float64)
-	if !ok {
-		return errors.New("the token has no expiry")
-	}
-	if now.After(time.Unix(int64(exp), 0).Add(o.opts.ClockSkew)) {
-		return errors.New("the token has expired")
-	}
-	for _, name := range []string{"nbf", "iat"} {
-		if t, ok := claims[name].(float64); ok && time.Unix(int64(t), 0).After(now.Add(o.opts.ClockSkew)) {
-			return fmt.Errorf("the token's %s is in the future", name)
+// checkClaims holds the token to what the gateway accepts: an access token
+// (typ Bearer, as Keycloak's are, when it says), from an authorized party
+// when a list of them is configured, with a subject, and a lifetime of
+// JSON-number dates — exp and iat required, nbf optional — that has begun,
+// has not ended (both within the skew) and is no longer than the maximum.
+// It returns the expiry.
+func (o *OIDC) checkClaims(claims map[string]any, now time.Time) (time.Time, error) {
+	if typ, ok := claims["typ"]; ok {
+		if s, _ := typ.(string); !strings.EqualFold(s, "Bearer") {
+			return time.Time{}, errors.New("the token's typ is not Bearer: not an access token")
 		}
 	}
-	return nil
+	if len(o.opts.AuthorizedParties) > 0 {
+		if azp, _ := claims["azp"].(string); !slices.Contains(o.opts.AuthorizedParties, azp) {
+			return time.Time{}, errors.New("the token's azp is not one of the authorized parties")
+		}
+	}
+	if sub, _ := claims["sub"].(string); sub == "" {
+		return time.Time{}, errors.New("the token has no subject")
+	}
+	exp, ok, err := numericDate(claims, "exp")
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case !ok:
+		return time.Time{}, errors.New("the token has no expiry")
+	case now.After(exp.Add(o.opts.ClockSkew)):
+		return time.Time{}, errors.New("the token has expired")
+	}
+	iat, ok, err := numericDate(claims, "iat")
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case !ok:
+		return time.Time{}, errors.New("the token has no iat (issue time)")
+	case iat.After(now.Add(o.opts.ClockSkew)):
+		return time.Time{}, errors.New("the token's iat is in the future")
+	case o.opts.MaxLifetime > 0 && exp.Sub(iat) > o.opts.MaxLifetime:
+		return time.Time{}, fmt.Errorf("the token lives %s, longer than the %s allowed", exp.Sub(iat), o.opts.MaxLifetime)
+	}
+	nbf, ok, err := numericDate(claims, "nbf")
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case ok && nbf.After(now.Add(o.opts.ClockSkew)):
+		return time.Time{}, errors.New("the token's nbf is in the future")
+	}
+	return exp, nil
 }
 
-// lookup returns the value at a dotted path of claims, and whether it is
-// there at all.
-func lookup(doc map[string]any, path string) (any, bool) {
-	var cur any = doc
-	for part := range strings.SplitSeq(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[part]; !ok {
-			return nil, false
-		}
+// principal maps verified claims to a principal: names cleaned and bounded
+// (see CleanName), roles from the role claims, scope from the environments
+// claim.
+func (o *OIDC) principal(claims map[string]any) Principal {
+	sub, _ := claims["sub"].(string)
+	p := Principal{Subject: CleanName(sub), Method: MethodOIDC}
+	if name, _ := claims["preferred_username"].(string); name != "" {
+		p.Name = CleanName(name)
+	} else {
+		p.Name = p.Subject
 	}
-	return cur, true
-}
-
-func asStrings(v any) []string {
-	list, ok := v.([]any)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, item := range list {
-		if s, ok := item.(string); ok {
-			out = append(out, s)
+	for _, path := range o.opts.RoleClaims {
+		for _, name := range roleNames(claims, path) {
+			if r, ok := ParseRole(strings.TrimPrefix(name, o.opts.RolePrefix)); ok && strings.HasPrefix(name, o.opts.RolePrefix) && !slices.Contains(p.Roles, r) {
+				p.Roles = append(p.Roles, r)
+			}
 		}
 	}
-	return out
+	if o.opts.EnvironmentsClaim != "" {
+		if ids, present := scopeClaim(claims, o.opts.EnvironmentsClaim); present {
+			p.Environments = ids
+		}
+	}
+	return p
 }

@@ -34,8 +34,26 @@ func verifier(issuer *oidctest.Issuer, c *clock) *auth.OIDC {
 	return auth.NewOIDC(auth.OIDCOptions{
 		IssuerURL: issuer.URL, Audience: "dcm-api", ClockSkew: 30 * time.Second,
 		RoleClaims: []string{"realm_access.roles", "resource_access.dcm-api.roles"}, RolePrefix: "storage-gateway-",
-		EnvironmentsClaim: "storage_gateway.environments", Now: c.Now,
+		EnvironmentsClaim: "storage_gateway.environments", Now: c.Now, MaxLifetime: 24 * time.Hour,
 	})
+}
+
+// claimEdits are a valid token's claims for subject with roles, and those
+// claims with one claim set to a value, or left out.
+func claimEdits(issuer *oidctest.Issuer, subject string, roles ...string) (valid func() map[string]any,
+	with func(string, any) map[string]any, without func(string) map[string]any) {
+	valid = func() map[string]any { return issuer.Claims(subject, roles...) }
+	with = func(k string, v any) map[string]any {
+		claims := valid()
+		claims[k] = v
+		return claims
+	}
+	without = func(k string) map[string]any {
+		claims := valid()
+		delete(claims, k)
+		return claims
+	}
+	return valid, with, without
 }
 
 // bearer authenticates token through an Authenticator in OIDC mode.
@@ -90,12 +108,7 @@ func TestOIDCRefusesInvalidAndForgedTokens(t *testing.T) {
 	other := oidctest.Start(t) // a real issuer, but not the configured one
 	c := newClock()
 	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: verifier(issuer, c)})
-	valid := func() map[string]any { return issuer.Claims("mallory", "admin") }
-	with := func(k string, v any) map[string]any {
-		claims := valid()
-		claims[k] = v
-		return claims
-	}
+	valid, with, _ := claimEdits(issuer, "mallory", "admin")
 	now := time.Now()
 	good := issuer.Token(t, valid())
 	parts := strings.Split(good, ".")
@@ -213,7 +226,8 @@ func TestUnknownKeyIDsFetchTheKeySetAtMostOncePerCooldown(t *testing.T) {
 	}
 }
 
-// A withdrawn key stops verifying once the cached key set is an hour old.
+// A withdrawn key stops verifying once the cached key set is five minutes
+// old (and the cache's minute is over): within six minutes.
 func TestWithdrawnKeysStopVerifying(t *testing.T) {
 	issuer := oidctest.Start(t)
 	first := issuer.Token(t, issuer.Claims("alice", "admin"))
@@ -225,13 +239,60 @@ func TestWithdrawnKeysStopVerifying(t *testing.T) {
 	withdrawn := issuer.SigningKeyID()
 	issuer.AddKey(t, jose.RS256) // the new key signs from now on
 	issuer.RemoveKey(withdrawn)
-	c.Advance(59 * time.Minute)
+	c.Advance(4 * time.Minute)
 	if _, err := bearer(a, first); err != nil {
-		t.Fatalf("within the hour the cached key still verifies: %v", err)
+		t.Fatalf("within five minutes the cached key still verifies: %v", err)
 	}
 	c.Advance(2 * time.Minute)
 	if _, err := bearer(a, first); err == nil {
-		t.Fatal("a key the issuer withdrew still verifies after the key set was re-read")
+		t.Fatal("a key the issuer withdrew still verifies six minutes later")
+	}
+}
+
+// A reload (SIGHUP) reads the key set at once and forgets verified tokens:
+// a withdrawn key stops verifying immediately, while unknown key ids still
+// fetch at most once per cooldown, counted from the reload's fetch.
+func TestAReloadReadsTheKeySetAtOnce(t *testing.T) {
+	issuer := oidctest.Start(t)
+	token := issuer.Token(t, issuer.Claims("alice", "admin"))
+	c := newClock()
+	v := verifier(issuer, c)
+	a := auth.New(auth.Options{Mode: auth.ModeOIDC, Tokens: v})
+	if _, err := bearer(a, token); err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := issuer.SigningKeyID()
+	issuer.AddKey(t, jose.RS256)
+	issuer.RemoveKey(withdrawn)
+	if _, err := bearer(a, token); err != nil {
+		t.Fatalf("before the reload the cached token is still served: %v", err)
+	}
+	before := issuer.JWKSFetches()
+	if err := v.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := issuer.JWKSFetches() - before; got != 1 {
+		t.Fatalf("a reload made %d fetches, want 1", got)
+	}
+	if _, err := bearer(a, token); err == nil {
+		t.Fatal("a token of a withdrawn key verified after the reload")
+	}
+	for i := range 50 {
+		if _, err := bearer(a, issuer.TokenWithKid(t, fmt.Sprint("random-", i), issuer.Claims("x", "admin"))); err == nil {
+			t.Fatal("a token with an unknown kid was accepted")
+		}
+	}
+	if got := issuer.JWKSFetches() - before; got != 1 {
+		t.Fatalf("unknown kids right after the reload made %d more fetches, want 0", got-1)
+	}
+	// The issuer is down: the reload fails, the keys held stay in use.
+	fresh := issuer.Token(t, issuer.Claims("bob", "admin"))
+	issuer.SetKeysDown(true)
+	if err := v.Reload(t.Context()); err == nil {
+		t.Fatal("a reload while the key set is down reported success")
+	}
+	if _, err := bearer(a, fresh); err != nil {
+		t.Fatalf("a failed reload dropped the keys held: %v", err)
 	}
 }
 

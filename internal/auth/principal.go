@@ -3,6 +3,8 @@ package auth
 import (
 	"context"
 	"slices"
+
+	"github.com/dcm-project/storage-gateway/internal/logging"
 )
 
 // Role is what a principal may do. Operations name the roles they admit in
@@ -117,3 +119,13 @@ func FromContext(ctx context.Context) (Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(Principal)
 	return p, ok
 }
+
+// maxNameLength bounds a principal's subject and name, in bytes.
+const maxNameLength = 256
+
+// CleanName is a subject or name from a token as the gateway keeps it:
+// control, format and bidirectional characters as spaces, invalid UTF-8
+// replaced, at most 256 bytes. It is applied once, where the principal is
+// built, so the log, the audit table (which refuses NUL), problem details
+// and the CLI all show the same storable text.
+func CleanName(s string) string { return logging.Clean(s, maxNameLength) }

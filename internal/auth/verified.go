@@ -11,7 +11,7 @@ import (
 // again for every request costs tens of microseconds and allocations, so a
 // verified token's principal is kept for verifiedTTL (never past the
 // token's own expiry). The TTL bounds how long a key the issuer withdrew
-// still admits tokens it signed. Tokens are keyed by their SHA-256, so the
+// still admits tokens it signed; a reload (SIGHUP) clears the cache. Tokens are keyed by their SHA-256, so the
 // cache holds no token.
 const (
 	verifiedTTL        = time.Minute
@@ -56,4 +56,11 @@ func (c *verifiedTokens) put(sum [sha256.Size]byte, p Principal, until, now time
 		}
 	}
 	c.entries[sum] = verifiedToken{principal: p, until: until}
+}
+
+// clear forgets every verified token.
+func (c *verifiedTokens) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.entries)
 }

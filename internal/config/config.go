@@ -84,6 +84,10 @@ type Config struct {
 	// (API Priority and Fairness); the rate halves on a 429 and climbs back.
 	ClusterQPS   float32 `env:"SG_CLUSTER_QPS" envDefault:"500"`
 	ClusterBurst int     `env:"SG_CLUSTER_BURST" envDefault:"1000"`
+	// ClusterWriteTimeout bounds each write of an API request to a cluster
+	// (create, expand, delete a claim): past it the caller hears 503 and
+	// the reconciler settles the outcome. Well under DCM's client timeout.
+	ClusterWriteTimeout time.Duration `env:"SG_CLUSTER_WRITE_TIMEOUT" envDefault:"10s"`
 	// ClusterSyncTimeout bounds a cluster's initial cache sync; after it the
 	// environment is reported unreachable and keeps retrying.
 	ClusterSyncTimeout time.Duration `env:"SG_CLUSTER_SYNC_TIMEOUT" envDefault:"30s"`
@@ -144,6 +148,11 @@ type Config struct {
 	OIDCSigningAlgs string `env:"SG_OIDC_SIGNING_ALGS" envDefault:"RS256,ES256"`
 	// OIDCClockSkew is the tolerance on a token's exp, nbf and iat.
 	OIDCClockSkew time.Duration `env:"SG_OIDC_CLOCK_SKEW" envDefault:"30s"`
+	// OIDCMaxTokenLifetime bounds a token's exp − iat.
+	OIDCMaxTokenLifetime time.Duration `env:"SG_OIDC_MAX_TOKEN_LIFETIME" envDefault:"24h"`
+	// OIDCAuthorizedParties, if set, are the clients (azp) whose tokens are
+	// accepted.
+	OIDCAuthorizedParties string `env:"SG_OIDC_AUTHORIZED_PARTIES"`
 	// AllowedHosts are the Host names the API answers to; empty accepts any
 	// when authentication is on, and only loopback names when it is off.
 	AllowedHosts string `env:"SG_ALLOWED_HOSTS"`
@@ -285,6 +294,9 @@ func (c Config) Validate() error {
 	if c.ClusterQPS <= 0 || c.ClusterBurst < 1 {
 		add("SG_CLUSTER_QPS/SG_CLUSTER_BURST", "must be positive")
 	}
+	if c.ClusterWriteTimeout < time.Second || c.ClusterWriteTimeout > time.Minute {
+		add("SG_CLUSTER_WRITE_TIMEOUT", "must be between 1s and 1m, e.g. 10s")
+	}
 	if c.ClusterSyncTimeout <= 0 {
 		add("SG_CLUSTER_SYNC_TIMEOUT", "must be a positive duration, e.g. 30s")
 	}
@@ -356,6 +368,9 @@ func (c Config) validateAuth(add func(name, msg string)) {
 		if c.OIDCClockSkew < 0 || c.OIDCClockSkew > 5*time.Minute {
 			add("SG_OIDC_CLOCK_SKEW", "must be between 0s and 5m")
 		}
+		if c.OIDCMaxTokenLifetime < time.Minute || c.OIDCMaxTokenLifetime > 30*24*time.Hour {
+			add("SG_OIDC_MAX_TOKEN_LIFETIME", "must be between 1m and 720h")
+		}
 	default:
 		add("SG_AUTH_MODE", "must be oidc, static or disabled")
 	}
@@ -418,6 +433,9 @@ func SecureOrLoopback(u *url.URL) bool {
 
 // OIDCRoleClaimList is SG_OIDC_ROLE_CLAIMS as a list.
 func (c Config) OIDCRoleClaimList() []string { return splitList(c.OIDCRoleClaims) }
+
+// OIDCAuthorizedPartyList is SG_OIDC_AUTHORIZED_PARTIES as a list.
+func (c Config) OIDCAuthorizedPartyList() []string { return splitList(c.OIDCAuthorizedParties) }
 
 // OIDCSigningAlgList is SG_OIDC_SIGNING_ALGS as a list.
 func (c Config) OIDCSigningAlgList() []string { return splitList(c.OIDCSigningAlgs) }

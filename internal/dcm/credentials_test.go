@@ -43,12 +43,16 @@ func fakeDCM(t *testing.T) (*httptest.Server, func() []string) {
 	}
 }
 
-// runRegistrar runs a registrar with opts (serving every instance unless
-// opts say otherwise) until the test ends, and returns it.
+// runRegistrar runs a registrar with opts (serving every instance and
+// repeating no status unless opts say otherwise) until the test ends, and
+// returns it.
 func runRegistrar(t *testing.T, opts dcm.Options) *dcm.Registrar {
 	t.Helper()
 	if opts.Served == nil {
 		opts.Served = servedAll
+	}
+	if opts.Repeat == nil {
+		opts.Repeat = repeatNone
 	}
 	r, err := dcm.New(opts)
 	if err != nil {

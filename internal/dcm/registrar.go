@@ -20,6 +20,7 @@ import (
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
 	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
 	"github.com/google/uuid"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/changes"
@@ -74,6 +75,9 @@ type Options struct {
 	// Audit records what the registrar does on its own: taking a provider
 	// name back.
 	Audit *auth.AuditLog
+	// Repeat queues a volume's status again unless heard, DCM's record of
+	// it, says that status already (see records.go); required.
+	Repeat func(ctx context.Context, environmentID, volumeID, heard string) (bool, error)
 }
 
 // Registrar keeps every environment with dcm.register that this replica
@@ -90,6 +94,9 @@ type Registrar struct {
 	registryChanges  *changes.Subscription[environments.Change]
 	ownershipChanges *changes.Subscription[membership.Change]
 	clusterChanges   *changes.Subscription[clusters.Change]
+
+	// records are the created volumes whose record in DCM is read back.
+	records workqueue.TypedDelayingInterface[recordCheck]
 
 	mu    sync.Mutex
 	state map[string]*registration
@@ -158,11 +165,11 @@ func New(opts Options) (*Registrar, error) {
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = 30 * time.Second
 	}
-	if opts.Served == nil {
-		return nil, errors.New("dcm: Options.Served is required")
+	if opts.Served == nil || opts.Repeat == nil {
+		return nil, errors.New("dcm: Options.Served and Options.Repeat are required")
 	}
 	r := &Registrar{opts: opts, client: client, instances: instances, log: opts.Logger.With("component", "dcm"),
-		wake: make(chan struct{}, 1), state: map[string]*registration{},
+		wake: make(chan struct{}, 1), state: map[string]*registration{}, records: workqueue.NewTypedDelayingQueue[recordCheck](),
 		registryChanges: opts.Environments.Subscribe(), ownershipChanges: opts.Owned.Subscribe()}
 	if opts.Clusters != nil {
 		r.clusterChanges = opts.Clusters.Subscribe()
@@ -196,12 +203,15 @@ func (r *Registrar) changed() {
 	}
 }
 
-// Run registers until ctx ends. Deregistrations run on the same loop as
-// registrations, so a registration that read the environment before it was
-// deleted can never land after its deregistration.
+// Run registers, and checks created volumes' records in DCM, until ctx
+// ends. Deregistrations run on the same loop as registrations, so a
+// registration that read the environment before it was deleted can never
+// land after its deregistration.
 func (r *Registrar) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer r.records.ShutDown()
+	wg.Go(func() { r.checkRecords(ctx) })
 	wg.Go(func() {
 		r.registryChanges.Run(ctx, func(ctx context.Context, c environments.Change) {
 			if c.Deleted {
@@ -488,7 +498,8 @@ func (r *Registrar) audit(ctx context.Context, environmentID string, o outcome) 
 	if o.State != StateRegistered {
 		code = http.StatusServiceUnavailable
 	}
-	r.opts.Audit.Record(ctx, auth.AuditEvent{RequestID: uuid.NewString(), Subject: "storage-gateway", Name: "storage-gateway",
+	// A failure is logged; the take-back stands.
+	_ = r.opts.Audit.Record(ctx, auth.AuditEvent{RequestID: uuid.NewString(), Subject: "storage-gateway", Name: "storage-gateway",
 		AuthMethod: auth.MethodGateway, Action: "reclaimDCMProvider", EnvironmentID: environmentID, Status: code})
 }
 

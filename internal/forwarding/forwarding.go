@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -45,6 +46,19 @@ const maxAge = 30 * time.Second
 // maxBody bounds the body of a forwarded request: more than any operation
 // accepts (the API's own limits apply after).
 const maxBody = 1 << 20
+
+// Forwarding deadlines. An owner that is frozen (SIGSTOP, a long GC pause,
+// a partition) accepts connections in its kernel and never answers: without
+// a deadline the caller waits until it gives up, and the owner, when it
+// wakes, refuses the envelope as stale. So a forward connects within
+// dialTimeout and is answered within DefaultTimeout, or the caller hears
+// 503 with Retry-After well inside DCM's own client timeout; the owner's
+// cluster writes have a shorter deadline of their own, so a live owner
+// answers first.
+const (
+	dialTimeout    = 2 * time.Second
+	DefaultTimeout = 15 * time.Second
+)
 
 // Envelope is what a forwarded request says about its caller and itself.
 type Envelope struct {
@@ -102,9 +116,14 @@ type Options struct {
 	Member      string
 	Incarnation uuid.UUID
 	Logger      *slog.Logger
-	// Transport carries forwarded requests (default: a clone of
-	// http.DefaultTransport).
+	// Transport carries forwarded requests (default: one of its own, with
+	// the dial and header deadlines).
 	Transport http.RoundTripper
+	// Timeout bounds a whole forward (default DefaultTimeout).
+	Timeout time.Duration
+	// Now is the clock envelopes are issued and checked by (tests move
+	// it); default time.Now.
+	Now func() time.Time
 }
 
 // Forwarder forwards requests to their environment's owner and verifies
@@ -116,10 +135,23 @@ type Forwarder struct {
 
 // New returns a Forwarder.
 func New(opts Options) *Forwarder {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	if opts.Transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil // replicas talk directly: an envelope never passes through a proxy
-		opts.Transport = t
+		opts.Transport = &http.Transport{
+			Proxy:                 nil, // replicas talk directly: an envelope never passes through a proxy
+			DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          100,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: opts.Timeout,
+			ExpectContinueTimeout: time.Second,
+		}
 	}
 	return &Forwarder{opts: opts, seen: newSeen()}
 }
@@ -127,6 +159,12 @@ func New(opts Options) *Forwarder {
 // ErrInvalid says a request carried a forwarding envelope that is not
 // genuine, not current, or not for this request.
 var ErrInvalid = errors.New("forwarded request not accepted")
+
+// ErrStale says a genuine envelope arrived after its time: the forwarding
+// replica's deadline has passed (this replica was frozen, or the clocks are
+// apart), so whoever sent it has answered its caller already. The caller's
+// retry is the request to serve.
+var ErrStale = fmt.Errorf("%w: the envelope is out of date", ErrInvalid)
 
 // Forward proxies r, whose body is body, for env to the replica that owns
 // it, on behalf of e's caller, and writes the owner's answer to w. An
@@ -147,7 +185,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 		return fault.New(fault.Unavailable, "replica %s advertises an unusable address", member)
 	}
 	e.Member, e.Target, e.TargetIncarnation, e.Nonce = f.opts.Member, member, owner.Incarnation, rand.Text()
-	e.Issued, e.Method, e.URI, e.Headers, e.BodySHA256 = time.Now().UTC(), r.Method, r.URL.RequestURI(), headersOf(r), sha(body)
+	e.Issued, e.Method, e.URI, e.Headers, e.BodySHA256 = f.opts.Now().UTC(), r.Method, r.URL.RequestURI(), headersOf(r), sha(body)
 	header, signature, err := f.sign(e)
 	if err != nil {
 		return err
@@ -181,7 +219,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
 		ErrorLog:     slog.NewLogLogger(f.opts.Logger.Handler(), slog.LevelWarn),
 	}
-	proxy.ServeHTTP(w, r)
+	ctx, cancel := context.WithTimeout(r.Context(), f.opts.Timeout)
+	defer cancel()
+	proxy.ServeHTTP(w, r.WithContext(ctx))
 	if failed != nil {
 		f.opts.Logger.WarnContext(r.Context(), "forward a request to the environment's owner", "environment", env, "member", member, "error", failed)
 		return fault.RetryLater(time.Second, "environment %s is served by replica %s, which did not answer; retry shortly", env, member)
@@ -235,8 +275,8 @@ func (f *Forwarder) Verify(r *http.Request) (e Envelope, forwarded bool, err err
 	if err != nil || json.Unmarshal(raw, &e) != nil {
 		return Envelope{}, true, fmt.Errorf("%w: the envelope does not decode", ErrInvalid)
 	}
-	if age := time.Since(e.Issued); age > maxAge || age < -maxAge {
-		return Envelope{}, true, fmt.Errorf("%w: issued %s ago", ErrInvalid, age.Round(time.Second))
+	if age := f.opts.Now().Sub(e.Issued); age > maxAge || age < -maxAge {
+		return Envelope{}, true, fmt.Errorf("%w: issued %s ago", ErrStale, age.Round(time.Second))
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {

@@ -1,6 +1,7 @@
 package forwarding
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 )
 
@@ -143,5 +146,52 @@ func TestVerify(t *testing.T) {
 	unsigned.Header.Set(EnvelopeHeader, "e30")
 	if _, forwarded, err := f.Verify(unsigned); !forwarded || !errors.Is(err, ErrInvalid) {
 		t.Errorf("an unsigned envelope: forwarded %v, %v", forwarded, err)
+	}
+}
+
+// A stale envelope is refused as stale (the API answers 503, not 401).
+func TestAStaleEnvelopeIsStale(t *testing.T) {
+	f := newForwarder(t, ring(t, "k1"))
+	for name, issued := range map[string]time.Time{"stale": time.Now().Add(-time.Minute), "from the future": time.Now().Add(time.Minute)} {
+		if _, _, err := f.Verify(signed(t, f, http.MethodGet, "", uri, "", issued)); !errors.Is(err, ErrStale) {
+			t.Errorf("%s: %v, want ErrStale", name, err)
+		}
+	}
+	if _, _, err := f.Verify(signed(t, f, http.MethodGet, "", "/elsewhere", "", time.Now())); errors.Is(err, ErrStale) || !errors.Is(err, ErrInvalid) {
+		t.Errorf("an envelope for another request: %v, want invalid, not stale", err)
+	}
+}
+
+// staticOwner owns every environment, at url.
+type staticOwner struct{ url string }
+
+func (o staticOwner) Owner(context.Context, string) (membership.Peer, error) {
+	return membership.Peer{ID: "replica-2", AdvertiseURL: o.url, Incarnation: uuid.New()}, nil
+}
+
+// An owner that accepts the connection and never answers — frozen by
+// SIGSTOP, a GC pause — gives the caller 503 with Retry-After within the
+// deadline, and nothing is written.
+func TestAFrozenOwnerIsUnavailableWithinTheDeadline(t *testing.T) {
+	release := make(chan struct{})
+	owner := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer owner.Close()
+	defer close(release)
+	keys := ring(t, "k1")
+	f := New(Options{Owners: staticOwner{owner.URL}, Keys: func() *secrets.KeyRing { return keys }, Member: "replica-1",
+		Incarnation: incarnation, Logger: slog.New(slog.DiscardHandler), Timeout: 500 * time.Millisecond})
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	err := f.Forward(rec, httptest.NewRequest(http.MethodDelete, uri, nil), "east", Envelope{RequestID: "req-1"}, nil)
+	took := time.Since(start)
+	var problem *fault.Error
+	if !errors.As(err, &problem) || problem.Kind != fault.Unavailable || problem.RetryAfter <= 0 {
+		t.Fatalf("a frozen owner: %v, want 503 with Retry-After", err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("answered after %s, want within the 500ms deadline", took)
+	}
+	if rec.Body.Len() != 0 || rec.Code != http.StatusOK && rec.Code != 0 {
+		t.Fatalf("wrote %d %q", rec.Code, rec.Body)
 	}
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // newAuthenticator builds the API's authentication from the settings. reload
-// re-reads the static token file (on SIGHUP); it is nil in other modes.
-func newAuthenticator(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *auth.Authenticator, reload func() error, _ error) {
+// (on SIGHUP) re-reads the static token file, or the OIDC issuer's key
+// set; it is nil in disabled mode.
+func newAuthenticator(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *auth.Authenticator, reload func(context.Context) error, _ error) {
 	opts := auth.Options{Mode: auth.Mode(cfg.AuthMode), TrustedNetworks: cfg.DCMTrustedNetworks(), TrustedHosts: servedHosts(cfg)}
 	switch opts.Mode {
 	case auth.ModeDisabled:
@@ -27,19 +28,20 @@ func newAuthenticator(ctx context.Context, cfg config.Config, logger *slog.Logge
 		if err != nil {
 			return nil, nil, err
 		}
-		opts.Tokens, reload = tokens, tokens.Reload
+		opts.Tokens, reload = tokens, func(context.Context) error { return tokens.Reload() }
 		logger.Info("API authentication: static tokens", "tokens", tokens.Count(), "file", cfg.AuthTokenFile)
 	case auth.ModeOIDC:
 		verifier := auth.NewOIDC(auth.OIDCOptions{
 			IssuerURL: cfg.OIDCIssuerURL, Audience: cfg.OIDCAudience, RoleClaims: cfg.OIDCRoleClaimList(),
 			RolePrefix: cfg.OIDCRolePrefix, EnvironmentsClaim: cfg.OIDCEnvironmentsClaim,
 			SigningAlgs: cfg.OIDCSigningAlgList(), ClockSkew: cfg.OIDCClockSkew,
+			MaxLifetime: cfg.OIDCMaxTokenLifetime, AuthorizedParties: cfg.OIDCAuthorizedPartyList(),
 		})
 		if err := verifier.Discover(ctx); err != nil {
 			logger.Warn("the identity provider cannot be reached yet; API calls that need a token answer 503 until it can",
 				"issuer", cfg.OIDCIssuerURL, "error", err)
 		}
-		opts.Tokens = verifier
+		opts.Tokens, reload = verifier, verifier.Reload
 		logger.Info("API authentication: OIDC", "issuer", cfg.OIDCIssuerURL, "audience", cfg.OIDCAudience,
 			"role_claims", cfg.OIDCRoleClaimList(), "role_prefix", cfg.OIDCRolePrefix)
 	}

@@ -99,17 +99,17 @@ type Gateway struct {
 	log       *slog.Logger
 	startTime time.Time
 
-	db           *pgxpool.Pool
-	migrator     *postgres.Migrator
-	auth         *auth.Authenticator
-	reloadTokens func() error
-	audit        *auth.AuditLog
-	clusters     *clusters.Pool
-	registry     *environments.Service
-	connector    *environments.Connector
-	registrar    *dcm.Registrar // nil when DCM registration is off
-	member       string         // this replica's member id
-	membership   *membership.Membership
+	db         *pgxpool.Pool
+	migrator   *postgres.Migrator
+	auth       *auth.Authenticator
+	reloadAuth func(context.Context) error
+	audit      *auth.AuditLog
+	clusters   *clusters.Pool
+	registry   *environments.Service
+	connector  *environments.Connector
+	registrar  *dcm.Registrar // nil when DCM registration is off
+	member     string         // this replica's member id
+	membership *membership.Membership
 	// registrations has the membership rebalance at once when an
 	// environment is registered here.
 	registrations *changes.Subscription[environments.Change]
@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.openDatabase(startCtx); err != nil {
 		return nil, err
 	}
-	if g.auth, g.reloadTokens, err = newAuthenticator(startCtx, cfg, g.log); err != nil {
+	if g.auth, g.reloadAuth, err = newAuthenticator(startCtx, cfg, g.log); err != nil {
 		return nil, err
 	}
 	g.audit = auth.NewAuditLog(g.db, g.log, cfg.AuditRetention)
@@ -199,7 +199,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker, Claims: g.membership})
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker, Claims: g.membership,
+		WriteTimeout: cfg.ClusterWriteTimeout})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newRegistrar(); err != nil {
 		return nil, err
@@ -254,7 +255,7 @@ func (g *Gateway) newRegistrar() error {
 		Environments: g.registry, Interval: cfg.DCMRegistrationInterval, Logger: g.log, Clusters: g.clusters, Owned: g.membership,
 		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
 			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL},
-		Served: g.volumes.Served, CheckInterval: g.opts.Intervals.DCMCheck, Audit: g.audit})
+		Served: g.volumes.Served, Repeat: g.volumes.RepeatStatus, CheckInterval: g.opts.Intervals.DCMCheck, Audit: g.audit})
 	return err
 }
 

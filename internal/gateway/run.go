@@ -82,6 +82,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case err := <-served:
 		runErr = fmt.Errorf("http server: %w", err)
 		served = nil // Serve has returned
+	case <-g.membership.Displaced():
+		runErr = fmt.Errorf("SG_MEMBER_ID %q is used by another live replica, which took it over; give each replica its own", g.member)
 	case <-ctx.Done():
 	}
 	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout.String())
@@ -206,12 +208,13 @@ func within(ctx context.Context, fn func()) error {
 	}
 }
 
-// Reload reads the key ring and the static token file again (SIGHUP in
-// serve), so key rotation and token changes need no restart: `keys
+// Reload reads the key ring and the static token file (or the OIDC
+// issuer's key set) again (SIGHUP in serve), so key rotation, token changes
+// and a key the identity provider withdrew need no restart: `keys
 // add`/`keys promote` or `tokens create`/`tokens revoke`, then SIGHUP every
 // replica. A ring that cannot be read, or lacks a key stored credentials
-// use, is refused and the current one kept; so is a token file that cannot
-// be read. Each failure is logged, and the first returned.
+// use, is refused and the current one kept; so is a token file or key set
+// that cannot be read. Each failure is logged, and the first returned.
 func (g *Gateway) Reload(ctx context.Context) error {
 	ring, keysErr := LoadKeyRing(g.cfg)
 	if keysErr == nil {
@@ -223,14 +226,14 @@ func (g *Gateway) Reload(ctx context.Context) error {
 	if keysErr != nil {
 		g.log.ErrorContext(ctx, "key ring not reloaded; keeping the current one", "error", keysErr)
 	}
-	if g.reloadTokens == nil {
+	if g.reloadAuth == nil {
 		return keysErr
 	}
-	tokensErr := g.reloadTokens()
+	tokensErr := g.reloadAuth(ctx)
 	if tokensErr != nil {
-		g.log.ErrorContext(ctx, "token file not reloaded; keeping the current tokens", "error", tokensErr)
+		g.log.ErrorContext(ctx, "tokens not reloaded; keeping the current ones", "mode", g.cfg.AuthMode, "error", tokensErr)
 	} else {
-		g.log.InfoContext(ctx, "token file reloaded", "audit", true)
+		g.log.InfoContext(ctx, "tokens reloaded", "mode", g.cfg.AuthMode, "audit", true)
 	}
 	return errors.Join(keysErr, tokensErr)
 }

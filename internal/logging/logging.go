@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
@@ -20,9 +21,57 @@ import (
 )
 
 // New returns the gateway's logger: JSON on w at level, with the request id
-// of each line's context.
+// of each line's context, and format characters escaped.
 func New(w io.Writer, level slog.Leveler) *slog.Logger {
-	return slog.New(contextHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})})
+	return slog.New(contextHandler{slog.NewJSONHandler(formatEscaper{w}, &slog.HandlerOptions{Level: level})})
+}
+
+// formatEscaper writes the JSON handler's lines with every Unicode format
+// character (bidirectional overrides and isolates, zero-width characters,
+// byte order marks) as a \u escape. The handler escapes control
+// characters but writes these raw, and a terminal or log viewer showing a
+// line would then reorder or hide what it says. They occur only inside
+// JSON strings (everything else the handler writes is ASCII), where the
+// escape is the same text.
+type formatEscaper struct{ w io.Writer }
+
+func (e formatEscaper) Write(p []byte) (int, error) {
+	if !hasFormat(p) {
+		return e.w.Write(p)
+	}
+	n := len(p)
+	out := make([]byte, 0, n+32)
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		if unicode.Is(unicode.Cf, r) {
+			for _, unit := range utf16.Encode([]rune{r}) {
+				out = fmt.Appendf(out, `\u%04x`, unit)
+			}
+		} else {
+			out = append(out, p[:size]...)
+		}
+		p = p[size:]
+	}
+	if _, err := e.w.Write(out); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// hasFormat reports whether p holds a format character (none in ASCII).
+func hasFormat(p []byte) bool {
+	for i := 0; i < len(p); {
+		if p[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(p[i:])
+		if unicode.Is(unicode.Cf, r) {
+			return true
+		}
+		i += size
+	}
+	return false
 }
 
 type requestIDKey struct{}
@@ -133,14 +182,23 @@ func sanitizeAttr(a slog.Attr) slog.Attr {
 const maxTextLength = 1024
 
 // Sanitize makes text the gateway does not control safe to log or print:
-// control characters (including escape sequences, line and paragraph
-// separators and bidirectional overrides) become spaces, invalid UTF-8 is
-// replaced, and text longer than 1 KiB is cut.
-func Sanitize(s string) string {
+// unsafe characters become spaces, invalid UTF-8 is replaced, and text
+// longer than 1 KiB is cut.
+func Sanitize(s string) string { return Clean(s, maxTextLength) }
+
+// Clean is Sanitize with a bound of max bytes.
+func Clean(s string, max int) string {
+	clean := true
+	for _, r := range s {
+		clean = clean && r != utf8.RuneError && !Unsafe(r)
+	}
+	if clean && len(s) <= max {
+		return s
+	}
 	var b strings.Builder
-	b.Grow(min(len(s), maxTextLength+16))
+	b.Grow(min(len(s), max+16))
 	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		if b.Len()+utf8.RuneLen(r) > maxTextLength {
+		if b.Len()+utf8.RuneLen(r) > max {
 			b.WriteString("…(truncated)")
 			break
 		}
@@ -152,9 +210,11 @@ func Sanitize(s string) string {
 	return b.String()
 }
 
-// Unsafe reports characters a terminal may act on rather than show:
-// control characters (escape sequences start with one), line and paragraph
-// separators, and bidirectional overrides that reorder what is displayed.
+// Unsafe reports characters a terminal may act on or hide rather than
+// show: control characters (C0 and C1; escape sequences start with one),
+// line and paragraph separators, and format characters — bidirectional
+// overrides and isolates that reorder what is displayed, zero-width ones
+// that hide a difference.
 func Unsafe(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
 }

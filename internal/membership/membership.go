@@ -64,6 +64,10 @@ type Membership struct {
 	// Run's goroutine (Joined reads it through ready).
 	joined bool
 	ready  atomic.Bool
+	// displaced is closed when another live process took this member id
+	// (see displaced); displacedOnce closes it.
+	displacedCh   chan struct{}
+	displacedOnce sync.Once
 	// wake asks Run for a heartbeat now (Rebalance).
 	wake chan struct{}
 	// changes tells subscribers which environments this member gained or
@@ -100,7 +104,8 @@ type Claim struct {
 
 // New returns a Membership that has not joined yet (Run joins).
 func New(opts Options) *Membership {
-	return &Membership{opts: opts, incarnation: uuid.New(), owned: map[string]int64{}, wake: make(chan struct{}, 1)}
+	return &Membership{opts: opts, incarnation: uuid.New(), owned: map[string]int64{}, wake: make(chan struct{}, 1),
+		displacedCh: make(chan struct{})}
 }
 
 // interval is the time between heartbeats: a tenth of the lease, so a dead
@@ -179,17 +184,29 @@ func (m *Membership) beat(ctx context.Context) error {
 	return err
 }
 
-// displaced handles another live process holding this member's id (a
-// replica started again before this one stopped, or a copy configured with
-// the same SG_MEMBER_ID): the other wins, this one owns nothing, and it
-// takes the id back only once the other's lease has run out.
+// displaced handles another live process holding this member's id: a
+// process that started with the same SG_MEMBER_ID (the host name by
+// default, so two on one host) while this one ran. The newcomer takes the
+// id at its first heartbeat — it cannot tell a live holder from one that
+// just crashed, and a restart must take its place at once — so this one,
+// the replaced, gives up every environment, stops being ready and says
+// so: Displaced tells the process to stop (it exits non-zero). Two copies
+// configured alike then take turns failing loudly rather than silently
+// sharing one identity.
 func (m *Membership) displaced(ctx context.Context) error {
-	if lost := m.setOwned(map[string]int64{}, -1); lost > 0 {
-		m.opts.Logger.ErrorContext(ctx, "another live process holds this member id; its environments are its own",
-			"member", m.opts.ID, "environments", lost)
-	}
+	lost := m.setOwned(map[string]int64{}, -1)
+	m.ready.Store(false)
+	m.displacedOnce.Do(func() {
+		m.opts.Logger.ErrorContext(ctx, "another live process took this member id: two replicas run with the same SG_MEMBER_ID "+
+			"(the host name by default); give each its own SG_MEMBER_ID. This one stops.", "member", m.opts.ID, "environments", lost)
+		close(m.displacedCh)
+	})
 	return nil
 }
+
+// Displaced is closed once another live process took this member id: the
+// process must stop (see displaced).
+func (m *Membership) Displaced() <-chan struct{} { return m.displacedCh }
 
 // setOwned replaces what this member owns (and, unless live is negative,
 // how many members are live), publishes a change for every environment
@@ -433,10 +450,23 @@ func (m *Membership) Leave(ctx context.Context) error {
 
 // Joined is a readiness check: an error until this member's first
 // heartbeat and rebalance succeeded, so a load balancer sends requests only
-// to replicas that know what they own.
+// to replicas that know what they own, and again whenever this process
+// holds no membership: no heartbeat accepted for a lease, or its member id
+// taken by another process.
 func (m *Membership) Joined(context.Context) error {
+	select {
+	case <-m.displacedCh:
+		return fmt.Errorf("member id %q (SG_MEMBER_ID) is held by another live process; this one owns nothing and stops", m.opts.ID)
+	default:
+	}
 	if !m.ready.Load() {
 		return errors.New("not joined the other replicas yet (first heartbeat pending)")
+	}
+	m.mu.Lock()
+	held := m.held()
+	m.mu.Unlock()
+	if !held {
+		return errors.New("no heartbeat accepted for a lease: this replica owns nothing until the database accepts one")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +171,24 @@ func TestRestartedMemberReplacesItsPreviousIncarnation(t *testing.T) {
 	beat(t, old) // still displaced: the restarted one is live
 	if len(old.Owned()) != 0 {
 		t.Error("the previous incarnation took its id back from a live one")
+	}
+	// The replaced process is told to stop and is no longer ready; the one
+	// that took its place is.
+	select {
+	case <-old.Displaced():
+	default:
+		t.Fatal("the replaced process was not told to stop")
+	}
+	if err := old.Joined(t.Context()); err == nil || !strings.Contains(err.Error(), "SG_MEMBER_ID") {
+		t.Errorf("the replaced process's readiness: %v, want an error naming SG_MEMBER_ID", err)
+	}
+	if err := restarted.Joined(t.Context()); err != nil {
+		t.Errorf("the restarted process's readiness: %v", err)
+	}
+	select {
+	case <-restarted.Displaced():
+		t.Fatal("the process that took the id was told to stop")
+	default:
 	}
 }
 

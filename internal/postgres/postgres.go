@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -108,6 +110,29 @@ func safeErr(err error) error {
 		return errors.Unwrap(connErr)
 	}
 	return err
+}
+
+// Unavailable reports whether err says the database cannot serve right
+// now, rather than that a statement failed: the server is shutting down or
+// starting (57P01, 57P02, 57P03), the connection failed or broke (class
+// 08, a connect error, the connection closed under a statement, a network
+// error). The API answers these 503 with Retry-After: a restarting
+// database is a wait, not a fault.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch code := ErrorCode(err); {
+	case code == pgerrcode.AdminShutdown, code == pgerrcode.CrashShutdown, code == pgerrcode.CannotConnectNow,
+		pgerrcode.IsConnectionException(code):
+		return true
+	case code != "":
+		return false
+	}
+	var connect *pgconn.ConnectError
+	var network net.Error
+	return errors.As(err, &connect) || errors.As(err, &network) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // ErrorCode returns the SQLSTATE of a Postgres error in err's chain, or "".

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/postgres"
@@ -127,5 +129,46 @@ func TestOpenErrorsNeverContainThePassword(t *testing.T) {
 	}
 	if err := postgres.EnsureDatabase(context.Background(), url); err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("EnsureDatabase error %v: want an error without the password", err)
+	}
+}
+
+// What a restarting or unreachable database says is told apart from a
+// statement that failed.
+func TestUnavailable(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	_, statementErr := admin.Exec(t.Context(), "SELEC 1")
+	var pid uint32
+	if err := conn.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	_, terminatedErr := conn.Exec(t.Context(), "SELECT 1")
+	_, refusedErr := pgx.Connect(t.Context(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	for name, tt := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"a terminated connection":     {terminatedErr, true},
+		"a refused connection":        {refusedErr, true},
+		"the server starting (57P03)": {&pgconn.PgError{Code: "57P03"}, true},
+		"a syntax error":              {statementErr, false},
+		"a unique violation":          {&pgconn.PgError{Code: "23505"}, false},
+		"a cancelled request":         {context.Canceled, false},
+		"no error":                    {nil, false},
+	} {
+		if got := postgres.Unavailable(tt.err); got != tt.want {
+			t.Errorf("%s (%v): Unavailable %v, want %v", name, tt.err, got, tt.want)
+		}
 	}
 }

@@ -118,52 +118,108 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnl
 	if err != nil {
 		return false, err
 	}
-	var last Observation
-	var provider string
-	var transitions int64
-	var created time.Time
-	var owner bool
-	err = tx.QueryRow(ctx, `
-		SELECT v.reported_status, v.reported_message, v.transitions, v.create_time, COALESCE(e.dcm->>'provider_name', ''),
-			`+membership.FenceSQL("v.environment_id", "$3", "$4")+`
-		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
-		WHERE v.environment_id = $1 AND v.id = $2
-		FOR UPDATE OF v`, o.EnvironmentID, o.VolumeID, claim.Epoch, claim.Incarnation).
-		Scan(&last.Status, &last.Message, &transitions, &created, &provider, &owner)
+	last, err := r.reported(ctx, tx, o.EnvironmentID, o.VolumeID, claim)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, ErrGone
 	case err != nil:
 		return false, err
-	case !owner:
-		return false, claim.Lost()
 	case last.Status == Deleted:
 		return false, ErrGone
 	case firstOnly && last.Status != "", !allowed(last.Status, o.Status):
 		return false, nil
 	}
-	if !reportable(last, o) {
+	if !reportable(last.Observation, o) {
 		_, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4,
 				volume_name = CASE WHEN $5 <> '' THEN $5 ELSE volume_name END
 			WHERE environment_id = $1 AND id = $2 AND (status_message <> $4 OR $5 <> '' AND volume_name <> $5)`,
 			o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, o.VolumeName)
 		return false, err
 	}
-	transitions++
-	event, eventID, err := r.event(o, provider, created, transitions)
+	return true, r.queue(ctx, tx, o, last, claim.Epoch)
+}
+
+// reportedState is what a volume last reported, and what its next event
+// is built from.
+type reportedState struct {
+	Observation
+	provider    string
+	transitions int64
+	created     time.Time
+}
+
+// reported reads, and locks until the commit, the volume's last reported
+// status, under the fence: ErrGone without a record, claim.Lost() when
+// this replica's claim no longer holds.
+func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volumeID string, claim membership.Claim) (reportedState, error) {
+	last := reportedState{Observation: Observation{EnvironmentID: environmentID, VolumeID: volumeID}}
+	var owner bool
+	err := tx.QueryRow(ctx, `
+		SELECT v.reported_status, v.reported_message, v.transitions, v.create_time, COALESCE(e.dcm->>'provider_name', ''),
+			`+membership.FenceSQL("v.environment_id", "$3", "$4")+`
+		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
+		WHERE v.environment_id = $1 AND v.id = $2
+		FOR UPDATE OF v`, environmentID, volumeID, claim.Epoch, claim.Incarnation).
+		Scan(&last.Status, &last.Message, &last.transitions, &last.created, &last.provider, &owner)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return last, ErrGone
+	case err != nil:
+		return last, err
+	case !owner:
+		return last, claim.Lost()
+	}
+	return last, nil
+}
+
+// queue records o as the volume's reported status, the transition after
+// last, and puts its event in the outbox.
+func (r Recorder) queue(ctx context.Context, tx pgx.Tx, o Observation, last reportedState, epoch int64) error {
+	transition := last.transitions + 1
+	event, eventID, err := r.event(o, last.provider, last.created, transition)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE volumes SET status = $3, status_message = $4, reported_status = $3,
 			reported_message = $4, transitions = $5, update_time = now(),
 			volume_name = CASE WHEN $6 <> '' THEN $6 ELSE volume_name END
 		WHERE environment_id = $1 AND id = $2`,
-		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transitions, o.VolumeName); err != nil {
-		return false, err
+		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transition, o.VolumeName); err != nil {
+		return err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)
-		VALUES ($1, $2, $3, $4, $5, $6)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event, claim.Epoch)
-	return err == nil, err
+		VALUES ($1, $2, $3, $4, $5, $6)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event, epoch)
+	return err
+}
+
+// Repeat queues the volume's reported status again, as a new event, unless
+// heard — what DCM's record says — is that status already. DCM's manager
+// drops an event for an instance it has not stored yet, and it stores an
+// instance only after the create was answered: a volume that became
+// RUNNING in between would stay PROVISIONING in DCM for good. It reports
+// whether an event was queued; a volume that is gone or DELETED queues
+// nothing.
+func (r Recorder) Repeat(ctx context.Context, environmentID, volumeID string, heard Status) (bool, error) {
+	claim, err := r.Claims.Claim(environmentID)
+	if err != nil {
+		return false, err
+	}
+	queued := false
+	err = pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
+		last, err := r.reported(ctx, tx, environmentID, volumeID, claim)
+		switch {
+		case errors.Is(err, ErrGone):
+			return nil
+		case err != nil:
+			return err
+		case last.Status == heard || last.Status == Deleted || last.Status == "":
+			return nil
+		}
+		queued = true
+		return r.queue(ctx, tx, last.Observation, last, claim.Epoch)
+	})
+	if err == nil && queued && r.Queued != nil {
+		r.Queued()
+	}
+	return queued, err
 }
 
 // allowed refuses transitions out of the end of a volume's life: nothing

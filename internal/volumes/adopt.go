@@ -365,3 +365,9 @@ func (s *Service) Served(ctx context.Context, envID string, ids []string) (recor
 	}
 	return recorded, adoptable, nil
 }
+
+// RepeatStatus queues the volume's reported status again unless heard,
+// DCM's record of it, says it already (status.Recorder.Repeat).
+func (s *Service) RepeatStatus(ctx context.Context, envID, volumeID, heard string) (bool, error) {
+	return s.recorder.Repeat(ctx, envID, volumeID, status.Status(heard))
+}

@@ -144,7 +144,9 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 		return Volume{}, fault.Invalid("capacity", "must be larger than the current %s", current.String())
 	}
 	patch := fmt.Appendf(nil, `{"spec":{"resources":{"requests":{"storage":%q}}}}`, want.String())
-	patched, err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Patch(ctx, id, types.MergePatchType, patch, metav1.PatchOptions{})
+	writeCtx, cancel := s.clusterWrite(ctx)
+	defer cancel()
+	patched, err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Patch(writeCtx, id, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return Volume{}, kubernetesError(err, "expand the claim")
 	}
@@ -180,7 +182,9 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if claimGone(cluster, rec) {
 		return fault.New(fault.NotFound, "volume %s was deleted", id)
 	}
-	err = cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, id, metav1.DeleteOptions{})
+	writeCtx, cancel := s.clusterWrite(ctx)
+	defer cancel()
+	err = cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(writeCtx, id, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kubernetesError(err, "delete the claim")
 	}

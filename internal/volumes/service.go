@@ -45,6 +45,10 @@ type Options struct {
 	// Claims fence the status the service records (status.Recorder): this
 	// replica records only for the environments it owns.
 	Claims membership.Claims
+	// WriteTimeout bounds each write to a cluster an API request makes
+	// (default 10 s): a frozen API server answers the caller 503 within
+	// it, and the reconciler settles what the write did.
+	WriteTimeout time.Duration
 }
 
 // Service implements the volume use cases for every environment.
@@ -56,6 +60,8 @@ type Service struct {
 	clusters *clusters.Pool
 	claims   membership.Claims
 	log      *slog.Logger
+	// writeTimeout: see Options.WriteTimeout.
+	writeTimeout time.Duration
 	// counted serializes the unadopted-claim counts and remembers, for
 	// each environment whose last count was zero, the claim epoch it was
 	// written under (liveCounted).
@@ -69,7 +75,10 @@ type Service struct {
 func NewService(opts Options) *Service {
 	s := &Service{
 		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued, Claims: opts.Claims}, tracker: opts.Tracker,
-		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger,
+		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger, writeTimeout: opts.WriteTimeout,
+	}
+	if s.writeTimeout <= 0 {
+		s.writeTimeout = 10 * time.Second
 	}
 	s.counted.zero = map[string]int64{}
 	return s
@@ -211,6 +220,12 @@ func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec rec
 	return v, false, err
 }
 
+// clusterWrite bounds one write of an API request to a cluster (see
+// Options.WriteTimeout); kubernetesError answers one past it 503.
+func (s *Service) clusterWrite(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.writeTimeout)
+}
+
 // createClaim creates (or adopts) the volume's PVC and returns the volume
 // as the claim shows it. A claim of that name the gateway does not manage
 // is a conflict; the record is dropped whenever the cluster refused the
@@ -223,9 +238,11 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 	done := s.tracker.Creating(rec.EnvironmentID, rec.ID)
 	defer func() { done(first) }()
 	claims := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace)
-	pvc, err := claims.Create(ctx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
+	writeCtx, cancel := s.clusterWrite(ctx)
+	defer cancel()
+	pvc, err := claims.Create(writeCtx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		pvc, err = claims.Get(ctx, rec.ID, metav1.GetOptions{})
+		pvc, err = claims.Get(writeCtx, rec.ID, metav1.GetOptions{})
 		switch {
 		case err == nil && !managedAs(pvc, rec.ID):
 			s.forget(ctx, rec)

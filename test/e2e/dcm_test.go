@@ -3,9 +3,13 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +21,7 @@ import (
 	"github.com/dcm-project/storage-gateway/test/dcmtest"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // loopback is where DCM's service-provider-manager calls from in these tests.
@@ -78,50 +83,28 @@ func TestEnvironmentsBecomeReadyDCMProviders(t *testing.T) {
 // instance record on DELETE, so its consumer drops that last event.)
 func TestVolumeLoopThroughDCM(t *testing.T) {
 	site := startDCMSite(t, gatewaytest.Options{})
-	c, stream, providers, instances := site.client, site.stream, site.providers, site.instances
+	c, stream, instances := site.client, site.stream, site.instances
 	east := clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 	c.register(east)
-	c.eventually(time.Minute, "the provider ready in DCM", func() bool {
-		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
-		id, _ := field(env, "status", "dcm_registration", "provider_id").(string)
-		if id == "" {
-			return false
-		}
-		got, err := providers.GetProviderWithResponse(t.Context(), id)
-		return err == nil && got.JSON200 != nil && got.JSON200.HealthStatus != nil && *got.JSON200.HealthStatus == "ready"
-	})
-
-	created, err := instances.CreateInstanceWithResponse(t.Context(), &rmapi.CreateInstanceParams{}, rmapi.ServiceTypeInstance{
-		ProviderName: "storage-gateway-" + envID,
-		Spec:         storageSpec("through-dcm", "1Gi", nil),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if created.JSON201 == nil || created.JSON201.Id == nil {
-		t.Fatalf("create instance through DCM: %d %s", created.StatusCode(), created.Body)
-	}
-	id := *created.JSON201.Id
+	site.providerReady(envID)
+	id := site.createInstance(envID, "through-dcm")
 	if n := claims(t, east, ns, id); n != 1 {
 		t.Fatalf("%d claims named %s in %s, want 1", n, id, ns)
 	}
-	showDeleted := true
-	instanceStatus := func() string {
-		got, err := instances.GetInstanceWithResponse(t.Context(), id, &rmapi.GetInstanceParams{ShowDeleted: &showDeleted})
-		if err != nil || got.JSON200 == nil || got.JSON200.Status == nil {
-			return ""
-		}
-		return *got.JSON200.Status
-	}
-	c.eventually(time.Minute, "DCM's record RUNNING", func() bool { return instanceStatus() == "RUNNING" })
+	c.eventually(time.Minute, "DCM's record RUNNING", func() bool { return site.instanceStatus(id) == "RUNNING" })
 
 	deleted, err := instances.DeleteInstanceWithResponse(t.Context(), id, &rmapi.DeleteInstanceParams{})
 	if err != nil || deleted.StatusCode() >= 300 {
 		t.Fatalf("delete instance through DCM: %v %d", err, deleted.StatusCode())
 	}
 	c.eventually(time.Minute, "the claim gone", func() bool { return claims(t, east, ns, id) == 0 })
-	waitEvents(t, stream, id, []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"}, time.Minute)
+	// RUNNING may come twice: sent again when DCM stored its record after
+	// the first (TestDCMRecordCatchesUpWithTheEventsItDropped).
+	poll.Until(t, time.Minute, "PROVISIONING, RUNNING, DELETING, DELETED on DCM's stream", func() bool {
+		return slices.Equal(slices.Compact(natstest.For(stream.Events(), id)), []string{"PROVISIONING", "RUNNING", "DELETING", "DELETED"})
+	})
+	showDeleted := true
 	gone, err := instances.GetInstanceWithResponse(t.Context(), id, &rmapi.GetInstanceParams{ShowDeleted: &showDeleted})
 	if err != nil || gone.StatusCode() != http.StatusNotFound {
 		t.Fatalf("DCM still holds the deleted instance: %v, HTTP %d %s", err, gone.StatusCode(), gone.Body)
@@ -183,6 +166,92 @@ func TestDCMSeesAnUnreachableEnvironmentAsNotReady(t *testing.T) {
 	c.eventually(time.Minute, "DCM to see the environment ready again", func() bool {
 		return health[east.Spec.Environment.ID]() == "ready"
 	})
+}
+
+// TestDCMRecordCatchesUpWithTheEventsItDropped: DCM's manager stores an
+// instance only after the gateway answered its create, and drops the
+// status events that come before. A proxy between DCM and the gateway holds
+// each answer to a create for three seconds, so the claim is bound and
+// RUNNING published before DCM has a record: DCM's record still reaches
+// RUNNING, because the gateway reads it back and sends the status again.
+func TestDCMRecordCatchesUpWithTheEventsItDropped(t *testing.T) {
+	const hold = 3 * time.Second
+	var gatewayURL atomic.Pointer[url.URL]
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(gatewayURL.Load()); r.Out.Host = r.In.Host },
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodPost && resp.StatusCode == http.StatusCreated {
+				time.Sleep(hold)
+			}
+			return nil
+		},
+	})
+	defer proxy.Close()
+	site := startDCMSite(t, gatewaytest.Options{Settings: map[string]string{"SG_PUBLIC_URL": proxy.URL}})
+	target, err := url.Parse(site.gateway.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gatewayURL.Store(target)
+	east := clusters[0]
+	envID := east.Spec.Environment.ID
+	site.register(east)
+	site.providerReady(envID)
+
+	id := site.createInstance(envID, "held-answer")
+	events := natstest.For(site.stream.Events(), id)
+	if !slices.Contains(events, "RUNNING") {
+		t.Fatalf("the claim was not RUNNING while its create was held (events %v): the race this test needs did not happen", events)
+	}
+	if got := site.instanceStatus(id); got == "RUNNING" {
+		t.Fatal("DCM's record was RUNNING at once: DCM did not drop the early event")
+	}
+	site.eventually(time.Minute, "DCM's record RUNNING", func() bool { return site.instanceStatus(id) == "RUNNING" })
+	if got := natstest.For(site.stream.Events(), id); !slices.Equal(got, []string{"PROVISIONING", "RUNNING", "RUNNING"}) {
+		t.Fatalf("events %v, want RUNNING sent once more", got)
+	}
+}
+
+// providerReady waits until the environment's provider is registered and
+// ready in DCM.
+func (s dcmSite) providerReady(envID string) {
+	s.eventually(time.Minute, "the provider ready in DCM", func() bool {
+		_, env := s.do(http.MethodGet, "/api/v1alpha1/environments/"+envID, nil)
+		id, _ := field(env, "status", "dcm_registration", "provider_id").(string)
+		if id == "" {
+			return false
+		}
+		got, err := s.providers.GetProviderWithResponse(s.t.Context(), id)
+		return err == nil && got.JSON200 != nil && got.JSON200.HealthStatus != nil && *got.JSON200.HealthStatus == "ready"
+	})
+}
+
+// createInstance creates a 1Gi instance named name through DCM on the
+// environment's provider and returns its id.
+func (s dcmSite) createInstance(envID, name string) string {
+	t := s.t
+	created, err := s.instances.CreateInstanceWithResponse(t.Context(), &rmapi.CreateInstanceParams{}, rmapi.ServiceTypeInstance{
+		ProviderName: "storage-gateway-" + envID,
+		Spec:         storageSpec(name, "1Gi", nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.JSON201 == nil || created.JSON201.Id == nil {
+		t.Fatalf("create instance through DCM: %d %s", created.StatusCode(), created.Body)
+	}
+	return *created.JSON201.Id
+}
+
+// instanceStatus is the status of DCM's record of an instance ("" when it
+// cannot be read).
+func (s dcmSite) instanceStatus(id string) string {
+	showDeleted := true
+	got, err := s.instances.GetInstanceWithResponse(s.t.Context(), id, &rmapi.GetInstanceParams{ShowDeleted: &showDeleted})
+	if err != nil || got.JSON200 == nil || got.JSON200.Status == nil {
+		return ""
+	}
+	return *got.JSON200.Status
 }
 
 // dcmSite is DCM's real service-provider-manager on a private NATS with

@@ -404,6 +404,39 @@ func TestUnreachableEnvironment(t *testing.T) {
 	c.want(http.StatusNoContent, code, body)
 }
 
+// TestAFrozenAPIServerIsUnavailableWithinTheWriteDeadline: a write to an
+// API server that accepts and never answers (stopped with SIGSTOP) is
+// answered 503 (Retry-After) once SG_CLUSTER_WRITE_TIMEOUT has passed,
+// not when the caller gives up; thawed, the same request converges.
+func TestAFrozenAPIServerIsUnavailableWithinTheWriteDeadline(t *testing.T) {
+	const deadline = 2 * time.Second
+	g := gatewaytest.Start(t, gatewaytest.Options{Settings: map[string]string{"SG_CLUSTER_WRITE_TIMEOUT": deadline.String()}})
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east := clusters[0]
+	c.register(east)
+	path := volumesPath(east.Spec.Environment.ID)
+	id := uuid.NewString()
+	code, body := c.do(http.MethodPost, path+"?id="+id, map[string]any{"spec": storageSpec("frozen", "1Gi", nil)})
+	c.want(http.StatusCreated, code, body)
+	c.waitStatus(east.Spec.Environment.ID, id, "RUNNING", time.Minute)
+
+	east.SetFrozen(true)
+	defer east.SetFrozen(false)
+	start := time.Now()
+	code, body = c.do(http.MethodDelete, path+"/"+id, nil)
+	took := time.Since(start)
+	c.want(http.StatusServiceUnavailable, code, body)
+	if took < deadline/2 || took > deadline+3*time.Second {
+		t.Fatalf("a write to a frozen API server answered after %s, want about the %s deadline", took, deadline)
+	}
+	east.SetFrozen(false)
+	c.eventually(time.Minute, "the retried delete accepted", func() bool {
+		code, _ := c.do(http.MethodDelete, path+"/"+id, nil)
+		return code == http.StatusNoContent || code == http.StatusNotFound
+	})
+	c.eventually(time.Minute, "the claim gone", func() bool { return claims(t, east, east.Spec.Environment.Namespace, id) == 0 })
+}
+
 // TestInterruptedCreateLeavesOneClaim: a gateway killed after recording a
 // volume but before creating its PVC left a record and no claim; the client's
 // retry completes it with exactly one PVC.

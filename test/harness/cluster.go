@@ -129,6 +129,11 @@ func (c *Cluster) GatewayConfig() *rest.Config {
 // the API server. The cluster itself keeps running.
 func (c *Cluster) SetReachable(reachable bool) { c.proxy.setCut(!reachable) }
 
+// SetFrozen freezes the gateway's path to the API server (or thaws it): its
+// connections stay open and nothing passes, as when kube-apiserver is
+// stopped with SIGSTOP; thawed, what waited passes on.
+func (c *Cluster) SetFrozen(frozen bool) { c.proxy.setFrozen(frozen) }
+
 // RestartAPIServer stops and starts kube-apiserver in place: same address,
 // certificates, users and data, so every credential stays valid.
 func (c *Cluster) RestartAPIServer() error {

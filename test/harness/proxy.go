@@ -11,7 +11,9 @@ import (
 // proxy is a TCP relay in front of an API server. The gateway reaches the
 // cluster only through it, so a test can make the cluster unreachable without
 // stopping it: a cut proxy drops every open connection and then accepts new
-// ones but never answers, as a dead network path does.
+// ones but never answers, as a dead network path does. A frozen proxy
+// keeps every connection open and passes nothing either way until thawed,
+// as an API server stopped with SIGSTOP looks to its clients.
 type proxy struct {
 	ln     net.Listener
 	target string
@@ -21,6 +23,9 @@ type proxy struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	// thawed is closed while the proxy passes bytes, and replaced by an
+	// open channel while it is frozen.
+	thawed chan struct{}
 }
 
 func newProxy(target string) (*proxy, error) {
@@ -28,7 +33,8 @@ func newProxy(target string) (*proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, thawed: make(chan struct{})}
+	close(p.thawed)
 	p.wg.Go(p.acceptLoop)
 	return p, nil
 }
@@ -64,9 +70,43 @@ func (p *proxy) relay(client net.Conn) {
 	}
 	defer p.drop(server)
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(server, client); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(client, server); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(server, p.gated(client)); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(client, p.gated(server)); done <- struct{}{} }()
 	<-done
+}
+
+// gated passes what it reads from r on only while the proxy is not
+// frozen: bytes read while it is (or by a read that was waiting when it
+// froze) are held until it thaws, as a stopped process holds them.
+func (p *proxy) gated(r io.Reader) io.Reader {
+	return readerFunc(func(b []byte) (int, error) {
+		n, err := r.Read(b)
+		p.mu.Lock()
+		thawed := p.thawed
+		p.mu.Unlock()
+		<-thawed
+		return n, err
+	})
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
+
+// setFrozen freezes or thaws every relay.
+func (p *proxy) setFrozen(frozen bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		if frozen {
+			p.thawed = make(chan struct{})
+		}
+	default:
+		if !frozen {
+			close(p.thawed)
+		}
+	}
 }
 
 func (p *proxy) track(c net.Conn) bool {
@@ -106,6 +146,7 @@ func (p *proxy) setCut(cut bool) {
 }
 
 func (p *proxy) close() {
+	p.setFrozen(false)
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()

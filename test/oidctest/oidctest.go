@@ -134,7 +134,8 @@ func (i *Issuer) SetTokenLifetime(d time.Duration) { i.tokenLifetime.Store(int64
 
 // Claims are a token's claims: valid for the gateway's defaults (audience
 // dcm-api, an hour's lifetime) with roles as Keycloak puts them in client
-// roles, prefixed as the gateway expects.
+// roles, prefixed as the gateway expects, and Keycloak's typ and azp of an
+// access token.
 func (i *Issuer) Claims(subject string, roles ...string) map[string]any {
 	now := time.Now()
 	prefixed := make([]any, len(roles))
@@ -143,6 +144,7 @@ func (i *Issuer) Claims(subject string, roles ...string) map[string]any {
 	}
 	return map[string]any{
 		"iss": i.URL, "sub": subject, "aud": []any{"dcm-api", "account"}, "preferred_username": subject + "-name",
+		"typ": "Bearer", "azp": "dcm-cli",
 		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 		"realm_access":    map[string]any{"roles": []any{"offline_access"}},
 		"resource_access": map[string]any{"dcm-api": map[string]any{"roles": prefixed}},
@@ -160,6 +162,39 @@ func (i *Issuer) Token(t testing.TB, claims map[string]any) string {
 func (i *Issuer) TokenWithKid(t testing.TB, kid string, claims map[string]any) string {
 	t.Helper()
 	return must(t)(i.newest().sign(kid, claims))
+}
+
+// TokenOfPayload signs payload as it is — JSON written by hand, with
+// members a map cannot hold (duplicates, case variants) — with the newest key.
+func (i *Issuer) TokenOfPayload(t testing.TB, payload []byte) string {
+	t.Helper()
+	return must(t)(i.signed(t, payload).CompactSerialize())
+}
+
+// JSONSerialized is claims validly signed with the newest key, in the JWS
+// JSON serialization (flattened) rather than the compact one.
+func (i *Issuer) JSONSerialized(t testing.TB, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i.signed(t, payload).FullSerialize()
+}
+
+// signed is payload signed with the newest key.
+func (i *Issuer) signed(t testing.TB, payload []byte) *jose.JSONWebSignature {
+	t.Helper()
+	k := i.newest()
+	s, err := k.newSigner(k.kid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := s.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jws
 }
 
 // Unsigned is a token with `alg: none` and no signature.
@@ -192,12 +227,17 @@ func (i *Issuer) newest() key {
 
 // sign signs claims with k, naming kid in the header.
 func (k key) sign(kid string, claims map[string]any) (string, error) {
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: k.alg, Key: jose.JSONWebKey{Key: k.signer, KeyID: kid}},
-		(&jose.SignerOptions{}).WithType("JWT"))
+	s, err := k.newSigner(kid)
 	if err != nil {
 		return "", err
 	}
 	return compact(s, claims)
+}
+
+// newSigner signs with k, naming kid in a header of type JWT.
+func (k key) newSigner(kid string) (jose.Signer, error) {
+	return jose.NewSigner(jose.SigningKey{Algorithm: k.alg, Key: jose.JSONWebKey{Key: k.signer, KeyID: kid}},
+		(&jose.SignerOptions{}).WithType("JWT"))
 }
 
 func compact(s jose.Signer, claims map[string]any) (string, error) {
