@@ -79,6 +79,10 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	if a.opts.Mode == ModeDisabled {
 		return Anonymous, nil
 	}
+	if len(r.Header.Values("Authorization")) > 1 {
+		// Which one counts would be up to each proxy on the way: none does.
+		return Principal{}, &InvalidError{Reason: errors.New("more than one Authorization header")}
+	}
 	header := r.Header.Get("Authorization")
 	if header == "" {
 		if a.trusted(r) {

@@ -177,6 +177,15 @@ func TestAuthenticatorModesAndTrustedNetworks(t *testing.T) {
 			t.Errorf("Authorization %q: %v", header, err)
 		}
 	}
+	// Two Authorization headers: which one counts would depend on who reads
+	// them, so neither does.
+	twice := httptest.NewRequest(http.MethodGet, "/api/v1alpha1/volumes", nil)
+	twice.Header.Add("Authorization", "Bearer "+token)
+	twice.Header.Add("Authorization", "Bearer sgw_other")
+	var invalid *auth.InvalidError
+	if p, err := a.Authenticate(twice); !errors.As(err, &invalid) {
+		t.Errorf("two Authorization headers: %+v %v", p, err)
+	}
 	p, err := request("10.1.2.3:5000", "gateway.example.com:8080")
 	if err != nil || p.Method != auth.MethodTrustedNetwork || !p.HasAny([]auth.Role{auth.RoleDCM}) || p.HasAny([]auth.Role{auth.RoleAdmin, auth.RoleViewer}) {
 		t.Fatalf("trusted network: %+v %v", p, err)

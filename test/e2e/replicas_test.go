@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
@@ -500,6 +501,27 @@ func fencedAfterFreeze(t *testing.T, set *replicaSet, stream *natstest.Stream, v
 		}
 	}
 	t.Cleanup(resume)
+	// Meanwhile a request for the victim, sent to another replica, is
+	// forwarded to the frozen owner: it is answered 503 (never 401) within
+	// the forwarding deadline, not held until the caller gives up.
+	var other string
+	for _, id := range set.live() {
+		if id != frozen {
+			other = id
+			break
+		}
+	}
+	type answer struct {
+		code int
+		took time.Duration
+		err  error
+	}
+	forwarded := make(chan answer, 1)
+	go func() {
+		start := time.Now()
+		code, _, err := set.client(other).try(http.MethodGet, volumesPath(victim.env)+"/"+victim.id, nil)
+		forwarded <- answer{code, time.Since(start), err}
+	}()
 	type claim struct {
 		epoch int64
 		at    time.Time
@@ -522,6 +544,9 @@ func fencedAfterFreeze(t *testing.T, set *replicaSet, stream *natstest.Stream, v
 		}
 		return len(taken) == len(ownedBy(owners, frozen))
 	})
+	if a := <-forwarded; a.err != nil || a.code != http.StatusServiceUnavailable || a.took > forwarding.DefaultTimeout+5*time.Second {
+		t.Fatalf("a request forwarded to the frozen owner: %d after %s (%v), want 503 within %s", a.code, a.took, a.err, forwarding.DefaultTimeout)
+	}
 	if err := victim.cluster.AdminClient().CoreV1().PersistentVolumeClaims(victim.namespace).Delete(context.WithoutCancel(t.Context()), victim.id, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
