@@ -20,8 +20,8 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
 )
 
-// classesPerEnvironment is the fleet benchmark's class count (SPEC §2.3
-// sizing: 10 classes per environment).
+// classesPerEnvironment is the fleet benchmark's class count: 10 classes
+// per environment, a large site's.
 const classesPerEnvironment = 10
 
 // fleetHandler is the gateway's HTTP handler over an index of n

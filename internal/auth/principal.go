@@ -11,7 +11,7 @@ import (
 // the OpenAPI contract's security requirements.
 type Role string
 
-// The gateway's roles (SPEC §7).
+// The gateway's roles (deploy/README.md, Roles).
 const (
 	// RoleAdmin manages environments, keys, tokens and reads the audit trail;
 	// every operation admits it.

@@ -20,9 +20,9 @@ import (
 // interval (3 × 10s), one whose last check failed every interval (10s), so
 // a cluster that goes away is UNREACHABLE at most one steady interval, one
 // interval and two timeouts after its last good answer (30s + 10s + 2×5s =
-// 50s, within SPEC §5's 60s), and one that comes back is READY again at most
-// one timeout and one interval after it does (5s + 10s = 15s, the spec's
-// bound: the check in flight may still time out, the next one succeeds).
+// 50s, as deploy/README.md promises), and one that comes back is READY again
+// at most one timeout and one interval after it does (5s + 10s = 15s: the
+// check in flight may still time out, the next one succeeds).
 // An idle healthy cluster costs two checks a minute.
 const (
 	defaultSyncTimeout      = 30 * time.Second

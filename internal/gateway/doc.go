@@ -27,8 +27,10 @@
 // configured, the DCM registrar.
 //
 // Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
-// stop the background workers and the informers → flush the status
-// tracker (still the owner: the fence would refuse it after) → leave the
-// membership → drain the outbox → close NATS → close cluster connections →
-// close the database; "stopped" is logged last.
+// stop the background workers (all told at once, last started first) and
+// the informers → flush the status tracker (still the owner: the fence
+// would refuse it after; the membership heartbeat, started first, still
+// renews the claims) → stop the heartbeat → leave the membership → drain
+// the outbox → close NATS → close cluster connections → close the
+// database; "stopped" is logged last.
 package gateway

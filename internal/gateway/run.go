@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 )
@@ -39,10 +40,11 @@ func (w *worker) Stop(ctx context.Context) error {
 	}
 }
 
-// workers are the background parts, in start order.
+// workers are the background parts but the membership heartbeat, in start
+// order. The heartbeat starts before them and stops after them (see
+// shutdown), so this replica's claims hold while they finish.
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
-		{name: "membership", run: g.membership.Run},
 		{name: "claim on registration", run: func(ctx context.Context) {
 			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
 		}},
@@ -69,6 +71,8 @@ func (g *Gateway) workers() []*worker {
 func (g *Gateway) Run(ctx context.Context) error {
 	// Workers stop in the shutdown sequence, not when ctx ends.
 	background := context.WithoutCancel(ctx)
+	heartbeat := &worker{name: "membership heartbeat", run: g.membership.Run}
+	heartbeat.Start(background)
 	workers := g.workers()
 	for _, w := range workers {
 		w.Start(background)
@@ -89,7 +93,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("shutting down", "timeout", g.cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(background, g.cfg.ShutdownTimeout)
 	defer cancel()
-	g.shutdown(shutdownCtx, workers, served)
+	g.shutdown(shutdownCtx, heartbeat, workers, served)
 	return runErr
 }
 
@@ -101,9 +105,12 @@ type step struct {
 
 // shutdown stops everything in dependency order, every step under the one
 // deadline of ctx; a step that misses it is logged and the next still runs
-// (later steps then only release what they hold). served is Serve's result,
-// nil if it has returned already.
-func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan error) {
+// (later steps then only release what they hold). The workers are told to
+// stop together, last started first, and waited for; the membership
+// heartbeat goes on until the status flush is done, so the flush writes
+// under claims that hold however long the workers took. served is Serve's
+// result, nil if it has returned already.
+func (g *Gateway) shutdown(ctx context.Context, heartbeat *worker, workers []*worker, served <-chan error) {
 	g.runSteps(ctx, append([]step{
 		{"stop accepting HTTP", func(ctx context.Context) error {
 			err := g.server.Shutdown(ctx)
@@ -117,8 +124,11 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 			return err
 		}},
 		{"stop background workers and informers", func(ctx context.Context) error {
+			for _, w := range slices.Backward(workers) {
+				w.cancel()
+			}
 			var errs []error
-			for _, w := range workers {
+			for _, w := range slices.Backward(workers) {
 				errs = append(errs, w.Stop(ctx))
 			}
 			errs = append(errs, within(ctx, g.clusters.StopWatching))
@@ -130,6 +140,7 @@ func (g *Gateway) shutdown(ctx context.Context, workers []*worker, served <-chan
 			g.tracker.Close(ctx)
 			return ctx.Err()
 		}},
+		{"stop the membership heartbeat", heartbeat.Stop},
 		{"leave the membership", g.membership.Leave}, // the others take over at once
 		{"drain the outbox", func(ctx context.Context) error {
 			if err := g.relay.Drain(ctx); err != nil {

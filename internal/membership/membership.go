@@ -1,5 +1,5 @@
 // Package membership owns which replica is responsible for which
-// environment (issue 17), in Postgres only: no Kubernetes leases, no other
+// environment, in Postgres only: no Kubernetes leases, no other
 // infrastructure, and nothing that breaks behind a transaction-pooling
 // PgBouncer (no session advisory locks).
 //

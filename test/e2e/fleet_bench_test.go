@@ -64,7 +64,7 @@ func idleWindow(b *testing.B) time.Duration {
 // namespace and least-privilege token — measured against the same binary
 // with none, in the same run: goroutines and heap per environment, CPU and
 // API requests per environment per minute while nothing happens, and the
-// time from a restart to every connection synced. Targets (issue 15): ≤ 20
+// time from a restart to every connection synced. Targets: ≤ 20
 // goroutines per environment, idle CPU ≤ 5 % of a core, ≤ 3 requests per
 // environment per minute, restart ≤ 15 s.
 //

@@ -18,8 +18,8 @@ import (
 	"github.com/dcm-project/storage-gateway/test/natstest"
 )
 
-// BenchmarkReplicas measures what replicas cost and how fast they take over
-// (issue 17): per-replica memory (RSS) and TCP connections to the API
+// BenchmarkReplicas measures what replicas cost and how fast they take
+// over: per-replica memory (RSS) and TCP connections to the API
 // servers at 200 and 1,000 tenant environments with 1 and 3 replicas, and
 // the time from SIGKILL of one of 3 replicas (200 environments) until its
 // environments are owned again and READY, p50/p99 over 10 kills (the

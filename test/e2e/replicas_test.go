@@ -33,7 +33,8 @@ import (
 const replicaTenants = 200
 
 // takeoverBound is how long a dead replica's environments may take to be
-// owned again and READY (issue 17), with the default 20 s lease.
+// owned again and READY, with the default 20 s lease (deploy/README.md,
+// Replicas).
 const takeoverBound = 25 * time.Second
 
 // replicaSet runs gateway binaries as replicas of one fleet: one database,
@@ -198,7 +199,8 @@ type tenantVolume struct {
 
 // TestReplicasShareTheFleet runs three gateway binaries on one database
 // over 200 tenant environments (each its own namespace and least-privilege
-// token on one of the two harness clusters) and proves issue 17's claims:
+// token on one of the two harness clusters) and proves what
+// deploy/README.md promises of replicas:
 // ownership balanced and each environment connected by one replica only;
 // any replica answers for any environment (forwarding to the owner); a
 // SIGKILLed replica's environments owned again and READY within 25 s with

@@ -109,7 +109,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 		t.Fatal(err)
 	}
 	g.URL = "http://" + ln.Addr().String()
-	database := pgtest.NewDatabase(t)
+	database := pgtest.NewMigratedDatabase(t)
 	vars := map[string]string{
 		"SG_DATABASE_URL":         database.URL,
 		"SG_KEY_RING_FILE":        filepath.Join(dir, "keyring.json"),

@@ -1,6 +1,7 @@
-// Package pgtest gives each test its own empty database on the real Postgres
-// server (SG_TEST_DATABASE_URL, default the local server), dropped when the
-// test ends. It must never be imported by production code.
+// Package pgtest gives each test its own database on the real Postgres
+// server (SG_TEST_DATABASE_URL, default the local server), empty or with the
+// gateway's schema, dropped when the test ends. It must never be imported by
+// production code.
 package pgtest
 
 import (
@@ -35,11 +36,18 @@ type Database struct {
 // terminated) when the test ends.
 func NewDatabase(t testing.TB) Database {
 	t.Helper()
+	return newDatabase(t, "")
+}
+
+// newDatabase creates a uniquely named database with the CREATE DATABASE
+// options given, dropped when the test ends.
+func newDatabase(t testing.TB, options string) Database {
+	t.Helper()
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
 	db := Database{Name: "sg_test_" + hex.EncodeToString(suffix)}
 	db.URL = URLFor(t, db.Name)
-	exec(t, "CREATE DATABASE "+pgx.Identifier{db.Name}.Sanitize())
+	exec(t, "CREATE DATABASE "+pgx.Identifier{db.Name}.Sanitize()+options)
 	t.Cleanup(func() { db.Drop(t) })
 	return db
 }
@@ -48,12 +56,20 @@ func NewDatabase(t testing.TB) Database {
 // exist).
 func URLFor(t testing.TB, name string) string {
 	t.Helper()
-	u, err := url.Parse(ServerURL())
+	u, err := urlFor(name)
 	if err != nil {
 		t.Fatalf("SG_TEST_DATABASE_URL: %v", err)
 	}
+	return u
+}
+
+func urlFor(name string) (string, error) {
+	u, err := url.Parse(ServerURL())
+	if err != nil {
+		return "", err
+	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), nil
 }
 
 // Drop drops the database now, terminating its connections (to test how the

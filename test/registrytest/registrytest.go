@@ -63,7 +63,7 @@ type Fixture struct {
 func New(t testing.TB, opts Options) *Fixture {
 	t.Helper()
 	ctx := context.Background()
-	db := pgtest.NewDatabase(t)
+	db := pgtest.NewMigratedDatabase(t)
 	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pool, err := postgres.Open(ctx, db.URL)
@@ -71,14 +71,6 @@ func New(t testing.TB, opts Options) *Fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	migrator, err := postgres.NewMigrator(pool, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = migrator.Close() }()
-	if _, err := migrator.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
 	keys, err := secrets.NewKeyRing("k1")
 	if err != nil {
 		t.Fatal(err)
