@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dcm-project/storage-gateway/internal/cli"
 	"github.com/dcm-project/storage-gateway/internal/gateway"
 )
 
@@ -18,7 +19,7 @@ func newServeCommand() *cobra.Command {
 		Short: "Run the gateway's HTTP API until SIGTERM or SIGINT",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := loadConfig()
+			cfg, logger, err := cli.LoadConfig()
 			if err != nil {
 				return err
 			}

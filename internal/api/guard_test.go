@@ -72,6 +72,23 @@ func TestEveryOperationDeclaresItsSecurityAndRefusals(t *testing.T) {
 			}
 		}
 	}
+	// Owner-only operations act on one environment's cluster.
+	owners := 0
+	for path, item := range spec.Paths.Map() {
+		for _, op := range item.Operations() {
+			v, marked := op.Extensions["x-owner-only"]
+			if !marked {
+				continue
+			}
+			owners++
+			if v != true || !strings.Contains(path, "{environment_id}") {
+				t.Errorf("%s: x-owner-only is %v on %s; it must be true, on a path of one environment", op.OperationID, v, path)
+			}
+		}
+	}
+	if owners == 0 {
+		t.Error("no operation is x-owner-only: nothing would be forwarded to the environment's owner")
+	}
 	for _, name := range []string{"admin", "dcm", "viewer"} {
 		if s, ok := spec.Components.SecuritySchemes[name]; !ok || s.Value.Type != "http" || s.Value.Scheme != "bearer" {
 			t.Errorf("role %s has no bearer security scheme", name)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"github.com/spf13/cobra"
@@ -19,7 +19,7 @@ type keyTarget struct {
 // withKeyTarget opens the key ring at path and the database from SG_*
 // settings and runs fn.
 func withKeyTarget(cmd *cobra.Command, path func() (string, error), fn func(*keyTarget) error) error {
-	cfg, logger, err := loadConfig()
+	cfg, logger, err := LoadConfig()
 	if err != nil {
 		return err
 	}

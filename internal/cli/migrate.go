@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func newMigrateCommand() *cobra.Command {
 			"It is safe to run concurrently with other replicas (an advisory lock serialises them).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := loadConfig()
+			cfg, logger, err := LoadConfig()
 			if err != nil {
 				return err
 			}
