@@ -3,39 +3,88 @@ package environments
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
-// probeConcurrency bounds how many clusters one round probes at once, so a
-// fleet of slow clusters cannot exhaust connections.
-const probeConcurrency = 4
-
-// RunProbes runs a probe round at once and then an interval after each round
-// ends, until ctx ends, so status reflects clusters that died, recovered or lost
-// permissions while the gateway was down or between admin actions. A round
-// probes the environments this replica owns (each is probed by its owner
-// alone) that are not READY, and a READY one only once readyInterval has
-// passed since its last probe: its pool connection shows reachability all
-// the time (RecordHealth), and a request of it refused with 401 or 403 has
-// it probed at once (the Connector calls Probe) — so an idle fleet's
-// permissions cost its clusters a few requests every readyInterval, not
-// every interval. Probes only check and record; the Connector decides what
-// the pool connects to.
-func (s *Service) RunProbes(ctx context.Context, owned membership.Ownership, interval, readyInterval time.Duration) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		s.probeOwned(ctx, owned, func(rec record) bool { return dueForProbe(rec.Status, readyInterval, now()) })
-	}, interval)
+// ProbeOptions configure the probe reconciler.
+type ProbeOptions struct {
+	// Owned are the environments this replica probes: each is probed by
+	// its owner alone.
+	Owned membership.Ownership
+	// Interval is the time between probes of an environment that is not
+	// READY; ReadyInterval between probes of a READY one.
+	Interval, ReadyInterval time.Duration
+	// Workers probe different environments at once (SG_PROBE_CONCURRENCY;
+	// the prober's own cap applies across everything it probes).
+	Workers int
 }
 
-// dueForProbe reports whether a round probes an environment in state st.
+// Probes is the probe reconciler, so status reflects clusters that died,
+// recovered or lost permissions while the gateway was down or between admin
+// actions. Each environment this replica owns is looked at when the
+// reconciler starts, when it is registered or updated and when this
+// replica gains it, then again when its next probe is due: an interval
+// after its last probe while it is not READY, readyInterval after while it
+// is. Its pool connection shows reachability all the time (RecordHealth),
+// and a request of it refused with 401 or 403 has it probed at once (the
+// Connector calls Probe) — so an idle fleet's permissions cost its
+// clusters a few requests every readyInterval. Probes only check and
+// record; the Connector decides what the pool connects to.
+func (s *Service) Probes(opts ProbeOptions) *controller.Controller {
+	c := controller.New(controller.Options{
+		Name: "probes", Workers: opts.Workers, Owns: opts.Owned.Owns, Logger: s.log,
+		List: s.ids,
+		Reconcile: func(ctx context.Context, id string) (time.Duration, error) {
+			return s.reconcileProbe(ctx, opts, id)
+		},
+	})
+	controller.Watch(c, s.Subscribe(), func(ch Change) []string { return []string{ch.EnvironmentID} })
+	controller.Watch(c, opts.Owned.Subscribe(), func(ch membership.Change) []string { return []string{ch.EnvironmentID} })
+	return c
+}
+
+// reconcileProbe probes environment id if it is due, and says when it is
+// due next.
+func (s *Service) reconcileProbe(ctx context.Context, opts ProbeOptions, id string) (time.Duration, error) {
+	claim, err := opts.Owned.Claim(id)
+	if err != nil {
+		return 0, nil // another replica's, or handed over this instant
+	}
+	rec, err := s.repo.get(ctx, id)
+	switch {
+	case errors.Is(err, errNotFound):
+		return 0, nil // deleted
+	case err != nil:
+		return 0, err
+	}
+	if at := now(); dueForProbe(rec.Status, opts.ReadyInterval, at) {
+		if err := s.probeAndRecord(ctx, rec, &claim); err != nil {
+			return 0, err
+		}
+		if rec, err = s.repo.get(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	return untilDue(rec.Status, opts.Interval, opts.ReadyInterval, now()), nil
+}
+
+// dueForProbe reports whether an environment in state st is due for a
+// probe at.
 func dueForProbe(st Status, readyInterval time.Duration, at time.Time) bool {
 	return st.State != clusters.StateReady || st.LastProbeTime == nil || at.Sub(*st.LastProbeTime) >= readyInterval
+}
+
+// untilDue is how long after at an environment in state st is due for its
+// next probe.
+func untilDue(st Status, interval, readyInterval time.Duration, at time.Time) time.Duration {
+	if st.State != clusters.StateReady || st.LastProbeTime == nil {
+		return interval
+	}
+	return max(st.LastProbeTime.Add(readyInterval).Sub(at), time.Second)
 }
 
 // Probe probes one environment its owner holds claim on now and records
@@ -52,35 +101,12 @@ func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) 
 	return s.probeAndRecord(ctx, rec, &claim)
 }
 
-// probeOwned probes the owned environments due says are due and records
-// the results. Failures are logged per environment; one never stops the
-// others.
-func (s *Service) probeOwned(ctx context.Context, owned membership.Ownership, due func(record) bool) {
-	sem := make(chan struct{}, probeConcurrency)
-	var wg sync.WaitGroup
+// ids lists every registered environment's id.
+func (s *Service) ids(ctx context.Context) ([]string, error) {
+	var ids []string
 	err := s.repo.each(ctx, func(rec record) error {
-		if !owned.Owns(rec.ID) || !due(rec) {
-			return nil // another replica's, or not due
-		}
-		claim, err := owned.Claim(rec.ID)
-		if err != nil {
-			return nil // handed over this instant
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := s.probeAndRecord(ctx, rec, &claim); err != nil && ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "probe environment", "environment", rec.ID, "error", err)
-			}
-		})
+		ids = append(ids, rec.ID)
 		return nil
 	})
-	wg.Wait()
-	if err != nil && ctx.Err() == nil {
-		s.log.ErrorContext(ctx, "list environments to probe", "error", err)
-	}
+	return ids, err
 }

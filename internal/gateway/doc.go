@@ -21,7 +21,7 @@
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
 // Background workers, each started and stopped here: the membership
-// (heartbeat and rebalance), the connector, the probe loop, the status
+// (heartbeat and rebalance), the connector, the probe reconciler, the status
 // follower's sweep, the outbox relay, the volume reconciler, the fleet feed,
 // the key-ring and token reloader (SIGHUP), audit pruning and, when
 // configured, the DCM registrar.

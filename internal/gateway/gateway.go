@@ -19,6 +19,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/config"
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/events"
@@ -107,6 +108,7 @@ type Gateway struct {
 	clusters   *clusters.Pool
 	registry   *environments.Service
 	connector  *environments.Connector
+	probes     *controller.Controller
 	registrar  *dcm.Registrar // nil when DCM registration is off
 	member     string         // this replica's member id
 	membership *membership.Membership
@@ -188,6 +190,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	// A new environment is claimed at once, not at the next heartbeat.
 	g.registrations = g.registry.Subscribe()
 	g.connector = environments.NewConnector(g.registry, g.clusters, g.membership, g.opts.Intervals.Connect)
+	g.probes = g.registry.Probes(environments.ProbeOptions{Owned: g.membership, Interval: cfg.ProbeInterval,
+		ReadyInterval: cfg.ProbeReadyInterval, Workers: cfg.ProbeConcurrency})
 	g.index = fleet.NewIndex()
 	g.feed = fleet.NewFeed(fleet.FeedOptions{Index: g.index, Clusters: g.clusters, Registry: g.registry,
 		Store: fleet.Store{DB: g.db}, Owned: g.membership, Logger: g.log})

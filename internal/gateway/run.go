@@ -49,9 +49,7 @@ func (g *Gateway) workers() []*worker {
 			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
 		}},
 		{name: "connector", run: g.connector.Run}, // the pool follows the registry
-		{name: "probes", run: func(ctx context.Context) {
-			g.registry.RunProbes(ctx, g.membership, g.cfg.ProbeInterval, g.cfg.ProbeReadyInterval)
-		}},
+		{name: "probes", run: g.probes.Run},
 		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
 		{name: "outbox relay", run: g.relay.Run},
 		{name: "volume reconciler", run: g.reconciler.Run},

@@ -1,0 +1,156 @@
+// Package controller runs reconcilers: a keyed, rate-limited work queue
+// (client-go's workqueue, the queue of controller-runtime and cluster-api)
+// worked by a fixed number of workers. A part of the gateway that reacts to
+// "an environment changed" states only which keys to look at (sources and a
+// start-up listing), whether this replica is responsible for a key (Owns,
+// checked at enqueue) and what to do for one key (Reconcile). The queue
+// merges a key enqueued again while it waits, never hands one key to two
+// workers at once, retries a key whose reconcile failed with exponential
+// backoff, and schedules the next look a reconcile asks for. It must not
+// know what a key means.
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/dcm-project/storage-gateway/internal/changes"
+)
+
+// Reconcile does what one key needs now. requeueAfter > 0 asks for another
+// look that much later; an error is retried with the queue's backoff (and
+// logged); otherwise the key rests until a source names it again.
+type Reconcile func(ctx context.Context, key string) (requeueAfter time.Duration, err error)
+
+// Options configure a Controller.
+type Options struct {
+	// Name is for the log.
+	Name      string
+	Reconcile Reconcile
+	// Workers reconcile different keys at once (default 1).
+	Workers int
+	// Owns says whether this replica is responsible for a key; others are
+	// never enqueued (nil: every key).
+	Owns func(key string) bool
+	// List names every key to look at when Run starts.
+	List   func(ctx context.Context) ([]string, error)
+	Logger *slog.Logger
+	// RateLimiter paces retries of failed keys (default: per key, 1 s
+	// doubling to 5 min).
+	RateLimiter workqueue.TypedRateLimiter[string]
+}
+
+// Controller is one reconciler on its queue. New builds it without starting
+// anything; Run runs it.
+type Controller struct {
+	opts    Options
+	sources []func(context.Context)
+
+	mu      sync.Mutex
+	queue   workqueue.TypedRateLimitingInterface[string] // set by Run
+	pending []string                                     // added before Run
+}
+
+// New returns a Controller.
+func New(opts Options) *Controller {
+	if opts.Workers < 1 {
+		opts.Workers = 1
+	}
+	if opts.RateLimiter == nil {
+		opts.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)
+	}
+	return &Controller{opts: opts}
+}
+
+// Watch makes sub a source of c: each notice names the keys it concerns.
+// Call it before Run; Run delivers the notices.
+func Watch[T comparable](c *Controller, sub *changes.Subscription[T], keys func(T) []string) {
+	c.sources = append(c.sources, func(ctx context.Context) {
+		sub.Run(ctx, func(_ context.Context, v T) {
+			for _, key := range keys(v) {
+				c.Add(key)
+			}
+		})
+	})
+}
+
+// Add has key reconciled soon, if this replica is responsible for it.
+func (c *Controller) Add(key string) {
+	if c.opts.Owns != nil && !c.opts.Owns(key) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.queue == nil {
+		c.pending = append(c.pending, key)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// Run lists the keys to start with, runs the sources and the workers until
+// ctx ends, then shuts the queue down and returns once every reconcile in
+// flight has returned (they see ctx ended). Run may be called once.
+func (c *Controller) Run(ctx context.Context) {
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(c.opts.RateLimiter,
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: c.opts.Name})
+	c.mu.Lock()
+	c.queue = queue
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	for _, key := range pending {
+		queue.Add(key)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer queue.ShutDown()
+	for _, source := range c.sources {
+		wg.Go(func() { source(ctx) })
+	}
+	if c.opts.List != nil {
+		keys, err := c.opts.List(ctx)
+		if err != nil && ctx.Err() == nil {
+			// The sources and the requeues still bring keys; a listing
+			// that failed at start is not retried.
+			c.opts.Logger.ErrorContext(ctx, "list the keys to reconcile", "controller", c.opts.Name, "error", err)
+		}
+		for _, key := range keys {
+			c.Add(key)
+		}
+	}
+	for range c.opts.Workers {
+		wg.Go(func() { c.work(ctx, queue) })
+	}
+	<-ctx.Done()
+}
+
+// work reconciles keys until the queue shuts down.
+func (c *Controller) work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) {
+	for {
+		key, shutdown := queue.Get()
+		if shutdown {
+			return
+		}
+		after, err := c.opts.Reconcile(ctx, key)
+		owned := c.opts.Owns == nil || c.opts.Owns(key)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			c.opts.Logger.WarnContext(ctx, "reconcile failed; retrying", "controller", c.opts.Name, "key", key, "error", err)
+			if owned {
+				queue.AddRateLimited(key)
+			}
+		case after > 0 && owned:
+			queue.Forget(key)
+			queue.AddAfter(key, after)
+		default:
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}
