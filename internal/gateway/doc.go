@@ -10,17 +10,20 @@
 //	clusters.Pool ── health, storage changes ──► environments.Connector (records reachability)
 //	                                          ├► fleet.Feed (classes, staleness)
 //	                                          ├► dcm.Registrar (capacity known: register)
-//	                                          └► volumes.Reconciler (ready and synced: reconcile)
+//	                                          └► volume reconciler (ready and synced: reconcile)
 //	environments.Service ── registered, updated, deleted ──► environments.Connector (the pool follows)
 //	                                                      ├► fleet.Feed (environments)
 //	                                                      ├► dcm.Registrar (register, deregister)
+//	                                                      ├► probe reconciler (look again)
 //	                                                      └► membership.Membership (claim at once)
 //	membership.Membership ── gained, lost ──► environments.Connector (the pool holds owned ones)
 //	                                       ├► fleet.Feed (watch, or show the owner's snapshot)
+//	                                       ├► probe reconciler (probe what it gains)
 //	                                       └► dcm.Registrar (register what it owns)
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
-// Background workers, each started and stopped here: the membership
+// The probe and volume reconcilers run on internal/controller (a keyed
+// work queue). Background workers, each started and stopped here: the membership
 // (heartbeat and rebalance), the connector, the probe reconciler, the status
 // follower's sweep, the outbox relay, the volume reconciler, the fleet feed,
 // the key-ring and token reloader (SIGHUP), audit pruning and, when

@@ -122,7 +122,7 @@ type Gateway struct {
 	tracker       *status.Tracker
 	follower      *status.Follower
 	volumes       *volumes.Service
-	reconciler    *volumes.Reconciler
+	reconciler    *controller.Controller
 	listener      net.Listener
 	server        *http.Server
 }

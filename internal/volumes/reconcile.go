@@ -2,17 +2,14 @@ package volumes
 
 import (
 	"context"
-	"maps"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -27,77 +24,35 @@ const (
 	keyRetention = 24 * time.Hour
 )
 
-// Reconciler repairs what an interrupted flow left behind, once per
-// interval and for each environment whose cluster became ready with synced
-// caches (it subscribes to the pool): a record whose claim was never created
-// gets it; a record whose claim exists but whose uid was never stored gets
-// the uid; a claim created after its volume was deleted is deleted; a volume
-// whose claim vanished — also while the gateway was down or disconnected —
-// is reported DELETED. It also forgets idempotency keys past their
-// retention. Claims without a record are never touched, only counted (the
+// NewReconciler returns the volume reconciler. For each environment this
+// replica is connected to — looked at when its cluster becomes ready with
+// synced caches, then once per interval — it repairs what an interrupted
+// flow left behind: a record whose claim was never created gets it; a
+// record whose claim exists but whose uid was never stored gets the uid; a
+// claim created after its volume was deleted is deleted; a volume whose
+// claim vanished — also while the gateway was down or disconnected — is
+// reported DELETED; idempotency keys past their retention are forgotten.
+// Claims without a record are never touched, only counted (the
 // environment's unadopted_volume_count: another provider's, until an admin
 // adopts them).
-type Reconciler struct {
-	service        *Service
-	interval       time.Duration
-	clusterChanges *changes.Subscription[clusters.Change]
-	// passes serializes a resynced environment's pass and the periodic one,
-	// so two never settle the same record at once.
-	passes sync.Mutex
-}
-
-// NewReconciler returns a reconciler subscribed to the pool's changes; Run
-// starts it.
-func (s *Service) NewReconciler(interval time.Duration) *Reconciler {
-	return &Reconciler{service: s, interval: interval, clusterChanges: s.clusters.Subscribe()}
-}
-
-// Run reconciles until ctx ends.
-func (r *Reconciler) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		r.clusterChanges.Run(ctx, func(ctx context.Context, c clusters.Change) {
-			if c.Kind == clusters.HealthChanged && r.service.clusters.ReadyAndSynced(c.EnvironmentID) {
-				r.passes.Lock()
-				defer r.passes.Unlock()
-				r.service.ReconcileEnvironment(ctx, c.EnvironmentID)
-			}
-		})
+func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
+	c := controller.New(controller.Options{Name: "volumes", Logger: s.log,
+		Owns: func(envID string) bool {
+			_, connected := s.clusters.Get(envID)
+			return connected
+		},
+		List: func(context.Context) ([]string, error) { return s.clusters.IDs(), nil },
+		Reconcile: func(ctx context.Context, envID string) (time.Duration, error) {
+			return interval, s.reconcile(ctx, envID)
+		},
 	})
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.passes.Lock()
-			r.service.ReconcileAll(ctx)
-			r.passes.Unlock()
+	controller.Watch(c, s.clusters.Subscribe(), func(ch clusters.Change) []string {
+		if ch.Kind == clusters.HealthChanged && s.clusters.ReadyAndSynced(ch.EnvironmentID) {
+			return []string{ch.EnvironmentID}
 		}
-	}
-}
-
-// ReconcileAll runs one reconciliation pass over every environment this
-// replica owns and is connected to (reconcile skips the others).
-func (s *Service) ReconcileAll(ctx context.Context) {
-	if n, err := s.repo.purgeKeys(ctx, keyRetention); err != nil {
-		s.log.ErrorContext(ctx, "purge idempotency keys", "error", err)
-	} else if n > 0 {
-		s.log.InfoContext(ctx, "idempotency keys purged", "count", n)
-	}
-	envs := s.clusters.IDs()
-	slices.Sort(envs)
-	for _, envID := range envs {
-		s.ReconcileEnvironment(ctx, envID)
-	}
-	s.counted.Lock()
-	maps.DeleteFunc(s.counted.zero, func(env string, _ int64) bool {
-		_, held := slices.BinarySearch(envs, env)
-		return !held
+		return nil
 	})
-	s.counted.Unlock()
+	return c
 }
 
 // ReconcileEnvironment runs one pass over one environment.
@@ -110,7 +65,17 @@ func (s *Service) ReconcileEnvironment(ctx context.Context, envID string) {
 func (s *Service) reconcile(ctx context.Context, envID string) error {
 	cluster, err := s.writable(envID)
 	if err != nil {
-		return nil // not connected: nothing can be concluded from its cache
+		if _, connected := s.clusters.Get(envID); !connected {
+			s.counted.Lock()
+			delete(s.counted.zero, envID) // counted again if it comes back
+			s.counted.Unlock()
+		}
+		return nil // not connected, or not synced: nothing can be concluded from its cache
+	}
+	if n, err := s.repo.purgeKeys(ctx, envID, keyRetention); err != nil {
+		s.log.ErrorContext(ctx, "purge idempotency keys", "environment", envID, "error", err)
+	} else if n > 0 {
+		s.log.InfoContext(ctx, "idempotency keys purged", "environment", envID, "count", n)
 	}
 	// Counted before settling: a record settling drops is still counted
 	// as serving its claim until the next pass.

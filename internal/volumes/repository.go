@@ -111,9 +111,10 @@ func (r *repository) idempotencyKey(ctx context.Context, env, key string) (agent
 	return k, err == nil, err
 }
 
-// purgeKeys forgets idempotency keys older than age.
-func (r *repository) purgeKeys(ctx context.Context, age time.Duration) (int64, error) {
-	tag, err := r.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE create_time < now() - $1::interval`, age.String())
+// purgeKeys forgets an environment's idempotency keys older than age.
+func (r *repository) purgeKeys(ctx context.Context, envID string, age time.Duration) (int64, error) {
+	tag, err := r.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE environment_id = $1 AND create_time < now() - $2::interval`,
+		envID, age.String())
 	return tag.RowsAffected(), err
 }
 

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -506,7 +508,22 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	g.Volumes.ReconcileAll(ctx)
+	if _, err := g.DB.Exec(ctx, `INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id, create_time)
+		VALUES ($1, 'expired', 'x', 'v1', now() - interval '25 hours'), ($1, 'kept', 'x', 'v2', now())`, envID); err != nil {
+		t.Fatal(err)
+	}
+
+	g.Volumes.ReconcileEnvironment(ctx, envID)
+
+	// Idempotency keys are kept 24 hours, then forgotten.
+	var keys []string
+	rows, err := g.DB.Query(ctx, `SELECT key FROM idempotency_keys WHERE environment_id = $1 AND key IN ('expired', 'kept')`, envID)
+	if err == nil {
+		keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || !slices.Equal(keys, []string{"kept"}) {
+		t.Fatalf("idempotency keys after a pass: %v (%v), want only the fresh one", keys, err)
+	}
 
 	if n := claims(t, east, ns, orphan); n != 1 {
 		t.Fatalf("%d claims for the recorded volume, want 1", n)
