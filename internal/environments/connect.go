@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
@@ -22,10 +21,12 @@ const healthWriteTimeout = 10 * time.Second
 const deniedProbeGap = 10 * time.Second
 
 // Connector is the one owner of which clusters the pool connects to: the
-// pool holds the registered environments this replica owns. It reacts to
-// the registry's and the ownership's changes at once, re-reads the whole
-// registry every interval (other replicas' changes, anything a notice
-// missed) and connects, replaces or removes pool entries to match; it never
+// pool holds the registered environments this replica owns. Connecting is
+// a reconciler (internal/controller) keyed by environment: one is looked at
+// when it is registered, updated, deleted, gained or lost, at start, and
+// again every interval while this replica holds it (a change made on
+// another replica, anything a notice missed); its pool entry is connected,
+// replaced or removed to match the row and the ownership now. It never
 // touches the network itself (Pool.Ensure does not), so at start a dead
 // cluster cannot delay connecting a healthy one. It also records what the
 // pool learns about reachability (see RecordHealth) and probes an
@@ -37,18 +38,16 @@ type Connector struct {
 	interval time.Duration
 	log      *slog.Logger
 
-	registryChanges  *changes.Subscription[Change]
-	ownershipChanges *changes.Subscription[membership.Change]
-	poolChanges      *changes.Subscription[clusters.Change]
+	connects    *controller.Controller
+	poolChanges *changes.Subscription[clusters.Change]
 	// denials has its own subscription: a probe takes seconds, and health
 	// changes of other environments must not wait for it.
 	denials *changes.Subscription[clusters.Change]
 
-	// mu serializes connecting: a full re-read and a single change never
-	// interleave, so a deletion handled after a re-read always wins.
-	mu sync.Mutex
 	// connected is the version of the row each pool entry was made from;
-	// an unchanged row is not opened again.
+	// an unchanged row is not opened again. The controller reconciles one
+	// environment at a time per key; mu guards the map across keys.
+	mu        sync.Mutex
 	connected map[string]rowVersion
 }
 
@@ -65,24 +64,31 @@ func versionOf(rec record) rowVersion {
 // NewConnector subscribes to the registry's, the ownership's and the
 // pool's changes; Run acts on them.
 func NewConnector(registry *Service, pool *clusters.Pool, owned membership.Ownership, interval time.Duration) *Connector {
-	return &Connector{
+	c := &Connector{
 		registry: registry, pool: pool, owned: owned, interval: interval, log: registry.log,
-		registryChanges: registry.Subscribe(), ownershipChanges: owned.Subscribe(),
 		poolChanges: pool.Subscribe(), denials: pool.Subscribe(),
 		connected: map[string]rowVersion{},
 	}
+	c.connects = controller.New(controller.Options{Name: "connector", Logger: registry.log,
+		// Every registered environment, and whatever the pool holds that
+		// may no longer be.
+		List: func(ctx context.Context) ([]string, error) {
+			ids, err := registry.ids(ctx)
+			return append(ids, pool.IDs()...), err
+		},
+		Reconcile: c.follow,
+	})
+	controller.Watch(c.connects, registry.Subscribe(), func(ch Change) []string { return []string{ch.EnvironmentID} })
+	controller.Watch(c.connects, owned.Subscribe(), func(ch membership.Change) []string { return []string{ch.EnvironmentID} })
+	return c
 }
 
 // Run connects every owned environment, then follows changes until ctx
 // ends.
 func (c *Connector) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		c.registryChanges.Run(ctx, func(ctx context.Context, ch Change) { c.follow(ctx, ch.EnvironmentID) })
-	})
-	wg.Go(func() {
-		c.ownershipChanges.Run(ctx, func(ctx context.Context, ch membership.Change) { c.follow(ctx, ch.EnvironmentID) })
-	})
+	defer wg.Wait()
+	wg.Go(func() { c.connects.Run(ctx) })
 	wg.Go(func() {
 		c.poolChanges.Run(ctx, func(ctx context.Context, ch clusters.Change) {
 			if ch.Kind != clusters.HealthChanged {
@@ -98,8 +104,6 @@ func (c *Connector) Run(ctx context.Context) {
 		})
 	})
 	wg.Go(func() { c.denials.Run(ctx, c.probeRefused()) })
-	defer wg.Wait()
-	wait.UntilWithContext(ctx, c.SyncAll, c.interval)
 }
 
 // probeRefused returns the handler of AccessDenied notices: it probes the
@@ -130,52 +134,27 @@ func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
 	}
 }
 
-// SyncAll makes the pool hold exactly the registered environments this
-// replica owns, each with its current credentials and namespaces.
-func (c *Connector) SyncAll(ctx context.Context) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	registered := map[string]bool{}
-	err := c.registry.repo.each(ctx, func(rec record) error {
-		registered[rec.ID] = true
-		c.connect(ctx, rec)
-		return nil
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.ErrorContext(ctx, "list environments to connect", "error", err)
-		}
-		return // a partial list must not disconnect the rest
-	}
-	for _, id := range c.pool.IDs() {
-		if !registered[id] {
-			c.disconnect(id)
-		}
-	}
-}
-
-// follow applies one change of an environment's row or ownership: whatever
-// the notice says, the row as stored now and the ownership now decide (a
-// deletion and a re-registration of the same id may arrive merged or in
-// either order).
-func (c *Connector) follow(ctx context.Context, id string) {
+// follow makes the pool hold environment id as the row stored now and the
+// ownership now say: whatever notice named it (a deletion and a
+// re-registration of the same id may arrive merged or in either order). It
+// asks for another look an interval later while this replica holds it.
+func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.owned.Owns(id) {
 		c.disconnect(id)
-		return
+		return 0, nil
 	}
 	rec, err := c.registry.repo.get(ctx, id)
 	switch {
 	case errors.Is(err, errNotFound):
 		c.disconnect(id)
+		return 0, nil
 	case err != nil:
-		if ctx.Err() == nil {
-			c.log.ErrorContext(ctx, "read environment to connect (retried at the next re-read)", "environment", id, "error", err)
-		}
-	default:
-		c.connect(ctx, rec)
+		return 0, err // retried with backoff
 	}
+	c.connect(ctx, rec)
+	return c.interval, nil
 }
 
 // connect hands rec's connection to the pool, which starts it or swaps the

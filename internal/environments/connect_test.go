@@ -103,10 +103,17 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, ids...)
 	connector := environments.NewConnector(reg.Registry, pool, owner, time.Hour)
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	start := time.Now()
-	connector.SyncAll(ctx)
+	wg.Go(func() { connector.Run(runCtx) })
+	var got []string
+	poll.Until(t, 5*time.Second, "every environment in the pool", func() bool {
+		got = pool.IDs()
+		return len(got) == len(ids)
+	})
 	took := time.Since(start)
-	got := pool.IDs()
 	slices.Sort(got)
 	if !slices.Equal(got, ids) {
 		t.Fatalf("pool holds %v, want %v", got, ids)

@@ -22,8 +22,8 @@
 //	                                       └► dcm.Registrar (register what it owns)
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
-// The probe and volume reconcilers run on internal/controller (a keyed
-// work queue). Background workers, each started and stopped here: the membership
+// The connector's connecting, the probe and the volume reconcilers run on
+// internal/controller (a keyed work queue). Background workers, each started and stopped here: the membership
 // (heartbeat and rebalance), the connector, the probe reconciler, the status
 // follower's sweep, the outbox relay, the volume reconciler, the fleet feed,
 // the key-ring and token reloader (SIGHUP), audit pruning and, when

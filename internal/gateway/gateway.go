@@ -71,8 +71,8 @@ type Intervals struct {
 	Follow time.Duration
 	// Reconcile is how often interrupted volume flows are repaired (30s).
 	Reconcile time.Duration
-	// Connect is how often the connector re-reads the whole registry, for
-	// other replicas' changes (30s).
+	// Connect is how often the connector looks again at each environment
+	// it holds, for changes made on other replicas (30s).
 	Connect time.Duration
 	// DCMCheck is how often each registered provider is read back from DCM
 	// (30s; see dcm.Options.CheckInterval).
