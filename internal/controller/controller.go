@@ -52,7 +52,13 @@ type Controller struct {
 
 	mu      sync.Mutex
 	queue   workqueue.TypedRateLimitingInterface[string] // set by Run
-	pending []string                                     // added before Run
+	pending []pendingKey                                 // added before Run
+}
+
+// pendingKey is a key added before Run, and when it is due.
+type pendingKey struct {
+	key string
+	at  time.Time
 }
 
 // New returns a Controller.
@@ -79,17 +85,21 @@ func Watch[T comparable](c *Controller, sub *changes.Subscription[T], keys func(
 }
 
 // Add has key reconciled soon, if this replica is responsible for it.
-func (c *Controller) Add(key string) {
+func (c *Controller) Add(key string) { c.AddAfter(key, 0) }
+
+// AddAfter has key reconciled once d has passed, if this replica is
+// responsible for it.
+func (c *Controller) AddAfter(key string, d time.Duration) {
 	if c.opts.Owns != nil && !c.opts.Owns(key) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.queue == nil {
-		c.pending = append(c.pending, key)
+		c.pending = append(c.pending, pendingKey{key: key, at: time.Now().Add(d)})
 		return
 	}
-	c.queue.Add(key)
+	c.queue.AddAfter(key, d)
 }
 
 // Run lists the keys to start with, runs the sources and the workers until
@@ -103,8 +113,8 @@ func (c *Controller) Run(ctx context.Context) {
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()
-	for _, key := range pending {
-		queue.Add(key)
+	for _, p := range pending {
+		queue.AddAfter(p.key, time.Until(p.at))
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()

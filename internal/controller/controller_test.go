@@ -174,3 +174,32 @@ func TestRunWaitsForReconcilesInFlight(t *testing.T) {
 		}
 	})
 }
+
+// A key added to come later, before or after Run starts, is reconciled
+// once its time has come, not before.
+func TestAddAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCalls()
+		var ctl *controller.Controller
+		stop := run(t, controller.Options{Name: "test",
+			Reconcile: func(_ context.Context, key string) (time.Duration, error) {
+				c.enter(key)
+				defer c.leave(key)
+				return 0, nil
+			}}, func(x *controller.Controller) {
+			ctl = x
+			ctl.AddAfter("early", 5*time.Second) // before Run
+		})
+		synctest.Wait()
+		ctl.AddAfter("late", 3*time.Second)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		stop()
+		if got := c.of("early"); !slices.Equal(got, []time.Duration{5 * time.Second}) {
+			t.Errorf("early reconciled at %v, want 5s", got)
+		}
+		if got := c.of("late"); !slices.Equal(got, []time.Duration{3 * time.Second}) {
+			t.Errorf("late reconciled at %v, want 3s", got)
+		}
+	})
+}

@@ -3,9 +3,13 @@ package dcm
 import (
 	"context"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	rmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/resource_manager"
+
+	"github.com/dcm-project/storage-gateway/internal/controller"
 )
 
 // DCM's manager stores an instance only after its provider answered the
@@ -25,64 +29,68 @@ import (
 // looked for no longer than the last of these.
 var recordChecks = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second, time.Minute}
 
-// recordKey names one volume whose record in DCM is being checked.
-type recordKey struct{ environmentID, volumeID string }
-
-// recordCheck is one pending look, and how many came before it.
-type recordCheck struct {
-	recordKey
-	look int
-}
+// recordKey names the volume whose record in DCM is checked: environment
+// and volume id, joined by a slash (neither id can hold one).
+func recordKey(environmentID, volumeID string) string { return environmentID + "/" + volumeID }
 
 // CheckRecord has the volume's record in DCM read back a little after
 // DCM created it, and the volume's status sent again if the record does
 // not show it. Called by the API for each create by DCM that made a volume.
 func (r *Registrar) CheckRecord(environmentID, volumeID string) {
-	r.records.AddAfter(recordCheck{recordKey: recordKey{environmentID, volumeID}}, recordChecks[0])
+	r.records.AddAfter(recordKey(environmentID, volumeID), recordChecks[0])
 }
 
-// checkRecords works the queue of record checks until it shuts down.
-func (r *Registrar) checkRecords(ctx context.Context) {
-	for {
-		c, shutdown := r.records.Get()
-		if shutdown {
-			return
-		}
-		if next, again := r.checkRecord(ctx, c); again && c.look+1 < len(recordChecks) {
-			r.records.AddAfter(recordCheck{recordKey: c.recordKey, look: c.look + 1}, next)
-		}
-		r.records.Done(c)
-	}
+// newRecordChecks is the reconciler of record checks: each volume's looks
+// come at the offsets of recordChecks, until one finds DCM's record showing
+// the volume's status.
+func (r *Registrar) newRecordChecks() *controller.Controller {
+	var mu sync.Mutex
+	looks := map[string]int{} // looks done per key
+	return controller.New(controller.Options{Name: "DCM record checks", Logger: r.log,
+		Reconcile: func(ctx context.Context, key string) (time.Duration, error) {
+			mu.Lock()
+			look := looks[key]
+			looks[key] = look + 1
+			mu.Unlock()
+			env, volume, _ := strings.Cut(key, "/")
+			if r.checkRecord(ctx, env, volume) && look+1 < len(recordChecks) {
+				return recordChecks[look+1] - recordChecks[look], nil
+			}
+			mu.Lock()
+			delete(looks, key)
+			mu.Unlock()
+			return 0, nil
+		},
+	})
 }
 
 // checkRecord reads the volume's record from DCM and compares its status;
-// again says to look once more (DCM has no record yet, could not be asked,
-// or was just sent the status again), after next.
-func (r *Registrar) checkRecord(ctx context.Context, c recordCheck) (next time.Duration, again bool) {
-	next = recordChecks[min(c.look+1, len(recordChecks)-1)] - recordChecks[c.look]
-	if !r.opts.Owned.Owns(c.environmentID) {
-		return 0, false // its new owner reports what it sees
+// it says whether to look once more: DCM has no record yet, could not be
+// asked, or was just sent the status again.
+func (r *Registrar) checkRecord(ctx context.Context, environmentID, volumeID string) (again bool) {
+	if !r.opts.Owned.Owns(environmentID) {
+		return false // its new owner reports what it sees
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := r.instances.GetInstanceWithResponse(ctx, c.volumeID, &rmapi.GetInstanceParams{})
+	resp, err := r.instances.GetInstanceWithResponse(ctx, volumeID, &rmapi.GetInstanceParams{})
 	switch {
 	case err != nil:
-		r.log.DebugContext(ctx, "read a volume's record in DCM", "environment", c.environmentID, "volume", c.volumeID, "error", err)
-		return next, true
+		r.log.DebugContext(ctx, "read a volume's record in DCM", "environment", environmentID, "volume", volumeID, "error", err)
+		return true
 	case resp.StatusCode() == http.StatusNotFound:
-		return next, true
+		return true
 	case resp.JSON200 == nil || resp.JSON200.Status == nil:
-		return next, true
+		return true
 	}
-	repeated, err := r.opts.Repeat(ctx, c.environmentID, c.volumeID, *resp.JSON200.Status)
+	repeated, err := r.opts.Repeat(ctx, environmentID, volumeID, *resp.JSON200.Status)
 	if err != nil {
-		r.log.WarnContext(ctx, "send a volume's status to DCM again", "environment", c.environmentID, "volume", c.volumeID, "error", err)
-		return next, true
+		r.log.WarnContext(ctx, "send a volume's status to DCM again", "environment", environmentID, "volume", volumeID, "error", err)
+		return true
 	}
 	if repeated {
 		r.log.InfoContext(ctx, "DCM's record missed the volume's status (its event came before DCM stored the record): sent again",
-			"environment", c.environmentID, "volume", c.volumeID, "dcm_status", *resp.JSON200.Status)
+			"environment", environmentID, "volume", volumeID, "dcm_status", *resp.JSON200.Status)
 	}
-	return next, repeated
+	return repeated
 }

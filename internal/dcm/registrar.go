@@ -20,11 +20,11 @@ import (
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
 	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
 	"github.com/google/uuid"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
@@ -95,8 +95,8 @@ type Registrar struct {
 	ownershipChanges *changes.Subscription[membership.Change]
 	clusterChanges   *changes.Subscription[clusters.Change]
 
-	// records are the created volumes whose record in DCM is read back.
-	records workqueue.TypedDelayingInterface[recordCheck]
+	// records reads back DCM's records of the volumes DCM created.
+	records *controller.Controller
 
 	mu    sync.Mutex
 	state map[string]*registration
@@ -169,11 +169,12 @@ func New(opts Options) (*Registrar, error) {
 		return nil, errors.New("dcm: Options.Served and Options.Repeat are required")
 	}
 	r := &Registrar{opts: opts, client: client, instances: instances, log: opts.Logger.With("component", "dcm"),
-		wake: make(chan struct{}, 1), state: map[string]*registration{}, records: workqueue.NewTypedDelayingQueue[recordCheck](),
+		wake: make(chan struct{}, 1), state: map[string]*registration{},
 		registryChanges: opts.Environments.Subscribe(), ownershipChanges: opts.Owned.Subscribe()}
 	if opts.Clusters != nil {
 		r.clusterChanges = opts.Clusters.Subscribe()
 	}
+	r.records = r.newRecordChecks()
 	return r, nil
 }
 
@@ -210,8 +211,7 @@ func (r *Registrar) changed() {
 func (r *Registrar) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer r.records.ShutDown()
-	wg.Go(func() { r.checkRecords(ctx) })
+	wg.Go(func() { r.records.Run(ctx) })
 	wg.Go(func() {
 		r.registryChanges.Run(ctx, func(ctx context.Context, c environments.Change) {
 			if c.Deleted {
