@@ -24,8 +24,8 @@ const deniedProbeGap = 10 * time.Second
 // pool holds the registered environments this replica owns. Connecting is
 // a reconciler (internal/controller) keyed by environment: one is looked at
 // when it is registered, updated, deleted, gained or lost, at start, and
-// again every interval while this replica holds it (a change made on
-// another replica, anything a notice missed); its pool entry is connected,
+// again every interval while it is registered (a change made on another
+// replica, anything a notice missed); its pool entry is connected,
 // replaced or removed to match the row and the ownership now. It never
 // touches the network itself (Pool.Ensure does not), so at start a dead
 // cluster cannot delay connecting a healthy one. It also records what the
@@ -137,14 +137,13 @@ func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
 // follow makes the pool hold environment id as the row stored now and the
 // ownership now say: whatever notice named it (a deletion and a
 // re-registration of the same id may arrive merged or in either order). It
-// asks for another look an interval later while this replica holds it.
+// asks for another look an interval later while the environment is
+// registered, owned here or not: an ownership that comes back without a
+// notice (deleted and registered again within one heartbeat) is still
+// followed within an interval.
 func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.owned.Owns(id) {
-		c.disconnect(id)
-		return 0, nil
-	}
 	rec, err := c.registry.repo.get(ctx, id)
 	switch {
 	case errors.Is(err, errNotFound):
@@ -153,7 +152,7 @@ func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error
 	case err != nil:
 		return 0, err // retried with backoff
 	}
-	c.connect(ctx, rec)
+	c.connect(ctx, rec) // disconnects what this replica does not own
 	return c.interval, nil
 }
 

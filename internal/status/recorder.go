@@ -72,7 +72,7 @@ var ErrGone = errors.New("the volume is gone")
 // Record stores o, and its event if it is a transition. A volume that is
 // gone is ignored.
 func (r Recorder) Record(ctx context.Context, o Observation) error {
-	return ignoreGone(r.write(ctx, o, false))
+	return ignoreGone(r.write(ctx, o, false, false))
 }
 
 // ignoreGone is err, except that a volume that is gone is no error.
@@ -83,10 +83,14 @@ func ignoreGone(err error) error {
 	return err
 }
 
-// RecordObserved is Record for the tracker: it says ErrGone when the volume
-// is gone, so the tracker forgets it.
+// RecordObserved is Record for what the cluster shows (the tracker): it
+// says ErrGone when the volume is gone, so the tracker forgets it. A record
+// that has no claim yet is gone too: the claim of its name is not its own
+// until a create or adoption stores its uid (a create in flight holds what
+// the follower sees until then), so a record an interrupted create left
+// beside another provider's claim never reports that claim's status.
 func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
-	return r.write(ctx, o, false)
+	return r.write(ctx, o, false, true)
 }
 
 // RecordFirstTx records o in the caller's transaction, only if nothing was
@@ -95,15 +99,15 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 // status follower already recorded. queued says an event was queued: the
 // caller calls Queued once the transaction has committed.
 func (r Recorder) RecordFirstTx(ctx context.Context, tx pgx.Tx, o Observation) (queued bool, err error) {
-	queued, err = r.record(ctx, tx, o, true)
+	queued, err = r.record(ctx, tx, o, true, false)
 	return queued, ignoreGone(err)
 }
 
-func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) error {
+func (r Recorder) write(ctx context.Context, o Observation, firstOnly, observed bool) error {
 	var queued bool
 	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
 		var err error
-		queued, err = r.record(ctx, tx, o, firstOnly)
+		queued, err = r.record(ctx, tx, o, firstOnly, observed)
 		return err
 	})
 	if err == nil && queued && r.Queued != nil {
@@ -112,8 +116,9 @@ func (r Recorder) write(ctx context.Context, o Observation, firstOnly bool) erro
 	return err
 }
 
-// record is Record's transaction.
-func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnly bool) (bool, error) {
+// record is Record's transaction; observed says o is what the cluster shows
+// (see RecordObserved).
+func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnly, observed bool) (bool, error) {
 	claim, err := r.Claims.Claim(o.EnvironmentID)
 	if err != nil {
 		return false, err
@@ -122,7 +127,7 @@ func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnl
 	switch {
 	case err != nil:
 		return false, err
-	case last.Status == Deleted:
+	case last.Status == Deleted, observed && !last.claimed:
 		return false, ErrGone
 	case firstOnly && last.Status != "", !allowed(last.Status, o.Status):
 		return false, nil
@@ -144,6 +149,8 @@ type reportedState struct {
 	provider    string
 	transitions int64
 	created     time.Time
+	// claimed says the record has its claim's uid.
+	claimed bool
 }
 
 // reported reads, and locks until the commit, the volume's last reported
@@ -154,11 +161,11 @@ func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volume
 	var owner bool
 	err := tx.QueryRow(ctx, `
 		SELECT v.reported_status, v.reported_message, v.transitions, v.create_time, COALESCE(e.dcm->>'provider_name', ''),
-			`+membership.FenceSQL("v.environment_id", "$3", "$4")+`
+			COALESCE(v.pvc_uid, '') <> '', `+membership.FenceSQL("v.environment_id", "$3", "$4")+`
 		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
 		WHERE v.environment_id = $1 AND v.id = $2
 		FOR UPDATE OF v`, environmentID, volumeID, claim.Epoch, claim.Incarnation).
-		Scan(&last.Status, &last.Message, &last.transitions, &last.created, &last.provider, &owner)
+		Scan(&last.Status, &last.Message, &last.transitions, &last.created, &last.provider, &last.claimed, &owner)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return last, ErrGone

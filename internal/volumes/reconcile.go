@@ -10,6 +10,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
+	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -25,8 +26,8 @@ const (
 )
 
 // NewReconciler returns the volume reconciler. For each environment this
-// replica is connected to — looked at when its cluster becomes ready with
-// synced caches, then once per interval — it repairs what an interrupted
+// replica is connected to — looked at whenever its cluster's health
+// changes, then once per interval while it is registered — it repairs what an interrupted
 // flow left behind: a record whose claim was never created gets it; a
 // record whose claim exists but whose uid was never stored gets the uid; a
 // claim created after its volume was deleted is deleted; a volume whose
@@ -37,17 +38,22 @@ const (
 // adopts them).
 func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 	c := controller.New(controller.Options{Name: "volumes", Logger: s.log,
-		Owns: func(envID string) bool {
-			_, connected := s.clusters.Get(envID)
-			return connected
-		},
 		List: func(context.Context) ([]string, error) { return s.clusters.IDs(), nil },
 		Reconcile: func(ctx context.Context, envID string) (time.Duration, error) {
-			return interval, s.reconcile(ctx, envID)
+			if err := s.reconcile(ctx, envID); err != nil {
+				return 0, err
+			}
+			// Looked at again while registered, connected here or not: a
+			// connection that comes back without a notice this reconciler
+			// acts on is still reconciled within an interval.
+			if err := s.envs.Exists(ctx, envID); fault.Is(err, fault.NotFound) {
+				return 0, nil
+			}
+			return interval, nil
 		},
 	})
 	controller.Watch(c, s.clusters.Subscribe(), func(ch clusters.Change) []string {
-		if ch.Kind == clusters.HealthChanged && s.clusters.ReadyAndSynced(ch.EnvironmentID) {
+		if ch.Kind == clusters.HealthChanged {
 			return []string{ch.EnvironmentID}
 		}
 		return nil
