@@ -181,34 +181,58 @@ func numericDate(claims map[string]any, name string) (t time.Time, present bool,
 	return time.Unix(int64(sec), int64(frac*1e9)), true, nil
 }
 
+// claimAt is the value at a dotted path of claims: present says every step
+// is there; shaped says every step but the last is an object.
+func claimAt(claims map[string]any, path string) (v any, present, shaped bool) {
+	var cur any = claims
+	for part := range strings.SplitSeq(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, true, false
+		}
+		if cur, ok = m[part]; !ok {
+			return nil, false, true
+		}
+	}
+	return cur, true, true
+}
+
+// stringList is v as a list of strings; ok is false when it is not a list
+// or holds anything else.
+func stringList(v any) (list []string, ok bool) {
+	items, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	list = make([]string, 0, len(items))
+	for _, item := range items {
+		s, ok := item.(string)
+		if !ok {
+			return nil, false
+		}
+		list = append(list, s)
+	}
+	return list, true
+}
+
 // scopeClaim reads the environments claim at path: absent when some step
 // of the path is missing (the principal is unscoped), otherwise the ids it
 // lists; a claim of the wrong shape at any step — a parent that is not an
 // object, a list that is not all strings — lists nothing, so a malformed
 // claim can only narrow a principal, never widen it.
 func scopeClaim(claims map[string]any, path string) (ids []string, present bool) {
-	var cur any = claims
-	for part := range strings.SplitSeq(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return []string{}, true
-		}
-		if cur, ok = m[part]; !ok {
-			return nil, false
-		}
+	v, present, shaped := claimAt(claims, path)
+	if !present {
+		return nil, false
 	}
-	list, ok := cur.([]any)
-	if !ok {
-		return []string{}, true
-	}
+	list, ok := stringList(v)
 	ids = []string{}
-	for _, item := range list {
-		s, ok := item.(string)
-		if !ok {
-			return []string{}, true
-		}
-		if resourceIDMatch.MatchString(s) {
-			ids = append(ids, s)
+	if !shaped || !ok {
+		return ids, true
+	}
+	for _, id := range list {
+		if resourceIDMatch.MatchString(id) {
+			ids = append(ids, id)
 		}
 	}
 	return ids, true
@@ -217,17 +241,10 @@ func scopeClaim(claims map[string]any, path string) (ids []string, present bool)
 // roleNames are the strings at a role claim's path; anything else grants
 // nothing.
 func roleNames(claims map[string]any, path string) []string {
-	var cur any = claims
-	for part := range strings.SplitSeq(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[part]
-	}
-	list, _ := cur.([]any)
+	v, _, _ := claimAt(claims, path)
+	items, _ := v.([]any)
 	var out []string
-	for _, item := range list {
+	for _, item := range items {
 		if s, ok := item.(string); ok {
 			out = append(out, s)
 		}

@@ -61,15 +61,13 @@ func (s *Service) reconcileProbe(ctx context.Context, opts ProbeOptions, id stri
 	case err != nil:
 		return 0, err
 	}
-	if at := now(); dueForProbe(rec.Status, opts.ReadyInterval, at) {
-		if err := s.probeAndRecord(ctx, rec, &claim); err != nil {
-			return 0, err
-		}
-		if rec, err = s.repo.get(ctx, id); err != nil {
+	st := rec.Status
+	if dueForProbe(st, opts.ReadyInterval, now()) {
+		if st, err = s.probeAndRecordStatus(ctx, rec, &claim); err != nil {
 			return 0, err
 		}
 	}
-	return untilDue(rec.Status, opts.Interval, opts.ReadyInterval, now()), nil
+	return untilDue(st, opts.Interval, opts.ReadyInterval, now()), nil
 }
 
 // dueForProbe reports whether an environment in state st is due for a
@@ -102,11 +100,4 @@ func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) 
 }
 
 // ids lists every registered environment's id.
-func (s *Service) ids(ctx context.Context) ([]string, error) {
-	var ids []string
-	err := s.repo.each(ctx, func(rec record) error {
-		ids = append(ids, rec.ID)
-		return nil
-	})
-	return ids, err
-}
+func (s *Service) ids(ctx context.Context) ([]string, error) { return s.repo.ids(ctx) }

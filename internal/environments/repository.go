@@ -337,6 +337,16 @@ func (r *repository) each(ctx context.Context, fn func(record) error) error {
 	}
 }
 
+// ids lists every environment's id, reading nothing else (a reconciler's
+// start needs no row, let alone its sealed credentials).
+func (r *repository) ids(ctx context.Context) ([]string, error) {
+	rows, err := r.db.Query(ctx, `SELECT id FROM environments ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // eachCredential calls fn with every environment's sealed credentials, in
 // id order, stopping at fn's first error.
 func (r *repository) eachCredential(ctx context.Context, fn func(id string, sealed secrets.Sealed) error) error {

@@ -220,17 +220,24 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 // :verify carries none): its result is dropped if the claim is no longer
 // current.
 func (s *Service) probeAndRecord(ctx context.Context, rec record, claim *membership.Claim) error {
+	_, err := s.probeAndRecordStatus(ctx, rec, claim)
+	return err
+}
+
+// probeAndRecordStatus is probeAndRecord, returning the status stored
+// now: the probe's, or rec's when the row changed meanwhile.
+func (s *Service) probeAndRecordStatus(ctx context.Context, rec record, claim *membership.Claim) (Status, error) {
 	result, expiry := s.probeStored(ctx, rec)
 	st := statusFrom(rec.Status, result)
 	recorded, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st, expiry, claim)
 	if err != nil || !recorded {
-		return err
+		return rec.Status, err
 	}
 	if st.State != rec.Status.State {
 		s.log.InfoContext(ctx, "environment state changed", "environment", rec.ID,
 			"from", rec.Status.State, "to", st.State, "message", st.Message)
 	}
-	return nil
+	return st, nil
 }
 
 // probeStored probes with the stored credentials; expiry is when they
