@@ -12,6 +12,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,8 +24,19 @@ import (
 
 // Reconcile does what one key needs now. requeueAfter > 0 asks for another
 // look that much later; an error is retried with the queue's backoff (and
-// logged); otherwise the key rests until a source names it again.
+// logged), no sooner than a RetryAfter in it asks; otherwise the key rests
+// until a source names it again.
 type Reconcile func(ctx context.Context, key string) (requeueAfter time.Duration, err error)
+
+// RetryAfter is a failure whose retry must wait at least After (a server's
+// Retry-After), however short the backoff would be.
+type RetryAfter struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfter) Error() string { return e.Err.Error() }
+func (e *RetryAfter) Unwrap() error { return e.Err }
 
 // Options configure a Controller.
 type Options struct {
@@ -75,13 +87,19 @@ func New(opts Options) *Controller {
 // Watch makes sub a source of c: each notice names the keys it concerns.
 // Call it before Run; Run delivers the notices.
 func Watch[T comparable](c *Controller, sub *changes.Subscription[T], keys func(T) []string) {
-	c.sources = append(c.sources, func(ctx context.Context) {
+	c.Source(func(ctx context.Context) {
 		sub.Run(ctx, func(_ context.Context, v T) {
 			for _, key := range keys(v) {
 				c.Add(key)
 			}
 		})
 	})
+}
+
+// Source has Run run source on its own goroutine until ctx ends: a source
+// adds keys (Add, AddAfter) as what it follows changes. Call it before Run.
+func (c *Controller) Source(source func(ctx context.Context)) {
+	c.sources = append(c.sources, source)
 }
 
 // Add has key reconciled soon, if this replica is responsible for it.
@@ -153,7 +171,12 @@ func (c *Controller) work(ctx context.Context, queue workqueue.TypedRateLimiting
 		case err != nil:
 			c.opts.Logger.WarnContext(ctx, "reconcile failed; retrying", "controller", c.opts.Name, "key", key, "error", err)
 			if owned {
-				queue.AddRateLimited(key)
+				// As queue.AddRateLimited, with the failure's own minimum.
+				wait := c.opts.RateLimiter.When(key)
+				if ra, ok := errors.AsType[*RetryAfter](err); ok {
+					wait = max(wait, ra.After)
+				}
+				queue.AddAfter(key, wait)
 			}
 		case after > 0 && owned:
 			queue.Forget(key)

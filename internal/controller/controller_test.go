@@ -115,15 +115,16 @@ func TestKeysAreMergedSerializedAndFiltered(t *testing.T) {
 }
 
 // A reconcile that asks for another look gets it then; one that fails is
-// retried with the limiter's backoff, and rests once it succeeds.
+// retried with the limiter's backoff, no sooner than a RetryAfter asks, and
+// rests once it succeeds.
 func TestRequeuesAndRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCalls()
 		var mu sync.Mutex
-		failures := 2
+		failures := map[string]int{"flaky": 2, "throttled": 2}
 		stop := run(t, controller.Options{Name: "test",
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
-			List:        func(context.Context) ([]string, error) { return []string{"periodic", "flaky"}, nil },
+			List:        func(context.Context) ([]string, error) { return []string{"periodic", "flaky", "throttled"}, nil },
 			Reconcile: func(_ context.Context, key string) (time.Duration, error) {
 				c.enter(key)
 				defer c.leave(key)
@@ -132,11 +133,14 @@ func TestRequeuesAndRetries(t *testing.T) {
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				if failures > 0 {
-					failures--
-					return 0, errors.New("not yet")
+				if failures[key] == 0 {
+					return 0, nil
 				}
-				return 0, nil
+				failures[key]--
+				if key == "throttled" {
+					return 0, &controller.RetryAfter{After: 5 * time.Second, Err: errors.New("busy")}
+				}
+				return 0, errors.New("not yet")
 			}}, nil)
 		time.Sleep(35 * time.Second)
 		synctest.Wait()
@@ -147,6 +151,10 @@ func TestRequeuesAndRetries(t *testing.T) {
 		// Retried after 1 s, then 2 s; then it rests.
 		if got := c.of("flaky"); !slices.Equal(got, []time.Duration{0, time.Second, 3 * time.Second}) {
 			t.Errorf("flaky reconciled at %v, want 0s, 1s, 3s", got)
+		}
+		// Retried after 5 s twice, though its backoff says 1 s, then 2 s.
+		if got := c.of("throttled"); !slices.Equal(got, []time.Duration{0, 5 * time.Second, 10 * time.Second}) {
+			t.Errorf("throttled reconciled at %v, want 0s, 5s, 10s", got)
 		}
 	})
 }

@@ -15,17 +15,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
 	spmclient "github.com/dcm-project/service-provider-manager/pkg/client/provider"
 	rmclient "github.com/dcm-project/service-provider-manager/pkg/client/resource_manager"
 	"github.com/google/uuid"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
-	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
@@ -81,37 +81,40 @@ type Options struct {
 }
 
 // Registrar keeps every environment with dcm.register that this replica
-// owns registered. It subscribes to the registry's and the ownership's
-// changes (and the pool's, when it has one): a registration, update or
-// hand-over wakes it, a deletion deregisters the provider.
+// owns registered. Registering is a reconciler (internal/controller) keyed
+// by environment: one is looked at when it is registered, updated, deleted
+// (its provider leaves DCM), gained, when its cluster becomes ready and
+// synced (its capacity is known then), and again when its renewal, its
+// read-back from DCM or a retry is due. DCM's refusals it may accept later
+// (5xx, 429, no answer) are retried with the queue's backoff, no sooner
+// than a Retry-After asks. Deregistering runs on the same key, so a
+// registration that read the environment before it was deleted can never
+// land after its deregistration.
 type Registrar struct {
 	opts      Options
 	client    *spmclient.ClientWithResponses
 	instances *rmclient.ClientWithResponses
 	log       *slog.Logger
-	wake      chan struct{}
 
-	registryChanges  *changes.Subscription[environments.Change]
-	ownershipChanges *changes.Subscription[membership.Change]
-	clusterChanges   *changes.Subscription[clusters.Change]
-
+	registrations *controller.Controller
 	// records reads back DCM's records of the volumes DCM created.
 	records *controller.Controller
 
 	mu    sync.Mutex
 	state map[string]*registration
-	// forgotten are deleted environments whose providers leave DCM next.
-	forgotten []environments.Change
+	// forgotten are the providers of deleted environments this replica
+	// registered, which leave DCM at their environment's next reconcile.
+	forgotten map[string]string
 }
 
 // passing returns the environment's registration, held for this pass:
-// passes over one environment — the loop's and an admin's (Refresh) —
-// exclude each other, and an admin's waits no longer than its ctx.
+// passes over one environment — the reconciler's and an admin's (Refresh)
+// — exclude each other, and an admin's waits no longer than its ctx.
 func (r *Registrar) passing(ctx context.Context, id string) (*registration, func(), error) {
 	r.mu.Lock()
 	reg := r.state[id]
 	if reg == nil {
-		reg = &registration{backoff: newBackoff(), pass: make(chan struct{}, 1)}
+		reg = &registration{pass: make(chan struct{}, 1)}
 		r.state[id] = reg
 	}
 	r.mu.Unlock()
@@ -126,14 +129,9 @@ func (r *Registrar) passing(ctx context.Context, id string) (*registration, func
 // registration is what the registrar knows about one environment.
 type registration struct {
 	// pass holds a token while a pass over the environment is under way.
-	pass chan struct{}
-	// tried is the fingerprint of the last body sent: a wake-up retries at
-	// once only a body not tried yet, never one waiting out a backoff.
-	tried       string
+	pass        chan struct{}
 	fingerprint string    // of the last body DCM accepted or refused for good
 	done        time.Time // when that happened
-	retryAt     time.Time
-	backoff     *backoff.ExponentialBackOff
 	// providerID is the provider DCM answered with, kept for deregistering:
 	// an environment deleted while its registration was in flight has no
 	// provider id in its row.
@@ -142,10 +140,14 @@ type registration struct {
 	checked time.Time
 }
 
+// errPending is a registration DCM may accept later (it answered 5xx or
+// 429, or did not answer): the reconciler retries it with backoff.
+var errPending = errors.New("DCM registration pending")
+
 // asked is what an admin asks of a pass (Refresh): again registers the
 // environment even when nothing changed (a verify or update); force takes
 // the name over even from a provider with instances the environment
-// cannot serve (the admin's decision, audited). The loop asks neither.
+// cannot serve (the admin's decision, audited). The reconciler asks neither.
 type asked struct{ again, force bool }
 
 // New returns a Registrar; Run starts it.
@@ -169,13 +171,66 @@ func New(opts Options) (*Registrar, error) {
 		return nil, errors.New("dcm: Options.Served and Options.Repeat are required")
 	}
 	r := &Registrar{opts: opts, client: client, instances: instances, log: opts.Logger.With("component", "dcm"),
-		wake: make(chan struct{}, 1), state: map[string]*registration{},
-		registryChanges: opts.Environments.Subscribe(), ownershipChanges: opts.Owned.Subscribe()}
+		state: map[string]*registration{}, forgotten: map[string]string{}}
+	r.registrations = controller.New(controller.Options{Name: "dcm registrar", Logger: r.log, Reconcile: r.reconcile,
+		List: opts.Environments.IDs,
+		// A deleted environment's provider leaves DCM through the replica
+		// that registered it, which may no longer own the deleted row.
+		Owns:        func(id string) bool { return opts.Owned.Owns(id) || r.forgetting(id) },
+		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)})
+	controller.Watch(r.registrations, opts.Environments.Subscribe(), func(c environments.Change) []string {
+		if c.Deleted {
+			r.forget(c.EnvironmentID, c.DCMProviderID)
+		}
+		return []string{c.EnvironmentID}
+	})
+	controller.Watch(r.registrations, opts.Owned.Subscribe(), func(c membership.Change) []string {
+		if !opts.Owned.Owns(c.EnvironmentID) {
+			r.lost(c.EnvironmentID) // a later hand-over back registers it at once
+		}
+		return []string{c.EnvironmentID}
+	})
 	if opts.Clusters != nil {
-		r.clusterChanges = opts.Clusters.Subscribe()
+		controller.Watch(r.registrations, opts.Clusters.Subscribe(), func(c clusters.Change) []string {
+			// The capacity it publishes is known now.
+			if c.Kind == clusters.HealthChanged && opts.Clusters.ReadyAndSynced(c.EnvironmentID) {
+				return []string{c.EnvironmentID}
+			}
+			return nil
+		})
 	}
 	r.records = r.newRecordChecks()
 	return r, nil
+}
+
+// forget has a deleted environment's provider leave DCM if this replica
+// was registering it: at its next reconcile — after a pass in flight, whose
+// answer may name the provider the row never learned — as DCM answered it,
+// else as the row last named it.
+func (r *Registrar) forget(id, providerID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state[id] != nil {
+		r.forgotten[id] = providerID
+	}
+}
+
+func (r *Registrar) forgetting(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.forgotten[id]
+	return ok
+}
+
+// lost drops what the registrar knows of an environment it no longer owns,
+// unless its deletion is pending: its deregistration needs the provider
+// DCM answered with.
+func (r *Registrar) lost(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, deleted := r.forgotten[id]; !deleted {
+		delete(r.state, id)
+	}
 }
 
 // Refresh registers env again now, whatever the registrar last did — an
@@ -192,98 +247,70 @@ func (r *Registrar) Refresh(ctx context.Context, env environments.Environment, f
 	if err != nil {
 		return err
 	}
-	_, err = r.ensure(ctx, env, claim, asked{again: true, force: force}, nil)
+	_, err = r.ensure(ctx, env, claim, asked{again: true, force: force})
+	if errors.Is(err, errPending) {
+		return nil // recorded in its status, and retried by the reconciler
+	}
 	return err
 }
 
-// changed wakes the registration loop.
-func (r *Registrar) changed() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Run registers, and checks created volumes' records in DCM, until ctx
-// ends. Deregistrations run on the same loop as registrations, so a
-// registration that read the environment before it was deleted can never
-// land after its deregistration.
+// Run registers, deregisters and checks created volumes' records in DCM
+// until ctx ends.
 func (r *Registrar) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.records.Run(ctx) })
-	wg.Go(func() {
-		r.registryChanges.Run(ctx, func(ctx context.Context, c environments.Change) {
-			if c.Deleted {
-				r.mu.Lock()
-				r.forgotten = append(r.forgotten, c)
-				r.mu.Unlock()
-			}
-			r.changed()
-		})
-	})
-	wg.Go(func() { r.ownershipChanges.Run(ctx, func(context.Context, membership.Change) { r.changed() }) })
-	if r.clusterChanges != nil {
-		wg.Go(func() {
-			r.clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) {
-				// The capacity it publishes is known now.
-				if c.Kind == clusters.HealthChanged && r.opts.Clusters.ReadyAndSynced(c.EnvironmentID) {
-					r.changed()
-				}
-			})
-		})
-	}
-	for {
-		r.mu.Lock()
-		forgotten := r.forgotten
-		r.forgotten = nil
-		r.mu.Unlock()
-		for _, c := range forgotten {
-			r.deregister(ctx, c.EnvironmentID, c.DCMProviderID)
-		}
-		next := r.sync(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.wake:
-		case <-time.After(time.Until(next)):
-		}
-	}
+	wg.Go(func() { r.registrations.Run(ctx) })
 }
 
-// sync registers what needs it and returns when to look again.
-func (r *Registrar) sync(ctx context.Context) time.Time {
-	next := time.Now().Add(r.opts.Interval)
-	look := &lookup{}
-	err := r.opts.Environments.Each(ctx, func(env environments.Environment) error {
-		if !r.opts.Owned.Owns(env.ID) {
-			r.mu.Lock()
-			delete(r.state, env.ID) // a later hand-over back registers it at once
-			r.mu.Unlock()
-			return nil
-		}
-		if claim, err := r.opts.Owned.Claim(env.ID); err == nil && env.Spec.DCM.Register {
-			if at, _ := r.ensure(ctx, env, claim, asked{}, look); at.Before(next) {
-				next = at
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		r.log.WarnContext(ctx, "list environments to register", "error", err)
-		return time.Now().Add(5 * time.Second)
+// reconcile deregisters environment id's provider if it was deleted, and
+// registers it as ensure says if it is registered, owned here and set to
+// register; it asks for another look when ensure says one is due.
+func (r *Registrar) reconcile(ctx context.Context, id string) (time.Duration, error) {
+	r.mu.Lock()
+	providerID, deleted := r.forgotten[id]
+	delete(r.forgotten, id)
+	if reg := r.state[id]; deleted && reg != nil && reg.providerID != "" {
+		providerID = reg.providerID
 	}
-	return next
+	if deleted {
+		delete(r.state, id)
+	}
+	r.mu.Unlock()
+	if deleted && providerID != "" {
+		r.deregister(ctx, id, providerID)
+	}
+	env, err := r.opts.Environments.Get(ctx, id)
+	switch {
+	case fault.Is(err, fault.NotFound):
+		r.lost(id)
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	claim, err := r.opts.Owned.Claim(id)
+	if err != nil {
+		r.lost(id)
+		return 0, nil // handed over: its new owner registers it
+	}
+	if !env.Spec.DCM.Register {
+		return 0, nil
+	}
+	next, err := r.ensure(ctx, env, claim, asked{})
+	if err != nil {
+		return 0, err
+	}
+	return max(time.Until(next), time.Millisecond), nil
 }
 
 // ensure registers env if its registration is missing, changed, due for
-// renewal, asked for again or due for a retry, reads its provider back from
-// DCM every CheckInterval, and returns when it next needs attention. A
-// provider name another endpoint holds is taken back at once when the
-// gateway held it before, and taken over only when env serves every
-// instance DCM holds under it (or an admin forces it). look, when set, is
-// the loop's listing of DCM's providers, shared by the passes of one sync.
-func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim, ask asked, look *lookup) (time.Time, error) {
+// renewal or asked for again, reads its provider back from DCM every
+// CheckInterval, and returns when it next needs attention; a registration
+// DCM may accept later is errPending (in a controller.RetryAfter when DCM
+// asked for a delay). A provider name another endpoint holds is taken back
+// at once when the gateway held it before, and taken over only when env
+// serves every instance DCM holds under it (or an admin forces it).
+func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim, ask asked) (time.Time, error) {
 	reg, done, err := r.passing(ctx, env.ID)
 	if err != nil {
 		return time.Now(), err
@@ -295,22 +322,16 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 	now := time.Now()
 	renew := reg.fingerprint != fp || now.Sub(reg.done) >= r.opts.Interval || ask.again || ask.force
 	check := now.Sub(reg.checked) >= r.opts.CheckInterval
-	switch {
-	case !renew && !check:
-		r.mu.Unlock()
-		return r.next(reg), nil
-	case reg.tried == fp && !ask.again && !ask.force && now.Before(reg.retryAt):
-		r.mu.Unlock()
-		return reg.retryAt, nil
-	}
-	reg.tried = fp
 	known := reg.providerID
 	r.mu.Unlock()
+	if !renew && !check {
+		return r.next(reg), nil
+	}
 	if known == "" {
 		known = env.Status.DCMRegistration.ProviderID
 	}
 
-	o := r.pass(ctx, env, body, env.Status.DCMRegistration, known, renew, ask.force, look)
+	o := r.pass(ctx, env, body, env.Status.DCMRegistration, known, renew, ask.force)
 	r.mu.Lock()
 	reg.checked = time.Now()
 	r.mu.Unlock()
@@ -318,26 +339,20 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 		return r.next(reg), nil
 	}
 	// Recorded even when the caller stopped waiting (an admin's request
-	// times out): DCM has answered, and the loop must not think otherwise.
+	// times out): DCM has answered, and the reconciler must not think
+	// otherwise.
 	r.record(context.WithoutCancel(ctx), env.ID, o, claim)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch o.State {
 	case StatePending:
-		wait := reg.backoff.NextBackOff()
-		if o.retryAfter > wait {
-			wait = o.retryAfter
-		}
-		reg.retryAt = time.Now().Add(wait)
-		return reg.retryAt, nil
+		return time.Time{}, &controller.RetryAfter{After: o.retryAfter, Err: fmt.Errorf("%w: %s", errPending, o.Message)}
 	case StateBlocked:
 		// Looked at again at the next check: once the environment serves
 		// every instance, the take-over goes ahead.
 		reg.fingerprint = ""
-		reg.retryAt = reg.checked.Add(r.opts.CheckInterval)
-		return reg.retryAt, nil
+		return reg.checked.Add(r.opts.CheckInterval), nil
 	}
-	reg.backoff.Reset()
 	reg.fingerprint, reg.done = fp, time.Now()
 	if o.ProviderID != "" {
 		reg.providerID = o.ProviderID
@@ -356,8 +371,8 @@ func (r *Registrar) next(reg *registration) time.Time {
 // otherwise. Its outcome carries prev's history forward; skip means
 // nothing needed doing.
 func (r *Registrar) pass(ctx context.Context, env environments.Environment, body spmapi.Provider, prev environments.DCMRegistration,
-	known string, renew, force bool, look *lookup) outcome {
-	holder, err := look.holder(ctx, r, body.Name, known)
+	known string, renew, force bool) outcome {
+	holder, err := r.holder(ctx, body.Name, known)
 	if err != nil {
 		r.log.WarnContext(ctx, "read the provider back from DCM", "environment", env.ID, "error", err)
 		return outcome{DCMRegistration: carried(prev, StatePending, "DCM unreachable; retrying")}
@@ -378,7 +393,7 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 		}
 		r.log.WarnContext(ctx, "DCM provider name held by another endpoint: registering it again", "environment", env.ID,
 			"provider", body.Name, "endpoint", holder.Endpoint, "since", since)
-		o := r.register(ctx, body, look)
+		o := r.register(ctx, body)
 		o.DCMRegistration = merged(prev, o.DCMRegistration)
 		o.DisplacedBy, o.DisplacedTime = holder.Endpoint, &since
 		if o.State == StateRegistered {
@@ -404,7 +419,7 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 	case ours && !renew:
 		return outcome{skip: true}
 	}
-	o := r.register(ctx, body, look)
+	o := r.register(ctx, body)
 	o.DCMRegistration = merged(prev, o.DCMRegistration)
 	if o.State != StateRegistered {
 		return o
@@ -422,22 +437,17 @@ func (r *Registrar) pass(ctx context.Context, env environments.Environment, body
 	return o
 }
 
-// lookup is one sync's listing of DCM's storage providers, made at the
-// first pass that reads its provider back and shared by the rest; an
-// admin's pass (nil lookup) reads its own back.
-type lookup struct{ listing holders }
-
-// holder is DCM's provider of the name: from the sync's listing, else the
-// one registered as known (the id the gateway registered), else found by
-// listing DCM's storage providers; nil when DCM has none.
-func (l *lookup) holder(ctx context.Context, r *Registrar, name, known string) (*spmapi.Provider, error) {
-	if l == nil && known != "" {
+// holder is DCM's provider of the name: the one registered as known (the
+// id the gateway registered), else found by listing DCM's storage
+// providers (DCM offers no lookup by name); nil when DCM has none.
+func (r *Registrar) holder(ctx context.Context, name, known string) (*spmapi.Provider, error) {
+	if known != "" {
 		p, err := r.providerOf(ctx, known)
 		if err != nil || p != nil && p.Name == name {
 			return p, err
 		}
 	}
-	listing, err := l.list(ctx, r)
+	listing, err := r.listHolders(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -445,26 +455,6 @@ func (l *lookup) holder(ctx context.Context, r *Registrar, name, known string) (
 		return &p, nil
 	}
 	return nil, nil
-}
-
-// list is the sync's listing, made on first use (every time without one).
-func (l *lookup) list(ctx context.Context, r *Registrar) (holders, error) {
-	if l != nil && l.listing != nil {
-		return l.listing, nil
-	}
-	listing, err := r.listHolders(ctx)
-	if err == nil && l != nil {
-		l.listing = listing
-	}
-	return listing, err
-}
-
-// registered updates the sync's listing with a provider DCM accepted, so
-// the passes after it see the name as the gateway's.
-func (l *lookup) registered(p spmapi.Provider) {
-	if l != nil && l.listing != nil {
-		l.listing[p.Name] = p
-	}
 }
 
 // heldBefore reports whether the gateway held holder's name: DCM accepted a
@@ -522,7 +512,7 @@ type outcome struct {
 // register sends one create (name-keyed, so it creates or updates): 2xx is
 // registered; 5xx, 429 and network errors are retried forever; any other
 // 4xx is recorded as failed until the environment changes.
-func (r *Registrar) register(ctx context.Context, body spmapi.Provider, look *lookup) outcome {
+func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	resp, err := r.client.CreateProviderWithResponse(ctx, &spmapi.CreateProviderParams{}, body)
@@ -539,7 +529,6 @@ func (r *Registrar) register(ctx context.Context, body spmapi.Provider, look *lo
 		reg := environments.DCMRegistration{State: StateRegistered, Message: "registered as " + body.Name}
 		if p != nil && p.Id != nil {
 			reg.ProviderID = *p.Id
-			look.registered(*p)
 		}
 		return outcome{DCMRegistration: reg}
 	case code >= 500 || code == http.StatusTooManyRequests:
@@ -569,15 +558,6 @@ func (r *Registrar) record(ctx context.Context, id string, o outcome, claim memb
 // deregister removes a deleted environment's provider from DCM (best
 // effort: DCM's health checks mark a provider that stays behind unhealthy).
 func (r *Registrar) deregister(ctx context.Context, environmentID, providerID string) {
-	r.mu.Lock()
-	if reg := r.state[environmentID]; reg != nil && providerID == "" {
-		providerID = reg.providerID
-	}
-	delete(r.state, environmentID)
-	r.mu.Unlock()
-	if providerID == "" {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	resp, err := r.client.DeleteProviderWithResponse(ctx, providerID)
@@ -628,13 +608,6 @@ func fingerprint(p spmapi.Provider) string {
 	b, _ := json.Marshal(p)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
-}
-
-func newBackoff() *backoff.ExponentialBackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = time.Second
-	b.MaxInterval = 5 * time.Minute
-	return b
 }
 
 // retryAfter reads a Retry-After header in seconds (the form DCM uses).

@@ -3,6 +3,7 @@ package environments
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,10 +24,10 @@ const deniedProbeGap = 10 * time.Second
 // Connector is the one owner of which clusters the pool connects to: the
 // pool holds the registered environments this replica owns. Connecting is
 // a reconciler (internal/controller) keyed by environment: one is looked at
-// when it is registered, updated, deleted, gained or lost, at start, and
-// again every interval while it is registered (a change made on another
-// replica, anything a notice missed); its pool entry is connected,
-// replaced or removed to match the row and the ownership now. It never
+// at start and whenever it is registered, updated, deleted, gained or lost
+// (the registry's Watch tells of changes made on other replicas); its pool
+// entry is connected, replaced or removed to match the row and the
+// ownership now. It never
 // touches the network itself (Pool.Ensure does not), so at start a dead
 // cluster cannot delay connecting a healthy one. It also records what the
 // pool learns about reachability (see RecordHealth) and probes an
@@ -35,7 +36,6 @@ type Connector struct {
 	registry *Service
 	pool     *clusters.Pool
 	owned    membership.Ownership
-	interval time.Duration
 	log      *slog.Logger
 
 	connects    *controller.Controller
@@ -63,9 +63,9 @@ func versionOf(rec record) rowVersion {
 
 // NewConnector subscribes to the registry's, the ownership's and the
 // pool's changes; Run acts on them.
-func NewConnector(registry *Service, pool *clusters.Pool, owned membership.Ownership, interval time.Duration) *Connector {
+func NewConnector(registry *Service, pool *clusters.Pool, owned membership.Ownership) *Connector {
 	c := &Connector{
-		registry: registry, pool: pool, owned: owned, interval: interval, log: registry.log,
+		registry: registry, pool: pool, owned: owned, log: registry.log,
 		poolChanges: pool.Subscribe(), denials: pool.Subscribe(),
 		connected: map[string]rowVersion{},
 	}
@@ -73,7 +73,7 @@ func NewConnector(registry *Service, pool *clusters.Pool, owned membership.Owner
 		// Every registered environment, and whatever the pool holds that
 		// may no longer be.
 		List: func(ctx context.Context) ([]string, error) {
-			ids, err := registry.ids(ctx)
+			ids, err := registry.IDs(ctx)
 			return append(ids, pool.IDs()...), err
 		},
 		Reconcile: c.follow,
@@ -136,11 +136,8 @@ func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
 
 // follow makes the pool hold environment id as the row stored now and the
 // ownership now say: whatever notice named it (a deletion and a
-// re-registration of the same id may arrive merged or in either order). It
-// asks for another look an interval later while the environment is
-// registered, owned here or not: an ownership that comes back without a
-// notice (deleted and registered again within one heartbeat) is still
-// followed within an interval.
+// re-registration of the same id may arrive merged or in either order, and
+// the watch tells of it as a change of the row's credential generation).
 func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -152,39 +149,38 @@ func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error
 	case err != nil:
 		return 0, err // retried with backoff
 	}
-	c.connect(ctx, rec) // disconnects what this replica does not own
-	return c.interval, nil
+	return 0, c.connect(ctx, rec) // disconnects what this replica does not own
 }
 
 // connect hands rec's connection to the pool, which starts it or swaps the
 // live one when settings changed (identical ones: no-op), if this replica
 // owns it, and removes it otherwise. Credentials that cannot be opened
-// leave the pool as it is: the probe records why.
-func (c *Connector) connect(ctx context.Context, rec record) {
+// leave the pool as it is (the probe records why) and are tried again with
+// the queue's backoff: a key ring reloaded meanwhile may open them.
+func (c *Connector) connect(ctx context.Context, rec record) error {
 	if !c.owned.Owns(rec.ID) {
 		c.disconnect(rec.ID)
-		return
+		return nil
 	}
 	if v, ok := c.connected[rec.ID]; ok && v == versionOf(rec) {
-		return
+		return nil
 	}
 	if rec.Connection.Insecure && !c.registry.allowInsecure {
 		c.disconnect(rec.ID)
-		return
+		return nil
 	}
 	conn, err := c.registry.open(ctx, rec)
 	if errors.Is(err, errChangedMeanwhile) {
-		return // rotated since rec was read: its own change follows
+		return nil // rotated since rec was read: its own change follows
 	}
 	if err != nil {
-		c.log.ErrorContext(ctx, "stored credentials unusable; not connected", "environment", rec.ID, "error", err)
-		return
+		return fmt.Errorf("stored credentials unusable; not connected: %w", err)
 	}
 	if err := c.pool.Ensure(clusters.Target{EnvironmentID: rec.ID, Connection: conn, Namespaces: rec.Spec.Namespaces()}); err != nil {
-		c.log.ErrorContext(ctx, "connect environment", "environment", rec.ID, "error", err)
-		return
+		return fmt.Errorf("connect environment: %w", err)
 	}
 	c.connected[rec.ID] = versionOf(rec)
+	return nil
 }
 
 func (c *Connector) disconnect(id string) {

@@ -37,7 +37,7 @@ type ProbeOptions struct {
 func (s *Service) Probes(opts ProbeOptions) *controller.Controller {
 	c := controller.New(controller.Options{
 		Name: "probes", Workers: opts.Workers, Owns: opts.Owned.Owns, Logger: s.log,
-		List: s.ids,
+		List: s.IDs,
 		Reconcile: func(ctx context.Context, id string) (time.Duration, error) {
 			return s.reconcileProbe(ctx, opts, id)
 		},
@@ -99,5 +99,6 @@ func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) 
 	return s.probeAndRecord(ctx, rec, &claim)
 }
 
-// ids lists every registered environment's id.
-func (s *Service) ids(ctx context.Context) ([]string, error) { return s.repo.ids(ctx) }
+// IDs lists every registered environment's id (the reconcilers' start-up
+// listing: ids only, not the sealed credentials).
+func (s *Service) IDs(ctx context.Context) ([]string, error) { return s.repo.ids(ctx) }

@@ -2,35 +2,42 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
 
 // Defaults for FeedOptions.
 const (
-	defaultRegistryInterval = 30 * time.Second
-	defaultTouchInterval    = time.Minute
-	defaultReplicaInterval  = 2 * time.Second
+	defaultTouchInterval   = time.Minute
+	defaultReplicaInterval = 2 * time.Second
 	// coalesce is how long the feed lets a burst of informer events (an
 	// initial list, a driver publishing capacities) gather before it
-	// rebuilds the environments they touched, once each.
+	// rebuilds the environment they touched, once.
 	coalesce = 50 * time.Millisecond
 )
 
-// storeTimeout bounds one flush of changed snapshots, or one re-dating of
-// live ones (a variable for tests).
+// storeTimeout bounds one save of a snapshot, or one re-dating of live
+// ones (a variable for tests).
 var storeTimeout = 10 * time.Second
 
 // EnvironmentSource is what the feed reads environments from and follows:
 // the registry.
 type EnvironmentSource interface {
 	Each(ctx context.Context, fn func(environments.Environment) error) error
+	IDs(ctx context.Context) ([]string, error)
+	Get(ctx context.Context, id string) (environments.Environment, error)
 	Subscribe() *changes.Subscription[environments.Change]
 }
 
@@ -44,9 +51,6 @@ type FeedOptions struct {
 	// persists; the others' it reads from their owners' snapshots.
 	Owned  membership.Ownership
 	Logger *slog.Logger
-	// RegistryInterval is how often the registry is re-read without a
-	// change notice, so replicas follow each other's changes (default 30s).
-	RegistryInterval time.Duration
 	// TouchInterval is how often live environments' persisted snapshots are
 	// re-dated (default 1m): after a restart with a dead cluster, its
 	// observed_time is at most this old.
@@ -62,40 +66,36 @@ type FeedOptions struct {
 // cluster pool's caches and staleness from cluster health, persisted for
 // the others (fenced by the claim); for the rest, their owners' persisted
 // snapshots, read again whenever their revision moves — so every replica's
-// fleet views show the same. It subscribes to the pool's, the registry's
-// and the ownership's changes; notices only mark work and Run does it, so
-// nothing waits on the index or the database but the feed itself.
+// fleet views show the same.
 //
-// Snapshots are polled, not announced with LISTEN/NOTIFY: a listening
-// session does not survive a transaction-pooling PgBouncer, and one cheap
-// query (ids and revisions) per interval costs less than a missed notice.
+// An environment's settings and, where owned, its classes are a reconciler
+// (internal/controller) keyed by environment: it is looked at when the
+// registry (whichever replica changed it), its ownership or its cluster's
+// storage objects or health change. Two periodic jobs stay outside it,
+// each one statement for the whole fleet where the queue would make one
+// per environment: re-dating live snapshots (TouchInterval) and reading
+// the revisions of other replicas' snapshots (ReplicaInterval). Snapshots
+// are polled, not announced with LISTEN/NOTIFY: a listening session does
+// not survive a transaction-pooling PgBouncer, and one cheap query (ids and
+// revisions) per interval costs less than a missed notice.
 type Feed struct {
 	opts FeedOptions
-	wake chan struct{}
+	envs *controller.Controller
 
-	clusterChanges   *changes.Subscription[clusters.Change]
-	registryChanges  *changes.Subscription[environments.Change]
-	ownershipChanges *changes.Subscription[membership.Change]
+	// loaded is set once Load succeeded; until then every reconcile retries
+	// it (the schema may not be migrated yet when the gateway starts).
+	loaded atomic.Bool
 
-	// loaded is set once Load succeeded; until then every step retries it
-	// (the schema may not be migrated yet when the gateway starts).
-	loaded bool
-
-	mu            sync.Mutex
-	dirty         map[string]bool // environments whose cluster changed
-	registryDirty bool
-	unsaved       map[string]bool // environments whose snapshot is not persisted yet
+	mu      sync.Mutex
+	unsaved map[string]bool // owned environments whose snapshot is not persisted yet
 	// replicated is the revision of each other replica's snapshot the
 	// index shows.
 	replicated map[string]int64
 }
 
-// NewFeed returns a feed subscribed to the pool's and the registry's
-// changes; call Load, then Run.
+// NewFeed returns a feed subscribed to the pool's, the registry's and the
+// ownership's changes; call Load, then Run.
 func NewFeed(opts FeedOptions) *Feed {
-	if opts.RegistryInterval <= 0 {
-		opts.RegistryInterval = defaultRegistryInterval
-	}
 	if opts.TouchInterval <= 0 {
 		opts.TouchInterval = defaultTouchInterval
 	}
@@ -105,46 +105,40 @@ func NewFeed(opts FeedOptions) *Feed {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Feed{opts: opts, wake: make(chan struct{}, 1), dirty: map[string]bool{}, unsaved: map[string]bool{},
-		replicated:     map[string]int64{},
-		clusterChanges: opts.Clusters.Subscribe(), registryChanges: opts.Registry.Subscribe(),
-		ownershipChanges: opts.Owned.Subscribe()}
-}
-
-// clusterChanged marks an environment whose storage objects or health
-// changed.
-func (f *Feed) clusterChanged(id string) {
-	f.mu.Lock()
-	f.dirty[id] = true
-	f.mu.Unlock()
-	f.signal()
-}
-
-// registryChanged marks the registry for a re-read: an environment was
-// registered, changed or deleted.
-func (f *Feed) registryChanged() {
-	f.mu.Lock()
-	f.registryDirty = true
-	f.mu.Unlock()
-	f.signal()
-}
-
-func (f *Feed) signal() {
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
+	f := &Feed{opts: opts, unsaved: map[string]bool{}, replicated: map[string]int64{}}
+	f.envs = controller.New(controller.Options{Name: "fleet feed", Logger: opts.Logger, Reconcile: f.reconcile,
+		// Every environment is in the index, owned here or not.
+		List: opts.Registry.IDs,
+	})
+	controller.Watch(f.envs, opts.Registry.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
+	controller.Watch(f.envs, opts.Owned.Subscribe(), func(c membership.Change) []string {
+		f.mu.Lock()
+		delete(f.replicated, c.EnvironmentID) // lost: read its new owner's snapshot next
+		f.mu.Unlock()
+		return []string{c.EnvironmentID}
+	})
+	clusterChanges := opts.Clusters.Subscribe()
+	f.envs.Source(func(ctx context.Context) {
+		clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) { f.envs.AddAfter(c.EnvironmentID, coalesce) })
+	})
+	return f
 }
 
 // Load fills the index from the registry and the persisted snapshots, so the
 // first query after a start already shows every environment's last known
 // classes, stale and dated when last seen current, until its owner's watch
 // (this replica's, or another's snapshot) says more. Call it before Run; if
-// it fails, Run retries it.
+// it fails, the reconciles retry it.
 func (f *Feed) Load(ctx context.Context) error {
-	if err := f.syncRegistry(ctx); err != nil {
+	var metas []Meta
+	err := f.opts.Registry.Each(ctx, func(e environments.Environment) error {
+		metas = append(metas, metaOf(e))
+		return nil
+	})
+	if err != nil {
 		return err
 	}
+	f.opts.Index.SetEnvironments(metas)
 	snaps, err := f.load(ctx, nil)
 	if err != nil {
 		return err
@@ -152,8 +146,12 @@ func (f *Feed) Load(ctx context.Context) error {
 	for id, s := range snaps {
 		f.opts.Index.Restore(id, s.objects, s.observed.Add(max(s.seen.Sub(s.observed), 0)))
 	}
-	f.loaded = true
+	f.loaded.Store(true)
 	return nil
+}
+
+func metaOf(e environments.Environment) Meta {
+	return Meta{ID: e.ID, Region: e.Spec.Region, Zone: e.Spec.Zone, State: string(e.Status.State), Overrides: e.Spec.CapabilityOverrides}
 }
 
 // load reads snapshots (see Store.load) and logs those that do not decode.
@@ -166,29 +164,12 @@ func (f *Feed) load(ctx context.Context, ids []string) (map[string]snapshot, err
 	return snaps, err
 }
 
-// Run applies changes until ctx ends, then persists what is left.
+// Run reconciles environments and polls the other replicas' snapshots
+// until ctx ends, then persists what is left.
 func (f *Feed) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		f.clusterChanges.Run(ctx, func(_ context.Context, c clusters.Change) { f.clusterChanged(c.EnvironmentID) })
-	})
-	wg.Go(func() {
-		f.registryChanges.Run(ctx, func(context.Context, environments.Change) { f.registryChanged() })
-	})
-	wg.Go(func() {
-		f.ownershipChanges.Run(ctx, func(_ context.Context, c membership.Change) {
-			f.mu.Lock()
-			delete(f.replicated, c.EnvironmentID) // lost: read its new owner's snapshot next
-			// Gained one registered through another replica: read the
-			// registry for it now, not at the next re-read.
-			f.registryDirty = true
-			f.mu.Unlock()
-			f.clusterChanged(c.EnvironmentID)
-		})
-	})
+	wg.Go(func() { f.envs.Run(ctx) })
 	defer wg.Wait()
-	registryTick := time.NewTicker(f.opts.RegistryInterval)
-	defer registryTick.Stop()
 	touchTick := time.NewTicker(f.opts.TouchInterval)
 	defer touchTick.Stop()
 	replicaTick := time.NewTicker(f.opts.ReplicaInterval)
@@ -196,77 +177,46 @@ func (f *Feed) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			f.persist(context.WithoutCancel(ctx)) // bounded by storeTimeout
+			wg.Wait()                                // no reconcile in flight
+			f.persistAll(context.WithoutCancel(ctx)) // bounded by storeTimeout
 			return
-		case <-f.wake:
-			select {
-			case <-time.After(coalesce):
-			case <-ctx.Done():
-			}
-		case <-registryTick.C:
-			f.mu.Lock()
-			f.registryDirty = true // the step below reads it
-			f.mu.Unlock()
 		case <-touchTick.C:
 			f.touch(ctx)
 		case <-replicaTick.C:
 			f.replicate(ctx)
 		}
-		f.step(ctx)
 	}
 }
 
-// step applies pending registry and cluster changes and persists the
-// result.
-func (f *Feed) step(ctx context.Context) {
-	if !f.loaded {
+// reconcile makes the index show environment id as the registry and, where
+// this replica owns it, its cluster say now, and persists an owned
+// environment's snapshot that changed (a failed save is retried with the
+// queue's backoff).
+func (f *Feed) reconcile(ctx context.Context, id string) (time.Duration, error) {
+	if !f.loaded.Load() {
 		if err := f.Load(ctx); err != nil {
-			if ctx.Err() == nil {
-				f.opts.Logger.WarnContext(ctx, "fleet index: not loaded yet; retrying", "error", err)
-			}
-			return
+			return 0, fmt.Errorf("fleet index not loaded yet: %w", err)
 		}
 	}
-	f.mu.Lock()
-	syncRegistry := f.registryDirty
-	f.registryDirty = false
-	f.mu.Unlock()
-	if syncRegistry {
-		if err := f.syncRegistry(ctx); err != nil && ctx.Err() == nil {
-			f.opts.Logger.ErrorContext(ctx, "fleet index: read the registry; retrying", "error", err)
-			f.mu.Lock()
-			f.registryDirty = true // retried on the next wake-up or tick, not at once
-			f.mu.Unlock()
-		}
+	env, err := f.opts.Registry.Get(ctx, id)
+	switch {
+	case fault.Is(err, fault.NotFound):
+		f.opts.Index.RemoveEnvironment(id)
+		f.mu.Lock()
+		delete(f.unsaved, id)
+		delete(f.replicated, id)
+		f.mu.Unlock()
+		return 0, nil
+	case err != nil:
+		return 0, err
 	}
-	f.mu.Lock()
-	dirty := f.dirty
-	f.dirty = map[string]bool{}
-	f.mu.Unlock()
-	for id := range dirty {
-		f.refresh(id)
+	if f.opts.Index.SetEnvironment(metaOf(env)) {
+		f.mu.Lock()
+		delete(f.replicated, id) // new here: read its owner's snapshot next
+		f.mu.Unlock()
 	}
-	f.persist(ctx)
-}
-
-// syncRegistry makes the index hold the registered environments; new ones
-// are refreshed from the pool, whose events may have come first.
-func (f *Feed) syncRegistry(ctx context.Context) error {
-	var metas []Meta
-	err := f.opts.Registry.Each(ctx, func(e environments.Environment) error {
-		metas = append(metas, Meta{ID: e.ID, Region: e.Spec.Region, Zone: e.Spec.Zone, State: string(e.Status.State), Overrides: e.Spec.CapabilityOverrides})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	added := f.opts.Index.SetEnvironments(metas)
-	f.mu.Lock()
-	for _, id := range added {
-		f.dirty[id] = true
-	}
-	f.mu.Unlock()
-	return nil
+	f.refresh(id)
+	return 0, f.persist(ctx, id)
 }
 
 // refresh reads an owned environment's cluster caches into the index if
@@ -301,8 +251,8 @@ func (f *Feed) refresh(id string) {
 // replicate shows the environments other replicas own as their owners'
 // snapshots do, reading only the rows whose revision moved since.
 func (f *Feed) replicate(ctx context.Context) {
-	if !f.loaded {
-		return // step loads first
+	if !f.loaded.Load() {
+		return // the reconciles load first
 	}
 	revisions, err := f.opts.Store.revisions(ctx)
 	if err != nil {
@@ -338,49 +288,56 @@ func (f *Feed) replicate(ctx context.Context) {
 		if f.opts.Owned.Owns(id) {
 			continue // claimed meanwhile: this replica's watch tells
 		}
-		shown := f.opts.Index.Replicate(id, s.objects, s.live, s.writable, s.observed)
-		f.mu.Lock()
-		if shown {
-			f.replicated[id] = s.revision
-		} else {
+		if !f.opts.Index.Replicate(id, s.objects, s.live, s.writable, s.observed) {
 			// Registered through another replica since this one read the
 			// registry: read it now, and this snapshot again after.
-			f.registryDirty = true
+			f.envs.Add(id)
+			continue
 		}
+		f.mu.Lock()
+		f.replicated[id] = s.revision
 		f.mu.Unlock()
 	}
 }
 
-// persist writes the owned snapshots that changed, within storeTimeout in
-// all; it stops at the first failure, and what is left stays queued. A
-// snapshot of an environment handed over meanwhile is dropped: its new
-// owner writes its own.
-func (f *Feed) persist(ctx context.Context) {
+// persist writes environment id's snapshot if it changed since it was last
+// persisted. A snapshot of an environment handed over meanwhile is dropped:
+// its new owner writes its own.
+func (f *Feed) persist(ctx context.Context, id string) error {
 	f.mu.Lock()
-	ids := make([]string, 0, len(f.unsaved))
-	for id := range f.unsaved {
-		ids = append(ids, id)
-	}
+	unsaved := f.unsaved[id]
 	f.mu.Unlock()
-	if len(ids) == 0 {
-		return
+	if !unsaved {
+		return nil
 	}
-	writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+	claim, err := f.opts.Owned.Claim(id)
+	snap, ok := f.opts.Index.snapshot(id)
+	if err == nil && ok {
+		writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		if _, err := f.opts.Store.save(writeCtx, id, snap, claim); err != nil {
+			return fmt.Errorf("persist the environment's classes: %w", err)
+		}
+	}
+	f.mu.Lock()
+	delete(f.unsaved, id)
+	f.mu.Unlock()
+	return nil
+}
+
+// persistAll writes what is left unsaved at shutdown, within storeTimeout
+// in all; it stops at the first failure.
+func (f *Feed) persistAll(ctx context.Context) {
+	f.mu.Lock()
+	ids := slices.Collect(maps.Keys(f.unsaved))
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	for _, id := range ids {
-		claim, err := f.opts.Owned.Claim(id)
-		snap, ok := f.opts.Index.snapshot(id)
-		if err == nil && ok {
-			if _, err := f.opts.Store.save(writeCtx, id, snap, claim); err != nil {
-				if ctx.Err() == nil {
-					f.opts.Logger.ErrorContext(ctx, "fleet index: persist environments' classes; retrying later", "pending", len(ids), "error", err)
-				}
-				return
-			}
+		if err := f.persist(ctx, id); err != nil {
+			f.opts.Logger.ErrorContext(ctx, "fleet index: persist environments' classes at shutdown", "pending", len(ids), "error", err)
+			return
 		}
-		f.mu.Lock()
-		delete(f.unsaved, id)
-		f.mu.Unlock()
 	}
 }
 

@@ -144,21 +144,9 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 	keep := make(map[string]bool, len(metas))
 	for _, m := range metas {
 		keep[m.ID] = true
-		e, ok := ix.envs[m.ID]
-		switch {
-		case !ok:
-			e = &entry{meta: m}
-			ix.envs[m.ID] = e
+		if ix.set(m) {
 			added = append(added, m.ID)
-		case reflect.DeepEqual(e.meta, m):
-			continue
-		default:
-			if !reflect.DeepEqual(e.meta.Overrides, m.Overrides) {
-				e.classes = capabilities.Describe(e.objs, m.Overrides)
-			}
-			e.meta = m
 		}
-		ix.render(e)
 	}
 	for id := range ix.envs {
 		if !keep[id] {
@@ -169,10 +157,61 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 	for _, e := range ix.envs {
 		ix.order = append(ix.order, e)
 	}
-	slices.SortFunc(ix.order, func(a, b *entry) int { return strings.Compare(a.meta.ID, b.meta.ID) })
+	slices.SortFunc(ix.order, compareIDs)
 	ix.compactNames()
 	return added
 }
+
+// SetEnvironment adds one environment, or applies its changed settings; it
+// reports whether the environment is new (stale and empty until observed
+// or replicated).
+func (ix *Index) SetEnvironment(m Meta) (added bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !ix.set(m) {
+		return false
+	}
+	i, _ := slices.BinarySearchFunc(ix.order, ix.envs[m.ID], compareIDs)
+	ix.order = slices.Insert(ix.order, i, ix.envs[m.ID])
+	return true
+}
+
+// RemoveEnvironment drops an environment (deleted).
+func (ix *Index) RemoveEnvironment(id string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e, ok := ix.envs[id]
+	if !ok {
+		return
+	}
+	delete(ix.envs, id)
+	if i, found := slices.BinarySearchFunc(ix.order, e, compareIDs); found {
+		ix.order = slices.Delete(ix.order, i, i+1)
+	}
+	ix.compactNames()
+}
+
+// set applies m to its entry, creating it (not yet in order) if new, and
+// reports whether it did. The caller holds ix.mu for writing.
+func (ix *Index) set(m Meta) (added bool) {
+	e, ok := ix.envs[m.ID]
+	switch {
+	case !ok:
+		e = &entry{meta: m}
+		ix.envs[m.ID] = e
+	case reflect.DeepEqual(e.meta, m):
+		return false
+	default:
+		if !reflect.DeepEqual(e.meta.Overrides, m.Overrides) {
+			e.classes = capabilities.Describe(e.objs, m.Overrides)
+		}
+		e.meta = m
+	}
+	ix.render(e)
+	return !ok
+}
+
+func compareIDs(a, b *entry) int { return strings.Compare(a.meta.ID, b.meta.ID) }
 
 // minNamesToCompact is how many interned names are never worth compacting.
 const minNamesToCompact = 64

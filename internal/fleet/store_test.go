@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
@@ -33,29 +37,71 @@ func migrated(t *testing.T, ids ...string) (*pgxpool.Pool, *membership.Membershi
 	return reg.DB, m
 }
 
-// registry lists fixed environments (the registry's rows are not the point
-// here).
-type registry []string
+// registry is a fake of the registry the feed follows: READY
+// environments by id, whose changes it publishes (the registry's rows are
+// not the point here).
+type registry struct {
+	mu    sync.Mutex
+	envs  map[string]environments.Environment
+	topic changes.Topic[environments.Change]
+}
 
-func (r registry) Each(_ context.Context, fn func(environments.Environment) error) error {
-	for _, id := range r {
-		if err := fn(environments.Environment{ID: id, Status: environments.Status{State: clusters.StateReady}}); err != nil {
+func newRegistry(ids ...string) *registry {
+	r := &registry{envs: map[string]environments.Environment{}}
+	for _, id := range ids {
+		r.envs[id] = environments.Environment{ID: id, Status: environments.Status{State: clusters.StateReady}}
+	}
+	return r
+}
+
+func (r *registry) Each(_ context.Context, fn func(environments.Environment) error) error {
+	r.mu.Lock()
+	envs := slices.Collect(maps.Values(r.envs))
+	r.mu.Unlock()
+	for _, e := range envs {
+		if err := fn(e); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r registry) Subscribe() *changes.Subscription[environments.Change] {
-	return new(changes.Topic[environments.Change]).Subscribe()
+func (r *registry) IDs(context.Context) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Collect(maps.Keys(r.envs)), nil
 }
+
+func (r *registry) Get(_ context.Context, id string) (environments.Environment, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.envs[id]
+	if !ok {
+		return e, fault.New(fault.NotFound, "environment %q not found", id)
+	}
+	return e, nil
+}
+
+// set stores e (nil: deletes id) and publishes the change.
+func (r *registry) set(id string, e *environments.Environment) {
+	r.mu.Lock()
+	if e == nil {
+		delete(r.envs, id)
+	} else {
+		r.envs[id] = *e
+	}
+	r.mu.Unlock()
+	r.topic.Publish(environments.Change{EnvironmentID: id, Deleted: e == nil})
+}
+
+func (r *registry) Subscribe() *changes.Subscription[environments.Change] { return r.topic.Subscribe() }
 
 func newFeed(db *pgxpool.Pool, owned membership.Ownership, ids ...string) *Feed {
 	return newFeedLogging(db, owned, slog.New(slog.DiscardHandler), ids...)
 }
 
 func newFeedLogging(db *pgxpool.Pool, owned membership.Ownership, logger *slog.Logger, ids ...string) *Feed {
-	return NewFeed(FeedOptions{Index: NewIndex(), Clusters: clusters.NewPool(clusters.PoolOptions{}), Registry: registry(ids),
+	return NewFeed(FeedOptions{Index: NewIndex(), Clusters: clusters.NewPool(clusters.PoolOptions{}), Registry: newRegistry(ids...),
 		Store: Store{DB: db}, Owned: owned, Logger: logger})
 }
 
@@ -73,7 +119,7 @@ func TestSnapshotsSurviveARestart(t *testing.T) {
 		t.Fatal("first observation reported no change")
 	}
 	first.unsaved["east"] = true
-	first.persist(ctx)
+	first.persistAll(ctx)
 	if len(first.unsaved) != 0 {
 		t.Fatalf("still unsaved: %v", first.unsaved)
 	}
@@ -140,7 +186,7 @@ func TestPersistence(t *testing.T) {
 		f.opts.Index.Observe(id, fleettest.Objects(1, 1), time.Now())
 		f.unsaved[id] = true
 	}
-	f.persist(ctx)
+	f.persistAll(ctx)
 	if len(f.unsaved) != 0 {
 		t.Fatalf("unsaved after a flush: %v", f.unsaved)
 	}
@@ -159,7 +205,7 @@ func TestPersistence(t *testing.T) {
 	f.opts.Index.Observe("kept", fleettest.Objects(2, 1), time.Now())
 	f.unsaved["kept"], f.unsaved["deleted"] = true, true
 	start := time.Now()
-	f.persist(ctx)
+	f.persistAll(ctx)
 	if !f.unsaved["kept"] {
 		t.Fatalf("a failed flush dropped work: %v", f.unsaved)
 	}
@@ -191,7 +237,7 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 	first.opts.Index.Observe("east", fleettest.Objects(3, 10), observed)
 	first.opts.Index.SetWritable("east", true)
 	first.unsaved["east"] = true
-	first.persist(ctx)
+	first.persistAll(ctx)
 	second.replicate(ctx)
 	// Both place a volume the same: east, which takes writes, offers its 3 classes.
 	for name, f := range map[string]*Feed{"owner": first, "other": second} {
@@ -210,7 +256,7 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 
 	// The owner's pool does not hold east: the refresh marks it stale.
 	first.refresh("east")
-	first.persist(ctx)
+	first.persistAll(ctx)
 	lost, _ := first.opts.Index.Environment("east")
 	second.replicate(ctx)
 	east, _ = second.opts.Index.Environment("east")
@@ -239,5 +285,49 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 	second.replicate(ctx)
 	if after, _ := second.opts.Index.Environment("east"); len(after.Classes) != 3 || !after.Stale {
 		t.Fatalf("a refused save shows: %+v", after)
+	}
+}
+
+// TestTheFeedFollowsTheRegistry: run against a fake registry, the feed's
+// reconciler adds a registered environment, applies its changed settings
+// and drops a deleted one, each on the registry's notice alone; an owned
+// environment shown live whose cluster the pool does not hold is shown
+// stale, and its snapshot persisted for the other replicas.
+func TestTheFeedFollowsTheRegistry(t *testing.T) {
+	db, owner := migrated(t, "east", "west")
+	reg := newRegistry("east")
+	f := NewFeed(FeedOptions{Index: NewIndex(), Clusters: clusters.NewPool(clusters.PoolOptions{}), Registry: reg,
+		Store: Store{DB: db}, Owned: owner, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := f.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.opts.Index.Observe("east", fleettest.Objects(2, 1), time.Now())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	// shows waits until west's entry satisfies ok (nil: not in the index).
+	shows := func(what string, ok func(e *entry) bool) {
+		t.Helper()
+		poll.Until(t, 5*time.Second, what, func() bool {
+			f.opts.Index.mu.RLock()
+			defer f.opts.Index.mu.RUnlock()
+			return ok(f.opts.Index.envs["west"])
+		})
+	}
+
+	reg.set("west", &environments.Environment{ID: "west", Spec: environments.Spec{Region: "eu"}, Status: environments.Status{State: clusters.StateReady}})
+	shows("the registered environment in the index, stale", func(e *entry) bool { return e != nil && !e.fresh && e.meta.Region == "eu" })
+	poll.Until(t, 5*time.Second, "east's snapshot persisted stale", func() bool {
+		var live bool
+		return db.QueryRow(ctx, `SELECT live FROM fleet_snapshots WHERE environment_id = 'east'`).Scan(&live) == nil && !live
+	})
+	reg.set("west", &environments.Environment{ID: "west", Spec: environments.Spec{Region: "us"}, Status: environments.Status{State: clusters.StateReady}})
+	shows("the changed region", func(e *entry) bool { return e != nil && e.meta.Region == "us" })
+	reg.set("west", nil)
+	shows("the deleted environment gone", func(e *entry) bool { return e == nil })
+	if _, ok := f.opts.Index.Environment("east"); !ok {
+		t.Fatal("east, registered before the feed started, is not in the index")
 	}
 }

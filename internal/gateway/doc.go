@@ -12,6 +12,7 @@
 //	                                          ├► dcm.Registrar (capacity known: register)
 //	                                          └► volume reconciler (ready and synced: reconcile)
 //	environments.Service ── registered, updated, deleted ──► environments.Connector (the pool follows)
+//	  (here at once; on every replica through its Watch)
 //	                                                      ├► fleet.Feed (environments)
 //	                                                      ├► dcm.Registrar (register, deregister)
 //	                                                      ├► probe reconciler (look again)
@@ -22,12 +23,13 @@
 //	                                       └► dcm.Registrar (register what it owns)
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
 //
-// The connector's connecting, the probe and the volume reconcilers run on
-// internal/controller (a keyed work queue). Background workers, each started and stopped here: the membership
-// (heartbeat and rebalance), the connector, the probe reconciler, the status
-// follower's sweep, the outbox relay, the volume reconciler, the fleet feed,
-// the key-ring and token reloader (SIGHUP), audit pruning and, when
-// configured, the DCM registrar.
+// The connector's connecting, the probes, the volume reconciler, the fleet
+// feed and the DCM registrar are reconcilers on internal/controller (a
+// keyed work queue). Background workers, each started and stopped here: the
+// membership (heartbeat and rebalance), the registry watch, the connector,
+// the probe reconciler, the status follower's sweep, the outbox relay, the
+// volume reconciler, the fleet feed, the key-ring and token reloader
+// (SIGHUP), audit pruning and, when configured, the DCM registrar.
 //
 // Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
 // stop the background workers (all told at once, last started first) and

@@ -71,23 +71,23 @@ type Intervals struct {
 	Follow time.Duration
 	// Reconcile is how often interrupted volume flows are repaired (30s).
 	Reconcile time.Duration
-	// Connect is how often the connector looks again at each environment
-	// it holds, for changes made on other replicas (30s).
-	Connect time.Duration
+	// Watch is how often the registry is read for changes made on other
+	// replicas (a heartbeat: a tenth of SG_MEMBER_LEASE).
+	Watch time.Duration
 	// DCMCheck is how often each registered provider is read back from DCM
 	// (30s; see dcm.Options.CheckInterval).
 	DCMCheck time.Duration
 }
 
-func (i Intervals) withDefaults() Intervals {
+func (i Intervals) withDefaults(cfg config.Config) Intervals {
 	set := func(d *time.Duration, def time.Duration) {
 		if *d <= 0 {
 			*d = def
 		}
 	}
 	set(&i.Follow, 2*time.Second)
+	set(&i.Watch, cfg.MemberLease/10)
 	set(&i.Reconcile, 30*time.Second)
-	set(&i.Connect, 30*time.Second)
 	set(&i.DCMCheck, 30*time.Second)
 	return i // Health and HealthTimeout: the pool's defaults
 }
@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		opts.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, opts: opts, log: opts.Logger, startTime: time.Now()}
-	g.opts.Intervals = opts.Intervals.withDefaults()
+	g.opts.Intervals = opts.Intervals.withDefaults(cfg)
 	g.log.Info("starting", "version", version.Get().Version)
 	defer func() {
 		if err != nil {
@@ -189,7 +189,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	}
 	// A new environment is claimed at once, not at the next heartbeat.
 	g.registrations = g.registry.Subscribe()
-	g.connector = environments.NewConnector(g.registry, g.clusters, g.membership, g.opts.Intervals.Connect)
+	g.connector = environments.NewConnector(g.registry, g.clusters, g.membership)
 	g.probes = g.registry.Probes(environments.ProbeOptions{Owned: g.membership, Interval: cfg.ProbeInterval,
 		ReadyInterval: cfg.ProbeReadyInterval, Workers: cfg.ProbeConcurrency})
 	g.index = fleet.NewIndex()

@@ -45,6 +45,7 @@ func (w *worker) Stop(ctx context.Context) error {
 // shutdown), so this replica's claims hold while they finish.
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
+		{name: "registry watch", run: func(ctx context.Context) { g.registry.Watch(ctx, g.opts.Intervals.Watch) }},
 		{name: "claim on registration", run: func(ctx context.Context) {
 			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
 		}},

@@ -254,6 +254,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 		waitEvents(t, stream, v.id, want[v.id], time.Minute)
 	}
 	sameFleetViews(t, set)
+	registryChangeSeenEverywhere(t, set, owners)
 
 	// SIGKILL b: its environments are owned again and READY within the
 	// bound; claims deleted meanwhile are reported DELETED once; requests
@@ -311,6 +312,32 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	t.Logf("ownership sampled %d times through kills, scaling and a freeze", samples)
 	if unowned != "" {
 		t.Fatal(unowned)
+	}
+}
+
+// registryChangeBound is how soon every replica follows a registry change
+// made through another: the registry's watch reads every heartbeat (2 s).
+const registryChangeBound = 3 * time.Second
+
+// registryChangeSeenEverywhere changes the region of an environment c owns
+// through a, and wants b (which neither made the change nor owns the
+// environment) to show the environment's classes in the new region within
+// registryChangeBound: its fleet index follows its own registry watch.
+func registryChangeSeenEverywhere(t *testing.T, set *replicaSet, owners map[string]string) {
+	t.Helper()
+	env := ownedBy(owners, "c")[0]
+	region := "moved-" + uuid.NewString()[:8]
+	code, body := set.client("a").do(http.MethodPatch, "/api/v1alpha1/environments/"+env, map[string]any{"region": region})
+	set.client("a").want(http.StatusOK, code, body)
+	changed := time.Now()
+	set.client("b").eventually(10*time.Second, "replica b shows "+env+" in region "+region, func() bool {
+		_, got := set.client("b").do(http.MethodGet, "/api/v1alpha1/storage-classes?region="+region, nil)
+		return strings.Contains(fmt.Sprint(got["storage_classes"]), env)
+	})
+	took := time.Since(changed)
+	t.Logf("a registry change made through a was followed by b after %s", took.Round(10*time.Millisecond))
+	if took > registryChangeBound {
+		t.Fatalf("replica b followed a registry change made through a after %s, more than %s", took, registryChangeBound)
 	}
 }
 
