@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // forged is what a hostile API server puts in its error messages: a line
@@ -85,8 +86,10 @@ func TestAHostileClusterCannotForgeLogLines(t *testing.T) {
 	if status, answer := g.request(t, http.MethodPost, "/api/v1alpha1/environments?id=hostile", g.Token(), body); status != http.StatusCreated {
 		t.Fatalf("register the hostile cluster: %d %s", status, answer)
 	}
-	g.WaitLog(t, `"source":"kubernetes-client"`, 30*time.Second)
-	time.Sleep(time.Second) // a few more reflector retries
+	// A few reflector retries.
+	poll.Until(t, 30*time.Second, "three lines of client-go's own", func() bool {
+		return strings.Count(g.Logs(), `"source":"kubernetes-client"`) >= 3
+	})
 
 	logs := g.Logs()
 	klogLines := 0

@@ -158,6 +158,8 @@ func (c *Cluster) run(ctx context.Context) {
 	defer wg.Wait()
 	wg.Go(func() { c.checkLoop(ctx, checks) })
 
+	// Informers announce no sync: while syncing, the cluster's own goroutine
+	// asks them (whenTicking), and the ticker is ignored otherwise.
 	poll := time.NewTicker(syncPollInterval)
 	defer poll.Stop()
 	var deadline <-chan time.Time

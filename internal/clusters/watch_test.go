@@ -70,7 +70,11 @@ func TestInformersWatchLong(t *testing.T) {
 		c, ok := p.Get("long-watches")
 		return ok && c.Health().Synced
 	})
-	time.Sleep(200 * time.Millisecond) // time for another watch, if one were wrongly started
+	poll.Never(t, 200*time.Millisecond, "a watch of another resource", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(timeouts) > 2
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(timeouts) != 2 || timeouts["persistentvolumeclaims"] == 0 || timeouts["storageclasses"] == 0 {

@@ -54,6 +54,13 @@ func (c *calls) of(key string) []time.Duration {
 	return slices.Clone(c.at[key])
 }
 
+// advance moves the bubble's fake clock on by d (no wall time passes) and
+// waits until every goroutine in it is idle.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
 func run(t *testing.T, opts controller.Options, setup func(*controller.Controller)) (stop func()) {
 	t.Helper()
 	opts.Logger = slog.New(slog.DiscardHandler)
@@ -94,8 +101,7 @@ func TestKeysAreMergedSerializedAndFiltered(t *testing.T) {
 			topic.Publish("a") // while a runs: once more after it
 			topic.Publish("theirs")
 		}
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
+		advance(10 * time.Second)
 		if got := len(c.of("a")); got != 2 {
 			t.Errorf("a reconciled %d times, want 2 (the listing, then the notices merged)", got)
 		}
@@ -142,8 +148,7 @@ func TestRequeuesAndRetries(t *testing.T) {
 				}
 				return 0, errors.New("not yet")
 			}}, nil)
-		time.Sleep(35 * time.Second)
-		synctest.Wait()
+		advance(35 * time.Second)
 		stop()
 		if got := c.of("periodic"); !slices.Equal(got, []time.Duration{0, 10 * time.Second, 20 * time.Second, 30 * time.Second}) {
 			t.Errorf("periodic reconciled at %v, want every 10s", got)
@@ -200,8 +205,7 @@ func TestAddAfter(t *testing.T) {
 		})
 		synctest.Wait()
 		ctl.AddAfter("late", 3*time.Second)
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
+		advance(10 * time.Second)
 		stop()
 		if got := c.of("early"); !slices.Equal(got, []time.Duration{5 * time.Second}) {
 			t.Errorf("early reconciled at %v, want 5s", got)

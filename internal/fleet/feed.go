@@ -170,6 +170,7 @@ func (f *Feed) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { f.envs.Run(ctx) })
 	defer wg.Wait()
+	// One statement each for the whole fleet (see Feed).
 	touchTick := time.NewTicker(f.opts.TouchInterval)
 	defer touchTick.Stop()
 	replicaTick := time.NewTicker(f.opts.ReplicaInterval)

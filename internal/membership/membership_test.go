@@ -14,6 +14,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -32,6 +33,18 @@ func fleet(t *testing.T, n int) (*registrytest.Fixture, []string) {
 
 func member(reg *registrytest.Fixture, id string, lease time.Duration) *membership.Membership {
 	return membership.New(membership.Options{DB: reg.DB, ID: id, AdvertiseURL: "http://" + id + ":8080", Lease: lease, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// leaseRanOut waits until member id's last heartbeat is older than lease by
+// the database's clock: the others count it dead from then on.
+func leaseRanOut(t *testing.T, reg *registrytest.Fixture, id string, lease time.Duration) {
+	t.Helper()
+	poll.Until(t, 2*lease+time.Second, id+"'s lease ran out", func() bool {
+		var dead bool
+		err := reg.DB.QueryRow(context.Background(), `SELECT heartbeat_time < now() - make_interval(secs => $2) FROM members WHERE id = $1`,
+			id, lease.Seconds()).Scan(&dead)
+		return err == nil && dead
+	})
 }
 
 // beat runs one heartbeat of each member, in order.
@@ -132,7 +145,7 @@ func TestDeadMembersEnvironmentsAreClaimedAtANewEpoch(t *testing.T) {
 	if len(stalled) == 0 {
 		t.Fatal("b owns nothing")
 	}
-	time.Sleep(lease + 200*time.Millisecond)
+	leaseRanOut(t, reg, "b", lease)
 	beat(t, a)
 	who, epochs := owners(t, reg)
 	for env, epoch := range stalled {
@@ -315,7 +328,7 @@ func TestTheFenceRefusesAStalledOwner(t *testing.T) {
 		t.Fatal("the owner's claim does not pass its own fence")
 	}
 	// a stalls past its lease with its write open; b claims.
-	time.Sleep(lease + 200*time.Millisecond)
+	leaseRanOut(t, reg, "a", lease)
 	claimed := make(chan error, 1)
 	go func() { claimed <- b.Beat(ctx) }()
 	select {
@@ -349,9 +362,15 @@ func TestClaimsLapseOnTheMembersOwnClock(t *testing.T) {
 	if !a.Owns(envs[0]) {
 		t.Fatal("a does not own what it claimed")
 	}
-	time.Sleep(lease - lease/10 + 50*time.Millisecond)
-	if _, err := a.Claim(envs[0]); a.Owns(envs[0]) || !errors.Is(err, membership.ErrNotOwner) {
-		t.Fatalf("a heartbeat interval before its lease ran out, a still owns %s (%v)", envs[0], err)
+	beaten := time.Now()
+	held := lease - lease/10 // a heartbeat interval before its lease runs out
+	poll.Until(t, held+200*time.Millisecond, "a's claims lapsed a heartbeat interval before its lease ran out",
+		func() bool { return !a.Owns(envs[0]) })
+	if lapsed := time.Since(beaten); lapsed < held-100*time.Millisecond {
+		t.Fatalf("a's claims lapsed %s after its heartbeat, before the %s they hold", lapsed, held)
+	}
+	if _, err := a.Claim(envs[0]); !errors.Is(err, membership.ErrNotOwner) {
+		t.Fatalf("a lapsed claim answers %v", err)
 	}
 	beat(t, a)
 	if _, err := a.Claim(envs[0]); err != nil {

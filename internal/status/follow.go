@@ -36,7 +36,10 @@ func NewFollower(tracker *Tracker, pool *clusters.Pool, provisioningTimeout time
 	return f
 }
 
-// Run sweeps every interval until ctx ends.
+// Run sweeps every interval until ctx ends. A ticker, not a reconciler: a
+// sweep reads only the pool's caches (no I/O) and re-evaluates every
+// claim's provisioning deadline at once, where a keyed queue would hold a
+// timer per claim.
 func (f *Follower) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -87,10 +87,17 @@ func BenchmarkIdleFleet(b *testing.B) {
 		"SG_ADMIN_WRITE_RATE=1000", "SG_ADMIN_WRITE_BURST=1000")
 	g := gatewayproc.Start(b, binary, env)
 	c := client{t: b, base: "http://" + g.Addr, token: g.Token()}
-	time.Sleep(5 * time.Second) // the empty gateway settles (start-up work done)
-	empty, emptyCPU, t0 := scrape(b, c), cpuTime(b, g), time.Now()
-	time.Sleep(20 * time.Second)
-	baselineCPU := (cpuTime(b, g) - emptyCPU).Seconds() / time.Since(t0).Seconds()
+	// idle lets the gateway settle (what set it working is over), then
+	// watches it idle for window: its metrics before and after, and the
+	// share of a core it used.
+	idle := func(settle, window time.Duration) (before, after metricFamilies, cpu float64, elapsed time.Duration) {
+		time.Sleep(settle)
+		before, cpuBefore, t0 := scrape(b, c), cpuTime(b, g), time.Now()
+		time.Sleep(window)
+		after, cpuAfter, elapsed := scrape(b, c), cpuTime(b, g), time.Since(t0)
+		return before, after, (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds(), elapsed
+	}
+	empty, _, baselineCPU, _ := idle(5*time.Second, 20*time.Second) // the empty gateway: start-up work done
 
 	start := time.Now()
 	registerTenants(b, c, tenants)
@@ -103,15 +110,11 @@ func BenchmarkIdleFleet(b *testing.B) {
 	b.Logf("%d environments registered in %s, all synced %s after the first registration", n, registered.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 	// Idle: whatever registration set off (the first probe round) is over.
-	time.Sleep(30 * time.Second)
-	before, cpuBefore, t0 := scrape(b, c), cpuTime(b, g), time.Now()
-	time.Sleep(window)
-	after, cpuAfter, elapsed := scrape(b, c), cpuTime(b, g), time.Since(t0)
+	before, after, cpu, elapsed := idle(30*time.Second, window)
 
 	goroutines := perEnv(after.value("go_goroutines") - empty.value("go_goroutines"))
 	heap := perEnv(after.value("go_memstats_heap_inuse_bytes")-empty.value("go_memstats_heap_inuse_bytes")) / (1 << 20)
 	rss := perEnv(after.value("process_resident_memory_bytes")-empty.value("process_resident_memory_bytes")) / (1 << 20)
-	cpu := (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds()
 	minutes := elapsed.Minutes()
 	requests := perEnv(after.sum("storage_gateway_cluster_requests_total")-before.sum("storage_gateway_cluster_requests_total")) / minutes
 	var byUse []string

@@ -583,7 +583,7 @@ func fencedAfterFreeze(t *testing.T, set *replicaSet, stream *natstest.Stream, v
 	resume()
 	// The resumed replica sees the deletion too, and its lease is renewed:
 	// give it time to try its late writes, then settle.
-	time.Sleep(5 * time.Second)
+	stillExactlyAfter(t, stream, want, 5*time.Second)
 	set.settled(time.Minute)
 	stillExactly(t, stream, want)
 

@@ -142,13 +142,28 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	stillExactly(t, stream, map[string][]string{ids[0]: {"PROVISIONING", "RUNNING"}, ids[1]: {"PROVISIONING", "RUNNING", "DELETING", "DELETED"}})
 }
 
-// stillExactly waits for late arrivals, then checks each volume reported
-// exactly its statuses: a republished transition (JetStream would drop a
-// repeated message id, so only a second event for the same transition could
-// get through) shows up as an extra status.
+// stillExactly watches for late arrivals for 3 s (lateFor), then checks
+// each volume reported exactly its statuses: a republished transition
+// (JetStream would drop a repeated message id, so only a second event for
+// the same transition could get through) shows up as an extra status.
 func stillExactly(t *testing.T, stream *natstest.Stream, want map[string][]string) {
 	t.Helper()
-	time.Sleep(3 * time.Second)
+	stillExactlyAfter(t, stream, want, 3*time.Second)
+}
+
+// stillExactlyAfter is stillExactly watching for late arrivals for the
+// given time: it fails as soon as a volume reports more than its statuses.
+func stillExactlyAfter(t *testing.T, stream *natstest.Stream, want map[string][]string, lateFor time.Duration) {
+	t.Helper()
+	poll.Never(t, lateFor, "a volume reported more statuses than it went through", func() bool {
+		all := stream.Events()
+		for id, statuses := range want {
+			if len(natstest.For(all, id)) > len(statuses) {
+				return true
+			}
+		}
+		return false
+	})
 	all := stream.Events()
 	for id, statuses := range want {
 		if got := natstest.For(all, id); !slices.Equal(got, statuses) {

@@ -42,3 +42,17 @@ func Value[T any](t testing.TB, within time.Duration, f func() (T, bool)) T {
 	}
 	return last
 }
+
+// Never checks cond every 50 ms for the given time and fails the test,
+// naming what, as soon as it holds: for what must not happen (a retry, a
+// late write, one more watch), which only time can show, without a sleep
+// that looks once at the end.
+func Never(t testing.TB, during time.Duration, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), interval, during, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err == nil {
+		t.Fatalf("within %s: %s", during, what)
+	}
+}
