@@ -120,7 +120,7 @@ func failingFor(pvc *corev1.PersistentVolumeClaim, warnings []*corev1.Event) tim
 // that the class is gone, and its warnings (returned too) — to its status.
 // A claim whose class is gone says so: nothing will provision it, nor
 // expand it.
-func OfClaim(c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) (Status, string, []*corev1.Event) {
+func OfClaim(c clusters.Live, pvc *corev1.PersistentVolumeClaim) (Status, string, []*corev1.Event) {
 	class, gone := c.ClassOf(pvc)
 	warnings := OwnWarnings(c, pvc)
 	st, msg := Of(pvc, class, warnings)
@@ -137,7 +137,7 @@ func ClassGone(class string) string {
 
 // OwnWarnings returns the claim's own Warning events, newest first: events
 // about an earlier claim of the same name do not count.
-func OwnWarnings(c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) []*corev1.Event {
+func OwnWarnings(c clusters.Live, pvc *corev1.PersistentVolumeClaim) []*corev1.Event {
 	var own []*corev1.Event
 	for _, e := range c.WarningEvents(pvc.Namespace, pvc.Name) {
 		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == pvc.UID {

@@ -97,15 +97,32 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 // envID serves into the ones an adoption takes and the ones it skips
 // (with the reason); it counts the ones a record serves already, and
 // returns envID's records it read, by volume id.
-func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters.Cluster, namespaces []string) (
+func (s *Service) adoptable(ctx context.Context, envID string, cluster clusters.Live, namespaces []string) (
 	[]*corev1.PersistentVolumeClaim, Adoption, map[string]recordedAs, error) {
-	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}, Warnings: []Skip{}}
 	recorded, err := s.repo.namespaces(ctx, envID)
 	if err != nil {
 		return nil, Adoption{}, nil, err
 	}
+	unrecorded, out := triage(cluster.PVCs(), namespaces, recorded)
+	ids := make([]string, len(unrecorded))
+	for i, pvc := range unrecorded {
+		ids[i] = pvc.Name
+	}
+	elsewhere, err := s.repo.elsewhere(ctx, envID, ids)
+	if err != nil {
+		return nil, Adoption{}, nil, err
+	}
+	take, out := choose(cluster, unrecorded, elsewhere, out)
+	return take, out, recorded, nil
+}
+
+// triage sorts the storage claims in namespaces by what the environment's
+// records (recorded, by volume id) say of them: served already (counted),
+// recorded otherwise (skipped, with the reason), or unrecorded (returned).
+func triage(pvcs []*corev1.PersistentVolumeClaim, namespaces []string, recorded map[string]recordedAs) ([]*corev1.PersistentVolumeClaim, Adoption) {
+	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}, Warnings: []Skip{}}
 	var unrecorded []*corev1.PersistentVolumeClaim
-	for _, pvc := range cluster.PVCs() {
+	for _, pvc := range pvcs {
 		if !slices.Contains(namespaces, pvc.Namespace) || pvc.Labels[ServiceTypeLabel] != ServiceType {
 			continue // another namespace, or DCM's claim for another service
 		}
@@ -121,15 +138,17 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 			unrecorded = append(unrecorded, pvc)
 		}
 	}
-	ids := make([]string, len(unrecorded))
+	return unrecorded, out
+}
+
+// choose takes the unrecorded claims an adoption can make volumes of and
+// adds the others to out.Skipped: elsewhere names, by claim name, another
+// environment recording a volume of that id. What is taken with a caveat
+// (being deleted, its class gone) is in out.Warnings.
+func choose(cluster clusters.Live, unrecorded []*corev1.PersistentVolumeClaim, elsewhere map[string]string, out Adoption) ([]*corev1.PersistentVolumeClaim, Adoption) {
 	seen := map[string]int{}
-	for i, pvc := range unrecorded {
-		ids[i] = pvc.Name
+	for _, pvc := range unrecorded {
 		seen[pvc.Name]++
-	}
-	elsewhere, err := s.repo.elsewhere(ctx, envID, ids)
-	if err != nil {
-		return nil, Adoption{}, nil, err
 	}
 	var take []*corev1.PersistentVolumeClaim
 	for _, pvc := range unrecorded {
@@ -154,7 +173,7 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster *clusters
 		}
 		take = append(take, pvc)
 	}
-	return take, out, recorded, nil
+	return take, out
 }
 
 // unadoptable says why a labelled claim without a record cannot become a
@@ -279,7 +298,7 @@ func (r *repository) elsewhere(ctx context.Context, env string, ids []string) (m
 // counts again). Counts are made one at a time, each reading the records
 // afresh, so one that read them before an adoption committed never
 // overwrites the adoption's.
-func (s *Service) liveCounted(ctx context.Context, envID string, cluster *clusters.Cluster) ([]record, error) {
+func (s *Service) liveCounted(ctx context.Context, envID string, cluster clusters.Live) ([]record, error) {
 	s.counted.Lock()
 	defer s.counted.Unlock()
 	recs, err := s.repo.live(ctx, envID)

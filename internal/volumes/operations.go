@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/paging"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -43,7 +44,7 @@ func (s *Service) live(ctx context.Context, envID, id string) (record, error) {
 }
 
 // view merges a record with its cached claim.
-func (s *Service) view(cluster *clusters.Cluster, rec record) (Volume, error) {
+func (s *Service) view(cluster clusters.Live, rec record) (Volume, error) {
 	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
 		return s.fromClaim(cluster, rec, pvc), nil
 	}
@@ -57,7 +58,7 @@ func (s *Service) view(cluster *clusters.Cluster, rec record) (Volume, error) {
 // (synced) cache: deleted through the API, or behind the gateway's back. It
 // is not found any more, even before the reconciler records it as DELETED.
 // A claim created moments ago may not be cached yet, hence the settle time.
-func claimGone(cluster *clusters.Cluster, rec record) bool {
+func claimGone(cluster clusters.Live, rec record) bool {
 	if _, exists := cluster.PVC(rec.Spec.Namespace, rec.ID); exists {
 		return false
 	}
@@ -205,17 +206,24 @@ func (s *Service) Health(ctx context.Context, envID string) (healthy bool, messa
 	if err != nil {
 		return false, "", err
 	}
-	cluster, ok := s.clusters.Get(envID)
+	cluster, connected := s.clusters.Live(envID)
+	healthy, message = healthOf(env.Status, cluster, connected)
+	return healthy, message, nil
+}
+
+// healthOf is the health of an environment whose last probe recorded st
+// and whose live cluster, if connected, is cluster. DEGRADED serves
+// (credentials about to expire, say): DCM hears the warning in the
+// message, not an outage.
+func healthOf(st environments.Status, cluster clusters.Live, connected bool) (bool, string) {
 	switch {
-	case !ok:
-		return false, "not connected", nil
-	case env.Status.State != clusters.StateReady && env.Status.State != clusters.StateDegraded:
-		// DEGRADED serves (credentials about to expire, say): DCM hears
-		// the warning in the message, not an outage.
-		return false, fmt.Sprintf("%s: %s", env.Status.State, env.Status.Message), nil
+	case !connected:
+		return false, "not connected"
+	case st.State != clusters.StateReady && st.State != clusters.StateDegraded:
+		return false, fmt.Sprintf("%s: %s", st.State, st.Message)
 	}
 	if h := cluster.Health(); h.State != clusters.StateReady {
-		return false, fmt.Sprintf("%s: %s", h.State, h.Message), nil
+		return false, fmt.Sprintf("%s: %s", h.State, h.Message)
 	}
-	return true, fmt.Sprintf("%s: %s", env.Status.State, env.Status.Message), nil
+	return true, fmt.Sprintf("%s: %s", st.State, st.Message)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -71,7 +72,7 @@ func (s *Service) ReconcileEnvironment(ctx context.Context, envID string) {
 func (s *Service) reconcile(ctx context.Context, envID string) error {
 	cluster, err := s.writable(envID)
 	if err != nil {
-		if _, connected := s.clusters.Get(envID); !connected {
+		if _, connected := s.clusters.Live(envID); !connected {
 			s.counted.Lock()
 			delete(s.counted.zero, envID) // counted again if it comes back
 			s.counted.Unlock()
@@ -98,25 +99,56 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 	return nil
 }
 
-// settle brings one record and its claim into agreement.
-func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec record) error {
+// settlement is what a record and its claim need to agree.
+type settlement int
+
+const (
+	settled        settlement = iota // nothing, or nothing yet
+	deleteUnwanted                   // a create finished after the volume was deleted: the claim is unwanted
+	dropForeign                      // another provider's claim of the same name, found by a create that stopped before refusing it
+	recordClaimUID                   // the claim (a new one of the same name) is not the one recorded
+	recordDeleted                    // the claim is gone
+	completeCreate                   // a create stopped before its claim existed
+)
+
+// settlementOf decides what rec and its claim (as the cluster's cache
+// shows it; returned, nil when there is none) need. Another provider's
+// claim is never adopted implicitly; a create younger than createSettle
+// may still be under way.
+func settlementOf(cluster clusters.Live, rec record) (settlement, *corev1.PersistentVolumeClaim) {
 	pvc, exists := cluster.PVC(rec.Spec.Namespace, rec.ID)
 	switch {
 	case exists && rec.Status == status.Deleting && pvc.DeletionTimestamp == nil:
-		// A create finished after the volume was deleted: the claim is unwanted.
+		return deleteUnwanted, pvc
+	case exists && rec.PVCUID == "" && !createdByGateway(pvc):
+		return dropForeign, pvc
+	case exists && rec.PVCUID != string(pvc.UID):
+		return recordClaimUID, pvc
+	case exists:
+		return settled, pvc
+	case claimGone(cluster, rec):
+		return recordDeleted, nil
+	case rec.PVCUID == "" && time.Since(rec.CreateTime) > createSettle:
+		return completeCreate, nil
+	}
+	return settled, nil
+}
+
+// settle brings one record and its claim into agreement.
+func (s *Service) settle(ctx context.Context, cluster clusters.Live, rec record) error {
+	what, pvc := settlementOf(cluster, rec)
+	switch what {
+	case deleteUnwanted:
 		err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, rec.ID, metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
-	case exists && rec.PVCUID == "" && !createdByGateway(pvc):
-		// Another provider's claim of the same name, found by a create
-		// that stopped before refusing it: never adopted implicitly.
+	case dropForeign:
 		s.log.WarnContext(ctx, "a create found another provider's claim of its name; dropping its record",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "namespace", rec.Spec.Namespace)
 		s.forget(ctx, rec)
-		return nil
-	case exists && rec.PVCUID != string(pvc.UID):
+	case recordClaimUID:
 		claim, err := s.claims.Claim(rec.EnvironmentID)
 		if err != nil {
 			return err
@@ -128,13 +160,10 @@ func (s *Service) settle(ctx context.Context, cluster *clusters.Cluster, rec rec
 			_, err := s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID))
 			return err
 		})
-	case exists:
-		return nil
-	case claimGone(cluster, rec):
-		err := s.recorder.Record(ctx, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
+	case recordDeleted:
+		return s.recorder.Record(ctx, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
 			Status: status.Deleted, Message: "the claim no longer exists"})
-		return err
-	case rec.PVCUID == "" && time.Since(rec.CreateTime) > createSettle:
+	case completeCreate:
 		s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", rec.EnvironmentID, "volume", rec.ID)
 		_, err := s.createClaim(ctx, cluster, rec)
 		return err

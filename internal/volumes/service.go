@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -30,11 +31,20 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
+// Clusters are the live clusters of the environments this replica owns
+// (a *clusters.Pool): the service reads and writes through them and its
+// reconciler follows their changes.
+type Clusters interface {
+	Live(environmentID string) (clusters.Live, bool)
+	IDs() []string
+	Subscribe() *changes.Subscription[clusters.Change]
+}
+
 // Options wires a Service.
 type Options struct {
 	DB           *pgxpool.Pool
 	Environments *environments.Service
-	Clusters     *clusters.Pool
+	Clusters     Clusters
 	Logger       *slog.Logger
 	// Queued, if set, is called when a status event was queued in the
 	// outbox (it wakes the relay).
@@ -57,7 +67,7 @@ type Service struct {
 	recorder status.Recorder
 	tracker  *status.Tracker
 	envs     *environments.Service
-	clusters *clusters.Pool
+	clusters Clusters
 	claims   membership.Claims
 	log      *slog.Logger
 	// writeTimeout: see Options.WriteTimeout.
@@ -141,7 +151,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 // volume has a record already. A request the environment cannot serve is
 // refused only once it is known not to be a replay of an existing volume,
 // which is answered whatever the environment's settings are now.
-func (s *Service) createNew(ctx context.Context, env environments.Environment, cluster *clusters.Cluster, id string, key *agentKey, req Request) (Volume, error) {
+func (s *Service) createNew(ctx context.Context, env environments.Environment, cluster clusters.Live, id string, key *agentKey, req Request) (Volume, error) {
 	spec, err := resolve(env, cluster, req)
 	if err != nil {
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
@@ -199,13 +209,9 @@ func (s *Service) identify(ctx context.Context, envID string, id *string, idempo
 // replay answers a create for a volume that has a record: the same spec
 // returns it (creating the claim if an earlier attempt stopped short), a
 // different one is a conflict naming the fields.
-func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec record, req Request) (Volume, bool, error) {
-	if rec.Status == status.Deleting || rec.Status == status.Deleted {
-		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id is being or has been deleted"}
-	}
-	if diff := req.differences(rec.Spec); len(diff) > 0 {
-		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
-			Detail: "a volume with this id exists with a different spec: " + strings.Join(diff, ", ")}
+func (s *Service) replay(ctx context.Context, cluster clusters.Live, rec record, req Request) (Volume, bool, error) {
+	if err := replayRefused(rec, req); err != nil {
+		return Volume{}, false, err
 	}
 	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
 		if rec.PVCUID == "" && !createdByGateway(pvc) {
@@ -220,6 +226,20 @@ func (s *Service) replay(ctx context.Context, cluster *clusters.Cluster, rec rec
 	return v, false, err
 }
 
+// replayRefused says why a repeated create cannot be answered with the
+// volume recorded under its id (nil if it can): the volume is being or has
+// been deleted, or the request differs from the spec it was created with.
+func replayRefused(rec record, req Request) error {
+	if rec.Status == status.Deleting || rec.Status == status.Deleted {
+		return &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id is being or has been deleted"}
+	}
+	if diff := req.differences(rec.Spec); len(diff) > 0 {
+		return &fault.Error{Kind: fault.AlreadyExists, Field: "id",
+			Detail: "a volume with this id exists with a different spec: " + strings.Join(diff, ", ")}
+	}
+	return nil
+}
+
 // clusterWrite bounds one write of an API request to a cluster (see
 // Options.WriteTimeout); kubernetesError answers one past it 503.
 func (s *Service) clusterWrite(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -231,7 +251,7 @@ func (s *Service) clusterWrite(ctx context.Context) (context.Context, context.Ca
 // is a conflict; the record is dropped whenever the cluster refused the
 // claim for good, and kept when the outcome is unknown so the reconciler or
 // a retry completes it.
-func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, rec record) (Volume, error) {
+func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, rec record) (Volume, error) {
 	// The status follower holds what it sees of the claim until the
 	// first status is recorded here (or not).
 	var first *status.Observation
@@ -254,7 +274,7 @@ func (s *Service) createClaim(ctx context.Context, cluster *clusters.Cluster, re
 	}
 	if err != nil {
 		ferr := kubernetesError(err, "create the claim")
-		if fault.Is(ferr, fault.InvalidArgument) || fault.Is(ferr, fault.Conflict) || fault.Is(ferr, fault.FailedPrecondition) {
+		if refusedForGood(ferr) {
 			s.forget(ctx, rec)
 		}
 		return Volume{}, ferr
@@ -308,6 +328,14 @@ func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.Persi
 	return live, &first, nil
 }
 
+// refusedForGood reports whether the cluster's answer to a create (as
+// kubernetesError classified it) means the claim will never be made as
+// recorded: the record goes. An unknown outcome (no answer, an internal
+// error) keeps it, for a retry or the reconciler to complete.
+func refusedForGood(err error) bool {
+	return fault.Is(err, fault.InvalidArgument) || fault.Is(err, fault.Conflict) || fault.Is(err, fault.FailedPrecondition)
+}
+
 // foreignClaim refuses a create whose claim name another provider's claim
 // for DCM holds (never adopted implicitly), dropping the create's record.
 func (s *Service) foreignClaim(ctx context.Context, rec record) error {
@@ -330,7 +358,7 @@ func (s *Service) forget(ctx context.Context, rec record) {
 
 // resolve fills the request's open settings and checks them against the
 // environment and the storage class (the API contract's createVolume).
-func resolve(env environments.Environment, cluster *clusters.Cluster, req Request) (Spec, error) {
+func resolve(env environments.Environment, cluster clusters.Live, req Request) (Spec, error) {
 	const hints = "spec.provider_hints.kubernetes."
 	spec := Spec{Name: req.Name, Labels: req.Labels, Capacity: req.Capacity,
 		Namespace: first(req.Hints.Namespace, env.Spec.Namespace)}
@@ -361,7 +389,7 @@ func resolve(env environments.Environment, cluster *clusters.Cluster, req Reques
 
 // storageClass finds the named class, or the cluster's default when name is
 // empty.
-func storageClass(cluster *clusters.Cluster, name string) (*storagev1.StorageClass, error) {
+func storageClass(cluster clusters.Live, name string) (*storagev1.StorageClass, error) {
 	const field = "spec.provider_hints.kubernetes.storage_class"
 	if name == "" {
 		class, ok := cluster.DefaultStorageClass()
@@ -379,7 +407,7 @@ func storageClass(cluster *clusters.Cluster, name string) (*storagev1.StorageCla
 }
 
 // fromClaim is the volume as its claim shows it.
-func (s *Service) fromClaim(cluster *clusters.Cluster, rec record, pvc *corev1.PersistentVolumeClaim) Volume {
+func (s *Service) fromClaim(cluster clusters.Live, rec record, pvc *corev1.PersistentVolumeClaim) Volume {
 	st, msg, _ := status.OfClaim(cluster, pvc)
 	v := Volume{
 		ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: specOf(pvc), VolumeName: pvc.Spec.VolumeName,
@@ -412,7 +440,7 @@ func fromRecord(rec record) Volume {
 }
 
 // writable returns the environment's cluster if writes can reach it now.
-func (s *Service) writable(envID string) (*clusters.Cluster, error) {
+func (s *Service) writable(envID string) (clusters.Live, error) {
 	cluster, err := s.readable(envID)
 	if err != nil {
 		return nil, err
@@ -425,11 +453,11 @@ func (s *Service) writable(envID string) (*clusters.Cluster, error) {
 
 // readable returns the environment's cluster if this replica owns the
 // environment (its claim holds) and its caches can answer.
-func (s *Service) readable(envID string) (*clusters.Cluster, error) {
+func (s *Service) readable(envID string) (clusters.Live, error) {
 	if _, err := s.claims.Claim(envID); err != nil {
 		return nil, err
 	}
-	cluster, ok := s.clusters.Get(envID)
+	cluster, ok := s.clusters.Live(envID)
 	if !ok || !cluster.Health().Synced {
 		return nil, fault.RetryLater(time.Second, "environment %s is not connected yet; retry shortly", envID)
 	}

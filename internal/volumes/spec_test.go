@@ -1,7 +1,6 @@
 package volumes
 
 import (
-	"reflect"
 	"slices"
 	"testing"
 
@@ -70,17 +69,5 @@ func TestDifferencesNameOnlyWhatChanged(t *testing.T) {
 				t.Fatalf("differences = %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestClaimRoundTrip(t *testing.T) {
-	spec := Spec{Name: "data", Labels: map[string]string{"team": "a"}, Capacity: "5Gi", StorageClass: "standard",
-		AccessMode: "ReadWriteMany", VolumeMode: "Block", Namespace: "dcm"}
-	pvc := newPVC("v-1", spec)
-	if !managedAs(pvc, "v-1") || managedAs(pvc, "v-2") || pvc.Labels[ServiceTypeLabel] != "storage" {
-		t.Fatalf("labels = %v", pvc.Labels)
-	}
-	if got := specOf(pvc); !reflect.DeepEqual(got, spec) {
-		t.Fatalf("specOf(newPVC) = %+v, want %+v", got, spec)
 	}
 }

@@ -1,0 +1,117 @@
+// Package clusterstest stands in for one environment's live cluster
+// (clusters.Live) in tests of the decisions taken on what its caches
+// answer — a volume's spec resolved against its classes, a claim's status,
+// whether a claim is gone. Objects live in client-go's fake clientset: a
+// write through Client is read back at once, as from a cache that is never
+// behind. Behaviour against a real API server (informers, watches, errors,
+// timing) is tested with the harness's clusters, never with this.
+package clusterstest
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
+)
+
+// Fake is a live cluster holding the objects it was made with, READY and
+// synced unless Healthy says otherwise.
+type Fake struct {
+	Healthy   clusters.Health
+	clientset *fake.Clientset
+	requested atomic.Int64
+}
+
+var _ clusters.Live = (*Fake)(nil)
+
+// New returns a Fake holding objects (claims, classes, events, namespaces).
+func New(objects ...runtime.Object) *Fake {
+	return &Fake{Healthy: clusters.Health{State: clusters.StateReady, Synced: true}, clientset: fake.NewClientset(objects...)}
+}
+
+// Health returns Healthy.
+func (f *Fake) Health() clusters.Health { return f.Healthy }
+
+// PVC returns a DCM-managed claim.
+func (f *Fake) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
+	pvc, err := f.clientset.CoreV1().PersistentVolumeClaims(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || pvc.Labels[clusters.ManagedByLabel] != clusters.ManagedByValue {
+		return nil, false
+	}
+	return pvc, true
+}
+
+// PVCs returns every DCM-managed claim, by namespace and name.
+func (f *Fake) PVCs() []*corev1.PersistentVolumeClaim {
+	list, _ := f.clientset.CoreV1().PersistentVolumeClaims("").List(context.Background(),
+		metav1.ListOptions{LabelSelector: clusters.ManagedByLabel + "=" + clusters.ManagedByValue})
+	out := make([]*corev1.PersistentVolumeClaim, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	slices.SortFunc(out, func(a, b *corev1.PersistentVolumeClaim) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// StorageClass returns a class.
+func (f *Fake) StorageClass(name string) (*storagev1.StorageClass, bool) {
+	class, err := f.clientset.StorageV1().StorageClasses().Get(context.Background(), name, metav1.GetOptions{})
+	return class, err == nil
+}
+
+// ClassOf returns the class a claim names; one it names that does not
+// exist is gone (the fake's class cache is always synced).
+func (f *Fake) ClassOf(pvc *corev1.PersistentVolumeClaim) (*storagev1.StorageClass, bool) {
+	if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName == "" {
+		return nil, false
+	}
+	class, ok := f.StorageClass(*pvc.Spec.StorageClassName)
+	return class, !ok
+}
+
+// DefaultStorageClass returns the class Kubernetes gives a claim without one.
+func (f *Fake) DefaultStorageClass() (*storagev1.StorageClass, bool) {
+	list, _ := f.clientset.StorageV1().StorageClasses().List(context.Background(), metav1.ListOptions{})
+	classes := make([]*storagev1.StorageClass, 0, len(list.Items))
+	for i := range list.Items {
+		classes = append(classes, &list.Items[i])
+	}
+	found := capabilities.DefaultClass(classes)
+	return found, found != nil
+}
+
+// WarningEvents returns the Warning events about the named claim, newest
+// first.
+func (f *Fake) WarningEvents(namespace, pvcName string) []*corev1.Event {
+	list, _ := f.clientset.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{})
+	var out []*corev1.Event
+	for i := range list.Items {
+		e := &list.Items[i]
+		if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == "PersistentVolumeClaim" && e.InvolvedObject.Name == pvcName {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Event) int { return b.LastTimestamp.Compare(a.LastTimestamp.Time) })
+	return out
+}
+
+// StorageRequested counts the calls (Requested).
+func (f *Fake) StorageRequested() { f.requested.Add(1) }
+
+// Requested is how often StorageRequested was called.
+func (f *Fake) Requested() int64 { return f.requested.Load() }
+
+// Client is the fake clientset.
+func (f *Fake) Client() kubernetes.Interface { return f.clientset }

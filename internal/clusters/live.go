@@ -1,0 +1,39 @@
+package clusters
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Live is one environment's live cluster as the parts that serve its
+// volumes use it: its health, the caches of its claims, classes and
+// warnings, and a client for writes. *Cluster is the implementation;
+// clusterstest.Fake stands in for it where only these answers matter (the
+// decisions taken on them).
+type Live interface {
+	Health() Health
+	// PVC and PVCs read the DCM-managed claims (see Cluster.PVC).
+	PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool)
+	PVCs() []*corev1.PersistentVolumeClaim
+	StorageClass(name string) (*storagev1.StorageClass, bool)
+	// ClassOf returns the class a claim names and whether it is known to
+	// be gone (see Cluster.ClassOf).
+	ClassOf(pvc *corev1.PersistentVolumeClaim) (class *storagev1.StorageClass, gone bool)
+	DefaultStorageClass() (*storagev1.StorageClass, bool)
+	WarningEvents(namespace, pvcName string) []*corev1.Event
+	// StorageRequested says a write changed what the claims request.
+	StorageRequested()
+	Client() kubernetes.Interface
+}
+
+var _ Live = (*Cluster)(nil)
+
+// Live returns the environment's live cluster as its volumes use it.
+func (p *Pool) Live(environmentID string) (Live, bool) {
+	c, ok := p.Get(environmentID)
+	if !ok {
+		return nil, false // not a typed nil in the interface
+	}
+	return c, true
+}
