@@ -3,7 +3,7 @@
 // them in order under one deadline. `storage-gateway serve` and the
 // in-process end-to-end tests both call it; nothing else wires parts
 // together. It owns no table; each table's owner is named in its package's
-// doc (environments, volumes, status, events, fleet, auth, membership).
+// doc (environments, volumes, status, outbox, fleet, auth, membership).
 //
 // The runtime graph — who publishes, who subscribes:
 //
@@ -21,7 +21,7 @@
 //	                                       ├► fleet.Feed (watch, or show the owner's snapshot)
 //	                                       ├► probe reconciler (probe what it gains)
 //	                                       └► dcm.Registrar (register what it owns)
-//	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► events.Relay ► NATS
+//	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► outbox.Relay ► NATS
 //
 // The connector's connecting, the probes, the volume reconciler, the fleet
 // feed and the DCM registrar are reconcilers on internal/controller (a

@@ -22,10 +22,10 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
-	"github.com/dcm-project/storage-gateway/internal/events"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -117,8 +117,9 @@ type Gateway struct {
 	registrations *changes.Subscription[environments.Change]
 	index         *fleet.Index
 	feed          *fleet.Feed
-	nats          *events.NATS
-	relay         *events.Relay
+	nats          *outbox.NATS
+	relay         *outbox.Relay
+	recorder      status.Recorder
 	tracker       *status.Tracker
 	follower      *status.Follower
 	volumes       *volumes.Service
@@ -203,7 +204,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Queued: g.relay.Notify, Tracker: g.tracker, Claims: g.membership,
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Claims: g.membership,
 		WriteTimeout: cfg.ClusterWriteTimeout})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newRegistrar(); err != nil {
@@ -268,19 +269,22 @@ func (g *Gateway) newRegistrar() error {
 // -> NATS.
 func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 	cfg := g.cfg
-	natsOpts := events.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
+	natsOpts := outbox.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
 	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
 		natsOpts.EmbeddedListen = cfg.EmbeddedNATSListen
 	}
 	var err error
-	if g.nats, err = events.ConnectNATS(natsOpts, g.log); err != nil {
+	if g.nats, err = outbox.ConnectNATS(natsOpts, g.log); err != nil {
 		return err
 	}
-	if g.relay, err = events.NewRelay(events.RelayOptions{DB: g.db, Conn: g.nats.Conn, Metrics: metrics, Logger: g.log,
+	if g.relay, err = outbox.NewRelay(outbox.RelayOptions{DB: g.db, Conn: g.nats.Conn, Metrics: metrics, Logger: g.log,
 		Retention: cfg.OutboxRetention}); err != nil {
 		return err
 	}
-	g.tracker = status.NewTracker(status.Recorder{DB: g.db, Queued: g.relay.Notify, Claims: g.membership}.RecordObserved, cfg.StatusDebounce, g.log)
+	// The one writer of volume status: the tracker records what the
+	// cluster shows, the volume service what its requests do.
+	g.recorder = status.Recorder{Outbox: outbox.NewWriter(g.db, g.relay.Notify), Claims: g.membership}
+	g.tracker = status.NewTracker(g.recorder.RecordObserved, cfg.StatusDebounce, g.log)
 	g.follower = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
 	return nil
 }

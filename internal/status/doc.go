@@ -6,6 +6,6 @@
 // its CloudEvent, a new row of the outbox table, in one transaction, made
 // only while this replica's claim on the environment holds (the fence
 // refuses a former owner's late writes; the new owner records what it
-// sees). It must not publish: internal/events relays (and later prunes) the
+// sees). It must not publish: internal/outbox relays (and later prunes) the
 // outbox rows it writes.
 package status

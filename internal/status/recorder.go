@@ -11,17 +11,17 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 )
 
 // The CloudEvent contract DCM's consumer expects (deploy/README.md, Status
 // events).
 const (
 	EventType    = "dcm.status.storage"
-	EventSubject = "dcm.storage"
+	EventSubject = outbox.Subject
 	// EnvironmentExtension names the environment of the volume.
 	EnvironmentExtension = "environmentid"
 )
@@ -43,18 +43,17 @@ type Observation struct {
 
 // Recorder writes status transitions: the volume record and, when the
 // status differs from the last one reported, its CloudEvent in the outbox —
-// in one transaction, so neither exists without the other. Only the
-// environment's owner writes, and only while its claim holds: the first
-// statement checks the claim and locks it until the commit (see
-// membership.FenceSQL), so a replica that lost the environment — stalled
-// past its lease, say — records nothing and queues no event.
+// in one transaction, so neither exists without the other. It is the one
+// writer of volume status; the gateway builds one. Only the environment's
+// owner writes, and only while its claim holds: the first statement checks
+// the claim and locks it until the commit (see membership.FenceSQL), so a
+// replica that lost the environment — stalled past its lease, say —
+// records nothing and queues no event.
 type Recorder struct {
-	DB *pgxpool.Pool
+	// Outbox runs the transactions (and wakes the relay after them).
+	Outbox *outbox.Writer
 	// Claims tells the claim this replica holds on each environment.
 	Claims membership.Claims
-	// Queued, if set, is called after an event was committed to the outbox
-	// (it wakes the relay).
-	Queued func()
 }
 
 // eventData is the CloudEvent's data.
@@ -96,29 +95,23 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 // RecordFirstTx records o in the caller's transaction, only if nothing was
 // reported for the volume yet: a create reports its first status itself, in
 // the transaction that records its claim, but never over a newer one the
-// status follower already recorded. queued says an event was queued: the
-// caller calls Queued once the transaction has committed.
-func (r Recorder) RecordFirstTx(ctx context.Context, tx pgx.Tx, o Observation) (queued bool, err error) {
+// status follower already recorded. queued says an event was queued (the
+// relay hears of it when tx commits).
+func (r Recorder) RecordFirstTx(ctx context.Context, tx outbox.Tx, o Observation) (queued bool, err error) {
 	queued, err = r.record(ctx, tx, o, true, false)
 	return queued, ignoreGone(err)
 }
 
 func (r Recorder) write(ctx context.Context, o Observation, firstOnly, observed bool) error {
-	var queued bool
-	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
-		var err error
-		queued, err = r.record(ctx, tx, o, firstOnly, observed)
+	return r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
+		_, err := r.record(ctx, tx, o, firstOnly, observed)
 		return err
 	})
-	if err == nil && queued && r.Queued != nil {
-		r.Queued()
-	}
-	return err
 }
 
 // record is Record's transaction; observed says o is what the cluster shows
 // (see RecordObserved).
-func (r Recorder) record(ctx context.Context, tx pgx.Tx, o Observation, firstOnly, observed bool) (bool, error) {
+func (r Recorder) record(ctx context.Context, tx outbox.Tx, o Observation, firstOnly, observed bool) (bool, error) {
 	claim, err := r.Claims.Claim(o.EnvironmentID)
 	if err != nil {
 		return false, err
@@ -179,7 +172,7 @@ func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volume
 
 // queue records o as the volume's reported status, the transition after
 // last, and puts its event in the outbox.
-func (r Recorder) queue(ctx context.Context, tx pgx.Tx, o Observation, last reportedState, epoch int64) error {
+func (r Recorder) queue(ctx context.Context, tx outbox.Tx, o Observation, last reportedState, epoch int64) error {
 	transition := last.transitions + 1
 	event, eventID, err := r.event(o, last.provider, last.created, transition)
 	if err != nil {
@@ -192,9 +185,8 @@ func (r Recorder) queue(ctx context.Context, tx pgx.Tx, o Observation, last repo
 		o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, transition, o.VolumeName); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)
-		VALUES ($1, $2, $3, $4, $5, $6)`, eventID, o.EnvironmentID, o.VolumeID, string(o.Status), event, epoch)
-	return err
+	return outbox.InsertTx(ctx, tx, outbox.Event{ID: eventID, EnvironmentID: o.EnvironmentID, VolumeID: o.VolumeID,
+		Status: string(o.Status), Data: event, Epoch: epoch})
 }
 
 // Repeat queues the volume's reported status again, as a new event, unless
@@ -210,7 +202,7 @@ func (r Recorder) Repeat(ctx context.Context, environmentID, volumeID string, he
 		return false, err
 	}
 	queued := false
-	err = pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
+	err = r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
 		last, err := r.reported(ctx, tx, environmentID, volumeID, claim)
 		switch {
 		case errors.Is(err, ErrGone):
@@ -223,10 +215,7 @@ func (r Recorder) Repeat(ctx context.Context, environmentID, volumeID string, he
 		queued = true
 		return r.queue(ctx, tx, last.Observation, last, claim.Epoch)
 	})
-	if err == nil && queued && r.Queued != nil {
-		r.Queued()
-	}
-	return queued, err
+	return queued && err == nil, err
 }
 
 // allowed refuses transitions out of the end of a volume's life: nothing

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -449,7 +450,7 @@ func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
 	reg.InsertVolume(t, "env", "gone")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := Recorder{DB: reg.DB, Claims: owner}
+	rec := Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Claims: owner}
 	for _, st := range []Status{Running, Deleted, Running} {
 		if err := rec.Record(t.Context(), Observation{EnvironmentID: "env", VolumeID: "gone", Status: st, Message: string(st)}); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -199,8 +200,7 @@ func (s *Service) recordAdopted(ctx context.Context, envID string, recs []record
 	if err != nil {
 		return err
 	}
-	queued := false
-	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
+	err = s.recorder.Outbox.Tx(ctx, func(tx outbox.Tx) error {
 		if err := membership.Hold(ctx, tx, claim); err != nil {
 			return err
 		}
@@ -208,12 +208,10 @@ func (s *Service) recordAdopted(ctx context.Context, envID string, recs []record
 			if err := s.repo.insertAdopted(ctx, tx, recs[i], v); err != nil {
 				return err
 			}
-			q, err := s.recorder.RecordFirstTx(ctx, tx, status.Observation{EnvironmentID: envID, VolumeID: v.ID,
-				Status: v.Status, Message: v.Message, VolumeName: v.VolumeName})
-			if err != nil {
+			if _, err := s.recorder.RecordFirstTx(ctx, tx, status.Observation{EnvironmentID: envID, VolumeID: v.ID,
+				Status: v.Status, Message: v.Message, VolumeName: v.VolumeName}); err != nil {
 				return err
 			}
-			queued = queued || q
 		}
 		return nil
 	})
@@ -222,13 +220,8 @@ func (s *Service) recordAdopted(ctx context.Context, envID string, recs []record
 		return fault.New(fault.Conflict, "a volume of environment %s was recorded while it was being adopted; adopt again", envID)
 	case errors.Is(err, errNoEnvironment):
 		return fault.New(fault.NotFound, "environment %q not found", envID)
-	case err != nil:
-		return err
 	}
-	if queued && s.recorder.Queued != nil {
-		s.recorder.Queued()
-	}
-	return nil
+	return err
 }
 
 // insertAdopted records an adopted volume (rec, as v shows it): the

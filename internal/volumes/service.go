@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -28,6 +27,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -46,9 +46,9 @@ type Options struct {
 	Environments *environments.Service
 	Clusters     Clusters
 	Logger       *slog.Logger
-	// Queued, if set, is called when a status event was queued in the
-	// outbox (it wakes the relay).
-	Queued func()
+	// Recorder records the volumes' status (the gateway's one writer of
+	// it): a create its first status, with the claim.
+	Recorder status.Recorder
 	// Tracker hears of the creates under way and the first status each
 	// records, so the status follower does not write it again.
 	Tracker *status.Tracker
@@ -84,7 +84,7 @@ type Service struct {
 // NewService returns a Service.
 func NewService(opts Options) *Service {
 	s := &Service{
-		repo: repository{db: opts.DB}, recorder: status.Recorder{DB: opts.DB, Queued: opts.Queued, Claims: opts.Claims}, tracker: opts.Tracker,
+		repo: repository{db: opts.DB}, recorder: opts.Recorder, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger, writeTimeout: opts.WriteTimeout,
 	}
 	if s.writeTimeout <= 0 {
@@ -309,7 +309,7 @@ func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.Persi
 	if err != nil {
 		return false, nil, err
 	}
-	err = pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
+	err = s.recorder.Outbox.Tx(ctx, func(tx outbox.Tx) error {
 		if err := membership.Hold(ctx, tx, claim); err != nil {
 			return err
 		}
@@ -321,9 +321,6 @@ func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.Persi
 	})
 	if err != nil || !queued {
 		return live, nil, err
-	}
-	if s.recorder.Queued != nil {
-		s.recorder.Queued()
 	}
 	return live, &first, nil
 }

@@ -1,4 +1,4 @@
-package events_test
+package outbox_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -19,9 +19,9 @@ var discard = slog.New(slog.DiscardHandler)
 // systemNATS is the machine's NATS server (JetStream on), as in CI.
 const systemNATS = "nats://127.0.0.1:4222"
 
-func connect(t *testing.T, opts events.NATSOptions) *events.NATS {
+func connect(t *testing.T, opts outbox.NATSOptions) *outbox.NATS {
 	t.Helper()
-	n, err := events.ConnectNATS(opts, discard)
+	n, err := outbox.ConnectNATS(opts, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func publishToStream(t *testing.T, conn *nats.Conn, stream, subject string) {
 }
 
 func TestEmbeddedInProcessHasJetStreamAndNoListener(t *testing.T) {
-	n := connect(t, events.NATSOptions{EmbeddedStoreDir: t.TempDir()})
+	n := connect(t, outbox.NATSOptions{EmbeddedStoreDir: t.TempDir()})
 	if err := n.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestEmbeddedListenerServesOtherClientsBesideSystemNATS(t *testing.T) {
 	} else {
 		t.Fatalf("system NATS on 4222 is not running: %v", err)
 	}
-	n := connect(t, events.NATSOptions{EmbeddedStoreDir: t.TempDir(), EmbeddedListen: "127.0.0.1:0"})
+	n := connect(t, outbox.NATSOptions{EmbeddedStoreDir: t.TempDir(), EmbeddedListen: "127.0.0.1:0"})
 	addr := n.EmbeddedAddr()
 	if addr == "" || strings.HasSuffix(addr, ":4222") {
 		t.Fatalf("embedded server address %q", addr)
@@ -93,7 +93,7 @@ func TestEmbeddedListenerServesOtherClientsBesideSystemNATS(t *testing.T) {
 }
 
 func TestEmbeddedListenAddressInUseFailsClearly(t *testing.T) {
-	_, err := events.ConnectNATS(events.NATSOptions{EmbeddedStoreDir: t.TempDir(), EmbeddedListen: "127.0.0.1:4222"}, discard)
+	_, err := outbox.ConnectNATS(outbox.NATSOptions{EmbeddedStoreDir: t.TempDir(), EmbeddedListen: "127.0.0.1:4222"}, discard)
 	if err == nil || !strings.Contains(err.Error(), "listen address") {
 		t.Fatalf("embedded server on the system NATS port: err=%v, want a listen-address error", err)
 	}
@@ -101,14 +101,14 @@ func TestEmbeddedListenAddressInUseFailsClearly(t *testing.T) {
 
 func TestEmbeddedJetStreamStoreSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	first, err := events.ConnectNATS(events.NATSOptions{EmbeddedStoreDir: dir}, discard)
+	first, err := outbox.ConnectNATS(outbox.NATSOptions{EmbeddedStoreDir: dir}, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishToStream(t, first.Conn, "DURABLE", "durable.x")
 	first.Close(t.Context())
 
-	second := connect(t, events.NATSOptions{EmbeddedStoreDir: dir})
+	second := connect(t, outbox.NATSOptions{EmbeddedStoreDir: dir})
 	js, err := jetstream.New(second.Conn)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestEmbeddedJetStreamStoreSurvivesRestart(t *testing.T) {
 }
 
 func TestExternalServer(t *testing.T) {
-	n := connect(t, events.NATSOptions{URL: systemNATS})
+	n := connect(t, outbox.NATSOptions{URL: systemNATS})
 	if err := n.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestUnreachableExternalServerIsNotReadyButNotFatal(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
 
-	n := connect(t, events.NATSOptions{URL: "nats://" + addr})
+	n := connect(t, outbox.NATSOptions{URL: "nats://" + addr})
 	if err := n.Check(t.Context()); err == nil {
 		t.Fatal("Check passed with no server")
 	}

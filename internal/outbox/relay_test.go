@@ -1,4 +1,4 @@
-package events_test
+package outbox_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/dcm-project/storage-gateway/internal/events"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
@@ -28,7 +28,7 @@ func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) (m
 	reg.InsertEnvironment(t, "env")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := status.Recorder{DB: reg.DB, Claims: owner}
+	rec := status.Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Claims: owner}
 	want := map[string][]string{}
 	cycle := []status.Status{status.Provisioning, status.Running}
 	for v := range volumes {
@@ -55,15 +55,15 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 
 	var wg sync.WaitGroup
 	registries := make([]*prometheus.Registry, 3)
-	relays := make([]*events.Relay, 3)
+	relays := make([]*outbox.Relay, 3)
 	for i := range 3 {
 		registries[i] = prometheus.NewRegistry()
-		nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+		nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer nc.Close(context.Background())
-		relay, err := events.NewRelay(events.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: registries[i], Logger: slog.New(slog.DiscardHandler)})
+		relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: registries[i], Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,16 +137,16 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	natsServer := natstest.Start(t)
 	_, _ = queue(t, reg, 1, 2)
-	nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close(context.Background())
-	sub, err := nc.Conn.SubscribeSync(events.Subject)
+	sub, err := nc.Conn.SubscribeSync(outbox.Subject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := events.NewRelay(events.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+	relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,12 +176,12 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	natsServer := natstest.Start(t)
 	natsServer.DCMStream()
 	_, rec := queue(t, reg, 3, 2)
-	nc, err := events.ConnectNATS(events.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close(context.Background())
-	relay, err := events.NewRelay(events.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(),
+	relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(),
 		Logger: slog.New(slog.DiscardHandler), Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package events
+package outbox
 
 import (
 	"cmp"
@@ -15,13 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/dcm-project/storage-gateway/internal/status"
 )
-
-// Subject is where DCM's consumer reads storage status (deploy/README.md,
-// Status events); DCM's stream dcm-status captures dcm.*.
-const Subject = status.EventSubject
 
 // Relay timing: a claimed batch is leased for claimLease — longer than
 // publishing a batch can take (its publishes go out together, each

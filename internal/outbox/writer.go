@@ -1,0 +1,66 @@
+package outbox
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Subject is where the events go and where DCM's consumer reads storage
+// status (deploy/README.md, Status events); DCM's stream dcm-status
+// captures dcm.*.
+const Subject = "dcm.storage"
+
+// Event is one row of the outbox: a CloudEvent (Data, structured mode)
+// about a volume's status, published after the transaction that queued it
+// commits, in queue order per volume.
+type Event struct {
+	// ID is the CloudEvent's id, sent as Nats-Msg-Id: JetStream drops a
+	// repeat.
+	ID            string
+	EnvironmentID string
+	VolumeID      string
+	Status        string
+	Data          []byte
+	// Epoch is the ownership epoch under which the event was queued.
+	Epoch int64
+}
+
+// Writer runs the transactions that queue events, and wakes the relay once
+// one that queued any has committed: its callers never do.
+type Writer struct {
+	db   *pgxpool.Pool
+	wake func()
+}
+
+// NewWriter returns a Writer on db that calls wake (if set) after every
+// commit that queued an event: the relay's Notify.
+func NewWriter(db *pgxpool.Pool, wake func()) *Writer { return &Writer{db: db, wake: wake} }
+
+// Tx is a transaction a Writer runs: the caller's statements and the
+// events it queues (InsertTx) commit together or not at all.
+type Tx struct {
+	pgx.Tx
+	queued *bool
+}
+
+// Tx runs fn in a transaction and commits it when fn returns nil.
+func (w *Writer) Tx(ctx context.Context, fn func(Tx) error) error {
+	queued := false
+	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error { return fn(Tx{Tx: tx, queued: &queued}) })
+	if err == nil && queued && w.wake != nil {
+		w.wake()
+	}
+	return err
+}
+
+// InsertTx queues e in tx: it is published once tx has committed.
+func InsertTx(ctx context.Context, tx Tx, e Event) error {
+	_, err := tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)
+		VALUES ($1, $2, $3, $4, $5, $6)`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch)
+	if err == nil {
+		*tx.queued = true
+	}
+	return err
+}
