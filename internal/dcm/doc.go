@@ -2,7 +2,7 @@
 // providers with DCM's service-provider-manager, through DCM's official
 // client: asynchronous, retried with capped backoff, renewed periodically,
 // and recorded in each environment's status (the dcm_registration column,
-// written through the registry, fenced by the owner's claim). Each
+// written through the registry, fenced by the owner's lease). Each
 // environment is registered by the replica that owns it; the registrar
 // subscribes to the registry's changes (register, deregister), the
 // ownership's (a hand-over) and the pool's (a cluster's capacity became

@@ -243,11 +243,11 @@ func (r *Registrar) Refresh(ctx context.Context, env environments.Environment, f
 	if !env.Spec.DCM.Register {
 		return nil
 	}
-	claim, err := r.opts.Owned.Claim(env.ID)
+	lease, err := r.opts.Owned.Lease(env.ID)
 	if err != nil {
 		return err
 	}
-	_, err = r.ensure(ctx, env, claim, asked{again: true, force: force})
+	_, err = r.ensure(ctx, env, lease, asked{again: true, force: force})
 	if errors.Is(err, errPending) {
 		return nil // recorded in its status, and retried by the reconciler
 	}
@@ -288,7 +288,7 @@ func (r *Registrar) reconcile(ctx context.Context, id string) (time.Duration, er
 	case err != nil:
 		return 0, err
 	}
-	claim, err := r.opts.Owned.Claim(id)
+	lease, err := r.opts.Owned.Lease(id)
 	if err != nil {
 		r.lost(id)
 		return 0, nil // handed over: its new owner registers it
@@ -296,7 +296,7 @@ func (r *Registrar) reconcile(ctx context.Context, id string) (time.Duration, er
 	if !env.Spec.DCM.Register {
 		return 0, nil
 	}
-	next, err := r.ensure(ctx, env, claim, asked{})
+	next, err := r.ensure(ctx, env, lease, asked{})
 	if err != nil {
 		return 0, err
 	}
@@ -310,7 +310,7 @@ func (r *Registrar) reconcile(ctx context.Context, id string) (time.Duration, er
 // asked for a delay). A provider name another endpoint holds is taken back
 // at once when the gateway held it before, and taken over only when env
 // serves every instance DCM holds under it (or an admin forces it).
-func (r *Registrar) ensure(ctx context.Context, env environments.Environment, claim membership.Claim, ask asked) (time.Time, error) {
+func (r *Registrar) ensure(ctx context.Context, env environments.Environment, lease membership.Lease, ask asked) (time.Time, error) {
 	reg, done, err := r.passing(ctx, env.ID)
 	if err != nil {
 		return time.Now(), err
@@ -341,7 +341,7 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, cl
 	// Recorded even when the caller stopped waiting (an admin's request
 	// times out): DCM has answered, and the reconciler must not think
 	// otherwise.
-	r.record(context.WithoutCancel(ctx), env.ID, o, claim)
+	r.record(context.WithoutCancel(ctx), env.ID, o, lease)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch o.State {
@@ -541,8 +541,8 @@ func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome 
 		Message: fmt.Sprintf("DCM refused the registration (HTTP %d); fix the environment's dcm settings", code)}}
 }
 
-func (r *Registrar) record(ctx context.Context, id string, o outcome, claim membership.Claim) {
-	err := r.opts.Environments.RecordRegistration(ctx, id, o.DCMRegistration, claim)
+func (r *Registrar) record(ctx context.Context, id string, o outcome, lease membership.Lease) {
+	err := r.opts.Environments.RecordRegistration(ctx, id, o.DCMRegistration, lease)
 	switch {
 	case errors.Is(err, membership.ErrNotOwner):
 		r.log.DebugContext(ctx, "DCM registration not recorded: another replica owns the environment now", "environment", id)

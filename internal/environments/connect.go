@@ -94,12 +94,12 @@ func (c *Connector) Run(ctx context.Context) {
 			if ch.Kind != clusters.HealthChanged {
 				return
 			}
-			claim, err := c.owned.Claim(ch.EnvironmentID)
+			lease, err := c.owned.Lease(ch.EnvironmentID)
 			if err != nil {
 				return // handed over: the new owner's pool tells
 			}
 			if h, ok := c.pool.Health(ch.EnvironmentID); ok {
-				c.registry.RecordHealth(ctx, ch.EnvironmentID, h, claim)
+				c.registry.RecordHealth(ctx, ch.EnvironmentID, h, lease)
 			}
 		})
 	})
@@ -123,12 +123,12 @@ func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
 				delete(probed, id)
 			}
 		}
-		claim, err := c.owned.Claim(ch.EnvironmentID)
+		lease, err := c.owned.Lease(ch.EnvironmentID)
 		if err != nil {
 			return // handed over: the new owner's own requests tell
 		}
 		probed[ch.EnvironmentID] = time.Now()
-		if err := c.registry.Probe(ctx, ch.EnvironmentID, claim); err != nil && ctx.Err() == nil {
+		if err := c.registry.Probe(ctx, ch.EnvironmentID, lease); err != nil && ctx.Err() == nil {
 			c.log.ErrorContext(ctx, "probe environment after a refused request", "environment", ch.EnvironmentID, "error", err)
 		}
 	}
@@ -192,13 +192,13 @@ func (c *Connector) disconnect(id string) {
 // probes, while the owner's claim holds. It only moves an environment to
 // UNREACHABLE, or back from it (or from PENDING) to READY: a reachable
 // cluster may still lack permissions, which only the probe can tell.
-func (s *Service) RecordHealth(ctx context.Context, id string, h clusters.Health, claim membership.Claim) {
+func (s *Service) RecordHealth(ctx context.Context, id string, h clusters.Health, lease membership.Lease) {
 	if h.State != clusters.StateReady && h.State != clusters.StateUnreachable {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, healthWriteTimeout)
 	defer cancel()
-	changed, err := s.repo.recordReachability(ctx, id, h.State, h.Message, now(), claim)
+	changed, err := s.repo.recordReachability(ctx, id, h.State, h.Message, now(), lease)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "record environment health", "environment", id, "error", err)

@@ -72,11 +72,11 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 	}
 	owner := reg.Member(t, "replica-1") // the periodic probe is its owner's
 	registrytest.Own(t, owner, "expiring")
-	claim, err := owner.Claim("expiring")
+	lease, err := owner.Lease("expiring")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Registry.Probe(ctx, "expiring", claim); err != nil {
+	if err := reg.Registry.Probe(ctx, "expiring", lease); err != nil {
 		t.Fatal(err)
 	}
 	if env, err = reg.Registry.Get(ctx, "expiring"); err != nil || env.Status.State != clusters.StateDegraded ||

@@ -50,7 +50,7 @@ func (s *Service) Probes(opts ProbeOptions) *controller.Controller {
 // reconcileProbe probes environment id if it is due, and says when it is
 // due next.
 func (s *Service) reconcileProbe(ctx context.Context, opts ProbeOptions, id string) (time.Duration, error) {
-	claim, err := opts.Owned.Claim(id)
+	lease, err := opts.Owned.Lease(id)
 	if err != nil {
 		return 0, nil // another replica's, or handed over this instant
 	}
@@ -63,7 +63,7 @@ func (s *Service) reconcileProbe(ctx context.Context, opts ProbeOptions, id stri
 	}
 	st := rec.Status
 	if dueForProbe(st, opts.ReadyInterval, now()) {
-		if st, err = s.probeAndRecordStatus(ctx, rec, &claim); err != nil {
+		if st, err = s.probeAndRecordStatus(ctx, rec, &lease); err != nil {
 			return 0, err
 		}
 	}
@@ -88,7 +88,7 @@ func untilDue(st Status, interval, readyInterval time.Duration, at time.Time) ti
 // Probe probes one environment its owner holds claim on now and records
 // the result, unless the claim is no longer current (an unknown
 // environment is no error: it was deleted meanwhile).
-func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) error {
+func (s *Service) Probe(ctx context.Context, id string, lease membership.Lease) error {
 	rec, err := s.repo.get(ctx, id)
 	if errors.Is(err, errNotFound) {
 		return nil
@@ -96,7 +96,7 @@ func (s *Service) Probe(ctx context.Context, id string, claim membership.Claim) 
 	if err != nil {
 		return err
 	}
-	return s.probeAndRecord(ctx, rec, &claim)
+	return s.probeAndRecord(ctx, rec, &lease)
 }
 
 // IDs lists every registered environment's id (the reconcilers' start-up

@@ -181,7 +181,7 @@ func (r *repository) nextGeneration(ctx context.Context, q interface {
 // longer current.
 // A credentials expiry is recorded only where none is yet (credentials
 // stored before the gateway read expiries).
-func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status, expiry *time.Time, claim *membership.Claim) (bool, error) {
+func (r *repository) updateStatus(ctx context.Context, id string, generation int64, st Status, expiry *time.Time, lease *membership.Lease) (bool, error) {
 	query := `
 		UPDATE environments SET state = $3, status_message = $4, kubernetes_version = $5,
 			storage_class_count = $6, last_probe_time = $7, last_ready_time = $8,
@@ -189,9 +189,9 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 		WHERE id = $1 AND generation = $2`
 	args := []any{id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
 		st.LastProbeTime, st.LastReadyTime, expiry}
-	if claim != nil {
+	if lease != nil {
 		query += ` AND ` + membership.FenceSQL("environments.id", "$10", "$11")
-		args = append(args, claim.Epoch, claim.Incarnation)
+		args = append(args, lease.Epoch, lease.Incarnation)
 	}
 	tag, err := r.db.Exec(ctx, query, args...)
 	if err != nil {
@@ -203,9 +203,9 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 // recordRegistration stores the DCM registration's state while claim is
 // current; false says it was not (the environment is gone, or another
 // replica owns it now and registers it itself).
-func (r *repository) recordRegistration(ctx context.Context, id string, reg DCMRegistration, claim membership.Claim) (bool, error) {
+func (r *repository) recordRegistration(ctx context.Context, id string, reg DCMRegistration, lease membership.Lease) (bool, error) {
 	tag, err := r.db.Exec(ctx, `UPDATE environments SET dcm_registration = $2 WHERE id = $1 AND `+
-		membership.FenceSQL("environments.id", "$3", "$4"), id, mustJSON(reg), claim.Epoch, claim.Incarnation)
+		membership.FenceSQL("environments.id", "$3", "$4"), id, mustJSON(reg), lease.Epoch, lease.Incarnation)
 	return tag.RowsAffected() == 1, err
 }
 
@@ -219,14 +219,14 @@ func (r *repository) volumesIn(ctx context.Context, id string, namespaces []stri
 
 // recordReachability applies a pool health change (see Service.RecordHealth)
 // while the owner's claim is current.
-func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time, claim membership.Claim) (bool, error) {
+func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time, lease membership.Lease) (bool, error) {
 	tag, err := r.db.Exec(ctx, `
 		UPDATE environments SET state = $2, status_message = $3, last_probe_time = $4,
 			last_ready_time = CASE WHEN $2 = 'READY' THEN $4 ELSE last_ready_time END
 		WHERE id = $1 AND state <> $2
 		  AND ($2 = 'UNREACHABLE' OR state IN ('UNREACHABLE', 'PENDING'))
 		  AND `+membership.FenceSQL("environments.id", "$5", "$6"),
-		id, string(state), msg, at, claim.Epoch, claim.Incarnation)
+		id, string(state), msg, at, lease.Epoch, lease.Incarnation)
 	if err != nil {
 		return false, err
 	}

@@ -219,17 +219,17 @@ func (s *Service) Verify(ctx context.Context, id string) (Environment, error) {
 // probe. A probe the owner runs on its own carries its claim (an admin's
 // :verify carries none): its result is dropped if the claim is no longer
 // current.
-func (s *Service) probeAndRecord(ctx context.Context, rec record, claim *membership.Claim) error {
-	_, err := s.probeAndRecordStatus(ctx, rec, claim)
+func (s *Service) probeAndRecord(ctx context.Context, rec record, lease *membership.Lease) error {
+	_, err := s.probeAndRecordStatus(ctx, rec, lease)
 	return err
 }
 
 // probeAndRecordStatus is probeAndRecord, returning the status stored
 // now: the probe's, or rec's when the row changed meanwhile.
-func (s *Service) probeAndRecordStatus(ctx context.Context, rec record, claim *membership.Claim) (Status, error) {
+func (s *Service) probeAndRecordStatus(ctx context.Context, rec record, lease *membership.Lease) (Status, error) {
 	result, expiry := s.probeStored(ctx, rec)
 	st := statusFrom(rec.Status, result)
-	recorded, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st, expiry, claim)
+	recorded, err := s.repo.updateStatus(ctx, rec.ID, rec.generation, st, expiry, lease)
 	if err != nil || !recorded {
 		return rec.Status, err
 	}
@@ -326,10 +326,10 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 // RecordRegistration stores the state of an environment's DCM registration,
 // made by the owner holding claim; a claim no longer current records
 // nothing and says so (membership.ErrNotOwner).
-func (s *Service) RecordRegistration(ctx context.Context, id string, reg DCMRegistration, claim membership.Claim) error {
-	recorded, err := s.repo.recordRegistration(ctx, id, reg, claim)
+func (s *Service) RecordRegistration(ctx context.Context, id string, reg DCMRegistration, lease membership.Lease) error {
+	recorded, err := s.repo.recordRegistration(ctx, id, reg, lease)
 	if err == nil && !recorded {
-		err = claim.Lost()
+		err = lease.Lost()
 	}
 	return err
 }

@@ -311,12 +311,12 @@ func (f *Feed) persist(ctx context.Context, id string) error {
 	if !unsaved {
 		return nil
 	}
-	claim, err := f.opts.Owned.Claim(id)
+	lease, err := f.opts.Owned.Lease(id)
 	snap, ok := f.opts.Index.snapshot(id)
 	if err == nil && ok {
 		writeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
-		if _, err := f.opts.Store.save(writeCtx, id, snap, claim); err != nil {
+		if _, err := f.opts.Store.save(writeCtx, id, snap, lease); err != nil {
 			return fmt.Errorf("persist the environment's classes: %w", err)
 		}
 	}
@@ -349,8 +349,8 @@ func (f *Feed) touch(ctx context.Context) {
 	var held []heldSnapshot
 	f.mu.Lock()
 	for _, id := range f.opts.Index.freshIDs() {
-		if claim, err := f.opts.Owned.Claim(id); err == nil && !f.unsaved[id] {
-			held = append(held, heldSnapshot{id: id, claim: claim})
+		if lease, err := f.opts.Owned.Lease(id); err == nil && !f.unsaved[id] {
+			held = append(held, heldSnapshot{id: id, lease: lease})
 		}
 	}
 	f.mu.Unlock()

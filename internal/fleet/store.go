@@ -82,7 +82,7 @@ func (s Store) revisions(ctx context.Context) (map[string]int64, error) {
 // claim is current, and moves its revision; an environment deleted
 // meanwhile, or handed over, is skipped (saved reports whether it was
 // written).
-func (s Store) save(ctx context.Context, id string, snap snapshot, claim membership.Claim) (saved bool, err error) {
+func (s Store) save(ctx context.Context, id string, snap snapshot, lease membership.Lease) (saved bool, err error) {
 	raw, err := json.Marshal(snap.objects)
 	if err != nil {
 		return false, err
@@ -93,7 +93,7 @@ func (s Store) save(ctx context.Context, id string, snap snapshot, claim members
 		ON CONFLICT (environment_id) DO UPDATE SET objects = EXCLUDED.objects, live = EXCLUDED.live, writable = EXCLUDED.writable,
 			observed_time = EXCLUDED.observed_time, seen_time = greatest(fleet_snapshots.seen_time, EXCLUDED.seen_time),
 			revision = fleet_snapshots.revision + 1`,
-		id, raw, snap.live, snap.observed, claim.Epoch, claim.Incarnation, snap.writable)
+		id, raw, snap.live, snap.observed, lease.Epoch, lease.Incarnation, snap.writable)
 	if postgres.ErrorCode(err) == pgerrcode.ForeignKeyViolation {
 		return false, nil
 	}
@@ -104,7 +104,7 @@ func (s Store) save(ctx context.Context, id string, snap snapshot, claim members
 // the claim it holds.
 type heldSnapshot struct {
 	id    string
-	claim membership.Claim
+	lease membership.Lease
 }
 
 // touch records that these environments' snapshots were still current at
@@ -116,12 +116,12 @@ type heldSnapshot struct {
 func (s Store) touch(ctx context.Context, held []heldSnapshot, at time.Time) error {
 	ids, epochs := make([]string, len(held)), make([]int64, len(held))
 	for i, h := range held {
-		ids[i], epochs[i] = h.id, h.claim.Epoch
+		ids[i], epochs[i] = h.id, h.lease.Epoch
 	}
 	_, err := s.DB.Exec(ctx, `UPDATE fleet_snapshots f SET seen_time = $2
 		FROM unnest($1::text[], $3::bigint[]) AS held (environment_id, epoch), environment_owners o
 		WHERE f.environment_id = held.environment_id AND f.seen_time < $2
 		  AND o.environment_id = held.environment_id AND o.epoch = held.epoch AND o.incarnation = $4`,
-		ids, at, epochs, held[0].claim.Incarnation)
+		ids, at, epochs, held[0].lease.Incarnation)
 	return err
 }

@@ -149,11 +149,11 @@ func TestSnapshotsSurviveARestart(t *testing.T) {
 func TestUnreadableSnapshotIsSkipped(t *testing.T) {
 	ctx := context.Background()
 	db, owner := migrated(t, "good", "bad")
-	claim, err := owner.Claim("good")
+	lease, err := owner.Lease("good")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if saved, err := (Store{DB: db}).save(ctx, "good", snapshot{objects: fleettest.Objects(2, 1), observed: time.Now()}, claim); err != nil || !saved {
+	if saved, err := (Store{DB: db}).save(ctx, "good", snapshot{objects: fleettest.Objects(2, 1), observed: time.Now()}, lease); err != nil || !saved {
 		t.Fatalf("save = %v, %v", saved, err)
 	}
 	if _, err := db.Exec(ctx, `INSERT INTO fleet_snapshots (environment_id, objects, observed_time) VALUES ('bad', '{"classes": 5}', now())`); err != nil {
@@ -272,14 +272,14 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 		t.Fatalf("revisions read %v, then %v", seen, second.replicated)
 	}
 
-	claim, err := owner.Claim("east")
+	lease, err := owner.Lease("east")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := owner.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if saved, err := (Store{DB: db}).save(ctx, "east", snapshot{objects: fleettest.Objects(1, 1), live: true, observed: time.Now()}, claim); err != nil || saved {
+	if saved, err := (Store{DB: db}).save(ctx, "east", snapshot{objects: fleettest.Objects(1, 1), live: true, observed: time.Now()}, lease); err != nil || saved {
 		t.Fatalf("a save after the owner left: saved %v, %v", saved, err)
 	}
 	second.replicate(ctx)

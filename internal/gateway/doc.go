@@ -35,7 +35,7 @@
 // stop the background workers (all told at once, last started first) and
 // the informers → flush the status tracker (still the owner: the fence
 // would refuse it after; the membership heartbeat, started first, still
-// renews the claims) → stop the heartbeat → leave the membership → drain
+// renews the leases) → stop the heartbeat → leave the membership → drain
 // the outbox → close NATS → close cluster connections → close the
 // database; "stopped" is logged last.
 package gateway

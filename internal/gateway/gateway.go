@@ -204,7 +204,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Claims: g.membership,
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Leases: g.membership,
 		WriteTimeout: cfg.ClusterWriteTimeout})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newRegistrar(); err != nil {
@@ -283,7 +283,7 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 	}
 	// The one writer of volume status: the tracker records what the
 	// cluster shows, the volume service what its requests do.
-	g.recorder = status.Recorder{Outbox: outbox.NewWriter(g.db, g.relay.Notify), Claims: g.membership}
+	g.recorder = status.Recorder{Outbox: outbox.NewWriter(g.db, g.relay.Notify), Leases: g.membership}
 	g.tracker = status.NewTracker(g.recorder.RecordObserved, cfg.StatusDebounce, g.log)
 	g.follower = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
 	return nil

@@ -42,7 +42,7 @@ func (w *worker) Stop(ctx context.Context) error {
 
 // workers are the background parts but the membership heartbeat, in start
 // order. The heartbeat starts before them and stops after them (see
-// shutdown), so this replica's claims hold while they finish.
+// shutdown), so this replica's leases hold while they finish.
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
 		{name: "registry watch", run: func(ctx context.Context) { g.registry.Watch(ctx, g.opts.Intervals.Watch) }},

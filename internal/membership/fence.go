@@ -12,9 +12,9 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/fault"
 )
 
-// FenceSQL is the condition that holds only while a claim is current: env,
+// FenceSQL is the condition that holds only while a lease is current: env,
 // epoch and incarnation are the statement's expressions for the
-// environment and the claim's two parts (placeholders such as "$1"; never
+// environment and the lease's two parts (placeholders such as "$1"; never
 // input). It locks the owner row it finds (FOR SHARE) until the write's
 // transaction ends, so a claim by another member waits for that write to
 // commit, and a write that starts after such a claim committed finds a
@@ -39,24 +39,24 @@ func NotOwned(env string, retryAfter time.Duration) error {
 	return errors.Join(ErrNotOwner, fault.RetryLater(retryAfter, "environment %s is being handed over between replicas; retry after the time in Retry-After", env))
 }
 
-// Claims is the ownership writers consult: a Membership.
-type Claims interface {
-	// Claim returns this replica's claim on env, or an error wrapping
+// Leases is the ownership writers consult: a Membership.
+type Leases interface {
+	// Lease returns this replica's lease on env, or an error wrapping
 	// ErrNotOwner (a 503 with Retry-After for a request) if it has none.
-	Claim(env string) (Claim, error)
+	Lease(env string) (Lease, error)
 }
 
-// Lost is the error of a write the fence refused: the claim is no longer
+// Lost is the error of a write the fence refused: the lease is no longer
 // current.
-func (c Claim) Lost() error { return NotOwned(c.env, c.retryAfter) }
+func (c Lease) Lost() error { return NotOwned(c.env, c.retryAfter) }
 
 // Ownership is what the parts that act for owned environments only follow:
-// the claims, and a notice whenever one is gained or lost (a Membership).
-// Owns answers a yes or no; Claim builds the 503 a request answers for an
+// the leases, and a notice whenever one is gained or lost (a Membership).
+// Owns answers a yes or no; Lease builds the 503 a request answers for an
 // environment owned elsewhere, so loops over every environment ask Owns
-// first and Claim only for their own.
+// first and Lease only for their own.
 type Ownership interface {
-	Claims
+	Leases
 	Owns(env string) bool
 	Subscribe() *changes.Subscription[Change]
 }
@@ -100,15 +100,15 @@ func (m *Membership) Owner(ctx context.Context, env string) (Peer, error) {
 func (m *Membership) Incarnation() uuid.UUID { return m.incarnation }
 
 // Hold checks claim as the first statement of tx, a transaction of several
-// writes for the claim's environment, and keeps the owner row locked until
+// writes for the lease's environment, and keeps the owner row locked until
 // tx ends (see FenceSQL): the writes after it are fenced as one.
-func Hold(ctx context.Context, tx pgx.Tx, claim Claim) error {
+func Hold(ctx context.Context, tx pgx.Tx, lease Lease) error {
 	var held bool
-	if err := tx.QueryRow(ctx, `SELECT `+FenceSQL("$1", "$2", "$3"), claim.env, claim.Epoch, claim.Incarnation).Scan(&held); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT `+FenceSQL("$1", "$2", "$3"), lease.env, lease.Epoch, lease.Incarnation).Scan(&held); err != nil {
 		return err
 	}
 	if !held {
-		return claim.Lost()
+		return lease.Lost()
 	}
 	return nil
 }

@@ -18,7 +18,7 @@
 // stalled former owner's write finds a later one.
 //
 // The rest of the runtime follows ownership through Subscribe (a notice per
-// environment gained or lost) and Claim (the fence a write carries): the
+// environment gained or lost) and Lease (the fence a write carries): the
 // pool connects owned environments only, and the probes and the DCM
 // registrar act on owned environments only.
 package membership
@@ -80,7 +80,7 @@ type Membership struct {
 	owned map[string]int64
 	// renewed is when the last heartbeat that the database accepted was
 	// sent, by this process's clock: the others count this member live
-	// until a lease after it (by the database's clock), so its claims hold
+	// until a lease after it (by the database's clock), so its leases hold
 	// here only until a heartbeat interval before that (held).
 	renewed time.Time
 	// live is how many members were live at the last heartbeat.
@@ -88,13 +88,13 @@ type Membership struct {
 }
 
 // Change says this member gained or lost an environment: the subscriber
-// asks Owns or Claim for which.
+// asks Owns or Lease for which.
 type Change struct{ EnvironmentID string }
 
-// Claim is an environment's ownership as this member holds it: a write
+// Lease is an environment's ownership as this member holds it: a write
 // on the owner's behalf carries it and checks it against environment_owners
 // in the same statement (see Fenced).
-type Claim struct {
+type Lease struct {
 	Epoch       int64
 	Incarnation uuid.UUID
 
@@ -479,7 +479,7 @@ func (m *Membership) held() bool {
 	return time.Since(m.renewed) < m.opts.Lease-m.interval()
 }
 
-// expire gives up every environment once the claims no longer hold (see
+// expire gives up every environment once the leases no longer hold (see
 // held), telling subscribers, and returns how many it gave up.
 func (m *Membership) expire() int {
 	m.mu.Lock()
@@ -499,18 +499,18 @@ func (m *Membership) Owns(env string) bool {
 	return ok && m.held()
 }
 
-// Claim returns this member's claim on env, or an error wrapping
+// Lease returns this member's lease on env, or an error wrapping
 // ErrNotOwner if it does not own it. The error's Retry-After is a
 // heartbeat: the time a live member takes to claim an environment that has
 // no owner (one whose owner died waits for the lease as well).
-func (m *Membership) Claim(env string) (Claim, error) {
+func (m *Membership) Lease(env string) (Lease, error) {
 	m.mu.Lock()
 	epoch, ok := m.owned[env]
 	ok = ok && m.held()
 	m.mu.Unlock()
-	c := Claim{Epoch: epoch, Incarnation: m.incarnation, env: env, retryAfter: m.interval()}
+	c := Lease{Epoch: epoch, Incarnation: m.incarnation, env: env, retryAfter: m.interval()}
 	if !ok {
-		return Claim{}, c.Lost()
+		return Lease{}, c.Lost()
 	}
 	return c, nil
 }

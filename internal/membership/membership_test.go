@@ -276,7 +276,7 @@ func TestSubscribersHearOfGainsAndLosses(t *testing.T) {
 	beat(t, b, a, b) // a releases b's share
 	lost := map[string]bool{}
 	for _, env := range envs {
-		_, err := a.Claim(env)
+		_, err := a.Lease(env)
 		if a.Owns(env) != (err == nil) {
 			t.Fatalf("%s: Owns %v but Claim says %v", env, a.Owns(env), err)
 		}
@@ -305,7 +305,7 @@ func TestTheFenceRefusesAStalledOwner(t *testing.T) {
 	lease := 4 * time.Second // a heartbeat's statements are bounded by half of it
 	a, b := member(reg, "a", lease), member(reg, "b", lease)
 	beat(t, a)
-	claim, err := a.Claim("env-00")
+	held, err := a.Lease("env-00")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestTheFenceRefusesAStalledOwner(t *testing.T) {
 	}) bool {
 		t.Helper()
 		var ok bool
-		if err := q.QueryRow(ctx, `SELECT `+membership.FenceSQL("$1", "$2", "$3"), "env-00", claim.Epoch, claim.Incarnation).Scan(&ok); err != nil {
+		if err := q.QueryRow(ctx, `SELECT `+membership.FenceSQL("$1", "$2", "$3"), "env-00", held.Epoch, held.Incarnation).Scan(&ok); err != nil {
 			t.Fatal(err)
 		}
 		return ok
@@ -369,11 +369,11 @@ func TestClaimsLapseOnTheMembersOwnClock(t *testing.T) {
 	if lapsed := time.Since(beaten); lapsed < held-100*time.Millisecond {
 		t.Fatalf("a's claims lapsed %s after its heartbeat, before the %s they hold", lapsed, held)
 	}
-	if _, err := a.Claim(envs[0]); !errors.Is(err, membership.ErrNotOwner) {
+	if _, err := a.Lease(envs[0]); !errors.Is(err, membership.ErrNotOwner) {
 		t.Fatalf("a lapsed claim answers %v", err)
 	}
 	beat(t, a)
-	if _, err := a.Claim(envs[0]); err != nil {
+	if _, err := a.Lease(envs[0]); err != nil {
 		t.Fatalf("after an accepted heartbeat: %v", err)
 	}
 }

@@ -28,7 +28,11 @@ func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) (m
 	reg.InsertEnvironment(t, "env")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := status.Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Claims: owner}
+	rec := status.Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Leases: owner}
+	lease, err := owner.Lease("env")
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := map[string][]string{}
 	cycle := []status.Status{status.Provisioning, status.Running}
 	for v := range volumes {
@@ -36,7 +40,7 @@ func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) (m
 		reg.InsertVolume(t, "env", id)
 		for i := range transitions {
 			st := cycle[i%2]
-			if err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {
+			if err := rec.Record(ctx, lease, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {
 				t.Fatal(err)
 			}
 			want[id] = append(want[id], string(st))
@@ -195,7 +199,11 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	if _, err := reg.DB.Exec(ctx, `UPDATE outbox SET sent_time = now() - interval '2 hours' WHERE volume_id IN ('vol-0', 'vol-1')`); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Record(ctx, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
+	lease, err := rec.Leases.Lease("env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Record(ctx, lease, status.Observation{EnvironmentID: "env", VolumeID: "vol-0", Status: status.Failed, Message: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := relay.Prune(ctx)

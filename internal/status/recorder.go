@@ -52,8 +52,9 @@ type Observation struct {
 type Recorder struct {
 	// Outbox runs the transactions (and wakes the relay after them).
 	Outbox *outbox.Writer
-	// Claims tells the claim this replica holds on each environment.
-	Claims membership.Claims
+	// Leases tells the lease this replica holds on each environment, for
+	// the recordings that start a use case (RecordObserved, Repeat).
+	Leases membership.Leases
 }
 
 // eventData is the CloudEvent's data.
@@ -68,10 +69,14 @@ type eventData struct {
 // DELETED is recorded already.
 var ErrGone = errors.New("the volume is gone")
 
-// Record stores o, and its event if it is a transition. A volume that is
-// gone is ignored.
-func (r Recorder) Record(ctx context.Context, o Observation) error {
-	return ignoreGone(r.write(ctx, o, false, false))
+// Record stores o, and its event if it is a transition, under lease — the
+// one the caller's use case took where it started. A volume that is gone is
+// ignored.
+func (r Recorder) Record(ctx context.Context, lease membership.Lease, o Observation) error {
+	return ignoreGone(r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
+		_, err := r.record(ctx, tx, lease, o, false, false)
+		return err
+	}))
 }
 
 // ignoreGone is err, except that a volume that is gone is no error.
@@ -82,14 +87,22 @@ func ignoreGone(err error) error {
 	return err
 }
 
-// RecordObserved is Record for what the cluster shows (the tracker): it
-// says ErrGone when the volume is gone, so the tracker forgets it. A record
-// that has no claim yet is gone too: the claim of its name is not its own
-// until a create or adoption stores its uid (a create in flight holds what
-// the follower sees until then), so a record an interrupted create left
-// beside another provider's claim never reports that claim's status.
+// RecordObserved is Record for what the cluster shows (the tracker), under
+// the lease held now: it says ErrGone when the volume is gone, so the
+// tracker forgets it. A record that has no claim yet is gone too: the claim
+// of its name is not its own until a create or adoption stores its uid (a
+// create in flight holds what the follower sees until then), so a record an
+// interrupted create left beside another provider's claim never reports
+// that claim's status.
 func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
-	return r.write(ctx, o, false, true)
+	lease, err := r.Leases.Lease(o.EnvironmentID)
+	if err != nil {
+		return err
+	}
+	return r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
+		_, err := r.record(ctx, tx, lease, o, false, true)
+		return err
+	})
 }
 
 // RecordFirstTx records o in the caller's transaction, only if nothing was
@@ -97,26 +110,15 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 // the transaction that records its claim, but never over a newer one the
 // status follower already recorded. queued says an event was queued (the
 // relay hears of it when tx commits).
-func (r Recorder) RecordFirstTx(ctx context.Context, tx outbox.Tx, o Observation) (queued bool, err error) {
-	queued, err = r.record(ctx, tx, o, true, false)
+func (r Recorder) RecordFirstTx(ctx context.Context, tx outbox.Tx, lease membership.Lease, o Observation) (queued bool, err error) {
+	queued, err = r.record(ctx, tx, lease, o, true, false)
 	return queued, ignoreGone(err)
-}
-
-func (r Recorder) write(ctx context.Context, o Observation, firstOnly, observed bool) error {
-	return r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
-		_, err := r.record(ctx, tx, o, firstOnly, observed)
-		return err
-	})
 }
 
 // record is Record's transaction; observed says o is what the cluster shows
 // (see RecordObserved).
-func (r Recorder) record(ctx context.Context, tx outbox.Tx, o Observation, firstOnly, observed bool) (bool, error) {
-	claim, err := r.Claims.Claim(o.EnvironmentID)
-	if err != nil {
-		return false, err
-	}
-	last, err := r.reported(ctx, tx, o.EnvironmentID, o.VolumeID, claim)
+func (r Recorder) record(ctx context.Context, tx outbox.Tx, lease membership.Lease, o Observation, firstOnly, observed bool) (bool, error) {
+	last, err := r.reported(ctx, tx, o.EnvironmentID, o.VolumeID, lease)
 	switch {
 	case err != nil:
 		return false, err
@@ -132,7 +134,7 @@ func (r Recorder) record(ctx context.Context, tx outbox.Tx, o Observation, first
 			o.EnvironmentID, o.VolumeID, string(o.Status), o.Message, o.VolumeName)
 		return false, err
 	}
-	return true, r.queue(ctx, tx, o, last, claim.Epoch)
+	return true, r.queue(ctx, tx, o, last, lease.Epoch)
 }
 
 // reportedState is what a volume last reported, and what its next event
@@ -149,7 +151,7 @@ type reportedState struct {
 // reported reads, and locks until the commit, the volume's last reported
 // status, under the fence: ErrGone without a record, claim.Lost() when
 // this replica's claim no longer holds.
-func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volumeID string, claim membership.Claim) (reportedState, error) {
+func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volumeID string, lease membership.Lease) (reportedState, error) {
 	last := reportedState{Observation: Observation{EnvironmentID: environmentID, VolumeID: volumeID}}
 	var owner bool
 	err := tx.QueryRow(ctx, `
@@ -157,7 +159,7 @@ func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volume
 			COALESCE(v.pvc_uid, '') <> '', `+membership.FenceSQL("v.environment_id", "$3", "$4")+`
 		FROM volumes v LEFT JOIN environments e ON e.id = v.environment_id
 		WHERE v.environment_id = $1 AND v.id = $2
-		FOR UPDATE OF v`, environmentID, volumeID, claim.Epoch, claim.Incarnation).
+		FOR UPDATE OF v`, environmentID, volumeID, lease.Epoch, lease.Incarnation).
 		Scan(&last.Status, &last.Message, &last.transitions, &last.created, &last.provider, &last.claimed, &owner)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -165,7 +167,7 @@ func (r Recorder) reported(ctx context.Context, tx pgx.Tx, environmentID, volume
 	case err != nil:
 		return last, err
 	case !owner:
-		return last, claim.Lost()
+		return last, lease.Lost()
 	}
 	return last, nil
 }
@@ -197,13 +199,13 @@ func (r Recorder) queue(ctx context.Context, tx outbox.Tx, o Observation, last r
 // whether an event was queued; a volume that is gone or DELETED queues
 // nothing.
 func (r Recorder) Repeat(ctx context.Context, environmentID, volumeID string, heard Status) (bool, error) {
-	claim, err := r.Claims.Claim(environmentID)
+	lease, err := r.Leases.Lease(environmentID)
 	if err != nil {
 		return false, err
 	}
 	queued := false
 	err = r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
-		last, err := r.reported(ctx, tx, environmentID, volumeID, claim)
+		last, err := r.reported(ctx, tx, environmentID, volumeID, lease)
 		switch {
 		case errors.Is(err, ErrGone):
 			return nil
@@ -213,7 +215,7 @@ func (r Recorder) Repeat(ctx context.Context, environmentID, volumeID string, he
 			return nil
 		}
 		queued = true
-		return r.queue(ctx, tx, last.Observation, last, claim.Epoch)
+		return r.queue(ctx, tx, last.Observation, last, lease.Epoch)
 	})
 	return queued && err == nil, err
 }

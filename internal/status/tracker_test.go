@@ -450,9 +450,13 @@ func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
 	reg.InsertVolume(t, "env", "gone")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Claims: owner}
+	rec := Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Leases: owner}
+	lease, err := owner.Lease("env")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, st := range []Status{Running, Deleted, Running} {
-		if err := rec.Record(t.Context(), Observation{EnvironmentID: "env", VolumeID: "gone", Status: st, Message: string(st)}); err != nil {
+		if err := rec.Record(t.Context(), lease, Observation{EnvironmentID: "env", VolumeID: "gone", Status: st, Message: string(st)}); err != nil {
 			t.Fatal(err)
 		}
 	}

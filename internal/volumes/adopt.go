@@ -62,7 +62,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 		}
 		namespaces = []string{namespace}
 	}
-	cluster, err := s.readable(envID)
+	cluster, lease, err := s.readable(envID)
 	if err != nil {
 		return Adoption{}, err
 	}
@@ -84,10 +84,10 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 	if validateOnly || len(recs) == 0 {
 		return out, nil
 	}
-	if err := s.recordAdopted(ctx, envID, recs, out.Adopted); err != nil {
+	if err := s.recordAdopted(ctx, lease, envID, recs, out.Adopted); err != nil {
 		return Adoption{}, err
 	}
-	if _, err := s.liveCounted(ctx, envID, cluster); err != nil {
+	if _, err := s.liveCounted(ctx, envID, cluster, lease); err != nil {
 		s.log.WarnContext(ctx, "count the claims no volume record serves after an adoption", "environment", envID, "error", err)
 	}
 	s.log.InfoContext(ctx, "volumes adopted", "environment", envID, "count", len(out.Adopted), "skipped", len(out.Skipped))
@@ -194,21 +194,17 @@ func unadoptable(pvc *corev1.PersistentVolumeClaim, otherEnv string) string {
 
 // recordAdopted records the adopted volumes (recs, as adopted shows them),
 // each with its current status and that status's event, in one transaction
-// fenced by the claim.
-func (s *Service) recordAdopted(ctx context.Context, envID string, recs []record, adopted []Volume) error {
-	claim, err := s.claims.Claim(envID)
-	if err != nil {
-		return err
-	}
-	err = s.recorder.Outbox.Tx(ctx, func(tx outbox.Tx) error {
-		if err := membership.Hold(ctx, tx, claim); err != nil {
+// fenced by the lease.
+func (s *Service) recordAdopted(ctx context.Context, lease membership.Lease, envID string, recs []record, adopted []Volume) error {
+	err := s.recorder.Outbox.Tx(ctx, func(tx outbox.Tx) error {
+		if err := membership.Hold(ctx, tx, lease); err != nil {
 			return err
 		}
 		for i, v := range adopted {
 			if err := s.repo.insertAdopted(ctx, tx, recs[i], v); err != nil {
 				return err
 			}
-			if _, err := s.recorder.RecordFirstTx(ctx, tx, status.Observation{EnvironmentID: envID, VolumeID: v.ID,
+			if _, err := s.recorder.RecordFirstTx(ctx, tx, lease, status.Observation{EnvironmentID: envID, VolumeID: v.ID,
 				Status: v.Status, Message: v.Message, VolumeName: v.VolumeName}); err != nil {
 				return err
 			}
@@ -287,11 +283,11 @@ func (r *repository) elsewhere(ctx context.Context, env string, ids []string) (m
 // labelled claims in its namespaces none of them serves (the environment's
 // status shows the count), returning the records: the reconciler settles
 // them, so each pass reads them once. Only the owner counts, from its
-// cache, fenced by its claim; a failed count is logged (the next pass
+// cache, fenced by its lease; a failed count is logged (the next pass
 // counts again). Counts are made one at a time, each reading the records
 // afresh, so one that read them before an adoption committed never
 // overwrites the adoption's.
-func (s *Service) liveCounted(ctx context.Context, envID string, cluster clusters.Live) ([]record, error) {
+func (s *Service) liveCounted(ctx context.Context, envID string, cluster clusters.Live, lease membership.Lease) ([]record, error) {
 	s.counted.Lock()
 	defer s.counted.Unlock()
 	recs, err := s.repo.live(ctx, envID)
@@ -308,34 +304,33 @@ func (s *Service) liveCounted(ctx context.Context, envID string, cluster cluster
 			n++
 		}
 	}
-	claim, err := s.claims.Claim(envID)
-	// A quiet environment's zero is written once per claim: most passes
+	// A quiet environment's zero is written once per lease: most passes
 	// over a fleet write nothing. Other counts are written each time (a
 	// deleted and re-registered environment starts with no row, so a
 	// remembered count could hide it).
-	if err != nil || n == 0 && s.counted.zero[envID] == claim.Epoch {
-		return recs, nil // not this replica's to count, or counted
+	if n == 0 && s.counted.zero[envID] == lease.Epoch {
+		return recs, nil // counted
 	}
-	if err := s.repo.setUnadopted(ctx, envID, n, claim); err != nil {
+	if err := s.repo.setUnadopted(ctx, envID, n, lease); err != nil {
 		if ctx.Err() == nil {
 			s.log.WarnContext(ctx, "count the claims no volume record serves", "environment", envID, "error", err)
 		}
 		return recs, nil
 	}
 	if n == 0 {
-		s.counted.zero[envID] = claim.Epoch
+		s.counted.zero[envID] = lease.Epoch
 	} else {
 		delete(s.counted.zero, envID)
 	}
 	return recs, nil
 }
 
-// setUnadopted stores env's count of unadopted claims while claim holds.
-func (r *repository) setUnadopted(ctx context.Context, env string, count int, claim membership.Claim) error {
+// setUnadopted stores env's count of unadopted claims while lease holds.
+func (r *repository) setUnadopted(ctx context.Context, env string, count int, lease membership.Lease) error {
 	_, err := r.db.Exec(ctx, `INSERT INTO unadopted_claims (environment_id, count)
 		SELECT $1, $2 WHERE `+membership.FenceSQL("$1::text", "$3", "$4")+`
 		ON CONFLICT (environment_id) DO UPDATE SET count = EXCLUDED.count, count_time = now()
-		WHERE unadopted_claims.count <> EXCLUDED.count`, env, count, claim.Epoch, claim.Incarnation)
+		WHERE unadopted_claims.count <> EXCLUDED.count`, env, count, lease.Epoch, lease.Incarnation)
 	if postgres.ErrorCode(err) == pgerrcode.ForeignKeyViolation {
 		return nil // the environment was deleted meanwhile
 	}
@@ -352,7 +347,7 @@ func (s *Service) Served(ctx context.Context, envID string, ids []string) (recor
 	if err != nil {
 		return nil, nil, err
 	}
-	cluster, err := s.readable(envID)
+	cluster, _, err := s.readable(envID)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -27,7 +27,7 @@ func (s *Service) Get(ctx context.Context, envID, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, err
 	}
-	cluster, err := s.readable(envID)
+	cluster, _, err := s.readable(envID)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -85,7 +85,7 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 	if err != nil {
 		return Page{}, err
 	}
-	cluster, err := s.readable(envID)
+	cluster, _, err := s.readable(envID)
 	if err != nil {
 		return Page{}, err
 	}
@@ -120,7 +120,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, err
 	}
-	cluster, err := s.writable(envID)
+	cluster, lease, err := s.writable(envID)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -151,11 +151,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, kubernetesError(err, "expand the claim")
 	}
-	claim, err := s.claims.Claim(envID)
-	if err == nil {
-		err = s.repo.setCapacity(ctx, envID, id, want.String(), claim)
-	}
-	if err != nil {
+	if err := s.repo.setCapacity(ctx, envID, id, want.String(), lease); err != nil {
 		// The claim was patched; the record only lags behind it.
 		s.log.WarnContext(ctx, "record an expansion", "environment", envID, "volume", id, "error", err)
 	}
@@ -176,7 +172,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil {
 		return err
 	}
-	cluster, err := s.writable(envID)
+	cluster, lease, err := s.writable(envID)
 	if err != nil {
 		return err
 	}
@@ -189,7 +185,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kubernetesError(err, "delete the claim")
 	}
-	if err := s.recorder.Record(ctx, status.Observation{EnvironmentID: envID, VolumeID: id,
+	if err := s.recorder.Record(ctx, lease, status.Observation{EnvironmentID: envID, VolumeID: id,
 		Status: status.Deleting, Message: "the claim is being deleted"}); err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func (s *Service) ReconcileEnvironment(ctx context.Context, envID string) {
 }
 
 func (s *Service) reconcile(ctx context.Context, envID string) error {
-	cluster, err := s.writable(envID)
+	cluster, lease, err := s.writable(envID)
 	if err != nil {
 		if _, connected := s.clusters.Live(envID); !connected {
 			s.counted.Lock()
@@ -86,12 +86,12 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 	}
 	// Counted before settling: a record settling drops is still counted
 	// as serving its claim until the next pass.
-	recs, err := s.liveCounted(ctx, envID, cluster)
+	recs, err := s.liveCounted(ctx, envID, cluster, lease)
 	if err != nil {
 		return err
 	}
 	for _, rec := range recs {
-		if err := s.settle(ctx, cluster, rec); err != nil && ctx.Err() == nil {
+		if err := s.settle(ctx, cluster, lease, rec); err != nil && ctx.Err() == nil {
 			// One stuck volume must not stop the others.
 			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
@@ -135,7 +135,7 @@ func settlementOf(cluster clusters.Live, rec record) (settlement, *corev1.Persis
 }
 
 // settle brings one record and its claim into agreement.
-func (s *Service) settle(ctx context.Context, cluster clusters.Live, rec record) error {
+func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membership.Lease, rec record) error {
 	what, pvc := settlementOf(cluster, rec)
 	switch what {
 	case deleteUnwanted:
@@ -147,25 +147,21 @@ func (s *Service) settle(ctx context.Context, cluster clusters.Live, rec record)
 	case dropForeign:
 		s.log.WarnContext(ctx, "a create found another provider's claim of its name; dropping its record",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "namespace", rec.Spec.Namespace)
-		s.forget(ctx, rec)
+		s.forget(ctx, lease, rec)
 	case recordClaimUID:
-		claim, err := s.claims.Claim(rec.EnvironmentID)
-		if err != nil {
-			return err
-		}
 		return pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
-			if err := membership.Hold(ctx, tx, claim); err != nil {
+			if err := membership.Hold(ctx, tx, lease); err != nil {
 				return err
 			}
 			_, err := s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID))
 			return err
 		})
 	case recordDeleted:
-		return s.recorder.Record(ctx, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
+		return s.recorder.Record(ctx, lease, status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID,
 			Status: status.Deleted, Message: "the claim no longer exists"})
 	case completeCreate:
 		s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", rec.EnvironmentID, "volume", rec.ID)
-		_, err := s.createClaim(ctx, cluster, rec)
+		_, err := s.createClaim(ctx, cluster, lease, rec)
 		return err
 	}
 	return nil

@@ -72,8 +72,8 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 // insert records the intent to create a volume, with its idempotency key
 // when the request carried one, in one implicit transaction (a batch: one
 // round trip): a retry finds either both or neither. Both are fenced by
-// the owner's claim (the first statement's lock holds to the commit).
-func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, claim membership.Claim) error {
+// the owner's lease (the first statement's lock holds to the commit).
+func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lease membership.Lease) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
@@ -82,15 +82,15 @@ func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, cla
 	if key != nil {
 		batch.Queue(`INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id)
 			SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6"),
-			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, claim.Epoch, claim.Incarnation)
+			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, lease.Epoch, lease.Incarnation)
 	}
 	batch.Queue(`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
 			SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` RETURNING create_time, update_time`,
-		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, claim.Epoch, claim.Incarnation).
+		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, lease.Epoch, lease.Incarnation).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) })
 	err = r.db.SendBatch(ctx, batch).Close()
 	if errors.Is(err, pgx.ErrNoRows) {
-		return claim.Lost() // fenced off: nothing was written
+		return lease.Lost() // fenced off: nothing was written
 	}
 	switch postgres.ErrorCode(err) {
 	case pgerrcode.UniqueViolation: // a concurrent create won
@@ -118,10 +118,10 @@ func (r *repository) purgeKeys(ctx context.Context, envID string, age time.Durat
 	return tag.RowsAffected(), err
 }
 
-// remove forgets a volume's record while claim holds.
-func (r *repository) remove(ctx context.Context, env, id string, claim membership.Claim) error {
+// remove forgets a volume's record while lease holds.
+func (r *repository) remove(ctx context.Context, env, id string, lease membership.Lease) error {
 	_, err := r.db.Exec(ctx, `DELETE FROM volumes WHERE environment_id = $1 AND id = $2 AND `+
-		membership.FenceSQL("environment_id", "$3", "$4"), env, id, claim.Epoch, claim.Incarnation)
+		membership.FenceSQL("environment_id", "$3", "$4"), env, id, lease.Epoch, lease.Incarnation)
 	return err
 }
 
@@ -132,18 +132,18 @@ type execer interface {
 
 // setClaim records the claim that serves a volume; it reports false when
 // the volume is being or has been deleted (the claim is then unwanted). The
-// caller's transaction holds the owner's claim (membership.Hold).
+// caller's transaction holds the owner's lease (membership.Hold).
 func (r *repository) setClaim(ctx context.Context, db execer, env, id, uid string) (bool, error) {
 	tag, err := db.Exec(ctx, `UPDATE volumes SET pvc_uid = $3, update_time = now()
 		WHERE environment_id = $1 AND id = $2 AND status NOT IN ('DELETING', 'DELETED')`, env, id, uid)
 	return tag.RowsAffected() == 1, err
 }
 
-// setCapacity records an expansion while claim holds.
-func (r *repository) setCapacity(ctx context.Context, env, id, capacity string, claim membership.Claim) error {
+// setCapacity records an expansion while lease holds.
+func (r *repository) setCapacity(ctx context.Context, env, id, capacity string, lease membership.Lease) error {
 	_, err := r.db.Exec(ctx, `UPDATE volumes SET spec = jsonb_set(spec, '{capacity}', to_jsonb($3::text)), update_time = now()
 		WHERE environment_id = $1 AND id = $2 AND `+membership.FenceSQL("environment_id", "$4", "$5"),
-		env, id, capacity, claim.Epoch, claim.Incarnation)
+		env, id, capacity, lease.Epoch, lease.Incarnation)
 	return err
 }
 

@@ -52,9 +52,9 @@ type Options struct {
 	// Tracker hears of the creates under way and the first status each
 	// records, so the status follower does not write it again.
 	Tracker *status.Tracker
-	// Claims fence the status the service records (status.Recorder): this
+	// Leases fence the status the service records (status.Recorder): this
 	// replica records only for the environments it owns.
-	Claims membership.Claims
+	Leases membership.Leases
 	// WriteTimeout bounds each write to a cluster an API request makes
 	// (default 10 s): a frozen API server answers the caller 503 within
 	// it, and the reconciler settles what the write did.
@@ -68,7 +68,7 @@ type Service struct {
 	tracker  *status.Tracker
 	envs     *environments.Service
 	clusters Clusters
-	claims   membership.Claims
+	leases   membership.Leases
 	log      *slog.Logger
 	// writeTimeout: see Options.WriteTimeout.
 	writeTimeout time.Duration
@@ -85,7 +85,7 @@ type Service struct {
 func NewService(opts Options) *Service {
 	s := &Service{
 		repo: repository{db: opts.DB}, recorder: opts.Recorder, tracker: opts.Tracker,
-		envs: opts.Environments, clusters: opts.Clusters, claims: opts.Claims, log: opts.Logger, writeTimeout: opts.WriteTimeout,
+		envs: opts.Environments, clusters: opts.Clusters, leases: opts.Leases, log: opts.Logger, writeTimeout: opts.WriteTimeout,
 	}
 	if s.writeTimeout <= 0 {
 		s.writeTimeout = 10 * time.Second
@@ -114,7 +114,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err != nil {
 		return Volume{}, false, err
 	}
-	cluster, err := s.writable(envID)
+	cluster, lease, err := s.writable(envID)
 	if err != nil {
 		return Volume{}, false, err
 	}
@@ -122,7 +122,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	// new volume: create it, and replay only if it exists. An idempotency
 	// key seen before names the volume an earlier request created: read it.
 	if requestedID != "" || key != nil {
-		v, err := s.createNew(ctx, env, cluster, id, key, req)
+		v, err := s.createNew(ctx, env, cluster, lease, id, key, req)
 		switch {
 		case !errors.Is(err, errExists):
 			return v, err == nil, err
@@ -135,7 +135,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	rec, err := s.repo.get(ctx, envID, id)
 	if errors.Is(err, errNotFound) {
 		// Gone since (a refused claim's record is dropped): create it.
-		v, err := s.createNew(ctx, env, cluster, id, nil, req)
+		v, err := s.createNew(ctx, env, cluster, lease, id, nil, req)
 		if errors.Is(err, errExists) {
 			return s.Create(ctx, envID, requestedID, idempotencyKey, req)
 		}
@@ -144,14 +144,14 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err != nil {
 		return Volume{}, false, err
 	}
-	return s.replay(ctx, cluster, rec, req)
+	return s.replay(ctx, cluster, lease, rec, req)
 }
 
 // createNew records a new volume and creates its claim; errExists says the
 // volume has a record already. A request the environment cannot serve is
 // refused only once it is known not to be a replay of an existing volume,
 // which is answered whatever the environment's settings are now.
-func (s *Service) createNew(ctx context.Context, env environments.Environment, cluster clusters.Live, id string, key *agentKey, req Request) (Volume, error) {
+func (s *Service) createNew(ctx context.Context, env environments.Environment, cluster clusters.Live, lease membership.Lease, id string, key *agentKey, req Request) (Volume, error) {
 	spec, err := resolve(env, cluster, req)
 	if err != nil {
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
@@ -159,17 +159,13 @@ func (s *Service) createNew(ctx context.Context, env environments.Environment, c
 		}
 		return Volume{}, err
 	}
-	claim, err := s.claims.Claim(env.ID)
-	if err != nil {
-		return Volume{}, err
-	}
 	rec := record{EnvironmentID: env.ID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
-	if err := s.repo.insert(ctx, &rec, key, claim); errors.Is(err, errNoEnvironment) {
+	if err := s.repo.insert(ctx, &rec, key, lease); errors.Is(err, errNoEnvironment) {
 		return Volume{}, fault.New(fault.NotFound, "environment %q not found", env.ID)
 	} else if err != nil {
 		return Volume{}, err
 	}
-	v, err := s.createClaim(ctx, cluster, rec)
+	v, err := s.createClaim(ctx, cluster, lease, rec)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -209,20 +205,20 @@ func (s *Service) identify(ctx context.Context, envID string, id *string, idempo
 // replay answers a create for a volume that has a record: the same spec
 // returns it (creating the claim if an earlier attempt stopped short), a
 // different one is a conflict naming the fields.
-func (s *Service) replay(ctx context.Context, cluster clusters.Live, rec record, req Request) (Volume, bool, error) {
+func (s *Service) replay(ctx context.Context, cluster clusters.Live, lease membership.Lease, rec record, req Request) (Volume, bool, error) {
 	if err := replayRefused(rec, req); err != nil {
 		return Volume{}, false, err
 	}
 	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
 		if rec.PVCUID == "" && !createdByGateway(pvc) {
-			return Volume{}, false, s.foreignClaim(ctx, rec)
+			return Volume{}, false, s.foreignClaim(ctx, lease, rec)
 		}
 		return s.fromClaim(cluster, rec, pvc), false, nil
 	}
 	if claimGone(cluster, rec) {
 		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id has been deleted"}
 	}
-	v, err := s.createClaim(ctx, cluster, rec)
+	v, err := s.createClaim(ctx, cluster, lease, rec)
 	return v, false, err
 }
 
@@ -251,7 +247,7 @@ func (s *Service) clusterWrite(ctx context.Context) (context.Context, context.Ca
 // is a conflict; the record is dropped whenever the cluster refused the
 // claim for good, and kept when the outcome is unknown so the reconciler or
 // a retry completes it.
-func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, rec record) (Volume, error) {
+func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, lease membership.Lease, rec record) (Volume, error) {
 	// The status follower holds what it sees of the claim until the
 	// first status is recorded here (or not).
 	var first *status.Observation
@@ -265,22 +261,22 @@ func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, rec re
 		pvc, err = claims.Get(writeCtx, rec.ID, metav1.GetOptions{})
 		switch {
 		case err == nil && !managedAs(pvc, rec.ID):
-			s.forget(ctx, rec)
+			s.forget(ctx, lease, rec)
 			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
 				Detail: fmt.Sprintf("a PVC named %s that the gateway does not manage exists in namespace %s", rec.ID, rec.Spec.Namespace)}
 		case err == nil && !createdByGateway(pvc):
-			return Volume{}, s.foreignClaim(ctx, rec)
+			return Volume{}, s.foreignClaim(ctx, lease, rec)
 		}
 	}
 	if err != nil {
 		ferr := kubernetesError(err, "create the claim")
 		if refusedForGood(ferr) {
-			s.forget(ctx, rec)
+			s.forget(ctx, lease, rec)
 		}
 		return Volume{}, ferr
 	}
 	v := s.fromClaim(cluster, rec, pvc)
-	live, first, err := s.recordClaim(ctx, rec, pvc, v)
+	live, first, err := s.recordClaim(ctx, lease, rec, pvc, v)
 	if err != nil {
 		s.log.WarnContext(ctx, "record the claim of a volume and its first status (the reconciler and the status follower catch up)",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
@@ -302,21 +298,17 @@ func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, rec re
 // it. It reports false, recording nothing, when the volume is being or has
 // been deleted meanwhile, and returns the status it recorded (nil when the
 // follower had recorded one already).
-func (s *Service) recordClaim(ctx context.Context, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
+func (s *Service) recordClaim(ctx context.Context, lease membership.Lease, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
 	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
 	var queued bool
-	claim, err := s.claims.Claim(rec.EnvironmentID)
-	if err != nil {
-		return false, nil, err
-	}
 	err = s.recorder.Outbox.Tx(ctx, func(tx outbox.Tx) error {
-		if err := membership.Hold(ctx, tx, claim); err != nil {
+		if err := membership.Hold(ctx, tx, lease); err != nil {
 			return err
 		}
 		if live, err = s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID)); err != nil || !live {
 			return err
 		}
-		queued, err = s.recorder.RecordFirstTx(ctx, tx, first)
+		queued, err = s.recorder.RecordFirstTx(ctx, tx, lease, first)
 		return err
 	})
 	if err != nil || !queued {
@@ -335,20 +327,16 @@ func refusedForGood(err error) bool {
 
 // foreignClaim refuses a create whose claim name another provider's claim
 // for DCM holds (never adopted implicitly), dropping the create's record.
-func (s *Service) foreignClaim(ctx context.Context, rec record) error {
-	s.forget(ctx, rec)
+func (s *Service) foreignClaim(ctx context.Context, lease membership.Lease, rec record) error {
+	s.forget(ctx, lease, rec)
 	return &fault.Error{Kind: fault.AlreadyExists, Field: "id",
 		Detail: fmt.Sprintf("a PVC named %s labelled for DCM by another provider exists in namespace %s; an admin adopts it (POST …/environments/%s:adopt)",
 			rec.ID, rec.Spec.Namespace, rec.EnvironmentID)}
 }
 
 // forget drops the record of a volume whose claim the cluster refused.
-func (s *Service) forget(ctx context.Context, rec record) {
-	claim, err := s.claims.Claim(rec.EnvironmentID)
-	if err == nil {
-		err = s.repo.remove(context.WithoutCancel(ctx), rec.EnvironmentID, rec.ID, claim)
-	}
-	if err != nil {
+func (s *Service) forget(ctx context.Context, lease membership.Lease, rec record) {
+	if err := s.repo.remove(context.WithoutCancel(ctx), rec.EnvironmentID, rec.ID, lease); err != nil {
 		s.log.ErrorContext(ctx, "drop the record of a refused volume", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
 	}
 }
@@ -436,29 +424,34 @@ func fromRecord(rec record) Volume {
 		Message: rec.Message, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime, VolumeName: rec.VolumeName}
 }
 
-// writable returns the environment's cluster if writes can reach it now.
-func (s *Service) writable(envID string) (clusters.Live, error) {
-	cluster, err := s.readable(envID)
+// writable returns the environment's cluster if writes can reach it now,
+// and this replica's lease on it (see readable).
+func (s *Service) writable(envID string) (clusters.Live, membership.Lease, error) {
+	cluster, lease, err := s.readable(envID)
 	if err != nil {
-		return nil, err
+		return nil, lease, err
 	}
 	if h := cluster.Health(); h.State == clusters.StateUnreachable {
-		return nil, fault.RetryLater(5*time.Second, "environment %s is unreachable: %s", envID, h.Message)
+		return nil, lease, fault.RetryLater(5*time.Second, "environment %s is unreachable: %s", envID, h.Message)
 	}
-	return cluster, nil
+	return cluster, lease, nil
 }
 
 // readable returns the environment's cluster if this replica owns the
-// environment (its claim holds) and its caches can answer.
-func (s *Service) readable(envID string) (clusters.Live, error) {
-	if _, err := s.claims.Claim(envID); err != nil {
-		return nil, err
+// environment and its caches can answer, with the lease it holds: taken
+// once, where a use case starts, and handed down to every write the use
+// case makes, so they are all fenced by the one ownership the use case
+// began under (a lapse and regain meanwhile refuses them).
+func (s *Service) readable(envID string) (clusters.Live, membership.Lease, error) {
+	lease, err := s.leases.Lease(envID)
+	if err != nil {
+		return nil, lease, err
 	}
 	cluster, ok := s.clusters.Live(envID)
 	if !ok || !cluster.Health().Synced {
-		return nil, fault.RetryLater(time.Second, "environment %s is not connected yet; retry shortly", envID)
+		return nil, lease, fault.RetryLater(time.Second, "environment %s is not connected yet; retry shortly", envID)
 	}
-	return cluster, nil
+	return cluster, lease, nil
 }
 
 func first(values ...string) string {

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -341,6 +344,27 @@ func registryChangeSeenEverywhere(t *testing.T, set *replicaSet, owners map[stri
 	}
 }
 
+// allStopped reports whether every thread of process pid is stopped (state
+// T in /proc/<pid>/task/*/stat).
+func allStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
+
 // sampleOwnership reads environment_owners every 100 ms until the returned
 // stop is called, which reports how many samples it took and, if any
 // sample found an environment whose row named no owner, the first such.
@@ -522,6 +546,9 @@ func fencedAfterFreeze(t *testing.T, set *replicaSet, stream *natstest.Stream, v
 	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The stop takes effect thread by thread: a request sent before the
+	// last one stopped could still be served.
+	poll.Until(t, 5*time.Second, "every thread of replica "+frozen+" stopped", func() bool { return allStopped(p.Cmd.Process.Pid) })
 	resumed := false
 	resume := func() {
 		if !resumed {
