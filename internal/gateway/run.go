@@ -49,9 +49,11 @@ func (g *Gateway) workers() []*worker {
 		{name: "claim on registration", run: func(ctx context.Context) {
 			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
 		}},
+		// Before the connector, so it mostly follows a connection from its
+		// first event; one it joins late hands it its cached claims.
+		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
 		{name: "connector", run: g.connector.Run}, // the pool follows the registry
 		{name: "probes", run: g.probes.Run},
-		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
 		{name: "outbox relay", run: g.relay.Run},
 		{name: "volume reconciler", run: g.reconciler.Run},
 		{name: "fleet feed", run: g.feed.Run},
@@ -72,6 +74,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	background := context.WithoutCancel(ctx)
 	heartbeat := &worker{name: "membership heartbeat", run: g.membership.Run}
 	heartbeat.Start(background)
+	// The status writer stops in the shutdown sequence too, flushed by
+	// tracker.Close while the heartbeat still renews the leases.
+	go g.tracker.Run()
 	workers := g.workers()
 	for _, w := range workers {
 		w.Start(background)

@@ -15,10 +15,11 @@ import (
 const provisioningFailed = "ProvisioningFailed"
 
 // Follower feeds a Tracker from the cluster pool: it follows every
-// environment's PVC events (subscribed before the pool connects anything,
-// so no claim's first state is missed), and sweeps the caches periodically
-// for what no PVC change announces — provisioning that keeps failing past
-// the timeout turns FAILED, and new warning messages.
+// environment's PVC events (a connection it joins late hands it its cached
+// claims first, so no claim's current state is missed), and sweeps the
+// caches periodically for what no PVC change announces — provisioning
+// that keeps failing past the timeout turns FAILED, and new warning
+// messages.
 type Follower struct {
 	tracker  *Tracker
 	clusters *clusters.Pool
@@ -28,19 +29,19 @@ type Follower struct {
 	log                 *slog.Logger
 }
 
-// NewFollower subscribes to the PVC events of every environment in the
-// pool, now and later; Run sweeps.
+// NewFollower returns a follower of pool's claims; Run follows them.
 func NewFollower(tracker *Tracker, pool *clusters.Pool, provisioningTimeout time.Duration, logger *slog.Logger) *Follower {
-	f := &Follower{tracker: tracker, clusters: pool, provisioningTimeout: provisioningTimeout, log: logger}
-	pool.FollowPVCs(f.handler)
-	return f
+	return &Follower{tracker: tracker, clusters: pool, provisioningTimeout: provisioningTimeout, log: logger}
 }
 
-// Run sweeps every interval until ctx ends. A ticker, not a reconciler: a
-// sweep reads only the pool's caches (no I/O) and re-evaluates every
-// claim's provisioning deadline at once, where a keyed queue would hold a
-// timer per claim.
+// Run follows every environment's claim events and sweeps every interval
+// until ctx ends; the pool keeps the handlers it registers, which ignore
+// what they are handed once Run returned. The sweep is a ticker, not a
+// reconciler: it reads only the pool's caches (no I/O) and re-evaluates
+// every claim's provisioning deadline at once, where a keyed queue would
+// hold a timer per claim.
 func (f *Follower) Run(ctx context.Context, interval time.Duration) {
+	f.clusters.FollowPVCs(func(envID string) cache.ResourceEventHandler { return f.handler(ctx, envID) })
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -64,11 +65,15 @@ func (f *Follower) sweep() {
 	}
 }
 
-func (f *Follower) handler(envID string) cache.ResourceEventHandler {
+// handler observes envID's claims until ctx ends.
+func (f *Follower) handler(ctx context.Context, envID string) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { f.observeObject(envID, obj) },
-		UpdateFunc: func(_, obj any) { f.observeObject(envID, obj) },
+		AddFunc:    func(obj any) { f.observeObject(ctx, envID, obj) },
+		UpdateFunc: func(_, obj any) { f.observeObject(ctx, envID, obj) },
 		DeleteFunc: func(obj any) {
+			if ctx.Err() != nil {
+				return
+			}
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
@@ -79,9 +84,9 @@ func (f *Follower) handler(envID string) cache.ResourceEventHandler {
 	}
 }
 
-func (f *Follower) observeObject(envID string, obj any) {
+func (f *Follower) observeObject(ctx context.Context, envID string, obj any) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
+	if !ok || ctx.Err() != nil {
 		return
 	}
 	// The live cluster, not the one the handler was added on: handlers

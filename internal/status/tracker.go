@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/membership"
@@ -42,6 +43,10 @@ type Tracker struct {
 	volumes map[volumeKey]*volume
 	closed  bool
 	queue   chan Observation
+	// started is set once the writer started (Run, or Close when Run
+	// never did): never under mu, which an Observe waiting for room in
+	// the queue holds. The writer closes done when it returns.
+	started atomic.Bool
 	done    chan struct{}
 
 	// settled holds what the writer learned — writes that failed (written
@@ -111,18 +116,28 @@ func costsToken(last, o Observation) bool {
 // the one writer — which delays statuses rather than dropping one.
 const queueSize = 4096
 
-// NewTracker starts a tracker writing through record
+// NewTracker returns a tracker writing through record
 // (Recorder.RecordObserved, which says ErrGone for a volume that is gone);
-// window is how long a spent flap token takes to come back. Close stops
-// it.
+// window is how long a spent flap token takes to come back. Run writes;
+// Close flushes and stops it.
 func NewTracker(record func(context.Context, Observation) error, window time.Duration, logger *slog.Logger) *Tracker {
 	t := &Tracker{
 		record: record, window: window, log: logger,
 		volumes: map[volumeKey]*volume{}, queue: make(chan Observation, queueSize), done: make(chan struct{}),
 	}
 	t.writing, t.cancelWriting = context.WithCancel(context.Background())
-	go t.write()
 	return t
+}
+
+// Run records queued observations in order until Close has flushed them
+// (or its deadline passed), then returns. Its owner runs it once, on its
+// own goroutine; until it runs, observations wait in the queue. It is not
+// stopped by a context: the shutdown stops it after the workers, while
+// this replica's leases still hold (Close).
+func (t *Tracker) Run() {
+	if t.started.CompareAndSwap(false, true) {
+		t.write()
+	}
 }
 
 // Observe takes a volume's current status.
@@ -378,6 +393,10 @@ func (t *Tracker) Close(ctx context.Context) {
 		close(t.queue)
 	}
 	t.mu.Unlock()
-	<-t.done
+	if t.started.CompareAndSwap(false, true) {
+		t.write() // Run never started: the flush is Close's own
+	} else {
+		<-t.done
+	}
 	t.cancelWriting()
 }

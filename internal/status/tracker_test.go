@@ -85,6 +85,7 @@ func observe(tr *Tracker, volumeID string, st Status) {
 // test ends.
 func newTracker(t *testing.T, r *memRecorder, window time.Duration) *Tracker {
 	tr := NewTracker(r.record, window, slog.New(slog.DiscardHandler))
+	go tr.Run()
 	t.Cleanup(func() { tr.Close(context.Background()) })
 	return tr
 }
@@ -249,6 +250,7 @@ func TestTrackerCloseFlushesPendingTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
 		tr := NewTracker(r.record, time.Hour, slog.New(slog.DiscardHandler))
+		go tr.Run()
 		observe(tr, "closing", Running)      // spends a token
 		observe(tr, "closing", Provisioning) // spends the other
 		observe(tr, "closing", Running)      // no token for an hour: pending
@@ -267,6 +269,7 @@ func stuck(ctx context.Context, _ Observation) error { <-ctx.Done(); return ctx.
 func TestTrackerCloseKeepsItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := NewTracker(stuck, time.Hour, slog.New(slog.DiscardHandler))
+		go tr.Run()
 		observe(tr, "slow", Provisioning)
 		observe(tr, "slow", Running) // held by the window, flushed by Close
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -284,6 +287,7 @@ func TestTrackerCloseKeepsItsDeadline(t *testing.T) {
 // waiting for a mutex does not let synctest's clock move.)
 func TestTrackerCloseKeepsItsDeadlineWithAFullQueue(t *testing.T) {
 	tr := NewTracker(stuck, time.Hour, slog.New(slog.DiscardHandler))
+	go tr.Run()
 	var observer sync.WaitGroup
 	full := make(chan struct{})
 	observer.Go(func() {
@@ -559,6 +563,7 @@ func TestTrackerCloseRecordsWhatACreateHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
 		tr := NewTracker(r.record, window, slog.New(slog.DiscardHandler))
+		go tr.Run()
 		tr.Creating("env", "v")
 		observe(tr, "v", Running)
 		tr.Close(context.Background())
