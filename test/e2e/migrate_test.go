@@ -48,7 +48,8 @@ func TestMigrateFromTheStorageSP(t *testing.T) {
 	site := startDCMSite(t, gatewaytest.Options{})
 	c, g, providers, instances := site.client, site.gateway, site.providers, site.instances
 	east := clusters[0]
-	tenants, err := east.Tenants(t.Context(), "migrate", 2)
+	// Namespaces of their own: a run never finds an earlier run's claims.
+	tenants, err := east.Tenants(t.Context(), "migrate-"+uuid.NewString()[:8], 2)
 	if err != nil {
 		t.Fatal(err)
 	}
