@@ -47,5 +47,5 @@ func testTokens(tb testing.TB, extra ...auth.StaticToken) *auth.StaticTokens {
 
 // testAudit is an audit log on db; tests that never change anything pass nil.
 func testAudit(db *pgxpool.Pool, logger *slog.Logger) *auth.AuditLog {
-	return auth.NewAuditLog(db, logger, 24*time.Hour)
+	return auth.NewAuditLog(auth.AuditOptions{DB: db, Logger: logger, Retention: 24 * time.Hour})
 }

@@ -70,9 +70,20 @@ type auditTurn struct {
 	err  error
 }
 
-// NewAuditLog returns an AuditLog over db keeping events for retention.
-func NewAuditLog(db *pgxpool.Pool, logger *slog.Logger, retention time.Duration) *AuditLog {
-	return &AuditLog{db: db, log: logger, retention: retention}
+// AuditOptions configure an AuditLog.
+type AuditOptions struct {
+	DB     *pgxpool.Pool
+	Logger *slog.Logger
+	// Retention is how long stored events are kept (SG_AUDIT_RETENTION).
+	Retention time.Duration
+}
+
+// NewAuditLog returns an AuditLog; Run prunes it.
+func NewAuditLog(opts AuditOptions) *AuditLog {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &AuditLog{db: opts.DB, log: opts.Logger, retention: opts.Retention}
 }
 
 // Record logs e and stores it, and returns the store's error: the API

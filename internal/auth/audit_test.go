@@ -17,7 +17,7 @@ import (
 
 func TestAuditEventsAreStoredListedAndPruned(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
-	log := auth.NewAuditLog(reg.DB, reg.Logger, 48*time.Hour)
+	log := auth.NewAuditLog(auth.AuditOptions{DB: reg.DB, Logger: reg.Logger, Retention: 48 * time.Hour})
 	ctx := context.Background()
 	for i := range 5 {
 		if err := log.Record(ctx, auth.AuditEvent{RequestID: fmt.Sprint("req-", i), Subject: "alice", Name: "Alice",
@@ -113,7 +113,7 @@ func TestConcurrentAuditEventsAreAllStored(t *testing.T) {
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
-	log := auth.NewAuditLog(reg.DB, logger, 48*time.Hour)
+	log := auth.NewAuditLog(auth.AuditOptions{DB: reg.DB, Logger: logger, Retention: 48 * time.Hour})
 	ctx := context.Background()
 	const requests = 64
 	var wg sync.WaitGroup
@@ -166,7 +166,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // share its now(), so the stored times count the transactions.
 func TestAuditEventsArrivingTogetherShareACommit(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
-	log := auth.NewAuditLog(reg.DB, reg.Logger, 48*time.Hour)
+	log := auth.NewAuditLog(auth.AuditOptions{DB: reg.DB, Logger: reg.Logger, Retention: 48 * time.Hour})
 	ctx := context.Background()
 	// Hold the table, so the first writer's insert waits and the others
 	// queue behind it.

@@ -61,9 +61,18 @@ func versionOf(rec record) rowVersion {
 	return rowVersion{row: rec.generation, credentials: rec.sealed.Generation}
 }
 
+// ConnectorOptions configure a Connector: the pool holds the environments
+// of Registry that Owned says this replica owns.
+type ConnectorOptions struct {
+	Registry *Service
+	Pool     *clusters.Pool
+	Owned    membership.Ownership
+}
+
 // NewConnector subscribes to the registry's, the ownership's and the
 // pool's changes; Run acts on them.
-func NewConnector(registry *Service, pool *clusters.Pool, owned membership.Ownership) *Connector {
+func NewConnector(opts ConnectorOptions) *Connector {
+	registry, pool, owned := opts.Registry, opts.Pool, opts.Owned
 	c := &Connector{
 		registry: registry, pool: pool, owned: owned, log: registry.log,
 		poolChanges: pool.Subscribe(), denials: pool.Subscribe(),

@@ -28,7 +28,7 @@ func runConnector(t *testing.T, reg *registrytest.Fixture) *clusters.Pool {
 	pool := clusters.NewPool(clusters.PoolOptions{Client: clusters.ClientOptions{Egress: registrytest.Loopback},
 		HealthInterval: 500 * time.Millisecond, HealthTimeout: 500 * time.Millisecond})
 	t.Cleanup(pool.Close)
-	c := environments.NewConnector(reg.Registry, pool, reg.Member(t, "replica-1"))
+	c := environments.NewConnector(environments.ConnectorOptions{Registry: reg.Registry, Pool: pool, Owned: reg.Member(t, "replica-1")})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Run(ctx) })
@@ -102,7 +102,7 @@ func TestDeadClustersDoNotDelayConnecting(t *testing.T) {
 	t.Cleanup(pool.Close)
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, ids...)
-	connector := environments.NewConnector(reg.Registry, pool, owner)
+	connector := environments.NewConnector(environments.ConnectorOptions{Registry: reg.Registry, Pool: pool, Owned: owner})
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

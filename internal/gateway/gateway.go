@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if g.auth, g.reloadAuth, err = newAuthenticator(startCtx, cfg, g.log); err != nil {
 		return nil, err
 	}
-	g.audit = auth.NewAuditLog(g.db, g.log, cfg.AuditRetention)
+	g.audit = auth.NewAuditLog(auth.AuditOptions{DB: g.db, Logger: g.log, Retention: cfg.AuditRetention})
 	// One rate limiter per environment, shared by its pool connection and
 	// every probe of it.
 	limiters := clusters.NewLimiters(cfg.ClusterQPS, cfg.ClusterBurst)
@@ -190,7 +190,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	}
 	// A new environment is claimed at once, not at the next heartbeat.
 	g.registrations = g.registry.Subscribe()
-	g.connector = environments.NewConnector(g.registry, g.clusters, g.membership)
+	g.connector = environments.NewConnector(environments.ConnectorOptions{Registry: g.registry, Pool: g.clusters, Owned: g.membership})
 	g.probes = g.registry.Probes(environments.ProbeOptions{Owned: g.membership, Interval: cfg.ProbeInterval,
 		ReadyInterval: cfg.ProbeReadyInterval, Workers: cfg.ProbeConcurrency})
 	g.index = fleet.NewIndex()
@@ -283,9 +283,9 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 	}
 	// The one writer of volume status: the tracker records what the
 	// cluster shows, the volume service what its requests do.
-	g.recorder = status.Recorder{Outbox: outbox.NewWriter(g.db, g.relay.Notify), Leases: g.membership}
-	g.tracker = status.NewTracker(g.recorder.RecordObserved, cfg.StatusDebounce, g.log)
-	g.follower = status.NewFollower(g.tracker, g.clusters, cfg.ProvisioningTimeout, g.log)
+	g.recorder = status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: g.db, Wake: g.relay.Notify}), Leases: g.membership}
+	g.tracker = status.NewTracker(status.TrackerOptions{Record: g.recorder.RecordObserved, Window: cfg.StatusDebounce, Logger: g.log})
+	g.follower = status.NewFollower(status.FollowerOptions{Tracker: g.tracker, Pool: g.clusters, ProvisioningTimeout: cfg.ProvisioningTimeout, Logger: g.log})
 	return nil
 }
 

@@ -28,7 +28,7 @@ func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) (m
 	reg.InsertEnvironment(t, "env")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := status.Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Leases: owner}
+	rec := status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB}), Leases: owner}
 	lease, err := owner.Lease("env")
 	if err != nil {
 		t.Fatal(err)

@@ -34,9 +34,16 @@ type Writer struct {
 	wake func()
 }
 
-// NewWriter returns a Writer on db that calls wake (if set) after every
-// commit that queued an event: the relay's Notify.
-func NewWriter(db *pgxpool.Pool, wake func()) *Writer { return &Writer{db: db, wake: wake} }
+// WriterOptions configure a Writer.
+type WriterOptions struct {
+	DB *pgxpool.Pool
+	// Wake, if set, is called after every commit that queued an event:
+	// the relay's Notify.
+	Wake func()
+}
+
+// NewWriter returns a Writer.
+func NewWriter(opts WriterOptions) *Writer { return &Writer{db: opts.DB, wake: opts.Wake} }
 
 // Tx is a transaction a Writer runs: the caller's statements and the
 // events it queues (InsertTx) commit together or not at all.

@@ -19,7 +19,7 @@ func TestTheWriterWakesTheRelayOnceItsEventsCommitted(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	reg.InsertEnvironment(t, "env")
 	var wakes atomic.Int32
-	w := outbox.NewWriter(reg.DB, func() { wakes.Add(1) })
+	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB, Wake: func() { wakes.Add(1) }})
 	rows := func() int {
 		var n int
 		if err := reg.DB.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil {

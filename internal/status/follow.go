@@ -29,9 +29,23 @@ type Follower struct {
 	log                 *slog.Logger
 }
 
-// NewFollower returns a follower of pool's claims; Run follows them.
-func NewFollower(tracker *Tracker, pool *clusters.Pool, provisioningTimeout time.Duration, logger *slog.Logger) *Follower {
-	return &Follower{tracker: tracker, clusters: pool, provisioningTimeout: provisioningTimeout, log: logger}
+// FollowerOptions configure a Follower.
+type FollowerOptions struct {
+	// Tracker is fed what the claims show; Pool's claims are followed.
+	Tracker *Tracker
+	Pool    *clusters.Pool
+	// ProvisioningTimeout is how long provisioning may fail continuously
+	// before the volume is FAILED.
+	ProvisioningTimeout time.Duration
+	Logger              *slog.Logger
+}
+
+// NewFollower returns a follower of the pool's claims; Run follows them.
+func NewFollower(opts FollowerOptions) *Follower {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Follower{tracker: opts.Tracker, clusters: opts.Pool, provisioningTimeout: opts.ProvisioningTimeout, log: opts.Logger}
 }
 
 // Run follows every environment's claim events and sweeps every interval

@@ -22,7 +22,7 @@ func TestAUseCaseWritesUnderTheLeaseItStartedWith(t *testing.T) {
 	reg.InsertVolume(t, "env", "v")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Leases: owner}
+	rec := Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB}), Leases: owner}
 	started, err := owner.Lease("env")
 	if err != nil {
 		t.Fatal(err)

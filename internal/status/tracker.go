@@ -116,13 +116,24 @@ func costsToken(last, o Observation) bool {
 // the one writer — which delays statuses rather than dropping one.
 const queueSize = 4096
 
-// NewTracker returns a tracker writing through record
-// (Recorder.RecordObserved, which says ErrGone for a volume that is gone);
-// window is how long a spent flap token takes to come back. Run writes;
-// Close flushes and stops it.
-func NewTracker(record func(context.Context, Observation) error, window time.Duration, logger *slog.Logger) *Tracker {
+// TrackerOptions configure a Tracker.
+type TrackerOptions struct {
+	// Record writes one observation (Recorder.RecordObserved, which says
+	// ErrGone for a volume that is gone); required.
+	Record func(context.Context, Observation) error
+	// Window is how long a spent flap token takes to come back (0: at
+	// once).
+	Window time.Duration
+	Logger *slog.Logger
+}
+
+// NewTracker returns a tracker; Run writes, Close flushes and stops it.
+func NewTracker(opts TrackerOptions) *Tracker {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	t := &Tracker{
-		record: record, window: window, log: logger,
+		record: opts.Record, window: opts.Window, log: opts.Logger,
 		volumes: map[volumeKey]*volume{}, queue: make(chan Observation, queueSize), done: make(chan struct{}),
 	}
 	t.writing, t.cancelWriting = context.WithCancel(context.Background())

@@ -84,7 +84,7 @@ func observe(tr *Tracker, volumeID string, st Status) {
 // newTracker starts a tracker inside the calling bubble, closed when the
 // test ends.
 func newTracker(t *testing.T, r *memRecorder, window time.Duration) *Tracker {
-	tr := NewTracker(r.record, window, slog.New(slog.DiscardHandler))
+	tr := NewTracker(TrackerOptions{Record: r.record, Window: window, Logger: slog.New(slog.DiscardHandler)})
 	go tr.Run()
 	t.Cleanup(func() { tr.Close(context.Background()) })
 	return tr
@@ -249,7 +249,7 @@ func TestTrackerReportsRealTransitionsAtOnce(t *testing.T) {
 func TestTrackerCloseFlushesPendingTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
-		tr := NewTracker(r.record, time.Hour, slog.New(slog.DiscardHandler))
+		tr := NewTracker(TrackerOptions{Record: r.record, Window: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 		go tr.Run()
 		observe(tr, "closing", Running)      // spends a token
 		observe(tr, "closing", Provisioning) // spends the other
@@ -268,7 +268,7 @@ func stuck(ctx context.Context, _ Observation) error { <-ctx.Done(); return ctx.
 // cancelled, and Close returns.
 func TestTrackerCloseKeepsItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(stuck, time.Hour, slog.New(slog.DiscardHandler))
+		tr := NewTracker(TrackerOptions{Record: stuck, Window: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 		go tr.Run()
 		observe(tr, "slow", Provisioning)
 		observe(tr, "slow", Running) // held by the window, flushed by Close
@@ -286,7 +286,7 @@ func TestTrackerCloseKeepsItsDeadline(t *testing.T) {
 // waits for room holding the lock Close needs. (Real time: a goroutine
 // waiting for a mutex does not let synctest's clock move.)
 func TestTrackerCloseKeepsItsDeadlineWithAFullQueue(t *testing.T) {
-	tr := NewTracker(stuck, time.Hour, slog.New(slog.DiscardHandler))
+	tr := NewTracker(TrackerOptions{Record: stuck, Window: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	go tr.Run()
 	var observer sync.WaitGroup
 	full := make(chan struct{})
@@ -454,7 +454,7 @@ func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
 	reg.InsertVolume(t, "env", "gone")
 	owner := reg.Member(t, "replica-1")
 	registrytest.Own(t, owner, "env")
-	rec := Recorder{Outbox: outbox.NewWriter(reg.DB, nil), Leases: owner}
+	rec := Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB}), Leases: owner}
 	lease, err := owner.Lease("env")
 	if err != nil {
 		t.Fatal(err)
@@ -562,7 +562,7 @@ func TestTrackerHoldsWhatItSeesWhileACreateRecords(t *testing.T) {
 func TestTrackerCloseRecordsWhatACreateHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r memRecorder
-		tr := NewTracker(r.record, window, slog.New(slog.DiscardHandler))
+		tr := NewTracker(TrackerOptions{Record: r.record, Window: window, Logger: slog.New(slog.DiscardHandler)})
 		go tr.Run()
 		tr.Creating("env", "v")
 		observe(tr, "v", Running)
