@@ -154,9 +154,18 @@ func TestServeIsNotReadyUntilMigrated(t *testing.T) {
 	g := startGateway(t, map[string]string{"SG_DATABASE_URL": db.URL, "SG_MIGRATE_ON_START": "false"})
 
 	body := g.waitReady(t, 503, 10*time.Second)
-	// The membership cannot join the other replicas before its tables exist.
-	if failed := failedChecks(t, body); strings.Join(failed, ",") != "migrations,membership" {
-		t.Fatalf("failed checks %v, want migrations and membership: %s", failed, body)
+	// The membership cannot join the other replicas before its tables
+	// exist, nor can the registry watch read the registry or the fleet
+	// index load.
+	if failed := failedChecks(t, body); strings.Join(failed, ",") != "migrations,membership,background work" {
+		t.Fatalf("failed checks %v, want migrations, membership and background work: %s", failed, body)
+	}
+	// An authenticated caller is told which.
+	_, detailed := g.request(t, http.MethodGet, "/readyz", g.Token(), nil)
+	for _, worker := range []string{"registry watch", "fleet feed"} {
+		if !strings.Contains(detailed, worker) {
+			t.Errorf("readiness does not name %s as not started: %s", worker, detailed)
+		}
 	}
 	migrate := exec.Command(binary, "migrate")
 	migrate.Env = []string{"HOME=" + t.TempDir(), "SG_DATABASE_URL=" + db.URL}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -65,7 +66,16 @@ type Controller struct {
 	mu      sync.Mutex
 	queue   workqueue.TypedRateLimitingInterface[string] // set by Run
 	pending []pendingKey                                 // added before Run
+
+	// started is set once Run has listed the keys to start with and its
+	// workers run.
+	started atomic.Bool
 }
+
+// Started reports whether Run has listed the keys to start with (whether
+// the listing succeeded or not: the sources still bring keys) and its
+// workers run: readiness waits for it.
+func (c *Controller) Started() bool { return c.started.Load() }
 
 // pendingKey is a key added before Run, and when it is due.
 type pendingKey struct {
@@ -154,6 +164,7 @@ func (c *Controller) Run(ctx context.Context) {
 	for range c.opts.Workers {
 		wg.Go(func() { c.work(ctx, queue) })
 	}
+	c.started.Store(true)
 	<-ctx.Done()
 }
 

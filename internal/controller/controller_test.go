@@ -215,3 +215,29 @@ func TestAddAfter(t *testing.T) {
 		}
 	})
 }
+
+// Started is false until Run has listed the keys to start with and its
+// workers run, also when the listing failed (the sources still bring keys).
+func TestStartedOnceListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var ctl *controller.Controller
+		stop := run(t, controller.Options{Name: "test",
+			List: func(context.Context) ([]string, error) {
+				<-release
+				return nil, errors.New("not migrated yet")
+			},
+			Reconcile: func(context.Context, string) (time.Duration, error) { return 0, nil },
+		}, func(c *controller.Controller) { ctl = c })
+		defer stop()
+		synctest.Wait()
+		if ctl.Started() {
+			t.Fatal("started before its listing returned")
+		}
+		close(release)
+		synctest.Wait()
+		if !ctl.Started() {
+			t.Fatal("not started once its listing returned")
+		}
+	})
+}

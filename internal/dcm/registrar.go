@@ -254,6 +254,9 @@ func (r *Registrar) Refresh(ctx context.Context, env environments.Environment, f
 	return err
 }
 
+// Started reports whether the registrar's reconcilers run (readiness).
+func (r *Registrar) Started() bool { return r.registrations.Started() && r.records.Started() }
+
 // Run registers, deregisters and checks created volumes' records in DCM
 // until ctx ends.
 func (r *Registrar) Run(ctx context.Context) {

@@ -92,6 +92,10 @@ func NewConnector(opts ConnectorOptions) *Connector {
 	return c
 }
 
+// Started reports whether connecting has started: every owned
+// environment was looked at or is queued (readiness).
+func (c *Connector) Started() bool { return c.connects.Started() }
+
 // Run connects every owned environment, then follows changes until ctx
 // ends.
 func (c *Connector) Run(ctx context.Context) {

@@ -31,6 +31,8 @@ type Service struct {
 	allowInsecure bool
 	log           *slog.Logger
 	changes       changes.Topic[Change]
+	// watching is set once Watch has read the registry.
+	watching atomic.Bool
 	// generations is each environment's highest credential generation this
 	// process has opened or written (see open).
 	generations sync.Map

@@ -53,6 +53,7 @@ func (s *Service) Watch(ctx context.Context, interval time.Duration) {
 			}
 		case known == nil:
 			known = rows
+			s.watching.Store(true)
 		default:
 			for _, c := range changed(known, rows) {
 				s.changes.Publish(c)
@@ -62,6 +63,10 @@ func (s *Service) Watch(ctx context.Context, interval time.Duration) {
 		t.Reset(interval)
 	}
 }
+
+// Watching reports whether the registry's Watch has read the registry:
+// changes made on other replicas are followed from then on.
+func (s *Service) Watching() bool { return s.watching.Load() }
 
 // changed lists the changes between two reads of the registry.
 func changed(before, after map[string]watchedRow) []Change {

@@ -164,6 +164,10 @@ func (f *Feed) load(ctx context.Context, ids []string) (map[string]snapshot, err
 	return snaps, err
 }
 
+// Started reports whether the index holds what the registry and the
+// persisted snapshots held at start, and the feed follows their changes.
+func (f *Feed) Started() bool { return f.loaded.Load() && f.envs.Started() }
+
 // Run reconciles environments and polls the other replicas' snapshots
 // until ctx ends, then persists what is left.
 func (f *Feed) Run(ctx context.Context) {
@@ -253,7 +257,14 @@ func (f *Feed) refresh(id string) {
 // snapshots do, reading only the rows whose revision moved since.
 func (f *Feed) replicate(ctx context.Context) {
 	if !f.loaded.Load() {
-		return // the reconciles load first
+		// Not loaded at start (the schema was not migrated yet, say): tried
+		// again here, since no reconcile may come to load it.
+		if err := f.Load(ctx); err != nil {
+			if ctx.Err() == nil {
+				f.opts.Logger.WarnContext(ctx, "fleet index: not loaded yet; retrying", "error", err)
+			}
+			return
+		}
 	}
 	revisions, err := f.opts.Store.revisions(ctx)
 	if err != nil {

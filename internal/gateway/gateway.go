@@ -120,12 +120,14 @@ type Gateway struct {
 	nats          *outbox.NATS
 	relay         *outbox.Relay
 	recorder      status.Recorder
-	tracker       *status.Tracker
-	follower      *status.Follower
-	volumes       *volumes.Service
-	reconciler    *controller.Controller
-	listener      net.Listener
-	server        *http.Server
+	// background are the workers Run starts (see workers).
+	background []*worker
+	tracker    *status.Tracker
+	follower   *status.Follower
+	volumes    *volumes.Service
+	reconciler *controller.Controller
+	listener   net.Listener
+	server     *http.Server
 }
 
 // New builds every part: it connects to Postgres (migrating it when
@@ -210,6 +212,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newRegistrar(); err != nil {
 		return nil, err
 	}
+	g.background = g.workers()
 	if err := g.newServer(ctx, metrics); err != nil {
 		return nil, err
 	}
@@ -321,6 +324,7 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 			{Name: "migrations", Check: g.migrator.CheckCurrent},
 			{Name: "nats", Check: g.nats.Check},
 			{Name: "membership", Check: g.membership.Joined},
+			{Name: "background work", Check: g.backgroundStarted},
 		},
 		Forwarding: forwarding.New(forwarding.Options{Owners: g.membership, Keys: g.registry.KeyRing, Member: g.member, Incarnation: g.membership.Incarnation(), Logger: g.log}),
 		Owned:      g.membership,

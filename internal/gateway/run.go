@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 )
@@ -15,10 +16,13 @@ import (
 // it is given; one that misses the deadline is left to the exiting process
 // (and logged by the shutdown).
 type worker struct {
-	name   string
-	run    func(context.Context)
-	cancel context.CancelFunc
-	done   chan struct{}
+	name string
+	run  func(context.Context)
+	// started, if set, reports whether the worker is under way:
+	// readiness waits for it (see notStarted).
+	started func() bool
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 func (w *worker) Start(ctx context.Context) {
@@ -40,28 +44,46 @@ func (w *worker) Stop(ctx context.Context) error {
 	}
 }
 
+// backgroundStarted fails readiness while a background worker that reports
+// its start has not started: a replica whose registry watch has not read
+// the registry, whose fleet index is not loaded or whose reconcilers have
+// not listed what they follow answers requests with less than it knows.
+func (g *Gateway) backgroundStarted(context.Context) error {
+	var pending []string
+	for _, w := range g.background {
+		if w.started != nil && !w.started() {
+			pending = append(pending, w.name)
+		}
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("not started yet: %s", strings.Join(pending, ", "))
+	}
+	return nil
+}
+
 // workers are the background parts but the membership heartbeat, in start
 // order. The heartbeat starts before them and stops after them (see
 // shutdown), so this replica's leases hold while they finish.
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
-		{name: "registry watch", run: func(ctx context.Context) { g.registry.Watch(ctx, g.opts.Intervals.Watch) }},
+		{name: "registry watch", run: func(ctx context.Context) { g.registry.Watch(ctx, g.opts.Intervals.Watch) },
+			started: g.registry.Watching},
 		{name: "claim on registration", run: func(ctx context.Context) {
 			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
 		}},
 		// Before the connector, so it mostly follows a connection from its
 		// first event; one it joins late hands it its cached claims.
 		{name: "status follower", run: func(ctx context.Context) { g.follower.Run(ctx, g.opts.Intervals.Follow) }},
-		{name: "connector", run: g.connector.Run}, // the pool follows the registry
-		{name: "probes", run: g.probes.Run},
+		{name: "connector", run: g.connector.Run, started: g.connector.Started}, // the pool follows the registry
+		{name: "probes", run: g.probes.Run, started: g.probes.Started},
 		{name: "outbox relay", run: g.relay.Run},
-		{name: "volume reconciler", run: g.reconciler.Run},
-		{name: "fleet feed", run: g.feed.Run},
+		{name: "volume reconciler", run: g.reconciler.Run, started: g.reconciler.Started},
+		{name: "fleet feed", run: g.feed.Run, started: g.feed.Started},
 		{name: "reloader", run: g.reloadOnRequest},
 		{name: "audit retention", run: g.audit.Run},
 	}
 	if g.registrar != nil {
-		ws = append(ws, &worker{name: "DCM registrar", run: g.registrar.Run})
+		ws = append(ws, &worker{name: "DCM registrar", run: g.registrar.Run, started: g.registrar.Started})
 	}
 	return ws
 }
@@ -77,7 +99,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// The status writer stops in the shutdown sequence too, flushed by
 	// tracker.Close while the heartbeat still renews the leases.
 	go g.tracker.Run()
-	workers := g.workers()
+	workers := g.background
 	for _, w := range workers {
 		w.Start(background)
 	}
