@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
 )
 
 // Live is one environment's live cluster as the parts that serve its
@@ -25,6 +27,11 @@ type Live interface {
 	// StorageRequested says a write changed what the claims request.
 	StorageRequested()
 	Client() kubernetes.Interface
+	// StorageSynced and StorageObjects are what the fleet view shows:
+	// whether the class, driver and capacity caches synced, and their
+	// objects (see Cluster.StorageObjects).
+	StorageSynced() bool
+	StorageObjects() capabilities.Objects
 }
 
 var _ Live = (*Cluster)(nil)

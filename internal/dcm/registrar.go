@@ -22,12 +22,21 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
+
+// Clusters are what the registrar asks of the cluster pool (a
+// *clusters.Pool).
+type Clusters interface {
+	TotalStorage(environmentID string) (string, bool)
+	ReadyAndSynced(environmentID string) bool
+	Subscribe() *changes.Subscription[clusters.Change]
+}
 
 // Registration states recorded in an environment's status.dcm_registration.
 // StateOff is never recorded: the API reports it for an environment that is
@@ -56,7 +65,7 @@ type Options struct {
 	// Clusters, if set, gives each environment's published storage capacity
 	// (metadata.resources.total_storage), and a cluster that becomes ready
 	// and synced wakes the registrar to publish it.
-	Clusters *clusters.Pool
+	Clusters Clusters
 	// Credentials authenticate the calls to DCM (none by default).
 	Credentials Credentials
 	// Owned are the environments this replica registers: each is

@@ -41,10 +41,18 @@ type EnvironmentSource interface {
 	Subscribe() *changes.Subscription[environments.Change]
 }
 
+// Clusters are the live clusters of the environments this replica owns (a
+// *clusters.Pool): the feed shows their storage objects and follows their
+// changes.
+type Clusters interface {
+	Live(environmentID string) (clusters.Live, bool)
+	Subscribe() *changes.Subscription[clusters.Change]
+}
+
 // FeedOptions wire a Feed.
 type FeedOptions struct {
 	Index    *Index
-	Clusters *clusters.Pool
+	Clusters Clusters
 	Registry EnvironmentSource
 	Store    Store
 	// Owned are the environments whose classes this replica watches and
@@ -235,7 +243,7 @@ func (f *Feed) refresh(id string) {
 	}
 	now := time.Now().Truncate(time.Microsecond) // as Postgres keeps it: every replica shows the same
 	var changed bool
-	c, ok := f.opts.Clusters.Get(id)
+	c, ok := f.opts.Clusters.Live(id)
 	var h clusters.Health
 	if ok {
 		h = c.Health()

@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/clusters/clusterstest"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/fleet/fleettest"
@@ -330,4 +333,62 @@ func TestTheFeedFollowsTheRegistry(t *testing.T) {
 	if _, ok := f.opts.Index.Environment("east"); !ok {
 		t.Fatal("east, registered before the feed started, is not in the index")
 	}
+}
+
+// liveClusters is a fake pool: fake live clusters by environment, whose
+// changes it publishes.
+type liveClusters struct {
+	mu    sync.Mutex
+	live  map[string]clusters.Live
+	topic changes.Topic[clusters.Change]
+}
+
+func (l *liveClusters) Live(id string) (clusters.Live, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.live[id]
+	return c, ok
+}
+
+func (l *liveClusters) Subscribe() *changes.Subscription[clusters.Change] { return l.topic.Subscribe() }
+
+// TestTheFeedShowsWhatAnOwnedClusterHolds: the feed shows an owned
+// environment's classes as its live cluster holds them, writable while the
+// cluster is ready, and stale from the moment its cluster says it is
+// unreachable; each persisted for the other replicas.
+func TestTheFeedShowsWhatAnOwnedClusterHolds(t *testing.T) {
+	db, owner := migrated(t, "east")
+	fake := clusterstest.New(
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+			Provisioner: "ebs.csi.aws.com"},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "slow"}, Provisioner: "ebs.csi.aws.com"})
+	pool := &liveClusters{live: map[string]clusters.Live{"east": fake}}
+	f := NewFeed(FeedOptions{Index: NewIndex(), Clusters: pool, Registry: newRegistry("east"), Store: Store{DB: db}, Owned: owner,
+		Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	persisted := func() (live, writable bool) {
+		_ = db.QueryRow(ctx, `SELECT live, writable FROM fleet_snapshots WHERE environment_id = 'east'`).Scan(&live, &writable)
+		return live, writable
+	}
+
+	poll.Until(t, 5*time.Second, "east's two classes shown live and persisted", func() bool {
+		east, _ := f.opts.Index.Environment("east")
+		live, writable := persisted()
+		return !east.Stale && len(east.Classes) == 2 && live && writable
+	})
+	if p, err := f.opts.Index.Place(Request{CapacityBytes: 1 << 30}); err != nil || p.Candidates() != 2 {
+		t.Fatalf("a ready cluster's classes place %d candidates (%v), want 2", p.Candidates(), err)
+	}
+
+	fake.SetHealth(clusters.Health{State: clusters.StateUnreachable, Message: "no answer"})
+	pool.topic.Publish(clusters.Change{Kind: clusters.HealthChanged, EnvironmentID: "east"})
+	poll.Until(t, 5*time.Second, "east shown stale and persisted so", func() bool {
+		east, _ := f.opts.Index.Environment("east")
+		live, _ := persisted()
+		return east.Stale && len(east.Classes) == 2 && !live
+	})
 }

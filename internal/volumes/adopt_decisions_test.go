@@ -19,7 +19,7 @@ import (
 func TestHealthAsDCMPollsIt(t *testing.T) {
 	ready := clusterstest.New()
 	lost := clusterstest.New()
-	lost.Healthy = clusters.Health{State: clusters.StateUnreachable, Message: "the API server did not answer"}
+	lost.SetHealth(clusters.Health{State: clusters.StateUnreachable, Message: "the API server did not answer"})
 	probed := func(state clusters.State, msg string) environments.Status {
 		return environments.Status{State: state, Message: msg}
 	}

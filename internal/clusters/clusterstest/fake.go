@@ -25,9 +25,9 @@ import (
 )
 
 // Fake is a live cluster holding the objects it was made with, READY and
-// synced unless Healthy says otherwise.
+// synced until SetHealth says otherwise.
 type Fake struct {
-	Healthy   clusters.Health
+	health    atomic.Pointer[clusters.Health]
 	clientset *fake.Clientset
 	requested atomic.Int64
 }
@@ -36,11 +36,16 @@ var _ clusters.Live = (*Fake)(nil)
 
 // New returns a Fake holding objects (claims, classes, events, namespaces).
 func New(objects ...runtime.Object) *Fake {
-	return &Fake{Healthy: clusters.Health{State: clusters.StateReady, Synced: true}, clientset: fake.NewClientset(objects...)}
+	f := &Fake{clientset: fake.NewClientset(objects...)}
+	f.SetHealth(clusters.Health{State: clusters.StateReady, Synced: true})
+	return f
 }
 
-// Health returns Healthy.
-func (f *Fake) Health() clusters.Health { return f.Healthy }
+// SetHealth sets what Health answers from now on.
+func (f *Fake) SetHealth(h clusters.Health) { f.health.Store(&h) }
+
+// Health returns what SetHealth set last.
+func (f *Fake) Health() clusters.Health { return *f.health.Load() }
 
 // PVC returns a DCM-managed claim.
 func (f *Fake) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
@@ -105,6 +110,34 @@ func (f *Fake) WarningEvents(namespace, pvcName string) []*corev1.Event {
 	}
 	slices.SortFunc(out, func(a, b *corev1.Event) int { return b.LastTimestamp.Compare(a.LastTimestamp.Time) })
 	return out
+}
+
+// StorageSynced reports true: the fake's caches are its objects.
+func (f *Fake) StorageSynced() bool { return true }
+
+// StorageObjects returns the classes, CSI drivers and capacities it holds,
+// by name (no quotas).
+func (f *Fake) StorageObjects() capabilities.Objects {
+	ctx := context.Background()
+	var objs capabilities.Objects
+	if list, err := f.clientset.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range list.Items {
+			objs.Classes = append(objs.Classes, &list.Items[i])
+		}
+	}
+	if list, err := f.clientset.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range list.Items {
+			objs.Drivers = append(objs.Drivers, &list.Items[i])
+		}
+	}
+	if list, err := f.clientset.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range list.Items {
+			objs.Capacities = append(objs.Capacities, &list.Items[i])
+		}
+	}
+	slices.SortFunc(objs.Classes, func(a, b *storagev1.StorageClass) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(objs.Drivers, func(a, b *storagev1.CSIDriver) int { return cmp.Compare(a.Name, b.Name) })
+	return objs
 }
 
 // StorageRequested counts the calls (Requested).
