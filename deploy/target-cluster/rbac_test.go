@@ -129,11 +129,11 @@ func TestManifestPassesTheProbe(t *testing.T) {
 	prober := clusters.NewProber(clusters.ProberOptions{
 		Client:  clusters.ClientOptions{Egress: egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, Timeout: 10 * time.Second},
 		Timeout: 10 * time.Second})
-	if res := prober.Probe(ctx, "target", conn, []string{servedNamespace}); res.State != clusters.StateReady {
+	if res := prober.Probe(ctx, "target", conn, []string{servedNamespace}); res.State != clusters.HealthReady {
 		t.Fatalf("probe with the manifest's ServiceAccount in %s: %+v", servedNamespace, res)
 	}
 	const unbound = "not-granted"
-	if res := prober.Probe(ctx, "target", conn, []string{unbound}); res.State != clusters.StateUnauthorized ||
+	if res := prober.Probe(ctx, "target", conn, []string{unbound}); res.State != clusters.HealthUnauthorized ||
 		!strings.Contains(res.Message, "persistentvolumeclaims in namespace "+unbound) {
 		t.Fatalf("probe for a namespace without the RoleBinding: %+v, want UNAUTHORIZED naming its claims", res)
 	}

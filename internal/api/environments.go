@@ -10,7 +10,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -37,7 +36,7 @@ func (h *handlers) ListEnvironments(ctx context.Context, req ListEnvironmentsReq
 		Environments:  principal(ctx).Narrow(nil),
 		LabelSelector: deref(req.Params.LabelSelector),
 		Region:        deref(req.Params.Region),
-		State:         clusters.State(deref(req.Params.State)),
+		State:         environments.State(deref(req.Params.State)),
 		MaxPageSize:   deref(req.Params.MaxPageSize),
 		PageToken:     deref(req.Params.PageToken),
 	})

@@ -15,7 +15,7 @@ var connectionsDesc = prometheus.NewDesc("storage_gateway_cluster_connections",
 
 // poolStates are the states a pool connection reports; each is exported
 // (as zero when no connection has it) so a dashboard's series never vanish.
-var poolStates = []State{StatePending, StateReady, StateDegraded, StateUnreachable}
+var poolStates = []HealthState{HealthPending, HealthReady, HealthDegraded, HealthUnreachable}
 
 // Register exposes the pool's connection gauge in reg. It is computed on
 // scrape from the connections' current health.
@@ -27,7 +27,7 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- connectionsD
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct {
-		state  State
+		state  HealthState
 		synced bool
 	}
 	counts := map[key]int{}

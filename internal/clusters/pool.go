@@ -166,7 +166,7 @@ type Pool struct {
 type environment struct {
 	live, next *Cluster
 	// reported is the last state published (or the first state).
-	reported State
+	reported HealthState
 	// handlers outlive any one connection (see Cluster.OnPVC).
 	handlers *pvcHandlers
 }
@@ -268,7 +268,7 @@ func (p *Pool) install(c *Cluster) (dropped *Cluster, _ error) {
 	env := p.envs[c.target.EnvironmentID]
 	switch {
 	case env == nil:
-		env = &environment{live: c, reported: StatePending, handlers: &pvcHandlers{}}
+		env = &environment{live: c, reported: HealthPending, handlers: &pvcHandlers{}}
 		for _, follow := range p.pvcFollowers {
 			env.handlers.handlers = append(env.handlers.handlers, follow(c.target.EnvironmentID))
 		}
@@ -390,7 +390,7 @@ func (p *Pool) Health(environmentID string) (Health, bool) {
 // and its caches have synced.
 func (p *Pool) ReadyAndSynced(environmentID string) bool {
 	h, ok := p.Health(environmentID)
-	return ok && h.State == StateReady && h.Synced
+	return ok && h.State == HealthReady && h.Synced
 }
 
 // Get returns the environment's live cluster.
@@ -453,7 +453,7 @@ func (p *Pool) settled(c *Cluster) (final bool) {
 
 func (p *Pool) report(environmentID string, h Health) {
 	level := slog.LevelInfo
-	if h.State != StateReady && h.State != StatePending {
+	if h.State != HealthReady && h.State != HealthPending {
 		level = slog.LevelWarn
 	}
 	p.opts.Logger.Log(context.Background(), level, "cluster health changed",

@@ -61,7 +61,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
 	c.caches = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
-	c.health = Health{State: StatePending, Message: msgAwaitingServer}
+	c.health = Health{State: HealthPending, Message: msgAwaitingServer}
 	return c, nil
 }
 

@@ -13,7 +13,7 @@ import (
 type Health struct {
 	// State is READY, DEGRADED, UNREACHABLE, or PENDING before the first
 	// sync or check.
-	State State
+	State HealthState
 	// Message is written by the gateway, never copied from an API server.
 	Message string
 	// Synced is true once every cache has synced (reads can be served); it
@@ -100,22 +100,22 @@ func (t *tracker) settled() bool {
 	return t.phase == phaseSynced || t.phase == phaseLate || t.down
 }
 
-func (t *tracker) health() (State, string) {
+func (t *tracker) health() (HealthState, string) {
 	switch {
 	case t.down:
-		return StateUnreachable, t.downMessage
+		return HealthUnreachable, t.downMessage
 	case t.phase == phaseSynced:
-		return StateReady, msgReady
+		return HealthReady, msgReady
 	case t.phase == phaseLate && len(t.unsynced) < t.caches:
-		return StateDegraded, fmt.Sprintf("caches not synced within %s, still retrying: %s", t.syncTimeout, strings.Join(t.unsynced, ", "))
+		return HealthDegraded, fmt.Sprintf("caches not synced within %s, still retrying: %s", t.syncTimeout, strings.Join(t.unsynced, ", "))
 	case t.phase == phaseLate:
-		return StateUnreachable, fmt.Sprintf("no cache synced within %s; still retrying", t.syncTimeout)
+		return HealthUnreachable, fmt.Sprintf("no cache synced within %s; still retrying", t.syncTimeout)
 	case t.phase == phaseSyncing:
-		return StatePending, "syncing caches"
+		return HealthPending, "syncing caches"
 	case t.phase == phaseQueued:
-		return StatePending, fmt.Sprintf("waiting to sync; at most %d environments sync at once", t.syncSlots)
+		return HealthPending, fmt.Sprintf("waiting to sync; at most %d environments sync at once", t.syncSlots)
 	}
-	return StatePending, msgAwaitingServer
+	return HealthPending, msgAwaitingServer
 }
 
 // checkLoop checks the API server from the start, then SteadyHealthInterval

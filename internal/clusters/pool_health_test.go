@@ -45,26 +45,26 @@ func TestTrackerStates(t *testing.T) {
 	tests := []struct {
 		name    string
 		steps   []func(*tracker)
-		state   State
+		state   HealthState
 		message string
 		settled bool
 		synced  bool
 	}{
-		{"new", nil, StatePending, "health check", false, false},
-		{"one failure is below the threshold", []func(*tracker){fail}, StatePending, "health check", false, false},
-		{"threshold failures before any success", []func(*tracker){fail, fail}, StateUnreachable, "did not answer", true, false},
-		{"answered, waiting for a slot", []func(*tracker){fail, ok}, StatePending, "at most 4", false, false},
-		{"syncing", []func(*tracker){ok, start, unsynced("storageclasses")}, StatePending, "syncing", false, false},
-		{"synced", []func(*tracker){ok, start, unsynced()}, StateReady, "synced", true, true},
-		{"synced, one failure keeps READY", []func(*tracker){ok, start, unsynced(), fail}, StateReady, "synced", true, true},
-		{"synced, then down", []func(*tracker){ok, start, unsynced(), fail, fail}, StateUnreachable, "did not answer", true, true},
-		{"down, then one success", []func(*tracker){ok, start, unsynced(), fail, fail, ok}, StateReady, "synced", true, true},
-		{"credentials rejected", []func(*tracker){rejected, rejected}, StateUnreachable, "rejected", true, false},
-		{"latest failure explains", []func(*tracker){ok, start, unsynced(), fail, rejected}, StateUnreachable, "rejected", true, true},
-		{"some caches late", []func(*tracker){ok, start, unsynced("events in a", "csidrivers"), deadline}, StateDegraded, "within 30s, still retrying: events in a, csidrivers", true, false},
-		{"no cache synced", []func(*tracker){ok, start, unsynced("a", "b", "c"), deadline}, StateUnreachable, "no cache synced within 30s", true, false},
-		{"late caches catch up", []func(*tracker){ok, start, unsynced("a"), deadline, unsynced()}, StateReady, "synced", true, true},
-		{"deadline after sync is ignored", []func(*tracker){ok, start, unsynced(), deadline}, StateReady, "synced", true, true},
+		{"new", nil, HealthPending, "health check", false, false},
+		{"one failure is below the threshold", []func(*tracker){fail}, HealthPending, "health check", false, false},
+		{"threshold failures before any success", []func(*tracker){fail, fail}, HealthUnreachable, "did not answer", true, false},
+		{"answered, waiting for a slot", []func(*tracker){fail, ok}, HealthPending, "at most 4", false, false},
+		{"syncing", []func(*tracker){ok, start, unsynced("storageclasses")}, HealthPending, "syncing", false, false},
+		{"synced", []func(*tracker){ok, start, unsynced()}, HealthReady, "synced", true, true},
+		{"synced, one failure keeps READY", []func(*tracker){ok, start, unsynced(), fail}, HealthReady, "synced", true, true},
+		{"synced, then down", []func(*tracker){ok, start, unsynced(), fail, fail}, HealthUnreachable, "did not answer", true, true},
+		{"down, then one success", []func(*tracker){ok, start, unsynced(), fail, fail, ok}, HealthReady, "synced", true, true},
+		{"credentials rejected", []func(*tracker){rejected, rejected}, HealthUnreachable, "rejected", true, false},
+		{"latest failure explains", []func(*tracker){ok, start, unsynced(), fail, rejected}, HealthUnreachable, "rejected", true, true},
+		{"some caches late", []func(*tracker){ok, start, unsynced("events in a", "csidrivers"), deadline}, HealthDegraded, "within 30s, still retrying: events in a, csidrivers", true, false},
+		{"no cache synced", []func(*tracker){ok, start, unsynced("a", "b", "c"), deadline}, HealthUnreachable, "no cache synced within 30s", true, false},
+		{"late caches catch up", []func(*tracker){ok, start, unsynced("a"), deadline, unsynced()}, HealthReady, "synced", true, true},
+		{"deadline after sync is ignored", []func(*tracker){ok, start, unsynced(), deadline}, HealthReady, "synced", true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -142,7 +142,7 @@ func TestFailingClusterIsNotHammered(t *testing.T) {
 			}
 			time.Sleep(window)
 			c, _ := p.Get(target.EnvironmentID)
-			if h := c.Health(); h.State != clusters.StateUnreachable || !strings.Contains(h.Message, "no cache synced within 2s") {
+			if h := c.Health(); h.State != clusters.HealthUnreachable || !strings.Contains(h.Message, "no cache synced within 2s") {
 				t.Errorf("health after the sync deadline = %+v, want UNREACHABLE: no cache synced", h)
 			}
 			p.Remove(target.EnvironmentID)

@@ -58,7 +58,7 @@ func ensureReady(t *testing.T, p *clusters.Pool, target clusters.Target) *cluste
 	}
 	poll.Until(t, 15*time.Second, target.EnvironmentID+" READY and synced", func() bool {
 		c, ok := p.Get(target.EnvironmentID)
-		return ok && c.Health().State == clusters.StateReady && c.Health().Synced
+		return ok && c.Health().State == clusters.HealthReady && c.Health().Synced
 	})
 	c, _ := p.Get(target.EnvironmentID)
 	return c
@@ -248,7 +248,7 @@ func ptrs[T any](items []T) []*T {
 // reads, each change of state once.
 type healthLog struct {
 	mu     sync.Mutex
-	states map[string][]clusters.State
+	states map[string][]clusters.HealthState
 }
 
 // subscribe runs handle for p's changes until the test ends.
@@ -273,14 +273,14 @@ func (l *healthLog) record(env string, h clusters.Health) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.states == nil {
-		l.states = map[string][]clusters.State{}
+		l.states = map[string][]clusters.HealthState{}
 	}
 	if seen := l.states[env]; len(seen) == 0 || seen[len(seen)-1] != h.State {
 		l.states[env] = append(seen, h.State)
 	}
 }
 
-func (l *healthLog) of(env string) []clusters.State {
+func (l *healthLog) of(env string) []clusters.HealthState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.states[env])
@@ -314,7 +314,7 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 
 	t.Cleanup(func() { east.SetReachable(true) })
 	east.SetReachable(false)
-	took := poll.Until(t, 60*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.StateUnreachable })
+	took := poll.Until(t, 60*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.HealthUnreachable })
 	t.Logf("unreachable detected after %s (bound %s)", took, detectBound)
 	if took > detectBound+slack {
 		t.Errorf("unreachable detected after %s, want within %s", took, detectBound)
@@ -334,12 +334,12 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	}
 
 	east.SetReachable(true)
-	took = poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.StateReady })
+	took = poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.HealthReady })
 	t.Logf("recovery detected after %s (bound %s)", took, recoverBound)
 	if took > recoverBound+slack {
 		t.Errorf("recovery detected after %s, want within %s", took, recoverBound)
 	}
-	want := []clusters.State{clusters.StateReady, clusters.StateUnreachable, clusters.StateReady}
+	want := []clusters.HealthState{clusters.HealthReady, clusters.HealthUnreachable, clusters.HealthReady}
 	if got := log.of("pool-unreachable"); !slices.Equal(got, want) {
 		t.Errorf("published health changes %v, want %v", got, want)
 	}
@@ -432,7 +432,7 @@ func TestDeadClustersDoNotDelayHealthyOnes(t *testing.T) {
 		if d := time.Since(start); d > cacheRead {
 			t.Errorf("Get and reads of dead %s took %s", id, d)
 		}
-		if h.Synced || h.State == clusters.StateReady || len(pvcs)+len(classes) != 0 {
+		if h.Synced || h.State == clusters.HealthReady || len(pvcs)+len(classes) != 0 {
 			t.Errorf("dead %s: health %+v, %d PVCs, %d classes", id, h, len(pvcs), len(classes))
 		}
 	}
@@ -493,7 +493,7 @@ func TestPoolSwapsConnectionsLive(t *testing.T) {
 			var current *clusters.Cluster
 			took := poll.Until(t, 15*time.Second, "replacement live and READY", func() bool {
 				current, _ = p.Get(id)
-				return current != old && current.Health().State == clusters.StateReady && current.Health().Synced
+				return current != old && current.Health().State == clusters.HealthReady && current.Health().Synced
 			})
 			t.Logf("replacement took over after %s", took)
 			select {
@@ -554,7 +554,7 @@ func TestCachesRecoverAfterAPIServerRestart(t *testing.T) {
 		return added && !kept
 	})
 	t.Logf("cache caught up %s after the changes; health states seen: %v", took, log.of("pool-restart"))
-	poll.Until(t, 15*time.Second, "READY after the restart", func() bool { return c.Health().State == clusters.StateReady })
+	poll.Until(t, 15*time.Second, "READY after the restart", func() bool { return c.Health().State == clusters.HealthReady })
 }
 
 func TestEnsureRefusesUnusableTargets(t *testing.T) {
@@ -597,7 +597,7 @@ func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 	limiters := clusters.NewLimiters(0.2, perProbe) // one token every 5 s after the burst
 	conn := eastTarget("spent").Connection
 	res := newProber(clusters.ProberOptions{Limiters: limiters}).Probe(t.Context(), "spent", conn, namespaces)
-	if res.State != clusters.StateReady {
+	if res.State != clusters.HealthReady {
 		t.Fatalf("probe: %+v", res)
 	}
 	opts := fast

@@ -24,16 +24,20 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
-// State is an environment's health as the probe sees it.
-type State string
+// HealthState is a cluster's health as the gateway sees it: through a probe
+// of its credentials (all five) or through its live connection (pending,
+// ready, degraded, unreachable). An environment's recorded state
+// (environments.State) is taken from it.
+type HealthState string
 
-// The states of an environment (the API contract's EnvironmentState).
+// The health states; their values are the environment states' (the API
+// contract's EnvironmentState).
 const (
-	StatePending      State = "PENDING"
-	StateReady        State = "READY"
-	StateDegraded     State = "DEGRADED"
-	StateUnreachable  State = "UNREACHABLE"
-	StateUnauthorized State = "UNAUTHORIZED"
+	HealthPending      HealthState = "PENDING"
+	HealthReady        HealthState = "READY"
+	HealthDegraded     HealthState = "DEGRADED"
+	HealthUnreachable  HealthState = "UNREACHABLE"
+	HealthUnauthorized HealthState = "UNAUTHORIZED"
 )
 
 // Permission is one access the gateway needs in a cluster.
@@ -92,7 +96,7 @@ func OptionalPermissions(namespaces []string) []Permission {
 // ProbeResult is what one probe learned. Message is written by the gateway
 // (never copied from the API server) and safe to show to any admin.
 type ProbeResult struct {
-	State             State
+	State             HealthState
 	Message           string
 	KubernetesVersion string
 	// StorageClassCount is nil when the classes could not be listed.
@@ -152,7 +156,7 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	case p.slots <- struct{}{}:
 		defer func() { <-p.slots }()
 	case <-ctx.Done():
-		res.State, res.Message = StateUnreachable, "the probe was cancelled while waiting for other probes to finish"
+		res.State, res.Message = HealthUnreachable, "the probe was cancelled while waiting for other probes to finish"
 		return res
 	}
 	perms := RequiredPermissions(namespaces)
@@ -174,7 +178,7 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 
 	client, err := NewClient(conn, opts)
 	if err != nil {
-		res.State, res.Message = StateUnreachable, "the connection settings cannot be used: "+err.Error()
+		res.State, res.Message = HealthUnreachable, "the connection settings cannot be used: "+err.Error()
 		return res
 	}
 	defer client.Close()
@@ -196,18 +200,18 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 		return res
 	}
 	if len(missing) > 0 {
-		res.State, res.Message = StateUnauthorized, describeMissing(missing)
+		res.State, res.Message = HealthUnauthorized, describeMissing(missing)
 		return res
 	}
 	classes, err := client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		_, why := classify(ctx, err, p.opts.Timeout)
-		res.State, res.Message = StateDegraded, "permissions granted, but listing StorageClasses failed: "+why
+		res.State, res.Message = HealthDegraded, "permissions granted, but listing StorageClasses failed: "+why
 		return res
 	}
 	n := len(classes.Items)
 	res.StorageClassCount = &n
-	res.State = StateReady
+	res.State = HealthReady
 	res.Message = "reachable; all required permissions granted"
 	if res.KubernetesVersion == "" {
 		res.Message += "; the API server reported no valid version"
@@ -317,7 +321,7 @@ func describeMissing(missing []Permission) string {
 // classify turns a request error into a state and a message of the gateway's
 // own words: API server bodies are never repeated, since they can reflect
 // attacker-chosen content from a hostile endpoint.
-func classify(ctx context.Context, err error, timeout time.Duration) (State, string) {
+func classify(ctx context.Context, err error, timeout time.Duration) (HealthState, string) {
 	var denied *egress.DeniedError
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
@@ -327,37 +331,37 @@ func classify(ctx context.Context, err error, timeout time.Duration) (State, str
 	var status apierrors.APIStatus
 	switch {
 	case errors.As(err, &denied):
-		return StateUnreachable, denied.Error()
+		return HealthUnreachable, denied.Error()
 	case errors.Is(err, ErrResponseTooLarge):
-		return StateUnreachable, "the API server sent an answer larger than the gateway accepts"
+		return HealthUnreachable, "the API server sent an answer larger than the gateway accepts"
 	case errors.Is(err, egress.ErrRedirect):
-		return StateUnreachable, "the API server answered with a redirect; redirects are never followed"
+		return HealthUnreachable, "the API server answered with a redirect; redirects are never followed"
 	// Go wraps every verification failure in a CertificateVerificationError,
 	// so the specific causes are tested first and it is the fallback.
 	case errors.As(err, &hostname):
-		return StateUnreachable, "TLS verification failed: the server certificate does not match the server name"
+		return HealthUnreachable, "TLS verification failed: the server certificate does not match the server name"
 	case errors.As(err, &certInvalid):
-		return StateUnreachable, "TLS verification failed: the server certificate is invalid or expired"
+		return HealthUnreachable, "TLS verification failed: the server certificate is invalid or expired"
 	case errors.As(err, &unknownCA):
-		return StateUnreachable, "TLS verification failed: the server certificate is not signed by the configured certificate authority"
+		return HealthUnreachable, "TLS verification failed: the server certificate is not signed by the configured certificate authority"
 	case errors.As(err, &verify):
-		return StateUnreachable, "TLS verification failed"
+		return HealthUnreachable, "TLS verification failed"
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.As(err, &netErr) && netErr.Timeout():
-		return StateUnreachable, fmt.Sprintf("the API server did not answer within %s", timeout)
+		return HealthUnreachable, fmt.Sprintf("the API server did not answer within %s", timeout)
 	case errors.As(err, &status):
 		return classifyStatus(status.Status().Code)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return StateUnreachable, "connection refused by the API server address"
+		return HealthUnreachable, "connection refused by the API server address"
 	}
-	return StateUnreachable, "the API server could not be reached"
+	return HealthUnreachable, "the API server could not be reached"
 }
 
-func classifyStatus(code int32) (State, string) {
+func classifyStatus(code int32) (HealthState, string) {
 	switch code {
 	case 401:
-		return StateUnauthorized, "the API server rejected the credentials (401 Unauthorized)"
+		return HealthUnauthorized, "the API server rejected the credentials (401 Unauthorized)"
 	case 403:
-		return StateUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and /readyz and create selfsubjectrulesreviews.authorization.k8s.io"
+		return HealthUnauthorized, "the API server refused access (403 Forbidden); the credentials need get on /version and /readyz and create selfsubjectrulesreviews.authorization.k8s.io"
 	}
-	return StateUnreachable, fmt.Sprintf("the API server answered with HTTP status %d", code)
+	return HealthUnreachable, fmt.Sprintf("the API server answered with HTTP status %d", code)
 }

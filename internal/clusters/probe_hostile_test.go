@@ -76,7 +76,7 @@ func TestProbeRefusesAnOversizedAnswer(t *testing.T) {
 		_, _ = w.Write([]byte(`"}`))
 	}, nil)
 	res := newProber(clusters.ProberOptions{}).Probe(context.Background(), "hostile", conn, []string{"dcm"})
-	if res.State != clusters.StateUnreachable || !strings.Contains(res.Message, "larger than the gateway accepts") || res.KubernetesVersion != "" {
+	if res.State != clusters.HealthUnreachable || !strings.Contains(res.Message, "larger than the gateway accepts") || res.KubernetesVersion != "" {
 		t.Fatalf("probe of an oversized /version: %+v", res)
 	}
 }
@@ -95,7 +95,7 @@ func TestProbeKeepsOnlyAPlausibleVersion(t *testing.T) {
 	} {
 		conn, _ := hostileServer(t, versionBody(tc.served), nil)
 		res := newProber(clusters.ProberOptions{}).Probe(context.Background(), "hostile", conn, []string{"dcm"})
-		if res.State != clusters.StateReady || res.KubernetesVersion != tc.kept {
+		if res.State != clusters.HealthReady || res.KubernetesVersion != tc.kept {
 			t.Errorf("version %q: %+v, want READY keeping %q", tc.served, res, tc.kept)
 		}
 		if tc.kept == "" && !strings.Contains(res.Message, "no valid version") {
@@ -117,7 +117,7 @@ func TestProbesOfOneEnvironmentShareItsRateLimit(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, id := range ids {
 			wg.Go(func() {
-				if res := p.Probe(context.Background(), id, conn, []string{"dcm"}); res.State != clusters.StateReady {
+				if res := p.Probe(context.Background(), id, conn, []string{"dcm"}); res.State != clusters.HealthReady {
 					t.Errorf("probe %s: %+v", id, res)
 				}
 			})
@@ -177,7 +177,7 @@ func TestAProbeOfManyNamespacesFitsItsRateLimit(t *testing.T) {
 		namespaces[i] = fmt.Sprint("ns-", i)
 	}
 	p := newProber(clusters.ProberOptions{Timeout: 500 * time.Millisecond, Limiters: clusters.NewLimiters(200, 40)})
-	if res := p.Probe(context.Background(), "wide", conn, namespaces); res.State != clusters.StateReady {
+	if res := p.Probe(context.Background(), "wide", conn, namespaces); res.State != clusters.HealthReady {
 		t.Fatalf("probe of 33 namespaces: %+v after %d requests", res, requests.Load())
 	}
 }

@@ -36,7 +36,7 @@ func TestProbeNeverFollowsRedirects(t *testing.T) {
 	conn := kubeconfig.Connection{Server: redirector.URL, CAData: pemCert(redirector.Certificate().Raw), Token: token}
 	prober := clusters.NewProber(clusters.ProberOptions{Client: clusters.ClientOptions{Egress: loopback}, Timeout: 5 * time.Second})
 	res := prober.Probe(context.Background(), "env", conn, []string{"dcm"})
-	if res.State != clusters.StateUnreachable || !strings.Contains(res.Message, "redirect") {
+	if res.State != clusters.HealthUnreachable || !strings.Contains(res.Message, "redirect") {
 		t.Fatalf("probe = %+v, want UNREACHABLE because of a redirect", res)
 	}
 	if n := targetHits.Load(); n != 0 {
@@ -56,7 +56,7 @@ func TestProbeOfAServerThatIsNotKubernetes(t *testing.T) {
 	defer srv.Close()
 	conn := kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t0ken"}
 	res := clusters.NewProber(clusters.ProberOptions{Client: clusters.ClientOptions{Egress: loopback}, Timeout: 5 * time.Second}).Probe(context.Background(), "env", conn, []string{"dcm"})
-	if res.State != clusters.StateUnreachable || hits.Load() == 0 {
+	if res.State != clusters.HealthUnreachable || hits.Load() == 0 {
 		t.Fatalf("probe = %+v after %d requests", res, hits.Load())
 	}
 	if strings.Contains(res.Message, "attacker") || !strings.Contains(res.Message, "502") {

@@ -206,12 +206,12 @@ func (c *Connector) disconnect(id string) {
 // UNREACHABLE, or back from it (or from PENDING) to READY: a reachable
 // cluster may still lack permissions, which only the probe can tell.
 func (s *Service) RecordHealth(ctx context.Context, id string, h clusters.Health, lease membership.Lease) {
-	if h.State != clusters.StateReady && h.State != clusters.StateUnreachable {
+	if h.State != clusters.HealthReady && h.State != clusters.HealthUnreachable {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, healthWriteTimeout)
 	defer cancel()
-	changed, err := s.repo.recordReachability(ctx, id, h.State, h.Message, now(), lease)
+	changed, err := s.repo.recordReachability(ctx, id, stateOf(h.State), h.Message, now(), lease)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "record environment health", "environment", id, "error", err)

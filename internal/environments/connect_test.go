@@ -63,12 +63,12 @@ func TestPoolFollowsTheRegistry(t *testing.T) {
 	cluster.SetReachable(false)
 	poll.Until(t, 30*time.Second, "the registry shows the pool's UNREACHABLE without a probe", func() bool {
 		env, err := reg.Registry.Get(ctx, "follow")
-		return err == nil && env.Status.State == clusters.StateUnreachable
+		return err == nil && env.Status.State == environments.StateUnreachable
 	})
 	cluster.SetReachable(true)
 	poll.Until(t, 30*time.Second, "READY again", func() bool {
 		env, err := reg.Registry.Get(ctx, "follow")
-		return err == nil && env.Status.State == clusters.StateReady
+		return err == nil && env.Status.State == environments.StateReady
 	})
 
 	if err := reg.Registry.Delete(ctx, "follow", false); err != nil {
@@ -173,7 +173,7 @@ func TestARefusedRequestProbesAtOnce(t *testing.T) {
 	})
 	poll.Until(t, 15*time.Second, "UNAUTHORIZED, naming the missing permission", func() bool {
 		env, err := reg.Registry.Get(ctx, "revocable")
-		return err == nil && env.Status.State == clusters.StateUnauthorized &&
+		return err == nil && env.Status.State == environments.StateUnauthorized &&
 			strings.Contains(env.Status.Message, "create persistentvolumeclaims in namespace "+ns)
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
 
@@ -93,7 +92,7 @@ type ConnectionInfo struct {
 
 // Status is the latest probe result plus counts.
 type Status struct {
-	State             clusters.State
+	State             State
 	Message           string
 	KubernetesVersion string
 	LastProbeTime     *time.Time
@@ -137,7 +136,7 @@ type ListQuery struct {
 	// LabelSelector is a Kubernetes label selector over the labels.
 	LabelSelector string
 	Region        string
-	State         clusters.State
+	State         State
 	MaxPageSize   int
 	PageToken     string
 }

@@ -16,7 +16,6 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
@@ -73,7 +72,7 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("Register: created=%v err=%v", created, err)
 	}
-	if env.Status.State != clusters.StateReady || env.Status.KubernetesVersion != "v1.36.3" {
+	if env.Status.State != environments.StateReady || env.Status.KubernetesVersion != "v1.36.3" {
 		t.Fatalf("status = %+v, want READY on v1.36.3", env.Status)
 	}
 	if env.Status.StorageClassCount == nil || *env.Status.StorageClassCount < 5 || env.Status.LastReadyTime == nil {
@@ -195,7 +194,7 @@ func TestRegisterAcceptsWildcardRules(t *testing.T) {
 	in.Credentials = environments.Credentials{Explicit: tokenConnection(all)}
 	in.Spec.Namespace = cluster.Spec.Environment.Namespace
 	env, _, err := reg.Registry.Register(ctx, in)
-	if err != nil || env.Status.State != clusters.StateReady {
+	if err != nil || env.Status.State != environments.StateReady {
 		t.Fatalf("register with wildcard rules: %+v, %v", env.Status, err)
 	}
 }
@@ -254,7 +253,7 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rotated.Connection.CredentialsUpdateTime.After(env.Connection.CredentialsUpdateTime) || rotated.Status.State != clusters.StateReady {
+	if !rotated.Connection.CredentialsUpdateTime.After(env.Connection.CredentialsUpdateTime) || rotated.Status.State != environments.StateReady {
 		t.Fatalf("rotation did not take: %+v", rotated.Connection)
 	}
 	// Namespaces the credentials cannot serve are refused after a probe.
@@ -276,15 +275,15 @@ func TestVerifyRecordsReachability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.Status.State != clusters.StateUnreachable || env.Status.LastProbeTime == nil || !env.Status.LastProbeTime.After(*env.Status.LastReadyTime) {
+	if env.Status.State != environments.StateUnreachable || env.Status.LastProbeTime == nil || !env.Status.LastProbeTime.After(*env.Status.LastReadyTime) {
 		t.Fatalf("cut cluster: status %+v", env.Status)
 	}
-	list, err := reg.Registry.List(ctx, environments.ListQuery{State: clusters.StateUnreachable})
+	list, err := reg.Registry.List(ctx, environments.ListQuery{State: environments.StateUnreachable})
 	if err != nil || len(list.Environments) != 1 {
 		t.Fatalf("list UNREACHABLE = %d, %v", len(list.Environments), err)
 	}
 	env, err = reg.Registry.Verify(ctx, "east")
-	if err != nil || env.Status.State != clusters.StateReady {
+	if err != nil || env.Status.State != environments.StateReady {
 		t.Fatalf("after recovery: %+v, %v", env.Status, err)
 	}
 }
@@ -454,7 +453,7 @@ func TestKeyRotation(t *testing.T) {
 	}
 	// The re-sealed credentials still work.
 	env, err := reg.Registry.Verify(ctx, "b")
-	if err != nil || env.Status.State != clusters.StateReady || env.Connection.KeyID != "k2" {
+	if err != nil || env.Status.State != environments.StateReady || env.Connection.KeyID != "k2" {
 		t.Fatalf("verify after rewrap: %+v, %v", env, err)
 	}
 	if err := reg.Keys.Remove("k1"); err != nil {
@@ -543,7 +542,7 @@ func TestTamperedConnectionColumnsAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.Status.State != clusters.StateUnauthorized || !strings.Contains(env.Status.Message, "cannot be used") {
+	if env.Status.State != environments.StateUnauthorized || !strings.Contains(env.Status.Message, "cannot be used") {
 		t.Fatalf("status after tampering = %+v", env.Status)
 	}
 	if hits.Load() != 0 {
@@ -563,12 +562,12 @@ func TestInsecureEnvironmentsStopWhenInsecureIsDisallowed(t *testing.T) {
 	in.Spec.Namespace = "dcm-volumes"
 	in.Credentials = environments.Credentials{Explicit: &kubeconfig.Connection{Server: cluster.ServerURL(), Insecure: true, Token: cluster.GatewayToken()}}
 	env, _, err := reg.Registry.Register(ctx, in)
-	if err != nil || !env.Connection.Insecure || env.Status.State != clusters.StateReady {
+	if err != nil || !env.Connection.Insecure || env.Status.State != environments.StateReady {
 		t.Fatalf("insecure registration while allowed: %+v, %v", env, err)
 	}
 	strict := reg.NewRegistry(t, registrytest.Options{})
 	env, err = strict.Verify(ctx, "lax")
-	if err != nil || env.Status.State != clusters.StateUnreachable || !strings.Contains(env.Status.Message, "SG_ALLOW_INSECURE_CLUSTERS") {
+	if err != nil || env.Status.State != environments.StateUnreachable || !strings.Contains(env.Status.Message, "SG_ALLOW_INSECURE_CLUSTERS") {
 		t.Fatalf("insecure environment under a strict gateway: %+v, %v", env.Status, err)
 	}
 }

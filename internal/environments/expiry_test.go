@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
@@ -44,7 +43,7 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 	if got := env.Connection.CredentialsExpireTime; got == nil || got.Sub(expiry).Abs() > time.Second {
 		t.Fatalf("credentials_expire_time %v, want the token's %v", got, expiry)
 	}
-	if env.Status.State != clusters.StateDegraded || !strings.Contains(env.Status.Message, "the credentials expire at "+expiry.Format(time.RFC3339)) ||
+	if env.Status.State != environments.StateDegraded || !strings.Contains(env.Status.Message, "the credentials expire at "+expiry.Format(time.RFC3339)) ||
 		!strings.Contains(env.Status.Message, "storage-gateway env rotate expiring") {
 		t.Fatalf("status %s %q, want DEGRADED saying when the credentials expire", env.Status.State, env.Status.Message)
 	}
@@ -79,7 +78,7 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 	if err := reg.Registry.Probe(ctx, "expiring", lease); err != nil {
 		t.Fatal(err)
 	}
-	if env, err = reg.Registry.Get(ctx, "expiring"); err != nil || env.Status.State != clusters.StateDegraded ||
+	if env, err = reg.Registry.Get(ctx, "expiring"); err != nil || env.Status.State != environments.StateDegraded ||
 		env.Connection.CredentialsExpireTime == nil || env.Connection.CredentialsExpireTime.Sub(expiry).Abs() > time.Second {
 		t.Fatalf("after a probe: %s %q, expires %v (%v)", env.Status.State, env.Status.Message, env.Connection.CredentialsExpireTime, err)
 	}
@@ -93,7 +92,7 @@ func TestExpiringCredentialsDegradeTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rotated.Status.State != clusters.StateReady || rotated.Connection.CredentialsExpireTime == nil ||
+	if rotated.Status.State != environments.StateReady || rotated.Connection.CredentialsExpireTime == nil ||
 		rotated.Connection.CredentialsExpireTime.Sub(longExpiry).Abs() > time.Second {
 		t.Fatalf("after rotating in a year-long token: %s %q, expires %v", rotated.Status.State, rotated.Status.Message, rotated.Connection.CredentialsExpireTime)
 	}

@@ -8,12 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/paging"
 )
 
-var states = []clusters.State{clusters.StatePending, clusters.StateReady, clusters.StateDegraded, clusters.StateUnreachable, clusters.StateUnauthorized}
+var states = []State{StatePending, StateReady, StateDegraded, StateUnreachable, StateUnauthorized}
 
 // List returns one page of environments matching the query, ordered by id.
 func (s *Service) List(ctx context.Context, q ListQuery) (Page, error) {

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/metrics"
 )
 
@@ -52,7 +51,7 @@ func (s *Service) Metrics() prometheus.Gatherer { return prometheus.GathererFunc
 // metricsRow is what a scrape reads of one environment.
 type metricsRow struct {
 	id, region, zone string
-	state            clusters.State
+	state            State
 	expiry           *time.Time
 	withoutClaim     *int
 	reclaimed        *time.Time
@@ -75,7 +74,7 @@ func (s *Service) gatherMetrics() ([]*dto.MetricFamily, error) {
 	var r metricsRow
 	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.region, &r.zone, &r.state, &r.expiry, &r.withoutClaim, &r.reclaimed}, func() error {
 		value := 0.0
-		if r.state == clusters.StateReady || r.state == clusters.StateDegraded {
+		if r.state == StateReady || r.state == StateDegraded {
 			value = 1
 		}
 		m, err := upGauge.Series(value, r.id, r.region, r.zone, string(r.state))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 )
@@ -73,13 +72,13 @@ func (s *Service) reconcileProbe(ctx context.Context, opts ProbeOptions, id stri
 // dueForProbe reports whether an environment in state st is due for a
 // probe at.
 func dueForProbe(st Status, readyInterval time.Duration, at time.Time) bool {
-	return st.State != clusters.StateReady || st.LastProbeTime == nil || at.Sub(*st.LastProbeTime) >= readyInterval
+	return st.State != StateReady || st.LastProbeTime == nil || at.Sub(*st.LastProbeTime) >= readyInterval
 }
 
 // untilDue is how long after at an environment in state st is due for its
 // next probe.
 func untilDue(st Status, interval, readyInterval time.Duration, at time.Time) time.Duration {
-	if st.State != clusters.StateReady || st.LastProbeTime == nil {
+	if st.State != StateReady || st.LastProbeTime == nil {
 		return interval
 	}
 	return max(st.LastProbeTime.Add(readyInterval).Sub(at), time.Second)

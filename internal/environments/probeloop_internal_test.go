@@ -3,8 +3,6 @@ package environments
 import (
 	"testing"
 	"time"
-
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 )
 
 // Only a READY environment probed within the ready interval is not due: any
@@ -13,18 +11,18 @@ func TestDueForProbe(t *testing.T) {
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) *time.Time { p := at.Add(-d); return &p }
 	for _, tc := range []struct {
-		state clusters.State
+		state State
 		last  *time.Time
 		due   bool
 	}{
-		{clusters.StateReady, ago(time.Minute), false},
-		{clusters.StateReady, ago(9 * time.Minute), false},
-		{clusters.StateReady, ago(10 * time.Minute), true},
-		{clusters.StateReady, nil, true},
-		{clusters.StateUnreachable, ago(time.Second), true},
-		{clusters.StateUnauthorized, ago(time.Second), true},
-		{clusters.StateDegraded, ago(time.Second), true},
-		{clusters.StatePending, nil, true},
+		{StateReady, ago(time.Minute), false},
+		{StateReady, ago(9 * time.Minute), false},
+		{StateReady, ago(10 * time.Minute), true},
+		{StateReady, nil, true},
+		{StateUnreachable, ago(time.Second), true},
+		{StateUnauthorized, ago(time.Second), true},
+		{StateDegraded, ago(time.Second), true},
+		{StatePending, nil, true},
 	} {
 		if got := dueForProbe(Status{State: tc.state, LastProbeTime: tc.last}, 10*time.Minute, at); got != tc.due {
 			t.Errorf("%s, last probe %v: due = %v, want %v", tc.state, tc.last, got, tc.due)
@@ -38,16 +36,16 @@ func TestUntilDue(t *testing.T) {
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) *time.Time { p := at.Add(-d); return &p }
 	for _, tc := range []struct {
-		state clusters.State
+		state State
 		last  *time.Time
 		want  time.Duration
 	}{
-		{clusters.StateReady, ago(time.Minute), 9 * time.Minute},
-		{clusters.StateReady, ago(0), 10 * time.Minute},
-		{clusters.StateReady, ago(11 * time.Minute), time.Second},
-		{clusters.StateReady, nil, 30 * time.Second},
-		{clusters.StateUnreachable, ago(time.Second), 30 * time.Second},
-		{clusters.StateDegraded, ago(time.Hour), 30 * time.Second},
+		{StateReady, ago(time.Minute), 9 * time.Minute},
+		{StateReady, ago(0), 10 * time.Minute},
+		{StateReady, ago(11 * time.Minute), time.Second},
+		{StateReady, nil, 30 * time.Second},
+		{StateUnreachable, ago(time.Second), 30 * time.Second},
+		{StateDegraded, ago(time.Hour), 30 * time.Second},
 	} {
 		if got := untilDue(Status{State: tc.state, LastProbeTime: tc.last}, 30*time.Second, 10*time.Minute, at); got != tc.want {
 			t.Errorf("%s, last probe %v: due in %s, want %s", tc.state, tc.last, got, tc.want)

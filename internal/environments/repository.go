@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/paging"
@@ -71,7 +70,7 @@ func scanRecord(row pgx.Row) (record, error) {
 	if err != nil {
 		return record{}, err
 	}
-	r.Status.State = clusters.State(state)
+	r.Status.State = State(state)
 	r.Connection.KeyID = r.sealed.KeyID
 	r.Connection.CASHA256 = kubeconfig.Connection{CAData: r.caData}.CASHA256()
 	for _, f := range []struct {
@@ -219,7 +218,7 @@ func (r *repository) volumesIn(ctx context.Context, id string, namespaces []stri
 
 // recordReachability applies a pool health change (see Service.RecordHealth)
 // while the owner's claim is current.
-func (r *repository) recordReachability(ctx context.Context, id string, state clusters.State, msg string, at time.Time, lease membership.Lease) (bool, error) {
+func (r *repository) recordReachability(ctx context.Context, id string, state State, msg string, at time.Time, lease membership.Lease) (bool, error) {
 	tag, err := r.db.Exec(ctx, `
 		UPDATE environments SET state = $2, status_message = $3, last_probe_time = $4,
 			last_ready_time = CASE WHEN $2 = 'READY' THEN $4 ELSE last_ready_time END

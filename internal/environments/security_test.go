@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
@@ -59,7 +58,7 @@ func TestRolledBackCredentialsAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if env.Status.State != clusters.StateUnauthorized || !strings.Contains(env.Status.Message, "cannot be used") {
+		if env.Status.State != environments.StateUnauthorized || !strings.Contains(env.Status.Message, "cannot be used") {
 			t.Fatalf("%s: the pre-rotation credentials were used: %+v", why, env.Status)
 		}
 	}
@@ -119,7 +118,7 @@ func TestOneUnreadableRowDoesNotStopStartUp(t *testing.T) {
 	if len(reported) != 1 || !strings.Contains(reported[0], `"environment":"a"`) {
 		t.Fatalf("the damaged row is not reported on its own: %q", reported)
 	}
-	if env, err := reg.Registry.Verify(ctx, "b"); err != nil || env.Status.State != clusters.StateReady {
+	if env, err := reg.Registry.Verify(ctx, "b"); err != nil || env.Status.State != environments.StateReady {
 		t.Fatalf("an intact environment after another's damage: %+v %v", env.Status, err)
 	}
 	// Re-sealing under a new key passes the damaged row by, naming it.

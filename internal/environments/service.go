@@ -109,7 +109,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 
 	result := s.prober.Probe(ctx, reg.ID, conn, spec.Namespaces())
-	if result.State != clusters.StateReady {
+	if result.State != clusters.HealthReady {
 		return Environment{}, false, probeFailed(result)
 	}
 	result = expiring(result, expiryOf(conn), reg.ID, conn)
@@ -245,9 +245,9 @@ func (s *Service) probeAndRecordStatus(ctx context.Context, rec record, lease *m
 // probeStored probes with the stored credentials; expiry is when they
 // expire (nil when they say nothing, or could not be opened).
 func (s *Service) probeStored(ctx context.Context, rec record) (result clusters.ProbeResult, expiry *time.Time) {
-	refused := clusters.ProbeResult{State: clusters.StateUnauthorized, Time: now()}
+	refused := clusters.ProbeResult{State: clusters.HealthUnauthorized, Time: now()}
 	if rec.Connection.Insecure && !s.allowInsecure {
-		refused.State = clusters.StateUnreachable
+		refused.State = clusters.HealthUnreachable
 		refused.Message = "TLS verification is off for this environment but SG_ALLOW_INSECURE_CLUSTERS is not set; rotate its credentials"
 		return refused, nil
 	}
@@ -284,10 +284,10 @@ func expiryOf(conn kubeconfig.Connection) *time.Time {
 // serving (DEGRADED is a problem to fix, not an outage); the cluster
 // itself refuses the credentials once they have expired (UNAUTHORIZED).
 func expiring(r clusters.ProbeResult, expiry *time.Time, id string, conn kubeconfig.Connection) clusters.ProbeResult {
-	if expiry == nil || r.State != clusters.StateReady || expiry.Sub(r.Time) > expiryWarning {
+	if expiry == nil || r.State != clusters.HealthReady || expiry.Sub(r.Time) > expiryWarning {
 		return r
 	}
-	r.State = clusters.StateDegraded
+	r.State = clusters.HealthDegraded
 	r.Message = fmt.Sprintf("the credentials expire at %s (in %s); %s",
 		expiry.Format(time.RFC3339), max(expiry.Sub(r.Time), 0).Round(time.Minute), rotateHint(id, conn))
 	return r
@@ -344,10 +344,10 @@ func probeFailed(r clusters.ProbeResult) error {
 // statusFrom folds a probe result into the previous status.
 func statusFrom(prev Status, r clusters.ProbeResult) Status {
 	st := prev
-	st.State, st.Message = r.State, r.Message
+	st.State, st.Message = stateOf(r.State), r.Message
 	// A cluster that answered (READY) said which version it runs, or gave
 	// none worth keeping; one that did not keeps its last known version.
-	if r.KubernetesVersion != "" || r.State == clusters.StateReady {
+	if r.KubernetesVersion != "" || r.State == clusters.HealthReady {
 		st.KubernetesVersion = r.KubernetesVersion
 	}
 	if r.StorageClassCount != nil {
@@ -355,7 +355,7 @@ func statusFrom(prev Status, r clusters.ProbeResult) Status {
 	}
 	t := r.Time
 	st.LastProbeTime = &t
-	if r.State == clusters.StateReady {
+	if r.State == clusters.HealthReady {
 		st.LastReadyTime = &t
 	}
 	return st

@@ -82,7 +82,7 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	next.Spec = spec
 	if probe {
 		result := s.prober.Probe(ctx, id, conn, spec.Namespaces())
-		if result.State != clusters.StateReady {
+		if result.State != clusters.HealthReady {
 			return Environment{}, probeFailed(result)
 		}
 		next.Status = statusFrom(rec.Status, expiring(result, expiryOf(conn), id, conn))

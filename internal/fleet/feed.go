@@ -248,9 +248,9 @@ func (f *Feed) refresh(id string) {
 	if ok {
 		h = c.Health()
 	}
-	if ok && c.StorageSynced() && h.State != clusters.StateUnreachable {
+	if ok && c.StorageSynced() && h.State != clusters.HealthUnreachable {
 		changed = f.opts.Index.Observe(id, c.StorageObjects(), now)
-		changed = f.opts.Index.SetWritable(id, h.State == clusters.StateReady && h.Synced) || changed
+		changed = f.opts.Index.SetWritable(id, h.State == clusters.HealthReady && h.Synced) || changed
 	} else {
 		changed = f.opts.Index.MarkStale(id, now)
 	}

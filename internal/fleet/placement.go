@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
-	"github.com/dcm-project/storage-gateway/internal/clusters"
+	"github.com/dcm-project/storage-gateway/internal/environments"
 )
 
 // Request is a placement question: where can a volume of this size, with
@@ -195,7 +195,7 @@ func (ix *Index) Place(r Request) (*Placement, error) {
 		case r.Zone != "" && m.Zone != r.Zone:
 			exclude(m.ID, "in zone %q, not %q", m.Zone, r.Zone)
 			continue
-		case m.State != string(clusters.StateReady):
+		case m.State != string(environments.StateReady):
 			exclude(m.ID, "the environment is %s, not READY", cmp.Or(m.State, "PENDING"))
 			continue
 		case v.stale:

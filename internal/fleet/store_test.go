@@ -52,7 +52,7 @@ type registry struct {
 func newRegistry(ids ...string) *registry {
 	r := &registry{envs: map[string]environments.Environment{}}
 	for _, id := range ids {
-		r.envs[id] = environments.Environment{ID: id, Status: environments.Status{State: clusters.StateReady}}
+		r.envs[id] = environments.Environment{ID: id, Status: environments.Status{State: environments.StateReady}}
 	}
 	return r
 }
@@ -320,13 +320,13 @@ func TestTheFeedFollowsTheRegistry(t *testing.T) {
 		})
 	}
 
-	reg.set("west", &environments.Environment{ID: "west", Spec: environments.Spec{Region: "eu"}, Status: environments.Status{State: clusters.StateReady}})
+	reg.set("west", &environments.Environment{ID: "west", Spec: environments.Spec{Region: "eu"}, Status: environments.Status{State: environments.StateReady}})
 	shows("the registered environment in the index, stale", func(e *entry) bool { return e != nil && !e.fresh && e.meta.Region == "eu" })
 	poll.Until(t, 5*time.Second, "east's snapshot persisted stale", func() bool {
 		var live bool
 		return db.QueryRow(ctx, `SELECT live FROM fleet_snapshots WHERE environment_id = 'east'`).Scan(&live) == nil && !live
 	})
-	reg.set("west", &environments.Environment{ID: "west", Spec: environments.Spec{Region: "us"}, Status: environments.Status{State: clusters.StateReady}})
+	reg.set("west", &environments.Environment{ID: "west", Spec: environments.Spec{Region: "us"}, Status: environments.Status{State: environments.StateReady}})
 	shows("the changed region", func(e *entry) bool { return e != nil && e.meta.Region == "us" })
 	reg.set("west", nil)
 	shows("the deleted environment gone", func(e *entry) bool { return e == nil })
@@ -384,7 +384,7 @@ func TestTheFeedShowsWhatAnOwnedClusterHolds(t *testing.T) {
 		t.Fatalf("a ready cluster's classes place %d candidates (%v), want 2", p.Candidates(), err)
 	}
 
-	fake.SetHealth(clusters.Health{State: clusters.StateUnreachable, Message: "no answer"})
+	fake.SetHealth(clusters.Health{State: clusters.HealthUnreachable, Message: "no answer"})
 	pool.topic.Publish(clusters.Change{Kind: clusters.HealthChanged, EnvironmentID: "east"})
 	poll.Until(t, 5*time.Second, "east shown stale and persisted so", func() bool {
 		east, _ := f.opts.Index.Environment("east")

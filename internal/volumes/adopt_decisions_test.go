@@ -19,8 +19,8 @@ import (
 func TestHealthAsDCMPollsIt(t *testing.T) {
 	ready := clusterstest.New()
 	lost := clusterstest.New()
-	lost.SetHealth(clusters.Health{State: clusters.StateUnreachable, Message: "the API server did not answer"})
-	probed := func(state clusters.State, msg string) environments.Status {
+	lost.SetHealth(clusters.Health{State: clusters.HealthUnreachable, Message: "the API server did not answer"})
+	probed := func(state environments.State, msg string) environments.Status {
 		return environments.Status{State: state, Message: msg}
 	}
 	for _, tt := range []struct {
@@ -31,12 +31,12 @@ func TestHealthAsDCMPollsIt(t *testing.T) {
 		healthy   bool
 		message   string
 	}{
-		{"ready", probed(clusters.StateReady, "3 classes"), ready, true, true, "READY: 3 classes"},
-		{"degraded serves", probed(clusters.StateDegraded, "credentials expire in 2 days"), ready, true, true, "DEGRADED: credentials expire in 2 days"},
-		{"not connected", probed(clusters.StateReady, "3 classes"), nil, false, false, "not connected"},
-		{"probe refused", probed(clusters.StateUnauthorized, "token rejected"), ready, true, false, "UNAUTHORIZED: token rejected"},
-		{"not probed yet", probed(clusters.StatePending, ""), ready, true, false, "PENDING"},
-		{"connection lost since the probe", probed(clusters.StateReady, "3 classes"), lost, true, false, "UNREACHABLE: the API server did not answer"},
+		{"ready", probed(environments.StateReady, "3 classes"), ready, true, true, "READY: 3 classes"},
+		{"degraded serves", probed(environments.StateDegraded, "credentials expire in 2 days"), ready, true, true, "DEGRADED: credentials expire in 2 days"},
+		{"not connected", probed(environments.StateReady, "3 classes"), nil, false, false, "not connected"},
+		{"probe refused", probed(environments.StateUnauthorized, "token rejected"), ready, true, false, "UNAUTHORIZED: token rejected"},
+		{"not probed yet", probed(environments.StatePending, ""), ready, true, false, "PENDING"},
+		{"connection lost since the probe", probed(environments.StateReady, "3 classes"), lost, true, false, "UNREACHABLE: the API server did not answer"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			healthy, msg := healthOf(tt.st, tt.cluster, tt.connected)

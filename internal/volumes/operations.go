@@ -215,10 +215,10 @@ func healthOf(st environments.Status, cluster clusters.Live, connected bool) (bo
 	switch {
 	case !connected:
 		return false, "not connected"
-	case st.State != clusters.StateReady && st.State != clusters.StateDegraded:
+	case st.State != environments.StateReady && st.State != environments.StateDegraded:
 		return false, fmt.Sprintf("%s: %s", st.State, st.Message)
 	}
-	if h := cluster.Health(); h.State != clusters.StateReady {
+	if h := cluster.Health(); h.State != clusters.HealthReady {
 		return false, fmt.Sprintf("%s: %s", h.State, h.Message)
 	}
 	return true, fmt.Sprintf("%s: %s", st.State, st.Message)

@@ -431,7 +431,7 @@ func (s *Service) writable(envID string) (clusters.Live, membership.Lease, error
 	if err != nil {
 		return nil, lease, err
 	}
-	if h := cluster.Health(); h.State == clusters.StateUnreachable {
+	if h := cluster.Health(); h.State == clusters.HealthUnreachable {
 		return nil, lease, fault.RetryLater(5*time.Second, "environment %s is unreachable: %s", envID, h.Message)
 	}
 	return cluster, lease, nil

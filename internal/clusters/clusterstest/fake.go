@@ -37,7 +37,7 @@ var _ clusters.Live = (*Fake)(nil)
 // New returns a Fake holding objects (claims, classes, events, namespaces).
 func New(objects ...runtime.Object) *Fake {
 	f := &Fake{clientset: fake.NewClientset(objects...)}
-	f.SetHealth(clusters.Health{State: clusters.StateReady, Synced: true})
+	f.SetHealth(clusters.Health{State: clusters.HealthReady, Synced: true})
 	return f
 }
 
