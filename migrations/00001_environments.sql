@@ -1,5 +1,5 @@
--- The environment registry (SPEC.md §2.1): one row per registered cluster target.
--- Credentials are stored only as envelope-encrypted ciphertext (SPEC.md §2.1.3).
+-- The environment registry: one row per registered cluster target.
+-- Credentials are stored only as envelope-encrypted ciphertext.
 
 -- +goose Up
 CREATE TABLE environments (

@@ -1,5 +1,5 @@
--- Connection, sealed credentials and probe status of each environment
--- (SPEC.md §2.1). Non-secret connection facts (server, CA, TLS name) are
+-- Connection, sealed credentials and probe status of each environment.
+-- Non-secret connection facts (server, CA, TLS name) are
 -- plain columns so they can be shown; the token or client key lives only in
 -- `credentials`, sealed by internal/secrets under the key named in
 -- `credentials_key_id` (indexed so key retirement can count its rows).

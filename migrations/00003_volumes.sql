@@ -1,4 +1,4 @@
--- Volume records (SPEC.md §2.2): one row per PVC the gateway manages for DCM.
+-- Volume records: one row per PVC the gateway manages for DCM.
 -- The registry needs them to refuse deleting an environment that still has
 -- volumes and to forget them with ?force=true (the PVCs stay in the cluster);
 -- the volume API fills and extends them.

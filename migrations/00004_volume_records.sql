@@ -1,4 +1,4 @@
--- Volume API (SPEC.md §2.2): idempotency keys of the environment agent's
+-- Volume API: idempotency keys of the environment agent's
 -- request shape (bare spec + Idempotency-Key, no id), kept at least 24 h so a
 -- redelivery finds the volume it created; and the index the volume list and
 -- the reconciler read by.

@@ -1,4 +1,4 @@
--- Volume status to DCM (SPEC.md §3): the transactional outbox. A status
+-- Volume status to DCM: the transactional outbox. A status
 -- transition updates the volume record and inserts its CloudEvent here in
 -- one transaction; the relay publishes rows in id order and marks them sent
 -- after the JetStream ack. reported_status/_message are the last ones handed

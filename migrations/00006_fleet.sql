@@ -1,4 +1,4 @@
--- Fleet views (SPEC.md §2.3). capability_overrides are an environment's
+-- Fleet views. capability_overrides are an environment's
 -- statement of what its classes support (capabilities.Overrides).
 -- fleet_snapshots keep each environment's last known storage objects
 -- (classes without secret-looking parameters, CSI drivers, capacities), so a

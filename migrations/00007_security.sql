@@ -1,4 +1,4 @@
--- Who may do what (SPEC.md §7) and credentials that cannot be rolled back.
+-- Who may do what and credentials that cannot be rolled back.
 --
 -- audit_events: every admin action and volume mutation — who (subject, name,
 -- roles, how authenticated), what (the API operation), which environment and

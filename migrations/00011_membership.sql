@@ -1,5 +1,5 @@
 -- +goose Up
--- Replicas as members (issue 17): each heartbeats its row with the
+-- Replicas as members: each heartbeats its row with the
 -- database's clock and is live while its heartbeat is younger than the
 -- lease. incarnation changes at every start, so a process that finds its
 -- id taken over (a restarted replica with the same id) knows it is no

@@ -1,4 +1,4 @@
--- Every replica shows every environment's classes (issue 17): the owner of
+-- Every replica shows every environment's classes: the owner of
 -- an environment persists its snapshot and the others read it. live says
 -- whether the owner watches the cluster now (the view's stale flag);
 -- observed_time is what the owner's view shows (when the classes last

@@ -1,11 +1,11 @@
--- Adopting another provider's volumes (issue 18): a claim labelled for DCM
+-- Adopting another provider's volumes: a claim labelled for DCM
 -- storage that no volume record serves is left alone until an admin adopts
 -- it, and counted meanwhile. The environment's owner counts them on each
 -- reconciler pass and after an adoption; the environment's status shows the
 -- count (any replica answers it from here). A row is written only by the
 -- owner, fenced like its other writes.
 --
--- Placement (issue 18) offers only environments a create would be accepted
+-- Placement offers only environments a create would be accepted
 -- in now: fleet_snapshots.writable says the owner's connection is READY
 -- with every cache synced (live alone says the classes are current).
 
