@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -62,8 +63,8 @@ type scrapeFixture struct {
 
 // newScrapeFixture seeds a fresh database with shape, as a gateway that
 // watched it would have left it (registry rows, fleet snapshots, volume
-// records), and builds a gateway over it.
-func newScrapeFixture(tb testing.TB, shape fleetShape) *scrapeFixture {
+// records), and builds a gateway over it, with settings over the fixture's.
+func newScrapeFixture(tb testing.TB, shape fleetShape, settings ...map[string]string) *scrapeFixture {
 	tb.Helper()
 	ctx := context.Background()
 	dir := tb.TempDir()
@@ -97,14 +98,18 @@ func newScrapeFixture(tb testing.TB, shape fleetShape) *scrapeFixture {
 	if err := tokens.Write(filepath.Join(dir, "tokens.json")); err != nil {
 		tb.Fatal(err)
 	}
-	cfg, err := config.FromMap(map[string]string{
+	vars := map[string]string{
 		"SG_DATABASE_URL":         database.URL,
 		"SG_KEY_RING_FILE":        filepath.Join(dir, "keyring.json"),
 		"SG_AUTH_TOKEN_FILE":      filepath.Join(dir, "tokens.json"),
 		"SG_STATE_DIR":            dir,
 		"SG_EMBEDDED_NATS_LISTEN": config.EmbeddedNATSListenOff,
 		"SG_SHUTDOWN_TIMEOUT":     "10s",
-	})
+	}
+	for _, more := range settings {
+		maps.Copy(vars, more)
+	}
+	cfg, err := config.FromMap(vars)
 	if err != nil {
 		tb.Fatal(err)
 	}
