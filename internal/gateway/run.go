@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 )
@@ -19,10 +22,24 @@ type worker struct {
 	name string
 	run  func(context.Context)
 	// started, if set, reports whether the worker is under way:
-	// readiness waits for it (see notStarted).
+	// readiness waits for it (see backgroundStarted).
 	started func() bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// first: the workers after it start once it started, or after
+	// firstStartWait (see Run).
+	first  bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// firstStartWait bounds how long Run waits for a first worker to start
+// (a database not migrated yet never lets it): the rest start anyway.
+const firstStartWait = 2 * time.Second
+
+// awaitStart waits until w started, firstStartWait has passed or ctx ended.
+func (w *worker) awaitStart(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, firstStartWait)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) { return w.started(), nil })
 }
 
 func (w *worker) Start(ctx context.Context) {
@@ -66,8 +83,11 @@ func (g *Gateway) backgroundStarted(context.Context) error {
 // shutdown), so this replica's leases hold while they finish.
 func (g *Gateway) workers() []*worker {
 	ws := []*worker{
+		// First: it learns the registry's revisions before the reconcilers
+		// list what they follow, so a change another replica makes in
+		// between is one it publishes, not one both miss.
 		{name: "registry watch", run: func(ctx context.Context) { g.registry.Watch(ctx, g.opts.Intervals.Watch) },
-			started: g.registry.Watching},
+			started: g.registry.Watching, first: true},
 		{name: "claim on registration", run: func(ctx context.Context) {
 			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
 		}},
@@ -102,6 +122,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	workers := g.background
 	for _, w := range workers {
 		w.Start(background)
+		if w.first {
+			w.awaitStart(ctx)
+		}
 	}
 	served := make(chan error, 1)
 	go func() { served <- g.server.Serve(g.listener) }()
