@@ -53,9 +53,28 @@ type Tx struct {
 }
 
 // Tx runs fn in a transaction and commits it when fn returns nil.
-func (w *Writer) Tx(ctx context.Context, fn func(Tx) error) error {
+func (w *Writer) Tx(ctx context.Context, fn func(Tx) error) error { return w.tx(ctx, false, fn) }
+
+// DerivedTx is Tx for writes of state re-derived from the clusters after
+// a crash (what a volume's claim shows): its commit does not wait for the
+// WAL flush (synchronous_commit off for the transaction), which a busy
+// disk can stall for a hundred milliseconds. A database crash can lose the
+// last such commits, never a torn one: the status and its event go
+// together, the next observation of the claim records them again, and an
+// event id is fixed by the volume's transition, so one that went out before
+// the crash is a repeat JetStream drops.
+func (w *Writer) DerivedTx(ctx context.Context, fn func(Tx) error) error { return w.tx(ctx, true, fn) }
+
+func (w *Writer) tx(ctx context.Context, derived bool, fn func(Tx) error) error {
 	queued := false
-	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error { return fn(Tx{Tx: tx, queued: &queued}) })
+	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
+		if derived {
+			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+				return err
+			}
+		}
+		return fn(Tx{Tx: tx, queued: &queued})
+	})
 	if err == nil && queued && w.wake != nil {
 		w.wake()
 	}

@@ -64,3 +64,26 @@ func TestTheWriterWakesTheRelayOnceItsEventsCommitted(t *testing.T) {
 		t.Fatalf("a transaction that queued nothing: %v, %d wakes; want none", err, wakes.Load())
 	}
 }
+
+// TestOnlyDerivedStateSkipsTheWALFlush: a derived transaction commits
+// without waiting for the WAL flush, and only for itself; a Tx waits.
+func TestOnlyDerivedStateSkipsTheWALFlush(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB})
+	setting := func(run func(context.Context, func(outbox.Tx) error) error) string {
+		var got string
+		if err := run(ctx, func(tx outbox.Tx) error {
+			return tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := setting(w.DerivedTx); got != "off" {
+		t.Errorf("in a derived transaction synchronous_commit is %q, want off", got)
+	}
+	if got := setting(w.Tx); got != "on" {
+		t.Errorf("in a transaction after a derived one synchronous_commit is %q, want on (SET LOCAL ends with its transaction)", got)
+	}
+}

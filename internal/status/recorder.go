@@ -99,7 +99,8 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 	if err != nil {
 		return err
 	}
-	return r.Outbox.Tx(ctx, func(tx outbox.Tx) error {
+	// What the claim shows is observed again after a crash.
+	return r.Outbox.DerivedTx(ctx, func(tx outbox.Tx) error {
 		_, err := r.record(ctx, tx, lease, o, false, true)
 		return err
 	})

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -320,13 +323,61 @@ func (s *boundBench) mark(m map[string]chan time.Time, id string, at time.Time) 
 // BenchmarkBoundToRunning measures the real create path at default
 // settings: a volume created through the API, the moment a watch sees its
 // claim Bound, to the RUNNING CloudEvent on NATS (target p99 ≤ 50 ms: a
-// normal lifecycle is never held by the flap budget). Baselines from the
-// same run: a bare watch that republishes Bound to NATS from memory (no
-// cache, database, outbox), and the 500 ms a trailing-edge debounce holds
-// a transition for.
+// normal lifecycle is never held by the flap budget) — on a quiet machine,
+// and on a busy one (busyMachine: a core spinning, a writer fsyncing: the
+// disk Postgres flushes its WAL to is shared). Baselines from the same
+// run: a bare watch that republishes Bound to NATS from memory (no cache,
+// database, outbox), and the 500 ms a trailing-edge debounce holds a
+// transition for.
 //
 //	go test ./test/e2e -run '^$' -bench BoundToRunning -benchtime 40x
 func BenchmarkBoundToRunning(b *testing.B) {
+	b.Run("quiet", func(b *testing.B) { boundToRunning(b, false) })
+	b.Run("busy", func(b *testing.B) { boundToRunning(b, true) })
+}
+
+// busyMachine keeps one core busy and the disk flushing until the
+// benchmark ends: a goroutine on its own thread spinning, and one writing
+// and fsyncing 64 KiB blocks to a file.
+func busyMachine(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for n := 0; ctx.Err() == nil; n++ {
+			_ = n * n
+		}
+	})
+	wg.Go(func() {
+		f, err := os.Create(filepath.Join(b.TempDir(), "fsync-load"))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer func() { _ = f.Close() }()
+		block := make([]byte, 64<<10)
+		for i := 0; ctx.Err() == nil; i++ {
+			if i%256 == 0 { // a 16 MiB file, rewritten
+				if _, err := f.Seek(0, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			if _, err := f.Write(block); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := f.Sync(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func boundToRunning(b *testing.B, busy bool) {
 	r := startReporting(b, gatewaytest.Options{})
 	c, east := r.client, clusters[0]
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
@@ -381,6 +432,9 @@ func BenchmarkBoundToRunning(b *testing.B) {
 			b.Fatalf("%s of %s not within 30s", what, id)
 			return time.Time{}
 		}
+	}
+	if busy {
+		busyMachine(b)
 	}
 	var delays, floor []time.Duration
 	b.ResetTimer()
