@@ -99,6 +99,32 @@ type Feed struct {
 	// replicated is the revision of each other replica's snapshot the
 	// index shows.
 	replicated map[string]int64
+	// reread are the environments whose registry row the next reconcile
+	// reads: named by the start-up listing, a registry or ownership change
+	// or a snapshot of one not in the index. A change of a cluster's
+	// storage objects alone (informer events, the frequent case) is
+	// applied from the pool without a database read.
+	reread map[string]bool
+}
+
+// rereadAll marks ids for a registry read and returns them.
+func (f *Feed) rereadAll(ids ...string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		f.reread[id] = true
+	}
+	return ids
+}
+
+// takeReread reports whether id's registry row is to be read, and clears
+// the mark: a change after this is marked again and queues another look.
+func (f *Feed) takeReread(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	marked := f.reread[id]
+	delete(f.reread, id)
+	return marked
 }
 
 // NewFeed returns a feed subscribed to the pool's, the registry's and the
@@ -113,17 +139,20 @@ func NewFeed(opts FeedOptions) *Feed {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	f := &Feed{opts: opts, unsaved: map[string]bool{}, replicated: map[string]int64{}}
+	f := &Feed{opts: opts, unsaved: map[string]bool{}, replicated: map[string]int64{}, reread: map[string]bool{}}
 	f.envs = controller.New(controller.Options{Name: "fleet feed", Logger: opts.Logger, Reconcile: f.reconcile,
 		// Every environment is in the index, owned here or not.
-		List: opts.Registry.IDs,
+		List: func(ctx context.Context) ([]string, error) {
+			ids, err := opts.Registry.IDs(ctx)
+			return f.rereadAll(ids...), err
+		},
 	})
-	controller.Watch(f.envs, opts.Registry.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
+	controller.Watch(f.envs, opts.Registry.Subscribe(), func(c environments.Change) []string { return f.rereadAll(c.EnvironmentID) })
 	controller.Watch(f.envs, opts.Owned.Subscribe(), func(c membership.Change) []string {
 		f.mu.Lock()
 		delete(f.replicated, c.EnvironmentID) // lost: read its new owner's snapshot next
 		f.mu.Unlock()
-		return []string{c.EnvironmentID}
+		return f.rereadAll(c.EnvironmentID)
 	})
 	clusterChanges := opts.Clusters.Subscribe()
 	f.envs.Source(func(ctx context.Context) {
@@ -211,6 +240,22 @@ func (f *Feed) reconcile(ctx context.Context, id string) (time.Duration, error) 
 			return 0, fmt.Errorf("fleet index not loaded yet: %w", err)
 		}
 	}
+	if f.takeReread(id) || !f.opts.Index.Has(id) {
+		if err := f.readRow(ctx, id); err != nil {
+			f.rereadAll(id) // a retry reads it again
+			return 0, err
+		}
+		if !f.opts.Index.Has(id) {
+			return 0, nil // deleted
+		}
+	}
+	f.refresh(id)
+	return 0, f.persist(ctx, id)
+}
+
+// readRow applies environment id's registry row to the index: its settings,
+// or its removal once deleted.
+func (f *Feed) readRow(ctx context.Context, id string) error {
 	env, err := f.opts.Registry.Get(ctx, id)
 	switch {
 	case fault.Is(err, fault.NotFound):
@@ -219,17 +264,16 @@ func (f *Feed) reconcile(ctx context.Context, id string) (time.Duration, error) 
 		delete(f.unsaved, id)
 		delete(f.replicated, id)
 		f.mu.Unlock()
-		return 0, nil
+		return nil
 	case err != nil:
-		return 0, err
+		return err
 	}
 	if f.opts.Index.SetEnvironment(metaOf(env)) {
 		f.mu.Lock()
 		delete(f.replicated, id) // new here: read its owner's snapshot next
 		f.mu.Unlock()
 	}
-	f.refresh(id)
-	return 0, f.persist(ctx, id)
+	return nil
 }
 
 // refresh reads an owned environment's cluster caches into the index if
@@ -311,7 +355,7 @@ func (f *Feed) replicate(ctx context.Context) {
 		if !f.opts.Index.Replicate(id, s.objects, s.live, s.writable, s.observed) {
 			// Registered through another replica since this one read the
 			// registry: read it now, and this snapshot again after.
-			f.envs.Add(id)
+			f.envs.Add(f.rereadAll(id)[0])
 			continue
 		}
 		f.mu.Lock()

@@ -162,6 +162,14 @@ func (ix *Index) SetEnvironments(metas []Meta) (added []string) {
 	return added
 }
 
+// Has reports whether the index holds environment id.
+func (ix *Index) Has(id string) bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	_, ok := ix.envs[id]
+	return ok
+}
+
 // SetEnvironment adds one environment, or applies its changed settings; it
 // reports whether the environment is new (stale and empty until observed
 // or replicated).

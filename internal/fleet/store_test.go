@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ type registry struct {
 	mu    sync.Mutex
 	envs  map[string]environments.Environment
 	topic changes.Topic[environments.Change]
+	gets  atomic.Int32 // rows read one at a time
 }
 
 func newRegistry(ids ...string) *registry {
@@ -76,6 +78,7 @@ func (r *registry) IDs(context.Context) ([]string, error) {
 }
 
 func (r *registry) Get(_ context.Context, id string) (environments.Environment, error) {
+	r.gets.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.envs[id]
@@ -363,7 +366,8 @@ func TestTheFeedShowsWhatAnOwnedClusterHolds(t *testing.T) {
 			Provisioner: "ebs.csi.aws.com"},
 		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "slow"}, Provisioner: "ebs.csi.aws.com"})
 	pool := &liveClusters{live: map[string]clusters.Live{"east": fake}}
-	f := NewFeed(FeedOptions{Index: NewIndex(), Clusters: pool, Registry: newRegistry("east"), Store: Store{DB: db}, Owned: owner,
+	reg := newRegistry("east")
+	f := NewFeed(FeedOptions{Index: NewIndex(), Clusters: pool, Registry: reg, Store: Store{DB: db}, Owned: owner,
 		Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -384,6 +388,7 @@ func TestTheFeedShowsWhatAnOwnedClusterHolds(t *testing.T) {
 		t.Fatalf("a ready cluster's classes place %d candidates (%v), want 2", p.Candidates(), err)
 	}
 
+	readBefore := reg.gets.Load()
 	fake.SetHealth(clusters.Health{State: clusters.HealthUnreachable, Message: "no answer"})
 	pool.topic.Publish(clusters.Change{Kind: clusters.HealthChanged, EnvironmentID: "east"})
 	poll.Until(t, 5*time.Second, "east shown stale and persisted so", func() bool {
@@ -391,4 +396,7 @@ func TestTheFeedShowsWhatAnOwnedClusterHolds(t *testing.T) {
 		live, _ := persisted()
 		return east.Stale && len(east.Classes) == 2 && !live
 	})
+	if n := reg.gets.Load() - readBefore; n != 0 {
+		t.Errorf("a cluster change read the registry %d times; its row did not change", n)
+	}
 }
