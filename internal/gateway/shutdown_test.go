@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/test/poll"
 )
@@ -51,16 +53,11 @@ func TestTheStatusFlushOutlastsASlowWorkerUnderItsLeases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, s)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
+		return got
 	}
 	poll.Until(t, 10*time.Second, "the first two changes recorded", func() bool { return len(reported()) == 2 })
 	cancel()

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/dcm-project/storage-gateway/internal/outbox"
-	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
 // memRecorder records what the tracker writes, with the time of each write
@@ -446,42 +443,6 @@ func TestTrackerForgetsDeletedVolumes(t *testing.T) {
 			t.Fatalf("heap grew from %d to %d bytes over %d finished lifecycles", before, after, (rounds-warmUp)*volumes)
 		}
 	})
-}
-
-// Nothing follows DELETED in the database: a stale observation of a deleted
-// volume (a sweep that raced the deletion, after the tracker forgot it) is
-// not recorded.
-func TestRecorderNeverRevivesADeletedVolume(t *testing.T) {
-	reg := registrytest.New(t, registrytest.Options{})
-	reg.InsertEnvironment(t, "env")
-	reg.InsertVolume(t, "env", "gone")
-	owner := reg.Member(t, "replica-1")
-	registrytest.Own(t, owner, "env")
-	rec := Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB}), Leases: owner}
-	lease, err := owner.Lease("env")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range []Status{Running, Deleted, Running} {
-		if err := rec.Record(t.Context(), lease, Observation{EnvironmentID: "env", VolumeID: "gone", Status: st, Message: string(st)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rows, err := reg.DB.Query(t.Context(), `SELECT status FROM outbox WHERE volume_id = 'gone' ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, s)
-	}
-	if !slices.Equal(got, []string{"RUNNING", "DELETED"}) {
-		t.Fatalf("outbox %v, want [RUNNING DELETED]", got)
-	}
 }
 
 // A first status a create recorded itself is not written again when the
