@@ -109,6 +109,9 @@ type Registrar struct {
 	// records reads back DCM's records of the volumes DCM created.
 	records *controller.Controller
 
+	// listing is DCM's provider listing the passes share (see listed).
+	listing providerListing
+
 	mu    sync.Mutex
 	state map[string]*registration
 	// forgotten are the providers of deleted environments this replica
@@ -459,7 +462,7 @@ func (r *Registrar) holder(ctx context.Context, name, known string) (*spmapi.Pro
 			return p, err
 		}
 	}
-	listing, err := r.listHolders(ctx)
+	listing, err := r.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -541,6 +544,7 @@ func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome 
 		reg := environments.DCMRegistration{State: StateRegistered, Message: "registered as " + body.Name}
 		if p != nil && p.Id != nil {
 			reg.ProviderID = *p.Id
+			r.accepted(*p)
 		}
 		return outcome{DCMRegistration: reg}
 	case code >= 500 || code == http.StatusTooManyRequests:

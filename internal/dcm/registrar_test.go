@@ -305,3 +305,52 @@ func TestRegistrarTakesOverOnlyWhatItServes(t *testing.T) {
 		return endpoint == ours && got.DisplacedBy == sp && got.ReclaimTime != nil && got.State == dcm.StateRegistered
 	})
 }
+
+// Environments registered together share DCM's provider listing: ten new
+// environments (none with a provider id yet, so each pass looks its name
+// up in the listing) list DCM's providers about once, not ten times.
+func TestRegistrationsShareDCMsProviderListing(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	const n = 10
+	for i := range n {
+		if _, err := reg.DB.Exec(t.Context(), `INSERT INTO environments (id, namespace, server, auth_type, credentials_key_id, credentials, dcm)
+			VALUES ($1, 'ns', 'https://cluster.example.com', 'token', 'k1', '\x00', $2)`,
+			fmt.Sprint("env-", i), fmt.Sprintf(`{"register": true, "provider_name": "sp-%d"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var listings, registrations atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /providers", func(w http.ResponseWriter, _ *http.Request) {
+		listings.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"providers": []any{}})
+	})
+	mux.HandleFunc("GET /service-type-instances", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"instances": []any{}})
+	})
+	mux.HandleFunc("POST /providers", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		registrations.Add(1)
+		body["id"] = fmt.Sprint("id-", body["name"])
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	owner := reg.Member(t, "replica-1")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("env-", i)
+	}
+	registrytest.Own(t, owner, ids...)
+	runRegistrar(t, dcm.Options{URL: srv.URL, PublicURL: "https://gateway.example.com", Environments: reg.Registry, Owned: owner,
+		Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	poll.Until(t, 20*time.Second, "all ten registered", func() bool { return registrations.Load() == n })
+	if got := listings.Load(); got > 3 {
+		t.Fatalf("%d registrations listed DCM's providers %d times; want them to share a listing", n, got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	spmapi "github.com/dcm-project/service-provider-manager/api/v1alpha1/provider"
@@ -39,6 +40,47 @@ type Instance struct {
 
 // holders are DCM's storage providers by name, as one listing found them.
 type holders map[string]spmapi.Provider
+
+// listingTTL is how long one listing of DCM's providers serves the passes
+// after it: a thousand environments registered at once list DCM's
+// providers about once a second, not a thousand times, and a name another
+// endpoint took is seen within it.
+const listingTTL = time.Second
+
+// providerListing is the last listing of DCM's providers and when it was
+// made; mu is held while one is made, so concurrent passes share it.
+type providerListing struct {
+	mu      sync.Mutex
+	at      time.Time
+	holders holders
+}
+
+// listed returns DCM's storage providers by name, from a listing younger
+// than listingTTL when there is one.
+func (r *Registrar) listed(ctx context.Context) (holders, error) {
+	l := &r.listing
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holders != nil && time.Since(l.at) < listingTTL {
+		return l.holders, nil
+	}
+	h, err := r.listHolders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.holders, l.at = h, time.Now()
+	return h, nil
+}
+
+// accepted updates the shared listing with a provider DCM just accepted.
+func (r *Registrar) accepted(p spmapi.Provider) {
+	l := &r.listing
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holders != nil {
+		l.holders[p.Name] = p
+	}
+}
 
 // listHolders lists DCM's storage providers (DCM offers no lookup by name).
 func (r *Registrar) listHolders(ctx context.Context) (holders, error) {
