@@ -69,8 +69,9 @@ type Config struct {
 	// AdvertiseURL is where other replicas reach this one.
 	AdvertiseURL string `env:"SG_ADVERTISE_URL"`
 	// MemberLease is how long a replica counts as live after its last
-	// heartbeat (it heartbeats every tenth of it).
-	MemberLease time.Duration `env:"SG_MEMBER_LEASE" envDefault:"20s"`
+	// heartbeat (it heartbeats every fifth of it): a replica killed outright
+	// is replaced within about a lease and a fifth.
+	MemberLease time.Duration `env:"SG_MEMBER_LEASE" envDefault:"5s"`
 	// ProbeInterval is how often an environment that is not READY is
 	// re-probed.
 	ProbeInterval time.Duration `env:"SG_PROBE_INTERVAL" envDefault:"60s"`
@@ -280,7 +281,7 @@ func (c Config) Validate() error {
 		add("SG_PROBE_TIMEOUT", "must be a positive duration, e.g. 10s")
 	}
 	if c.MemberLease < 2*time.Second {
-		add("SG_MEMBER_LEASE", "must be a duration of at least 2s, e.g. 20s")
+		add("SG_MEMBER_LEASE", "must be a duration of at least 2s, e.g. 5s")
 	}
 	if c.AdvertiseURL != "" && !httpURL(c.AdvertiseURL) {
 		add("SG_ADVERTISE_URL", "must be an http(s) URL other replicas reach this one at, e.g. http://10.1.2.3:8080")

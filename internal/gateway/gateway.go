@@ -72,21 +72,21 @@ type Intervals struct {
 	// Reconcile is how often interrupted volume flows are repaired (30s).
 	Reconcile time.Duration
 	// Watch is how often the registry is read for changes made on other
-	// replicas (a heartbeat: a tenth of SG_MEMBER_LEASE).
+	// replicas (2s).
 	Watch time.Duration
 	// DCMCheck is how often each registered provider is read back from DCM
 	// (30s; see dcm.Options.CheckInterval).
 	DCMCheck time.Duration
 }
 
-func (i Intervals) withDefaults(cfg config.Config) Intervals {
+func (i Intervals) withDefaults() Intervals {
 	set := func(d *time.Duration, def time.Duration) {
 		if *d <= 0 {
 			*d = def
 		}
 	}
 	set(&i.Follow, 2*time.Second)
-	set(&i.Watch, cfg.MemberLease/10)
+	set(&i.Watch, 2*time.Second)
 	set(&i.Reconcile, 30*time.Second)
 	set(&i.DCMCheck, 30*time.Second)
 	return i // Health and HealthTimeout: the pool's defaults
@@ -139,7 +139,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 		opts.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, opts: opts, log: opts.Logger, startTime: time.Now()}
-	g.opts.Intervals = opts.Intervals.withDefaults(cfg)
+	g.opts.Intervals = opts.Intervals.withDefaults()
 	g.log.Info("starting", "version", version.Get().Version)
 	defer func() {
 		if err != nil {
@@ -178,8 +178,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if g.member, err = cfg.Member(); err != nil {
 		return nil, err
 	}
+	if err := g.connectNATS(); err != nil {
+		return nil, err
+	}
 	g.membership = membership.New(membership.Options{DB: g.db, ID: g.member, AdvertiseURL: cfg.AdvertiseURL,
-		Lease: cfg.MemberLease, Logger: g.log})
+		Lease: cfg.MemberLease, Departures: g.nats.Conn, Logger: g.log})
 	if err := g.membership.Register(metrics); err != nil {
 		return nil, err
 	}
@@ -267,19 +270,25 @@ func (g *Gateway) newRegistrar() error {
 	return err
 }
 
-// newStatusReporting builds the status flow: cluster -> follower -> tracker
-// (flap budget) -> outbox (with the volume record, one transaction) -> relay
-// -> NATS.
-func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
+// connectNATS connects to NATS (or starts the embedded server): status
+// events and the replicas' departure notices travel on it.
+func (g *Gateway) connectNATS() error {
 	cfg := g.cfg
 	natsOpts := outbox.NATSOptions{URL: cfg.NATSURL, EmbeddedStoreDir: cfg.EmbeddedNATSDir()}
 	if cfg.EmbeddedNATSListen != config.EmbeddedNATSListenOff {
 		natsOpts.EmbeddedListen = cfg.EmbeddedNATSListen
 	}
 	var err error
-	if g.nats, err = outbox.ConnectNATS(natsOpts, g.log); err != nil {
-		return err
-	}
+	g.nats, err = outbox.ConnectNATS(natsOpts, g.log)
+	return err
+}
+
+// newStatusReporting builds the status flow: cluster -> follower -> tracker
+// (flap budget) -> outbox (with the volume record, one transaction) -> relay
+// -> NATS.
+func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
+	cfg := g.cfg
+	var err error
 	if g.relay, err = outbox.NewRelay(outbox.RelayOptions{DB: g.db, Conn: g.nats.Conn, Metrics: metrics, Logger: g.log,
 		Retention: cfg.OutboxRetention}); err != nil {
 		return err

@@ -203,9 +203,12 @@ func (g *Gateway) shutdown(ctx context.Context, heartbeat *worker, workers []*wo
 
 func (g *Gateway) runSteps(ctx context.Context, steps []step) {
 	for _, s := range steps {
+		start := time.Now()
 		if err := s.run(ctx); err != nil {
 			g.log.Warn("shutdown step incomplete", "step", s.name, "error", err)
+			continue
 		}
+		g.log.Debug("shutdown step done", "step", s.name, "took", time.Since(start).String())
 	}
 }
 

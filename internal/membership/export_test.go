@@ -3,10 +3,11 @@ package membership
 import (
 	"context"
 	"maps"
+	"time"
 )
 
-// Beat runs one heartbeat and rebalance, as Run does every tenth of the lease.
-func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx) }
+// Beat runs one heartbeat, as Run does every fifth of the lease.
+func (m *Membership) Beat(ctx context.Context) error { return m.beat(ctx, false) }
 
 // ID is the member's id.
 func (m *Membership) ID() string { return m.opts.ID }
@@ -18,3 +19,6 @@ func (m *Membership) Owned() map[string]int64 {
 	defer m.mu.Unlock()
 	return maps.Clone(m.owned)
 }
+
+// Interval is the time between heartbeats.
+func (m *Membership) Interval() time.Duration { return m.interval() }

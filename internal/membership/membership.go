@@ -3,7 +3,7 @@
 // infrastructure, and nothing that breaks behind a transaction-pooling
 // PgBouncer (no session advisory locks).
 //
-// Each replica is a member: a row (members) it heartbeats every tenth of
+// Each replica is a member: a row (members) it heartbeats every fifth of
 // the lease with the database's clock, never its own, and live while that
 // heartbeat is younger than the lease. Every member computes the same
 // assignment of environments to live members (Assign: rendezvous hashing
@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
@@ -52,8 +53,12 @@ type Options struct {
 	// AdvertiseURL is where other replicas reach this one.
 	AdvertiseURL string
 	// Lease is how long a member stays live without a heartbeat.
-	Lease  time.Duration
-	Logger *slog.Logger
+	Lease time.Duration
+	// Departures, if set, carries the notice a member sends when it
+	// leaves (see Leave), so the others rebalance at once instead of at
+	// their next heartbeat.
+	Departures *nats.Conn
+	Logger     *slog.Logger
 }
 
 // Membership is this replica's membership and the environments it owns.
@@ -85,6 +90,13 @@ type Membership struct {
 	renewed time.Time
 	// live is how many members were live at the last heartbeat.
 	live int
+
+	// What the last read of every environment's owner found, owned by
+	// Run's goroutine: the live members then, when it was, and whether
+	// this member's share was as assigned (see mustRead).
+	seen    map[string]uuid.UUID
+	readAt  time.Time
+	settled bool
 }
 
 // Change says this member gained or lost an environment: the subscriber
@@ -108,11 +120,12 @@ func New(opts Options) *Membership {
 		displacedCh: make(chan struct{})}
 }
 
-// interval is the time between heartbeats: a tenth of the lease, so a dead
-// member's environments are claimed at most a lease and a tenth after its
-// last heartbeat (22 s by default), and a new owner has a few seconds left
-// to connect before the 25 s a takeover may take.
-func (m *Membership) interval() time.Duration { return m.opts.Lease / 10 }
+// interval is the time between heartbeats: a fifth of the lease, so a dead
+// member's environments are claimed at most a lease and a fifth after its
+// last heartbeat (6 s with the default 5 s lease, one heartbeat a second),
+// and a member that misses up to three heartbeats in a row (a slow
+// database, a busy machine) still holds its leases.
+func (m *Membership) interval() time.Duration { return m.opts.Lease / 5 }
 
 // Subscribe returns a subscription to this member's ownership changes.
 // Subscribe before Run starts, so no change falls in between.
@@ -134,11 +147,22 @@ func (m *Membership) Rebalance() {
 func (m *Membership) Run(ctx context.Context) {
 	tick := time.NewTicker(m.interval())
 	defer tick.Stop()
+	if m.opts.Departures != nil {
+		sub, err := m.opts.Departures.Subscribe(departuresSubject, func(*nats.Msg) { m.Rebalance() })
+		if err != nil {
+			m.opts.Logger.WarnContext(ctx, "not following departures; a member that leaves is followed at the next heartbeat",
+				"error", err)
+		} else {
+			defer func() { _ = sub.Unsubscribe() }()
+		}
+	}
+	woken := false
 	for {
-		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+		if err := m.beat(ctx, woken); err != nil && ctx.Err() == nil {
 			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
 		}
 		if lost := m.expire(); lost > 0 {
+			m.settled = false
 			m.opts.Logger.ErrorContext(ctx, "no heartbeat accepted for a lease: giving up every environment (the others claim them)",
 				"member", m.opts.ID, "environments", lost)
 		}
@@ -146,16 +170,20 @@ func (m *Membership) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			woken = false
 		case <-m.wake:
+			woken = true
 		}
 	}
 }
 
-// beat records the heartbeat and rebalances. The first beat of a process
-// takes its member id whoever held it (a restarted replica replaces its
-// previous incarnation at once); later beats only renew this incarnation's
-// row, or take the id back once another incarnation's lease ran out.
-func (m *Membership) beat(ctx context.Context) error {
+// beat records the heartbeat and, when something may have moved (see
+// mustRead; always when woken by Rebalance), rebalances. The first beat of
+// a process takes its member id whoever held it (a restarted replica
+// replaces its previous incarnation at once); later beats only renew this
+// incarnation's row, or take the id back once another incarnation's lease
+// ran out.
+func (m *Membership) beat(ctx context.Context, woken bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Lease/2)
 	defer cancel()
 	sent := time.Now()
@@ -177,11 +205,33 @@ func (m *Membership) beat(ctx context.Context) error {
 	m.mu.Lock()
 	m.renewed = sent
 	m.mu.Unlock()
-	err = m.rebalance(ctx)
+	live, err := m.readLive(ctx, m.opts.DB)
+	if err != nil {
+		return err
+	}
+	if !woken && !m.mustRead(live) {
+		m.mu.Lock()
+		m.live = len(live)
+		m.mu.Unlock()
+		return nil
+	}
+	err = m.rebalance(ctx, live)
 	if err == nil {
 		m.ready.Store(true)
 	}
 	return err
+}
+
+// mustRead reports whether a heartbeat must read every environment's
+// owner, given the members live now. Ownership moves only when the live
+// members change (one joined, left, died or restarted), when the registry
+// changes (Rebalance wakes the heartbeat) or while a hand-over is under
+// way; a heartbeat that sees none of these skips the read, so an idle
+// fleet of thousands costs one small statement a second per replica. The
+// read is repeated at least once a lease, so anything else that moved
+// owners is followed within one.
+func (m *Membership) mustRead(live map[string]uuid.UUID) bool {
+	return !m.settled || !maps.Equal(live, m.seen) || time.Since(m.readAt) >= m.opts.Lease
 }
 
 // displaced handles another live process holding this member's id: a
@@ -247,15 +297,23 @@ type owner struct {
 
 // rebalance claims what the assignment gives this member and no live member
 // holds, and hands what it gives another member straight to that member.
-func (m *Membership) rebalance(ctx context.Context) error {
-	owners, live, err := m.read(ctx, m.opts.DB)
+// It notes whether this member's share is as assigned (settled): until it
+// is, every heartbeat reads again, for the hand-overs other members owe it.
+func (m *Membership) rebalance(ctx context.Context, live map[string]uuid.UUID) error {
+	m.settled = false
+	readAt := time.Now()
+	owners, err := m.readOwners(ctx, m.opts.DB)
 	if err != nil {
 		return err
 	}
 	assigned := assign(owners, live)
 	owned := map[string]int64{}
 	var fresh, taken, handed []owner
+	pending := 0 // assigned to this member, not (yet) its
 	for _, o := range owners {
+		if assigned[o.env] == m.opts.ID && !m.mine(o) {
+			pending++
+		}
 		mine := m.mine(o)
 		// A member's environments are free once it is dead, or once it
 		// restarted (the new incarnation claims them again: a new epoch).
@@ -280,7 +338,11 @@ func (m *Membership) rebalance(ctx context.Context) error {
 			"owned", len(owned), "live_members", len(live))
 	}
 	m.setOwned(owned, len(live))
-	return errors.Join(err, handErr)
+	if err = errors.Join(err, handErr); err == nil {
+		m.seen, m.readAt = live, readAt
+		m.settled = pending == len(claimed) && handedOver == len(handed)
+	}
+	return err
 }
 
 // mine reports whether o is held by this member in this incarnation.
@@ -301,35 +363,36 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// read returns every environment with its owner row and pin, and the live
-// members (heartbeat within the lease, by the database's clock) with their
-// incarnations.
-func (m *Membership) read(ctx context.Context, q querier) ([]owner, map[string]uuid.UUID, error) {
+// readLive returns the live members (heartbeat within the lease, by the
+// database's clock) with their incarnations.
+func (m *Membership) readLive(ctx context.Context, q querier) (map[string]uuid.UUID, error) {
 	rows, err := q.Query(ctx, `SELECT id, incarnation FROM members WHERE heartbeat_time >= now() - make_interval(secs => $1)`,
 		m.opts.Lease.Seconds())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	live := map[string]uuid.UUID{}
 	var id string
 	var incarnation uuid.UUID
-	if _, err := pgx.ForEachRow(rows, []any{&id, &incarnation}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &incarnation}, func() error {
 		live[id] = incarnation
 		return nil
-	}); err != nil {
-		return nil, nil, err
-	}
-	rows, err = q.Query(ctx, `SELECT e.id, e.labels->>$1, o.member_id, o.incarnation, o.epoch
+	})
+	return live, err
+}
+
+// readOwners returns every environment with its owner row and pin.
+func (m *Membership) readOwners(ctx context.Context, q querier) ([]owner, error) {
+	rows, err := q.Query(ctx, `SELECT e.id, e.labels->>$1, o.member_id, o.incarnation, o.epoch
 		FROM environments e LEFT JOIN environment_owners o ON o.environment_id = e.id`, PinLabel)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (owner, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (owner, error) {
 		var o owner
 		err := row.Scan(&o.env, &o.pin, &o.member, &o.incarnation, &o.epoch)
 		return o, err
 	})
-	return owners, live, err
 }
 
 // assign is Assign over what read returned.
@@ -422,17 +485,40 @@ func (m *Membership) handOver(ctx context.Context, q querier, owners []owner, as
 	return int(tag.RowsAffected()), nil
 }
 
+// departuresSubject is the NATS subject of departure notices. A notice is
+// only a hint to rebalance now: one lost (NATS down, another gateway
+// deployment on the same NATS) costs at most a heartbeat interval, never
+// correctness, so it travels without JetStream.
+const departuresSubject = "storage-gateway.membership.departures"
+
 // Leave hands every environment this member owns to the member the
-// assignment without it names, and deletes its row, so the others own them
-// at their next heartbeat instead of after the lease.
+// assignment without it names, deletes its row and tells the others
+// (Departures), so they own them at once instead of after the lease.
 func (m *Membership) Leave(ctx context.Context) error {
+	if err := m.leave(ctx); err != nil {
+		return err
+	}
+	if nc := m.opts.Departures; nc != nil {
+		if err := errors.Join(nc.Publish(departuresSubject, []byte(m.opts.ID)), nc.FlushWithContext(ctx)); err != nil {
+			m.opts.Logger.WarnContext(ctx, "could not tell the other members this one left; they follow at their next heartbeat",
+				"member", m.opts.ID, "error", err)
+		}
+	}
+	return nil
+}
+
+func (m *Membership) leave(ctx context.Context) error {
 	m.setOwned(map[string]int64{}, -1)
 	return pgx.BeginFunc(ctx, m.opts.DB, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM members WHERE id = $1 AND incarnation = $2`, m.opts.ID, m.incarnation)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // never joined, or displaced: nothing of ours to hand over
 		}
-		owners, live, err := m.read(ctx, tx)
+		live, err := m.readLive(ctx, tx)
+		if err != nil {
+			return err
+		}
+		owners, err := m.readOwners(ctx, tx)
 		if err != nil {
 			return err
 		}

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
@@ -241,7 +243,7 @@ func TestPinnedEnvironmentGoesToItsMember(t *testing.T) {
 }
 
 // A subscriber hears of every environment its member gains or loses, and
-// Claim answers for exactly the environments the member owns: for the
+// Lease answers for exactly the environments the member owns: for the
 // others an error a request answers 503 with Retry-After (a heartbeat).
 func TestSubscribersHearOfGainsAndLosses(t *testing.T) {
 	reg, envs := fleet(t, 12)
@@ -278,13 +280,13 @@ func TestSubscribersHearOfGainsAndLosses(t *testing.T) {
 	for _, env := range envs {
 		_, err := a.Lease(env)
 		if a.Owns(env) != (err == nil) {
-			t.Fatalf("%s: Owns %v but Claim says %v", env, a.Owns(env), err)
+			t.Fatalf("%s: Owns %v but Lease says %v", env, a.Owns(env), err)
 		}
 		if err != nil {
 			lost[env] = true
 			var fe *fault.Error
-			if !errors.Is(err, membership.ErrNotOwner) || !errors.As(err, &fe) || fe.Kind != fault.Unavailable || fe.RetryAfter != 2*time.Second {
-				t.Fatalf("Claim of %s owned elsewhere: %v", env, err)
+			if !errors.Is(err, membership.ErrNotOwner) || !errors.As(err, &fe) || fe.Kind != fault.Unavailable || fe.RetryAfter != a.Interval() {
+				t.Fatalf("Lease of %s owned elsewhere: %v", env, err)
 			}
 		}
 	}
@@ -363,7 +365,7 @@ func TestClaimsLapseOnTheMembersOwnClock(t *testing.T) {
 		t.Fatal("a does not own what it claimed")
 	}
 	beaten := time.Now()
-	held := lease - lease/10 // a heartbeat interval before its lease runs out
+	held := lease - a.Interval() // a heartbeat interval before its lease runs out
 	poll.Until(t, held+200*time.Millisecond, "a's claims lapsed a heartbeat interval before its lease ran out",
 		func() bool { return !a.Owns(envs[0]) })
 	if lapsed := time.Since(beaten); lapsed < held-100*time.Millisecond {
@@ -376,4 +378,76 @@ func TestClaimsLapseOnTheMembersOwnClock(t *testing.T) {
 	if _, err := a.Lease(envs[0]); err != nil {
 		t.Fatalf("after an accepted heartbeat: %v", err)
 	}
+}
+
+// An idle heartbeat does not read every environment's owner: nothing that
+// moves ownership happened (no member joined or left, no registry change,
+// no hand-over owed). An owner row changed behind the members' backs is
+// followed once a lease passed since the last read, or at once when the
+// heartbeat is woken.
+func TestAnIdleHeartbeatReadsOnlyTheMembers(t *testing.T) {
+	reg, envs := fleet(t, 4)
+	lease := 2 * time.Second
+	a := member(reg, "a", lease)
+	beat(t, a)
+	epoch := converged(t, reg, envs, a)[envs[0]]
+	read := time.Now()
+	// Nobody announces this: the row moves to another epoch.
+	if _, err := reg.DB.Exec(context.Background(), `UPDATE environment_owners SET epoch = epoch + 10 WHERE environment_id = $1`, envs[0]); err != nil {
+		t.Fatal(err)
+	}
+	beat(t, a)
+	if time.Since(read) >= lease {
+		t.Skip("the machine took a lease for two heartbeats")
+	}
+	if got := a.Owned()[envs[0]]; got != epoch {
+		t.Fatalf("an idle heartbeat read the owners: a holds %s at epoch %d, want the %d it read before", envs[0], got, epoch)
+	}
+	poll.Until(t, 2*lease, "a's heartbeat read the owners again within a lease", func() bool {
+		beat(t, a)
+		return a.Owned()[envs[0]] == epoch+10
+	})
+}
+
+// A member that leaves tells the others over NATS: they own its
+// environments at once, not at their next heartbeat.
+func TestTheOthersTakeOverAsSoonAsAMemberLeaves(t *testing.T) {
+	reg, envs := fleet(t, 20)
+	server := natstest.Start(t)
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(server.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	lease := 20 * time.Second // a heartbeat every 4 s
+	join := func(id string) *membership.Membership {
+		return membership.New(membership.Options{DB: reg.DB, ID: id, AdvertiseURL: "http://" + id + ":8080", Lease: lease,
+			Departures: connect(), Logger: slog.New(slog.DiscardHandler)})
+	}
+	a, b := join("a"), join("b")
+	beat(t, a, b, a, b)
+	converged(t, reg, envs, a, b)
+	heartbeat := func() (at time.Time) {
+		if err := reg.DB.QueryRow(context.Background(), `SELECT heartbeat_time FROM members WHERE id = 'a'`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := heartbeat()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Run's first heartbeat (its subscription is made before it); the next
+	// is an interval away.
+	poll.Until(t, 5*time.Second, "a's first heartbeat of Run", func() bool { return heartbeat().After(before) })
+	left := time.Now()
+	if err := b.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, a.Interval()/2, "a owns every environment", func() bool { return len(a.Owned()) == len(envs) })
+	t.Logf("a owned b's environments %s after b left (heartbeat interval %s)", time.Since(left).Round(time.Millisecond), a.Interval())
 }

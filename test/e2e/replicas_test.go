@@ -36,9 +36,9 @@ import (
 const replicaTenants = 200
 
 // takeoverBound is how long a dead replica's environments may take to be
-// owned again and READY, with the default 20 s lease (deploy/README.md,
-// Replicas).
-const takeoverBound = 25 * time.Second
+// owned again and READY, with the default 5 s lease (deploy/README.md,
+// Replicas): a lease and a heartbeat, and the new owners' connects.
+const takeoverBound = 10 * time.Second
 
 // replicaSet runs gateway binaries as replicas of one fleet: one database,
 // one NATS, one key ring and token file; each replica has its member id and
@@ -106,7 +106,7 @@ func (s *replicaSet) owners() map[string]string {
 	rows, err := s.db.Query(s.t.Context(), `SELECT e.id, coalesce(m.id, '') FROM environments e
 		LEFT JOIN environment_owners o ON o.environment_id = e.id
 		LEFT JOIN members m ON m.id = o.member_id AND m.incarnation = o.incarnation
-			AND m.heartbeat_time >= now() - interval '20 seconds'`)
+			AND m.heartbeat_time >= now() - interval '5 seconds'`)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ type tenantVolume struct {
 // deploy/README.md promises of replicas:
 // ownership balanced and each environment connected by one replica only;
 // any replica answers for any environment (forwarding to the owner); a
-// SIGKILLed replica's environments owned again and READY within 25 s with
+// SIGKILLed replica's environments owned again and READY within 10 s with
 // every status change meanwhile reported once; scaling 2 → 3 → 2 moves
 // at most 1/N + 5 %; and a replica frozen (SIGSTOP) past its lease writes
 // nothing once resumed.
@@ -319,7 +319,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 }
 
 // registryChangeBound is how soon every replica follows a registry change
-// made through another: the registry's watch reads every heartbeat (2 s).
+// made through another: the registry's watch reads it every 2 s.
 const registryChangeBound = 3 * time.Second
 
 // registryChangeSeenEverywhere changes the region of an environment c owns
