@@ -109,15 +109,16 @@ test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2
 
 # make bench: the product's figures against harness clusters, each beside
 # its baseline of the same run (client-go straight to the cluster, a bare
-# watch, the gateway with no environments). Every benchmark runs even when
-# an earlier one misses its target (reported as a failure); make bench then
-# fails. About 20 minutes on 2 cores; BENCH_ENVIRONMENTS sets the idle
-# fleet's size (default 1000).
+# watch, the gateway with no environments), then every target beside the
+# figure measured and their ratio (test/benchreport, which holds the
+# targets). Every benchmark runs even when an earlier one fails; make bench
+# fails when one did or a target was missed. About 35 minutes on 2 cores;
+# BENCH_ENVIRONMENTS sets the idle fleet's size (default 1000).
 BENCH_ENVIRONMENTS ?= 1000
-bench: ## run the benchmarks (README, Benchmarks) and print each figure with its same-run baseline
-	@dir=$(CONTROL_PLANE); failed=0; \
+bench: ## run the benchmarks (README, Benchmarks); print each target beside its figure and ratio
+	@dir=$(CONTROL_PLANE); out=$$(mktemp); trap 'rm -f "$$out"' EXIT; failed=0; \
 	run() { echo "--- $$*"; SG_K8S_BIN_DIR=$$dir SG_BENCH_ENVIRONMENTS=$(BENCH_ENVIRONMENTS) \
-		$(GO) test -run '^$$' -timeout 60m "$$@" || failed=1; }; \
+		$(GO) test -run '^$$' -timeout 60m "$$@" | tee -a "$$out" || failed=1; }; \
 	run -bench VolumeOperations -benchtime 100x ./test/e2e; \
 	run -bench ConcurrentCreates -benchtime 5x ./test/e2e; \
 	run -bench 'BoundToRunning|StatusLatency|FlappingClaim' -benchtime 40x ./test/e2e; \
@@ -125,6 +126,7 @@ bench: ## run the benchmarks (README, Benchmarks) and print each figure with its
 	run -bench Replicas -benchtime 1x ./test/e2e; \
 	run -bench 'FleetQuery|Placement|Authentication' -benchtime 1000x ./internal/api; \
 	run -bench MetricsScrape -benchtime 1x ./internal/gateway; \
+	$(GO) run ./test/benchreport -q < "$$out" || failed=1; \
 	exit $$failed
 
 lint: $(GOLANGCI_LINT) ## run golangci-lint (installed at a pinned version)

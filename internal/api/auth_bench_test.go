@@ -15,12 +15,8 @@ import (
 	"github.com/dcm-project/storage-gateway/test/oidctest"
 )
 
-// authAddedTarget is the most verification may add to a request's p99;
 // firstSightTokens is how many distinct tokens first-sight signs up front.
-const (
-	authAddedTarget  = 100 * time.Microsecond
-	firstSightTokens = 2001
-)
+const firstSightTokens = 2001
 
 // authMode is one way of calling the benchmark's handler.
 type authMode struct {
@@ -41,11 +37,11 @@ type authMode struct {
 //   - first-sight: a different OIDC JWT on every request: the full
 //     verification (signature, claims) with the issuer's keys cached.
 //
-// It fails when a repeated token adds more than 100 µs to the p99 (a token
-// is verified in full once and then served from the verified-token cache),
-// or when any request calls the identity provider. first-sight reports the
-// full verification's cost without a target: each token pays it once a
-// minute at most.
+// A repeated token is verified in full once and then served from the
+// verified-token cache (test/benchreport holds what it may add to the p99);
+// it fails when any request calls the identity provider. first-sight
+// reports the full verification's cost without a target: each token pays
+// it once a minute at most.
 //
 // go test ./internal/api -run '^$' -bench Authentication -benchtime 2000x -count 3
 func BenchmarkAuthentication(b *testing.B) {
@@ -62,7 +58,7 @@ func BenchmarkAuthentication(b *testing.B) {
 	disabled := authMode{"disabled", handler(auth.New(auth.Options{Mode: auth.ModeDisabled})), none}
 	b.Run("repeat-token", func(b *testing.B) {
 		jwt := issuer.Token(b, issuer.Claims("bench", "viewer"))
-		runAuthModes(b, issuer, true, []authMode{disabled,
+		runAuthModes(b, issuer, []authMode{disabled,
 			{"static", handler(testAuth(b)), func(int) string { return adminToken }},
 			{"oidc", oidcHandler(), func(int) string { return jwt }},
 		})
@@ -76,7 +72,7 @@ func BenchmarkAuthentication(b *testing.B) {
 			claims["jti"] = fmt.Sprint("bench-", i)
 			tokens[i] = issuer.Token(b, claims)
 		}
-		runAuthModes(b, issuer, false, []authMode{disabled, {"oidc", oidcHandler(), func(i int) string {
+		runAuthModes(b, issuer, []authMode{disabled, {"oidc", oidcHandler(), func(i int) string {
 			if i+1 >= len(tokens) {
 				b.Fatalf("first-sight ran out of its %d tokens: use -benchtime %dx or less", len(tokens), len(tokens)-1)
 			}
@@ -87,8 +83,8 @@ func BenchmarkAuthentication(b *testing.B) {
 
 // runAuthModes serves one request per mode per iteration, in rotating
 // order, and reports each mode's p50, p99 and what it adds to the
-// baseline's (modes[0]) p99, holding it to authAddedTarget if target is set.
-func runAuthModes(b *testing.B, issuer *oidctest.Issuer, target bool, modes []authMode) {
+// baseline's (modes[0]) p99.
+func runAuthModes(b *testing.B, issuer *oidctest.Issuer, modes []authMode) {
 	const path = "/api/v1alpha1/storage-classes"
 	for _, m := range modes {
 		serve(b, m.h, path, m.token(-1)) // warm up: discovery and the key set, once
@@ -110,9 +106,6 @@ func runAuthModes(b *testing.B, issuer *oidctest.Issuer, target bool, modes []au
 		b.ReportMetric(float64(p99)/1e3, m.name+"-p99-µs")
 		b.ReportMetric(float64(p99-base)/1e3, m.name+"-added-p99-µs")
 		b.ReportMetric(float64(p99)/float64(base), m.name+"-p99-ratio")
-		if target && p99-base > authAddedTarget {
-			b.Errorf("%s adds %s to the p99, over the %s target", m.name, p99-base, authAddedTarget)
-		}
 	}
 	perRequest := float64(issuer.JWKSFetches()-calls) / float64(b.N)
 	b.ReportMetric(perRequest, "idp-calls/request")

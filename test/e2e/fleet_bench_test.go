@@ -64,9 +64,8 @@ func idleWindow(b *testing.B) time.Duration {
 // namespace and least-privilege token — measured against the same binary
 // with none, in the same run: goroutines and heap per environment, CPU and
 // API requests per environment per minute while nothing happens, and the
-// time from a restart to every connection synced. Targets: ≤ 20
-// goroutines per environment, idle CPU ≤ 5 % of a core, ≤ 3 requests per
-// environment per minute, restart ≤ 15 s.
+// time from a restart to every connection synced (test/benchreport judges
+// them).
 //
 //	go test ./test/e2e -run '^$' -bench IdleFleet -benchtime 1x -timeout 30m
 func BenchmarkIdleFleet(b *testing.B) {
@@ -144,26 +143,16 @@ func BenchmarkIdleFleet(b *testing.B) {
 	b.ReportMetric(requests, "idle-requests/env/min")
 	b.ReportMetric(perProbe, "requests/probe")
 	b.ReportMetric(restart.Seconds(), "restart-s")
-	b.Logf("%d environments, idle for %s, against the same gateway with none: %.1f goroutines/env (target ≤ 20), heap %.3f MiB/env, RSS %.3f MiB/env, "+
-		"idle CPU %.1f%% of a core (≤ 5%%; %.1f%% with none), %.2f API requests/env/min (≤ 3; %s; besides, a probe of %.1f requests every %s, +%.2f/min, "+
+	b.Logf("%d environments, idle for %s, against the same gateway with none: %.1f goroutines/env, heap %.3f MiB/env, RSS %.3f MiB/env, "+
+		"idle CPU %.1f%% of a core (%.1f%% with none), %.2f API requests/env/min (%s; besides, a probe of %.1f requests every %s, +%.2f/min, "+
 		"and %d listings every %s, +%.2f/min), "+
-		"restart to all synced %s (≤ 15 s)",
+		"restart to all synced %s",
 		n, elapsed.Round(time.Second), goroutines, heap, rss, 100*cpu, 100*baselineCPU, requests, strings.Join(byUse, ", "),
 		perProbe, probeReadyInterval, perProbe/probeReadyInterval.Minutes(), factsListings, factsInterval, factsListings/factsInterval.Minutes(),
 		restart.Round(time.Millisecond))
-	// Report misses as failures, so a regression cannot pass unnoticed.
-	if goroutines > 20 {
-		b.Errorf("%.1f goroutines per environment; target ≤ 20", goroutines)
-	}
-	if cpu > 0.05 {
-		b.Errorf("idle CPU %.1f%% of a core; target ≤ 5%%", 100*cpu)
-	}
-	if steady := requests + perProbe/probeReadyInterval.Minutes() + factsListings/factsInterval.Minutes(); steady > 3 {
-		b.Errorf("%.2f API requests per environment per minute while idle, probes and listings included; target ≤ 3", steady)
-	}
-	if restart > 15*time.Second {
-		b.Errorf("restart to every connection synced took %s; target ≤ 15 s", restart)
-	}
+	// Probes and listings are rarer than the idle window: added at their
+	// own rates (test/benchreport holds the targets).
+	b.ReportMetric(requests+perProbe/probeReadyInterval.Minutes()+factsListings/factsInterval.Minutes(), "steady-requests/env/min")
 }
 
 // registerTenants registers every tenant as an environment, 8 at a time.
