@@ -311,10 +311,10 @@ func (m *Membership) rebalance(ctx context.Context, live map[string]uuid.UUID) e
 	var fresh, taken, handed []owner
 	pending := 0 // assigned to this member, not (yet) its
 	for _, o := range owners {
-		if assigned[o.env] == m.opts.ID && !m.mine(o) {
+		mine := m.mine(o)
+		if assigned[o.env] == m.opts.ID && !mine {
 			pending++
 		}
-		mine := m.mine(o)
 		// A member's environments are free once it is dead, or once it
 		// restarted (the new incarnation claims them again: a new epoch).
 		_, ownerLive := live[deref(o.member)]
@@ -395,7 +395,7 @@ func (m *Membership) readOwners(ctx context.Context, q querier) ([]owner, error)
 	})
 }
 
-// assign is Assign over what read returned.
+// assign is Assign over what readOwners and readLive returned.
 func assign(owners []owner, live map[string]uuid.UUID) map[string]string {
 	envs := make([]string, len(owners))
 	pins := map[string]string{}
