@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
@@ -49,15 +48,7 @@ func TestTheStatusFlushOutlastsASlowWorkerUnderItsLeases(t *testing.T) {
 		g.tracker.Observe(status.Observation{EnvironmentID: env, VolumeID: volume, Status: st, Message: string(st)})
 	}
 	reported := func() []string {
-		rows, err := f.db.Query(context.Background(), `SELECT status FROM outbox WHERE volume_id = $1 ORDER BY id`, volume)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
+		return pgtest.Column[string](t, f.db, `SELECT status FROM outbox WHERE volume_id = $1 ORDER BY id`, volume)
 	}
 	poll.Until(t, 10*time.Second, "the first two changes recorded", func() bool { return len(reported()) == 2 })
 	cancel()

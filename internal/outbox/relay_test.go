@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -210,14 +210,7 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	if err != nil || n != 4 {
 		t.Fatalf("pruned %d (%v), want the 4 old sent events", n, err)
 	}
-	rows, err := reg.DB.Query(ctx, `SELECT volume_id || ':' || status || ':' || (sent_time IS NOT NULL)::text FROM outbox ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	left := pgtest.Column[string](t, reg.DB, `SELECT volume_id || ':' || status || ':' || (sent_time IS NOT NULL)::text FROM outbox ORDER BY id`)
 	if want := []string{"vol-2:PROVISIONING:true", "vol-2:RUNNING:true", "vol-0:FAILED:false"}; !slices.Equal(left, want) {
 		t.Fatalf("left %v, want %v", left, want)
 	}

@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/outbox"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
@@ -40,15 +39,7 @@ func newRecorderFixture(t *testing.T, volumeID string) recorderFixture {
 // queued lists the statuses of volumeID's events in the outbox, in order.
 func (f recorderFixture) queued(t *testing.T, volumeID string) []string {
 	t.Helper()
-	rows, err := f.reg.DB.Query(t.Context(), `SELECT status FROM outbox WHERE volume_id = $1 ORDER BY id`, volumeID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return pgtest.Column[string](t, f.reg.DB, `SELECT status FROM outbox WHERE volume_id = $1 ORDER BY id`, volumeID)
 }
 
 // Nothing follows DELETED in the database: a stale observation of a deleted
