@@ -15,9 +15,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"golang.org/x/perf/benchfmt"
@@ -124,7 +126,8 @@ func judge(results []result, t target) []figure {
 		if ok, _ := path.Match(t.bench, r.name); !ok {
 			continue
 		}
-		for unit, v := range r.values {
+		for _, unit := range slices.Sorted(maps.Keys(r.values)) { // a stable order for a report read twice
+			v := r.values[unit]
 			if ok, _ := path.Match(t.unit, unit); !ok {
 				continue
 			}
