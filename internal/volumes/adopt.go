@@ -124,7 +124,7 @@ func triage(pvcs []*corev1.PersistentVolumeClaim, namespaces []string, recorded 
 	out := Adoption{Namespaces: namespaces, Adopted: []Volume{}, Skipped: []Skip{}, Warnings: []Skip{}}
 	var unrecorded []*corev1.PersistentVolumeClaim
 	for _, pvc := range pvcs {
-		if !slices.Contains(namespaces, pvc.Namespace) || pvc.Labels[ServiceTypeLabel] != ServiceType {
+		if !slices.Contains(namespaces, pvc.Namespace) || !storageClaim(pvc) {
 			continue // another namespace, or DCM's claim for another service
 		}
 		rec, known := recorded[pvc.Name]
@@ -300,7 +300,7 @@ func (s *Service) liveCounted(ctx context.Context, envID string, cluster cluster
 	}
 	n := 0
 	for _, pvc := range cluster.PVCs() {
-		if ns, ok := served[pvc.Name]; pvc.Labels[ServiceTypeLabel] == ServiceType && (!ok || ns != pvc.Namespace) {
+		if ns, ok := served[pvc.Name]; storageClaim(pvc) && (!ok || ns != pvc.Namespace) {
 			n++
 		}
 	}

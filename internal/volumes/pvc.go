@@ -55,6 +55,12 @@ func newPVC(id string, s Spec) *corev1.PersistentVolumeClaim {
 	}
 }
 
+// storageClaim reports whether pvc is DCM's claim for a storage volume (the
+// gateway's, or another provider's of the same contract).
+func storageClaim(pvc *corev1.PersistentVolumeClaim) bool {
+	return pvc.Labels[ServiceTypeLabel] == ServiceType
+}
+
 // managedAs reports whether pvc is the gateway's claim for volume id.
 func managedAs(pvc *corev1.PersistentVolumeClaim, id string) bool {
 	return pvc.Labels[clusters.ManagedByLabel] == clusters.ManagedByValue && pvc.Labels[InstanceIDLabel] == id

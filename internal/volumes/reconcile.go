@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
-	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -28,29 +28,26 @@ const (
 
 // NewReconciler returns the volume reconciler. For each environment this
 // replica is connected to — looked at whenever its cluster's health
-// changes, then once per interval while it is registered — it repairs what an interrupted
-// flow left behind: a record whose claim was never created gets it; a
-// record whose claim exists but whose uid was never stored gets the uid; a
-// claim created after its volume was deleted is deleted; a volume whose
-// claim vanished — also while the gateway was down or disconnected — is
-// reported DELETED; idempotency keys past their retention are forgotten.
-// Claims without a record are never touched, only counted (the
-// environment's unadopted_volume_count: another provider's, until an admin
-// adopts them).
+// changes, and at each interval's sweep while it can need it — it repairs
+// what an interrupted flow left behind: a record whose claim was never
+// created gets it; a record whose claim exists but whose uid was never
+// stored gets the uid; a claim created after its volume was deleted is
+// deleted; a volume whose claim vanished — also while the gateway was down
+// or disconnected — is reported DELETED. Claims without a record are never
+// touched, only counted (the environment's unadopted_volume_count: another
+// provider's, until an admin adopts them).
+//
+// The sweep, not a per-environment timer, brings the periodic looks: an
+// environment with no live volume, no labelled claim in its cache and its
+// zero count already written has nothing to repair, and a fleet is mostly
+// such environments — a pass over each would cost three statements per
+// environment per interval. Each sweep also forgets the idempotency keys
+// past their retention, fleet-wide in one statement.
 func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 	c := controller.New(controller.Options{Name: "volumes", Logger: s.log,
 		List: func(context.Context) ([]string, error) { return s.clusters.IDs(), nil },
 		Reconcile: func(ctx context.Context, envID string) (time.Duration, error) {
-			if err := s.reconcile(ctx, envID); err != nil {
-				return 0, err
-			}
-			// Looked at again while registered, connected here or not: a
-			// connection that comes back without a notice this reconciler
-			// acts on is still reconciled within an interval.
-			if err := s.envs.Exists(ctx, envID); fault.Is(err, fault.NotFound) {
-				return 0, nil
-			}
-			return interval, nil
+			return 0, s.reconcile(ctx, envID)
 		},
 	})
 	controller.Watch(c, s.clusters.Subscribe(), func(ch clusters.Change) []string {
@@ -59,7 +56,66 @@ func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 		}
 		return nil
 	})
+	c.Source(func(ctx context.Context) {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			s.ForgetExpiredKeys(ctx)
+			ids, err := s.unsettled(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "list the environments whose volumes can need repair", "error", err)
+			}
+			for _, id := range ids {
+				c.Add(id)
+			}
+		}
+	})
 	return c
+}
+
+// unsettled names the environments connected here whose volumes can need
+// repair: those with a live volume record (one query for all of them),
+// those whose cache holds a labelled claim (the unadopted count may have
+// changed) and those whose zero count was not yet written under the lease
+// held now (never looked at, or not synced when last looked at).
+func (s *Service) unsettled(ctx context.Context) ([]string, error) {
+	connected := s.clusters.IDs()
+	withVolumes, err := s.repo.withLiveVolumes(ctx, connected)
+	if err != nil {
+		return connected, err // look at every one rather than none
+	}
+	s.counted.Lock()
+	defer s.counted.Unlock()
+	return slices.DeleteFunc(connected, func(envID string) bool {
+		if slices.Contains(withVolumes, envID) {
+			return false
+		}
+		cluster, ok := s.clusters.Live(envID)
+		lease, err := s.leases.Lease(envID)
+		if !ok || err != nil {
+			return false // reconcile decides; it is cheap when nothing is writable
+		}
+		epoch, counted := s.counted.zero[envID]
+		return counted && epoch == lease.Epoch && !slices.ContainsFunc(cluster.PVCs(), storageClaim)
+	}), nil
+}
+
+// ForgetExpiredKeys forgets every environment's idempotency keys past
+// their retention (whichever replica owns it: the keys are unfenced, and
+// a redelivery after keyRetention is not promised to replay).
+func (s *Service) ForgetExpiredKeys(ctx context.Context) {
+	if n, err := s.repo.purgeKeys(ctx, keyRetention); err != nil {
+		if ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "purge idempotency keys", "error", err)
+		}
+	} else if n > 0 {
+		s.log.InfoContext(ctx, "idempotency keys purged", "count", n)
+	}
 }
 
 // ReconcileEnvironment runs one pass over one environment.
@@ -78,11 +134,6 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 			s.counted.Unlock()
 		}
 		return nil // not connected, or not synced: nothing can be concluded from its cache
-	}
-	if n, err := s.repo.purgeKeys(ctx, envID, keyRetention); err != nil {
-		s.log.ErrorContext(ctx, "purge idempotency keys", "environment", envID, "error", err)
-	} else if n > 0 {
-		s.log.InfoContext(ctx, "idempotency keys purged", "environment", envID, "count", n)
 	}
 	// Counted before settling: a record settling drops is still counted
 	// as serving its claim until the next pass.

@@ -111,11 +111,20 @@ func (r *repository) idempotencyKey(ctx context.Context, env, key string) (agent
 	return k, err == nil, err
 }
 
-// purgeKeys forgets an environment's idempotency keys older than age.
-func (r *repository) purgeKeys(ctx context.Context, envID string, age time.Duration) (int64, error) {
-	tag, err := r.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE environment_id = $1 AND create_time < now() - $2::interval`,
-		envID, age.String())
+// purgeKeys forgets every idempotency key older than age.
+func (r *repository) purgeKeys(ctx context.Context, age time.Duration) (int64, error) {
+	tag, err := r.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE create_time < now() - $1::interval`, age.String())
 	return tag.RowsAffected(), err
+}
+
+// withLiveVolumes returns which of envs have a volume not yet DELETED.
+func (r *repository) withLiveVolumes(ctx context.Context, envs []string) ([]string, error) {
+	rows, err := r.db.Query(ctx, `SELECT DISTINCT environment_id FROM volumes
+		WHERE environment_id = ANY($1) AND status <> 'DELETED'`, envs)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // remove forgets a volume's record while lease holds.

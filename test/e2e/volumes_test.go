@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
@@ -471,14 +471,18 @@ func TestInterruptedCreateLeavesOneClaim(t *testing.T) {
 	c.waitStatus(envID, id, "RUNNING", time.Minute)
 }
 
-// TestReconcilerRepairsWhatFlowsLeftBehind: without any client retry, the
-// reconciler creates the claim of a recorded volume that never got one, and
-// marks DELETED a volume whose claim was deleted behind the gateway's back.
+// TestReconcilerRepairsWhatFlowsLeftBehind: without any client retry or
+// change of the cluster's health, the reconciler's sweep creates the claim
+// of a recorded volume that never got one, marks DELETED a volume whose
+// claim was deleted behind the gateway's back, forgets expired idempotency
+// keys, and counts another provider's claim that appears (and goes) in an
+// environment without volumes.
 func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
-	g := gatewaytest.Start(t, gatewaytest.Options{})
+	g := gatewaytest.Start(t, gatewaytest.Options{ReconcileInterval: time.Second})
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
-	east := clusters[0]
+	east, west := clusters[0], clusters[1]
 	c.register(east)
+	c.register(west)
 	ctx := context.Background()
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 
@@ -513,28 +517,47 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	g.Volumes.ReconcileEnvironment(ctx, envID)
-
 	// Idempotency keys are kept 24 hours, then forgotten.
-	var keys []string
-	rows, err := g.DB.Query(ctx, `SELECT key FROM idempotency_keys WHERE environment_id = $1 AND key IN ('expired', 'kept')`, envID)
-	if err == nil {
-		keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil || !slices.Equal(keys, []string{"kept"}) {
-		t.Fatalf("idempotency keys after a pass: %v (%v), want only the fresh one", keys, err)
-	}
-
+	c.eventually(10*time.Second, "the expired idempotency key forgotten, the fresh one kept", func() bool {
+		keys := pgtest.Column[string](t, g.DB, `SELECT key FROM idempotency_keys WHERE environment_id = $1 AND key IN ('expired', 'kept')`, envID)
+		return slices.Equal(keys, []string{"kept"})
+	})
+	c.eventually(10*time.Second, "the recorded volume's claim created", func() bool { return claims(t, east, ns, orphan) == 1 })
+	c.waitStatus(envID, orphan, "RUNNING", time.Minute)
+	c.eventually(10*time.Second, "the out-of-band deleted volume recorded DELETED", func() bool {
+		var st string
+		err := g.DB.QueryRow(ctx, `SELECT status FROM volumes WHERE id = $1`, gone).Scan(&st)
+		return err == nil && st == "DELETED"
+	})
+	code, body = c.do(http.MethodGet, volumesPath(envID)+"/"+gone, nil)
+	c.want(http.StatusNotFound, code, body)
 	if n := claims(t, east, ns, orphan); n != 1 {
 		t.Fatalf("%d claims for the recorded volume, want 1", n)
 	}
-	c.waitStatus(envID, orphan, "RUNNING", time.Minute)
-	code, body = c.do(http.MethodGet, volumesPath(envID)+"/"+gone, nil)
-	c.want(http.StatusNotFound, code, body)
-	var st string
-	if err := g.DB.QueryRow(ctx, `SELECT status FROM volumes WHERE id = $1`, gone).Scan(&st); err != nil || st != "DELETED" {
-		t.Fatalf("record of the out-of-band deleted volume: %q, %v", st, err)
+
+	// West has no volume: only the claim in its cache has it looked at.
+	westID, westNS := west.Spec.Environment.ID, west.Spec.Environment.Namespace
+	unadopted := func() any {
+		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+westID, nil)
+		return field(env, "status", "unadopted_volume_count")
 	}
+	class := "standard-wffc" // no consumer comes: the claim stays as created
+	foreign := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "another-providers", Namespace: westNS, Labels: map[string]string{
+			"dcm.project/managed-by": "dcm", "dcm.project/dcm-instance-id": "another-providers", "dcm.project/dcm-service-type": "storage"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}
+	claimsAPI := west.AdminClient().CoreV1().PersistentVolumeClaims(westNS)
+	c.eventually(10*time.Second, "west counted with no unadopted claim", func() bool { return unadopted() == float64(0) })
+	if _, err := claimsAPI.Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(10*time.Second, "another provider's claim counted", func() bool { return unadopted() == float64(1) })
+	if err := claimsAPI.Delete(ctx, foreign.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(10*time.Second, "its deletion counted", func() bool { return unadopted() == float64(0) })
 }
 
 // TestCredentialRotationSwapsTheLiveConnection: a PATCH with new credentials

@@ -52,6 +52,9 @@ type Options struct {
 	// token from these networks get the dcm role (DCM's
 	// service-provider-manager sends none).
 	TrustedNetworks []netip.Prefix
+	// ReconcileInterval sets how often the volume reconciler sweeps the
+	// environments (default: production's).
+	ReconcileInterval time.Duration
 	// Settings override the test gateway's SG_* settings; an empty value
 	// restores the production default (a benchmark measures production).
 	Settings map[string]string
@@ -148,8 +151,10 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if opts.NATSURL != "" {
 		g.watchEvents(t, opts.NATSURL)
 	}
+	every := intervals
+	every.Reconcile = opts.ReconcileInterval
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{
-		Logger: logger, Listener: ln, Intervals: intervals,
+		Logger: logger, Listener: ln, Intervals: every,
 		WrapHandler: func(h http.Handler) http.Handler {
 			validating := contract.Validating(t, h)
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
