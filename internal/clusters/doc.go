@@ -19,15 +19,19 @@
 // starts the watch brings back every warning still kept); CSIDrivers and
 // CSIStorageCapacities, which only the fleet view reads, are listed rather
 // than watched — when the caches start, after a StorageClass change and
-// every FactsInterval. Each informer is client-go's controller and
-// DeltaFIFO feeding an indexer (informer.go), not a shared informer, whose
-// processor costs goroutines per informer and per handler. Clients speak
+// every FactsInterval. Each informer is client-go's Reflector writing
+// straight into a store that updates an indexer and tells the handlers
+// (informer.go): neither client-go's controller, whose DeltaFIFO costs two
+// goroutines more per informer, nor a shared informer, whose processor
+// costs goroutines per informer and per handler. Clients speak
 // protobuf, as Kubernetes' own controllers do, and ask for 30–60 minute
 // watches (bookmarks still arrive every minute). Entries start in the
 // background, a bounded number of initial syncs at a time, each with a
 // deadline; a dead cluster never blocks another or any request. Health is
-// `GET /readyz` 30 s after a good check and 10 s after a failed one (two
-// failures: UNREACHABLE; one success: READY). A credential rotation starts
-// a new entry and retires the old one once the new one has synced; removing
-// an entry stops every goroutine, watch and connection of it.
+// `GET /readyz` 45 s after a good check, at once when a watch connection
+// breaks, and 10 s after a failed one (two failures: UNREACHABLE; one
+// success: READY), each on a goroutine that lives for the check. A
+// credential rotation starts a new entry and retires the old one once the
+// new one has synced; removing an entry stops every goroutine, watch and
+// connection of it.
 package clusters

@@ -55,7 +55,7 @@ func (l *listed) refresh(ctx context.Context) error {
 	}
 	deniedChanged := l.denied.Swap(denied) != denied
 	for i, obj := range objs {
-		objs[i], _ = stripUnused(obj)
+		objs[i] = stripUnused(obj)
 	}
 	before := versions(l.indexer.List())
 	if err := l.indexer.Replace(objs, ""); err != nil {

@@ -2,13 +2,15 @@ package clusters
 
 import (
 	"context"
-	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
 // minWatchTimeout is the shortest watch an informer asks the API server
@@ -21,15 +23,29 @@ import (
 // pings find a silent one within 45 s).
 const minWatchTimeout = 30 * time.Minute
 
+// Reflector retries: client-go's own (unexported) defaults — a failed LIST
+// or WATCH is retried after 0.8 s doubling to 30 s, each with up to as much
+// again of jitter, and the backoff starts over after two quiet minutes.
+var reflectorBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Cap: 30 * time.Second, Steps: 38, Factor: 2, Jitter: 1}
+
+const reflectorBackoffReset = 2 * time.Minute
+
 // informer lists and watches one kind of object into an indexer and hands
-// every change to one handler, on the goroutine that applies it: client-go's
-// controller and DeltaFIFO, without the shared informer's processor, whose
-// goroutines per informer and per handler a thousand environments multiply
-// (BenchmarkIdleFleet counts them).
+// every change to one handler: client-go's Reflector writing straight into
+// a store that applies each change on the reflector's goroutine (applier),
+// driven by the informer's own retry loop (run). client-go's controller
+// would add a DeltaFIFO, its processing goroutine, a goroutine waiting to
+// close it and one more for the reflector — six goroutines per informer
+// where this runs four (the reflector, its resync timer, the watch's
+// decoder and the HTTP/2 stream's writer), and a thousand environments
+// multiply each (BenchmarkIdleFleet counts them). The shared informer's
+// processor would cost more still.
 type informer struct {
-	name    string
-	indexer cache.Indexer
-	ctrl    cache.Controller
+	name      string
+	indexer   cache.Indexer
+	store     *applier
+	reflector *cache.Reflector
+	onError   cache.WatchErrorHandlerWithContext
 }
 
 // informerOptions describe one informer.
@@ -39,61 +55,107 @@ type informerOptions struct {
 	example  runtime.Object
 	indexers cache.Indexers
 	handler  cache.ResourceEventHandler
-	// onError hears every failed list or watch (the reflector retries).
+	// onError hears every failed list or watch (the informer retries).
 	onError cache.WatchErrorHandlerWithContext
 }
 
 func newInformer(o informerOptions) *informer {
 	indexer := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, o.indexers)
-	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{
-		KnownObjects: indexer, EmitDeltaTypeReplaced: true, Transformer: stripUnused,
-	})
-	ctrl := cache.New(&cache.Config{
-		Queue:                        fifo,
-		ListerWatcher:                o.lw,
-		ObjectType:                   o.example,
-		ObjectDescription:            o.name,
-		MinWatchTimeout:              minWatchTimeout,
-		WatchErrorHandlerWithContext: o.onError,
-		Process: func(obj any, isInInitialList bool) error {
-			deltas, ok := obj.(cache.Deltas)
-			if !ok {
-				return errors.New("cluster cache: the queue gave something other than deltas")
-			}
-			return apply(indexer, o.handler, deltas, isInInitialList)
-		},
-	})
-	return &informer{name: o.name, indexer: indexer, ctrl: ctrl}
+	store := &applier{indexer: indexer, handler: o.handler}
+	return &informer{name: o.name, indexer: indexer, store: store, onError: o.onError,
+		reflector: cache.NewReflectorWithOptions(o.lw, o.example, store, cache.ReflectorOptions{
+			Name: o.name, TypeDescription: o.name, MinWatchTimeout: minWatchTimeout,
+		})}
 }
 
-// apply brings the indexer up to date with deltas, telling handler of each
-// change as it does.
-func apply(indexer cache.Indexer, handler cache.ResourceEventHandler, deltas cache.Deltas, isInInitialList bool) error {
-	for _, d := range deltas {
-		switch d.Type {
-		case cache.Deleted:
-			if err := indexer.Delete(d.Object); err != nil {
-				return err
-			}
-			handler.OnDelete(d.Object)
-		default: // Sync, Replaced, Added, Updated
-			old, exists, err := indexer.Get(d.Object)
-			if err != nil {
-				return err
-			}
-			if exists {
-				if err := indexer.Update(d.Object); err != nil {
-					return err
-				}
-				handler.OnUpdate(old, d.Object)
-				continue
-			}
-			if err := indexer.Add(d.Object); err != nil {
-				return err
-			}
-			handler.OnAdd(d.Object, isInInitialList)
+// run lists and watches until ctx ends, retrying with client-go's backoff;
+// each failure goes to onError (the reflector's own loop would log it
+// through klog, with the API server's words, at every retry).
+func (i *informer) run(ctx context.Context) {
+	delay := reflectorBackoff.DelayWithReset(clock.RealClock{}, reflectorBackoffReset)
+	_ = delay.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		if err := i.reflector.ListAndWatchWithContext(ctx); err != nil && ctx.Err() == nil {
+			i.onError(ctx, i.reflector, err)
+		}
+		return false, nil
+	})
+}
+
+// hasSynced reports whether the first list has been applied.
+func (i *informer) hasSynced() bool { return i.store.synced.Load() }
+
+// applier is the reflector's store: it brings the indexer up to date with
+// each change and tells handler of it as it does, on the reflector's
+// goroutine, with what a DeltaFIFO would have handed on: an object a relist
+// no longer holds is deleted as a cache.DeletedFinalStateUnknown, one it
+// still holds is an update, and objects of the first list are adds in the
+// initial list.
+type applier struct {
+	indexer cache.Indexer
+	handler cache.ResourceEventHandler
+	synced  atomic.Bool
+}
+
+func (a *applier) Add(obj any) error    { return a.upsert(obj, false) }
+func (a *applier) Update(obj any) error { return a.upsert(obj, false) }
+func (a *applier) Resync() error        { return nil } // no resync period
+
+func (a *applier) Delete(obj any) error {
+	obj = stripUnused(obj)
+	if err := a.indexer.Delete(obj); err != nil {
+		return err
+	}
+	a.handler.OnDelete(obj)
+	return nil
+}
+
+func (a *applier) Replace(list []any, _ string) error {
+	initial := !a.synced.Load()
+	keep := make(map[string]bool, len(list))
+	for i, obj := range list {
+		list[i] = stripUnused(obj)
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(list[i])
+		if err != nil {
+			return err
+		}
+		keep[key] = true
+	}
+	for _, old := range a.indexer.List() {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(old)
+		if err != nil || keep[key] {
+			continue
+		}
+		if err := a.indexer.Delete(old); err != nil {
+			return err
+		}
+		a.handler.OnDelete(cache.DeletedFinalStateUnknown{Key: key, Obj: old})
+	}
+	for _, obj := range list {
+		if err := a.upsert(obj, initial); err != nil {
+			return err
 		}
 	}
+	a.synced.Store(true)
+	return nil
+}
+
+func (a *applier) upsert(obj any, isInInitialList bool) error {
+	obj = stripUnused(obj)
+	old, exists, err := a.indexer.Get(obj)
+	if err != nil {
+		return err
+	}
+	if exists {
+		if err := a.indexer.Update(obj); err != nil {
+			return err
+		}
+		a.handler.OnUpdate(old, obj)
+		return nil
+	}
+	if err := a.indexer.Add(obj); err != nil {
+		return err
+	}
+	a.handler.OnAdd(obj, isInInitialList)
 	return nil
 }
 
@@ -206,7 +268,7 @@ func (w *warnings) follow() {
 		ctx, cancel := context.WithCancel(w.ctx)
 		inf := w.newInformer()
 		w.running, w.stop = inf, cancel
-		w.group.Go(func() { inf.ctrl.RunWithContext(ctx) })
+		w.group.Go(func() { inf.run(ctx) })
 	case len(w.pending) == 0 && w.running != nil:
 		w.stop()
 		w.running, w.stop = nil, nil
@@ -230,7 +292,7 @@ func (w *warnings) of(key string) []any {
 func (w *warnings) unsynced() (string, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.running == nil || w.running.ctrl.HasSynced() {
+	if w.running == nil || w.running.hasSynced() {
 		return "", false
 	}
 	return w.running.name, true

@@ -17,17 +17,20 @@ import (
 )
 
 // Defaults for PoolOptions. A healthy cluster is checked every steady
-// interval (3 × 10s), one whose last check failed every interval (10s), so
-// a cluster that goes away is UNREACHABLE at most one steady interval, one
-// interval and two timeouts after its last good answer (30s + 10s + 2×5s =
-// 50s, as deploy/README.md promises), and one that comes back is READY again
-// at most one timeout and one interval after it does (5s + 10s = 15s: the
-// check in flight may still time out, the next one succeeds).
-// An idle healthy cluster costs two checks a minute.
+// interval (4.5 × 10s), one whose last check failed every interval (10s), so
+// a cluster that goes away silently is UNREACHABLE at most one steady
+// interval, one interval and two timeouts after its last good answer
+// (45s + 10s + 2×5s = 65s, as deploy/README.md promises); one whose watch
+// connection breaks (the API server stopped or restarted, the path reset)
+// is checked at once, and UNREACHABLE one interval and two timeouts later
+// (20s). One that comes back is READY again at most one timeout and one
+// interval after it does (5s + 10s = 15s: the check in flight may still
+// time out, the next one succeeds). An idle healthy cluster costs 1.33
+// checks a minute: with the facts' listings and the permission probe every
+// ten minutes, under two requests a minute (BenchmarkIdleFleet).
 const (
 	defaultSyncTimeout      = 30 * time.Second
 	defaultHealthInterval   = 10 * time.Second
-	steadyHealthFactor      = 3
 	defaultHealthTimeout    = 5 * time.Second
 	defaultFailureThreshold = 2
 )
@@ -62,7 +65,7 @@ type PoolOptions struct {
 	// some caches synced, and keeps retrying.
 	SyncTimeout time.Duration
 	// HealthInterval is the pause after a failed check (default 10s);
-	// SteadyHealthInterval the pause after a good one (default 3 ×
+	// SteadyHealthInterval the pause after a good one (default 4.5 ×
 	// HealthInterval).
 	HealthInterval, SteadyHealthInterval time.Duration
 	// HealthTimeout bounds one check (default 5s).
@@ -94,7 +97,7 @@ func (o PoolOptions) withDefaults() PoolOptions {
 		o.ConcurrentSyncs = defaultConcurrentSyncs
 	}
 	if o.SteadyHealthInterval <= 0 {
-		o.SteadyHealthInterval = steadyHealthFactor * o.HealthInterval
+		o.SteadyHealthInterval = o.HealthInterval * 9 / 2
 	}
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = defaultHealthTimeout
@@ -136,7 +139,7 @@ func (t Target) same(o Target) bool {
 }
 
 // Pool is the gateway's live connection to every environment: clients,
-// informer caches and a health loop per environment. Nothing in it waits on
+// informer caches and health checks per environment. Nothing in it waits on
 // the network while holding a lock, so a slow or dead cluster never delays
 // Ensure, Get or any cached read, and a dead one never delays another
 // cluster. Slow ones can: at most ConcurrentSyncs initial syncs run at
@@ -304,7 +307,7 @@ func (p *Pool) FollowPVCs(handler func(environmentID string) cache.ResourceEvent
 	}
 }
 
-// Remove stops an environment's informers, health loop and connections and
+// Remove stops an environment's informers, health checks and connections and
 // waits until every goroutine it started has exited.
 func (p *Pool) Remove(environmentID string) {
 	p.mu.Lock()
@@ -316,7 +319,7 @@ func (p *Pool) Remove(environmentID string) {
 	}
 }
 
-// StopWatching ends every environment's informers and health loop and waits
+// StopWatching ends every environment's informers and health checks and waits
 // for them; no change is published afterwards and Ensure fails. The
 // connections stay open until Close: the gateway stops its inputs first and
 // closes connections last.

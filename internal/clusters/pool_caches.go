@@ -203,14 +203,14 @@ func involvedPVC(obj any) ([]string, error) {
 // stripUnused drops metadata the gateway never reads before an object is
 // cached: managed fields are often the bulk of an object, and the
 // last-applied annotation repeats all of it.
-func stripUnused(obj any) (any, error) {
+func stripUnused(obj any) any {
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return obj, nil // not an object (a deletion tombstone): nothing to strip
+		return obj // not an object (a deletion tombstone): nothing to strip
 	}
 	m.SetManagedFields(nil)
 	delete(m.GetAnnotations(), corev1.LastAppliedConfigAnnotation)
-	return obj, nil
+	return obj
 }
 
 // logCacheFailure replaces client-go's default, which logs the reflector's
@@ -253,7 +253,7 @@ func (c *caches) start(ctx context.Context) {
 		c.byNamespace[ns].warnings.start(ctx, &c.running)
 	}
 	for _, inf := range c.informers {
-		c.running.Go(func() { inf.ctrl.RunWithContext(ctx) })
+		c.running.Go(func() { inf.run(ctx) })
 	}
 	c.started.Store(true)
 	c.refreshFacts(ctx)
@@ -263,8 +263,8 @@ func (c *caches) start(ctx context.Context) {
 // goroutine of its own that ends with the listing, when they were never
 // listed, a StorageClass changed, or the facts interval passed. Nothing is
 // listed before the caches start (the cluster waits for a sync slot). The
-// cluster's run goroutine and health loop call it; both end before
-// shutdown waits.
+// cluster's run goroutine calls it (after each good health check); it ends
+// before shutdown waits.
 func (c *caches) refreshFacts(ctx context.Context) {
 	if !c.started.Load() || ctx.Err() != nil || !c.facts.due(time.Now()) {
 		return
@@ -279,7 +279,7 @@ func (c *caches) shutdown() { c.running.Wait() }
 func (c *caches) unsynced() []string {
 	var names []string
 	for _, inf := range c.informers {
-		if !inf.ctrl.HasSynced() {
+		if !inf.hasSynced() {
 			names = append(names, inf.name)
 		}
 	}
@@ -340,7 +340,7 @@ func (c *Cluster) ClassOf(pvc *corev1.PersistentVolumeClaim) (class *storagev1.S
 		return nil, false
 	}
 	class, ok := c.StorageClass(*pvc.Spec.StorageClassName)
-	return class, !ok && c.caches.classes.ctrl.HasSynced()
+	return class, !ok && c.caches.classes.hasSynced()
 }
 
 // StorageClasses returns every StorageClass, by name.
@@ -360,7 +360,7 @@ func (c *Cluster) DefaultStorageClass() (*storagev1.StorageClass, bool) {
 // CSIStorageCapacity caches have synced, whatever the claim and event
 // caches do (the fleet view needs only these).
 func (c *Cluster) StorageSynced() bool {
-	if !c.caches.classes.ctrl.HasSynced() {
+	if !c.caches.classes.hasSynced() {
 		return false
 	}
 	for _, l := range c.caches.facts.caches {

@@ -14,7 +14,7 @@ import (
 const syncPollInterval = 100 * time.Millisecond
 
 // Cluster is one connection to an environment's cluster: a client for
-// writes, informer caches for reads and a health loop. Objects returned by
+// writes, informer caches for reads and health checks. Objects returned by
 // its reads are shared with the caches and must not be modified.
 //
 // A Cluster retired by a change of credentials or namespaces, or by Remove,
@@ -34,6 +34,10 @@ type Cluster struct {
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when every goroutine of the cluster has exited
+	// watchBroke holds a notice that a watch connection failed: the run
+	// goroutine checks the API server at once rather than at the next
+	// steady check.
+	watchBroke chan struct{}
 
 	// tracker and settleReported belong to the run goroutine.
 	tracker        tracker
@@ -45,17 +49,23 @@ type Cluster struct {
 
 // newCluster builds a cluster without touching the network.
 func (p *Pool) newCluster(t Target) (*Cluster, error) {
-	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{})}
+	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{}), watchBroke: make(chan struct{}, 1)}
 	var err error
 	// Informers list and watch without a timeout or a bound on answers;
 	// health checks and writes read answers of known, small size.
-	if c.watch, err = p.newClient(t, "watch", 0, 0, c.conns); err != nil {
+	broke := func() {
+		select {
+		case c.watchBroke <- struct{}{}:
+		default: // one notice is pending already
+		}
+	}
+	if c.watch, err = p.newClient(t, "watch", 0, 0, c.conns, broke); err != nil {
 		return nil, err
 	}
-	if c.checks, err = p.newClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns); err != nil {
+	if c.checks, err = p.newClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns, nil); err != nil {
 		return nil, err
 	}
-	if c.writes, err = p.newClient(t, "write", requestTimeout, maxResponseBytes, nil); err != nil {
+	if c.writes, err = p.newClient(t, "write", requestTimeout, maxResponseBytes, nil, nil); err != nil {
 		return nil, err
 	}
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
@@ -68,8 +78,9 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 // newClient builds a client for use (its name in the request counts) whose
 // requests time out after timeout (0: never) and whose answers are bounded
 // to maxBytes (0: unbounded) and, if conns is set, whose connections it
-// tracks. Every client of an environment shares its limiter.
-func (p *Pool) newClient(t Target, use string, timeout time.Duration, maxBytes int64, conns *connections) (*Client, error) {
+// tracks, telling onBroken of one that fails. Every client of an
+// environment shares its limiter.
+func (p *Pool) newClient(t Target, use string, timeout time.Duration, maxBytes int64, conns *connections, onBroken func()) (*Client, error) {
 	opts := p.opts.Client
 	opts.Use = use
 	opts.OnDenied = func() { p.accessDenied(t.EnvironmentID) }
@@ -82,7 +93,7 @@ func (p *Pool) newClient(t Target, use string, timeout time.Duration, maxBytes i
 	if err != nil || conns == nil {
 		return client, err
 	}
-	return client, conns.track(client)
+	return client, conns.track(client, onBroken)
 }
 
 // Client is for writes (PVC create, patch, delete); each request is bounded
@@ -127,7 +138,7 @@ func (c *Cluster) stop() {
 	c.closeConnections()
 }
 
-// stopWatching ends the cluster's informers and health loop and waits for
+// stopWatching ends the cluster's informers and health checks and waits for
 // them; its connections stay open.
 func (c *Cluster) stopWatching() {
 	c.handlers.leave(c)
@@ -156,7 +167,12 @@ func (c *Cluster) run(ctx context.Context) {
 	checks := make(chan checkResult)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { c.checkLoop(ctx, checks) })
+	next := c.checkAfter(ctx, 0, &wg, checks)
+	defer func() {
+		if next.Stop() {
+			wg.Done() // the check will not run
+		}
+	}()
 
 	// Informers announce no sync: while syncing, the cluster's own goroutine
 	// asks them (whenTicking), and the ticker is ignored otherwise.
@@ -175,6 +191,14 @@ func (c *Cluster) run(ctx context.Context) {
 			return
 		case r := <-checks:
 			c.tracker.checked(r)
+			next = c.checkAfter(ctx, c.nextCheck(ctx, r), &wg, checks)
+		case <-c.watchBroke:
+			// Checked now if the last check passed and none is under way
+			// (while checks fail, the failure interval already runs).
+			if c.tracker.failures == 0 && next.Stop() {
+				wg.Done()
+				next = c.checkAfter(ctx, 0, &wg, checks)
+			}
 		case c.slotsWhen(c.tracker.phase == phaseQueued) <- struct{}{}:
 			holding = true
 			c.caches.start(ctx)

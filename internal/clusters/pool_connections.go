@@ -27,8 +27,11 @@ func newConnections() *connections {
 }
 
 // track makes client dial through s. It must run before the client sends its
-// first request.
-func (s *connections) track(client *Client) error {
+// first request. onBroken, when set, hears of a connection of the client
+// that failed while s was open: the server or the path to it went away
+// (a reset, an end of stream, a connection the HTTP/2 transport closed for
+// a lost ping).
+func (s *connections) track(client *Client, onBroken func()) error {
 	transport := baseTransport(client.http.Transport)
 	if transport == nil || transport.DialContext == nil {
 		return errors.New("cluster client: unexpected transport; cannot track its connections")
@@ -39,7 +42,7 @@ func (s *connections) track(client *Client) error {
 		if err != nil {
 			return nil, err
 		}
-		return s.add(conn)
+		return s.add(conn, onBroken)
 	}
 	return nil
 }
@@ -58,14 +61,14 @@ func baseTransport(rt http.RoundTripper) *http.Transport {
 	}
 }
 
-func (s *connections) add(conn net.Conn) (net.Conn, error) {
+func (s *connections) add(conn net.Conn, onBroken func()) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = conn.Close()
 		return nil, net.ErrClosed
 	}
-	tracked := &trackedConn{Conn: conn, owner: s}
+	tracked := &trackedConn{Conn: conn, owner: s, onBroken: onBroken}
 	s.open[tracked] = struct{}{}
 	return tracked, nil
 }
@@ -83,7 +86,23 @@ func (s *connections) closeAll() {
 
 type trackedConn struct {
 	net.Conn
-	owner *connections
+	owner    *connections
+	onBroken func()
+}
+
+// Read tells onBroken of a failed read unless the cluster is closing its
+// connections: the HTTP/2 reader is the first to see a connection end.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.onBroken != nil {
+		c.owner.mu.Lock()
+		closing := c.owner.closed
+		c.owner.mu.Unlock()
+		if !closing {
+			c.onBroken()
+		}
+	}
+	return n, err
 }
 
 func (c *trackedConn) Close() error {

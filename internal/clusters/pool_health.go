@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -118,32 +119,34 @@ func (t *tracker) health() (HealthState, string) {
 	return HealthPending, msgAwaitingServer
 }
 
-// checkLoop checks the API server from the start, then SteadyHealthInterval
-// after a good check and HealthInterval after a failed one (the detection
-// bounds are worked out beside the PoolOptions defaults). After a good
-// check it also starts the facts' listing when one is due.
-func (c *Cluster) checkLoop(ctx context.Context, results chan<- checkResult) {
-	pause := time.NewTimer(0)
-	defer pause.Stop()
-	for {
-		select {
-		case <-pause.C:
-		case <-ctx.Done():
-			return
-		}
+// checkAfter has the API server checked once d has passed, on a goroutine
+// that lives only for the check (a persistent loop per cluster would idle
+// between checks: one goroutine per environment for nothing), and the
+// result sent to results unless ctx ended. wg counts the check from now
+// until it has run; a caller whose Stop of the returned timer succeeds
+// marks it done.
+func (c *Cluster) checkAfter(ctx context.Context, d time.Duration, wg *sync.WaitGroup, results chan<- checkResult) *time.Timer {
+	wg.Add(1)
+	return time.AfterFunc(d, func() {
+		defer wg.Done()
 		r := c.check(ctx)
 		select {
 		case results <- r:
 		case <-ctx.Done():
-			return
 		}
-		if r.ok {
-			c.caches.refreshFacts(ctx)
-			pause.Reset(c.pool.opts.SteadyHealthInterval)
-		} else {
-			pause.Reset(c.pool.opts.HealthInterval)
-		}
+	})
+}
+
+// nextCheck is the pause before the next check: SteadyHealthInterval after
+// a good check and HealthInterval after a failed one (the detection bounds
+// are worked out beside the PoolOptions defaults). After a good check it
+// also starts the facts' listing when one is due.
+func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
+	if !r.ok {
+		return c.pool.opts.HealthInterval
 	}
+	c.caches.refreshFacts(ctx)
+	return c.pool.opts.SteadyHealthInterval
 }
 
 // check asks the API server whether it is ready to serve (GET /readyz, which

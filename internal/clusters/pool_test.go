@@ -345,6 +345,28 @@ func TestPoolDetectsUnreachableAndRecovery(t *testing.T) {
 	}
 }
 
+// TestABrokenWatchIsCheckedAtOnce: a cluster whose watch connection
+// breaks is checked at once, not at the next steady check, so it is
+// UNREACHABLE within the failed checks' interval and timeouts.
+func TestABrokenWatchIsCheckedAtOnce(t *testing.T) {
+	opts := fast
+	opts.SteadyHealthInterval = time.Minute
+	p := newPool(t, opts)
+	c := ensureReady(t, p, eastTarget("pool-broken-watch"))
+	bound := time.Duration(opts.FailureThreshold-1)*opts.HealthInterval + time.Duration(opts.FailureThreshold)*opts.HealthTimeout
+	const slack = 2 * time.Second
+
+	t.Cleanup(func() { east.SetReachable(true) })
+	east.SetReachable(false) // closes every connection: the watches see the break
+	took := poll.Until(t, 30*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.HealthUnreachable })
+	t.Logf("unreachable detected after %s (bound %s, steady interval %s)", took, bound, opts.SteadyHealthInterval)
+	if took > bound+slack {
+		t.Errorf("unreachable detected after %s, want within %s", took, bound)
+	}
+	east.SetReachable(true)
+	poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.HealthReady })
+}
+
 // blackHole accepts connections and never answers, like a dead network path.
 func blackHole(t *testing.T) string {
 	t.Helper()
