@@ -62,11 +62,28 @@ func rateLimiter(l *pacedLimiter) flowcontrol.RateLimiter {
 	return l
 }
 
-// NewClient builds a clientset from allow-listed settings only. Proxies from
-// the process environment are ignored (the egress check must see the real
-// destination) and redirects are refused, so a bearer token never leaves for
-// another host.
+// NewClient builds a clientset from allow-listed settings only (see
+// newHTTPClient).
 func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) {
+	cfg, httpClient, err := newHTTPClient(conn, opts)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		httpClient.CloseIdleConnections()
+		return nil, fmt.Errorf("build cluster client: %w", err)
+	}
+	return &Client{Interface: cs, http: httpClient}, nil
+}
+
+// newHTTPClient builds the REST config and the HTTP client beneath a
+// cluster's clients, without any typed client: a clientset holds one for
+// every API group (about 40 KiB), which a client that needs two, or none,
+// would carry for every environment. Proxies from the process environment
+// are ignored (the egress check must see the real destination) and
+// redirects are refused, so a bearer token never leaves for another host.
+func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config, *http.Client, error) {
 	cfg := &rest.Config{
 		Host:        conn.Server,
 		BearerToken: conn.Token,
@@ -111,15 +128,10 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("build cluster client: %w", err)
+		return nil, nil, fmt.Errorf("build cluster client: %w", err)
 	}
 	httpClient.CheckRedirect = egress.NoRedirects
-	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		httpClient.CloseIdleConnections()
-		return nil, fmt.Errorf("build cluster client: %w", err)
-	}
-	return &Client{Interface: cs, http: httpClient}, nil
+	return cfg, httpClient, nil
 }
 
 // deniedTransport tells its owner about every 401 and 403 a client receives.

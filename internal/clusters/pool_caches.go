@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,9 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
@@ -57,6 +60,7 @@ const byInvolvedPVC = "involvedPVC"
 // StorageClasses, Warning events on PVCs while a namespace has a Pending
 // claim, and the listed CSIDrivers and CSIStorageCapacities.
 type caches struct {
+	client     cacheClients
 	namespaces []string
 	// informers run from start to shutdown; each namespace's warnings run
 	// only while it has a Pending claim.
@@ -82,23 +86,42 @@ type namespaceCaches struct {
 // namespaced lets namespaced listers find their objects.
 var namespaced = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 
+// cacheClients are the typed clients the caches list and watch through:
+// the two API groups they read, not a clientset's every group.
+type cacheClients struct {
+	core    corev1client.CoreV1Interface
+	storage storagev1client.StorageV1Interface
+}
+
+func newCacheClients(cfg *rest.Config, client *http.Client) (cacheClients, error) {
+	core, err := corev1client.NewForConfigAndClient(cfg, client)
+	if err != nil {
+		return cacheClients{}, fmt.Errorf("build cluster client: %w", err)
+	}
+	storage, err := storagev1client.NewForConfigAndClient(cfg, client)
+	if err != nil {
+		return cacheClients{}, fmt.Errorf("build cluster client: %w", err)
+	}
+	return cacheClients{core: core, storage: storage}, nil
+}
+
 // newCaches sets up the informers without starting them; onStorage is
 // called after every change to a cached StorageClass, CSIDriver or
 // CSIStorageCapacity, from an informer or listing goroutine. CSIDrivers and
 // CSIStorageCapacities are listed again every factsInterval.
-func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Logger, onStorage func(), factsInterval time.Duration) *caches {
-	c := &caches{namespaces: namespaces, byNamespace: map[string]namespaceCaches{}, facts: &facts{interval: factsInterval}}
+func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, onStorage func(), factsInterval time.Duration) *caches {
+	c := &caches{client: client, namespaces: namespaces, byNamespace: map[string]namespaceCaches{}, facts: &facts{interval: factsInterval}}
 	add := func(name string, lw *cache.ListWatch, example runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) *informer {
-		inf := newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(lw, client), example: example,
+		inf := newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(lw, client.core), example: example,
 			indexers: indexers, handler: handler, onError: logCacheFailure(logger, name)})
 		c.informers = append(c.informers, inf)
 		return inf
 	}
 	for _, ns := range namespaces {
-		claims, events := client.CoreV1().PersistentVolumeClaims(ns), client.CoreV1().Events(ns)
+		claims, events := client.core.PersistentVolumeClaims(ns), client.core.Events(ns)
 		name := "events in " + ns
 		w := &warnings{pending: map[string]bool{}, newInformer: func() *informer {
-			return newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(listWatch(events.List, events.Watch, selectPVCWarnings), client),
+			return newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(listWatch(events.List, events.Watch, selectPVCWarnings), client.core),
 				example: &corev1.Event{}, indexers: cache.Indexers{byInvolvedPVC: involvedPVC}, handler: ignore, onError: logCacheFailure(logger, name)})
 		}}
 		// The warnings hear of every claim first, so they watch before
@@ -112,7 +135,7 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 			warnings:    w,
 		}
 	}
-	storage := client.StorageV1()
+	storage := client.storage
 	classes, drivers, capacities := storage.StorageClasses(), storage.CSIDrivers(), storage.CSIStorageCapacities(metav1.NamespaceAll)
 	// A StorageClass change asks for the facts to be listed again too (the
 	// initial list does not: the facts are listed with it).
@@ -142,7 +165,7 @@ func newCaches(client kubernetes.Interface, namespaces []string, logger *slog.Lo
 	// another (the first): what placement checks a request against. Not
 	// every grant includes them.
 	if len(namespaces) > 0 {
-		quotas := listAll(client.CoreV1().ResourceQuotas(namespaces[0]).List)
+		quotas := listAll(client.core.ResourceQuotas(namespaces[0]).List)
 		c.quotas = fact(cacheQuotas, func(ctx context.Context) ([]any, error) { return quotas(optionalPermission(ctx)) }, namespaced, true)
 	}
 	return c

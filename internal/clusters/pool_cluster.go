@@ -2,11 +2,13 @@ package clusters
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -24,9 +26,10 @@ type Cluster struct {
 	pool   *Pool
 	target Target
 	// One client per kind of request, each with its own timeout.
-	watch  *Client // informers: none
-	checks *Client // health checks: HealthTimeout
-	writes *Client // Client(): requestTimeout
+	// The caches list and watch without a timeout (newCaches holds that
+	// client); checks use a plain HTTP client.
+	checks *http.Client // health checks: HealthTimeout
+	writes *Client      // Client(): requestTimeout
 	// conns are the watch and check connections, closed on stop.
 	conns    *connections
 	caches   *caches
@@ -59,28 +62,32 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 		default: // one notice is pending already
 		}
 	}
-	if c.watch, err = p.newClient(t, "watch", 0, 0, c.conns, broke); err != nil {
+	watchConfig, watchHTTP, err := p.newHTTPClient(t, "watch", 0, 0, c.conns, broke)
+	if err != nil {
 		return nil, err
 	}
-	if c.checks, err = p.newClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns, nil); err != nil {
+	watch, err := newCacheClients(watchConfig, watchHTTP)
+	if err != nil {
 		return nil, err
 	}
-	if c.writes, err = p.newClient(t, "write", requestTimeout, maxResponseBytes, nil, nil); err != nil {
+	if _, c.checks, err = p.newHTTPClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns, nil); err != nil {
+		return nil, err
+	}
+	if c.writes, err = NewClient(t.Connection, p.clientOptions(t, "write", requestTimeout, maxResponseBytes)); err != nil {
 		return nil, err
 	}
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
-	c.caches = newCaches(c.watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
+	c.caches = newCaches(watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
 	c.health = Health{State: HealthPending, Message: msgAwaitingServer}
 	return c, nil
 }
 
-// newClient builds a client for use (its name in the request counts) whose
-// requests time out after timeout (0: never) and whose answers are bounded
-// to maxBytes (0: unbounded) and, if conns is set, whose connections it
-// tracks, telling onBroken of one that fails. Every client of an
+// clientOptions are the options of a client for use (its name in the
+// request counts) whose requests time out after timeout (0: never) and whose
+// answers are bounded to maxBytes (0: unbounded). Every client of an
 // environment shares its limiter.
-func (p *Pool) newClient(t Target, use string, timeout time.Duration, maxBytes int64, conns *connections, onBroken func()) (*Client, error) {
+func (p *Pool) clientOptions(t Target, use string, timeout time.Duration, maxBytes int64) ClientOptions {
 	opts := p.opts.Client
 	opts.Use = use
 	opts.OnDenied = func() { p.accessDenied(t.EnvironmentID) }
@@ -89,11 +96,17 @@ func (p *Pool) newClient(t Target, use string, timeout time.Duration, maxBytes i
 	if p.opts.Limiters != nil {
 		opts.RateLimiter = p.opts.Limiters.forEnvironment(t.EnvironmentID)
 	}
-	client, err := NewClient(t.Connection, opts)
-	if err != nil || conns == nil {
-		return client, err
+	return opts
+}
+
+// newHTTPClient builds an HTTP client with clientOptions whose connections
+// conns tracks, telling onBroken of one that fails.
+func (p *Pool) newHTTPClient(t Target, use string, timeout time.Duration, maxBytes int64, conns *connections, onBroken func()) (*rest.Config, *http.Client, error) {
+	cfg, client, err := newHTTPClient(t.Connection, p.clientOptions(t, use, timeout, maxBytes))
+	if err != nil {
+		return nil, nil, err
 	}
-	return client, conns.track(client, onBroken)
+	return cfg, client, conns.track(client, onBroken)
 }
 
 // Client is for writes (PVC create, patch, delete); each request is bounded

@@ -31,8 +31,8 @@ func newConnections() *connections {
 // that failed while s was open: the server or the path to it went away
 // (a reset, an end of stream, a connection the HTTP/2 transport closed for
 // a lost ping).
-func (s *connections) track(client *Client, onBroken func()) error {
-	transport := baseTransport(client.http.Transport)
+func (s *connections) track(client *http.Client, onBroken func()) error {
+	transport := baseTransport(client.Transport)
 	if transport == nil || transport.DialContext == nil {
 		return errors.New("cluster client: unexpected transport; cannot track its connections")
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // Health is a cluster's state as the pool sees it.
@@ -137,16 +140,20 @@ func (c *Cluster) checkAfter(ctx context.Context, d time.Duration, wg *sync.Wait
 	})
 }
 
-// nextCheck is the pause before the next check: SteadyHealthInterval after
-// a good check and HealthInterval after a failed one (the detection bounds
-// are worked out beside the PoolOptions defaults). After a good check it
-// also starts the facts' listing when one is due.
+// nextCheck is the pause before the next check: up to SteadyHealthInterval
+// after a good check and HealthInterval after a failed one (the detection
+// bounds are worked out beside the PoolOptions defaults). The steady pause
+// is drawn from its last tenth, so a fleet connected at once (a restart, a
+// burst of registrations) spreads its checks out instead of sending them
+// in step for good. After a good check it also starts the facts' listing
+// when one is due.
 func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
 	if !r.ok {
 		return c.pool.opts.HealthInterval
 	}
 	c.caches.refreshFacts(ctx)
-	return c.pool.opts.SteadyHealthInterval
+	steady := c.pool.opts.SteadyHealthInterval
+	return steady - rand.N(steady/10+1) //nolint:gosec // spreading timers, not a secret
 }
 
 // check asks the API server whether it is ready to serve (GET /readyz, which
@@ -160,7 +167,7 @@ func (c *Cluster) check(ctx context.Context) checkResult {
 		// A connection that timed out may be dead rather than slow; without
 		// idle connections the next check dials afresh instead of queueing
 		// behind it.
-		c.checks.Close()
+		utilnet.CloseIdleConnectionsFor(c.checks.Transport)
 	}
 	return r
 }
@@ -170,7 +177,7 @@ func (c *Cluster) askReady(ctx context.Context) checkResult {
 	if err != nil {
 		return checkResult{message: "the server address cannot be used"}
 	}
-	resp, err := c.checks.http.Do(req)
+	resp, err := c.checks.Do(req)
 	if err != nil {
 		_, message := classify(ctx, err, c.pool.opts.HealthTimeout)
 		return checkResult{message: message}

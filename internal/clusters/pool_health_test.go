@@ -16,8 +16,8 @@ func TestDefaultsMeetTheSpecDetectionBounds(t *testing.T) {
 	unreachable := detectionBound(o)
 	broken := time.Duration(o.FailureThreshold-1)*o.HealthInterval + time.Duration(o.FailureThreshold)*o.HealthTimeout
 	recovery := o.HealthTimeout + o.HealthInterval
-	if unreachable > 65*time.Second {
-		t.Errorf("a silently unreachable cluster is detected after up to %s; deploy/README.md promises 65s", unreachable)
+	if unreachable > 70*time.Second {
+		t.Errorf("a silently unreachable cluster is detected after up to %s; deploy/README.md promises 70s", unreachable)
 	}
 	if broken > 20*time.Second {
 		t.Errorf("a cluster whose watch connection broke is detected after up to %s; deploy/README.md promises 20s", broken)
@@ -26,7 +26,8 @@ func TestDefaultsMeetTheSpecDetectionBounds(t *testing.T) {
 	// listings (three requests each every ten minutes) stay within the
 	// idle fleet's budget of two requests a minute.
 	const probeAndFacts = 0.6
-	if perMinute := time.Minute.Seconds()/o.SteadyHealthInterval.Seconds() + probeAndFacts; perMinute > 2 {
+	// The steady pause is drawn from its last tenth: 0.95 of it on average.
+	if perMinute := time.Minute.Seconds()/(0.95*o.SteadyHealthInterval.Seconds()) + probeAndFacts; perMinute > 2 {
 		t.Errorf("a healthy cluster costs %.2f requests a minute; at most 2", perMinute)
 	}
 	if recovery > 15*time.Second {
