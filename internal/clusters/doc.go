@@ -28,7 +28,7 @@
 // watches (bookmarks still arrive every minute). Entries start in the
 // background, a bounded number of initial syncs at a time, each with a
 // deadline; a dead cluster never blocks another or any request. Health is
-// `GET /readyz` 45–50 s after a good check, at once when a watch connection
+// `GET /readyz` 50 s after a good check, at once when a watch connection
 // breaks, and 10 s after a failed one (two failures: UNREACHABLE; one
 // success: READY), each on a goroutine that lives for the check. A
 // credential rotation starts a new entry and retires the old one once the

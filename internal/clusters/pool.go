@@ -17,17 +17,17 @@ import (
 )
 
 // Defaults for PoolOptions. A healthy cluster is checked every steady
-// interval (5 × 10s, less up to a tenth), one whose last check failed every
-// interval (10s), so a cluster that goes away silently is UNREACHABLE at
-// most one steady interval, one interval and two timeouts after its last
-// good answer (50s + 10s + 2×5s = 70s, as deploy/README.md promises); one
-// whose watch connection breaks (the API server stopped or restarted, the
-// path reset) is checked at once, and UNREACHABLE one interval and two
-// timeouts later (20s). One that comes back is READY again at most one
-// timeout and one interval after it does (5s + 10s = 15s: the check in
-// flight may still time out, the next one succeeds). An idle healthy
-// cluster costs 1.26 checks a minute on average: with the facts' listings
-// and the permission probe every ten minutes, under two requests a minute
+// interval (5 × 10s; the first pause anywhere in it), one whose last check
+// failed every interval (10s), so a cluster that goes away silently is
+// UNREACHABLE at most one steady interval, one interval and two timeouts
+// after its last good answer (50s + 10s + 2×5s = 70s, as deploy/README.md
+// promises); one whose watch connection breaks (the API server stopped or
+// restarted, the path reset) is checked at once, and UNREACHABLE one
+// interval and two timeouts later (20s). One that comes back is READY again
+// at most one timeout and one interval after it does (5s + 10s = 15s: the
+// check in flight may still time out, the next one succeeds). An idle
+// healthy cluster costs 1.2 checks a minute: with the facts' listings and
+// the permission probe every ten minutes, under two requests a minute
 // (BenchmarkIdleFleet).
 const (
 	defaultSyncTimeout      = 30 * time.Second
@@ -66,7 +66,7 @@ type PoolOptions struct {
 	// some caches synced, and keeps retrying.
 	SyncTimeout time.Duration
 	// HealthInterval is the pause after a failed check (default 10s);
-	// SteadyHealthInterval the longest pause after a good one (default 5 ×
+	// SteadyHealthInterval the pause after a good one (default 5 ×
 	// HealthInterval).
 	HealthInterval, SteadyHealthInterval time.Duration
 	// HealthTimeout bounds one check (default 5s).

@@ -42,9 +42,11 @@ type Cluster struct {
 	// steady check.
 	watchBroke chan struct{}
 
-	// tracker and settleReported belong to the run goroutine.
+	// tracker, settleReported and spread belong to the run goroutine;
+	// spread is set once the first steady pause was drawn (nextCheck).
 	tracker        tracker
 	settleReported bool
+	spread         bool
 
 	mu     sync.Mutex
 	health Health

@@ -140,20 +140,23 @@ func (c *Cluster) checkAfter(ctx context.Context, d time.Duration, wg *sync.Wait
 	})
 }
 
-// nextCheck is the pause before the next check: up to SteadyHealthInterval
-// after a good check and HealthInterval after a failed one (the detection
-// bounds are worked out beside the PoolOptions defaults). The steady pause
-// is drawn from its last tenth, so a fleet connected at once (a restart, a
-// burst of registrations) spreads its checks out instead of sending them
-// in step for good. After a good check it also starts the facts' listing
-// when one is due.
+// nextCheck is the pause before the next check: SteadyHealthInterval after
+// a good check and HealthInterval after a failed one (the detection bounds
+// are worked out beside the PoolOptions defaults). The first steady pause
+// is drawn from the whole interval, so a fleet connected at once (a
+// restart, a burst of registrations) spreads its checks evenly over it
+// instead of sending them in step for good. After a good check it also
+// starts the facts' listing when one is due.
 func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
 	if !r.ok {
 		return c.pool.opts.HealthInterval
 	}
 	c.caches.refreshFacts(ctx)
-	steady := c.pool.opts.SteadyHealthInterval
-	return steady - rand.N(steady/10+1) //nolint:gosec // spreading timers, not a secret
+	if !c.spread {
+		c.spread = true
+		return rand.N(c.pool.opts.SteadyHealthInterval) + 1 //nolint:gosec // spreading timers, not a secret
+	}
+	return c.pool.opts.SteadyHealthInterval
 }
 
 // check asks the API server whether it is ready to serve (GET /readyz, which

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,9 +18,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/harness"
-	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/natstest"
 )
 
 // probeReadyInterval is SG_PROBE_READY_INTERVAL's default, at which the
@@ -36,12 +38,21 @@ const (
 // fleetSize is how many tenant environments BenchmarkIdleFleet registers
 // (SG_BENCH_ENVIRONMENTS, default 1,000), split over the harness clusters.
 func fleetSize(b *testing.B) int {
-	n := 1000
-	if v := os.Getenv("SG_BENCH_ENVIRONMENTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < len(clusters) {
-			b.Fatalf("SG_BENCH_ENVIRONMENTS=%q: want a number of environments ≥ %d", v, len(clusters))
-		}
+	return benchSetting(b, "SG_BENCH_ENVIRONMENTS", 1000, len(clusters))
+}
+
+// replicaCount is how many replicas BenchmarkIdleFleet runs
+// (SG_BENCH_REPLICAS, default 1).
+func replicaCount(b *testing.B) int { return benchSetting(b, "SG_BENCH_REPLICAS", 1, 1) }
+
+func benchSetting(b *testing.B, name string, def, least int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		b.Fatalf("%s=%q: want a number ≥ %d", name, v, least)
 	}
 	return n
 }
@@ -59,17 +70,37 @@ func idleWindow(b *testing.B) time.Duration {
 	return 2 * time.Minute
 }
 
-// BenchmarkIdleFleet: the real binary at production settings with 1,000
-// environments — tenants of the two harness API servers, each its own
-// namespace and least-privilege token — measured against the same binary
-// with none, in the same run: goroutines and heap per environment, CPU and
-// API requests per environment per minute while nothing happens, and the
-// time from a restart to every connection synced (test/benchreport judges
-// them).
+// Class queries BenchmarkIdleFleet asks over HTTP: the whole fleet's
+// classes, and those of one environment that a filter keeps (a dashboard
+// looking at one cluster).
+const (
+	wholeFleetQuery    = "/api/v1alpha1/storage-classes"
+	filteredFleetQuery = "/api/v1alpha1/storage-classes?access_mode=ReadWriteOnce&expandable=true&environment="
+)
+
+// replicaSample is one replica's metrics and CPU time at one moment.
+type replicaSample struct {
+	metrics metricFamilies
+	cpu     time.Duration
+}
+
+// BenchmarkIdleFleet: the real binary at production settings, as
+// SG_BENCH_REPLICAS replicas (default 1) over SG_BENCH_ENVIRONMENTS
+// environments (default 1,000) — tenants of the two harness API servers,
+// each its own namespace and least-privilege token — registered through
+// one replica, measured against the same replicas with none, in the same
+// run: the registration rate and the time from the last registration to
+// every environment owned, connected and synced; per replica (the most of
+// any), goroutines and RSS per environment it owns and its CPU while
+// nothing happens; API requests per environment per minute while idle;
+// the time from a restart of every replica to every connection synced; and
+// the whole-fleet and a filtered class query over HTTP on the last replica
+// (test/benchreport judges them).
 //
 //	go test ./test/e2e -run '^$' -bench IdleFleet -benchtime 1x -timeout 30m
+//	SG_BENCH_ENVIRONMENTS=10000 SG_BENCH_REPLICAS=3 go test ./test/e2e -run '^$' -bench IdleFleet -benchtime 1x -timeout 90m
 func BenchmarkIdleFleet(b *testing.B) {
-	n, window := fleetSize(b), idleWindow(b)
+	n, window, replicas := fleetSize(b), idleWindow(b), replicaCount(b)
 	tenants := make([][]harness.Tenant, len(clusters))
 	for i, c := range clusters {
 		var err error
@@ -77,82 +108,144 @@ func BenchmarkIdleFleet(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	perEnv := func(v float64) float64 { return v / float64(n) }
-	binary := gatewayproc.Binary(b)
-	env := gatewayproc.Env(b, binary, "SG_DATABASE_URL="+pgtest.NewDatabase(b).URL,
-		"SG_ALLOWED_CLUSTER_CIDRS=127.0.0.0/8", "SG_EMBEDDED_NATS_LISTEN=off",
-		// Registering a thousand environments is an admin burst the
-		// production per-principal limit (5/s) would stretch to minutes.
-		"SG_ADMIN_WRITE_RATE=1000", "SG_ADMIN_WRITE_BURST=1000")
-	g := gatewayproc.Start(b, binary, env)
-	c := client{t: b, base: "http://" + g.Addr, token: g.Token()}
-	// idle lets the gateway settle (what set it working is over), then
-	// watches it idle for window: its metrics before and after, and the
-	// share of a core it used.
-	idle := func(settle, window time.Duration) (before, after metricFamilies, cpu float64, elapsed time.Duration) {
-		time.Sleep(settle)
-		before, cpuBefore, t0 := scrape(b, c), cpuTime(b, g), time.Now()
-		time.Sleep(window)
-		after, cpuAfter, elapsed := scrape(b, c), cpuTime(b, g), time.Since(t0)
-		return before, after, (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds(), elapsed
+	set := newReplicaSet(b, "SG_NATS_URL="+natstest.Start(b).URL)
+	ids := make([]string, replicas)
+	for i := range ids {
+		ids[i] = string(rune('a' + i))
+		set.start(ids[i])
 	}
-	empty, _, baselineCPU, _ := idle(5*time.Second, 20*time.Second) // the empty gateway: start-up work done
+	sample := func() map[string]replicaSample {
+		out := map[string]replicaSample{}
+		for _, id := range ids {
+			out[id] = replicaSample{metrics: scrape(b, set.client(id)), cpu: cpuTime(b, set.procs[id])}
+		}
+		return out
+	}
+	// idle lets the replicas settle (what set them working is over), then
+	// watches them idle for window.
+	idle := func(settle, window time.Duration) (before, after map[string]replicaSample, elapsed time.Duration) {
+		time.Sleep(settle)
+		before, t0 := sample(), time.Now()
+		time.Sleep(window)
+		return before, sample(), time.Since(t0)
+	}
+	cpuShare := func(before, after map[string]replicaSample, id string, elapsed time.Duration) float64 {
+		return (after[id].cpu - before[id].cpu).Seconds() / elapsed.Seconds()
+	}
+	sum := func(samples map[string]replicaSample, name string, labels ...string) float64 {
+		total := 0.0
+		for _, s := range samples {
+			total += s.metrics.value(name, labels...)
+		}
+		return total
+	}
+	emptyBefore, empty, emptyElapsed := idle(5*time.Second, 20*time.Second) // no environment: start-up work done
 
 	start := time.Now()
-	registerTenants(b, c, tenants)
+	registerTenants(b, set.client(ids[0]), tenants)
 	registered := time.Since(start)
-	waitSynced(b, c, n, 5*time.Minute)
+	owners := set.settled(10 * time.Minute)
+	synced := time.Since(start) - registered
+	owned := map[string]float64{}
+	for _, m := range owners {
+		owned[m]++
+	}
 	// What one probe of a READY environment costs its cluster (registration
 	// probes each once): the idle window below is shorter than
 	// SG_PROBE_READY_INTERVAL, so the steady rate adds it per interval.
-	perProbe := perEnv(scrape(b, c).value("storage_gateway_cluster_requests_total", "use", "probe") - empty.value("storage_gateway_cluster_requests_total", "use", "probe"))
-	b.Logf("%d environments registered in %s, all synced %s after the first registration", n, registered.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	perProbe := (sum(sample(), "storage_gateway_cluster_requests_total", "use", "probe") - sum(empty, "storage_gateway_cluster_requests_total", "use", "probe")) / float64(n)
+	b.Logf("%d environments registered through one of %d replicas in %s (%.0f/s); every one owned, connected and synced %s after the last",
+		n, replicas, registered.Round(time.Millisecond), float64(n)/registered.Seconds(), synced.Round(time.Millisecond))
 
 	// Idle: whatever registration set off (the first probe round) is over.
-	before, after, cpu, elapsed := idle(30*time.Second, window)
-
-	goroutines := perEnv(after.value("go_goroutines") - empty.value("go_goroutines"))
-	heap := perEnv(after.value("go_memstats_heap_inuse_bytes")-empty.value("go_memstats_heap_inuse_bytes")) / (1 << 20)
-	rss := perEnv(after.value("process_resident_memory_bytes")-empty.value("process_resident_memory_bytes")) / (1 << 20)
+	before, after, elapsed := idle(30*time.Second, window)
+	var goroutines, rss, cpu, emptyCPU []float64
+	var lines []string
+	for _, id := range ids {
+		per := func(name string) float64 {
+			return (after[id].metrics.value(name) - empty[id].metrics.value(name)) / owned[id]
+		}
+		goroutines = append(goroutines, per("go_goroutines"))
+		rss = append(rss, per("process_resident_memory_bytes")/(1<<20))
+		cpu = append(cpu, cpuShare(before, after, id, elapsed))
+		emptyCPU = append(emptyCPU, cpuShare(emptyBefore, empty, id, emptyElapsed))
+		lines = append(lines, fmt.Sprintf("%s owns %.0f: %.1f goroutines/env, heap %.3f MiB/env, RSS %.3f MiB/env, idle CPU %.1f%% of a core (%.1f%% with none)",
+			id, owned[id], goroutines[len(goroutines)-1], per("go_memstats_heap_inuse_bytes")/(1<<20), rss[len(rss)-1], 100*cpu[len(cpu)-1], 100*emptyCPU[len(emptyCPU)-1]))
+	}
 	minutes := elapsed.Minutes()
-	requests := perEnv(after.sum("storage_gateway_cluster_requests_total")-before.sum("storage_gateway_cluster_requests_total")) / minutes
+	requests := (sum(after, "storage_gateway_cluster_requests_total") - sum(before, "storage_gateway_cluster_requests_total")) / float64(n) / minutes
 	var byUse []string
 	for _, use := range []string{"health", "probe", "watch", "write"} {
-		d := after.value("storage_gateway_cluster_requests_total", "use", use) - before.value("storage_gateway_cluster_requests_total", "use", use)
-		byUse = append(byUse, fmt.Sprintf("%s %.2f", use, perEnv(d)/minutes))
+		d := sum(after, "storage_gateway_cluster_requests_total", "use", use) - sum(before, "storage_gateway_cluster_requests_total", "use", use)
+		byUse = append(byUse, fmt.Sprintf("%s %.2f", use, d/float64(n)/minutes))
 	}
 
-	// Restart: stop, start the same gateway, wait for every connection.
-	if err := g.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		b.Fatal(err)
-	}
-	if err := <-g.Done; err != nil {
-		b.Fatalf("the gateway did not stop cleanly: %v", err)
+	// The fleet's classes over HTTP, on the replica that did not register.
+	asker := set.client(ids[len(ids)-1])
+	whole, wholeBytes := fleetQueryTimes(b, asker, wholeFleetQuery, 20)
+	filtered, _ := fleetQueryTimes(b, asker, filteredFleetQuery+slices.Min(slices.Collect(maps.Keys(owners))), 100)
+
+	// Restart: stop every replica, start them again, wait for every
+	// connection.
+	for _, id := range ids {
+		set.kill(id, syscall.SIGTERM)
 	}
 	start = time.Now()
-	g = gatewayproc.Start(b, binary, env)
-	c.base = "http://" + g.Addr
-	waitSynced(b, c, n, 5*time.Minute)
+	for _, id := range ids {
+		set.start(id)
+	}
+	set.settled(10 * time.Minute)
 	restart := time.Since(start)
 
-	b.ReportMetric(goroutines, "goroutines/env")
-	b.ReportMetric(heap, "heap-MiB/env")
-	b.ReportMetric(rss, "rss-MiB/env")
-	b.ReportMetric(100*cpu, "idle-cpu-%core")
-	b.ReportMetric(100*baselineCPU, "empty-gateway-cpu-%core")
+	b.ReportMetric(float64(n)/registered.Seconds(), "registrations/s")
+	b.ReportMetric(synced.Seconds(), "synced-after-registration-s")
+	b.ReportMetric(slices.Max(goroutines), "goroutines/env")
+	b.ReportMetric(slices.Max(rss), "rss-MiB/env")
+	b.ReportMetric(100*slices.Max(cpu), "idle-cpu-%core")
+	b.ReportMetric(100*slices.Max(emptyCPU), "empty-gateway-cpu-%core")
 	b.ReportMetric(requests, "idle-requests/env/min")
 	b.ReportMetric(perProbe, "requests/probe")
 	b.ReportMetric(restart.Seconds(), "restart-s")
-	b.Logf("%d environments, idle for %s, against the same gateway with none: %.1f goroutines/env, heap %.3f MiB/env, RSS %.3f MiB/env, "+
-		"idle CPU %.1f%% of a core (%.1f%% with none), %.2f API requests/env/min (%s; besides, a probe of %.1f requests every %s, +%.2f/min, "+
-		"and %d listings every %s, +%.2f/min), "+
-		"restart to all synced %s",
-		n, elapsed.Round(time.Second), goroutines, heap, rss, 100*cpu, 100*baselineCPU, requests, strings.Join(byUse, ", "),
+	wholeP50, wholeP99 := percentiles(whole)
+	_, filteredP99 := percentiles(filtered)
+	b.ReportMetric(float64(wholeP99.Microseconds())/1000, "fleet-query-p99-ms")
+	b.ReportMetric(float64(filteredP99.Microseconds())/1000, "filtered-query-p99-ms")
+	b.Logf("%d environments on %d replicas, idle for %s, against the same replicas with none: %s; %.2f API requests/env/min (%s; besides, a probe of %.1f requests every %s, +%.2f/min, "+
+		"and %d listings every %s, +%.2f/min); whole-fleet class query p50 %s p99 %s (%d bytes), filtered p99 %s; restart of every replica to all synced %s",
+		n, replicas, elapsed.Round(time.Second), strings.Join(lines, "; "), requests, strings.Join(byUse, ", "),
 		perProbe, probeReadyInterval, perProbe/probeReadyInterval.Minutes(), factsListings, factsInterval, factsListings/factsInterval.Minutes(),
+		wholeP50.Round(time.Microsecond), wholeP99.Round(time.Microsecond), wholeBytes, filteredP99.Round(time.Microsecond),
 		restart.Round(time.Millisecond))
 	// Probes and listings are rarer than the idle window: added at their
 	// own rates (test/benchreport holds the targets).
 	b.ReportMetric(requests+perProbe/probeReadyInterval.Minutes()+factsListings/factsInterval.Minutes(), "steady-requests/env/min")
+}
+
+// fleetQueryTimes asks c for path times times and returns how long each
+// answer took to arrive whole, and the size of the last.
+func fleetQueryTimes(b *testing.B, c client, path string, times int) ([]time.Duration, int64) {
+	b.Helper()
+	var took []time.Duration
+	var size int64
+	for range times {
+		req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, c.base+path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size, err = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		took = append(took, time.Since(start))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+		}
+	}
+	return took, size
 }
 
 // registerTenants registers every tenant as an environment, 8 at a time.
@@ -185,15 +278,6 @@ func registerTenants(b testing.TB, c client, tenants [][]harness.Tenant) {
 	if len(failures) > 0 {
 		b.Fatalf("%d registrations failed, first: %s", len(failures), failures[0])
 	}
-}
-
-// waitSynced waits until the pool holds n READY connections with synced
-// caches.
-func waitSynced(b testing.TB, c client, n int, within time.Duration) {
-	b.Helper()
-	c.eventually(within, fmt.Sprintf("%d environments READY and synced", n), func() bool {
-		return int(scrape(b, c).value("storage_gateway_cluster_connections", "state", "READY", "synced", "true")) == n
-	})
 }
 
 // metricFamilies is one scrape of the gateway's /metrics.
