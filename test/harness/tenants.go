@@ -30,6 +30,14 @@ func (c *Cluster) TenantKubeconfig(t Tenant) ([]byte, error) {
 	return TokenKubeconfig(t.Namespace, c.ServerURL(), c.CAData(), t.Token, t.Namespace)
 }
 
+// DirectTenantKubeconfig is TenantKubeconfig at DirectServerURL, for fleets
+// of tenants that no test cuts off: through the proxy, each connection holds
+// two of the test process's file descriptors, and 10,000 environments (two
+// connections each) would need more than its limit (20,000 here).
+func (c *Cluster) DirectTenantKubeconfig(t Tenant) ([]byte, error) {
+	return TokenKubeconfig(t.Namespace, c.DirectServerURL(), c.CAData(), t.Token, t.Namespace)
+}
+
 // Tenants creates n tenants named prefix-0000 … (idempotent per name): a
 // namespace, a ServiceAccount in it with the gateway's namespace role there,
 // read access to the cluster's storage objects (one ClusterRoleBinding for
