@@ -63,8 +63,9 @@ type Options struct {
 
 // Intervals of the background work; zero values take the defaults.
 type Intervals struct {
-	// Health is how often each cluster's API server is checked (10s) and
-	// HealthTimeout bounds one check (5s).
+	// Health is how often a cluster whose last check failed is checked
+	// again (10s; a healthy one every 5 × Health) and HealthTimeout bounds
+	// one check (5s).
 	Health, HealthTimeout time.Duration
 	// Follow is how often the status follower re-evaluates every cached
 	// claim, for provisioning timeouts and new warnings (2s).
