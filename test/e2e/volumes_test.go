@@ -482,7 +482,6 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east, west := clusters[0], clusters[1]
 	c.register(east)
-	c.register(west)
 	ctx := context.Background()
 	envID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
 
@@ -535,8 +534,19 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 		t.Fatalf("%d claims for the recorded volume, want 1", n)
 	}
 
-	// West has no volume: only the claim in its cache has it looked at.
-	westID, westNS := west.Spec.Environment.ID, west.Spec.Environment.Namespace
+	// An environment without volumes, in a namespace no other test uses:
+	// only the claim in its cache has it looked at.
+	tenants, err := west.Tenants(ctx, "sweep", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := west.TenantKubeconfig(tenants[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	westID, westNS := "sweep-west", tenants[0].Namespace
+	code, body = c.do(http.MethodPost, "/api/v1alpha1/environments?id="+westID, map[string]any{"kubeconfig": string(kc)})
+	c.want(http.StatusCreated, code, body)
 	unadopted := func() any {
 		_, env := c.do(http.MethodGet, "/api/v1alpha1/environments/"+westID, nil)
 		return field(env, "status", "unadopted_volume_count")
@@ -549,7 +559,12 @@ func TestReconcilerRepairsWhatFlowsLeftBehind(t *testing.T) {
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 	}
 	claimsAPI := west.AdminClient().CoreV1().PersistentVolumeClaims(westNS)
-	c.eventually(10*time.Second, "west counted with no unadopted claim", func() bool { return unadopted() == float64(0) })
+	// The first count (when the connection synced) is written: from now on
+	// only a sweep counts again.
+	c.eventually(30*time.Second, "the environment counted once, with no unadopted claim", func() bool {
+		counts := pgtest.Column[int](t, g.DB, `SELECT count FROM unadopted_claims WHERE environment_id = $1`, westID)
+		return slices.Equal(counts, []int{0}) && unadopted() == float64(0)
+	})
 	if _, err := claimsAPI.Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
