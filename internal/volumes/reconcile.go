@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
@@ -41,8 +42,9 @@ const (
 // environment with no live volume, no labelled claim in its cache and its
 // zero count already written has nothing to repair, and a fleet is mostly
 // such environments — a pass over each would cost three statements per
-// environment per interval. Each sweep also forgets the idempotency keys
-// past their retention, fleet-wide in one statement.
+// environment per interval. Each sweep (the first when the reconciler
+// starts) also forgets the idempotency keys past their retention,
+// fleet-wide in one statement.
 func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 	c := controller.New(controller.Options{Name: "volumes", Logger: s.log,
 		List: func(context.Context) ([]string, error) { return s.clusters.IDs(), nil },
@@ -57,15 +59,8 @@ func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 		return nil
 	})
 	c.Source(func(ctx context.Context) {
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			s.ForgetExpiredKeys(ctx)
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			s.forgetExpiredKeys(ctx)
 			ids, err := s.unsettled(ctx)
 			if err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "list the environments whose volumes can need repair", "error", err)
@@ -73,7 +68,7 @@ func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 			for _, id := range ids {
 				c.Add(id)
 			}
-		}
+		}, interval)
 	})
 	return c
 }
@@ -89,10 +84,14 @@ func (s *Service) unsettled(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return connected, err // look at every one rather than none
 	}
+	hasVolumes := make(map[string]bool, len(withVolumes))
+	for _, id := range withVolumes {
+		hasVolumes[id] = true
+	}
 	s.counted.Lock()
 	defer s.counted.Unlock()
 	return slices.DeleteFunc(connected, func(envID string) bool {
-		if slices.Contains(withVolumes, envID) {
+		if hasVolumes[envID] {
 			return false
 		}
 		cluster, ok := s.clusters.Live(envID)
@@ -105,10 +104,10 @@ func (s *Service) unsettled(ctx context.Context) ([]string, error) {
 	}), nil
 }
 
-// ForgetExpiredKeys forgets every environment's idempotency keys past
+// forgetExpiredKeys forgets every environment's idempotency keys past
 // their retention (whichever replica owns it: the keys are unfenced, and
 // a redelivery after keyRetention is not promised to replay).
-func (s *Service) ForgetExpiredKeys(ctx context.Context) {
+func (s *Service) forgetExpiredKeys(ctx context.Context) {
 	if n, err := s.repo.purgeKeys(ctx, keyRetention); err != nil {
 		if ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "purge idempotency keys", "error", err)
