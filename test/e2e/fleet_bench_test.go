@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -180,10 +181,19 @@ func BenchmarkIdleFleet(b *testing.B) {
 		byUse = append(byUse, fmt.Sprintf("%s %.2f", use, d/float64(n)/minutes))
 	}
 
-	// The fleet's classes over HTTP, on the replica that did not register.
+	// The fleet's classes over HTTP, on the replica that did not register:
+	// the whole answer names every environment, the filtered one only its
+	// environment.
 	asker := set.client(ids[len(ids)-1])
+	one := slices.Min(slices.Collect(maps.Keys(owners)))
 	whole, wholeBytes := fleetQueryTimes(b, asker, wholeFleetQuery, 20)
-	filtered, _ := fleetQueryTimes(b, asker, filteredFleetQuery+slices.Min(slices.Collect(maps.Keys(owners))), 100)
+	filtered, _ := fleetQueryTimes(b, asker, filteredFleetQuery+one, 100)
+	if got := answeredEnvironments(b, asker, wholeFleetQuery); len(got) != n {
+		b.Fatalf("the whole-fleet answer names %d environments, want %d", len(got), n)
+	}
+	if got := answeredEnvironments(b, asker, filteredFleetQuery+one); !maps.Equal(got, map[string]bool{one: true}) {
+		b.Fatalf("the filtered answer names %v, want only %s", slices.Collect(maps.Keys(got)), one)
+	}
 
 	// Restart: stop every replica, start them again, wait for every
 	// connection.
@@ -228,16 +238,9 @@ func fleetQueryTimes(b *testing.B, c client, path string, times int) ([]time.Dur
 	var took []time.Duration
 	var size int64
 	for range times {
-		req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, c.base+path, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+c.token)
 		start := time.Now()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
+		resp := authorizedGet(b, c, path)
+		var err error
 		size, err = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
 		took = append(took, time.Since(start))
@@ -246,6 +249,44 @@ func fleetQueryTimes(b *testing.B, c client, path string, times int) ([]time.Dur
 		}
 	}
 	return took, size
+}
+
+// answeredEnvironments GETs path, a class query answered in one page, and
+// returns the environments its classes name.
+func answeredEnvironments(b *testing.B, c client, path string) map[string]bool {
+	b.Helper()
+	resp := authorizedGet(b, c, path)
+	defer func() { _ = resp.Body.Close() }()
+	var page struct {
+		StorageClasses []fleetClass `json:"storage_classes"`
+		NextPageToken  string       `json:"next_page_token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK || page.NextPageToken != "" {
+		b.Fatalf("GET %s: %d, next page %q, %v", path, resp.StatusCode, page.NextPageToken, err)
+	}
+	envs := map[string]bool{}
+	for _, class := range page.StorageClasses {
+		for _, d := range class.Environments {
+			envs[d.EnvironmentID] = true
+		}
+	}
+	return envs
+}
+
+// authorizedGet sends GET path to c with its token; the caller reads and
+// closes the body (c.do would decode it, which the timing must not hold).
+func authorizedGet(b *testing.B, c client, path string) *http.Response {
+	b.Helper()
+	req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, c.base+path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return resp
 }
 
 // registerTenants registers every tenant as an environment, 8 at a time,
