@@ -65,6 +65,24 @@ func (w *Writer) Tx(ctx context.Context, fn func(Tx) error) error { return w.tx(
 // the crash is a repeat JetStream drops.
 func (w *Writer) DerivedTx(ctx context.Context, fn func(Tx) error) error { return w.tx(ctx, true, fn) }
 
+// Statement runs fn, which writes with one statement on the pool — a
+// transaction of its own, so one round trip to Postgres — and says whether
+// that statement queued an event (an INSERT INTO outbox within it); the
+// relay is woken then. For the hot paths whose every write fits one
+// statement (a create recording its claim and first status).
+func (w *Writer) Statement(ctx context.Context, fn func(db *pgxpool.Pool) (queued bool, err error)) error {
+	queued, err := fn(w.db)
+	if err == nil && queued && w.wake != nil {
+		w.wake()
+	}
+	return err
+}
+
+// InsertSQL begins the statement that queues an event, naming the columns
+// of an Event (ID, EnvironmentID, VolumeID, Status, Data, Epoch) in that
+// order: InsertTx completes it, and a Statement's SQL may end with it.
+const InsertSQL = `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)`
+
 func (w *Writer) tx(ctx context.Context, derived bool, fn func(Tx) error) error {
 	queued := false
 	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
@@ -83,8 +101,7 @@ func (w *Writer) tx(ctx context.Context, derived bool, fn func(Tx) error) error 
 
 // InsertTx queues e in tx: it is published once tx has committed.
 func InsertTx(ctx context.Context, tx Tx, e Event) error {
-	_, err := tx.Exec(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)
-		VALUES ($1, $2, $3, $4, $5, $6)`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch)
+	_, err := tx.Exec(ctx, InsertSQL+` VALUES ($1, $2, $3, $4, $5, $6)`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch)
 	if err == nil {
 		*tx.queued = true
 	}

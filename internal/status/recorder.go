@@ -11,6 +11,7 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/membership"
@@ -114,6 +115,62 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 func (r Recorder) RecordFirstTx(ctx context.Context, tx outbox.Tx, lease membership.Lease, o Observation) (queued bool, err error) {
 	queued, err = r.record(ctx, tx, lease, o, true, false)
 	return queued, ignoreGone(err)
+}
+
+// Created is what a create records once its claim exists: the claim's uid
+// and the volume's first status as the claim shows it.
+type Created struct {
+	Observation
+	ClaimUID string
+	// Provider is the environment's DCM provider name and CreateTime the
+	// record's: what the event is built from.
+	Provider   string
+	CreateTime time.Time
+}
+
+// RecordCreated stores the uid of the claim a create made and, unless a
+// status was reported for the volume already (the follower's, from an
+// earlier attempt), c as its first status with its event — all in one
+// statement, fenced by lease: one round trip and one commit on the path
+// every create takes. live says the volume was neither being deleted nor
+// deleted meanwhile (nothing is recorded then); queued says its first
+// status was recorded and its event queued.
+func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c Created) (live, queued bool, err error) {
+	event, eventID, err := r.event(c.Observation, c.Provider, c.CreateTime, 1)
+	if err != nil {
+		return false, false, err
+	}
+	held := false
+	err = r.Outbox.Statement(ctx, func(db *pgxpool.Pool) (bool, error) {
+		// The row is locked first (FOR UPDATE), so the status it read
+		// decides the update; a status reported already is kept.
+		err := db.QueryRow(ctx, `
+			WITH fence AS (SELECT `+membership.FenceSQL("$1::text", "$9", "$10")+` AS held),
+			old AS (
+				SELECT reported_status = '' AND transitions = 0 AS first FROM volumes
+				WHERE environment_id = $1 AND id = $2 AND status NOT IN ('DELETING', 'DELETED') AND (SELECT held FROM fence)
+				FOR UPDATE),
+			claimed AS (
+				UPDATE volumes v SET pvc_uid = $3, update_time = now(),
+					status = CASE WHEN old.first THEN $4 ELSE v.status END,
+					status_message = CASE WHEN old.first THEN $5 ELSE v.status_message END,
+					reported_status = CASE WHEN old.first THEN $4 ELSE v.reported_status END,
+					reported_message = CASE WHEN old.first THEN $5 ELSE v.reported_message END,
+					transitions = CASE WHEN old.first THEN 1 ELSE v.transitions END,
+					volume_name = CASE WHEN old.first AND $6 <> '' THEN $6 ELSE v.volume_name END
+				FROM old WHERE v.environment_id = $1 AND v.id = $2
+				RETURNING old.first),
+			queued AS (`+outbox.InsertSQL+`
+				SELECT $7, $1, $2, $4, $8, $9 FROM claimed WHERE first RETURNING 1)
+			SELECT (SELECT held FROM fence), EXISTS (SELECT 1 FROM claimed), EXISTS (SELECT 1 FROM queued)`,
+			c.EnvironmentID, c.VolumeID, c.ClaimUID, string(c.Status), c.Message, c.VolumeName, eventID, event,
+			lease.Epoch, lease.Incarnation).Scan(&held, &live, &queued)
+		return queued, err
+	})
+	if err == nil && !held {
+		err = lease.Lost()
+	}
+	return live, queued, err
 }
 
 // record is Record's transaction; observed says o is what the cluster shows

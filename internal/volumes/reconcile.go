@@ -211,7 +211,11 @@ func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membe
 			Status: status.Deleted, Message: "the claim no longer exists"})
 	case completeCreate:
 		s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", rec.EnvironmentID, "volume", rec.ID)
-		_, err := s.createClaim(ctx, cluster, lease, rec)
+		env, err := s.envs.Get(ctx, rec.EnvironmentID)
+		if err != nil {
+			return err
+		}
+		_, err = s.createClaim(ctx, env, cluster, lease, rec)
 		return err
 	}
 	return nil

@@ -27,7 +27,6 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
-	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -144,7 +143,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err != nil {
 		return Volume{}, false, err
 	}
-	return s.replay(ctx, cluster, lease, rec, req)
+	return s.replay(ctx, env, cluster, lease, rec, req)
 }
 
 // createNew records a new volume and creates its claim; errExists says the
@@ -165,7 +164,7 @@ func (s *Service) createNew(ctx context.Context, env environments.Environment, c
 	} else if err != nil {
 		return Volume{}, err
 	}
-	v, err := s.createClaim(ctx, cluster, lease, rec)
+	v, err := s.createClaim(ctx, env, cluster, lease, rec)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -205,7 +204,7 @@ func (s *Service) identify(ctx context.Context, envID string, id *string, idempo
 // replay answers a create for a volume that has a record: the same spec
 // returns it (creating the claim if an earlier attempt stopped short), a
 // different one is a conflict naming the fields.
-func (s *Service) replay(ctx context.Context, cluster clusters.Live, lease membership.Lease, rec record, req Request) (Volume, bool, error) {
+func (s *Service) replay(ctx context.Context, env environments.Environment, cluster clusters.Live, lease membership.Lease, rec record, req Request) (Volume, bool, error) {
 	if err := replayRefused(rec, req); err != nil {
 		return Volume{}, false, err
 	}
@@ -218,7 +217,7 @@ func (s *Service) replay(ctx context.Context, cluster clusters.Live, lease membe
 	if claimGone(cluster, rec) {
 		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id has been deleted"}
 	}
-	v, err := s.createClaim(ctx, cluster, lease, rec)
+	v, err := s.createClaim(ctx, env, cluster, lease, rec)
 	return v, false, err
 }
 
@@ -247,7 +246,7 @@ func (s *Service) clusterWrite(ctx context.Context) (context.Context, context.Ca
 // is a conflict; the record is dropped whenever the cluster refused the
 // claim for good, and kept when the outcome is unknown so the reconciler or
 // a retry completes it.
-func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, lease membership.Lease, rec record) (Volume, error) {
+func (s *Service) createClaim(ctx context.Context, env environments.Environment, cluster clusters.Live, lease membership.Lease, rec record) (Volume, error) {
 	// The status follower holds what it sees of the claim until the
 	// first status is recorded here (or not).
 	var first *status.Observation
@@ -276,7 +275,7 @@ func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, lease 
 		return Volume{}, ferr
 	}
 	v := s.fromClaim(cluster, rec, pvc)
-	live, first, err := s.recordClaim(ctx, lease, rec, pvc, v)
+	live, first, err := s.recordClaim(ctx, env, lease, rec, pvc, v)
 	if err != nil {
 		s.log.WarnContext(ctx, "record the claim of a volume and its first status (the reconciler and the status follower catch up)",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
@@ -292,25 +291,16 @@ func (s *Service) createClaim(ctx context.Context, cluster clusters.Live, lease 
 }
 
 // recordClaim stores the claim that serves a volume and the volume's first
-// status (with its event) in one transaction: the status goes out now, not
-// when the cache catches up, so DCM hears of the volume even if it binds
-// before the status follower sees it; v is the volume as the claim shows
-// it. It reports false, recording nothing, when the volume is being or has
-// been deleted meanwhile, and returns the status it recorded (nil when the
-// follower had recorded one already).
-func (s *Service) recordClaim(ctx context.Context, lease membership.Lease, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
+// status (with its event) together (status.Recorder.RecordCreated): the
+// status goes out now, not when the cache catches up, so DCM hears of the
+// volume even if it binds before the status follower sees it; v is the
+// volume as the claim shows it. It reports false, recording nothing, when
+// the volume is being or has been deleted meanwhile, and returns the status
+// it recorded (nil when the follower had recorded one already).
+func (s *Service) recordClaim(ctx context.Context, env environments.Environment, lease membership.Lease, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
 	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
-	var queued bool
-	err = s.recorder.Outbox.Tx(ctx, func(tx outbox.Tx) error {
-		if err := membership.Hold(ctx, tx, lease); err != nil {
-			return err
-		}
-		if live, err = s.repo.setClaim(ctx, tx, rec.EnvironmentID, rec.ID, string(pvc.UID)); err != nil || !live {
-			return err
-		}
-		queued, err = s.recorder.RecordFirstTx(ctx, tx, lease, first)
-		return err
-	})
+	live, queued, err := s.recorder.RecordCreated(ctx, lease, status.Created{Observation: first, ClaimUID: string(pvc.UID),
+		Provider: env.Spec.DCM.ProviderName, CreateTime: rec.CreateTime})
 	if err != nil || !queued {
 		return live, nil, err
 	}
