@@ -16,6 +16,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -213,5 +214,109 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	left := pgtest.Column[string](t, reg.DB, `SELECT volume_id || ':' || status || ':' || (sent_time IS NOT NULL)::text FROM outbox ORDER BY id`)
 	if want := []string{"vol-2:PROVISIONING:true", "vol-2:RUNNING:true", "vol-0:FAILED:false"}; !slices.Equal(left, want) {
 		t.Fatalf("left %v, want %v", left, want)
+	}
+}
+
+// TestRunningRelaysPublishWhatTheirWritersNamedAndScanForTheRest: relays
+// running in three replicas, each woken by its own writer with the ids it
+// queued, publish every event once and each volume's events in order,
+// though a volume's transitions are queued through all three writers in
+// turn (a noticed event behind an unsent one of its volume waits for a
+// scan). An event queued with no relay woken (another replica's, say) is
+// still published within seconds while the writers keep the relays busy.
+func TestRunningRelaysPublishWhatTheirWritersNamedAndScanForTheRest(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := registrytest.New(t, registrytest.Options{})
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	reg.InsertEnvironment(t, "env")
+	owner := reg.Member(t, "replica-1")
+	registrytest.Own(t, owner, "env")
+	lease, err := owner.Lease("env")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	recorders := make([]status.Recorder, 3)
+	for i := range recorders {
+		nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close(context.Background())
+		relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { relay.Run(ctx) })
+		recorders[i] = status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB, Wake: relay.Notify}), Leases: owner}
+	}
+	// Let the relays' first scans pass: from here on, only the writers'
+	// notices or a periodic scan publish.
+	time.Sleep(100 * time.Millisecond)
+
+	const volumes, transitions = 20, 6
+	want := map[string][]string{}
+	cycle := []status.Status{status.Provisioning, status.Running}
+	for v := range volumes {
+		id := fmt.Sprintf("vol-%d", v)
+		reg.InsertVolume(t, "env", id)
+	}
+	for i := range transitions {
+		for v := range volumes {
+			id, st := fmt.Sprintf("vol-%d", v), cycle[i%2]
+			rec := recorders[(v+i)%len(recorders)]
+			if err := rec.Record(ctx, lease, status.Observation{EnvironmentID: "env", VolumeID: id, Status: st, Message: string(st)}); err != nil {
+				t.Fatal(err)
+			}
+			want[id] = append(want[id], string(st))
+		}
+		if i == transitions/2 {
+			reg.InsertVolume(t, "env", "unnoticed")
+			silent := status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB}), Leases: owner}
+			if err := silent.Record(ctx, lease, status.Observation{EnvironmentID: "env", VolumeID: "unnoticed", Status: status.Running}); err != nil {
+				t.Fatal(err)
+			}
+			want["unnoticed"] = []string{string(status.Running)}
+		}
+	}
+
+	// Keep every relay busy with wake-ups (a volume flipping through the
+	// three writers) until the unnoticed event is out.
+	reg.InsertVolume(t, "env", "busy")
+	var busy []string
+	out := func(events []natstest.Event) bool { return len(natstest.For(events, "unnoticed")) > 0 }
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !out(stream.Events()); {
+		for range 10 {
+			st := cycle[len(busy)%2]
+			rec := recorders[len(busy)%len(recorders)]
+			if err := rec.Record(ctx, lease, status.Observation{EnvironmentID: "env", VolumeID: "busy", Status: st, Message: string(st)}); err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, string(st))
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !out(stream.Events()) {
+		t.Fatal("the event no relay was woken for was not published in 5 s of wake-ups")
+	}
+	want["busy"] = busy
+	events := poll.Value(t, 10*time.Second, func() ([]natstest.Event, bool) {
+		got := stream.Events()
+		return got, len(got) >= volumes*transitions+1+len(busy)
+	})
+	for id, statuses := range want {
+		if have := natstest.For(events, id); !slices.Equal(have, statuses) {
+			t.Fatalf("%s: published %v, want %v", id, have, statuses)
+		}
+	}
+	if len(events) != volumes*transitions+1+len(busy) {
+		t.Fatalf("%d events on the stream, want %d", len(events), volumes*transitions+1+len(busy))
+	}
+	if unsent := pgtest.Column[int64](t, reg.DB, `SELECT count(*) FROM outbox WHERE sent_time IS NULL`); unsent[0] != 0 {
+		t.Fatalf("%d events left unsent", unsent[0])
 	}
 }

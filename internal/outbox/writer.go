@@ -28,18 +28,19 @@ type Event struct {
 }
 
 // Writer runs the transactions that queue events, and wakes the relay once
-// one that queued any has committed: its callers never do.
+// one that queued any has committed, naming the rows it queued: its callers
+// never do.
 type Writer struct {
 	db   *pgxpool.Pool
-	wake func()
+	wake func(ids []int64)
 }
 
 // WriterOptions configure a Writer.
 type WriterOptions struct {
 	DB *pgxpool.Pool
-	// Wake, if set, is called after every commit that queued an event:
-	// the relay's Notify.
-	Wake func()
+	// Wake, if set, is called after every commit that queued events,
+	// with their outbox ids: the relay's Notify.
+	Wake func(ids []int64)
 }
 
 // NewWriter returns a Writer.
@@ -49,7 +50,7 @@ func NewWriter(opts WriterOptions) *Writer { return &Writer{db: opts.DB, wake: o
 // events it queues (InsertTx) commit together or not at all.
 type Tx struct {
 	pgx.Tx
-	queued *bool
+	queued *[]int64
 }
 
 // Tx runs fn in a transaction and commits it when fn returns nil.
@@ -66,16 +67,22 @@ func (w *Writer) Tx(ctx context.Context, fn func(Tx) error) error { return w.tx(
 func (w *Writer) DerivedTx(ctx context.Context, fn func(Tx) error) error { return w.tx(ctx, true, fn) }
 
 // Statement runs fn, which writes with one statement on the pool — a
-// transaction of its own, so one round trip to Postgres — and says whether
-// that statement queued an event (an INSERT INTO outbox within it); the
-// relay is woken then. For the hot paths whose every write fits one
-// statement (a create recording its claim and first status).
-func (w *Writer) Statement(ctx context.Context, fn func(db *pgxpool.Pool) (queued bool, err error)) error {
+// transaction of its own, so one round trip to Postgres — and returns the
+// ids of the events that statement queued (an INSERT INTO outbox within
+// it, RETURNING id); the relay is woken with them. For the hot paths whose
+// every write fits one statement (a create recording its claim and first
+// status).
+func (w *Writer) Statement(fn func(db *pgxpool.Pool) (queued []int64, err error)) error {
 	queued, err := fn(w.db)
-	if err == nil && queued && w.wake != nil {
-		w.wake()
-	}
+	w.woken(queued, err)
 	return err
+}
+
+// woken wakes the relay for the events a successful commit queued.
+func (w *Writer) woken(queued []int64, err error) {
+	if err == nil && len(queued) > 0 && w.wake != nil {
+		w.wake(queued)
+	}
 }
 
 // InsertSQL begins the statement that queues an event, naming the columns
@@ -84,7 +91,7 @@ func (w *Writer) Statement(ctx context.Context, fn func(db *pgxpool.Pool) (queue
 const InsertSQL = `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch)`
 
 func (w *Writer) tx(ctx context.Context, derived bool, fn func(Tx) error) error {
-	queued := false
+	var queued []int64
 	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
 		if derived {
 			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
@@ -93,17 +100,16 @@ func (w *Writer) tx(ctx context.Context, derived bool, fn func(Tx) error) error 
 		}
 		return fn(Tx{Tx: tx, queued: &queued})
 	})
-	if err == nil && queued && w.wake != nil {
-		w.wake()
-	}
+	w.woken(queued, err)
 	return err
 }
 
 // InsertTx queues e in tx: it is published once tx has committed.
 func InsertTx(ctx context.Context, tx Tx, e Event) error {
-	_, err := tx.Exec(ctx, InsertSQL+` VALUES ($1, $2, $3, $4, $5, $6)`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch)
+	var id int64
+	err := tx.QueryRow(ctx, InsertSQL+` VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch).Scan(&id)
 	if err == nil {
-		*tx.queued = true
+		*tx.queued = append(*tx.queued, id)
 	}
 	return err
 }

@@ -3,23 +3,27 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/dcm-project/storage-gateway/internal/outbox"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
 // TestTheWriterWakesTheRelayOnceItsEventsCommitted: an event queued in a
 // Writer's transaction is in the outbox once it commits, and the relay is
-// woken then, once per transaction; a transaction that fails leaves no row
-// and wakes nobody, and one that queued nothing wakes nobody either.
+// woken then, once per transaction, with the rows' ids; a transaction that
+// fails leaves no row and wakes nobody, and one that queued nothing wakes
+// nobody either.
 func TestTheWriterWakesTheRelayOnceItsEventsCommitted(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.New(t, registrytest.Options{})
 	reg.InsertEnvironment(t, "env")
 	var wakes atomic.Int32
-	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB, Wake: func() { wakes.Add(1) }})
+	var woken []int64
+	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB, Wake: func(ids []int64) { wakes.Add(1); woken = append(woken, ids...) }})
 	rows := func() int {
 		var n int
 		if err := reg.DB.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
@@ -44,6 +48,9 @@ func TestTheWriterWakesTheRelayOnceItsEventsCommitted(t *testing.T) {
 	})
 	if err != nil || rows() != 2 || wakes.Load() != 1 {
 		t.Fatalf("a committed transaction of two events: %v, %d rows, %d wakes; want 2 rows, 1 wake", err, rows(), wakes.Load())
+	}
+	if ids := pgtest.Column[int64](t, reg.DB, `SELECT id FROM outbox ORDER BY id`); !slices.Equal(woken, ids) {
+		t.Fatalf("woken with ids %v; the rows are %v", woken, ids)
 	}
 
 	failed := errors.New("the caller's own statement failed")

@@ -141,7 +141,8 @@ func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c C
 		return false, false, err
 	}
 	held := false
-	err = r.Outbox.Statement(ctx, func(db *pgxpool.Pool) (bool, error) {
+	var queuedID *int64
+	err = r.Outbox.Statement(func(db *pgxpool.Pool) ([]int64, error) {
 		// The row is locked first (FOR UPDATE), so the status it read
 		// decides the update; a status reported already is kept.
 		err := db.QueryRow(ctx, `
@@ -161,16 +162,19 @@ func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c C
 				FROM old WHERE v.environment_id = $1 AND v.id = $2
 				RETURNING old.first),
 			queued AS (`+outbox.InsertSQL+`
-				SELECT $7, $1, $2, $4, $8, $9 FROM claimed WHERE first RETURNING 1)
-			SELECT (SELECT held FROM fence), EXISTS (SELECT 1 FROM claimed), EXISTS (SELECT 1 FROM queued)`,
+				SELECT $7, $1, $2, $4, $8, $9 FROM claimed WHERE first RETURNING id)
+			SELECT (SELECT held FROM fence), EXISTS (SELECT 1 FROM claimed), (SELECT id FROM queued)`,
 			c.EnvironmentID, c.VolumeID, c.ClaimUID, string(c.Status), c.Message, c.VolumeName, eventID, event,
-			lease.Epoch, lease.Incarnation).Scan(&held, &live, &queued)
-		return queued, err
+			lease.Epoch, lease.Incarnation).Scan(&held, &live, &queuedID)
+		if err != nil || queuedID == nil {
+			return nil, err
+		}
+		return []int64{*queuedID}, nil
 	})
 	if err == nil && !held {
 		err = lease.Lost()
 	}
-	return live, queued, err
+	return live, queuedID != nil, err
 }
 
 // record is Record's transaction; observed says o is what the cluster shows
