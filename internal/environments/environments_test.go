@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -84,6 +85,12 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	if env.Spec.DCM.ProviderName != "storage-gateway-east" {
 		t.Fatalf("provider name = %q", env.Spec.DCM.ProviderName)
 	}
+	// What volume writes read of it is the spec Get returns.
+	if spec, err := reg.Registry.Spec(ctx, "east"); err != nil || !reflect.DeepEqual(spec, env.Spec) {
+		t.Fatalf("Spec = %+v, %v; want %+v", spec, err, env.Spec)
+	}
+	_, err = reg.Registry.Spec(ctx, "nowhere")
+	wantKind(t, err, fault.NotFound, "nowhere")
 	c := env.Connection
 	if c.Server != cluster.ServerURL() || c.AuthType != kubeconfig.AuthToken || c.KeyID != "k1" || len(c.CASHA256) != 64 {
 		t.Fatalf("connection = %+v", c)

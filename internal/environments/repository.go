@@ -73,19 +73,48 @@ func scanRecord(row pgx.Row) (record, error) {
 	r.Status.State = State(state)
 	r.Connection.KeyID = r.sealed.KeyID
 	r.Connection.CASHA256 = kubeconfig.Connection{CAData: r.caData}.CASHA256()
-	for _, f := range []struct {
-		raw []byte
-		dst any
-	}{{labels, &r.Spec.Labels}, {defaults, &r.Spec.Defaults}, {dcm, &r.Spec.DCM}, {overrides, &r.Spec.CapabilityOverrides}, {reg, &r.Status.DCMRegistration}} {
-		if err := json.Unmarshal(f.raw, f.dst); err != nil {
-			return record{}, fmt.Errorf("decode environment %s: %w", r.ID, err)
-		}
+	if err := decodeColumns(r.ID, jsonColumn{labels, &r.Spec.Labels}, jsonColumn{defaults, &r.Spec.Defaults}, jsonColumn{dcm, &r.Spec.DCM},
+		jsonColumn{overrides, &r.Spec.CapabilityOverrides}, jsonColumn{reg, &r.Status.DCMRegistration}); err != nil {
+		return record{}, err
 	}
 	return r, nil
 }
 
+// jsonColumn is a jsonb column as read (raw) and where it decodes to.
+type jsonColumn struct {
+	raw []byte
+	dst any
+}
+
+// decodeColumns decodes environment id's jsonb columns.
+func decodeColumns(id string, columns ...jsonColumn) error {
+	for _, c := range columns {
+		if err := json.Unmarshal(c.raw, c.dst); err != nil {
+			return fmt.Errorf("decode environment %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
 func (r *repository) get(ctx context.Context, id string) (record, error) {
 	return scanRecord(r.db.QueryRow(ctx, `SELECT `+selectColumns+` FROM environments e WHERE e.id = $1`, id))
+}
+
+// getSpec reads an environment's spec alone (see Service.Spec).
+func (r *repository) getSpec(ctx context.Context, id string) (Spec, error) {
+	var s Spec
+	var labels, defaults, dcm, overrides []byte
+	err := r.db.QueryRow(ctx, `SELECT display_name, description, labels, region, zone, namespace, allowed_namespaces,
+			defaults, dcm, capability_overrides FROM environments WHERE id = $1`, id).
+		Scan(&s.DisplayName, &s.Description, &labels, &s.Region, &s.Zone, &s.Namespace, &s.AllowedNamespaces, &defaults, &dcm, &overrides)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Spec{}, errNotFound
+	}
+	if err != nil {
+		return Spec{}, err
+	}
+	return s, decodeColumns(id, jsonColumn{labels, &s.Labels}, jsonColumn{defaults, &s.Defaults}, jsonColumn{dcm, &s.DCM},
+		jsonColumn{overrides, &s.CapabilityOverrides})
 }
 
 func (r *repository) insert(ctx context.Context, rec record) error {

@@ -168,6 +168,18 @@ func (s *Service) get(ctx context.Context, id string) (record, error) {
 	return rec, err
 }
 
+// Spec returns an environment's spec alone: what a volume write needs of
+// it, read without what Get adds — the credentials and the counts of the
+// environment's volumes, which a create would otherwise pay for in
+// proportion to the volumes the environment holds.
+func (s *Service) Spec(ctx context.Context, id string) (Spec, error) {
+	spec, err := s.repo.getSpec(ctx, id)
+	if errors.Is(err, errNotFound) {
+		return Spec{}, notFound(id)
+	}
+	return spec, err
+}
+
 // Exists returns a NotFound fault naming the first of ids that is not
 // registered: for callers that need nothing else of them, without reading
 // the rows.

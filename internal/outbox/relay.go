@@ -311,7 +311,11 @@ func ids(rows []outboxRow) []int64 {
 // when ids is empty. Only a volume's first unsent event is ever claimable,
 // so replicas relaying side by side can never publish a volume's events out
 // of order. The lease carries a token, so releasing it can never drop a
-// lease another replica took after this one expired.
+// lease another replica took after this one expired. "First unsent" is
+// asked as the least id of the volume's unsent events, which Postgres
+// answers from the first live entry of the per-volume index; asked as "no
+// earlier unsent event exists" it chose the unsent-by-id index and walked
+// its dead entries.
 func (r *Relay) claim(ctx context.Context, ids []int64) ([]outboxRow, uuid.UUID, error) {
 	token := uuid.New()
 	which := `o.sent_time IS NULL`
@@ -327,9 +331,8 @@ func (r *Relay) claim(ctx context.Context, ids []int64) ([]outboxRow, uuid.UUID,
 		WHERE id IN (
 			SELECT o.id FROM outbox o
 			WHERE `+which+` AND (o.claimed_until IS NULL OR o.claimed_until < now())
-			  AND NOT EXISTS (SELECT 1 FROM outbox p
-			                  WHERE p.environment_id = o.environment_id AND p.volume_id = o.volume_id
-			                    AND p.sent_time IS NULL AND p.id < o.id)
+			  AND o.id = (SELECT min(p.id) FROM outbox p
+			              WHERE p.environment_id = o.environment_id AND p.volume_id = o.volume_id AND p.sent_time IS NULL)
 			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
 		RETURNING id, event_id, status, event`, args...)
 	if err != nil {

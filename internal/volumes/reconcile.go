@@ -211,7 +211,7 @@ func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membe
 			Status: status.Deleted, Message: "the claim no longer exists"})
 	case completeCreate:
 		s.log.InfoContext(ctx, "completing an interrupted volume create", "environment", rec.EnvironmentID, "volume", rec.ID)
-		env, err := s.envs.Get(ctx, rec.EnvironmentID)
+		env, err := s.environment(ctx, rec.EnvironmentID)
 		if err != nil {
 			return err
 		}

@@ -34,14 +34,14 @@ func TestAVolumesSpecIsResolvedAgainstItsEnvironment(t *testing.T) {
 	const hints = "spec.provider_hints.kubernetes."
 	rwoFilesystemOnly := capabilities.Overrides{StorageClasses: map[string]capabilities.Override{
 		"local": {AccessModes: []string{"ReadWriteOnce"}, VolumeModes: []string{"Filesystem"}}}}
-	env := func(defaults environments.Defaults, overrides capabilities.Overrides) environments.Environment {
-		return environments.Environment{ID: "east", Spec: environments.Spec{Namespace: "dcm", AllowedNamespaces: []string{"team-a"},
+	env := func(defaults environments.Defaults, overrides capabilities.Overrides) environment {
+		return environment{ID: "east", Spec: environments.Spec{Namespace: "dcm", AllowedNamespaces: []string{"team-a"},
 			Defaults: defaults, CapabilityOverrides: overrides}}
 	}
 	withDefault := []runtime.Object{class("fast", true), class("local", false)}
 	for _, tt := range []struct {
 		name    string
-		env     environments.Environment
+		env     environment
 		objects []runtime.Object
 		req     Request
 		want    Spec   // when no problem

@@ -104,7 +104,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if err := req.validate(); err != nil {
 		return Volume{}, false, err
 	}
-	env, err := s.envs.Get(ctx, envID)
+	env, err := s.environment(ctx, envID)
 	if err != nil {
 		return Volume{}, false, err
 	}
@@ -146,11 +146,23 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	return s.replay(ctx, env, cluster, lease, rec, req)
 }
 
+// environment is what a volume write needs of its environment: its id and
+// its spec.
+type environment struct {
+	ID   string
+	Spec environments.Spec
+}
+
+func (s *Service) environment(ctx context.Context, id string) (environment, error) {
+	spec, err := s.envs.Spec(ctx, id)
+	return environment{ID: id, Spec: spec}, err
+}
+
 // createNew records a new volume and creates its claim; errExists says the
 // volume has a record already. A request the environment cannot serve is
 // refused only once it is known not to be a replay of an existing volume,
 // which is answered whatever the environment's settings are now.
-func (s *Service) createNew(ctx context.Context, env environments.Environment, cluster clusters.Live, lease membership.Lease, id string, key *agentKey, req Request) (Volume, error) {
+func (s *Service) createNew(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, id string, key *agentKey, req Request) (Volume, error) {
 	spec, err := resolve(env, cluster, req)
 	if err != nil {
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
@@ -204,7 +216,7 @@ func (s *Service) identify(ctx context.Context, envID string, id *string, idempo
 // replay answers a create for a volume that has a record: the same spec
 // returns it (creating the claim if an earlier attempt stopped short), a
 // different one is a conflict naming the fields.
-func (s *Service) replay(ctx context.Context, env environments.Environment, cluster clusters.Live, lease membership.Lease, rec record, req Request) (Volume, bool, error) {
+func (s *Service) replay(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, rec record, req Request) (Volume, bool, error) {
 	if err := replayRefused(rec, req); err != nil {
 		return Volume{}, false, err
 	}
@@ -246,7 +258,7 @@ func (s *Service) clusterWrite(ctx context.Context) (context.Context, context.Ca
 // is a conflict; the record is dropped whenever the cluster refused the
 // claim for good, and kept when the outcome is unknown so the reconciler or
 // a retry completes it.
-func (s *Service) createClaim(ctx context.Context, env environments.Environment, cluster clusters.Live, lease membership.Lease, rec record) (Volume, error) {
+func (s *Service) createClaim(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, rec record) (Volume, error) {
 	// The status follower holds what it sees of the claim until the
 	// first status is recorded here (or not).
 	var first *status.Observation
@@ -297,7 +309,7 @@ func (s *Service) createClaim(ctx context.Context, env environments.Environment,
 // volume as the claim shows it. It reports false, recording nothing, when
 // the volume is being or has been deleted meanwhile, and returns the status
 // it recorded (nil when the follower had recorded one already).
-func (s *Service) recordClaim(ctx context.Context, env environments.Environment, lease membership.Lease, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
+func (s *Service) recordClaim(ctx context.Context, env environment, lease membership.Lease, rec record, pvc *corev1.PersistentVolumeClaim, v Volume) (live bool, recorded *status.Observation, err error) {
 	first := status.Observation{EnvironmentID: rec.EnvironmentID, VolumeID: rec.ID, Status: v.Status, Message: v.Message}
 	live, queued, err := s.recorder.RecordCreated(ctx, lease, status.Created{Observation: first, ClaimUID: string(pvc.UID),
 		Provider: env.Spec.DCM.ProviderName, CreateTime: rec.CreateTime})
@@ -333,7 +345,7 @@ func (s *Service) forget(ctx context.Context, lease membership.Lease, rec record
 
 // resolve fills the request's open settings and checks them against the
 // environment and the storage class (the API contract's createVolume).
-func resolve(env environments.Environment, cluster clusters.Live, req Request) (Spec, error) {
+func resolve(env environment, cluster clusters.Live, req Request) (Spec, error) {
 	const hints = "spec.provider_hints.kubernetes."
 	spec := Spec{Name: req.Name, Labels: req.Labels, Capacity: req.Capacity,
 		Namespace: first(req.Hints.Namespace, env.Spec.Namespace)}
