@@ -108,8 +108,9 @@ func (r Recorder) RecordObserved(ctx context.Context, o Observation) error {
 }
 
 // RecordFirstTx records o in the caller's transaction, only if nothing was
-// reported for the volume yet: a create reports its first status itself, in
-// the transaction that records its claim, but never over a newer one the
+// reported for the volume yet: an adoption reports each volume's first
+// status itself, in the transaction that records the volume (a create does
+// the same in one statement, RecordCreated), but never over a newer one the
 // status follower already recorded. queued says an event was queued (the
 // relay hears of it when tx commits).
 func (r Recorder) RecordFirstTx(ctx context.Context, tx outbox.Tx, lease membership.Lease, o Observation) (queued bool, err error) {

@@ -216,7 +216,7 @@ func (t *Tracker) observe(k volumeKey, v *volume, o Observation) {
 }
 
 // Creating tells the tracker that a create is about to record a volume's
-// first status itself, in the transaction that records its claim. Until
+// first status itself, in the statement that records its claim. Until
 // done is called, the follower's observations of the volume are held, not
 // written: the watch often delivers a new claim before the create has
 // recorded it, and writing that first sight would cost a second
