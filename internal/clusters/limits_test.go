@@ -63,7 +63,7 @@ func TestPoolClientsBoundTheirAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.writes.Discovery().ServerVersion(); !errors.Is(err, ErrResponseTooLarge) {
+	if _, err := c.writes.RESTClient().Get().AbsPath("/version").DoRaw(t.Context()); !errors.Is(err, ErrResponseTooLarge) {
 		t.Errorf("writes client read an answer over %d bytes: %v", maxResponseBytes, err)
 	}
 	resp, err := c.checks.Get(srv.URL + "/version")

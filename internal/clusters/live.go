@@ -3,7 +3,7 @@ package clusters
 import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
 )
@@ -26,7 +26,7 @@ type Live interface {
 	WarningEvents(namespace, pvcName string) []*corev1.Event
 	// StorageRequested says a write changed what the claims request.
 	StorageRequested()
-	Client() kubernetes.Interface
+	Client() corev1client.CoreV1Interface
 	// StorageSynced and StorageObjects are what the fleet view shows:
 	// whether the class, driver and capacity caches synced, and their
 	// objects (see Cluster.StorageObjects).

@@ -7,7 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	"fmt"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -29,7 +32,11 @@ type Cluster struct {
 	// The caches list and watch without a timeout (newCaches holds that
 	// client); checks use a plain HTTP client.
 	checks *http.Client // health checks: HealthTimeout
-	writes *Client      // Client(): requestTimeout
+	// writes is Client(), its requests bounded by requestTimeout; its
+	// connections are writeHTTP's, apart from conns so a write in flight
+	// outlives closeAll.
+	writes    corev1client.CoreV1Interface
+	writeHTTP *http.Client
 	// conns are the watch and check connections, closed on stop.
 	conns    *connections
 	caches   *caches
@@ -75,9 +82,14 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	if _, c.checks, err = p.newHTTPClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns, nil); err != nil {
 		return nil, err
 	}
-	if c.writes, err = NewClient(t.Connection, p.clientOptions(t, "write", requestTimeout, maxResponseBytes)); err != nil {
+	writeConfig, writeHTTP, err := newHTTPClient(t.Connection, p.clientOptions(t, "write", requestTimeout, maxResponseBytes))
+	if err != nil {
 		return nil, err
 	}
+	if c.writes, err = corev1client.NewForConfigAndClient(writeConfig, writeHTTP); err != nil {
+		return nil, fmt.Errorf("build cluster client: %w", err)
+	}
+	c.writeHTTP = writeHTTP
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
 	c.caches = newCaches(watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
@@ -112,8 +124,10 @@ func (p *Pool) newHTTPClient(t Target, use string, timeout time.Duration, maxByt
 }
 
 // Client is for writes (PVC create, patch, delete); each request is bounded
-// by requestTimeout as well as by its context.
-func (c *Cluster) Client() kubernetes.Interface { return c.writes.Interface }
+// by requestTimeout as well as by its context. It is the core API group's
+// client alone: a clientset holds one for every API group (19 KiB an
+// environment, measured), and the gateway writes only claims.
+func (c *Cluster) Client() corev1client.CoreV1Interface { return c.writes }
 
 // Health is the cluster's state as the pool sees it.
 func (c *Cluster) Health() Health {
@@ -166,7 +180,7 @@ func (c *Cluster) stopWatching() {
 // idle.
 func (c *Cluster) closeConnections() {
 	c.conns.closeAll()
-	c.writes.Close()
+	utilnet.CloseIdleConnectionsFor(c.writeHTTP.Transport)
 	if l := c.pool.opts.Limiters; l != nil {
 		l.release(c.target.EnvironmentID)
 	}

@@ -544,7 +544,7 @@ func TestPoolSwapsConnectionsLive(t *testing.T) {
 					}
 				}
 			})
-			if _, err := current.Client().CoreV1().PersistentVolumeClaims(tt.namespace).Get(t.Context(), pvc.Name, metav1.GetOptions{}); err != nil {
+			if _, err := current.Client().PersistentVolumeClaims(tt.namespace).Get(t.Context(), pvc.Name, metav1.GetOptions{}); err != nil {
 				t.Errorf("write client of the replacement: %v", err)
 			}
 		})
@@ -628,7 +628,7 @@ func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 	list := func(c *clusters.Cluster) error {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		_, err := c.Client().CoreV1().PersistentVolumeClaims(namespaces[0]).List(ctx, metav1.ListOptions{})
+		_, err := c.Client().PersistentVolumeClaims(namespaces[0]).List(ctx, metav1.ListOptions{})
 		return err
 	}
 	if err := list(ensureReady(t, p, eastTarget("fresh"))); err != nil {

@@ -164,7 +164,7 @@ func TestARefusedRequestProbesAtOnce(t *testing.T) {
 	}
 	c, _ := pool.Get("revocable")
 	poll.Until(t, 10*time.Second, "the cluster refuses a write", func() bool {
-		_, err := c.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		_, err := c.Client().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: "refused"},
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},

@@ -147,7 +147,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	patch := fmt.Appendf(nil, `{"spec":{"resources":{"requests":{"storage":%q}}}}`, want.String())
 	writeCtx, cancel := s.clusterWrite(ctx)
 	defer cancel()
-	patched, err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Patch(writeCtx, id, types.MergePatchType, patch, metav1.PatchOptions{})
+	patched, err := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Patch(writeCtx, id, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return Volume{}, kubernetesError(err, "expand the claim")
 	}
@@ -181,7 +181,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	}
 	writeCtx, cancel := s.clusterWrite(ctx)
 	defer cancel()
-	err = cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(writeCtx, id, metav1.DeleteOptions{})
+	err = cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Delete(writeCtx, id, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kubernetesError(err, "delete the claim")
 	}

@@ -189,7 +189,7 @@ func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membe
 	what, pvc := settlementOf(cluster, rec)
 	switch what {
 	case deleteUnwanted:
-		err := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, rec.ID, metav1.DeleteOptions{})
+		err := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, rec.ID, metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

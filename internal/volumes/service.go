@@ -264,7 +264,7 @@ func (s *Service) createClaim(ctx context.Context, env environment, cluster clus
 	var first *status.Observation
 	done := s.tracker.Creating(rec.EnvironmentID, rec.ID)
 	defer func() { done(first) }()
-	claims := cluster.Client().CoreV1().PersistentVolumeClaims(rec.Spec.Namespace)
+	claims := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace)
 	writeCtx, cancel := s.clusterWrite(ctx)
 	defer cancel()
 	pvc, err := claims.Create(writeCtx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})

@@ -17,8 +17,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
@@ -147,4 +147,4 @@ func (f *Fake) StorageRequested() { f.requested.Add(1) }
 func (f *Fake) Requested() int64 { return f.requested.Load() }
 
 // Client is the fake clientset.
-func (f *Fake) Client() kubernetes.Interface { return f.clientset }
+func (f *Fake) Client() corev1client.CoreV1Interface { return f.clientset.CoreV1() }

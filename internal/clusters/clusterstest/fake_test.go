@@ -26,7 +26,7 @@ func TestTheFakeAnswersAsTheCachesDo(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "dcm", Labels: map[string]string{clusters.ManagedByLabel: clusters.ManagedByValue}},
 		Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: &class},
 	}
-	if _, err := c.Client().CoreV1().PersistentVolumeClaims("dcm").Create(t.Context(), pvc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client().PersistentVolumeClaims("dcm").Create(t.Context(), pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := c.PVC("dcm", "mine"); !ok || got.Name != "mine" || len(c.PVCs()) != 1 {
@@ -35,7 +35,7 @@ func TestTheFakeAnswersAsTheCachesDo(t *testing.T) {
 	if _, gone := c.ClassOf(pvc); !gone {
 		t.Error("a claim naming a class the cluster lacks does not read as gone")
 	}
-	if _, err := c.Client().CoreV1().PersistentVolumeClaims("dcm").Create(t.Context(), pvc, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Client().PersistentVolumeClaims("dcm").Create(t.Context(), pvc, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("a second create of the claim: %v; want AlreadyExists", err)
 	}
 }
