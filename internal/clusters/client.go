@@ -84,6 +84,17 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 // are ignored (the egress check must see the real destination) and
 // redirects are refused, so a bearer token never leaves for another host.
 func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config, *http.Client, error) {
+	cfg, base, err := newBaseClient(conn, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, forUse(base, opts), nil
+}
+
+// newBaseClient is newHTTPClient without what is particular to one use
+// (forUse adds it): the REST config and a client holding the connections,
+// their TLS and the credentials, which clients of several uses can share.
+func newBaseClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config, *http.Client, error) {
 	cfg := &rest.Config{
 		Host:        conn.Server,
 		BearerToken: conn.Token,
@@ -104,7 +115,6 @@ func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config
 			ContentType:        runtime.ContentTypeProtobuf,
 			AcceptContentTypes: runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON,
 		},
-		Timeout:     opts.Timeout,
 		QPS:         opts.QPS,
 		Burst:       opts.Burst,
 		RateLimiter: rateLimiter(opts.RateLimiter),
@@ -114,24 +124,29 @@ func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config
 		// they never reach the gateway's logs.
 		WarningHandler: rest.NoWarnings{},
 	}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		if opts.MaxResponseBytes > 0 {
-			rt = boundedBodies{next: rt, max: opts.MaxResponseBytes}
-		}
-		if opts.RateLimiter != nil {
-			rt = newPacedTransport(rt, opts.RateLimiter, opts.Use)
-		}
-		if opts.OnDenied != nil {
-			rt = deniedTransport{next: rt, denied: opts.OnDenied}
-		}
-		return rt
-	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build cluster client: %w", err)
 	}
 	httpClient.CheckRedirect = egress.NoRedirects
 	return cfg, httpClient, nil
+}
+
+// forUse is a client over base's connections for one use (opts.Use): its
+// timeout, its bound on answers, its request count and pacing feedback,
+// and the notice of a denial.
+func forUse(base *http.Client, opts ClientOptions) *http.Client {
+	rt := base.Transport
+	if opts.MaxResponseBytes > 0 {
+		rt = boundedBodies{next: rt, max: opts.MaxResponseBytes}
+	}
+	if opts.RateLimiter != nil {
+		rt = newPacedTransport(rt, opts.RateLimiter, opts.Use)
+	}
+	if opts.OnDenied != nil {
+		rt = deniedTransport{next: rt, denied: opts.OnDenied}
+	}
+	return &http.Client{Transport: rt, Timeout: opts.Timeout, CheckRedirect: egress.NoRedirects}
 }
 
 // deniedTransport tells its owner about every 401 and 403 a client receives.

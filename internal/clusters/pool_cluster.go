@@ -11,7 +11,6 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -30,7 +29,7 @@ type Cluster struct {
 	target Target
 	// One client per kind of request, each with its own timeout.
 	// The caches list and watch without a timeout (newCaches holds that
-	// client); checks use a plain HTTP client.
+	// client); checks use a plain HTTP client over the same connection.
 	checks *http.Client // health checks: HealthTimeout
 	// writes is Client(), its requests bounded by requestTimeout; its
 	// connections are writeHTTP's, apart from conns so a write in flight
@@ -62,26 +61,30 @@ type Cluster struct {
 // newCluster builds a cluster without touching the network.
 func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{}), watchBroke: make(chan struct{}, 1)}
-	var err error
 	// Informers list and watch without a timeout or a bound on answers;
-	// health checks and writes read answers of known, small size.
+	// health checks and writes read answers of known, small size. Watches
+	// and checks share one connection (HTTP/2 carries both): a second one
+	// per environment cost a TLS handshake at every start and, while
+	// idle, its buffers (about 35 KiB), its reader and its pings.
 	broke := func() {
 		select {
 		case c.watchBroke <- struct{}{}:
 		default: // one notice is pending already
 		}
 	}
-	watchConfig, watchHTTP, err := p.newHTTPClient(t, "watch", 0, 0, c.conns, broke)
+	watchOpts := p.clientOptions(t, "watch", 0, 0)
+	config, shared, err := newBaseClient(t.Connection, watchOpts)
 	if err != nil {
 		return nil, err
 	}
-	watch, err := newCacheClients(watchConfig, watchHTTP)
+	if err := c.conns.track(shared, broke); err != nil {
+		return nil, err
+	}
+	watch, err := newCacheClients(config, forUse(shared, watchOpts))
 	if err != nil {
 		return nil, err
 	}
-	if _, c.checks, err = p.newHTTPClient(t, "health", p.opts.HealthTimeout, maxResponseBytes, c.conns, nil); err != nil {
-		return nil, err
-	}
+	c.checks = forUse(shared, p.clientOptions(t, "health", p.opts.HealthTimeout, maxResponseBytes))
 	writeConfig, writeHTTP, err := newHTTPClient(t.Connection, p.clientOptions(t, "write", requestTimeout, maxResponseBytes))
 	if err != nil {
 		return nil, err
@@ -111,16 +114,6 @@ func (p *Pool) clientOptions(t Target, use string, timeout time.Duration, maxByt
 		opts.RateLimiter = p.opts.Limiters.forEnvironment(t.EnvironmentID)
 	}
 	return opts
-}
-
-// newHTTPClient builds an HTTP client with clientOptions whose connections
-// conns tracks, telling onBroken of one that fails.
-func (p *Pool) newHTTPClient(t Target, use string, timeout time.Duration, maxBytes int64, conns *connections, onBroken func()) (*rest.Config, *http.Client, error) {
-	cfg, client, err := newHTTPClient(t.Connection, p.clientOptions(t, use, timeout, maxBytes))
-	if err != nil {
-		return nil, nil, err
-	}
-	return cfg, client, conns.track(client, onBroken)
 }
 
 // Client is for writes (PVC create, patch, delete); each request is bounded

@@ -84,10 +84,29 @@ func (s *connections) closeAll() {
 	}
 }
 
+// drop closes every open connection but keeps dialling new ones, without
+// telling onBroken of them: a failed health check asks for it.
+func (s *connections) drop() {
+	s.mu.Lock()
+	open := s.open
+	if !s.closed {
+		s.open = map[*trackedConn]struct{}{}
+	}
+	for conn := range open {
+		conn.dropped = true
+	}
+	s.mu.Unlock()
+	for conn := range open {
+		_ = conn.Conn.Close()
+	}
+}
+
 type trackedConn struct {
 	net.Conn
 	owner    *connections
 	onBroken func()
+	// dropped is set, under owner.mu, when drop closes the connection.
+	dropped bool
 }
 
 // Read tells onBroken of a failed read unless the cluster is closing its
@@ -96,7 +115,7 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if err != nil && c.onBroken != nil {
 		c.owner.mu.Lock()
-		closing := c.owner.closed
+		closing := c.owner.closed || c.dropped
 		c.owner.mu.Unlock()
 		if !closing {
 			c.onBroken()

@@ -16,3 +16,11 @@ func (c *Cluster) WatchingWarnings(namespace string) bool {
 	defer w.mu.Unlock()
 	return w.running != nil
 }
+
+// OpenConnections is how many connections the cluster's watches and
+// health checks hold open.
+func (c *Cluster) OpenConnections() int {
+	c.conns.mu.Lock()
+	defer c.conns.mu.Unlock()
+	return len(c.conns.open)
+}

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // Health is a cluster's state as the pool sees it.
@@ -167,10 +165,10 @@ func (c *Cluster) check(ctx context.Context) checkResult {
 	defer cancel()
 	r := c.askReady(ctx)
 	if !r.ok {
-		// A connection that timed out may be dead rather than slow; without
-		// idle connections the next check dials afresh instead of queueing
-		// behind it.
-		utilnet.CloseIdleConnectionsFor(c.checks.Transport)
+		// A connection that timed out may be dead rather than slow: the
+		// next check dials afresh instead of queueing behind it, and the
+		// watches it carried resume from where they were.
+		c.conns.drop()
 	}
 	return r
 }

@@ -367,6 +367,23 @@ func TestABrokenWatchIsCheckedAtOnce(t *testing.T) {
 	poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.HealthReady })
 }
 
+// TestWatchesAndChecksShareOneConnection: a connected cluster's watches
+// and health checks go over one connection, and a cluster cut off and
+// back comes back on one again.
+func TestWatchesAndChecksShareOneConnection(t *testing.T) {
+	p := newPool(t, fast)
+	c := ensureReady(t, p, eastTarget("pool-one-connection"))
+	if n := c.OpenConnections(); n != 1 {
+		t.Fatalf("%d connections open for a ready cluster; want 1", n)
+	}
+	t.Cleanup(func() { east.SetReachable(true) })
+	east.SetReachable(false)
+	poll.Until(t, 30*time.Second, "UNREACHABLE", func() bool { return c.Health().State == clusters.HealthUnreachable })
+	east.SetReachable(true)
+	poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.HealthReady })
+	poll.Until(t, 15*time.Second, "one connection again", func() bool { return c.OpenConnections() == 1 })
+}
+
 // blackHole accepts connections and never answers, like a dead network path.
 func blackHole(t *testing.T) string {
 	t.Helper()
