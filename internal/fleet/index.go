@@ -385,9 +385,11 @@ func (ix *Index) freshIDs() []string {
 func (ix *Index) render(e *entry) {
 	v := &envView{meta: e.meta, stale: !e.fresh, writable: e.writable, observed: e.observed, details: make([]detail, len(e.classes))}
 	// The details' JSON shares one buffer, so a query copies it from
-	// consecutive memory.
-	var buf []byte
-	ends := make([]int, len(e.classes))
+	// consecutive memory. It is allocated at its final size: every replica
+	// keeps it for every environment of the fleet, and growing it by
+	// appends left up to half of it unused.
+	raws := make([][]byte, len(e.classes))
+	size := 0
 	headroom := capabilities.QuotaHeadroom(e.objs)
 	for i, c := range e.classes {
 		d := &v.details[i]
@@ -399,13 +401,14 @@ func (ix *Index) render(e *entry) {
 		if err != nil {
 			panic(fmt.Sprintf("fleet: encode class %s of %s: %v", c.Name, e.meta.ID, err)) // plain strings, bools and numbers
 		}
-		buf = append(buf, raw...)
-		ends[i] = len(buf)
+		raws[i] = raw
+		size += len(raw)
 	}
-	start := 0
-	for i, end := range ends {
-		v.details[i].json = buf[start:end:end]
-		start = end
+	buf := make([]byte, 0, size)
+	for i, raw := range raws {
+		start := len(buf)
+		buf = append(buf, raw...)
+		v.details[i].json = buf[start:len(buf):len(buf)]
 	}
 	v.series = newClassSeries(e.meta, e.classes)
 	e.view = v // classes come sorted by name from Describe
