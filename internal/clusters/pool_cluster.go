@@ -2,12 +2,11 @@ package clusters
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
-
-	"fmt"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
