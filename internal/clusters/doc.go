@@ -32,8 +32,9 @@
 // breaks, and 10 s after a failed one (two failures: UNREACHABLE; one
 // success: READY), each on a goroutine that lives for the check. Checks
 // and watches share one HTTP/2 connection per entry (one handshake, one
-// reader); a failed check closes it, so the next check dials afresh and
-// the watches resume from where they were. A
+// reader); a check that gets no answer closes it, so the next check dials
+// afresh and the watches resume from where they were (a server that
+// answers "not ready" keeps it). A
 // credential rotation starts a new entry and retires the old one once the
 // new one has synced; removing an entry stops every goroutine, watch and
 // connection of it.

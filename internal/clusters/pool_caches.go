@@ -352,9 +352,12 @@ func (c *Cluster) PVCs() []*corev1.PersistentVolumeClaim {
 		// hashed for each (in a profile of an idle gateway with 1,000
 		// environments, the sweep, mostly this lookup, was 6 % of its CPU).
 		objs := c.caches.byNamespace[ns].claims.List()
-		pvcs := make([]*corev1.PersistentVolumeClaim, len(objs))
-		for i, obj := range objs {
-			pvcs[i] = obj.(*corev1.PersistentVolumeClaim)
+		pvcs := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
+		for _, obj := range objs {
+			// What a server lists is its own word: only this namespace's.
+			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok && pvc.Namespace == ns {
+				pvcs = append(pvcs, pvc)
+			}
 		}
 		slices.SortFunc(pvcs, byName)
 		all = append(all, pvcs...)

@@ -161,34 +161,38 @@ func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
 // also fails when its storage is down). It bypasses the client's rate limiter:
 // a queue of writes must not make a healthy cluster look unreachable.
 func (c *Cluster) check(ctx context.Context) checkResult {
-	ctx, cancel := context.WithTimeout(ctx, c.pool.opts.HealthTimeout)
+	checkCtx, cancel := context.WithTimeout(ctx, c.pool.opts.HealthTimeout)
 	defer cancel()
-	r := c.askReady(ctx)
-	if !r.ok {
-		// A connection that timed out may be dead rather than slow: the
-		// next check dials afresh instead of queueing behind it, and the
-		// watches it carried resume from where they were.
+	r, noAnswer := c.askReady(checkCtx)
+	if noAnswer && ctx.Err() == nil {
+		// A connection that gave no answer in time may be dead rather
+		// than slow: the next check dials afresh instead of queueing
+		// behind it, and the watches it carried resume from where they
+		// were. A server that answered (not ready, overloaded) keeps its
+		// connection and its watches: re-watching would only add load.
 		c.conns.drop()
 	}
 	return r
 }
 
-func (c *Cluster) askReady(ctx context.Context) checkResult {
+// askReady asks /readyz; noAnswer says the request failed without an
+// answer from the server.
+func (c *Cluster) askReady(ctx context.Context) (r checkResult, noAnswer bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.target.Connection.Server+"/readyz", nil)
 	if err != nil {
-		return checkResult{message: "the server address cannot be used"}
+		return checkResult{message: "the server address cannot be used"}, false
 	}
 	resp, err := c.checks.Do(req)
 	if err != nil {
 		_, message := classify(ctx, err, c.pool.opts.HealthTimeout)
-		return checkResult{message: message}
+		return checkResult{message: message}, true
 	}
 	defer func() { _ = resp.Body.Close() }()
 	// Drained (a little) so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
 		_, message := classifyStatus(int32(resp.StatusCode)) //nolint:gosec // HTTP status codes are three digits
-		return checkResult{message: message}
+		return checkResult{message: message}, false
 	}
-	return checkResult{ok: true}
+	return checkResult{ok: true}, false
 }

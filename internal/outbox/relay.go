@@ -146,10 +146,16 @@ func (r *Relay) prune(ctx context.Context) {
 	}
 }
 
+// maxNoticed bounds the ids kept for claiming (while NATS is down, say):
+// past it they are forgotten and the next pass scans for them instead.
+const maxNoticed = 10 * batchSize
+
 // Notify wakes the relay: the events with these outbox ids were queued.
 func (r *Relay) Notify(ids []int64) {
 	r.noticed.Lock()
-	r.noticed.ids = append(r.noticed.ids, ids...)
+	if r.noticed.ids = append(r.noticed.ids, ids...); len(r.noticed.ids) > maxNoticed {
+		r.noticed.ids, r.noticed.scanned = nil, time.Time{}
+	}
 	r.noticed.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -167,6 +173,16 @@ func (r *Relay) take() []int64 {
 		r.noticed.ids = nil
 	}
 	return ids
+}
+
+// noticeFirst puts ids back before the others noticed: they are older.
+func (r *Relay) noticeFirst(ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	r.noticed.Lock()
+	r.noticed.ids = append(ids, r.noticed.ids...)
+	r.noticed.Unlock()
 }
 
 // lastScan is when the outbox was last scanned (zero: scan next).
@@ -229,25 +245,33 @@ type outboxRow struct {
 func (r *Relay) Drain(ctx context.Context) error { return r.drain(ctx, true) }
 
 // drain publishes the noticed events and, if scan, scans for the rest
-// until none is left: see Drain. A noticed event that could not be claimed
-// (an earlier event of its volume is unsent, or another replica holds it)
-// is left to a scan after the batch.
+// until none is left: see Drain. A scan also runs whenever pollInterval has
+// passed since the last, however many notices keep arriving, so rows no
+// writer here named never wait on this replica's load. A noticed event
+// that could not be claimed (an earlier event of its volume was unsent, or
+// another replica holds it) is tried again by id once the batch is sent,
+// if the batch claimed anything, and otherwise left to a scan.
 func (r *Relay) drain(ctx context.Context, scan bool) error {
 	for {
-		ids := r.take()
-		if len(ids) == 0 && !scan {
+		due := time.Since(r.lastScan()) >= pollInterval
+		var ids []int64
+		if !due {
+			ids = r.take()
+		}
+		scanning := due || len(ids) == 0
+		if scanning && !due && !scan {
 			return nil
 		}
-		if len(ids) == 0 {
+		if scanning {
 			r.setScanned(time.Now())
 		}
 		rows, token, err := r.claim(ctx, ids)
 		switch {
 		case err != nil:
 			return err
-		case len(ids) == 0 && len(rows) == 0:
-			return nil // the scan found nothing
-		case len(rows) < len(ids):
+		case scanning:
+			scan = len(rows) > 0 // until a scan finds nothing
+		case len(rows) == 0:
 			scan = true
 		}
 		if len(rows) == 0 {
@@ -269,7 +293,15 @@ func (r *Relay) drain(ctx context.Context, scan bool) error {
 			r.release(ctx, unacknowledged(rows, acked), token)
 			return err
 		}
+		r.noticeFirst(unclaimed(ids, rows))
 	}
+}
+
+// unclaimed is ids less those of rows.
+func unclaimed(ids []int64, rows []outboxRow) []int64 {
+	return slices.DeleteFunc(ids, func(id int64) bool {
+		return slices.ContainsFunc(rows, func(row outboxRow) bool { return row.id == id })
+	})
 }
 
 // unacknowledged is rows less the acknowledged ones.

@@ -320,3 +320,104 @@ func TestRunningRelaysPublishWhatTheirWritersNamedAndScanForTheRest(t *testing.T
 		t.Fatalf("%d events left unsent", unsent[0])
 	}
 }
+
+// TestAVolumesNextEventDoesNotWaitForTheLoadToEnd: two events of one
+// volume queued in one transaction reach the relay together, and only the
+// first can be claimed; the second goes out right after it, while other
+// writers keep waking the relay, not once they stop. An event queued with
+// no relay woken goes out within the scan interval under the same load.
+func TestAVolumesNextEventDoesNotWaitForTheLoadToEnd(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := registrytest.New(t, registrytest.Options{})
+	natsServer := natstest.Start(t)
+	stream := natsServer.DCMStream()
+	reg.InsertEnvironment(t, "env")
+	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close(context.Background())
+	relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { relay.Run(ctx) })
+	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB, Wake: relay.Notify})
+	event := func(id, volume, st string) outbox.Event {
+		return outbox.Event{ID: id, EnvironmentID: "env", VolumeID: volume, Status: st,
+			Data: fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"t","type":"t","data":{"id":%q,"status":%q}}`, id, volume, st), Epoch: 1}
+	}
+	queue := func(events ...outbox.Event) {
+		t.Helper()
+		if err := w.Tx(ctx, func(tx outbox.Tx) error {
+			for _, e := range events {
+				if err := outbox.InsertTx(ctx, tx, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // past the relay's first scan
+
+	silent := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB})
+	if err := silent.Tx(ctx, func(tx outbox.Tx) error { return outbox.InsertTx(ctx, tx, event("quiet-1", "quiet", "RUNNING")) }); err != nil {
+		t.Fatal(err)
+	}
+	queue(event("pair-1", "pair", "PROVISIONING"), event("pair-2", "pair", "RUNNING"))
+	start := time.Now()
+	// Writers enough that a notice is always waiting when the relay looks.
+	busy, stopBusy := context.WithCancel(ctx)
+	var writers sync.WaitGroup
+	for g := range 8 {
+		writers.Go(func() {
+			for i := 0; busy.Err() == nil; i++ {
+				id := fmt.Sprintf("busy-%d-%d", g, i)
+				if err := w.Tx(busy, func(tx outbox.Tx) error { return outbox.InsertTx(busy, tx, event(id, id, "RUNNING")) }); err != nil && busy.Err() == nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	// Sent is marked once the stream acknowledged the event.
+	sent := func(eventID string) bool {
+		var done bool
+		if err := reg.DB.QueryRow(ctx, `SELECT sent_time IS NOT NULL FROM outbox WHERE event_id = $1`, eventID).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		return done
+	}
+	var pairTook, quietTook time.Duration
+	for time.Since(start) < 5*time.Second && (pairTook == 0 || quietTook == 0) {
+		time.Sleep(10 * time.Millisecond)
+		if pairTook == 0 && sent("pair-2") {
+			pairTook = time.Since(start)
+		}
+		if quietTook == 0 && sent("quiet-1") {
+			quietTook = time.Since(start)
+		}
+	}
+	stopBusy()
+	writers.Wait()
+	events := stream.Events()
+	if got := natstest.For(events, "pair"); !slices.Equal(got, []string{"PROVISIONING", "RUNNING"}) {
+		t.Fatalf("pair published %v; want [PROVISIONING RUNNING]", got)
+	}
+	if got := natstest.For(events, "quiet"); len(got) != 1 {
+		t.Fatalf("the unnoticed event published %d times; want once", len(got))
+	}
+	t.Logf("under load: the volume's second event out after %s, the unnoticed one after %s", pairTook, quietTook)
+	// By id right after its first: well before a scan would find it.
+	if pairTook == 0 || pairTook > 600*time.Millisecond {
+		t.Fatalf("the volume's second event went out after %s of other events (0: not while they came); want within 600 ms", pairTook)
+	}
+	if quietTook == 0 || quietTook > 2500*time.Millisecond {
+		t.Fatalf("the unnoticed event went out after %s of other events (0: not while they came); want within the 1 s scan interval and a batch", quietTook)
+	}
+}
