@@ -239,7 +239,7 @@ func fleetQueryTimes(b *testing.B, c client, path string, times int) ([]time.Dur
 	var size int64
 	for range times {
 		start := time.Now()
-		resp := authorizedGet(b, c, path)
+		resp := c.get(path)
 		var err error
 		size, err = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
@@ -255,7 +255,7 @@ func fleetQueryTimes(b *testing.B, c client, path string, times int) ([]time.Dur
 // returns the environments its classes name.
 func answeredEnvironments(b *testing.B, c client, path string) map[string]bool {
 	b.Helper()
-	resp := authorizedGet(b, c, path)
+	resp := c.get(path)
 	defer func() { _ = resp.Body.Close() }()
 	var page struct {
 		StorageClasses []fleetClass `json:"storage_classes"`
@@ -271,22 +271,6 @@ func answeredEnvironments(b *testing.B, c client, path string) map[string]bool {
 		}
 	}
 	return envs
-}
-
-// authorizedGet sends GET path to c with its token; the caller reads and
-// closes the body (c.do would decode it, which the timing must not hold).
-func authorizedGet(b *testing.B, c client, path string) *http.Response {
-	b.Helper()
-	req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, c.base+path, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return resp
 }
 
 // registerTenants registers every tenant as an environment, 8 at a time,

@@ -436,15 +436,7 @@ func askDuringTakeover(t *testing.T, set *replicaSet, vols []tenantVolume) map[i
 		for _, id := range set.live() {
 			c := set.client(id)
 			for _, v := range vols {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, c.base+volumesPath(v.env)+"/"+v.id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				req.Header.Set("Authorization", "Bearer "+c.token)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := c.get(volumesPath(v.env) + "/" + v.id)
 				_ = resp.Body.Close()
 				answered[resp.StatusCode]++
 				if ids := resp.Header.Values("X-Request-Id"); len(ids) != 1 {

@@ -46,17 +46,31 @@ func (c client) do(method, path string, body any, headers ...string) (int, map[s
 
 // try is do for goroutines other than the test's: it returns the error.
 func (c client) try(method, path string, body any, headers ...string) (int, map[string]any, error) {
+	resp, err := c.send(method, path, body, headers...)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out, nil
+}
+
+// send sends a request (body as JSON, the token, header name-value pairs)
+// and returns the answer unread: the caller closes its body.
+func (c client) send(method, path string, body any, headers ...string) (*http.Response, error) {
 	var r io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		r = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, r)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -71,15 +85,18 @@ func (c client) try(method, path string, body any, headers ...string) (int, map[
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	resp, err := hc.Do(req)
+	return hc.Do(req)
+}
+
+// get sends GET path and returns the answer unread (the caller closes
+// its body); a request that cannot be sent fails the test.
+func (c client) get(path string) *http.Response {
+	c.t.Helper()
+	resp, err := c.send(http.MethodGet, path, nil)
 	if err != nil {
-		return 0, nil, err
+		c.t.Fatal(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	var out map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &out)
-	return resp.StatusCode, out, nil
+	return resp
 }
 
 // want asserts a status and, for problems, that the detail or field
