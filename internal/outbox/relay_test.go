@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -50,6 +51,30 @@ func queue(t *testing.T, reg *registrytest.Fixture, volumes, transitions int) (m
 	return want, rec
 }
 
+// newRelay connects to the NATS server at url until the test ends and
+// returns a relay on that connection with opts (DB set by the caller; a
+// registry of its own and a silent logger unless set).
+func newRelay(t *testing.T, url string, opts outbox.RelayOptions) (*outbox.Relay, *nats.Conn) {
+	t.Helper()
+	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: url}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close(context.Background()) })
+	opts.Conn = nc.Conn
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	relay, err := outbox.NewRelay(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return relay, nc.Conn
+}
+
 // Three relays draining one outbox side by side publish every event once
 // and each volume's events in order.
 func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
@@ -63,15 +88,7 @@ func TestRelaysInSeveralReplicasKeepOrder(t *testing.T) {
 	relays := make([]*outbox.Relay, 3)
 	for i := range 3 {
 		registries[i] = prometheus.NewRegistry()
-		nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close(context.Background())
-		relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: registries[i], Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		relay, _ := newRelay(t, natsServer.URL, outbox.RelayOptions{DB: reg.DB, Metrics: registries[i]})
 		relays[i] = relay
 		wg.Go(func() {
 			if err := relay.Drain(context.Background()); err != nil {
@@ -142,16 +159,8 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
 	natsServer := natstest.Start(t)
 	_, _ = queue(t, reg, 1, 2)
-	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close(context.Background())
-	sub, err := nc.Conn.SubscribeSync(outbox.Subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+	relay, conn := newRelay(t, natsServer.URL, outbox.RelayOptions{DB: reg.DB})
+	sub, err := conn.SubscribeSync(outbox.Subject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,16 +190,7 @@ func TestRelayPrunesSentEventsPastTheRetention(t *testing.T) {
 	natsServer := natstest.Start(t)
 	natsServer.DCMStream()
 	_, rec := queue(t, reg, 3, 2)
-	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close(context.Background())
-	relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Retention: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay, _ := newRelay(t, natsServer.URL, outbox.RelayOptions{DB: reg.DB, Retention: time.Hour})
 	ctx := context.Background()
 	if err := relay.Drain(ctx); err != nil {
 		t.Fatal(err)
@@ -242,15 +242,7 @@ func TestRunningRelaysPublishWhatTheirWritersNamedAndScanForTheRest(t *testing.T
 	defer cancel()
 	recorders := make([]status.Recorder, 3)
 	for i := range recorders {
-		nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close(context.Background())
-		relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		relay, _ := newRelay(t, natsServer.URL, outbox.RelayOptions{DB: reg.DB})
 		wg.Go(func() { relay.Run(ctx) })
 		recorders[i] = status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: reg.DB, Wake: relay.Notify}), Leases: owner}
 	}
@@ -332,15 +324,7 @@ func TestAVolumesNextEventDoesNotWaitForTheLoadToEnd(t *testing.T) {
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
 	reg.InsertEnvironment(t, "env")
-	nc, err := outbox.ConnectNATS(outbox.NATSOptions{URL: natsServer.URL}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close(context.Background())
-	relay, err := outbox.NewRelay(outbox.RelayOptions{DB: reg.DB, Conn: nc.Conn, Metrics: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay, _ := newRelay(t, natsServer.URL, outbox.RelayOptions{DB: reg.DB})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
