@@ -79,8 +79,8 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 
 // newHTTPClient builds the REST config and the HTTP client beneath a
 // cluster's clients, without any typed client: a clientset holds one for
-// every API group (about 40 KiB), which a client that needs two, or none,
-// would carry for every environment. Proxies from the process environment
+// every API group, which a client that needs one or two, or none, would
+// carry for every environment. Proxies from the process environment
 // are ignored (the egress check must see the real destination) and
 // redirects are refused, so a bearer token never leaves for another host.
 func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config, *http.Client, error) {

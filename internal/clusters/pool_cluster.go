@@ -64,7 +64,8 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	// health checks and writes read answers of known, small size. Watches
 	// and checks share one connection (HTTP/2 carries both): a second one
 	// per environment cost a TLS handshake at every start and, while
-	// idle, its buffers (about 35 KiB), its reader and its pings.
+	// idle, its buffers, its reader and its pings (BenchmarkIdleFleet
+	// reports memory and goroutines per environment).
 	broke := func() {
 		select {
 		case c.watchBroke <- struct{}{}:
@@ -117,8 +118,7 @@ func (p *Pool) clientOptions(t Target, use string, timeout time.Duration, maxByt
 
 // Client is for writes (PVC create, patch, delete); each request is bounded
 // by requestTimeout as well as by its context. It is the core API group's
-// client alone: a clientset holds one for every API group (19 KiB an
-// environment, measured), and the gateway writes only claims.
+// client alone: the gateway writes only claims (see newHTTPClient).
 func (c *Cluster) Client() corev1client.CoreV1Interface { return c.writes }
 
 // Health is the cluster's state as the pool sees it.
