@@ -39,9 +39,12 @@ type record struct {
 // pool explicitly through the struct; transactions stay inside one method.
 type repository struct{ db *pgxpool.Pool }
 
+// specColumns are a Spec's columns, in specRow's order.
+const specColumns = `e.display_name, e.description, e.labels, e.region, e.zone, e.namespace,
+	e.allowed_namespaces, e.defaults, e.dcm, e.capability_overrides`
+
 const selectColumns = `
-	e.id, e.display_name, e.description, e.labels, e.region, e.zone, e.namespace,
-	e.allowed_namespaces, e.defaults, e.dcm, e.capability_overrides, e.create_time, e.update_time,
+	e.id, ` + specColumns + `, e.create_time, e.update_time,
 	e.server, e.certificate_authority, e.tls_server_name, e.insecure_skip_verify,
 	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time, e.credentials_expire_time,
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
@@ -50,13 +53,29 @@ const selectColumns = `
 	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id AND v.status <> 'DELETED'),
 	COALESCE((SELECT u.count FROM unadopted_claims u WHERE u.environment_id = e.id), 0)`
 
+// specRow receives specColumns into spec; decode then fills its jsonb
+// fields.
+type specRow struct {
+	spec                             *Spec
+	labels, defaults, dcm, overrides []byte
+}
+
+func (r *specRow) targets() []any {
+	s := r.spec
+	return []any{&s.DisplayName, &s.Description, &r.labels, &s.Region, &s.Zone, &s.Namespace,
+		&s.AllowedNamespaces, &r.defaults, &r.dcm, &r.overrides}
+}
+
+func (r *specRow) columns() []jsonColumn {
+	return []jsonColumn{{r.labels, &r.spec.Labels}, {r.defaults, &r.spec.Defaults}, {r.dcm, &r.spec.DCM}, {r.overrides, &r.spec.CapabilityOverrides}}
+}
+
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
-	var labels, defaults, dcm, overrides, reg []byte
+	spec := specRow{spec: &r.Spec}
+	var reg []byte
 	var state string
-	err := row.Scan(
-		&r.ID, &r.Spec.DisplayName, &r.Spec.Description, &labels, &r.Spec.Region, &r.Spec.Zone, &r.Spec.Namespace,
-		&r.Spec.AllowedNamespaces, &defaults, &dcm, &overrides, &r.CreateTime, &r.UpdateTime,
+	targets := append(append([]any{&r.ID}, spec.targets()...), &r.CreateTime, &r.UpdateTime,
 		&r.Connection.Server, &r.caData, &r.Connection.TLSServerName, &r.Connection.Insecure,
 		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime, &r.Connection.CredentialsExpireTime,
 		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
@@ -64,6 +83,7 @@ func scanRecord(row pgx.Row) (record, error) {
 		&r.sealed.Generation, &r.registeredBy,
 		&r.Status.VolumeCount, &r.Status.UnadoptedVolumeCount,
 	)
+	err := row.Scan(targets...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record{}, errNotFound
 	}
@@ -73,8 +93,7 @@ func scanRecord(row pgx.Row) (record, error) {
 	r.Status.State = State(state)
 	r.Connection.KeyID = r.sealed.KeyID
 	r.Connection.CASHA256 = kubeconfig.Connection{CAData: r.caData}.CASHA256()
-	if err := decodeColumns(r.ID, jsonColumn{labels, &r.Spec.Labels}, jsonColumn{defaults, &r.Spec.Defaults}, jsonColumn{dcm, &r.Spec.DCM},
-		jsonColumn{overrides, &r.Spec.CapabilityOverrides}, jsonColumn{reg, &r.Status.DCMRegistration}); err != nil {
+	if err := decodeColumns(r.ID, append(spec.columns(), jsonColumn{reg, &r.Status.DCMRegistration})...); err != nil {
 		return record{}, err
 	}
 	return r, nil
@@ -103,18 +122,15 @@ func (r *repository) get(ctx context.Context, id string) (record, error) {
 // getSpec reads an environment's spec alone (see Service.Spec).
 func (r *repository) getSpec(ctx context.Context, id string) (Spec, error) {
 	var s Spec
-	var labels, defaults, dcm, overrides []byte
-	err := r.db.QueryRow(ctx, `SELECT display_name, description, labels, region, zone, namespace, allowed_namespaces,
-			defaults, dcm, capability_overrides FROM environments WHERE id = $1`, id).
-		Scan(&s.DisplayName, &s.Description, &labels, &s.Region, &s.Zone, &s.Namespace, &s.AllowedNamespaces, &defaults, &dcm, &overrides)
+	row := specRow{spec: &s}
+	err := r.db.QueryRow(ctx, `SELECT `+specColumns+` FROM environments e WHERE e.id = $1`, id).Scan(row.targets()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Spec{}, errNotFound
 	}
 	if err != nil {
 		return Spec{}, err
 	}
-	return s, decodeColumns(id, jsonColumn{labels, &s.Labels}, jsonColumn{defaults, &s.Defaults}, jsonColumn{dcm, &s.DCM},
-		jsonColumn{overrides, &s.CapabilityOverrides})
+	return s, decodeColumns(id, row.columns()...)
 }
 
 func (r *repository) insert(ctx context.Context, rec record) error {
