@@ -2,11 +2,15 @@ package clusters_test
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -382,6 +386,38 @@ func TestWatchesAndChecksShareOneConnection(t *testing.T) {
 	east.SetReachable(true)
 	poll.Until(t, 15*time.Second, "READY again", func() bool { return c.Health().State == clusters.HealthReady })
 	poll.Until(t, 15*time.Second, "one connection again", func() bool { return c.OpenConnections() == 1 })
+}
+
+// TestAServerThatAnswersNotReadyKeepsItsConnection: a check that got an
+// answer (here 500 from /readyz, as from an API server whose storage is
+// down) fails without dropping the connection the watches share: only a
+// check that got no answer dials afresh.
+func TestAServerThatAnswersNotReadyKeepsItsConnection(t *testing.T) {
+	var dials, checks atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			checks.Add(1)
+		}
+		http.Error(w, "not ready", http.StatusInternalServerError)
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	p := newPool(t, fast)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := p.Ensure(clusters.Target{EnvironmentID: "pool-not-ready", Namespaces: []string{"dcm"},
+		Connection: kubeconfig.Connection{Server: srv.URL, CAData: ca, Token: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 15*time.Second, "four checks answered", func() bool { return checks.Load() >= 4 })
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections dialled for %d checks answered 500; want 1", n, checks.Load())
+	}
 }
 
 // blackHole accepts connections and never answers, like a dead network path.
