@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/dcm-project/storage-gateway/internal/egress"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 )
@@ -63,7 +65,7 @@ func TestPoolClientsBoundTheirAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.writes.RESTClient().Get().AbsPath("/version").DoRaw(t.Context()); !errors.Is(err, ErrResponseTooLarge) {
+	if _, err := c.Client().RESTClient().Get().AbsPath("/version").DoRaw(t.Context()); !errors.Is(err, ErrResponseTooLarge) {
 		t.Errorf("writes client read an answer over %d bytes: %v", maxResponseBytes, err)
 	}
 	resp, err := c.checks.Get(srv.URL + "/version")
@@ -76,5 +78,16 @@ func TestPoolClientsBoundTheirAnswers(t *testing.T) {
 	}
 	if v, err := c.caches.client.core.RESTClient().Get().AbsPath("/version").DoRaw(t.Context()); err != nil || len(v) != len(huge)+len(`{"gitVersion":""}`) {
 		t.Errorf("watch client: %v (want the whole answer)", err)
+	}
+}
+
+// A write client that cannot be built (settings the cluster's shared
+// client accepted, so only in theory) fails every write with the reason
+// rather than leaving the caller without a client.
+func TestAWriteClientThatCannotBeBuiltFailsItsWrites(t *testing.T) {
+	core, _ := newWriteClient(Target{EnvironmentID: "broken", Connection: kubeconfig.Connection{Server: "https://127.0.0.1:1", CAData: []byte("not a certificate")}}, ClientOptions{})
+	_, err := core.PersistentVolumeClaims("dcm").Get(t.Context(), "v", metav1.GetOptions{})
+	if err == nil || !strings.Contains(err.Error(), "build cluster client") {
+		t.Fatalf("write through a client that could not be built: %v; want the reason", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -30,11 +31,8 @@ type Cluster struct {
 	// The caches list and watch without a timeout (newCaches holds that
 	// client); checks use a plain HTTP client over the same connection.
 	checks *http.Client // health checks: HealthTimeout
-	// writes is Client(), its requests bounded by requestTimeout; its
-	// connections are writeHTTP's, apart from conns so a write in flight
-	// outlives closeAll.
-	writes    corev1client.CoreV1Interface
-	writeHTTP *http.Client
+	// writes is Client(), built at the first write (see Client).
+	writes writeClient
 	// conns are the watch and check connections, closed on stop.
 	conns    *connections
 	caches   *caches
@@ -85,14 +83,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 		return nil, err
 	}
 	c.checks = forUse(shared, p.clientOptions(t, "health", p.opts.HealthTimeout, maxResponseBytes))
-	writeConfig, writeHTTP, err := newHTTPClient(t.Connection, p.clientOptions(t, "write", requestTimeout, maxResponseBytes))
-	if err != nil {
-		return nil, err
-	}
-	if c.writes, err = corev1client.NewForConfigAndClient(writeConfig, writeHTTP); err != nil {
-		return nil, fmt.Errorf("build cluster client: %w", err)
-	}
-	c.writeHTTP = writeHTTP
+	c.writes.opts = p.clientOptions(t, "write", requestTimeout, maxResponseBytes)
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
 	c.caches = newCaches(watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
@@ -116,10 +107,61 @@ func (p *Pool) clientOptions(t Target, use string, timeout time.Duration, maxByt
 	return opts
 }
 
+// writeClient is a cluster's client for writes: requests bounded by
+// requestTimeout, over connections of its own, apart from conns so a write
+// in flight outlives closeAll.
+type writeClient struct {
+	opts ClientOptions
+	mu   sync.Mutex
+	core corev1client.CoreV1Interface // nil until the first write
+	http *http.Client
+}
+
 // Client is for writes (PVC create, patch, delete); each request is bounded
 // by requestTimeout as well as by its context. It is the core API group's
-// client alone: the gateway writes only claims (see newHTTPClient).
-func (c *Cluster) Client() corev1client.CoreV1Interface { return c.writes }
+// client alone: the gateway writes only claims (see newHTTPClient). It is
+// built at the first write, not with the cluster: most environments are
+// written to rarely, and a fleet started or registered at once need not
+// build a transport and parse a CA for each before any write.
+func (c *Cluster) Client() corev1client.CoreV1Interface {
+	w := &c.writes
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.core == nil {
+		w.core, w.http = newWriteClient(c.target, w.opts)
+	}
+	return w.core
+}
+
+// newWriteClient builds the client Client returns. The same connection
+// settings built the cluster's shared client already, so this cannot fail
+// in practice; if it does, every write fails with the reason.
+func newWriteClient(t Target, opts ClientOptions) (corev1client.CoreV1Interface, *http.Client) {
+	cfg, hc, err := newHTTPClient(t.Connection, opts)
+	if err == nil {
+		var core corev1client.CoreV1Interface
+		if core, err = corev1client.NewForConfigAndClient(cfg, hc); err == nil {
+			return core, hc
+		}
+	}
+	failing := &http.Client{Transport: failedTransport{err: fmt.Errorf("build cluster client: %w", err)}}
+	core, _ := corev1client.NewForConfigAndClient(&rest.Config{Host: t.Connection.Server}, failing)
+	return core, failing
+}
+
+// failedTransport fails every request with err.
+type failedTransport struct{ err error }
+
+func (f failedTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
+
+// closeIdle closes the write connections not in use.
+func (w *writeClient) closeIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.http != nil {
+		utilnet.CloseIdleConnectionsFor(w.http.Transport)
+	}
+}
 
 // Health is the cluster's state as the pool sees it.
 func (c *Cluster) Health() Health {
@@ -172,7 +214,7 @@ func (c *Cluster) stopWatching() {
 // idle.
 func (c *Cluster) closeConnections() {
 	c.conns.closeAll()
-	utilnet.CloseIdleConnectionsFor(c.writeHTTP.Transport)
+	c.writes.closeIdle()
 	if l := c.pool.opts.Limiters; l != nil {
 		l.release(c.target.EnvironmentID)
 	}
