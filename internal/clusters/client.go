@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"golang.org/x/net/http2"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
@@ -84,7 +85,7 @@ func NewClient(conn kubeconfig.Connection, opts ClientOptions) (*Client, error) 
 // are ignored (the egress check must see the real destination) and
 // redirects are refused, so a bearer token never leaves for another host.
 func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config, *http.Client, error) {
-	cfg, base, err := newBaseClient(conn, opts)
+	cfg, base, err := newBaseClient(conn, opts, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -94,7 +95,15 @@ func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config
 // newBaseClient is newHTTPClient without what is particular to one use
 // (forUse adds it): the REST config and a client holding the connections,
 // their TLS and the credentials, which clients of several uses can share.
-func newBaseClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config, *http.Client, error) {
+//
+// checked says the caller checks the connection itself, often enough to
+// find a dead one (the pool's health checks, which share the connection
+// with the watches and close it when a check gets no answer). Its HTTP/2
+// connection then sends no pings while idle. client-go's transport pings
+// after 30 s without a frame, which on an idle fleet is most of the
+// traffic and wake-ups there are; a request that times out still gets its
+// ping, so a connection that died under a request is closed either way.
+func newBaseClient(conn kubeconfig.Connection, opts ClientOptions, checked bool) (*rest.Config, *http.Client, error) {
 	cfg := &rest.Config{
 		Host:        conn.Server,
 		BearerToken: conn.Token,
@@ -124,12 +133,42 @@ func newBaseClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config
 		// they never reach the gateway's logs.
 		WarningHandler: rest.NoWarnings{},
 	}
+	if checked {
+		transport, err := unpingedTransport(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("build cluster client: %w", err)
+		}
+		// client-go refuses TLS settings beside a transport of the
+		// caller's: they are in the transport now.
+		cfg.Transport, cfg.TLSClientConfig, cfg.Dial, cfg.Proxy = transport, rest.TLSClientConfig{}, nil, nil
+	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build cluster client: %w", err)
 	}
 	httpClient.CheckRedirect = egress.NoRedirects
 	return cfg, httpClient, nil
+}
+
+// unpingedTransport is the transport client-go would build for cfg (its TLS,
+// its dialer, no proxy, HTTP/2 where the server speaks it) except that its
+// HTTP/2 connections send no pings while idle.
+func unpingedTransport(cfg *rest.Config) (*http.Transport, error) {
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	transport := &http.Transport{
+		DialContext:         cfg.Dial,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	// ReadIdleTimeout left at zero: no pings.
+	if _, err := http2.ConfigureTransports(transport); err != nil {
+		return nil, err
+	}
+	return transport, nil
 }
 
 // forUse is a client over base's connections for one use (opts.Use): its

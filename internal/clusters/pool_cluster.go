@@ -71,7 +71,7 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 		}
 	}
 	watchOpts := p.clientOptions(t, "watch", 0, 0)
-	config, shared, err := newBaseClient(t.Connection, watchOpts)
+	config, shared, err := newBaseClient(t.Connection, watchOpts, true)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,123 @@
+package clusters
+
+import (
+	"crypto/tls"
+	"encoding/pem"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/dcm-project/storage-gateway/internal/egress"
+	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/test/poll"
+)
+
+// A connection the pool checks itself sends no HTTP/2 pings while idle;
+// client-go's own transport, as the probe's and the writes' clients use,
+// does. client-go pings after HTTP2_READ_IDLE_TIMEOUT_SECONDS without a
+// frame (30 by default; 1 here).
+func TestOnlyConnectionsNobodyChecksPingWhileIdle(t *testing.T) {
+	t.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "1")
+	srv := newPingCounter(t)
+	idle := func(checked bool) *http.Client {
+		t.Helper()
+		_, client, err := newBaseClient(kubeconfig.Connection{Server: srv.url, CAData: srv.ca, Token: "t"},
+			ClientOptions{Egress: egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}, checked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Get(srv.url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("the check went over %s; want HTTP/2", resp.Proto)
+		}
+		return client
+	}
+
+	start := time.Now()
+	unchecked := idle(false)
+	poll.Until(t, 10*time.Second, "client-go's transport pings its idle connection", func() bool { return srv.pings.Load() > 0 })
+	firstPing := time.Since(start)
+	utilnet.CloseIdleConnectionsFor(unchecked.Transport) // client-go's wrappers hide it from the client
+
+	before := srv.pings.Load()
+	checked := idle(true)
+	defer utilnet.CloseIdleConnectionsFor(checked.Transport)
+	time.Sleep(2*firstPing + time.Second)
+	if n := srv.pings.Load() - before; n != 0 {
+		t.Fatalf("the checked connection sent %d pings idle for %s; want none", n, 2*firstPing+time.Second)
+	}
+}
+
+// pingCounter is an HTTP/2 server over TLS that counts the PING frames its
+// clients send, acknowledgements aside.
+type pingCounter struct {
+	url   string
+	ca    []byte
+	pings atomic.Int32
+}
+
+func newPingCounter(t *testing.T) *pingCounter {
+	t.Helper()
+	p := &pingCounter{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.EnableHTTP2 = true
+	h2 := &http2.Server{}
+	// The server reads the TLS connection's plain text through pingFrames.
+	srv.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){
+		http2.NextProtoTLS: func(hs *http.Server, c *tls.Conn, h http.Handler) {
+			h2.ServeConn(&pingFrames{Conn: c, pings: &p.pings}, &http2.ServeConnOpts{BaseConfig: hs, Handler: h})
+		},
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	p.ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	return p
+}
+
+// pingFrames counts the PING frames (not their acknowledgements) in the
+// HTTP/2 stream a client sends: the connection preface, then frames of a
+// 9-byte header (24-bit length, type, flags, stream) and their payload.
+type pingFrames struct {
+	net.Conn
+	pings    *atomic.Int32
+	buf      []byte
+	prefaced bool
+}
+
+func (f *pingFrames) Read(b []byte) (int, error) {
+	n, err := f.Conn.Read(b)
+	f.buf = append(f.buf, b[:n]...)
+	if !f.prefaced {
+		if len(f.buf) < len(http2.ClientPreface) {
+			return n, err
+		}
+		f.buf, f.prefaced = f.buf[len(http2.ClientPreface):], true
+	}
+	for len(f.buf) >= 9 {
+		size := 9 + (int(f.buf[0])<<16 | int(f.buf[1])<<8 | int(f.buf[2]))
+		if len(f.buf) < size {
+			break
+		}
+		if http2.FrameType(f.buf[3]) == http2.FramePing && http2.Flags(f.buf[4])&http2.FlagPingAck == 0 {
+			f.pings.Add(1)
+		}
+		f.buf = f.buf[size:]
+	}
+	return n, err
+}
