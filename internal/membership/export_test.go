@@ -22,3 +22,9 @@ func (m *Membership) Owned() map[string]int64 {
 
 // Interval is the time between heartbeats.
 func (m *Membership) Interval() time.Duration { return m.interval() }
+
+// WokenGap is the least time between two heartbeats Rebalance asked for.
+const WokenGap = wokenGap
+
+// WokenBeat runs one heartbeat as Rebalance asks for it.
+func (m *Membership) WokenBeat(ctx context.Context) error { return m.beat(ctx, true) }

@@ -133,7 +133,8 @@ func (m *Membership) Subscribe() *changes.Subscription[Change] { return m.change
 
 // Rebalance asks for a heartbeat and rebalance now instead of at the next
 // tick: an environment was registered, and its owner should claim it
-// before the first request for it arrives. It never blocks.
+// before the first request for it arrives. In a burst of registrations the
+// wake-ups are served once per wokenGap. It never blocks.
 func (m *Membership) Rebalance() {
 	select {
 	case m.wake <- struct{}{}:
@@ -157,7 +158,11 @@ func (m *Membership) Run(ctx context.Context) {
 		}
 	}
 	woken := false
+	var wokenAt time.Time // the last woken heartbeat
 	for {
+		if woken {
+			wokenAt = time.Now()
+		}
 		if err := m.beat(ctx, woken); err != nil && ctx.Err() == nil {
 			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
 		}
@@ -173,7 +178,33 @@ func (m *Membership) Run(ctx context.Context) {
 			woken = false
 		case <-m.wake:
 			woken = true
+			if !pause(ctx, time.Until(wokenAt.Add(wokenGap))) {
+				return
+			}
 		}
+	}
+}
+
+// wokenGap is the least time between two heartbeats that Rebalance asked
+// for. Every replica is woken by every registration, and each woken
+// heartbeat reads every environment's owner: served one by one, a burst of
+// registrations would read the whole fleet once per registration on every
+// replica. The first wake-up after a quiet gap is served at once (a lone
+// registration, a member's departure), the rest of a burst once per gap.
+const wokenGap = 250 * time.Millisecond
+
+// pause waits d (nothing when d ≤ 0); false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -186,28 +217,28 @@ func (m *Membership) Run(ctx context.Context) {
 func (m *Membership) beat(ctx context.Context, woken bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Lease/2)
 	defer cancel()
-	sent := time.Now()
-	tag, err := m.opts.DB.Exec(ctx, `
-		INSERT INTO members (id, incarnation, advertise_url) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, advertise_url = EXCLUDED.advertise_url,
-			heartbeat_time = now(),
-			start_time = CASE WHEN members.incarnation = EXCLUDED.incarnation THEN members.start_time ELSE now() END
-		WHERE NOT $5 OR members.incarnation = EXCLUDED.incarnation
-		   OR members.heartbeat_time < now() - make_interval(secs => $4)`,
-		m.opts.ID, m.incarnation, m.opts.AdvertiseURL, m.opts.Lease.Seconds(), m.joined)
-	if err != nil {
-		return err
+	// A woken heartbeat renews the row only when a tick's would, so a
+	// burst of wake-ups adds no writes: the others count this member live
+	// either way. Unless another process took the member id since the
+	// last renewal: renewing says so (displaced) before this one claims
+	// anything under an id no longer its own.
+	renewed := !woken || !m.joined || time.Since(m.renewedAt()) >= m.interval()
+	if renewed {
+		if accepted, err := m.renew(ctx); !accepted {
+			return err
+		}
 	}
-	if tag.RowsAffected() == 0 {
-		return m.displaced(ctx)
-	}
-	m.joined = true
-	m.mu.Lock()
-	m.renewed = sent
-	m.mu.Unlock()
 	live, err := m.readLive(ctx, m.opts.DB)
 	if err != nil {
 		return err
+	}
+	if !renewed && live[m.opts.ID] != m.incarnation {
+		if accepted, err := m.renew(ctx); !accepted {
+			return err
+		}
+		if live, err = m.readLive(ctx, m.opts.DB); err != nil {
+			return err
+		}
 	}
 	if !woken && !m.mustRead(live) {
 		m.mu.Lock()
@@ -220,6 +251,39 @@ func (m *Membership) beat(ctx context.Context, woken bool) error {
 		m.ready.Store(true)
 	}
 	return err
+}
+
+// renewedAt is when the last accepted heartbeat was sent.
+func (m *Membership) renewedAt() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.renewed
+}
+
+// renew writes this member's heartbeat; the first takes the member id
+// whoever held it. It reports whether the database accepted it: not when
+// it failed, nor when another live process holds the id (displaced).
+func (m *Membership) renew(ctx context.Context) (bool, error) {
+	sent := time.Now()
+	tag, err := m.opts.DB.Exec(ctx, `
+		INSERT INTO members (id, incarnation, advertise_url) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, advertise_url = EXCLUDED.advertise_url,
+			heartbeat_time = now(),
+			start_time = CASE WHEN members.incarnation = EXCLUDED.incarnation THEN members.start_time ELSE now() END
+		WHERE NOT $5 OR members.incarnation = EXCLUDED.incarnation
+		   OR members.heartbeat_time < now() - make_interval(secs => $4)`,
+		m.opts.ID, m.incarnation, m.opts.AdvertiseURL, m.opts.Lease.Seconds(), m.joined)
+	if err != nil {
+		return false, err
+	}
+	if tag.RowsAffected() == 0 {
+		return false, m.displaced(ctx)
+	}
+	m.joined = true
+	m.mu.Lock()
+	m.renewed = sent
+	m.mu.Unlock()
+	return true, nil
 }
 
 // mustRead reports whether a heartbeat must read every environment's

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -204,6 +206,33 @@ func TestRestartedMemberReplacesItsPreviousIncarnation(t *testing.T) {
 	case <-restarted.Displaced():
 		t.Fatal("the process that took the id was told to stop")
 	default:
+	}
+}
+
+// A heartbeat woken right after a renewal writes none, but a process whose
+// member id was taken meanwhile learns it before it claims anything: it
+// takes nothing from the process that replaced it.
+func TestAWokenHeartbeatOfAReplacedProcessClaimsNothing(t *testing.T) {
+	reg, envs := fleet(t, 6)
+	old := member(reg, "a", time.Minute)
+	beat(t, old)
+	converged(t, reg, envs, old)
+	restarted := member(reg, "a", time.Minute)
+	beat(t, restarted)
+	after := converged(t, reg, envs, restarted)
+	if err := old.WokenBeat(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(old.Owned()); n != 0 {
+		t.Errorf("the replaced process believes it owns %d environments", n)
+	}
+	select {
+	case <-old.Displaced():
+	default:
+		t.Error("the replaced process was not told to stop")
+	}
+	if got := converged(t, reg, envs, restarted); !maps.Equal(got, after) {
+		t.Errorf("owners moved after the replaced process's heartbeat: %v, want %v", got, after)
 	}
 }
 
@@ -451,3 +480,87 @@ func TestTheOthersTakeOverAsSoonAsAMemberLeaves(t *testing.T) {
 	poll.Until(t, a.Interval()/2, "a owns every environment", func() bool { return len(a.Owned()) == len(envs) })
 	t.Logf("a owned b's environments %s after b left (heartbeat interval %s)", time.Since(left).Round(time.Millisecond), a.Interval())
 }
+
+// Every registration wakes every member. A member reads every environment's
+// owner at once for the first wake-up after a quiet gap, and once per gap
+// for the rest of a burst, never once per registration; the wake-ups add
+// no heartbeat writes. Every environment of the burst is owned soon after.
+func TestABurstOfRegistrationsIsReadOncePerGap(t *testing.T) {
+	reg, _ := fleet(t, 2)
+	var reads, renewals atomic.Int32
+	db := tracedPool(t, reg, func(sql string) {
+		switch {
+		case strings.Contains(sql, "LEFT JOIN environment_owners"):
+			reads.Add(1)
+		case strings.Contains(sql, "INSERT INTO members"):
+			renewals.Add(1)
+		}
+	})
+	lease := 20 * time.Second // ticks 4 s apart: the burst is served by wake-ups
+	a := membership.New(membership.Options{DB: db, ID: "a", AdvertiseURL: "http://a:8080", Lease: lease, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	poll.Until(t, 5*time.Second, "a owns the fleet", func() bool { return len(a.Owned()) == 2 })
+
+	// A lone registration after a quiet gap is owned at once.
+	time.Sleep(membership.WokenGap)
+	reg.InsertEnvironment(t, "lone")
+	a.Rebalance()
+	poll.Until(t, membership.WokenGap/2, "a owns the lone registration", func() bool { _, ok := a.Owned()["lone"]; return ok })
+
+	readsBefore, renewalsBefore := reads.Load(), renewals.Load()
+	start := time.Now()
+	var burst []string
+	for time.Since(start) < 4*membership.WokenGap {
+		id := fmt.Sprintf("burst-%03d", len(burst))
+		reg.InsertEnvironment(t, id)
+		a.Rebalance()
+		burst = append(burst, id)
+	}
+	poll.Until(t, 2*membership.WokenGap, "a owns the whole burst", func() bool {
+		owned := a.Owned()
+		for _, id := range burst {
+			if _, ok := owned[id]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	elapsed := time.Since(start)
+	read, renewed := reads.Load()-readsBefore, renewals.Load()-renewalsBefore
+	t.Logf("%d registrations in %s: %d reads of every owner, %d heartbeat writes", len(burst), elapsed.Round(time.Millisecond), read, renewed)
+	if limit := int32(elapsed/membership.WokenGap) + 2; read > limit {
+		t.Fatalf("%d reads of every owner for %d registrations in %s; want at most %d (one per %s)", read, len(burst), elapsed, limit, membership.WokenGap)
+	}
+	if len(burst) < 4*int(read) {
+		t.Fatalf("only %d registrations for %d reads: the burst is too slow to tell", len(burst), read)
+	}
+	if limit := int32(elapsed/a.Interval()) + 1; renewed > limit {
+		t.Fatalf("%d heartbeat writes in %s; want at most %d (one per %s)", renewed, elapsed, limit, a.Interval())
+	}
+}
+
+// tracedPool is a second pool on reg's database that tells seen the text of
+// every statement it runs.
+func tracedPool(t *testing.T, reg *registrytest.Fixture, seen func(sql string)) *pgxpool.Pool {
+	t.Helper()
+	cfg := reg.DB.Config()
+	cfg.ConnConfig.Tracer = statementTracer(seen)
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
+type statementTracer func(sql string)
+
+func (s statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s(data.SQL)
+	return ctx
+}
+
+func (statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
