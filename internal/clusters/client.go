@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"time"
 
-	"golang.org/x/net/http2"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
@@ -152,23 +151,20 @@ func newBaseClient(conn kubeconfig.Connection, opts ClientOptions, checked bool)
 
 // unpingedTransport is the transport client-go would build for cfg (its TLS,
 // its dialer, no proxy, HTTP/2 where the server speaks it) except that its
-// HTTP/2 connections send no pings while idle.
+// HTTP/2 connections send no pings while idle: net/http's HTTP/2 pings only
+// when HTTP2Config.SendPingTimeout says so.
 func unpingedTransport(cfg *rest.Config) (*http.Transport, error) {
 	tlsConfig, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	transport := &http.Transport{
+	return &http.Transport{
 		DialContext:         cfg.Dial,
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,
-	}
-	// ReadIdleTimeout left at zero: no pings.
-	if _, err := http2.ConfigureTransports(transport); err != nil {
-		return nil, err
-	}
-	return transport, nil
+		ForceAttemptHTTP2:   true,
+	}, nil
 }
 
 // forUse is a client over base's connections for one use (opts.Use): its

@@ -1,12 +1,16 @@
 package clusters
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -62,7 +66,9 @@ func TestOnlyConnectionsNobodyChecksPingWhileIdle(t *testing.T) {
 }
 
 // pingCounter is an HTTP/2 server over TLS that counts the PING frames its
-// clients send, acknowledgements aside.
+// clients send, acknowledgements aside: its listener ends TLS itself, so the
+// server reads the plain text through pingFrames (HTTP/2 without TLS, as
+// ALPN agreed).
 type pingCounter struct {
 	url   string
 	ca    []byte
@@ -71,23 +77,45 @@ type pingCounter struct {
 
 func newPingCounter(t *testing.T) *pingCounter {
 	t.Helper()
-	p := &pingCounter{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	srv.EnableHTTP2 = true
-	h2 := &http2.Server{}
-	// The server reads the TLS connection's plain text through pingFrames.
-	srv.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){
-		http2.NextProtoTLS: func(hs *http.Server, c *tls.Conn, h http.Handler) {
-			h2.ServeConn(&pingFrames{Conn: c, pings: &p.pings}, &http2.ServeConnOpts{BaseConfig: hs, Handler: h})
-		},
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
 	}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	p.url = srv.URL
-	p.ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	template := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pingCounter{url: "https://" + ln.Addr().String(), ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	tlsLn := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS13})
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })}
+	go func() { _ = srv.Serve(sniffing{Listener: tlsLn, pings: &p.pings}) }()
+	t.Cleanup(func() { _ = srv.Close() })
 	return p
+}
+
+// sniffing hands out its connections read through pingFrames.
+type sniffing struct {
+	net.Listener
+	pings *atomic.Int32
+}
+
+func (s sniffing) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &pingFrames{Conn: c, pings: s.pings}, nil
 }
 
 // pingFrames counts the PING frames (not their acknowledgements) in the

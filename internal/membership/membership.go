@@ -277,7 +277,8 @@ func (m *Membership) renew(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	if tag.RowsAffected() == 0 {
-		return false, m.displaced(ctx)
+		m.displaced(ctx)
+		return false, nil
 	}
 	m.joined = true
 	m.mu.Lock()
@@ -308,7 +309,7 @@ func (m *Membership) mustRead(live map[string]uuid.UUID) bool {
 // so: Displaced tells the process to stop (it exits non-zero). Two copies
 // configured alike then take turns failing loudly rather than silently
 // sharing one identity.
-func (m *Membership) displaced(ctx context.Context) error {
+func (m *Membership) displaced(ctx context.Context) {
 	lost := m.setOwned(map[string]int64{}, -1)
 	m.ready.Store(false)
 	m.displacedOnce.Do(func() {
@@ -316,7 +317,6 @@ func (m *Membership) displaced(ctx context.Context) error {
 			"(the host name by default); give each its own SG_MEMBER_ID. This one stops.", "member", m.opts.ID, "environments", lost)
 		close(m.displacedCh)
 	})
-	return nil
 }
 
 // Displaced is closed once another live process took this member id: the
