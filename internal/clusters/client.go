@@ -99,9 +99,9 @@ func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config
 // find a dead one (the pool's health checks, which share the connection
 // with the watches and close it when a check gets no answer). Its HTTP/2
 // connection then sends no pings while idle. client-go's transport pings
-// after 30 s without a frame, which on an idle fleet is most of the
-// traffic and wake-ups there are; a request that times out still gets its
-// ping, so a connection that died under a request is closed either way.
+// after 30 s without a frame: on an idle fleet, wake-ups and frames per
+// environment beside the checks' own. A request that times out still gets
+// its ping, so a connection that died under a request is closed either way.
 func newBaseClient(conn kubeconfig.Connection, opts ClientOptions, checked bool) (*rest.Config, *http.Client, error) {
 	cfg := &rest.Config{
 		Host:        conn.Server,
