@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
 )
@@ -158,11 +159,8 @@ func (m *Membership) Run(ctx context.Context) {
 		}
 	}
 	woken := false
-	var wokenAt time.Time // the last woken heartbeat
+	wakeUps := rate.NewLimiter(rate.Every(wokenGap), 1)
 	for {
-		if woken {
-			wokenAt = time.Now()
-		}
 		if err := m.beat(ctx, woken); err != nil && ctx.Err() == nil {
 			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
 		}
@@ -178,7 +176,7 @@ func (m *Membership) Run(ctx context.Context) {
 			woken = false
 		case <-m.wake:
 			woken = true
-			if !pause(ctx, time.Until(wokenAt.Add(wokenGap))) {
+			if wakeUps.Wait(ctx) != nil {
 				return
 			}
 		}
@@ -192,21 +190,6 @@ func (m *Membership) Run(ctx context.Context) {
 // replica. The first wake-up after a quiet gap is served at once (a lone
 // registration, a member's departure), the rest of a burst once per gap.
 const wokenGap = 250 * time.Millisecond
-
-// pause waits d (nothing when d ≤ 0); false when ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // beat records the heartbeat and, when something may have moved (see
 // mustRead; always when woken by Rebalance), rebalances. The first beat of
