@@ -100,8 +100,7 @@ func newHTTPClient(conn kubeconfig.Connection, opts ClientOptions) (*rest.Config
 // with the watches and close it when a check gets no answer). Its HTTP/2
 // connection then sends no pings while idle. client-go's transport pings
 // after 30 s without a frame: on an idle fleet, wake-ups and frames per
-// environment beside the checks' own. A request that times out still gets
-// its ping, so a connection that died under a request is closed either way.
+// environment beside the checks' own.
 func newBaseClient(conn kubeconfig.Connection, opts ClientOptions, checked bool) (*rest.Config, *http.Client, error) {
 	cfg := &rest.Config{
 		Host:        conn.Server,
