@@ -1,6 +1,7 @@
 package clusters
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -119,8 +120,11 @@ func (s sniffing) Accept() (net.Conn, error) {
 }
 
 // pingFrames counts the PING frames (not their acknowledgements) in the
-// HTTP/2 stream a client sends: the connection preface, then frames of a
-// 9-byte header (24-bit length, type, flags, stream) and their payload.
+// HTTP/2 stream a client sends: the connection preface, then frames, each
+// a header and its payload.
+// frameHeaderLen is the size of an HTTP/2 frame header.
+const frameHeaderLen = 9
+
 type pingFrames struct {
 	net.Conn
 	pings    *atomic.Int32
@@ -137,12 +141,13 @@ func (f *pingFrames) Read(b []byte) (int, error) {
 		}
 		f.buf, f.prefaced = f.buf[len(http2.ClientPreface):], true
 	}
-	for len(f.buf) >= 9 {
-		size := 9 + (int(f.buf[0])<<16 | int(f.buf[1])<<8 | int(f.buf[2]))
+	for len(f.buf) >= frameHeaderLen {
+		h, _ := http2.ReadFrameHeader(bytes.NewReader(f.buf)) // a whole header is there
+		size := frameHeaderLen + int(h.Length)
 		if len(f.buf) < size {
 			break
 		}
-		if http2.FrameType(f.buf[3]) == http2.FramePing && http2.Flags(f.buf[4])&http2.FlagPingAck == 0 {
+		if h.Type == http2.FramePing && !h.Flags.Has(http2.FlagPingAck) {
 			f.pings.Add(1)
 		}
 		f.buf = f.buf[size:]
