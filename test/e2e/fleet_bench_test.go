@@ -113,8 +113,8 @@ func BenchmarkIdleFleet(b *testing.B) {
 	ids := make([]string, replicas)
 	for i := range ids {
 		ids[i] = string(rune('a' + i))
-		set.start(ids[i])
 	}
+	set.startAll(ids...)
 	sample := func() map[string]replicaSample {
 		out := map[string]replicaSample{}
 		for _, id := range ids {
@@ -195,15 +195,12 @@ func BenchmarkIdleFleet(b *testing.B) {
 		b.Fatalf("the filtered answer names %v, want only %s", slices.Collect(maps.Keys(got)), one)
 	}
 
-	// Restart: stop every replica, start them again, wait for every
+	// Restart: stop every replica, start them again at once (as an
+	// orchestrator restarting the deployment does), wait for every
 	// connection.
-	for _, id := range ids {
-		set.kill(id, syscall.SIGTERM)
-	}
+	set.kill(syscall.SIGTERM, ids...)
 	start = time.Now()
-	for _, id := range ids {
-		set.start(id)
-	}
+	set.startAll(ids...)
 	set.settled(10 * time.Minute)
 	restart := time.Since(start)
 

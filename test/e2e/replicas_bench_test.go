@@ -75,9 +75,7 @@ func replicaFootprint(b *testing.B, nats string, tenants map[int][][]harness.Ten
 				b.ReportMetric(slices.Max(rss), fmt.Sprintf("max-rss-MiB/replica@%denv×%d", n, replicas))
 				b.ReportMetric(slices.Max(conns), fmt.Sprintf("max-apiserver-conns/replica@%denv×%d", n, replicas))
 			}
-			for _, id := range set.live() {
-				set.kill(id, syscall.SIGTERM)
-			}
+			set.kill(syscall.SIGTERM, set.live()...)
 		}
 	}
 	b.Log(strings.Join(lines, "; "))
@@ -98,7 +96,7 @@ func replicaTakeover(b *testing.B, nats string, tenants [][]harness.Tenant, repo
 			victim := set.live()[rand.IntN(3)]
 			env := ownedBy(owners, victim)[0]
 			signalled := time.Now()
-			set.kill(victim, sig)
+			set.kill(sig, victim)
 			survivor := set.client(set.live()[0])
 			created := make(chan time.Duration, 1)
 			go func() { created <- createServed(b, survivor, env, signalled) }()

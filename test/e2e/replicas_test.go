@@ -70,11 +70,22 @@ func newReplicaSet(tb testing.TB, settings ...string) *replicaSet {
 
 func (s *replicaSet) start(id string) client {
 	s.t.Helper()
-	addr := "127.0.0.1:" + strconv.Itoa(ports.Free(s.t))
-	p := gatewayproc.Start(s.t, s.binary, append(slices.Clone(s.env),
-		"SG_MEMBER_ID="+id, "SG_LISTEN_ADDR="+addr, "SG_ADVERTISE_URL=http://"+addr))
-	s.procs[id] = p
+	s.startAll(id)
 	return s.client(id)
+}
+
+// startAll starts replicas at once, as an orchestrator restarting a
+// deployment does, and waits until each listens.
+func (s *replicaSet) startAll(ids ...string) {
+	s.t.Helper()
+	envs := make([][]string, len(ids))
+	for i, id := range ids {
+		addr := "127.0.0.1:" + strconv.Itoa(ports.Free(s.t))
+		envs[i] = append(slices.Clone(s.env), "SG_MEMBER_ID="+id, "SG_LISTEN_ADDR="+addr, "SG_ADVERTISE_URL=http://"+addr)
+	}
+	for i, p := range gatewayproc.StartAll(s.t, s.binary, envs) {
+		s.procs[ids[i]] = p
+	}
 }
 
 func (s *replicaSet) client(id string) client {
@@ -85,17 +96,21 @@ func (s *replicaSet) client(id string) client {
 // live are the replicas running now, by id.
 func (s *replicaSet) live() []string { return slices.Sorted(maps.Keys(s.procs)) }
 
-// kill ends a replica with sig (SIGKILL: no goodbye; SIGTERM: it leaves).
-func (s *replicaSet) kill(id string, sig syscall.Signal) {
+// kill ends replicas with sig, all at once, and waits until they exited
+// (SIGKILL: no goodbye; SIGTERM: each leaves).
+func (s *replicaSet) kill(sig syscall.Signal, ids ...string) {
 	s.t.Helper()
-	p := s.procs[id]
-	if err := p.Cmd.Process.Signal(sig); err != nil {
-		s.t.Fatal(err)
+	for _, id := range ids {
+		if err := s.procs[id].Cmd.Process.Signal(sig); err != nil {
+			s.t.Fatal(err)
+		}
 	}
-	if err := <-p.Done; sig == syscall.SIGTERM && err != nil {
-		s.t.Fatalf("replica %s did not stop cleanly: %v", id, err)
+	for _, id := range ids {
+		if err := <-s.procs[id].Done; sig == syscall.SIGTERM && err != nil {
+			s.t.Fatalf("replica %s did not stop cleanly: %v", id, err)
+		}
+		delete(s.procs, id)
 	}
-	delete(s.procs, id)
 }
 
 // owners reads who owns each environment, counting only live owners (a
@@ -129,7 +144,7 @@ func (s *replicaSet) settled(within time.Duration) map[string]string {
 	s.t.Helper()
 	var owners map[string]string
 	var last string
-	s.client(s.live()[0]).eventually(within, "every environment owned once and connected by its owner", func() bool {
+	poll.UntilEvery(s.t, s.settledPollInterval(), within, "every environment owned once and connected by its owner", func() bool {
 		owners = s.owners()
 		counts := map[string]int{}
 		for _, m := range owners {
@@ -142,8 +157,9 @@ func (s *replicaSet) settled(within time.Duration) map[string]string {
 			return false
 		}
 		for _, id := range s.live() {
-			ready := scrape(s.t, s.client(id)).value("storage_gateway_cluster_connections", "state", "READY", "synced", "true")
-			all := scrape(s.t, s.client(id)).sum("storage_gateway_cluster_connections")
+			metrics := scrape(s.t, s.client(id))
+			ready := metrics.value("storage_gateway_cluster_connections", "state", "READY", "synced", "true")
+			all := metrics.sum("storage_gateway_cluster_connections")
 			if int(ready) != counts[id] || int(all) != counts[id] {
 				last = fmt.Sprintf("%v; %s connects %v (%v ready)", counts, id, all, ready)
 				return false
@@ -163,6 +179,19 @@ func (s *replicaSet) settled(within time.Duration) map[string]string {
 	}
 	s.t.Logf("settled: %s", last)
 	return owners
+}
+
+// settledPollInterval is how often settled looks: every 50 ms, or for a
+// large fleet once per 10,000 environments a second. Each look reads every
+// owner and scrapes every replica, whose metrics name each environment: at
+// 10,000 environments every 50 ms, that took a third of a replica's CPU
+// while it was reconnecting the fleet, and slowed down what it measured.
+func (s *replicaSet) settledPollInterval() time.Duration {
+	var n int
+	if err := s.db.QueryRow(s.t.Context(), `SELECT count(*) FROM environments`).Scan(&n); err != nil {
+		s.t.Fatal(err)
+	}
+	return max(50*time.Millisecond, time.Duration(n)*time.Second/10000)
 }
 
 // moved counts environments whose owner differs, and fails the test if
@@ -269,7 +298,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 		}
 	}
 	killed := time.Now()
-	set.kill("b", syscall.SIGKILL)
+	set.kill(syscall.SIGKILL, "b")
 	for _, v := range gone[:2] {
 		if err := v.cluster.AdminClient().CoreV1().PersistentVolumeClaims(v.namespace).Delete(t.Context(), v.id, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -304,7 +333,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	after = set.settled(time.Minute)
 	moved(t, before, after, 3)
 	before = after
-	set.kill("d", syscall.SIGTERM)
+	set.kill(syscall.SIGTERM, "d")
 	after = set.settled(time.Minute)
 	moved(t, before, after, 3)
 	want[churn.id] = waitDeleted(t, stream, churn.id)

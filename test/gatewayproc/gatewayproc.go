@@ -79,8 +79,10 @@ type Process struct {
 	Addr string
 	// Done receives the exit error once the process ended.
 	Done chan error
-	mu   sync.Mutex
-	logs bytes.Buffer
+	// listening receives the address it logs as listening on.
+	listening chan string
+	mu        sync.Mutex
+	logs      bytes.Buffer
 }
 
 // NewKeyRing creates a key ring file with `binary keys init` and returns its
@@ -138,6 +140,28 @@ func (p *Process) Token() string {
 // listen address. The process is killed when the test ends.
 func Start(t testing.TB, binary string, env []string) *Process {
 	t.Helper()
+	return StartAll(t, binary, [][]string{env})[0]
+}
+
+// StartAll runs one `binary serve` per environment at once, as an
+// orchestrator restarts a deployment's replicas, and waits until each
+// logs its listen address.
+func StartAll(t testing.TB, binary string, envs [][]string) []*Process {
+	t.Helper()
+	procs := make([]*Process, len(envs))
+	for i, env := range envs {
+		procs[i] = launch(t, binary, env)
+	}
+	for _, p := range procs {
+		p.waitListening(t)
+	}
+	return procs
+}
+
+// launch starts `binary serve` with exactly env; waitListening waits for
+// its listen address. The process is killed when the test ends.
+func launch(t testing.TB, binary string, env []string) *Process {
+	t.Helper()
 	cmd := exec.CommandContext(context.Background(), binary, "serve")
 	cmd.Env = env
 	// It dies with a test binary killed at its timeout.
@@ -148,11 +172,10 @@ func Start(t testing.TB, binary string, env []string) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{Cmd: cmd, Done: make(chan error, 1)}
+	p := &Process{Cmd: cmd, Done: make(chan error, 1), listening: make(chan string, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	listening := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -163,7 +186,7 @@ func Start(t testing.TB, binary string, env []string) *Process {
 			p.mu.Unlock()
 			var entry struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "listening" {
-				listening <- entry.Addr
+				p.listening <- entry.Addr
 			}
 		}
 		p.Done <- cmd.Wait()
@@ -177,14 +200,18 @@ func Start(t testing.TB, binary string, env []string) *Process {
 			t.Logf("gateway logs:\n%s", p.Logs())
 		}
 	})
+	return p
+}
+
+func (p *Process) waitListening(t testing.TB) {
+	t.Helper()
 	select {
-	case p.Addr = <-listening:
+	case p.Addr = <-p.listening:
 	case err := <-p.Done:
 		t.Fatalf("gateway exited before listening (%v):\n%s", err, p.Logs())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("gateway did not listen within 60s:\n%s", p.Logs())
 	}
-	return p
 }
 
 // Logs returns everything the process logged so far.

@@ -21,8 +21,21 @@ const interval = 50 * time.Millisecond
 // hold within the given time.
 func Until(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
+	return UntilEvery(t, interval, within, what, cond)
+}
+
+// UntilEvery is Until checking every given interval: for a condition whose
+// check costs what it measures a share of (reading a whole fleet from the
+// processes under test), which a check every 50 ms would slow down.
+func UntilEvery(t testing.TB, every, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
 	start := time.Now()
-	Value(t, within, func() (string, bool) { return what, cond() })
+	err := wait.PollUntilContextTimeout(context.Background(), every, within, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("not within %s: %s", within, what)
+	}
 	return time.Since(start)
 }
 
