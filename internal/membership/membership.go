@@ -143,8 +143,8 @@ func (m *Membership) Rebalance() {
 	}
 }
 
-// Run joins, then heartbeats and rebalances every interval, and
-// whenever Rebalance asks, until ctx ends. Leave ends the membership; a
+// Run joins (see settleJoin), then heartbeats and rebalances every
+// interval, and whenever Rebalance asks, until ctx ends. Leave ends the membership; a
 // member that stops without leaving is dead once its lease runs out.
 func (m *Membership) Run(ctx context.Context) {
 	tick := time.NewTicker(m.interval())
@@ -157,6 +157,9 @@ func (m *Membership) Run(ctx context.Context) {
 		} else {
 			defer func() { _ = sub.Unsubscribe() }()
 		}
+	}
+	if !m.joined {
+		m.settleJoin(ctx, tick.C)
 	}
 	woken := false
 	wakeUps := rate.NewLimiter(rate.Every(wokenGap), 1)
@@ -181,6 +184,55 @@ func (m *Membership) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// settleJoin heartbeats a process that has not joined yet, claiming nothing, until
+// two heartbeats a tick apart read the same live members, or a lease has
+// passed. Replicas started together (an orchestrator restarting a
+// deployment) so see each other before any of them claims: without it the
+// first to join claimed the whole fleet and began connecting all of it,
+// only to hand two thirds of it over a second later as the other two
+// joined (10,000 environments on three replicas). A lone replica owns its
+// environments a heartbeat later. Kafka's group coordinator delays a new
+// group's first rebalance for the same reason.
+func (m *Membership) settleJoin(ctx context.Context, tick <-chan time.Time) {
+	start := time.Now()
+	var seen map[string]uuid.UUID
+	for {
+		live, err := m.joinBeat(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			m.opts.Logger.WarnContext(ctx, "membership heartbeat failed; retrying", "member", m.opts.ID, "error", err)
+		case err == nil && live == nil: // displaced: the process stops
+			return
+		case err == nil && seen != nil && maps.Equal(live, seen):
+			return
+		case err == nil:
+			seen = live
+			m.mu.Lock()
+			m.live = len(live)
+			m.mu.Unlock()
+		}
+		if time.Since(start) >= m.opts.Lease {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+	}
+}
+
+// joinBeat writes the heartbeat and reads the live members; it returns
+// none, and no error, if another live process holds the member id.
+func (m *Membership) joinBeat(ctx context.Context) (map[string]uuid.UUID, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.Lease/2)
+	defer cancel()
+	if accepted, err := m.renew(ctx); !accepted {
+		return nil, err
+	}
+	return m.readLive(ctx, m.opts.DB)
 }
 
 // wokenGap is the least time between two heartbeats that Rebalance asked

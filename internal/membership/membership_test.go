@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -481,6 +482,43 @@ func TestTheOthersTakeOverAsSoonAsAMemberLeaves(t *testing.T) {
 	t.Logf("a owned b's environments %s after b left (heartbeat interval %s)", time.Since(left).Round(time.Millisecond), a.Interval())
 }
 
+// Replicas started together, a fraction of a heartbeat apart, as an
+// orchestrator restarting a deployment starts them, see each other before
+// any claims: every environment is claimed once, by the member the
+// assignment over all three names, and never handed over (its epoch stays
+// 1), within a few heartbeats of the last start.
+func TestReplicasStartedTogetherClaimEachEnvironmentOnce(t *testing.T) {
+	reg, envs := fleet(t, 30)
+	lease := time.Second // a heartbeat every 200 ms
+	ctx, cancel := context.WithCancel(context.Background())
+	var running sync.WaitGroup
+	defer func() { cancel(); running.Wait() }()
+	var members []*membership.Membership
+	for _, id := range []string{"a", "b", "c"} {
+		m := member(reg, id, lease)
+		members = append(members, m)
+		running.Go(func() { m.Run(ctx) })
+		time.Sleep(m.Interval() / 2)
+	}
+	lastStarted := time.Now()
+	poll.Until(t, 2*lease, "every environment owned, and each member knows", func() bool {
+		known := 0
+		for _, m := range members {
+			known += len(m.Owned())
+		}
+		who, _ := owners(t, reg)
+		return len(who) == len(envs) && known == len(envs)
+	})
+	epochs := converged(t, reg, envs, members...)
+	t.Logf("every environment owned %s after the last start (heartbeat interval %s)", time.Since(lastStarted).Round(time.Millisecond),
+		members[0].Interval())
+	for env, epoch := range epochs {
+		if epoch != 1 {
+			t.Errorf("%s is at epoch %d: claimed by one member, then handed to another", env, epoch)
+		}
+	}
+}
+
 // Every registration wakes every member. A member reads every environment's
 // owner at once for the first wake-up after a quiet gap, and once per gap
 // for the rest of a burst, never once per registration; the wake-ups add
@@ -502,7 +540,7 @@ func TestABurstOfRegistrationsIsReadOncePerGap(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	poll.Until(t, 5*time.Second, "a owns the fleet", func() bool { return len(a.Owned()) == 2 })
+	poll.Until(t, lease, "a owns the fleet", func() bool { return len(a.Owned()) == 2 }) // once its join settled
 
 	// A lone registration after a quiet gap is owned at once.
 	time.Sleep(membership.WokenGap)
