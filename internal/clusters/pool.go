@@ -45,6 +45,18 @@ const (
 // never hold up the queue.
 const defaultConcurrentSyncs = 32
 
+// defaultConcurrentDials bounds the health checks in flight across
+// environments that open a connection (a TLS handshake, then /readyz): the
+// first of each environment, and the first after a check without an answer
+// dropped its connection. A restart of three replicas over 10,000
+// environments sent all 10,000 at once: the API servers answered none of
+// them within the check's timeout, the failed checks dropped their
+// connections and dialled again, and 3,700 environments went UNREACHABLE
+// within 40 s before the fleet recovered, three minutes after the start.
+// Checks on an open connection are not bounded: they cost a request, and
+// a queue of them would only delay what they detect.
+const defaultConcurrentDials = 32
+
 // requestTimeout bounds each write sent through Cluster.Client, so a hung
 // cluster cannot hold a request forever even when the caller's context has no
 // deadline. Watches use a client without it.
@@ -78,6 +90,10 @@ type PoolOptions struct {
 	// ConcurrentSyncs bounds the initial cache syncs in flight across
 	// environments (default 32); the rest wait for a slot.
 	ConcurrentSyncs int
+	// ConcurrentDials bounds the health checks in flight across
+	// environments that open a new connection (default 32); the rest wait
+	// for a slot before their timeout starts.
+	ConcurrentDials int
 	// FailureThreshold is how many consecutive failed checks make a cluster
 	// UNREACHABLE (default 2); one success makes it READY again.
 	FailureThreshold int
@@ -96,6 +112,9 @@ func (o PoolOptions) withDefaults() PoolOptions {
 	}
 	if o.ConcurrentSyncs <= 0 {
 		o.ConcurrentSyncs = defaultConcurrentSyncs
+	}
+	if o.ConcurrentDials <= 0 {
+		o.ConcurrentDials = defaultConcurrentDials
 	}
 	if o.SteadyHealthInterval <= 0 {
 		o.SteadyHealthInterval = 5 * o.HealthInterval
@@ -147,8 +166,9 @@ func (t Target) same(o Target) bool {
 // once, each for at most SyncTimeout, and the rest queue.
 type Pool struct {
 	opts PoolOptions
-	// slots holds one token per initial sync in flight.
-	slots chan struct{}
+	// slots holds one token per initial sync in flight; dials one per
+	// health check in flight that opens a connection.
+	slots, dials chan struct{}
 	// changes tells subscribers about health and storage changes.
 	changes changes.Topic[Change]
 
@@ -190,6 +210,7 @@ func NewPool(opts PoolOptions) *Pool {
 	return &Pool{
 		opts:  opts,
 		slots: make(chan struct{}, opts.ConcurrentSyncs),
+		dials: make(chan struct{}, opts.ConcurrentDials),
 		envs:  map[string]*environment{},
 	}
 }

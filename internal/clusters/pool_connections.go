@@ -73,6 +73,14 @@ func (s *connections) add(conn net.Conn, onBroken func()) (net.Conn, error) {
 	return tracked, nil
 }
 
+// anyOpen reports whether a connection is open: a request sent now need
+// not dial.
+func (s *connections) anyOpen() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open) > 0
+}
+
 // closeAll closes every open connection and refuses new ones.
 func (s *connections) closeAll() {
 	s.mu.Lock()

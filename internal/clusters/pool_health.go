@@ -161,6 +161,16 @@ func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
 // also fails when its storage is down). It bypasses the client's rate limiter:
 // a queue of writes must not make a healthy cluster look unreachable.
 func (c *Cluster) check(ctx context.Context) checkResult {
+	if !c.conns.anyOpen() {
+		// This check opens the connection: it waits for a dial slot
+		// (see defaultConcurrentDials), and its timeout starts after.
+		select {
+		case c.pool.dials <- struct{}{}:
+			defer func() { <-c.pool.dials }()
+		case <-ctx.Done():
+			return checkResult{message: msgAwaitingServer}
+		}
+	}
 	checkCtx, cancel := context.WithTimeout(ctx, c.pool.opts.HealthTimeout)
 	defer cancel()
 	r, noAnswer := c.askReady(checkCtx)

@@ -9,6 +9,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,6 +161,77 @@ func TestFailingClusterIsNotHammered(t *testing.T) {
 				t.Errorf("logs must name the environment and status, never the body:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestNewConnectionsAreBounded starts more clusters than there are dial
+// slots, each holding the first health check on a new connection for a
+// while: no more than the slots are in flight at once, and every cluster
+// gets its answer in turn, none failing while it waits.
+func TestNewConnectionsAreBounded(t *testing.T) {
+	const hold = 150 * time.Millisecond
+	var mu sync.Mutex
+	seen := map[string]bool{} // client connections that sent a request
+	inFlight, most, answered := 0, 0, 0
+	firstCheck := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			<-r.Context().Done() // the caches never sync: only the checks matter here
+			return
+		}
+		mu.Lock()
+		first := !seen[r.RemoteAddr]
+		seen[r.RemoteAddr] = true
+		if first {
+			inFlight++
+			most = max(most, inFlight)
+		}
+		mu.Unlock()
+		if first {
+			time.Sleep(hold)
+			mu.Lock()
+			inFlight--
+			answered++
+			mu.Unlock()
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	var targets []clusters.Target
+	for i := range 6 {
+		// HTTP/2, as API servers speak: checks and watches share the
+		// connection the first check opened.
+		srv := httptest.NewUnstartedServer(firstCheck)
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		targets = append(targets, clusters.Target{
+			EnvironmentID: fmt.Sprintf("pool-dial-%d", i),
+			Connection:    kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t0ken"},
+			Namespaces:    []string{"dcm-volumes"},
+		})
+	}
+	opts := fast
+	opts.ConcurrentDials = 2
+	opts.HealthTimeout = 2 * hold // waiting for a slot (up to 2 holds) must not count
+	p := newPool(t, opts)
+	for _, target := range targets {
+		if err := p.Ensure(target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, 10*time.Second, "every cluster's first check answered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return answered == len(targets)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if most != opts.ConcurrentDials {
+		t.Errorf("%d first checks on new connections were in flight at once; want the %d slots used and never more", most, opts.ConcurrentDials)
+	}
+	for _, target := range targets {
+		if c, ok := p.Get(target.EnvironmentID); !ok || c.Health().State == clusters.HealthUnreachable {
+			t.Errorf("%s: %+v; waiting for a slot must not make a cluster unreachable", target.EnvironmentID, c.Health())
+		}
 	}
 }
 
