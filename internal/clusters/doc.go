@@ -26,7 +26,9 @@
 // costs goroutines per informer and per handler. Clients speak
 // protobuf, as Kubernetes' own controllers do, and ask for 30–60 minute
 // watches (bookmarks still arrive every minute). Entries start in the
-// background, a bounded number of initial syncs at a time, each with a
+// background: a bounded number of first health checks at a time open their
+// connections (a restart of a large fleet must not send every TLS
+// handshake at once), then a bounded number of initial syncs, each with a
 // deadline; a dead cluster never blocks another or any request. Health is
 // `GET /readyz` 50 s after a good check, at once when a watch connection
 // breaks, and 10 s after a failed one (two failures: UNREACHABLE; one

@@ -12,7 +12,9 @@
 // environment_owners row, which raises the row's epoch. A member hands what
 // is assigned elsewhere straight to its assignee (raising the epoch), so a
 // live owner is never displaced, an environment's row always names one
-// owner, and the assignee owns it from its next heartbeat. The epoch is
+// owner, and the assignee owns it from its next heartbeat. A starting
+// member claims nothing until the live members hold still (settleJoin), so
+// replicas started together do not hand the fleet around. The epoch is
 // the fence: a
 // write made on behalf of an owner carries the epoch it claimed, and a
 // stalled former owner's write finds a later one.
@@ -416,9 +418,13 @@ func (m *Membership) rebalance(ctx context.Context, live map[string]uuid.UUID) e
 			pending++
 		}
 		// A member's environments are free once it is dead, or once it
-		// restarted (the new incarnation claims them again: a new epoch).
-		_, ownerLive := live[deref(o.member)]
-		free := o.member == nil || !ownerLive || (*o.member == m.opts.ID && !mine)
+		// restarted: an incarnation no longer live claims nothing, and
+		// whoever the assignment names claims them at a new epoch. (Had
+		// only the restarted member's own id counted as free, one of them
+		// assigned elsewhere would be waited for by its assignee, for a
+		// hand-over the new incarnation never makes.)
+		ownerLive := o.member != nil && o.incarnation != nil && live[*o.member] == *o.incarnation
+		free := !ownerLive
 		switch {
 		case mine && assigned[o.env] == m.opts.ID:
 			owned[o.env] = *o.epoch
@@ -448,13 +454,6 @@ func (m *Membership) rebalance(ctx context.Context, live map[string]uuid.UUID) e
 // mine reports whether o is held by this member in this incarnation.
 func (m *Membership) mine(o owner) bool {
 	return o.member != nil && *o.member == m.opts.ID && o.incarnation != nil && *o.incarnation == m.incarnation
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // querier runs statements: the pool, or a transaction.

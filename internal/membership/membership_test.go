@@ -482,6 +482,22 @@ func TestTheOthersTakeOverAsSoonAsAMemberLeaves(t *testing.T) {
 	t.Logf("a owned b's environments %s after b left (heartbeat interval %s)", time.Since(left).Round(time.Millisecond), a.Interval())
 }
 
+// Environments whose owner restarted are claimed again by whoever the
+// assignment over the new members names, not only by the owner's new
+// incarnation: here a and c owned everything, then all three replicas
+// started (a and c in new incarnations), and b's share, still held by the
+// old a and c, must reach b. A whole deployment stopped at once ends like
+// this: each replica's hand-over on leaving can go to one leaving too.
+func TestEnvironmentsOfARestartedOwnerGoWhereTheyAreAssigned(t *testing.T) {
+	reg, envs := fleet(t, 30)
+	a, c := member(reg, "a", time.Minute), member(reg, "c", time.Minute)
+	beat(t, a, c, a, c)
+	converged(t, reg, envs, a, c)
+	a2, b2, c2 := member(reg, "a", time.Minute), member(reg, "b", time.Minute), member(reg, "c", time.Minute)
+	beat(t, a2, b2, c2, a2, b2, c2)
+	converged(t, reg, envs, a2, b2, c2)
+}
+
 // Replicas started together, a fraction of a heartbeat apart, as an
 // orchestrator restarting a deployment starts them, see each other before
 // any claims: every environment is claimed once, by the member the
