@@ -237,8 +237,9 @@ type tenantVolume struct {
 // any replica answers for any environment (forwarding to the owner); a
 // SIGKILLed replica's environments owned again and READY within 10 s with
 // every status change meanwhile reported once; scaling 2 → 3 → 2 moves
-// at most 1/N + 5 %; and a replica frozen (SIGSTOP) past its lease writes
-// nothing once resumed.
+// at most 1/N + 5 %; a replica frozen (SIGSTOP) past its lease writes
+// nothing once resumed; and every replica stopped at once and started
+// again owns and connects the whole fleet again.
 func TestReplicasShareTheFleet(t *testing.T) {
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
@@ -345,6 +346,15 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	if unowned != "" {
 		t.Fatal(unowned)
 	}
+
+	// Every replica stopped at once and started again, as a rollout that
+	// replaces every pod does: each one's hand-over on leaving may go to
+	// another that is leaving too, and every environment must be owned
+	// and connected again all the same.
+	all := set.live()
+	set.kill(syscall.SIGTERM, all...)
+	set.startAll(all...)
+	set.settled(time.Minute)
 }
 
 // registryChangeBound is how soon every replica follows a registry change
