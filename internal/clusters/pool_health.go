@@ -157,6 +157,14 @@ func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
 	return c.pool.opts.SteadyHealthInterval
 }
 
+// dialSlotHold is the longest a check holds its dial slot. A live API
+// server answers well within it, even busy; a dead one (a blackholed
+// address, a server that never finishes the handshake) would otherwise
+// hold the slot for the whole check timeout, and enough dead clusters
+// would hold them all: each now counts for a second per check, so it takes
+// 32 × 10 s of them (320, checked every HealthInterval) to fill the slots.
+const dialSlotHold = time.Second
+
 // check asks the API server whether it is ready to serve (GET /readyz, which
 // also fails when its storage is down). It bypasses the client's rate limiter:
 // a queue of writes must not make a healthy cluster look unreachable.
@@ -166,7 +174,12 @@ func (c *Cluster) check(ctx context.Context) checkResult {
 		// (see defaultConcurrentDials), and its timeout starts after.
 		select {
 		case c.pool.dials <- struct{}{}:
-			defer func() { <-c.pool.dials }()
+			release := sync.OnceFunc(func() { <-c.pool.dials })
+			held := time.AfterFunc(dialSlotHold, release)
+			defer func() {
+				held.Stop()
+				release()
+			}()
 		case <-ctx.Done():
 			return checkResult{message: msgAwaitingServer}
 		}

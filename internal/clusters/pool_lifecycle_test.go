@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime/pprof"
@@ -232,6 +233,73 @@ func TestNewConnectionsAreBounded(t *testing.T) {
 		if c, ok := p.Get(target.EnvironmentID); !ok || c.Health().State == clusters.HealthUnreachable {
 			t.Errorf("%s: %+v; waiting for a slot must not make a cluster unreachable", target.EnvironmentID, c.Health())
 		}
+	}
+}
+
+// TestAHungDialHoldsItsSlotBriefly: a cluster that accepts the
+// connection and never finishes the TLS handshake holds the only dial slot
+// for at most a second, not for its whole check timeout, so a healthy
+// cluster added after it gets its first answer within about that.
+func TestAHungDialHoldsItsSlotBriefly(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn // held open, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		for len(accepted) > 0 {
+			_ = (<-accepted).Close()
+		}
+	})
+	var answered atomic.Bool
+	healthy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			<-r.Context().Done()
+			return
+		}
+		answered.Store(true)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	healthy.EnableHTTP2 = true
+	healthy.StartTLS()
+	t.Cleanup(healthy.Close)
+
+	opts := fast
+	opts.ConcurrentDials = 1
+	opts.HealthTimeout = 10 * time.Second // the hung check's own timeout: far longer than a slot is held
+	p := newPool(t, opts)
+	hung := eastTarget("pool-hung-dial")
+	hung.Connection.Server = "https://" + ln.Addr().String()
+	if err := p.Ensure(hung); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case conn := <-accepted: // the hung check holds the slot now
+		accepted <- conn
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hung cluster's first check never connected")
+	}
+	if err := p.Ensure(clusters.Target{
+		EnvironmentID: "pool-after-hung-dial",
+		Connection:    kubeconfig.Connection{Server: healthy.URL, CAData: pemCert(healthy.Certificate().Raw), Token: "t0ken"},
+		Namespaces:    []string{"dcm-volumes"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took := poll.Until(t, 3*time.Second, "the healthy cluster's first check answered behind the hung one", answered.Load)
+	t.Logf("the healthy cluster's first check was answered %s after it was added", took.Round(time.Millisecond))
+	if took < 500*time.Millisecond {
+		t.Errorf("answered after %s: the hung check did not hold the only slot, so this shows nothing", took)
 	}
 }
 
