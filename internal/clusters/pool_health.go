@@ -158,7 +158,8 @@ func (c *Cluster) nextCheck(ctx context.Context, r checkResult) time.Duration {
 }
 
 // dialSlotHold is the longest a check holds its dial slot. A live API
-// server answers well within it, even busy; a dead one (a blackholed
+// server usually answers within it (one that takes longer only lets
+// another dial start early); a dead one (a blackholed
 // address, a server that never finishes the handshake) would otherwise
 // hold the slot for the whole check timeout, and enough dead clusters
 // would hold them all: each now counts for a second per check, so it takes

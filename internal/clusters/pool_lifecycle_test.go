@@ -168,7 +168,7 @@ func TestFailingClusterIsNotHammered(t *testing.T) {
 // TestNewConnectionsAreBounded starts more clusters than there are dial
 // slots, each holding the first health check on a new connection for a
 // while: no more than the slots are in flight at once, and every cluster
-// gets its answer in turn, none failing while it waits.
+// gets its answer in turn, none made unreachable while it waits.
 func TestNewConnectionsAreBounded(t *testing.T) {
 	const hold = 150 * time.Millisecond
 	var mu sync.Mutex
