@@ -146,8 +146,9 @@ func (m *Membership) Rebalance() {
 }
 
 // Run joins (see settleJoin), then heartbeats and rebalances every
-// interval, and whenever Rebalance asks, until ctx ends. Leave ends the membership; a
-// member that stops without leaving is dead once its lease runs out.
+// interval, and whenever Rebalance asks, until ctx ends. Leave ends the
+// membership; a member that stops without leaving is dead once its lease
+// runs out.
 func (m *Membership) Run(ctx context.Context) {
 	tick := time.NewTicker(m.interval())
 	defer tick.Stop()
@@ -188,9 +189,9 @@ func (m *Membership) Run(ctx context.Context) {
 	}
 }
 
-// settleJoin heartbeats a process that has not joined yet, claiming nothing, until
-// two heartbeats a tick apart read the same live members, or a lease has
-// passed. Replicas started together (an orchestrator restarting a
+// settleJoin heartbeats a process that has not joined yet, claiming
+// nothing, until two heartbeats a tick apart read the same live members,
+// or a lease has passed. Replicas started together (an orchestrator restarting a
 // deployment) so see each other before any of them claims: without it the
 // first to join claimed the whole fleet and began connecting all of it,
 // only to hand two thirds of it over a second later as the other two
