@@ -13,8 +13,9 @@
 // is assigned elsewhere straight to its assignee (raising the epoch), so a
 // live owner is never displaced, an environment's row always names one
 // owner, and the assignee owns it from its next heartbeat. A starting
-// member claims nothing until the live members hold still (settleJoin), so
-// replicas started together do not hand the fleet around. The epoch is
+// member that finds environments owned under other members' ids claims
+// nothing until the live members hold still (settleJoin), so replicas
+// restarted together do not hand the fleet around. The epoch is
 // the fence: a
 // write made on behalf of an owner carries the epoch it claimed, and a
 // stalled former owner's write finds a later one.
@@ -191,13 +192,15 @@ func (m *Membership) Run(ctx context.Context) {
 
 // settleJoin heartbeats a process that has not joined yet, claiming
 // nothing, until two heartbeats a tick apart read the same live members,
-// or a lease has passed. Replicas started together (an orchestrator restarting a
-// deployment) so see each other before any of them claims: without it the
-// first to join claimed the whole fleet and began connecting all of it,
-// only to hand two thirds of it over a second later as the other two
-// joined (10,000 environments on three replicas). A lone replica owns its
-// environments a heartbeat later. Kafka's group coordinator delays a new
-// group's first rebalance for the same reason.
+// or a lease has passed — when environments are owned under other
+// members' ids, so those members are likely starting too: replicas restarted together (an
+// orchestrator replacing a deployment's pods) then see each other before
+// any of them claims. Without it the first to join claimed the whole
+// fleet and began connecting all of it, only to hand two thirds of it
+// over a second later as the other two joined (10,000 environments on
+// three replicas). A lone replica, or the first start of a fleet, claims
+// at once. Kafka's group coordinator delays a new group's first rebalance
+// for the same reason.
 func (m *Membership) settleJoin(ctx context.Context, tick <-chan time.Time) {
 	start := time.Now()
 	var seen map[string]uuid.UUID
@@ -209,6 +212,8 @@ func (m *Membership) settleJoin(ctx context.Context, tick <-chan time.Time) {
 		case err == nil && live == nil: // displaced: the process stops
 			return
 		case err == nil && seen != nil && maps.Equal(live, seen):
+			return
+		case err == nil && seen == nil && !m.othersOwned(ctx):
 			return
 		case err == nil:
 			seen = live
@@ -225,6 +230,19 @@ func (m *Membership) settleJoin(ctx context.Context, tick <-chan time.Time) {
 		case <-tick:
 		}
 	}
+}
+
+// othersOwned reports whether an environment is owned by another member
+// id, live or not (and says so when it cannot tell).
+func (m *Membership) othersOwned(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.Lease/2)
+	defer cancel()
+	others := true
+	if err := m.opts.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM environment_owners WHERE member_id <> $1)`,
+		m.opts.ID).Scan(&others); err != nil {
+		return true
+	}
+	return others
 }
 
 // joinBeat writes the heartbeat and reads the live members; it returns

@@ -498,14 +498,21 @@ func TestEnvironmentsOfARestartedOwnerGoWhereTheyAreAssigned(t *testing.T) {
 	converged(t, reg, envs, a2, b2, c2)
 }
 
-// Replicas started together, a fraction of a heartbeat apart, as an
-// orchestrator restarting a deployment starts them, see each other before
-// any claims: every environment is claimed once, by the member the
-// assignment over all three names, and never handed over (its epoch stays
-// 1), within a few heartbeats of the last start.
-func TestReplicasStartedTogetherClaimEachEnvironmentOnce(t *testing.T) {
+// Replicas restarted together after all died, a fraction of a heartbeat
+// apart, as an orchestrator replacing a deployment's pods starts them, see
+// each other before any claims: every environment is claimed once after the restart,
+// by the member the assignment over all three names, and never handed
+// over (its epoch one above what it was), within a few heartbeats of the
+// last start.
+func TestReplicasRestartedTogetherClaimEachEnvironmentOnce(t *testing.T) {
 	reg, envs := fleet(t, 30)
 	lease := time.Second // a heartbeat every 200 ms
+	a, b, c := member(reg, "a", lease), member(reg, "b", lease), member(reg, "c", lease)
+	beat(t, a, b, c, a, b, c)
+	before := converged(t, reg, envs, a, b, c)
+	for _, id := range []string{"a", "b", "c"} { // all three died (crashed, or stopped while handing over to each other)
+		leaseRanOut(t, reg, id, lease)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var running sync.WaitGroup
 	defer func() { cancel(); running.Wait() }()
@@ -529,10 +536,26 @@ func TestReplicasStartedTogetherClaimEachEnvironmentOnce(t *testing.T) {
 	t.Logf("every environment owned %s after the last start (heartbeat interval %s)", time.Since(lastStarted).Round(time.Millisecond),
 		members[0].Interval())
 	for env, epoch := range epochs {
-		if epoch != 1 {
-			t.Errorf("%s is at epoch %d: claimed by one member, then handed to another", env, epoch)
+		if epoch != before[env]+1 {
+			t.Errorf("%s went from epoch %d to %d: claimed by one member, then handed to another", env, before[env], epoch)
 		}
 	}
+}
+
+// A lone replica, restarted, claims its environments at its first
+// heartbeat: nobody else owned any, so nobody else is expected.
+func TestALoneReplicaClaimsAtOnce(t *testing.T) {
+	reg, envs := fleet(t, 5)
+	lease := 20 * time.Second // a heartbeat every 4 s: a wait for the next one would show
+	beat(t, member(reg, "a", lease))
+	restarted := member(reg, "a", lease)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); restarted.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	poll.Until(t, restarted.Interval()/2, "the restarted replica owns every environment", func() bool {
+		return len(restarted.Owned()) == len(envs)
+	})
 }
 
 // Every registration wakes every member. A member reads every environment's
