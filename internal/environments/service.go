@@ -47,6 +47,9 @@ type Service struct {
 // found by periodic re-reads).
 type Change struct {
 	EnvironmentID string
+	// Registered is set for an environment this replica's registry did
+	// not hold before: the one change that moves ownership at once.
+	Registered bool
 	// Deleted is set for a deletion; DCMProviderID is then the provider
 	// the environment was last registered as in DCM, if any.
 	Deleted       bool
@@ -129,7 +132,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
-	s.changes.Publish(Change{EnvironmentID: rec.ID})
+	s.changes.Publish(Change{EnvironmentID: rec.ID, Registered: true})
 	env, err = s.Get(ctx, rec.ID)
 	return env, err == nil, err
 }

@@ -73,7 +73,7 @@ func changed(before, after map[string]watchedRow) []Change {
 	var out []Change
 	for id, row := range after {
 		if prev, ok := before[id]; !ok || prev.revision != row.revision {
-			out = append(out, Change{EnvironmentID: id})
+			out = append(out, Change{EnvironmentID: id, Registered: !ok})
 		}
 	}
 	for id, row := range before {

@@ -50,7 +50,7 @@ func TestTheWatchHearsOtherReplicasChanges(t *testing.T) {
 	if _, _, err := reg.Registry.Register(ctx, registration(t, "watched")); err != nil {
 		t.Fatal(err)
 	}
-	if c := next("registration"); c != (environments.Change{EnvironmentID: "watched"}) {
+	if c := next("registration"); c != (environments.Change{EnvironmentID: "watched", Registered: true}) {
 		t.Fatalf("registration heard as %+v", c)
 	}
 	if _, err := reg.Registry.Update(ctx, "watched", []byte(`{"labels":{"site":"west"}}`)); err != nil {

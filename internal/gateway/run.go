@@ -88,8 +88,17 @@ func (g *Gateway) workers() []*worker {
 		// between is one it publishes, not one both miss.
 		{name: "registry watch", run: func(ctx context.Context) { g.registry.Watch(ctx, g.opts.Intervals.Watch) },
 			started: g.registry.Watching, first: true},
+		// Only a registration moves ownership at once: a deletion drops its
+		// owner row with it, and an update (a pin) is followed within a
+		// lease. Waking for those too spent the paced wake-ups a
+		// registration right after them needed (a new environment then
+		// answered 503 for up to 250 ms).
 		{name: "claim on registration", run: func(ctx context.Context) {
-			g.registrations.Run(ctx, func(context.Context, environments.Change) { g.membership.Rebalance() })
+			g.registrations.Run(ctx, func(_ context.Context, c environments.Change) {
+				if c.Registered {
+					g.membership.Rebalance()
+				}
+			})
 		}},
 		// Before the connector, so it mostly follows a connection from its
 		// first event; one it joins late hands it its cached claims.
