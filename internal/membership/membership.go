@@ -345,13 +345,13 @@ func (m *Membership) renew(ctx context.Context) (bool, error) {
 
 // mustRead reports whether a heartbeat must read every environment's
 // owner, given the members live now. Ownership moves only when the live
-// members change (one joined, left, died or restarted), when the registry
-// changes (Rebalance wakes the heartbeat) or while a hand-over is under
-// way; a heartbeat that sees none of these skips the read: two small
-// statements a second per replica (the upsert, the live members),
-// whatever the fleet's size. The
-// read is repeated at least once a lease, so anything else that moved
-// owners is followed within one.
+// members change (one joined, left, died or restarted), when an
+// environment is registered (Rebalance wakes the heartbeat) or while a
+// hand-over is under way; a heartbeat that sees none of these skips the
+// read: two small statements a second per replica (the upsert, the live
+// members), whatever the fleet's size. The read is repeated at least once
+// a lease, so anything else that moved owners (a deletion, a changed pin)
+// is followed within one.
 func (m *Membership) mustRead(live map[string]uuid.UUID) bool {
 	return !m.settled || !maps.Equal(live, m.seen) || time.Since(m.readAt) >= m.opts.Lease
 }
