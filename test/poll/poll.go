@@ -30,12 +30,7 @@ func Until(t testing.TB, within time.Duration, what string, cond func() bool) ti
 func UntilEvery(t testing.TB, every, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), every, within, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("not within %s: %s", within, what)
-	}
+	valueEvery(t, every, within, func() (string, bool) { return what, cond() })
 	return time.Since(start)
 }
 
@@ -44,8 +39,13 @@ func UntilEvery(t testing.TB, every, within time.Duration, what string, cond fun
 // done within the given time.
 func Value[T any](t testing.TB, within time.Duration, f func() (T, bool)) T {
 	t.Helper()
+	return valueEvery(t, interval, within, f)
+}
+
+func valueEvery[T any](t testing.TB, every, within time.Duration, f func() (T, bool)) T {
+	t.Helper()
 	var last T
-	err := wait.PollUntilContextTimeout(context.Background(), interval, within, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), every, within, true, func(context.Context) (bool, error) {
 		var done bool
 		last, done = f()
 		return done, nil
