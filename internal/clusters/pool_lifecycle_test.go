@@ -168,7 +168,9 @@ func TestFailingClusterIsNotHammered(t *testing.T) {
 // TestNewConnectionsAreBounded starts more clusters than there are dial
 // slots, each holding the first health check on a new connection for a
 // while: no more than the slots are in flight at once, and every cluster
-// gets its answer in turn, none made unreachable while it waits.
+// gets its answer in turn, none made unreachable while it waits. (That a
+// check's timeout starts only once it has its slot is not shown here: a
+// check that gave up waiting fails once, retries and looks the same.)
 func TestNewConnectionsAreBounded(t *testing.T) {
 	const hold = 150 * time.Millisecond
 	var mu sync.Mutex
@@ -212,7 +214,7 @@ func TestNewConnectionsAreBounded(t *testing.T) {
 	}
 	opts := fast
 	opts.ConcurrentDials = 2
-	opts.HealthTimeout = 2 * hold // waiting for a slot (up to 2 holds) must not count
+	opts.HealthTimeout = 2 * hold // the last round waits two holds for its slot
 	p := newPool(t, opts)
 	for _, target := range targets {
 		if err := p.Ensure(target); err != nil {
