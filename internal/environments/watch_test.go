@@ -2,6 +2,7 @@ package environments_test
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -15,19 +16,23 @@ import (
 // change and deletion made through another within one interval, the
 // deletion with the DCM provider it was registered as, and nothing for a
 // write that changed none of what it follows.
-func TestTheWatchHearsOtherReplicasChanges(t *testing.T) {
-	ctx := context.Background()
-	reg := registrytest.New(t, registrytest.Options{})
+// watched runs a second registry's watch (every 100 ms) on reg's
+// database, and returns what waits for its next change and what asserts
+// that none comes.
+func watched(t *testing.T, reg *registrytest.Fixture) (next func(what string) environments.Change, quiet func(what string)) {
+	t.Helper()
 	other := reg.NewRegistry(t, registrytest.Options{})
 	heard := make(chan environments.Change, 16)
 	sub := other.Subscribe()
-	watchCtx, cancel := context.WithCancel(ctx)
+	watchCtx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { other.Watch(watchCtx, 100*time.Millisecond) })
 	wg.Go(func() { sub.Run(watchCtx, func(_ context.Context, c environments.Change) { heard <- c }) })
-	defer wg.Wait()
-	defer cancel()
-	next := func(what string) environments.Change {
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	next = func(what string) environments.Change {
 		t.Helper()
 		select {
 		case c := <-heard:
@@ -37,7 +42,7 @@ func TestTheWatchHearsOtherReplicasChanges(t *testing.T) {
 			return environments.Change{}
 		}
 	}
-	quiet := func(what string) {
+	quiet = func(what string) {
 		t.Helper()
 		select {
 		case c := <-heard:
@@ -45,6 +50,13 @@ func TestTheWatchHearsOtherReplicasChanges(t *testing.T) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	return next, quiet
+}
+
+func TestTheWatchHearsOtherReplicasChanges(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	next, quiet := watched(t, reg)
 	quiet("before any change") // meanwhile the first read learned the rows
 
 	if _, _, err := reg.Registry.Register(ctx, registration(t, "watched")); err != nil {
@@ -80,4 +92,56 @@ func TestTheWatchHearsOtherReplicasChanges(t *testing.T) {
 		t.Fatalf("deletion heard as %+v, want %+v", c, want)
 	}
 	quiet("after the deletion")
+}
+
+// TestTheWatchHearsLateCommits: a write whose transaction began before a
+// read of the watch and commits after it is heard all the same (reads
+// start at the oldest transaction still running, not at the newest), and
+// a deletion is heard when a registration in the same interval keeps the
+// number of rows.
+func TestTheWatchHearsLateCommits(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "slow")); err != nil {
+		t.Fatal(err)
+	}
+	next, quiet := watched(t, reg)
+	quiet("before any change")
+
+	tx, err := reg.DB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := tx.Exec(ctx, `UPDATE environments SET state = 'UNREACHABLE' WHERE id = 'slow'`); err != nil {
+		t.Fatal(err)
+	}
+	// Later transactions take ids and end meanwhile: the watch's horizon
+	// would pass the open one if it followed the newest.
+	for range 3 {
+		if _, err := reg.DB.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quiet("an uncommitted change") // the watch read about five times
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("a change committed after several reads"); c != (environments.Change{EnvironmentID: "slow"}) {
+		t.Fatalf("late commit heard as %+v", c)
+	}
+
+	// Deleted and another registered between two reads: as many rows as before.
+	if err := reg.Registry.Delete(ctx, "slow", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "quick")); err != nil {
+		t.Fatal(err)
+	}
+	heard := map[environments.Change]bool{next("first of two changes"): true, next("second of two changes"): true}
+	want := map[environments.Change]bool{{EnvironmentID: "slow", Deleted: true}: true, {EnvironmentID: "quick", Registered: true}: true}
+	if !maps.Equal(heard, want) {
+		t.Fatalf("heard %v, want %v", heard, want)
+	}
+	quiet("after both")
 }

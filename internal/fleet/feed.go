@@ -82,10 +82,9 @@ type FeedOptions struct {
 // storage objects or health change. Two periodic jobs stay outside it,
 // each one statement for the whole fleet where the queue would make one
 // per environment: re-dating live snapshots (TouchInterval) and reading
-// the revisions of other replicas' snapshots (ReplicaInterval). Snapshots
-// are polled, not announced with LISTEN/NOTIFY: a listening session does
-// not survive a transaction-pooling PgBouncer, and one cheap query (ids and
-// revisions) per interval costs less than a missed notice.
+// the snapshots other replicas wrote since the last read (ReplicaInterval;
+// postgres.ReadWritten says why it polls, and why an idle fleet costs it
+// an index lookup).
 type Feed struct {
 	opts FeedOptions
 	envs *controller.Controller
@@ -99,6 +98,13 @@ type Feed struct {
 	// replicated is the revision of each other replica's snapshot the
 	// index shows.
 	replicated map[string]int64
+	// horizon is where the next replicate's read of the snapshots written
+	// meanwhile starts (postgres.ReadWritten); 0 reads them all.
+	horizon int64
+	// unreplicated are the environments whose snapshot the next replicate
+	// reads whether written meanwhile or not: new to the index, or lost
+	// to another replica.
+	unreplicated map[string]bool
 	// reread are the environments whose registry row the next reconcile
 	// reads: named by the start-up listing, a registry or ownership change
 	// or a snapshot of one not in the index. A change of a cluster's
@@ -139,7 +145,7 @@ func NewFeed(opts FeedOptions) *Feed {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	f := &Feed{opts: opts, unsaved: map[string]bool{}, replicated: map[string]int64{}, reread: map[string]bool{}}
+	f := &Feed{opts: opts, unsaved: map[string]bool{}, replicated: map[string]int64{}, unreplicated: map[string]bool{}, reread: map[string]bool{}}
 	f.envs = controller.New(controller.Options{Name: "fleet feed", Logger: opts.Logger, Reconcile: f.reconcile,
 		// Every environment is in the index, owned here or not.
 		List: func(ctx context.Context) ([]string, error) {
@@ -149,9 +155,7 @@ func NewFeed(opts FeedOptions) *Feed {
 	})
 	controller.Watch(f.envs, opts.Registry.Subscribe(), func(c environments.Change) []string { return f.rereadAll(c.EnvironmentID) })
 	controller.Watch(f.envs, opts.Owned.Subscribe(), func(c membership.Change) []string {
-		f.mu.Lock()
-		delete(f.replicated, c.EnvironmentID) // lost: read its new owner's snapshot next
-		f.mu.Unlock()
+		f.replicateNext(c.EnvironmentID) // lost: read its new owner's snapshot next
 		return f.rereadAll(c.EnvironmentID)
 	})
 	clusterChanges := opts.Clusters.Subscribe()
@@ -176,7 +180,8 @@ func (f *Feed) Load(ctx context.Context) error {
 		return err
 	}
 	f.opts.Index.SetEnvironments(metas)
-	snaps, err := f.load(ctx, nil)
+	snaps, unreadable, err := f.opts.Store.load(ctx, nil)
+	f.warnUnreadable(ctx, unreadable)
 	if err != nil {
 		return err
 	}
@@ -191,14 +196,12 @@ func metaOf(e environments.Environment) Meta {
 	return Meta{ID: e.ID, Region: e.Spec.Region, Zone: e.Spec.Zone, State: string(e.Status.State), Overrides: e.Spec.CapabilityOverrides}
 }
 
-// load reads snapshots (see Store.load) and logs those that do not decode.
-func (f *Feed) load(ctx context.Context, ids []string) (map[string]snapshot, error) {
-	snaps, unreadable, err := f.opts.Store.load(ctx, ids)
-	if len(unreadable) > 0 {
+// warnUnreadable logs the snapshots that do not decode.
+func (f *Feed) warnUnreadable(ctx context.Context, ids []string) {
+	if len(ids) > 0 {
 		// Replaced as soon as the owner watches the environment again.
-		f.opts.Logger.WarnContext(ctx, "fleet index: ignoring persisted classes that do not decode", "environments", unreadable)
+		f.opts.Logger.WarnContext(ctx, "fleet index: ignoring persisted classes that do not decode", "environments", ids)
 	}
-	return snaps, err
 }
 
 // Started reports whether the index holds what the registry and the
@@ -263,15 +266,14 @@ func (f *Feed) readRow(ctx context.Context, id string) error {
 		f.mu.Lock()
 		delete(f.unsaved, id)
 		delete(f.replicated, id)
+		delete(f.unreplicated, id)
 		f.mu.Unlock()
 		return nil
 	case err != nil:
 		return err
 	}
 	if f.opts.Index.SetEnvironment(metaOf(env)) {
-		f.mu.Lock()
-		delete(f.replicated, id) // new here: read its owner's snapshot next
-		f.mu.Unlock()
+		f.replicateNext(id) // new here: read its owner's snapshot next
 	}
 	return nil
 }
@@ -305,8 +307,18 @@ func (f *Feed) refresh(id string) {
 	}
 }
 
+// replicateNext makes the next replicate read environment id's snapshot,
+// whatever its revision.
+func (f *Feed) replicateNext(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.replicated, id)
+	f.unreplicated[id] = true
+}
+
 // replicate shows the environments other replicas own as their owners'
-// snapshots do, reading only the rows whose revision moved since.
+// snapshots do, reading only the snapshots written since its last read
+// and those named by replicateNext.
 func (f *Feed) replicate(ctx context.Context) {
 	if !f.loaded.Load() {
 		// Not loaded at start (the schema was not migrated yet, say): tried
@@ -318,39 +330,40 @@ func (f *Feed) replicate(ctx context.Context) {
 			return
 		}
 	}
-	revisions, err := f.opts.Store.revisions(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			f.opts.Logger.WarnContext(ctx, "fleet index: read other replicas' snapshots; retrying", "error", err)
-		}
-		return
-	}
-	var moved []string
 	f.mu.Lock()
-	for id := range f.replicated {
-		if _, ok := revisions[id]; !ok {
-			delete(f.replicated, id) // deleted: registered again, its row starts over
-		}
-	}
-	for id, revision := range revisions {
-		if f.replicated[id] != revision && !f.opts.Owned.Owns(id) {
-			moved = append(moved, id)
-		}
-	}
+	named := slices.Collect(maps.Keys(f.unreplicated))
+	clear(f.unreplicated)
 	f.mu.Unlock()
-	if len(moved) == 0 {
-		return
+	snaps, unreadable, horizon, err := f.opts.Store.written(ctx, f.horizon)
+	if err == nil && len(named) > 0 {
+		var more map[string]snapshot
+		var also []string
+		more, also, err = f.opts.Store.load(ctx, named)
+		maps.Copy(snaps, more) // read after: as new or newer
+		unreadable = append(unreadable, also...)
 	}
-	snaps, err := f.load(ctx, moved)
+	f.warnUnreadable(ctx, unreadable)
 	if err != nil {
+		f.mu.Lock()
+		for _, id := range named {
+			f.unreplicated[id] = true
+		}
+		f.mu.Unlock()
 		if ctx.Err() == nil {
 			f.opts.Logger.WarnContext(ctx, "fleet index: read other replicas' snapshots; retrying", "error", err)
 		}
 		return
 	}
+	f.horizon = horizon
 	for id, s := range snaps {
 		if f.opts.Owned.Owns(id) {
-			continue // claimed meanwhile: this replica's watch tells
+			continue // this replica's watch tells
+		}
+		f.mu.Lock()
+		shown, ok := f.replicated[id]
+		f.mu.Unlock()
+		if ok && shown == s.revision {
+			continue // read again: a write in flight at the last read
 		}
 		if !f.opts.Index.Replicate(id, s.objects, s.live, s.writable, s.observed) {
 			// Registered through another replica since this one read the

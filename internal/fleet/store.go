@@ -34,48 +34,60 @@ type snapshot struct {
 	revision int64
 }
 
+// snapshotColumns are what a read of snapshots selects, in the order
+// snapshotRows scans them.
+const snapshotColumns = `environment_id, objects, live, writable, observed_time, seen_time, revision`
+
+// snapshotRows decodes rows of snapshotColumns by environment id, and
+// keeps the ids of rows that do not decode (skipped: one bad row must not
+// hide the rest).
+type snapshotRows struct {
+	out        map[string]snapshot
+	unreadable []string
+	id         string
+	raw        []byte
+	snap       snapshot
+}
+
+func newSnapshotRows() *snapshotRows { return &snapshotRows{out: map[string]snapshot{}} }
+
+func (r *snapshotRows) dest() []any {
+	return []any{&r.id, &r.raw, &r.snap.live, &r.snap.writable, &r.snap.observed, &r.snap.seen, &r.snap.revision}
+}
+
+func (r *snapshotRows) each() error {
+	read := r.snap
+	read.objects = capabilities.Objects{}
+	if json.Unmarshal(r.raw, &read.objects) != nil {
+		r.unreadable = append(r.unreadable, r.id)
+		return nil
+	}
+	r.out[r.id] = read
+	return nil
+}
+
 // load returns the persisted snapshots by environment id — every one, or
 // those of ids when ids is not nil — and the ids of rows that do not
-// decode (skipped: one bad row must not hide the rest).
+// decode.
 func (s Store) load(ctx context.Context, ids []string) (map[string]snapshot, []string, error) {
-	rows, err := s.DB.Query(ctx, `SELECT environment_id, objects, live, writable, observed_time, seen_time, revision FROM fleet_snapshots
+	rows, err := s.DB.Query(ctx, `SELECT `+snapshotColumns+` FROM fleet_snapshots
 		WHERE $1::text[] IS NULL OR environment_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, nil, err
 	}
-	out := map[string]snapshot{}
-	var unreadable []string
-	var id string
-	var raw []byte
-	var snap snapshot
-	_, err = pgx.ForEachRow(rows, []any{&id, &raw, &snap.live, &snap.writable, &snap.observed, &snap.seen, &snap.revision}, func() error {
-		read := snap
-		read.objects = capabilities.Objects{}
-		if json.Unmarshal(raw, &read.objects) != nil {
-			unreadable = append(unreadable, id)
-			return nil
-		}
-		out[id] = read
-		return nil
-	})
-	return out, unreadable, err
+	r := newSnapshotRows()
+	_, err = pgx.ForEachRow(rows, r.dest(), r.each)
+	return r.out, r.unreadable, err
 }
 
-// revisions returns every persisted snapshot's revision: what a replica
-// compares with what it read last, to read again only the rows that moved.
-func (s Store) revisions(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.DB.Query(ctx, `SELECT environment_id, revision FROM fleet_snapshots`)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	var id string
-	var revision int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &revision}, func() error {
-		out[id] = revision
-		return nil
-	})
-	return out, err
+// written returns the snapshots whose revision moved since horizon since
+// (every one when it is 0; see postgres.ReadWritten), the ids of rows that
+// do not decode, and the horizon of the next read.
+func (s Store) written(ctx context.Context, since int64) (map[string]snapshot, []string, int64, error) {
+	r := newSnapshotRows()
+	horizon, err := postgres.ReadWritten(ctx, s.DB, since,
+		`SELECT `+snapshotColumns+` FROM fleet_snapshots WHERE `+postgres.WrittenSince, r.dest(), r.each, "")
+	return r.out, r.unreadable, horizon, err
 }
 
 // save writes an environment's snapshot as its owner's view shows it, while

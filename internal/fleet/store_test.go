@@ -294,6 +294,63 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 	}
 }
 
+// TestReplicasReadWhatMovedAndWhatTheyAreTold: another replica's read
+// finds a snapshot written by a transaction that was still open at its
+// previous read, skips snapshots no one wrote since, and reads one it is
+// told to (an environment it lost or newly holds) whatever its revision.
+func TestReplicasReadWhatMovedAndWhatTheyAreTold(t *testing.T) {
+	ctx := context.Background()
+	db, owner := migrated(t, "east")
+	first := newFeed(db, owner, "east")
+	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	second := newFeed(db, other, "east")
+	for _, f := range []*Feed{first, second} {
+		if err := f.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.opts.Index.Observe("east", fleettest.Objects(3, 10), time.Now())
+	first.unsaved["east"] = true
+	first.persistAll(ctx)
+	second.replicate(ctx)
+	if east, _ := second.opts.Index.Environment("east"); east.Stale {
+		t.Fatalf("the other replica shows %+v; want the owner's live view", east)
+	}
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := tx.Exec(ctx, `UPDATE fleet_snapshots SET live = false, revision = revision + 1 WHERE environment_id = 'east'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // a later transaction ends first
+		t.Fatal(err)
+	}
+	second.replicate(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second.replicate(ctx)
+	if east, _ := second.opts.Index.Environment("east"); !east.Stale {
+		t.Fatalf("a snapshot committed after a read is not shown: %+v", east)
+	}
+
+	// The index shows something else (as its own view did, when it owned
+	// east): a read without writes leaves it, a read it is told to mends it.
+	second.opts.Index.Replicate("east", fleettest.Objects(1, 1), true, true, time.Now())
+	second.replicate(ctx)
+	if east, _ := second.opts.Index.Environment("east"); east.Stale || len(east.Classes) != 1 {
+		t.Fatalf("a snapshot no one wrote was read again: %+v", east)
+	}
+	second.replicateNext("east")
+	second.replicate(ctx)
+	if east, _ := second.opts.Index.Environment("east"); !east.Stale || len(east.Classes) != 3 {
+		t.Fatalf("after replicateNext the other replica shows %+v; want the persisted stale view with 3 classes", east)
+	}
+}
+
 // TestTheFeedFollowsTheRegistry: run against a fake registry, the feed's
 // reconciler adds a registered environment, applies its changed settings
 // and drops a deleted one, each on the registry's notice alone; an owned
