@@ -3,6 +3,9 @@ package status
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +30,15 @@ type Follower struct {
 	// before the volume is FAILED.
 	provisioningTimeout time.Duration
 	log                 *slog.Logger
+
+	mu sync.Mutex
+	// claimed holds, by environment, the claims (namespace/name) its
+	// handlers were handed and not told deleted: the sweep looks only at
+	// these environments. Most of a large fleet's environments hold no
+	// claim, and looking at each cost locks and cache lookups every
+	// interval. A name left behind (a claim gone while its connection was
+	// down) only costs a look at a cache that has all of them.
+	claimed map[string]map[string]bool
 }
 
 // FollowerOptions configure a Follower.
@@ -45,7 +57,8 @@ func NewFollower(opts FollowerOptions) *Follower {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Follower{tracker: opts.Tracker, clusters: opts.Pool, provisioningTimeout: opts.ProvisioningTimeout, log: opts.Logger}
+	return &Follower{tracker: opts.Tracker, clusters: opts.Pool, provisioningTimeout: opts.ProvisioningTimeout, log: opts.Logger,
+		claimed: map[string]map[string]bool{}}
 }
 
 // Run follows every environment's claim events and sweeps every interval
@@ -68,13 +81,44 @@ func (f *Follower) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// sweep re-evaluates every cached claim of every synced environment.
+// sweep re-evaluates every cached claim of every synced environment that
+// holds any; environments no longer in the pool are forgotten (a new
+// connection hands its claims over again).
 func (f *Follower) sweep() {
-	for _, id := range f.clusters.IDs() {
-		if c, ok := f.clusters.Get(id); ok && c.Health().Synced {
+	f.mu.Lock()
+	ids := slices.Collect(maps.Keys(f.claimed))
+	f.mu.Unlock()
+	for _, id := range ids {
+		c, ok := f.clusters.Get(id)
+		if !ok {
+			f.mu.Lock()
+			delete(f.claimed, id)
+			f.mu.Unlock()
+			continue
+		}
+		if c.Health().Synced {
 			for _, pvc := range c.PVCs() {
 				f.observe(id, c, pvc)
 			}
+		}
+	}
+}
+
+// claim notes (or, once deleted, forgets) a claim of environment envID.
+func (f *Follower) claim(envID string, pvc *corev1.PersistentVolumeClaim, deleted bool) {
+	key := pvc.Namespace + "/" + pvc.Name
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := f.claimed[envID]
+	switch {
+	case !deleted && names == nil:
+		f.claimed[envID] = map[string]bool{key: true}
+	case !deleted:
+		names[key] = true
+	default:
+		delete(names, key)
+		if len(names) == 0 {
+			delete(f.claimed, envID)
 		}
 	}
 }
@@ -92,6 +136,7 @@ func (f *Follower) handler(ctx context.Context, envID string) cache.ResourceEven
 				obj = tomb.Obj
 			}
 			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+				f.claim(envID, pvc, true)
 				f.tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: Deleted, Message: "the claim was deleted"})
 			}
 		},
@@ -103,6 +148,7 @@ func (f *Follower) observeObject(ctx context.Context, envID string, obj any) {
 	if !ok || ctx.Err() != nil {
 		return
 	}
+	f.claim(envID, pvc, false)
 	// The live cluster, not the one the handler was added on: handlers
 	// outlive credential swaps.
 	if c, ok := f.clusters.Get(envID); ok {

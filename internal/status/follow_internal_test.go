@@ -1,6 +1,8 @@
 package status
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,5 +35,32 @@ func TestFailingForCountsOnlyRepeatedFailuresOfPendingClaims(t *testing.T) {
 				t.Fatalf("failingFor = %s, want failing=%v", got, tt.failing)
 			}
 		})
+	}
+}
+
+// The sweep looks at an environment while its handlers hold a claim of it:
+// claims of the same name in two namespaces are two, and the environment
+// is forgotten with its last claim.
+func TestTheSweepFollowsEnvironmentsHoldingClaims(t *testing.T) {
+	f := NewFollower(FollowerOptions{})
+	pvc := func(ns string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data"}}
+	}
+	held := func() []string { return slices.Sorted(maps.Keys(f.claimed)) }
+	f.claim("east", pvc("a"), false)
+	f.claim("east", pvc("b"), false)
+	f.claim("east", pvc("a"), false) // a resync, or a new connection's adds
+	f.claim("west", pvc("a"), false)
+	f.claim("west", pvc("a"), true)
+	if got := held(); !slices.Equal(got, []string{"east"}) {
+		t.Fatalf("environments swept: %v, want [east]", got)
+	}
+	f.claim("east", pvc("a"), true)
+	if got := held(); !slices.Equal(got, []string{"east"}) {
+		t.Fatalf("after one of east's two claims was deleted: %v, want [east]", got)
+	}
+	f.claim("east", pvc("b"), true)
+	if got := held(); len(got) != 0 {
+		t.Fatalf("after every claim was deleted: %v, want none", got)
 	}
 }
