@@ -334,7 +334,18 @@ func (f *Feed) replicate(ctx context.Context) {
 	named := slices.Collect(maps.Keys(f.unreplicated))
 	clear(f.unreplicated)
 	f.mu.Unlock()
-	snaps, unreadable, horizon, err := f.opts.Store.written(ctx, f.horizon)
+	// Not decoded: this replica's own snapshots (its watch tells), and
+	// those read again unchanged (a write in flight at the last read).
+	shown := func(id string, revision int64) bool {
+		if f.opts.Owned.Owns(id) {
+			return true
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		r, ok := f.replicated[id]
+		return ok && r == revision
+	}
+	snaps, unreadable, horizon, err := f.opts.Store.written(ctx, f.horizon, shown)
 	if err == nil && len(named) > 0 {
 		var more map[string]snapshot
 		var also []string
@@ -356,14 +367,8 @@ func (f *Feed) replicate(ctx context.Context) {
 	}
 	f.horizon = horizon
 	for id, s := range snaps {
-		if f.opts.Owned.Owns(id) {
-			continue // this replica's watch tells
-		}
-		f.mu.Lock()
-		shown, ok := f.replicated[id]
-		f.mu.Unlock()
-		if ok && shown == s.revision {
-			continue // read again: a write in flight at the last read
+		if shown(id, s.revision) {
+			continue // owned here: claimed since, or named
 		}
 		if !f.opts.Index.Replicate(id, s.objects, s.live, s.writable, s.observed) {
 			// Registered through another replica since this one read the

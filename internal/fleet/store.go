@@ -40,8 +40,10 @@ const snapshotColumns = `environment_id, objects, live, writable, observed_time,
 
 // snapshotRows decodes rows of snapshotColumns by environment id, and
 // keeps the ids of rows that do not decode (skipped: one bad row must not
-// hide the rest).
+// hide the rest). Rows skip says the reader has no use for are not
+// decoded.
 type snapshotRows struct {
+	skip       func(id string, revision int64) bool
 	out        map[string]snapshot
 	unreadable []string
 	id         string
@@ -49,13 +51,21 @@ type snapshotRows struct {
 	snap       snapshot
 }
 
-func newSnapshotRows() *snapshotRows { return &snapshotRows{out: map[string]snapshot{}} }
+func newSnapshotRows(skip func(id string, revision int64) bool) *snapshotRows {
+	if skip == nil {
+		skip = func(string, int64) bool { return false }
+	}
+	return &snapshotRows{skip: skip, out: map[string]snapshot{}}
+}
 
 func (r *snapshotRows) dest() []any {
 	return []any{&r.id, &r.raw, &r.snap.live, &r.snap.writable, &r.snap.observed, &r.snap.seen, &r.snap.revision}
 }
 
 func (r *snapshotRows) each() error {
+	if r.skip(r.id, r.snap.revision) {
+		return nil
+	}
 	read := r.snap
 	read.objects = capabilities.Objects{}
 	if json.Unmarshal(r.raw, &read.objects) != nil {
@@ -75,16 +85,17 @@ func (s Store) load(ctx context.Context, ids []string) (map[string]snapshot, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	r := newSnapshotRows()
+	r := newSnapshotRows(nil)
 	_, err = pgx.ForEachRow(rows, r.dest(), r.each)
 	return r.out, r.unreadable, err
 }
 
 // written returns the snapshots whose revision moved since horizon since
-// (every one when it is 0; see postgres.ReadWritten), the ids of rows that
-// do not decode, and the horizon of the next read.
-func (s Store) written(ctx context.Context, since int64) (map[string]snapshot, []string, int64, error) {
-	r := newSnapshotRows()
+// (every one when it is 0; see postgres.ReadWritten) but those skip
+// names, the ids of rows that do not decode, and the horizon of the next
+// read.
+func (s Store) written(ctx context.Context, since int64, skip func(id string, revision int64) bool) (map[string]snapshot, []string, int64, error) {
+	r := newSnapshotRows(skip)
 	horizon, err := postgres.ReadWritten(ctx, s.DB, since,
 		`SELECT `+snapshotColumns+` FROM fleet_snapshots WHERE `+postgres.WrittenSince, r.dest(), r.each, "")
 	return r.out, r.unreadable, horizon, err
