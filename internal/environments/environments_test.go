@@ -24,7 +24,7 @@ import (
 )
 
 // registration is a valid registration of the harness cluster.
-func registration(t *testing.T, id string) environments.Registration {
+func registration(t testing.TB, id string) environments.Registration {
 	t.Helper()
 	kc, err := cluster.GatewayKubeconfig()
 	if err != nil {
