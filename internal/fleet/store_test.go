@@ -223,22 +223,29 @@ func TestPersistence(t *testing.T) {
 	}
 }
 
+// ownerAndOther returns two replicas' feeds over one database holding
+// east, both loaded: first's membership (returned) owns east, second's
+// owns nothing (it never joined).
+func ownerAndOther(t *testing.T) (*pgxpool.Pool, *membership.Membership, *Feed, *Feed) {
+	t.Helper()
+	db, owner := migrated(t, "east")
+	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	first, second := newFeed(db, owner, "east"), newFeed(db, other, "east")
+	for _, f := range []*Feed{first, second} {
+		if err := f.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, owner, first, second
+}
+
 // Every replica shows what the owner's view shows: another replica reads
 // the owner's snapshot — live and dated as the owner has it, then stale from
 // the moment the owner lost the cluster — and reads only rows that moved.
 // Once the owner left, its late writes are refused by the fence.
 func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 	ctx := context.Background()
-	db, owner := migrated(t, "east")
-	first := newFeed(db, owner, "east")
-	// A replica that owns nothing (it never joined).
-	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	second := newFeed(db, other, "east")
-	for _, f := range []*Feed{first, second} {
-		if err := f.Load(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, owner, first, second := ownerAndOther(t)
 	observed := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	first.opts.Index.Observe("east", fleettest.Objects(3, 10), observed)
 	first.opts.Index.SetWritable("east", true)
@@ -300,15 +307,7 @@ func TestOtherReplicasShowTheOwnersView(t *testing.T) {
 // told to (an environment it lost or newly holds) whatever its revision.
 func TestReplicasReadWhatMovedAndWhatTheyAreTold(t *testing.T) {
 	ctx := context.Background()
-	db, owner := migrated(t, "east")
-	first := newFeed(db, owner, "east")
-	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	second := newFeed(db, other, "east")
-	for _, f := range []*Feed{first, second} {
-		if err := f.Load(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, _, first, second := ownerAndOther(t)
 	first.opts.Index.Observe("east", fleettest.Objects(3, 10), time.Now())
 	first.unsaved["east"] = true
 	first.persistAll(ctx)

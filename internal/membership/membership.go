@@ -193,9 +193,9 @@ func (m *Membership) Run(ctx context.Context) {
 // settleJoin heartbeats a process that has not joined yet, claiming
 // nothing, until two heartbeats a tick apart read the same live members,
 // or a lease has passed — when environments are owned under other
-// members' ids, so those members are likely starting too: replicas restarted together (an
-// orchestrator replacing a deployment's pods) then see each other before
-// any of them claims. Without it the first to join claimed the whole
+// members' ids, so those members are likely starting too: replicas
+// restarted together (an orchestrator replacing a deployment's pods) then
+// see each other before any of them claims. Without it the first to join claimed the whole
 // fleet and began connecting all of it, only to hand two thirds of it
 // over a second later as the other two joined (10,000 environments on
 // three replicas). A lone replica, or the first start of a fleet, claims

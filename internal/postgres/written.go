@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // WrittenSince is the condition that selects a followed table's rows written
@@ -12,12 +13,6 @@ import (
 // changed what its followers read (a trigger leaves the column alone on
 // writes they ignore).
 const WrittenSince = `written_xid >= $1::bigint::text::xid8`
-
-// Batcher sends a batch of statements in one round trip (a pool, a
-// connection or a transaction).
-type Batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
 
 // ReadWritten reads what a follower of a table has not read yet: the rows
 // query selects with WrittenSince, each scanned into dest and handed to
@@ -35,7 +30,7 @@ type Batcher interface {
 // would not need the poll, but a listening session does not survive a
 // transaction-pooling PgBouncer, and a notice lost while reconnecting is
 // lost for good.
-func ReadWritten(ctx context.Context, db Batcher, since int64, query string, dest []any, each func() error, head string, headDest ...any) (int64, error) {
+func ReadWritten(ctx context.Context, db *pgxpool.Pool, since int64, query string, dest []any, each func() error, head string, headDest ...any) (int64, error) {
 	var next int64
 	var b pgx.Batch
 	horizon := `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`

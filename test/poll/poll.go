@@ -42,6 +42,7 @@ func Value[T any](t testing.TB, within time.Duration, f func() (T, bool)) T {
 	return valueEvery(t, interval, within, f)
 }
 
+// valueEvery is Value calling f every given interval.
 func valueEvery[T any](t testing.TB, every, within time.Duration, f func() (T, bool)) T {
 	t.Helper()
 	var last T
