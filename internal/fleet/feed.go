@@ -99,8 +99,12 @@ type Feed struct {
 	// index shows.
 	replicated map[string]int64
 	// horizon is where the next replicate's read of the snapshots written
-	// meanwhile starts (postgres.ReadWritten); 0 reads them all.
+	// meanwhile starts (postgres.ReadWritten).
 	horizon int64
+	// restored are the snapshots Load read: the first replicate shows
+	// those of environments other replicas own and drops them, reading
+	// only what was written since, not every row again.
+	restored map[string]snapshot
 	// unreplicated are the environments whose snapshot the next replicate
 	// reads whether written meanwhile or not: new to the index, or lost
 	// to another replica.
@@ -180,7 +184,7 @@ func (f *Feed) Load(ctx context.Context) error {
 		return err
 	}
 	f.opts.Index.SetEnvironments(metas)
-	snaps, unreadable, err := f.opts.Store.load(ctx, nil)
+	snaps, unreadable, horizon, err := f.opts.Store.written(ctx, 0, nil)
 	f.warnUnreadable(ctx, unreadable)
 	if err != nil {
 		return err
@@ -188,6 +192,9 @@ func (f *Feed) Load(ctx context.Context) error {
 	for id, s := range snaps {
 		f.opts.Index.Restore(id, s.objects, s.observed.Add(max(s.seen.Sub(s.observed), 0)))
 	}
+	f.mu.Lock()
+	f.restored, f.horizon = snaps, horizon
+	f.mu.Unlock()
 	f.loaded.Store(true)
 	return nil
 }
@@ -333,6 +340,7 @@ func (f *Feed) replicate(ctx context.Context) {
 	f.mu.Lock()
 	named := slices.Collect(maps.Keys(f.unreplicated))
 	clear(f.unreplicated)
+	since := f.horizon
 	f.mu.Unlock()
 	// Not decoded: this replica's own snapshots (its watch tells), and
 	// those read again unchanged (a write in flight at the last read).
@@ -345,7 +353,7 @@ func (f *Feed) replicate(ctx context.Context) {
 		r, ok := f.replicated[id]
 		return ok && r == revision
 	}
-	snaps, unreadable, horizon, err := f.opts.Store.written(ctx, f.horizon, shown)
+	snaps, unreadable, horizon, err := f.opts.Store.written(ctx, since, shown)
 	if err == nil && len(named) > 0 {
 		var more map[string]snapshot
 		var also []string
@@ -365,7 +373,15 @@ func (f *Feed) replicate(ctx context.Context) {
 		}
 		return
 	}
+	f.mu.Lock()
 	f.horizon = horizon
+	for id, s := range f.restored {
+		if _, ok := snaps[id]; !ok { // what was read since is newer
+			snaps[id] = s
+		}
+	}
+	f.restored = nil
+	f.mu.Unlock()
 	for id, s := range snaps {
 		if shown(id, s.revision) {
 			continue // owned here: claimed since, or named

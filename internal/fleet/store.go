@@ -76,12 +76,10 @@ func (r *snapshotRows) each() error {
 	return nil
 }
 
-// load returns the persisted snapshots by environment id — every one, or
-// those of ids when ids is not nil — and the ids of rows that do not
-// decode.
+// load returns the persisted snapshots of ids by environment id, and the
+// ids of rows that do not decode.
 func (s Store) load(ctx context.Context, ids []string) (map[string]snapshot, []string, error) {
-	rows, err := s.DB.Query(ctx, `SELECT `+snapshotColumns+` FROM fleet_snapshots
-		WHERE $1::text[] IS NULL OR environment_id = ANY($1)`, ids)
+	rows, err := s.DB.Query(ctx, `SELECT `+snapshotColumns+` FROM fleet_snapshots WHERE environment_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, nil, err
 	}

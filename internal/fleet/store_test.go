@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"maps"
@@ -347,6 +348,53 @@ func TestReplicasReadWhatMovedAndWhatTheyAreTold(t *testing.T) {
 	second.replicate(ctx)
 	if east, _ := second.opts.Index.Environment("east"); !east.Stale || len(east.Classes) != 3 {
 		t.Fatalf("after replicateNext the other replica shows %+v; want the persisted stale view with 3 classes", east)
+	}
+}
+
+// TestReplicasReadNothingTwice: a replica's first read after its start
+// does not read again the snapshots its start read (it shows those, as
+// they were then), it does not decode the snapshots it owns, and a read
+// with nothing written since the last returns no row.
+func TestReplicasReadNothingTwice(t *testing.T) {
+	ctx := context.Background()
+	db, owner := migrated(t, "east")
+	var logs bytes.Buffer
+	first := newFeedLogging(db, owner, slog.New(slog.NewTextHandler(&logs, nil)), "east")
+	if err := first.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first.opts.Index.Observe("east", fleettest.Objects(3, 10), time.Now())
+	first.unsaved["east"] = true
+	first.persistAll(ctx)
+
+	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	second := newFeed(db, other, "east")
+	if err := second.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Other classes under the same revision: a read of every row would show them.
+	if _, err := db.Exec(ctx, `UPDATE fleet_snapshots SET objects = $1`, fleettest.Objects(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	second.replicate(ctx)
+	if east, _ := second.opts.Index.Environment("east"); east.Stale || len(east.Classes) != 3 {
+		t.Fatalf("the first read after a start shows %+v; want what the start read, live with 3 classes", east)
+	}
+	second.mu.Lock()
+	horizon := second.horizon
+	second.mu.Unlock()
+	if rows, _, _, err := (Store{DB: db}).written(ctx, horizon, nil); err != nil || len(rows) != 0 {
+		t.Fatalf("a read with nothing written since: %d rows, %v", len(rows), err)
+	}
+
+	// A new revision of the owner's own snapshot that does not decode: the
+	// owner reads it, but leaves it alone.
+	if _, err := db.Exec(ctx, `UPDATE fleet_snapshots SET objects = '{"classes": 5}', revision = revision + 1`); err != nil {
+		t.Fatal(err)
+	}
+	first.replicate(ctx)
+	if strings.Contains(logs.String(), "do not decode") {
+		t.Fatalf("the owner decoded its own snapshot:\n%s", logs.String())
 	}
 }
 
