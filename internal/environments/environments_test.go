@@ -86,7 +86,7 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 		t.Fatalf("provider name = %q", env.Spec.DCM.ProviderName)
 	}
 	// What volume writes read of it is the spec Get returns.
-	if spec, err := reg.Registry.Spec(ctx, "east"); err != nil || !reflect.DeepEqual(spec, env.Spec) {
+	if spec, err := reg.Registry.Spec(ctx, "east"); err != nil || !reflect.DeepEqual(spec.Spec, env.Spec) {
 		t.Fatalf("Spec = %+v, %v; want %+v", spec, err, env.Spec)
 	}
 	_, err = reg.Registry.Spec(ctx, "nowhere")
@@ -214,7 +214,13 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A spec-only patch changes what it names, resets nulls and keeps the rest.
+	// A spec-only patch changes what it names, resets nulls and keeps the
+	// rest; what volume writes read of it (Spec) follows at once, at a new
+	// generation, and the one it held before is no longer current.
+	before, err := reg.Registry.Spec(ctx, "east")
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := reg.Registry.Update(ctx, "east", []byte(`{"display_name":"East (renamed)","labels":{"tier":null,"team":"storage"},"defaults":{"storage_class":"standard"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -222,6 +228,18 @@ func TestUpdateMergesPatchesAndRotatesCredentials(t *testing.T) {
 	if got.Spec.DisplayName != "East (renamed)" || !maps.Equal(got.Spec.Labels, map[string]string{"site": "east", "team": "storage"}) ||
 		got.Spec.Defaults.StorageClass != "standard" || got.Spec.Region != env.Spec.Region {
 		t.Fatalf("after patch: %+v", got.Spec)
+	}
+	after, err := reg.Registry.Spec(ctx, "east")
+	if err != nil || !reflect.DeepEqual(after.Spec, got.Spec) || after.Generation <= before.Generation {
+		t.Fatalf("Spec after the patch = %+v, %v; want %+v at a generation above %d", after, err, got.Spec, before.Generation)
+	}
+	for _, tt := range []struct {
+		generation int64
+		current    bool
+	}{{before.Generation, false}, {after.Generation, true}} {
+		if current, err := reg.Registry.AtGeneration(ctx, "east", tt.generation); err != nil || current != tt.current {
+			t.Fatalf("AtGeneration(%d) = %v, %v; want %v", tt.generation, current, err, tt.current)
+		}
 	}
 	if !got.Connection.CredentialsUpdateTime.Equal(env.Connection.CredentialsUpdateTime) {
 		t.Fatal("a spec-only patch must not touch the credentials")

@@ -120,17 +120,24 @@ func (r *repository) get(ctx context.Context, id string) (record, error) {
 }
 
 // getSpec reads an environment's spec alone (see Service.Spec).
-func (r *repository) getSpec(ctx context.Context, id string) (Spec, error) {
-	var s Spec
-	row := specRow{spec: &s}
-	err := r.db.QueryRow(ctx, `SELECT `+specColumns+` FROM environments e WHERE e.id = $1`, id).Scan(row.targets()...)
+func (r *repository) getSpec(ctx context.Context, id string) (VersionedSpec, error) {
+	var v VersionedSpec
+	row := specRow{spec: &v.Spec}
+	err := r.db.QueryRow(ctx, `SELECT `+specColumns+`, e.generation FROM environments e WHERE e.id = $1`, id).
+		Scan(append(row.targets(), &v.Generation)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Spec{}, errNotFound
+		return VersionedSpec{}, errNotFound
 	}
 	if err != nil {
-		return Spec{}, err
+		return VersionedSpec{}, err
 	}
-	return s, decodeColumns(id, row.columns()...)
+	return v, decodeColumns(id, row.columns()...)
+}
+
+func (r *repository) atGeneration(ctx context.Context, id string, generation int64) (bool, error) {
+	var current bool
+	err := r.db.QueryRow(ctx, `SELECT `+GenerationSQL("$1", "$2"), id, generation).Scan(&current)
+	return current, err
 }
 
 func (r *repository) insert(ctx context.Context, rec record) error {

@@ -40,6 +40,9 @@ type Service struct {
 	// probe: a hundred clicks are one probe's worth of requests to the
 	// cluster.
 	verifies singleflight.Group
+	// specs holds the specs volume writes read (id → VersionedSpec); see
+	// Spec.
+	specs sync.Map
 }
 
 // Change is a notice the registry publishes after an environment was
@@ -132,7 +135,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
-	s.changes.Publish(Change{EnvironmentID: rec.ID, Registered: true})
+	s.publish(Change{EnvironmentID: rec.ID, Registered: true})
 	env, err = s.Get(ctx, rec.ID)
 	return env, err == nil, err
 }
@@ -171,16 +174,61 @@ func (s *Service) get(ctx context.Context, id string) (record, error) {
 	return rec, err
 }
 
+// VersionedSpec is an environment's spec and the generation it was read
+// at (every update of the environment raises the generation).
+type VersionedSpec struct {
+	Spec       Spec
+	Generation int64
+}
+
 // Spec returns an environment's spec alone: what a volume write needs of
 // it, read without what Get adds — the credentials and the counts of the
 // environment's volumes, which a create would otherwise pay for in
 // proportion to the volumes the environment holds.
-func (s *Service) Spec(ctx context.Context, id string) (Spec, error) {
-	spec, err := s.repo.getSpec(ctx, id)
-	if errors.Is(err, errNotFound) {
-		return Spec{}, notFound(id)
+//
+// It is served from memory after the first read, so a create spends no
+// round trip on it: the write that depends on the spec states the
+// generation it was decided under (GenerationSQL), and when the row has
+// moved on the writer calls Forget and decides again on a fresh read. A
+// stale spec therefore never decides a write, however long it stays here.
+func (s *Service) Spec(ctx context.Context, id string) (VersionedSpec, error) {
+	if v, ok := s.specs.Load(id); ok {
+		return v.(VersionedSpec), nil
 	}
-	return spec, err
+	v, err := s.repo.getSpec(ctx, id)
+	if errors.Is(err, errNotFound) {
+		return VersionedSpec{}, notFound(id)
+	}
+	if err == nil {
+		s.specs.Store(id, v)
+	}
+	return v, err
+}
+
+// Forget drops the spec Spec holds of an environment (a write found its
+// generation stale): the next Spec reads the row.
+func (s *Service) Forget(id string) { s.specs.Delete(id) }
+
+// publish tells the subscribers of a change, dropping the spec Spec holds
+// of the environment first: a change this replica made, or one its Watch
+// found, is not left for a write to find stale.
+func (s *Service) publish(c Change) {
+	s.Forget(c.EnvironmentID)
+	s.changes.Publish(c)
+}
+
+// GenerationSQL is the condition a write depending on an environment's
+// spec adds to its statement: the environment (id, a SQL expression) is
+// still at generation (another).
+func GenerationSQL(id, generation string) string {
+	return `EXISTS (SELECT 1 FROM environments g WHERE g.id = ` + id + ` AND g.generation = ` + generation + `)`
+}
+
+// AtGeneration reports whether the environment is still at generation:
+// the cause a write conditioned by GenerationSQL needs when it wrote
+// nothing, which the same statement cannot tell apart from a lost lease.
+func (s *Service) AtGeneration(ctx context.Context, id string, generation int64) (bool, error) {
+	return s.repo.atGeneration(ctx, id, generation)
 }
 
 // Exists returns a NotFound fault naming the first of ids that is not
@@ -335,7 +383,7 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 	if volumes > 0 && !force {
 		return fault.New(fault.Conflict, "environment %q still has %d volume(s); delete them first, or use force=true to forget them (their PVCs stay in the cluster)", id, volumes)
 	}
-	s.changes.Publish(Change{EnvironmentID: id, Deleted: true, DCMProviderID: reg.ProviderID})
+	s.publish(Change{EnvironmentID: id, Deleted: true, DCMProviderID: reg.ProviderID})
 	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
 	return nil
 }

@@ -106,7 +106,7 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 		s.sawGeneration(id, next.sealed.Generation)
 	}
 	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
-	s.changes.Publish(Change{EnvironmentID: id})
+	s.publish(Change{EnvironmentID: id})
 	return s.Get(ctx, id)
 }
 

@@ -54,7 +54,7 @@ func (s *Service) Watch(ctx context.Context, interval time.Duration) {
 		default:
 			s.watching.Store(true)
 			for _, c := range changes {
-				s.changes.Publish(c)
+				s.publish(c)
 			}
 		}
 		t.Reset(interval)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -21,6 +22,12 @@ var (
 	errNotFound      = errors.New("volume record not found")
 	errExists        = errors.New("volume record exists")
 	errNoEnvironment = errors.New("environment deleted")
+	// errNotWritten: a fenced write wrote nothing (the lease is lost, or
+	// the environment's generation moved on).
+	errNotWritten = errors.New("fenced off: nothing was written")
+	// errStaleSpec: a create was decided under a spec of its environment
+	// that is no longer current.
+	errStaleSpec = errors.New("the environment changed since its spec was read")
 )
 
 // record is a volume's row: what was asked for, which claim serves it, and
@@ -72,8 +79,10 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 // insert records the intent to create a volume, with its idempotency key
 // when the request carried one, in one implicit transaction (a batch: one
 // round trip): a retry finds either both or neither. Both are fenced by
-// the owner's lease (the first statement's lock holds to the commit).
-func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lease membership.Lease) error {
+// the owner's lease (the first statement's lock holds to the commit) and
+// by the environment's generation the spec was resolved under; either
+// fence failing writes nothing and returns errNotWritten.
+func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lease membership.Lease, generation int64) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
@@ -81,16 +90,17 @@ func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lea
 	batch := &pgx.Batch{}
 	if key != nil {
 		batch.Queue(`INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id)
-			SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6"),
-			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, lease.Epoch, lease.Incarnation)
+			SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6")+` AND `+environments.GenerationSQL("$1::text", "$7"),
+			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, lease.Epoch, lease.Incarnation, generation)
 	}
 	batch.Queue(`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
-			SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` RETURNING create_time, update_time`,
-		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, lease.Epoch, lease.Incarnation).
+			SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` AND `+environments.GenerationSQL("$1::text", "$9")+
+		` RETURNING create_time, update_time`,
+		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, lease.Epoch, lease.Incarnation, generation).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) })
 	err = r.db.SendBatch(ctx, batch).Close()
 	if errors.Is(err, pgx.ErrNoRows) {
-		return lease.Lost() // fenced off: nothing was written
+		return errNotWritten
 	}
 	switch postgres.ErrorCode(err) {
 	case pgerrcode.UniqueViolation: // a concurrent create won

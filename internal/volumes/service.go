@@ -123,6 +123,9 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if requestedID != "" || key != nil {
 		v, err := s.createNew(ctx, env, cluster, lease, id, key, req)
 		switch {
+		case errors.Is(err, errStaleSpec):
+			// Decide again on the environment as it is now.
+			return s.Create(ctx, envID, requestedID, idempotencyKey, req)
 		case !errors.Is(err, errExists):
 			return v, err == nil, err
 		case key != nil:
@@ -135,7 +138,7 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	if errors.Is(err, errNotFound) {
 		// Gone since (a refused claim's record is dropped): create it.
 		v, err := s.createNew(ctx, env, cluster, lease, id, nil, req)
-		if errors.Is(err, errExists) {
+		if errors.Is(err, errExists) || errors.Is(err, errStaleSpec) {
 			return s.Create(ctx, envID, requestedID, idempotencyKey, req)
 		}
 		return v, err == nil, err
@@ -146,16 +149,17 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 	return s.replay(ctx, env, cluster, lease, rec, req)
 }
 
-// environment is what a volume write needs of its environment: its id and
-// its spec.
+// environment is what a volume write needs of its environment: its id,
+// its spec and the generation the spec is of.
 type environment struct {
-	ID   string
-	Spec environments.Spec
+	ID         string
+	Spec       environments.Spec
+	Generation int64
 }
 
 func (s *Service) environment(ctx context.Context, id string) (environment, error) {
-	spec, err := s.envs.Spec(ctx, id)
-	return environment{ID: id, Spec: spec}, err
+	v, err := s.envs.Spec(ctx, id)
+	return environment{ID: id, Spec: v.Spec, Generation: v.Generation}, err
 }
 
 // createNew records a new volume and creates its claim; errExists says the
@@ -171,9 +175,12 @@ func (s *Service) createNew(ctx context.Context, env environment, cluster cluste
 		return Volume{}, err
 	}
 	rec := record{EnvironmentID: env.ID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}
-	if err := s.repo.insert(ctx, &rec, key, lease); errors.Is(err, errNoEnvironment) {
+	switch err := s.repo.insert(ctx, &rec, key, lease, env.Generation); {
+	case errors.Is(err, errNoEnvironment):
 		return Volume{}, fault.New(fault.NotFound, "environment %q not found", env.ID)
-	} else if err != nil {
+	case errors.Is(err, errNotWritten):
+		return Volume{}, s.notWritten(ctx, env, lease)
+	case err != nil:
 		return Volume{}, err
 	}
 	v, err := s.createClaim(ctx, env, cluster, lease, rec)
@@ -183,6 +190,21 @@ func (s *Service) createNew(ctx context.Context, env environment, cluster cluste
 	cluster.StorageRequested()
 	s.log.InfoContext(ctx, "volume created", "environment", env.ID, "volume", id, "namespace", spec.Namespace, "storage_class", spec.StorageClass)
 	return v, nil
+}
+
+// notWritten says why a create's record was fenced off: the spec it was
+// decided under is stale (errStaleSpec: the environment was updated or
+// deleted since Spec read it), or the lease is lost.
+func (s *Service) notWritten(ctx context.Context, env environment, lease membership.Lease) error {
+	current, err := s.envs.AtGeneration(ctx, env.ID, env.Generation)
+	switch {
+	case err != nil:
+		return err
+	case !current:
+		s.envs.Forget(env.ID)
+		return errStaleSpec
+	}
+	return lease.Lost()
 }
 
 // identify settles the volume id: the one given, or the one an earlier

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/membership"
@@ -288,6 +289,7 @@ func TestReplicasShareTheFleet(t *testing.T) {
 	}
 	sameFleetViews(t, set)
 	registryChangeSeenEverywhere(t, set, owners)
+	specChangeDecidesTheNextCreate(t, set, owners)
 
 	// SIGKILL b: its environments are owned again and READY within the
 	// bound; claims deleted meanwhile are reported DELETED once; requests
@@ -380,6 +382,49 @@ func registryChangeSeenEverywhere(t *testing.T, set *replicaSet, owners map[stri
 	t.Logf("a registry change made through a was followed by b after %s", took.Round(10*time.Millisecond))
 	if took > registryChangeBound {
 		t.Fatalf("replica b followed a registry change made through a after %s, more than %s", took, registryChangeBound)
+	}
+}
+
+// specChangeDecidesTheNextCreate: an environment's owner decides a create
+// under the environment's spec as it is when the create is recorded. The
+// default class changes twice while c owns the environment and has created
+// volumes in it: through a (forwarded to c, which updates it), then by a
+// writer c has not heard of yet — as an earlier owner finishing an update
+// during a hand-over would be, seen by c's registry watch only at its next
+// read.
+func specChangeDecidesTheNextCreate(t *testing.T, set *replicaSet, owners map[string]string) {
+	t.Helper()
+	env := ownedBy(owners, "c")[0]
+	changes := []struct {
+		class  string
+		change func()
+	}{
+		{"standard-wffc", func() {
+			code, body := set.client("a").do(http.MethodPatch, "/api/v1alpha1/environments/"+env,
+				map[string]any{"defaults": map[string]any{"storage_class": "standard-wffc"}})
+			set.client("a").want(http.StatusOK, code, body)
+		}},
+		{"standard", func() {
+			if _, err := set.db.Exec(t.Context(), `UPDATE environments SET generation = generation + 1,
+				defaults = jsonb_set(defaults, '{storage_class}', '"standard"') WHERE id = $1`, env); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, ch := range changes {
+		ch.change()
+		v := tenantVolumeIn(env)
+		code, body := set.client("a").do(http.MethodPost, volumesPath(env)+"?id="+v.id, map[string]any{"spec": storageSpec("d", "1Gi", nil)})
+		set.client("a").want(http.StatusCreated, code, body)
+		pvc, err := v.cluster.AdminClient().CoreV1().PersistentVolumeClaims(v.namespace).Get(t.Context(), v.id, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ptr.Deref(pvc.Spec.StorageClassName, ""); got != ch.class {
+			t.Fatalf("a create right after the default class became %s made a claim of class %q", ch.class, got)
+		}
+		code, body = set.client("a").do(http.MethodDelete, volumesPath(env)+"/"+v.id, nil)
+		set.client("a").want(http.StatusNoContent, code, body)
 	}
 }
 
