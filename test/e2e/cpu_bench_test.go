@@ -26,9 +26,10 @@ func cpuTime(b *testing.B, p *gatewayproc.Process) time.Duration {
 }
 
 // cpuByProgram is the CPU time every process on the machine has used,
-// summed by program name (the kernel's 15-character comm: "storage-gatewa",
-// "kube-apiserver", "postgres", "etcd"). A benchmark takes it before and
-// after a phase to say which program spent the machine's cores.
+// summed by program name (the kernel's comm, at most 15 characters:
+// "storage-gateway", "kube-apiserver", "postgres", "etcd"). A benchmark
+// takes it before and after a phase to say which program spent the
+// machine's cores.
 func cpuByProgram(b *testing.B) map[string]time.Duration {
 	b.Helper()
 	paths, err := filepath.Glob("/proc/[0-9]*/stat")
