@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
 // Open connects a pool and verifies the server answers within the context's
@@ -23,6 +25,10 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "storage-gateway"
 	cfg.HealthCheckPeriod = 15 * time.Second
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerTypes(conn.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create database pool: %w", err)
@@ -37,6 +43,13 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	return pool, nil
 }
+
+// registerTypes teaches a connection's type map the Go types the gateway
+// passes that pgx does not know: google/uuid's UUID, which every fenced
+// write passes (the lease's incarnation). Unknown, it is encoded through a
+// failed binary plan (an error built with fmt) and then its driver.Valuer
+// text (BenchmarkEncodeUUID).
+func registerTypes(m *pgtype.Map) { pgxuuid.Register(m) }
 
 // EnsureDatabase creates the database named in url if it does not exist yet, by
 // connecting to the server's maintenance database "postgres" with the same

@@ -17,7 +17,7 @@ import (
 
 var discard = slog.New(slog.DiscardHandler)
 
-func open(t *testing.T, url string) *pgxpool.Pool {
+func open(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := postgres.Open(t.Context(), url)
 	if err != nil {
