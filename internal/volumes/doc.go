@@ -11,7 +11,10 @@
 //
 // A create records its intent (with the idempotency key) before it creates
 // the claim, named by the volume id: a retry after a crash finds the record
-// and creates exactly one claim. The reconciler (periodically, and for each
+// and creates exactly one claim. It is decided under the environment's spec
+// as the registry holds it in memory; the intent's insert names the
+// environment's generation, so a spec changed meanwhile writes nothing and
+// the create is decided again on a fresh read. The reconciler (periodically, and for each
 // cluster that becomes ready with synced caches) completes interrupted
 // creates, stores the uid of claims whose create was interrupted after the
 // claim existed, deletes claims created after their volume was deleted,
