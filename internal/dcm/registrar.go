@@ -356,7 +356,15 @@ func (r *Registrar) ensure(ctx context.Context, env environments.Environment, le
 	// Recorded even when the caller stopped waiting (an admin's request
 	// times out): DCM has answered, and the reconciler must not think
 	// otherwise.
-	r.record(context.WithoutCancel(ctx), env.ID, o, lease)
+	if r.record(context.WithoutCancel(ctx), env.ID, o, lease) && o.ProviderID != "" && r.deletedMeanwhile(ctx, env.ID) {
+		// Deleted while DCM was answering: the provider it answered
+		// with leaves at once. The deletion's notice may also have
+		// reached the registrar, or not yet (it races the loss of the
+		// environment's ownership, which drops what the registrar knew);
+		// either way nothing else knows this provider id.
+		r.deregister(context.WithoutCancel(ctx), env.ID, o.ProviderID)
+		return time.Now(), nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch o.State {
@@ -557,18 +565,28 @@ func (r *Registrar) register(ctx context.Context, body spmapi.Provider) outcome 
 		Message: fmt.Sprintf("DCM refused the registration (HTTP %d); fix the environment's dcm settings", code)}}
 }
 
-func (r *Registrar) record(ctx context.Context, id string, o outcome, lease membership.Lease) {
+// record stores a pass's outcome in the environment's row; it reports true
+// when the lease no longer holds (the environment was handed over or
+// deleted), and nothing was stored.
+func (r *Registrar) record(ctx context.Context, id string, o outcome, lease membership.Lease) (fenced bool) {
 	err := r.opts.Environments.RecordRegistration(ctx, id, o.DCMRegistration, lease)
 	switch {
 	case errors.Is(err, membership.ErrNotOwner):
-		r.log.DebugContext(ctx, "DCM registration not recorded: another replica owns the environment now", "environment", id)
-		return
+		r.log.DebugContext(ctx, "DCM registration not recorded: this replica no longer owns the environment", "environment", id)
+		return true
 	case err != nil:
 		r.log.WarnContext(ctx, "record DCM registration", "environment", id, "error", err)
 	}
 	if o.State != StatePending {
 		r.log.InfoContext(ctx, "DCM registration", "environment", id, "state", o.State, "provider_id", o.ProviderID)
 	}
+	return false
+}
+
+// deletedMeanwhile reports whether environment id is no longer registered
+// (an error reading it says no: the deletion's notice still deregisters).
+func (r *Registrar) deletedMeanwhile(ctx context.Context, id string) bool {
+	return fault.Is(r.opts.Environments.Exists(context.WithoutCancel(ctx), id), fault.NotFound)
 }
 
 // deregister removes a deleted environment's provider from DCM (best
