@@ -172,6 +172,11 @@ func (s *Service) createNew(ctx context.Context, env environment, cluster cluste
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
 			return Volume{}, errExists
 		}
+		// A refusal, too, is decided under the current spec.
+		if current, genErr := s.envs.AtGeneration(ctx, env.ID, env.Generation); genErr == nil && !current {
+			s.envs.Forget(env.ID)
+			return Volume{}, errStaleSpec
+		}
 		return Volume{}, err
 	}
 	rec := record{EnvironmentID: env.ID, ID: id, Spec: spec, Status: status.Provisioning, Message: "creating the claim"}

@@ -386,42 +386,51 @@ func registryChangeSeenEverywhere(t *testing.T, set *replicaSet, owners map[stri
 }
 
 // specChangeDecidesTheNextCreate: an environment's owner decides a create
-// under the environment's spec as it is when the create is recorded. The
-// default class changes twice while c owns the environment and has created
-// volumes in it: through a (forwarded to c, which updates it), then by a
-// writer c has not heard of yet — as an earlier owner finishing an update
-// during a hand-over would be, seen by c's registry watch only at its next
-// read.
+// (or its refusal) under the environment's spec as it is then, even when
+// the spec changed a moment before. The default class changes while c owns
+// the environment and has created volumes in it: through a (forwarded to
+// c, which updates it), then twice by a writer c has not heard of yet — as
+// an earlier owner finishing an update during a hand-over would be, seen
+// by c's registry watch only at its next read: to a class the cluster does
+// not have (the create is refused), and back (the next one is not).
 func specChangeDecidesTheNextCreate(t *testing.T, set *replicaSet, owners map[string]string) {
 	t.Helper()
 	env := ownedBy(owners, "c")[0]
-	changes := []struct {
+	elsewhere := func(class string) func() {
+		return func() {
+			if _, err := set.db.Exec(t.Context(), `UPDATE environments SET generation = generation + 1,
+				defaults = jsonb_set(defaults, '{storage_class}', to_jsonb($2::text)) WHERE id = $1`, env, class); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, step := range []struct {
 		class  string
 		change func()
+		code   int
 	}{
 		{"standard-wffc", func() {
 			code, body := set.client("a").do(http.MethodPatch, "/api/v1alpha1/environments/"+env,
 				map[string]any{"defaults": map[string]any{"storage_class": "standard-wffc"}})
 			set.client("a").want(http.StatusOK, code, body)
-		}},
-		{"standard", func() {
-			if _, err := set.db.Exec(t.Context(), `UPDATE environments SET generation = generation + 1,
-				defaults = jsonb_set(defaults, '{storage_class}', '"standard"') WHERE id = $1`, env); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
-	for _, ch := range changes {
-		ch.change()
+		}, http.StatusCreated},
+		{"gold", elsewhere("gold"), http.StatusUnprocessableEntity},
+		{"standard", elsewhere("standard"), http.StatusCreated},
+	} {
+		step.change()
 		v := tenantVolumeIn(env)
 		code, body := set.client("a").do(http.MethodPost, volumesPath(env)+"?id="+v.id, map[string]any{"spec": storageSpec("d", "1Gi", nil)})
+		if step.code != http.StatusCreated {
+			set.client("a").want(step.code, code, body, step.class)
+			continue
+		}
 		set.client("a").want(http.StatusCreated, code, body)
 		pvc, err := v.cluster.AdminClient().CoreV1().PersistentVolumeClaims(v.namespace).Get(t.Context(), v.id, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ptr.Deref(pvc.Spec.StorageClassName, ""); got != ch.class {
-			t.Fatalf("a create right after the default class became %s made a claim of class %q", ch.class, got)
+		if got := ptr.Deref(pvc.Spec.StorageClassName, ""); got != step.class {
+			t.Fatalf("a create right after the default class became %s made a claim of class %q", step.class, got)
 		}
 		code, body = set.client("a").do(http.MethodDelete, volumesPath(env)+"/"+v.id, nil)
 		set.client("a").want(http.StatusNoContent, code, body)
