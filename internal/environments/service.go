@@ -218,8 +218,8 @@ func (s *Service) publish(c Change) {
 }
 
 // GenerationSQL is the condition a write depending on an environment's
-// spec adds to its statement: the environment (id, a SQL expression) is
-// still at generation (another).
+// spec adds to its statement: the environment is still at the generation
+// the spec was read at (id and generation are SQL expressions).
 func GenerationSQL(id, generation string) string {
 	return `EXISTS (SELECT 1 FROM environments g WHERE g.id = ` + id + ` AND g.generation = ` + generation + `)`
 }
