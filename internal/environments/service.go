@@ -189,8 +189,9 @@ type VersionedSpec struct {
 // It is served from memory after the first read, so a create spends no
 // round trip on it: the write that depends on the spec states the
 // generation it was decided under (GenerationSQL), and when the row has
-// moved on the writer calls Forget and decides again on a fresh read. A
-// stale spec therefore never decides a write, however long it stays here.
+// moved on the writer asks AtGeneration, which drops the spec, and decides
+// again on a fresh read. A stale spec therefore never decides a write,
+// however long it stays here.
 func (s *Service) Spec(ctx context.Context, id string) (VersionedSpec, error) {
 	if v, ok := s.specs.Load(id); ok {
 		return v.(VersionedSpec), nil
@@ -205,15 +206,15 @@ func (s *Service) Spec(ctx context.Context, id string) (VersionedSpec, error) {
 	return v, err
 }
 
-// Forget drops the spec Spec holds of an environment (a write found its
-// generation stale): the next Spec reads the row.
-func (s *Service) Forget(id string) { s.specs.Delete(id) }
+// forget drops the spec Spec holds of an environment: the next Spec reads
+// the row.
+func (s *Service) forget(id string) { s.specs.Delete(id) }
 
 // publish tells the subscribers of a change, dropping the spec Spec holds
 // of the environment first: a change this replica made, or one its Watch
 // found, is not left for a write to find stale.
 func (s *Service) publish(c Change) {
-	s.Forget(c.EnvironmentID)
+	s.forget(c.EnvironmentID)
 	s.changes.Publish(c)
 }
 
@@ -224,11 +225,16 @@ func GenerationSQL(id, generation string) string {
 	return `EXISTS (SELECT 1 FROM environments g WHERE g.id = ` + id + ` AND g.generation = ` + generation + `)`
 }
 
-// AtGeneration reports whether the environment is still at generation:
+// AtGeneration reports whether the environment is still at generation —
 // the cause a write conditioned by GenerationSQL needs when it wrote
-// nothing, which the same statement cannot tell apart from a lost lease.
+// nothing, which the same statement cannot tell apart from a lost lease —
+// and, when it is not, drops the spec Spec holds of it.
 func (s *Service) AtGeneration(ctx context.Context, id string, generation int64) (bool, error) {
-	return s.repo.atGeneration(ctx, id, generation)
+	current, err := s.repo.atGeneration(ctx, id, generation)
+	if err == nil && !current {
+		s.forget(id)
+	}
+	return current, err
 }
 
 // Exists returns a NotFound fault naming the first of ids that is not

@@ -174,7 +174,6 @@ func (s *Service) createNew(ctx context.Context, env environment, cluster cluste
 		}
 		// A refusal, too, is decided under the current spec.
 		if current, genErr := s.envs.AtGeneration(ctx, env.ID, env.Generation); genErr == nil && !current {
-			s.envs.Forget(env.ID)
 			return Volume{}, errStaleSpec
 		}
 		return Volume{}, err
@@ -206,7 +205,6 @@ func (s *Service) notWritten(ctx context.Context, env environment, lease members
 	case err != nil:
 		return err
 	case !current:
-		s.envs.Forget(env.ID)
 		return errStaleSpec
 	}
 	return lease.Lost()
