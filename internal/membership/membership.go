@@ -195,12 +195,12 @@ func (m *Membership) Run(ctx context.Context) {
 // or a lease has passed — when environments are owned under other
 // members' ids, so those members are likely starting too: replicas
 // restarted together (an orchestrator replacing a deployment's pods) then
-// see each other before any of them claims. Without it the first to join claimed the whole
-// fleet and began connecting all of it, only to hand two thirds of it
-// over a second later as the other two joined (10,000 environments on
-// three replicas). A lone replica, or the first start of a fleet, claims
-// at once. Kafka's group coordinator delays a new group's first rebalance
-// for the same reason.
+// see each other before any of them claims. Without it the first to join
+// claimed the whole fleet and began connecting all of it, only to hand two
+// thirds of it over a second later as the other two joined (10,000
+// environments on three replicas). A lone replica, or the first start of a
+// fleet, claims at once. Kafka's group coordinator delays a new group's
+// first rebalance for the same reason.
 func (m *Membership) settleJoin(ctx context.Context, tick <-chan time.Time) {
 	start := time.Now()
 	var seen map[string]uuid.UUID
