@@ -32,14 +32,18 @@
 // deadline; a dead cluster never blocks another or any request. Health is
 // `GET /readyz` 50 s after a good check, at once when a watch connection
 // breaks, and 10 s after a failed one (two failures: UNREACHABLE; one
-// success: READY), each on a goroutine that lives for the check. Checks
-// and watches share one HTTP/2 connection per entry (one handshake, one
-// reader); a check that gets no answer closes it, so the next check dials
-// afresh and the watches resume from where they were (a server that
-// answers "not ready" keeps it). Since the checks find a dead connection,
-// it sends no HTTP/2 pings while idle, as client-go's connections do every
-// 30 s (the probe's and the writes' keep them). A
-// credential rotation starts a new entry and retires the old one once the
-// new one has synced; removing an entry stops every goroutine, watch and
-// connection of it.
+// success: READY). The pool keeps every entry's next check in one
+// delaying queue, due times rounded down to a whole second, and runs them
+// on long-lived workers: the checks of a second wake the process once
+// (a timer and a goroutine per check woke it once per check). Checks that
+// may hang — the first, and any after a failure — run on a goroutine of
+// their own, so a dead cluster holds no worker. Checks and watches share
+// one HTTP/2 connection per entry (one handshake, one reader); a check
+// that gets no answer closes it, so the next check dials afresh and the
+// watches resume from where they were (a server that answers "not ready"
+// keeps it). Since the checks find a dead connection, it sends no HTTP/2
+// pings while idle, as client-go's connections do every 30 s (the probe's
+// and the writes' keep them). A credential rotation starts a new entry
+// and retires the old one once the new one has synced; removing an entry
+// stops every goroutine, watch and connection of it.
 package clusters

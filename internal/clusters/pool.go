@@ -172,6 +172,8 @@ type Pool struct {
 	slots, dials chan struct{}
 	// changes tells subscribers about health and storage changes.
 	changes changes.Topic[Change]
+	// checks runs every cluster's health checks.
+	checks *healthChecks
 
 	mu     sync.Mutex
 	envs   map[string]*environment
@@ -209,10 +211,11 @@ func (e *environment) wants(t Target) bool {
 func NewPool(opts PoolOptions) *Pool {
 	opts = opts.withDefaults()
 	return &Pool{
-		opts:  opts,
-		slots: make(chan struct{}, opts.ConcurrentSyncs),
-		dials: make(chan struct{}, opts.ConcurrentDials),
-		envs:  map[string]*environment{},
+		opts:   opts,
+		slots:  make(chan struct{}, opts.ConcurrentSyncs),
+		dials:  make(chan struct{}, opts.ConcurrentDials),
+		checks: newHealthChecks(opts.HealthInterval),
+		envs:   map[string]*environment{},
 	}
 }
 
@@ -357,6 +360,7 @@ func (p *Pool) StopWatching() {
 	p.stopped = append(p.stopped, all...)
 	p.mu.Unlock()
 	each(all, (*Cluster).stopWatching)
+	p.checks.stop()
 }
 
 // Close stops watching (if StopWatching has not) and closes every

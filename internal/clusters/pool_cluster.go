@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -38,6 +39,8 @@ type Cluster struct {
 	caches   *caches
 	handlers *pvcHandlers
 
+	// ctx is the cluster's lifetime, ended by cancel (stop).
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when every goroutine of the cluster has exited
 	// watchBroke holds a notice that a watch connection failed: the run
@@ -51,13 +54,23 @@ type Cluster struct {
 	settleReported bool
 	spread         bool
 
+	// scheduled counts the checks the run goroutine scheduled; pending is
+	// the number of the one not started yet (0: none). A worker starts a
+	// check only by swapping pending from its number to 0, so a check taken
+	// back (cancelCheck) never runs. checking counts the check scheduled
+	// or running; checkResults carries its result to the run goroutine.
+	scheduled    uint64
+	pending      atomic.Uint64
+	checking     sync.WaitGroup
+	checkResults chan checkResult
+
 	mu     sync.Mutex
 	health Health
 }
 
 // newCluster builds a cluster without touching the network.
 func (p *Pool) newCluster(t Target) (*Cluster, error) {
-	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{}), watchBroke: make(chan struct{}, 1)}
+	c := &Cluster{pool: p, target: t, conns: newConnections(), done: make(chan struct{}), watchBroke: make(chan struct{}, 1), checkResults: make(chan checkResult)}
 	// Informers list and watch without a timeout or a bound on answers;
 	// health checks and writes read answers of known, small size. Watches
 	// and checks share one connection (HTTP/2 carries both): a second one
@@ -189,9 +202,8 @@ func (c *Cluster) start() {
 	if l := c.pool.opts.Limiters; l != nil {
 		l.acquire(c.target.EnvironmentID)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	go c.run(ctx)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	go c.run(c.ctx)
 }
 
 // stop ends every goroutine of a started cluster, waits for them, and
@@ -227,15 +239,9 @@ func (c *Cluster) closeConnections() {
 func (c *Cluster) run(ctx context.Context) {
 	defer close(c.done)
 	defer c.caches.shutdown() // after ctx is cancelled: waits for the informers
-	checks := make(chan checkResult)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	next := c.checkAfter(ctx, 0, &wg, checks)
-	defer func() {
-		if next.Stop() {
-			wg.Done() // the check will not run
-		}
-	}()
+	defer c.checking.Wait()   // a check under way ends with ctx
+	defer c.cancelCheck()
+	c.scheduleCheck(0, false)
 
 	// Informers announce no sync: while syncing, the cluster's own goroutine
 	// asks them (whenTicking), and the ticker is ignored otherwise.
@@ -252,15 +258,14 @@ func (c *Cluster) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-checks:
+		case r := <-c.checkResults:
 			c.tracker.checked(r)
-			next = c.checkAfter(ctx, c.nextCheck(ctx, r), &wg, checks)
+			c.scheduleCheck(c.nextCheck(ctx, r), r.ok)
 		case <-c.watchBroke:
 			// Checked now if the last check passed and none is under way
 			// (while checks fail, the failure interval already runs).
-			if c.tracker.failures == 0 && next.Stop() {
-				wg.Done()
-				next = c.checkAfter(ctx, 0, &wg, checks)
+			if c.tracker.failures == 0 && c.cancelCheck() {
+				c.scheduleCheck(0, false)
 			}
 		case c.slotsWhen(c.tracker.phase == phaseQueued) <- struct{}{}:
 			holding = true

@@ -24,3 +24,7 @@ func (c *Cluster) OpenConnections() int {
 	defer c.conns.mu.Unlock()
 	return len(c.conns.open)
 }
+
+// SetHealthWorkers sets how many workers run p's steady health checks; it
+// must be called before p's first Ensure.
+func SetHealthWorkers(p *Pool, n int) { p.checks.workers = n }

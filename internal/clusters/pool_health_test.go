@@ -39,6 +39,22 @@ func detectionBound(o PoolOptions) time.Duration {
 	return o.SteadyHealthInterval + time.Duration(o.FailureThreshold-1)*o.HealthInterval + time.Duration(o.FailureThreshold)*o.HealthTimeout
 }
 
+func TestChecksEndOnATick(t *testing.T) {
+	const tick = time.Second
+	now := time.Date(2026, 11, 28, 10, 0, 0, 123456789, time.UTC)
+	for _, d := range []time.Duration{0, time.Millisecond, tick} {
+		if got := onTick(now, d, tick); got != d {
+			t.Errorf("onTick(%s) = %s; a pause of a tick or less is kept", d, got)
+		}
+	}
+	for _, d := range []time.Duration{tick + time.Nanosecond, 1500 * time.Millisecond, 50 * time.Second, 50*time.Second + 876543210} {
+		got := onTick(now, d, tick)
+		if due := now.Add(got); !due.Equal(due.Truncate(tick)) || got > d || d-got >= tick {
+			t.Errorf("onTick(%s) = %s, due at %s; want it shortened by less than a tick to end on one", d, got, due.Format(time.StampNano))
+		}
+	}
+}
+
 func TestTrackerStates(t *testing.T) {
 	ok := func(tr *tracker) { tr.checked(checkResult{ok: true}) }
 	fail := func(tr *tracker) { tr.checked(checkResult{message: "the API server did not answer within 5s"}) }

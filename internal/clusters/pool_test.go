@@ -513,6 +513,55 @@ func TestDeadClustersDoNotDelayHealthyOnes(t *testing.T) {
 	}
 }
 
+// TestADyingClusterHoldsNoWorker: steady checks share a few workers
+// (here one); a cluster that stops answering holds its worker for its first
+// failed check only, and its later checks run apart, so another cluster's
+// checks keep their pace while it stays dead.
+func TestADyingClusterHoldsNoWorker(t *testing.T) {
+	opts := fast
+	opts.HealthInterval = 200 * time.Millisecond
+	opts.SteadyHealthInterval = 200 * time.Millisecond
+	opts.HealthTimeout = 2 * time.Second
+	p := newPool(t, opts)
+	clusters.SetHealthWorkers(p, 1)
+
+	var checks atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			checks.Add(1)
+			return
+		}
+		http.NotFound(w, r) // no caches: only its checks matter here
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := p.Ensure(clusters.Target{EnvironmentID: "pool-answering", Namespaces: []string{"dcm"},
+		Connection: kubeconfig.Connection{Server: srv.URL, CAData: ca, Token: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	dying := ensureReady(t, p, eastTarget("pool-dying"))
+	poll.Until(t, 10*time.Second, "the answering cluster checked", func() bool { return checks.Load() >= 3 })
+
+	t.Cleanup(func() { east.SetFrozen(false) })
+	east.SetFrozen(true) // the dying cluster's checks now last their whole timeout
+	// Its first failed check may hold the worker; after that it must not.
+	time.Sleep(opts.HealthTimeout + opts.HealthInterval)
+	before := checks.Load()
+	const window = 4 * time.Second
+	time.Sleep(window)
+	got := int(checks.Load() - before)
+	if h := dying.Health(); h.State != clusters.HealthUnreachable {
+		t.Errorf("the frozen cluster is %s; want UNREACHABLE", h.State)
+	}
+	// One check per interval, give or take the tick; a worker held by
+	// each of the dead cluster's checks leaves about one per timeout.
+	if want := int(window / opts.SteadyHealthInterval / 2); got < want {
+		t.Errorf("the answering cluster was checked %d times in %s while another was dead; want at least %d", got, window, want)
+	}
+}
+
 func TestPoolSwapsConnectionsLive(t *testing.T) {
 	ns, scratch := east.Spec.Environment.Namespace, east.Spec.Environment.AllowedNamespaces[0]
 	rotated, err := east.NewGatewayToken(t.Context())
