@@ -132,14 +132,17 @@ func (t *tracker) health() (HealthState, string) {
 const healthWorkers = 128
 
 // healthChecks holds every cluster's next check in one delaying queue and
-// runs the due ones on long-lived workers. Due times are rounded down to a
-// whole tick, so the checks of a tick run together. A timer and a fresh
+// runs the due ones on long-lived workers. Steady checks are due on whole
+// ticks (rounded down), so the checks of a tick run together; each pool's
+// ticks start at a random offset, so replicas do not send theirs at the
+// same instant, and a check after a failure keeps its exact interval: it is
+// the one that finds out whether a cluster is back. A timer and a fresh
 // goroutine per check woke the process once per check and grew each
 // goroutine's stack anew: an idle replica with 2,000 environments spent
 // 5.0–5.9 % of a core before, 2.5–3.1 % after (BenchmarkIdleFleet).
 type healthChecks struct {
-	tick  time.Duration
-	queue workqueue.TypedDelayingInterface[scheduledCheck]
+	tick, offset time.Duration
+	queue        workqueue.TypedDelayingInterface[scheduledCheck]
 	// workers is how many run, healthWorkers but in tests.
 	workers int
 	start   sync.Once
@@ -160,26 +163,32 @@ type scheduledCheck struct {
 // shorter (tests), so rounding never moves a check by more than a tenth of
 // its interval, and always earlier: the detection bounds stand.
 func newHealthChecks(interval time.Duration) *healthChecks {
-	return &healthChecks{tick: min(time.Second, interval/10), workers: healthWorkers, queue: workqueue.NewTypedDelayingQueue[scheduledCheck]()}
+	tick := min(time.Second, interval/10)
+	offset := rand.N(tick + 1) //nolint:gosec // spreading timers, not a secret
+	return &healthChecks{tick: tick, offset: offset, workers: healthWorkers, queue: workqueue.NewTypedDelayingQueue[scheduledCheck]()}
 }
 
-// after queues s to run once d has passed, rounded down to a tick.
+// after queues s to run once d has passed, rounded down to a tick when s
+// is steady.
 func (h *healthChecks) after(s scheduledCheck, d time.Duration) {
 	h.start.Do(func() {
 		for range h.workers {
 			h.running.Go(h.work)
 		}
 	})
-	h.queue.AddAfter(s, onTick(time.Now(), d, h.tick))
+	if s.steady {
+		d = onTick(time.Now(), d, h.tick, h.offset)
+	}
+	h.queue.AddAfter(s, d)
 }
 
-// onTick is d shortened so that it ends on a whole tick, when d is longer
-// than a tick.
-func onTick(now time.Time, d, tick time.Duration) time.Duration {
+// onTick is d shortened so that it ends on a tick (the ticks are offset
+// from whole multiples of tick), when d is longer than a tick.
+func onTick(now time.Time, d, tick, offset time.Duration) time.Duration {
 	if d <= tick {
 		return d
 	}
-	return now.Add(d).Truncate(tick).Sub(now)
+	return now.Add(d - offset).Truncate(tick).Add(offset).Sub(now)
 }
 
 func (h *healthChecks) work() {

@@ -40,17 +40,19 @@ func detectionBound(o PoolOptions) time.Duration {
 }
 
 func TestChecksEndOnATick(t *testing.T) {
-	const tick = time.Second
+	const tick, offset = time.Second, 300 * time.Millisecond
 	now := time.Date(2026, 11, 28, 10, 0, 0, 123456789, time.UTC)
 	for _, d := range []time.Duration{0, time.Millisecond, tick} {
-		if got := onTick(now, d, tick); got != d {
+		if got := onTick(now, d, tick, offset); got != d {
 			t.Errorf("onTick(%s) = %s; a pause of a tick or less is kept", d, got)
 		}
 	}
 	for _, d := range []time.Duration{tick + time.Nanosecond, 1500 * time.Millisecond, 50 * time.Second, 50*time.Second + 876543210} {
-		got := onTick(now, d, tick)
-		if due := now.Add(got); !due.Equal(due.Truncate(tick)) || got > d || d-got >= tick {
-			t.Errorf("onTick(%s) = %s, due at %s; want it shortened by less than a tick to end on one", d, got, due.Format(time.StampNano))
+		got := onTick(now, d, tick, offset)
+		due := now.Add(got)
+		if onTick := due.Add(-offset); !onTick.Equal(onTick.Truncate(tick)) || got > d || d-got >= tick {
+			t.Errorf("onTick(%s) = %s, due at %s; want it shortened by less than a tick to end %s after a whole one",
+				d, got, due.Format(time.StampNano), offset)
 		}
 	}
 }
