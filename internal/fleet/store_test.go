@@ -366,6 +366,15 @@ func TestReplicasReadNothingTwice(t *testing.T) {
 	first.opts.Index.Observe("east", fleettest.Objects(3, 10), time.Now())
 	first.unsaved["east"] = true
 	first.persistAll(ctx)
+	// A read takes as its horizon the oldest transaction open anywhere on
+	// the server, so while another test's transaction that began before
+	// the snapshot was written stays open, every read returns the snapshot
+	// again (as it must). The start reads once those have ended.
+	poll.Until(t, 30*time.Second, "no transaction older than the snapshot open on the server", func() bool {
+		var past bool
+		err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > max(written_xid) FROM fleet_snapshots`).Scan(&past)
+		return err == nil && past
+	})
 
 	other := membership.New(membership.Options{DB: db, ID: "replica-2", Lease: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	second := newFeed(db, other, "east")
