@@ -200,12 +200,7 @@ func TestNewConnectionsAreBounded(t *testing.T) {
 	})
 	var targets []clusters.Target
 	for i := range 6 {
-		// HTTP/2, as API servers speak: checks and watches share the
-		// connection the first check opened.
-		srv := httptest.NewUnstartedServer(firstCheck)
-		srv.EnableHTTP2 = true
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
+		srv := http2Server(t, firstCheck)
 		targets = append(targets, clusters.Target{
 			EnvironmentID: fmt.Sprintf("pool-dial-%d", i),
 			Connection:    kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t0ken"},
@@ -264,7 +259,7 @@ func TestAHungDialHoldsItsSlotBriefly(t *testing.T) {
 		}
 	})
 	var answered atomic.Bool
-	healthy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	healthy := http2Server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/readyz" {
 			<-r.Context().Done()
 			return
@@ -272,9 +267,6 @@ func TestAHungDialHoldsItsSlotBriefly(t *testing.T) {
 		answered.Store(true)
 		_, _ = w.Write([]byte("ok"))
 	}))
-	healthy.EnableHTTP2 = true
-	healthy.StartTLS()
-	t.Cleanup(healthy.Close)
 
 	opts := fast
 	opts.ConcurrentDials = 1

@@ -526,19 +526,15 @@ func TestADyingClusterHoldsNoWorker(t *testing.T) {
 	clusters.SetHealthWorkers(p, 1)
 
 	var checks atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := http2Server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/readyz" {
 			checks.Add(1)
 			return
 		}
 		http.NotFound(w, r) // no caches: only its checks matter here
 	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	if err := p.Ensure(clusters.Target{EnvironmentID: "pool-answering", Namespaces: []string{"dcm"},
-		Connection: kubeconfig.Connection{Server: srv.URL, CAData: ca, Token: "t"}}); err != nil {
+		Connection: kubeconfig.Connection{Server: srv.URL, CAData: pemCert(srv.Certificate().Raw), Token: "t"}}); err != nil {
 		t.Fatal(err)
 	}
 	dying := ensureReady(t, p, eastTarget("pool-dying"))

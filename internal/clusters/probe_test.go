@@ -23,6 +23,18 @@ func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
+// http2Server is a TLS test server that speaks HTTP/2, as API servers do:
+// a cluster's checks and watches share the connection its first check
+// opened.
+func http2Server(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func TestProbeNeverFollowsRedirects(t *testing.T) {
 	var targetHits atomic.Int32
 	target := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { targetHits.Add(1) }))
