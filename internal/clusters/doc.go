@@ -33,11 +33,12 @@
 // `GET /readyz` 50 s after a good check, at once when a watch connection
 // breaks, and 10 s after a failed one (two failures: UNREACHABLE; one
 // success: READY). The pool keeps every entry's next check in one
-// delaying queue, due times rounded down to a whole second, and runs them
-// on long-lived workers: the checks of a second wake the process once
-// (a timer and a goroutine per check woke it once per check). Checks that
-// may hang — the first, and any after a failure — run on a goroutine of
-// their own, so a dead cluster holds no worker. Checks and watches share
+// delaying queue and runs them on long-lived workers; a steady check is
+// due on a whole second (rounded down, offset at random per replica), so
+// the checks of a second wake the process once (a timer and a goroutine
+// per check woke it once per check). Checks that may hang — the first,
+// and any after a failure — run on a goroutine of their own, so a dead
+// cluster holds no worker. Checks and watches share
 // one HTTP/2 connection per entry (one handshake, one reader); a check
 // that gets no answer closes it, so the next check dials afresh and the
 // watches resume from where they were (a server that answers "not ready"
