@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,13 +12,12 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/paging"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 )
 
-// Audit timing: a record is written within auditWriteTimeout or logged as
-// lost; expired records are pruned every auditPruneInterval, at most
+// Expired audit records are pruned every auditPruneInterval, at most
 // auditPruneBatch rows per statement so pruning never holds long locks.
 const (
-	auditWriteTimeout  = 5 * time.Second
 	auditPruneInterval = time.Hour
 	auditPruneBatch    = 10000
 )
@@ -49,25 +47,7 @@ type AuditLog struct {
 	db        *pgxpool.Pool
 	log       *slog.Logger
 	retention time.Duration
-
-	// Concurrent requests store their events together (group commit):
-	// pending waits for the next write, writing says one is under way.
-	mu      sync.Mutex
-	pending []*auditWrite
-	writing bool
-}
-
-// auditWrite is one event waiting to be stored; turn says how its wait
-// ended: stored (err says whether it failed), or told to store the events
-// pending itself.
-type auditWrite struct {
-	event AuditEvent
-	turn  chan auditTurn
-}
-
-type auditTurn struct {
-	lead bool
-	err  error
+	group     *postgres.Group
 }
 
 // AuditOptions configure an AuditLog.
@@ -76,6 +56,9 @@ type AuditOptions struct {
 	Logger *slog.Logger
 	// Retention is how long stored events are kept (SG_AUDIT_RETENTION).
 	Retention time.Duration
+	// Group stores the events with the process's other hot writes (nil:
+	// a group of the log's own).
+	Group *postgres.Group
 }
 
 // NewAuditLog returns an AuditLog; Run prunes it.
@@ -83,7 +66,10 @@ func NewAuditLog(opts AuditOptions) *AuditLog {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &AuditLog{db: opts.DB, log: opts.Logger, retention: opts.Retention}
+	if opts.Group == nil {
+		opts.Group = postgres.NewGroup(opts.DB)
+	}
+	return &AuditLog{db: opts.DB, log: opts.Logger, retention: opts.Retention, group: opts.Group}
 }
 
 // Record logs e and stores it, and returns the store's error: the API
@@ -107,77 +93,16 @@ func (a *AuditLog) Record(ctx context.Context, e AuditEvent) error {
 	return err
 }
 
-// store writes e together with whatever other requests are storing now,
-// and returns once it is committed. The first to arrive writes; events that
-// arrive meanwhile wait, and the first of them then writes them all in one
-// round trip and one commit, so under load the audit log costs the
-// database one commit per batch rather than one per request, and no
-// request is answered before its event is stored. Each writer writes one
-// batch only, so no request waits behind more than two.
+// store writes e with the other writes of the moment (postgres.Group): no
+// request is answered before its event is stored, and under load the audit
+// log costs the database one commit per batch, not one per request.
 func (a *AuditLog) store(ctx context.Context, e AuditEvent) error {
-	w := &auditWrite{event: e, turn: make(chan auditTurn, 1)}
-	a.mu.Lock()
-	a.pending = append(a.pending, w)
-	lead := !a.writing
-	a.writing = true
-	a.mu.Unlock()
-	if !lead {
-		if turn := <-w.turn; !turn.lead {
-			return turn.err
-		}
-	}
-	a.mu.Lock()
-	batch := a.pending
-	a.pending = nil
-	a.mu.Unlock()
-	errs := a.insert(ctx, batch)
-	var err error
-	for i, other := range batch {
-		if other == w {
-			err = errs[i]
-		} else {
-			other.turn <- auditTurn{err: errs[i]}
-		}
-	}
-	a.mu.Lock()
-	if len(a.pending) > 0 {
-		a.pending[0].turn <- auditTurn{lead: true}
-	} else {
-		a.writing = false
-	}
-	a.mu.Unlock()
-	return err
-}
-
-// insert stores a batch of events in one implicit transaction and returns
-// each event's outcome; when the batch fails, each event is tried alone, so
-// one the database refuses costs no other its record.
-func (a *AuditLog) insert(ctx context.Context, batch []*auditWrite) []error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
-	defer cancel()
-	errs := make([]error, len(batch))
-	if err := a.insertTogether(ctx, batch); err == nil || len(batch) == 1 {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	for i, w := range batch {
-		errs[i] = a.insertTogether(ctx, []*auditWrite{w})
-	}
-	return errs
-}
-
-func (a *AuditLog) insertTogether(ctx context.Context, batch []*auditWrite) error {
-	b := &pgx.Batch{}
-	for _, w := range batch {
-		e := w.event
-		b.Queue(`INSERT INTO audit_events
+	return a.group.Do(ctx, func(b postgres.Batch) {
+		b.Queue(nil, `INSERT INTO audit_events
 			(request_id, subject, name, roles, auth_method, action, environment_id, volume_id, status, peer)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			e.RequestID, e.Subject, e.Name, RoleNames(e.Roles), string(e.AuthMethod), e.Action, e.EnvironmentID, e.VolumeID, e.Status, e.Peer)
-	}
-	return a.db.SendBatch(ctx, b).Close()
+	})
 }
 
 // AuditQuery selects audit events, newest first.

@@ -101,7 +101,11 @@ type Gateway struct {
 	log       *slog.Logger
 	startTime time.Time
 
-	db         *pgxpool.Pool
+	db *pgxpool.Pool
+	// writes commits the hot paths' writes together (a create's intent
+	// and claim, the audit rows): one group for the process, so they
+	// share commits with each other.
+	writes     *postgres.Group
 	migrator   *postgres.Migrator
 	auth       *auth.Authenticator
 	reloadAuth func(context.Context) error
@@ -159,7 +163,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if g.auth, g.reloadAuth, err = newAuthenticator(startCtx, cfg, g.log); err != nil {
 		return nil, err
 	}
-	g.audit = auth.NewAuditLog(auth.AuditOptions{DB: g.db, Logger: g.log, Retention: cfg.AuditRetention})
+	g.audit = auth.NewAuditLog(auth.AuditOptions{DB: g.db, Group: g.writes, Logger: g.log, Retention: cfg.AuditRetention})
 	// One rate limiter per environment, shared by its pool connection and
 	// every probe of it.
 	limiters := clusters.NewLimiters(cfg.ClusterQPS, cfg.ClusterBurst)
@@ -210,7 +214,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Leases: g.membership,
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Group: g.writes, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Leases: g.membership,
 		WriteTimeout: cfg.ClusterWriteTimeout})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newRegistrar(); err != nil {
@@ -242,7 +246,7 @@ func (g *Gateway) openDatabase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.db = db
+	g.db, g.writes = db, postgres.NewGroup(db)
 	if g.migrator, err = postgres.NewMigrator(db, g.log); err != nil {
 		return err
 	}
@@ -296,7 +300,7 @@ func (g *Gateway) newStatusReporting(metrics prometheus.Registerer) error {
 	}
 	// The one writer of volume status: the tracker records what the
 	// cluster shows, the volume service what its requests do.
-	g.recorder = status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: g.db, Wake: g.relay.Notify}), Leases: g.membership}
+	g.recorder = status.Recorder{Outbox: outbox.NewWriter(outbox.WriterOptions{DB: g.db, Group: g.writes, Wake: g.relay.Notify}), Leases: g.membership}
 	g.tracker = status.NewTracker(status.TrackerOptions{Record: g.recorder.RecordObserved, Window: cfg.StatusDebounce, Logger: g.log})
 	g.follower = status.NewFollower(status.FollowerOptions{Tracker: g.tracker, Pool: g.clusters, ProvisioningTimeout: cfg.ProvisioningTimeout, Logger: g.log})
 	return nil

@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 )
 
 // Subject is where the events go and where DCM's consumer reads storage
@@ -31,8 +33,9 @@ type Event struct {
 // one that queued any has committed, naming the rows it queued: its callers
 // never do.
 type Writer struct {
-	db   *pgxpool.Pool
-	wake func(ids []int64)
+	db    *pgxpool.Pool
+	group *postgres.Group
+	wake  func(ids []int64)
 }
 
 // WriterOptions configure a Writer.
@@ -41,10 +44,18 @@ type WriterOptions struct {
 	// Wake, if set, is called after every commit that queued events,
 	// with their outbox ids: the relay's Notify.
 	Wake func(ids []int64)
+	// Group commits Statement's writes with the process's other hot
+	// writes (nil: a group of the writer's own).
+	Group *postgres.Group
 }
 
 // NewWriter returns a Writer.
-func NewWriter(opts WriterOptions) *Writer { return &Writer{db: opts.DB, wake: opts.Wake} }
+func NewWriter(opts WriterOptions) *Writer {
+	if opts.Group == nil {
+		opts.Group = postgres.NewGroup(opts.DB)
+	}
+	return &Writer{db: opts.DB, group: opts.Group, wake: opts.Wake}
+}
 
 // Tx is a transaction a Writer runs: the caller's statements and the
 // events it queues (InsertTx) commit together or not at all.
@@ -66,14 +77,19 @@ func (w *Writer) Tx(ctx context.Context, fn func(Tx) error) error { return w.tx(
 // the crash is a repeat JetStream drops.
 func (w *Writer) DerivedTx(ctx context.Context, fn func(Tx) error) error { return w.tx(ctx, true, fn) }
 
-// Statement runs fn, which writes with one statement on the pool — a
-// transaction of its own, so one round trip to Postgres — and returns the
-// ids of the events that statement queued (an INSERT INTO outbox within
-// it, RETURNING id); the relay is woken with them. For the hot paths whose
-// every write fits one statement (a create recording its claim and first
-// status).
-func (w *Writer) Statement(fn func(db *pgxpool.Pool) (queued []int64, err error)) error {
-	queued, err := fn(w.db)
+// Statement writes one statement that may queue events (an INSERT INTO
+// outbox within it, RETURNING id, whose ids scan appends to queued), with
+// the concurrent writers' statements (postgres.Group): no transaction of
+// its own, and one commit shared with them. The relay is woken with the ids
+// once it committed. For the hot paths whose every write fits one statement
+// (a create recording its claim and first status). queue may run more
+// than once (see postgres.Group.Do); queued is empty each time.
+func (w *Writer) Statement(ctx context.Context, queue func(b postgres.Batch, queued *[]int64)) error {
+	var queued []int64
+	err := w.group.Do(ctx, func(b postgres.Batch) {
+		queued = queued[:0]
+		queue(b, &queued)
+	})
 	w.woken(queued, err)
 	return err
 }

@@ -11,11 +11,11 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/outbox"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 )
 
 // The CloudEvent contract DCM's consumer expects (deploy/README.md, Status
@@ -132,8 +132,8 @@ type Created struct {
 // RecordCreated stores the uid of the claim a create made and, unless a
 // status was reported for the volume already (the follower's, from an
 // earlier attempt), c as its first status with its event — all in one
-// statement, fenced by lease: one round trip and one commit on the path
-// every create takes. live says the volume was neither being deleted nor
+// statement, fenced by lease, committed with the other writes of the
+// moment (outbox.Writer.Statement): the path every create takes. live says the volume was neither being deleted nor
 // deleted meanwhile (nothing is recorded then); queued says its first
 // status was recorded and its event queued.
 func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c Created) (live, queued bool, err error) {
@@ -141,12 +141,19 @@ func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c C
 	if err != nil {
 		return false, false, err
 	}
-	held := false
+	var held bool
 	var queuedID *int64
-	err = r.Outbox.Statement(func(db *pgxpool.Pool) ([]int64, error) {
+	err = r.Outbox.Statement(ctx, func(b postgres.Batch, ids *[]int64) {
 		// The row is locked first (FOR UPDATE), so the status it read
 		// decides the update; a status reported already is kept.
-		err := db.QueryRow(ctx, `
+		b.Queue(func(row pgx.Row) error {
+			queuedID = nil
+			if err := row.Scan(&held, &live, &queuedID); err != nil || queuedID == nil {
+				return err
+			}
+			*ids = append(*ids, *queuedID)
+			return nil
+		}, `
 			WITH fence AS (SELECT `+membership.FenceSQL("$1::text", "$9", "$10")+` AS held),
 			old AS (
 				SELECT reported_status = '' AND transitions = 0 AS first FROM volumes
@@ -166,11 +173,7 @@ func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c C
 				SELECT $7, $1, $2, $4, $8, $9 FROM claimed WHERE first RETURNING id)
 			SELECT (SELECT held FROM fence), EXISTS (SELECT 1 FROM claimed), (SELECT id FROM queued)`,
 			c.EnvironmentID, c.VolumeID, c.ClaimUID, string(c.Status), c.Message, c.VolumeName, eventID, event,
-			lease.Epoch, lease.Incarnation).Scan(&held, &live, &queuedID)
-		if err != nil || queuedID == nil {
-			return nil, err
-		}
-		return []int64{*queuedID}, nil
+			lease.Epoch, lease.Incarnation)
 	})
 	if err == nil && !held {
 		err = lease.Lost()

@@ -50,7 +50,12 @@ type agentKey struct {
 	Key, RequestSHA256, VolumeID string
 }
 
-type repository struct{ db *pgxpool.Pool }
+// repository is the volumes' queries; the writes on a create's path go
+// through group.
+type repository struct {
+	db    *pgxpool.Pool
+	group *postgres.Group
+}
 
 const recordColumns = `environment_id, id, spec, pvc_uid, status, status_message, create_time, update_time, volume_name`
 
@@ -77,28 +82,29 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 }
 
 // insert records the intent to create a volume, with its idempotency key
-// when the request carried one, in one implicit transaction (a batch: one
-// round trip): a retry finds either both or neither. Both are fenced by
-// the owner's lease (the first statement's lock holds to the commit) and
-// by the environment's generation the spec was resolved under; either
-// fence failing writes nothing and returns errNotWritten.
+// when the request carried one, in one implicit transaction shared with
+// the other writes of the moment (postgres.Group): a retry finds either
+// both or neither. Both are fenced by the owner's lease (the first
+// statement's lock holds to the commit) and by the environment's
+// generation the spec was resolved under; either fence failing writes
+// nothing and returns errNotWritten.
 func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lease membership.Lease, generation int64) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
 	}
-	batch := &pgx.Batch{}
-	if key != nil {
-		batch.Queue(`INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id)
-			SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6")+` AND `+environments.GenerationSQL("$1::text", "$7"),
-			rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, lease.Epoch, lease.Incarnation, generation)
-	}
-	batch.Queue(`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
-			SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` AND `+environments.GenerationSQL("$1::text", "$9")+
-		` RETURNING create_time, update_time`,
-		rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, lease.Epoch, lease.Incarnation, generation).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) })
-	err = r.db.SendBatch(ctx, batch).Close()
+	err = r.group.Do(ctx, func(b postgres.Batch) {
+		if key != nil {
+			b.Queue(nil, `INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id)
+				SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6")+` AND `+environments.GenerationSQL("$1::text", "$7"),
+				rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, lease.Epoch, lease.Incarnation, generation)
+		}
+		b.Queue(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) },
+			`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
+				SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` AND `+environments.GenerationSQL("$1::text", "$9")+
+				` RETURNING create_time, update_time`,
+			rec.EnvironmentID, rec.ID, rec.Spec.Namespace, spec, string(rec.Status), rec.Message, lease.Epoch, lease.Incarnation, generation)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errNotWritten
 	}

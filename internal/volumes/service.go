@@ -27,6 +27,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
 
@@ -54,6 +55,9 @@ type Options struct {
 	// Leases fence the status the service records (status.Recorder): this
 	// replica records only for the environments it owns.
 	Leases membership.Leases
+	// Group commits a create's intent with the process's other hot writes
+	// (nil: a group of the service's own).
+	Group *postgres.Group
 	// WriteTimeout bounds each write to a cluster an API request makes
 	// (default 10 s): a frozen API server answers the caller 503 within
 	// it, and the reconciler settles what the write did.
@@ -82,8 +86,11 @@ type Service struct {
 
 // NewService returns a Service.
 func NewService(opts Options) *Service {
+	if opts.Group == nil {
+		opts.Group = postgres.NewGroup(opts.DB)
+	}
 	s := &Service{
-		repo: repository{db: opts.DB}, recorder: opts.Recorder, tracker: opts.Tracker,
+		repo: repository{db: opts.DB, group: opts.Group}, recorder: opts.Recorder, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, leases: opts.Leases, log: opts.Logger, writeTimeout: opts.WriteTimeout,
 	}
 	if s.writeTimeout <= 0 {
