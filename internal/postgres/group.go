@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,8 +15,25 @@ import (
 )
 
 // groupWriteTimeout bounds one batch of a Group, and the solo retries of
-// its callers after a refusal.
-const groupWriteTimeout = 5 * time.Second
+// its callers after a refusal. groupLockTimeout bounds each statement's
+// wait for a row lock within it (a fence behind a hand-over, a volume's row
+// behind the status follower): a statement that waits longer is refused,
+// so only its caller is sent again alone (and refused again if the lock
+// still holds), instead of the whole batch running out of time with nobody
+// knowing whether it committed. It is below Postgres's deadlock_timeout
+// (1 s by default): a batch holds several environments' fence locks (FOR
+// SHARE on their owner rows) until its commit, so a hand-over locking
+// several of those rows can wait on it while it waits on them; the batch
+// then gives way first, and the hand-over is not the one aborted.
+const (
+	groupWriteTimeout = 5 * time.Second
+	groupLockTimeout  = 500 * time.Millisecond
+)
+
+// errLeaderPanicked is what the callers of a batch hear when the caller
+// leading it panicked (in a queue or a scan): their statements may or may
+// not have been sent.
+var errLeaderPanicked = errors.New("group commit: the batch's leader panicked; the outcome is unknown")
 
 // Group commits the writes of concurrent callers together (group commit).
 // The first caller to arrive sends its statements at once; callers that
@@ -24,13 +43,15 @@ const groupWriteTimeout = 5 * time.Second
 // write — on a machine where Postgres shares the cores with everything
 // else, a commit (its WAL flush above all) is much of what a short write
 // costs — and no caller returns before its statements are committed. A
-// leader sends one batch only, so no caller waits behind more than two.
+// leader sends one batch only (and, after a refusal, its callers alone),
+// so no caller waits behind more than two batches.
 //
 // A batch is one implicit transaction, so a statement the server refuses
-// aborts every caller's: the batch is then sent again one caller at a
-// time, and a refusal costs no other caller its write. The process shares
-// one Group among its hot paths (a create's intent and its claim, the
-// audit rows of every request), so they share commits with each other too.
+// (a lock waited for past groupLockTimeout included) aborts every
+// caller's: the batch is then sent again one caller at a time, and a
+// refusal costs no other caller its write. The process shares one Group
+// among its hot paths (a create's intent and its claim, the audit rows of
+// every request), so they share commits with each other too.
 type Group struct {
 	db *pgxpool.Pool
 
@@ -109,29 +130,42 @@ func (g *Group) Do(ctx context.Context, queue func(Batch)) error {
 	batch := g.pending
 	g.pending = nil
 	g.mu.Unlock()
-	errs := g.write(ctx, batch)
-	var err error
+	var errs []error
+	// Whatever happens to this caller, the others hear how their writes
+	// ended and the next batch gets a leader.
+	defer g.handOff(batch, w, &errs)
+	errs = g.write(ctx, batch)
+	return errs[slices.Index(batch, w)]
+}
+
+// handOff tells the callers of a batch other than its leader w how their
+// writes ended (errLeaderPanicked when the leader never learned it), and
+// hands the lead to the first caller waiting for the next batch.
+func (g *Group) handOff(batch []*groupWrite, w *groupWrite, errs *[]error) {
 	for i, other := range batch {
-		if other == w {
-			err = errs[i]
-		} else {
-			other.turn <- groupTurn{err: errs[i]}
+		switch {
+		case other == w:
+		case *errs == nil:
+			other.turn <- groupTurn{err: errLeaderPanicked}
+		default:
+			other.turn <- groupTurn{err: (*errs)[i]}
 		}
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if len(g.pending) > 0 {
 		g.pending[0].turn <- groupTurn{lead: true}
 	} else {
 		g.writing = false
 	}
-	g.mu.Unlock()
-	return err
 }
 
 // write sends a batch and returns each write's outcome. When the server
 // refused a statement (nothing committed), each write is sent again
-// alone. Any other failure leaves the outcome unknown to all of them
-// alike, as a lost connection does to a single write.
+// alone. Any other failure is every write's error alike, though the batch
+// may have committed: a lost connection leaves that unknown, as it does to
+// a single write, and a row that does not decode (a bug) is read after
+// the server committed.
 func (g *Group) write(ctx context.Context, batch []*groupWrite) []error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupWriteTimeout)
 	defer cancel()
@@ -153,6 +187,8 @@ func (g *Group) write(ctx context.Context, batch []*groupWrite) []error {
 // send queues every write's statements in one batch and runs it.
 func (g *Group) send(ctx context.Context, batch []*groupWrite) error {
 	b := &pgx.Batch{}
+	// Local to the batch's transaction: the pooled session keeps its own.
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", groupLockTimeout.Milliseconds()))
 	for _, w := range batch {
 		w.err = nil
 		w.queue(Batch{b: b, w: w})

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -116,4 +117,110 @@ func TestGroupRefusalCostsOnlyItsCaller(t *testing.T) {
 	if rows != n {
 		t.Fatalf("%d rows written, want %d", rows, n)
 	}
+}
+
+// A statement waiting for a row lock gives way within the group's lock
+// timeout, and only its caller fails: the others' rows are written. The
+// timeout is the batch's own, not the pooled session's.
+func TestGroupLockWaitFailsOnlyItsCaller(t *testing.T) {
+	url := pgtest.NewDatabase(t).URL
+	holder := open(t, url)
+	if _, err := holder.Exec(t.Context(), `CREATE TABLE written (id int PRIMARY KEY, xid bigint NOT NULL);
+		INSERT INTO written VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // the session checked below is the one the batches ran on
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	g := postgres.NewGroup(pool)
+	lock, err := holder.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(t.Context())) }()
+	if _, err := lock.Exec(t.Context(), `SELECT 1 FROM written WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	got := make([]int, n)
+	callers := []func(postgres.Batch){func(b postgres.Batch) { b.Queue(nil, `UPDATE written SET xid = 1 WHERE id = 1`) }}
+	for i := range n {
+		callers = append(callers, insert(i+2, &got[i]))
+	}
+	start := time.Now()
+	errs := whileBusy(t, g, callers)
+	if postgres.ErrorCode(errs[0]) != pgerrcode.LockNotAvailable {
+		t.Fatalf("the caller waiting for a held row got %v, want lock_not_available", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if err != nil || got[i] != i+2 {
+			t.Fatalf("caller %d beside a waiting one: %v, read %d", i+2, err, got[i])
+		}
+	}
+	if waited := time.Since(start); waited > 4*time.Second {
+		t.Fatalf("the callers waited %s for a held row lock", waited)
+	}
+	var timeout string
+	if err := pool.QueryRow(t.Context(), `SHOW lock_timeout`).Scan(&timeout); err != nil || timeout != "0" {
+		t.Fatalf("the pooled session's lock_timeout is %q (%v) after the batches, want its own 0", timeout, err)
+	}
+}
+
+// A caller's statements that panic on the batch's leader leave no caller
+// waiting for ever, and the group writes again afterwards.
+func TestGroupOutlivesAPanic(t *testing.T) {
+	pool, g := groupTable(t)
+	var got int
+	callers := []func(postgres.Batch){
+		insert(1, &got),
+		func(postgres.Batch) { panic("a bug in a caller's statements") },
+		insert(2, &got),
+	}
+	done := make(chan any, len(callers))
+	slow := make(chan error, 1)
+	go func() {
+		slow <- g.Do(t.Context(), func(b postgres.Batch) { b.Queue(nil, `SELECT pg_sleep(0.3)`) })
+	}()
+	time.Sleep(100 * time.Millisecond)
+	for _, queue := range callers {
+		go func() { done <- recovered(func() error { return g.Do(t.Context(), queue) }) }()
+	}
+	panics := 0
+	for range callers {
+		select {
+		case v := <-done:
+			if _, ok := v.(string); ok {
+				panics++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a caller of a batch whose leader panicked never returned")
+		}
+	}
+	if panics != 1 || <-slow != nil {
+		t.Fatalf("%d callers panicked, want the leader only", panics)
+	}
+	if err := g.Do(t.Context(), insert(3, &got)); err != nil || got != 3 {
+		t.Fatalf("a write after the panic: %v, read %d", err, got)
+	}
+	var rows int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM written WHERE id = 3`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("the write after the panic stored %d rows (%v)", rows, err)
+	}
+}
+
+// recovered is what fn returned, or the value it panicked with.
+func recovered(fn func() error) (v any) {
+	defer func() {
+		if p := recover(); p != nil {
+			v = p
+		}
+	}()
+	return fn()
 }

@@ -133,9 +133,10 @@ type Created struct {
 // status was reported for the volume already (the follower's, from an
 // earlier attempt), c as its first status with its event — all in one
 // statement, fenced by lease, committed with the other writes of the
-// moment (outbox.Writer.Statement): the path every create takes. live says the volume was neither being deleted nor
-// deleted meanwhile (nothing is recorded then); queued says its first
-// status was recorded and its event queued.
+// moment (outbox.Writer.Statement): the path every create takes. live
+// says the volume was neither being deleted nor deleted meanwhile (nothing
+// is recorded then); queued says its first status was recorded and its
+// event queued.
 func (r Recorder) RecordCreated(ctx context.Context, lease membership.Lease, c Created) (live, queued bool, err error) {
 	event, eventID, err := r.event(c.Observation, c.Provider, c.CreateTime, 1)
 	if err != nil {
