@@ -29,7 +29,10 @@
 // membership (heartbeat and rebalance), the registry watch, the connector,
 // the probe reconciler, the status follower's sweep, the outbox relay, the
 // volume reconciler, the fleet feed, the key-ring and token reloader
-// (SIGHUP), audit pruning and, when configured, the DCM registrar.
+// (SIGHUP), audit pruning and, when configured, the DCM registrar. The
+// hot paths' writes — a create's intent, its claim with the first status
+// and event, every request's audit row — go through one postgres.Group, so
+// concurrent requests share commits.
 //
 // Shutdown, one SG_SHUTDOWN_TIMEOUT for all of it: stop accepting HTTP →
 // stop the background workers (all told at once, last started first) and
