@@ -13,6 +13,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // groupTable is a table whose rows say which transaction wrote them.
@@ -34,25 +35,39 @@ func insert(id int, got *int) func(postgres.Batch) {
 	}
 }
 
-// whileBusy runs a write that holds the group's batch for a while, and
-// then the writes of callers, all arriving while it is in flight; it
-// returns each caller's error and what each caller read once Do returned.
-func whileBusy(t *testing.T, g *postgres.Group, callers []func(postgres.Batch)) []error {
+// duringABatch runs arrive while a write that holds the group's batch for
+// half a second is in flight (watch, a pool of its own, sees it running);
+// every caller arrive starts queues behind it.
+func duringABatch(t *testing.T, watch *pgxpool.Pool, g *postgres.Group, arrive func()) {
 	t.Helper()
 	slow := make(chan error, 1)
 	go func() {
 		slow <- g.Do(t.Context(), func(b postgres.Batch) { b.Queue(nil, `SELECT pg_sleep(0.5)`) })
 	}()
-	time.Sleep(100 * time.Millisecond)
-	errs := make([]error, len(callers))
-	var wg sync.WaitGroup
-	for i, queue := range callers {
-		wg.Go(func() { errs[i] = g.Do(t.Context(), queue) })
-	}
-	wg.Wait()
+	poll.Until(t, 10*time.Second, "the slow batch running", func() bool {
+		var running bool
+		err := watch.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'active' AND query = 'SELECT pg_sleep(0.5)')`).Scan(&running)
+		return err == nil && running
+	})
+	arrive()
 	if err := <-slow; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// whileBusy runs the callers' writes, all arriving while another batch is
+// in flight, and returns each caller's error once all returned.
+func whileBusy(t *testing.T, watch *pgxpool.Pool, g *postgres.Group, callers []func(postgres.Batch)) []error {
+	t.Helper()
+	errs := make([]error, len(callers))
+	duringABatch(t, watch, g, func() {
+		var wg sync.WaitGroup
+		for i, queue := range callers {
+			wg.Go(func() { errs[i] = g.Do(t.Context(), queue) })
+		}
+		wg.Wait()
+	})
 	return errs
 }
 
@@ -69,7 +84,7 @@ func TestGroupCommitsConcurrentWritesTogether(t *testing.T) {
 		b.Queue(func(row pgx.Row) error { return row.Scan(&got[0]) },
 			`INSERT INTO written (id, xid) SELECT 0, txid_current() WHERE false RETURNING id`)
 	})
-	errs := whileBusy(t, g, callers)
+	errs := whileBusy(t, pool, g, callers)
 	for i := range n {
 		if errs[i] != nil || got[i+1] != i+1 {
 			t.Fatalf("caller %d: %v, read %d", i+1, errs[i], got[i+1])
@@ -99,7 +114,7 @@ func TestGroupRefusalCostsOnlyItsCaller(t *testing.T) {
 	for i := range n {
 		callers[i] = insert(i+1, &got[i])
 	}
-	errs := whileBusy(t, g, callers)
+	errs := whileBusy(t, pool, g, callers)
 	for i, err := range errs {
 		switch {
 		case i+1 == 3:
@@ -155,7 +170,7 @@ func TestGroupLockWaitFailsOnlyItsCaller(t *testing.T) {
 		callers = append(callers, insert(i+2, &got[i]))
 	}
 	start := time.Now()
-	errs := whileBusy(t, g, callers)
+	errs := whileBusy(t, holder, g, callers)
 	if postgres.ErrorCode(errs[0]) != pgerrcode.LockNotAvailable {
 		t.Fatalf("the caller waiting for a held row got %v, want lock_not_available", errs[0])
 	}
@@ -173,6 +188,47 @@ func TestGroupLockWaitFailsOnlyItsCaller(t *testing.T) {
 	}
 }
 
+// A batch in a lock cycle with another transaction gives way before
+// Postgres's deadlock detector aborts the other one, even when the other
+// began waiting first: a hand-over locking several owner rows is never
+// the one aborted for a batch that holds some of them.
+func TestGroupGivesWayInALockCycle(t *testing.T) {
+	pool, g := groupTable(t)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO written VALUES (1, 0), (2, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(context.WithoutCancel(t.Context())) }()
+	if _, err := other.Exec(t.Context(), `UPDATE written SET xid = 1 WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	// The batch holds row 1, pauses, then waits for row 2; the other
+	// transaction waits for row 1 during the pause, so it waits first.
+	batch := make(chan error, 1)
+	go func() {
+		batch <- g.Do(t.Context(), func(b postgres.Batch) {
+			b.Queue(nil, `SELECT 1 FROM written WHERE id = 1 FOR SHARE`)
+			b.Queue(nil, `SELECT pg_sleep(0.3)`)
+			b.Queue(nil, `SELECT 1 FROM written WHERE id = 2 FOR SHARE`)
+		})
+	}()
+	poll.Until(t, 10*time.Second, "the batch holding row 1", func() bool {
+		var held bool
+		err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'SELECT pg_sleep(0.3)')`).Scan(&held)
+		return err == nil && held
+	})
+	if _, err := other.Exec(t.Context(), `UPDATE written SET xid = 1 WHERE id = 1`); err != nil {
+		t.Fatalf("the other transaction of the lock cycle was aborted: %v", err)
+	}
+	if err := <-batch; postgres.ErrorCode(err) != pgerrcode.LockNotAvailable {
+		t.Fatalf("the batch in the lock cycle got %v, want lock_not_available", err)
+	}
+}
+
 // A caller's statements that panic on the batch's leader leave no caller
 // waiting for ever, and the group writes again afterwards.
 func TestGroupOutlivesAPanic(t *testing.T) {
@@ -184,26 +240,23 @@ func TestGroupOutlivesAPanic(t *testing.T) {
 		insert(2, &got),
 	}
 	done := make(chan any, len(callers))
-	slow := make(chan error, 1)
-	go func() {
-		slow <- g.Do(t.Context(), func(b postgres.Batch) { b.Queue(nil, `SELECT pg_sleep(0.3)`) })
-	}()
-	time.Sleep(100 * time.Millisecond)
-	for _, queue := range callers {
-		go func() { done <- recovered(func() error { return g.Do(t.Context(), queue) }) }()
-	}
 	panics := 0
-	for range callers {
-		select {
-		case v := <-done:
-			if _, ok := v.(string); ok {
-				panics++
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a caller of a batch whose leader panicked never returned")
+	duringABatch(t, pool, g, func() {
+		for _, queue := range callers {
+			go func() { done <- recovered(func() error { return g.Do(t.Context(), queue) }) }()
 		}
-	}
-	if panics != 1 || <-slow != nil {
+		for range callers {
+			select {
+			case v := <-done:
+				if _, ok := v.(string); ok {
+					panics++
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a caller of a batch whose leader panicked never returned")
+			}
+		}
+	})
+	if panics != 1 {
 		t.Fatalf("%d callers panicked, want the leader only", panics)
 	}
 	if err := g.Do(t.Context(), insert(3, &got)); err != nil || got != 3 {
