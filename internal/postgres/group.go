@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -188,7 +187,7 @@ func (g *Group) write(ctx context.Context, batch []*groupWrite) []error {
 func (g *Group) send(ctx context.Context, batch []*groupWrite) error {
 	b := &pgx.Batch{}
 	// Local to the batch's transaction: the pooled session keeps its own.
-	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", groupLockTimeout.Milliseconds()))
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, groupLockTimeout.String())
 	for _, w := range batch {
 		w.err = nil
 		w.queue(Batch{b: b, w: w})

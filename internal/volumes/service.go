@@ -55,8 +55,8 @@ type Options struct {
 	// Leases fence the status the service records (status.Recorder): this
 	// replica records only for the environments it owns.
 	Leases membership.Leases
-	// Group commits a create's intent with the process's other hot writes
-	// (nil: a group of the service's own).
+	// Group commits a create's intent with the process's other hot
+	// writes.
 	Group *postgres.Group
 	// WriteTimeout bounds each write to a cluster an API request makes
 	// (default 10 s): a frozen API server answers the caller 503 within
@@ -86,9 +86,6 @@ type Service struct {
 
 // NewService returns a Service.
 func NewService(opts Options) *Service {
-	if opts.Group == nil {
-		opts.Group = postgres.NewGroup(opts.DB)
-	}
 	s := &Service{
 		repo: repository{db: opts.DB, group: opts.Group}, recorder: opts.Recorder, tracker: opts.Tracker,
 		envs: opts.Environments, clusters: opts.Clusters, leases: opts.Leases, log: opts.Logger, writeTimeout: opts.WriteTimeout,
