@@ -158,7 +158,7 @@ func (s *replicaSet) settled(within time.Duration) map[string]string {
 			return false
 		}
 		for _, id := range s.live() {
-			metrics := scrape(s.t, s.client(id))
+			metrics := scrape(s.t, s.client(id), "storage_gateway_cluster_connections")
 			ready := metrics.value("storage_gateway_cluster_connections", "state", "READY", "synced", "true")
 			all := metrics.sum("storage_gateway_cluster_connections")
 			if int(ready) != counts[id] || int(all) != counts[id] {

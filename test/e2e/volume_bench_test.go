@@ -141,7 +141,7 @@ func (vb *volumeBench) cleanUp() {
 		if err != nil || code != http.StatusOK || len(body["volumes"].([]any)) > 0 {
 			return false
 		}
-		m := scrape(vb.b, vb.c)
+		m := scrape(vb.b, vb.c, "storage_gateway_outbox_depth")
 		_, reported := m["storage_gateway_outbox_depth"]
 		return reported && m.sum("storage_gateway_outbox_depth") == 0
 	})
