@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
+	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -595,4 +598,46 @@ func TestInsecureEnvironmentsStopWhenInsecureIsDisallowed(t *testing.T) {
 	if err != nil || env.Status.State != environments.StateUnreachable || !strings.Contains(env.Status.Message, "SG_ALLOW_INSECURE_CLUSTERS") {
 		t.Fatalf("insecure environment under a strict gateway: %+v, %v", env.Status, err)
 	}
+}
+
+// A fenced write under way (the owner row locked FOR SHARE, the environment
+// row still to write) and a deletion of its environment must not form a
+// lock cycle: the deletion waits for the write, then deletes.
+func TestDeleteWaitsForAFencedWriteUnderWay(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "east")); err != nil {
+		t.Fatal(err)
+	}
+	incarnation := uuid.New()
+	if _, err := reg.DB.Exec(ctx, `INSERT INTO environment_owners (environment_id, member_id, incarnation, epoch) VALUES ('east', 'a', $1, 1)`, incarnation); err != nil {
+		t.Fatal(err)
+	}
+	write, err := reg.DB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = write.Rollback(ctx) }()
+	var fenced bool
+	if err := write.QueryRow(ctx, `SELECT `+membership.FenceSQL("'east'", "1", "$1"), incarnation).Scan(&fenced); err != nil || !fenced {
+		t.Fatalf("fence: %v, %v", fenced, err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- reg.Registry.Delete(ctx, "east", false) }()
+	poll.Until(t, 10*time.Second, "the deletion waiting for a lock", func() bool {
+		var waiting bool
+		err := reg.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if _, err := write.Exec(ctx, `UPDATE environments SET status_message = 'written under the fence' WHERE id = 'east'`); err != nil {
+		t.Fatalf("the fenced write: %v", err)
+	}
+	if err := write.Commit(ctx); err != nil {
+		t.Fatalf("commit the fenced write: %v", err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantKind(t, reg.Registry.Delete(ctx, "east", false), fault.NotFound, "not found")
 }
