@@ -155,8 +155,9 @@ func (vb *volumeBench) cleanUp() {
 // ratio and p99 latencies (test/benchreport judges them).
 //
 // Both create claims of a WaitForFirstConsumer class, which nothing
-// provisions until a pod uses it, and each round starts once the previous
-// round's claims are gone: otherwise the provisioning, binding and deletion
+// provisions until a pod uses it (a round's claims cost the next round
+// nothing while they wait), and each pair of rounds starts once the previous
+// pair's claims are gone: otherwise the provisioning, binding and deletion
 // a round sets off runs on the same two cores during the next round, and
 // lands mostly in the slower path's rounds (measured: the API server spent
 // 3.7× the CPU per claim in gateway rounds, on claims created earlier). The
