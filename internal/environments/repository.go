@@ -287,20 +287,12 @@ func (r *repository) recordReachability(ctx context.Context, id string, state St
 // delete removes the environment. Unless force is set it refuses while volume
 // records exist; the lock on the environment's row blocks volume inserts (their
 // foreign key needs a share lock on it), so the count cannot go stale before the
-// delete.
-// It returns the DCM registration the row held when it was locked, for
-// deregistering.
-//
-// It locks the environment's owner row before the environment's own row.
-// A fenced write (membership.FenceSQL) takes them in that order — the owner
-// row FOR SHARE, then the environment row it updates or references — and
-// the deletion's cascade needs the owner row too: locking the environment
-// row first let a write that began meanwhile hold the owner row while
-// waiting for the environment row, a lock cycle Postgres broke by failing
-// the deletion (deadlock_detected).
+// delete. It returns the DCM registration the row held when it was locked, for
+// deregistering. The owner row, which the cascade deletes too, is locked
+// first, in the order fenced writes lock them (membership.LockOwnerSQL).
 func (r *repository) delete(ctx context.Context, id string, force bool) (volumes int, reg DCMRegistration, err error) {
 	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT FROM environment_owners WHERE environment_id = $1 FOR UPDATE`, id); err != nil {
+		if _, err := tx.Exec(ctx, membership.LockOwnerSQL("$1"), id); err != nil {
 			return err
 		}
 		var raw []byte

@@ -22,9 +22,25 @@ import (
 // owner can never write after it lost the environment. A hand-over by the
 // owner itself raises the epoch, so nothing is written on its behalf once
 // it let go.
+//
+// A fenced write therefore locks the owner row before the environment's row
+// (which it updates, or which its foreign key shares). A transaction that
+// locks the environment's row and then needs the owner row — deleting the
+// environment, whose cascade deletes it — takes the owner row first
+// (LockOwnerSQL), or it and a fenced write can each hold what the other
+// waits for.
 func FenceSQL(env, epoch, incarnation string) string {
 	return `EXISTS (SELECT 1 FROM environment_owners fence WHERE fence.environment_id = ` + env +
 		` AND fence.epoch = ` + epoch + ` AND fence.incarnation = ` + incarnation + ` FOR SHARE)`
+}
+
+// LockOwnerSQL is the statement that locks environment env's owner row, if
+// it has one, for the rest of the transaction (env: an expression such as
+// "$1"; never input), ahead of locking the environment's row (see
+// FenceSQL). Fenced writes under way finish first; later ones wait, and
+// find no owner row once the environment is gone.
+func LockOwnerSQL(env string) string {
+	return `SELECT FROM environment_owners WHERE environment_id = ` + env + ` FOR UPDATE`
 }
 
 // ErrNotOwner says this replica does not own the environment a write was
