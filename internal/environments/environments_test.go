@@ -22,7 +22,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/kubeconfig"
 	"github.com/dcm-project/storage-gateway/internal/membership"
-	"github.com/dcm-project/storage-gateway/test/poll"
+	"github.com/dcm-project/storage-gateway/test/pgtest"
 	"github.com/dcm-project/storage-gateway/test/registrytest"
 )
 
@@ -624,12 +624,7 @@ func TestDeleteWaitsForAFencedWriteUnderWay(t *testing.T) {
 	}
 	deleted := make(chan error, 1)
 	go func() { deleted <- reg.Registry.Delete(ctx, "east", false) }()
-	poll.Until(t, 10*time.Second, "the deletion waiting for a lock", func() bool {
-		var waiting bool
-		err := reg.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
-		return err == nil && waiting
-	})
+	pgtest.AwaitActivity(t, reg.DB, "the deletion waiting for a lock", "wait_event_type = 'Lock'")
 	if _, err := write.Exec(ctx, `UPDATE environments SET status_message = 'written under the fence' WHERE id = 'east'`); err != nil {
 		t.Fatalf("the fenced write: %v", err)
 	}

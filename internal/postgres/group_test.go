@@ -13,7 +13,6 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
-	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // groupTable is a table whose rows say which transaction wrote them.
@@ -44,12 +43,7 @@ func duringABatch(t *testing.T, watch *pgxpool.Pool, g *postgres.Group, arrive f
 	go func() {
 		slow <- g.Do(t.Context(), func(b postgres.Batch) { b.Queue(nil, `SELECT pg_sleep(0.5)`) })
 	}()
-	poll.Until(t, 10*time.Second, "the slow batch running", func() bool {
-		var running bool
-		err := watch.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND state = 'active' AND query = 'SELECT pg_sleep(0.5)')`).Scan(&running)
-		return err == nil && running
-	})
+	pgtest.AwaitActivity(t, watch, "the slow batch running", "state = 'active' AND query = 'SELECT pg_sleep(0.5)'")
 	arrive()
 	if err := <-slow; err != nil {
 		t.Fatal(err)
@@ -215,12 +209,7 @@ func TestGroupGivesWayInALockCycle(t *testing.T) {
 			b.Queue(nil, `SELECT 1 FROM written WHERE id = 2 FOR SHARE`)
 		})
 	}()
-	poll.Until(t, 10*time.Second, "the batch holding row 1", func() bool {
-		var held bool
-		err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND query = 'SELECT pg_sleep(0.3)')`).Scan(&held)
-		return err == nil && held
-	})
+	pgtest.AwaitActivity(t, pool, "the batch holding row 1", "query = 'SELECT pg_sleep(0.3)'")
 	if _, err := other.Exec(t.Context(), `UPDATE written SET xid = 1 WHERE id = 1`); err != nil {
 		t.Fatalf("the other transaction of the lock cycle was aborted: %v", err)
 	}
