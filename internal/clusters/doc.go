@@ -41,9 +41,10 @@
 // cluster holds no worker. Checks and watches share one HTTP/2 connection
 // per entry (one handshake, one reader); a check that gets no answer
 // closes it, so the next check dials afresh and the watches resume from
-// where they were (a server that answers "not ready" keeps it). Since the checks find a dead connection, it sends no HTTP/2
-// pings while idle, as client-go's connections do every 30 s (the probe's
-// and the writes' keep them). A credential rotation starts a new entry
-// and retires the old one once the new one has synced; removing an entry
-// stops every goroutine, watch and connection of it.
+// where they were (a server that answers "not ready" keeps it). Since the
+// checks find a dead connection, it sends no HTTP/2 pings while idle, as
+// client-go's connections do every 30 s (the probe's and the writes' keep
+// them). A credential rotation starts a new entry and retires the old one
+// once the new one has synced; removing an entry stops every goroutine,
+// watch and connection of it.
 package clusters
