@@ -151,9 +151,16 @@ func (c *Connector) probeRefused() func(context.Context, clusters.Change) {
 // ownership now say: whatever notice named it (a deletion and a
 // re-registration of the same id may arrive merged or in either order, and
 // the watch tells of it as a change of the row's credential generation).
+// The row of an environment this replica does not own is not read: every
+// replica hears of every registration, and all but its owner would read
+// the row, sealed credentials and all, only to find it is not theirs.
 func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.owned.Owns(id) {
+		c.disconnect(id)
+		return 0, nil
+	}
 	rec, err := c.registry.repo.get(ctx, id)
 	switch {
 	case errors.Is(err, errNotFound):
@@ -162,19 +169,15 @@ func (c *Connector) follow(ctx context.Context, id string) (time.Duration, error
 	case err != nil:
 		return 0, err // retried with backoff
 	}
-	return 0, c.connect(ctx, rec) // disconnects what this replica does not own
+	return 0, c.connect(ctx, rec)
 }
 
 // connect hands rec's connection to the pool, which starts it or swaps the
-// live one when settings changed (identical ones: no-op), if this replica
-// owns it, and removes it otherwise. Credentials that cannot be opened
-// leave the pool as it is (the probe records why) and are tried again with
-// the queue's backoff: a key ring reloaded meanwhile may open them.
+// live one when settings changed (identical ones: no-op). Credentials that
+// cannot be opened leave the pool as it is (the probe records why) and are
+// tried again with the queue's backoff: a key ring reloaded meanwhile may
+// open them.
 func (c *Connector) connect(ctx context.Context, rec record) error {
-	if !c.owned.Owns(rec.ID) {
-		c.disconnect(rec.ID)
-		return nil
-	}
 	if v, ok := c.connected[rec.ID]; ok && v == versionOf(rec) {
 		return nil
 	}

@@ -140,9 +140,10 @@ func (r *repository) atGeneration(ctx context.Context, id string, generation int
 	return current, err
 }
 
-func (r *repository) insert(ctx context.Context, rec record) error {
+// insert adds rec's row; rec learns the generation it was stored at.
+func (r *repository) insert(ctx context.Context, rec *record) error {
 	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
-	_, err := r.db.Exec(ctx, `
+	err := r.db.QueryRow(ctx, `
 		INSERT INTO environments (
 			id, display_name, description, labels, region, zone, namespace, allowed_namespaces,
 			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
@@ -150,14 +151,15 @@ func (r *repository) insert(ctx context.Context, rec record) error {
 			state, status_message, kubernetes_version, storage_class_count, last_probe_time, last_ready_time,
 			create_time, update_time, capability_overrides, credentials_generation, registered_by, credentials_expire_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27, $28)`,
+			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27, $28)
+		RETURNING generation`,
 		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
 		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
 		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
 		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
 		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
 		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides),
-		rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime)
+		rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime).Scan(&rec.generation)
 	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
 		return errExists
 	}

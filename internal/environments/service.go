@@ -43,6 +43,11 @@ type Service struct {
 	// specs holds the specs volume writes read (id → VersionedSpec); see
 	// Spec.
 	specs sync.Map
+	// registered holds the revision of each row this replica registered
+	// and published, until its Watch reads that row: a registration is
+	// then not published a second time, which would have every follower
+	// read the row again (id → revision).
+	registered sync.Map
 }
 
 // Change is a notice the registry publishes after an environment was
@@ -123,7 +128,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if err != nil {
 		return Environment{}, false, err
 	}
-	if err := s.repo.insert(ctx, rec); errors.Is(err, errExists) {
+	if err := s.repo.insert(ctx, &rec); errors.Is(err, errExists) {
 		// A concurrent registration of the same id won the race.
 		existing, err := s.repo.get(ctx, reg.ID)
 		if err != nil {
@@ -135,6 +140,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
+	s.registered.Store(rec.ID, rec.revision())
 	s.publish(Change{EnvironmentID: rec.ID, Registered: true})
 	env, err = s.Get(ctx, rec.ID)
 	return env, err == nil, err
@@ -389,6 +395,7 @@ func (s *Service) Delete(ctx context.Context, id string, force bool) error {
 	if volumes > 0 && !force {
 		return fault.New(fault.Conflict, "environment %q still has %d volume(s); delete them first, or use force=true to forget them (their PVCs stay in the cluster)", id, volumes)
 	}
+	s.registered.Delete(id) // if the watch never read the row
 	s.publish(Change{EnvironmentID: id, Deleted: true, DCMProviderID: reg.ProviderID})
 	s.audit(ctx, "environment deleted", id, "force", force, "forgotten_volumes", volumes)
 	return nil

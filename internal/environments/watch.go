@@ -2,6 +2,7 @@ package environments
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/dcm-project/storage-gateway/internal/postgres"
@@ -16,6 +17,11 @@ type revision struct {
 	state                   string
 }
 
+// revision is the revision of the row rec was read or written as.
+func (rec record) revision() revision {
+	return revision{generation: rec.generation, credentials: rec.sealed.Generation, state: string(rec.Status.State)}
+}
+
 // watchedRow is a row as the watch last read it.
 type watchedRow struct {
 	revision
@@ -27,7 +33,8 @@ type watchedRow struct {
 // environment registered, updated, re-credentialed, moved to another state
 // or deleted — whichever replica wrote it — so every part of every replica
 // that follows the registry (Subscribe) hears of it within one interval;
-// the replica that made a change publishes it at once as well. The first
+// the replica that made a change publishes it at once as well, and a
+// registration it published is not published again when read. The first
 // read only learns the rows (the followers list them when they start). It
 // runs until ctx ends.
 //
@@ -36,7 +43,7 @@ type watchedRow struct {
 // an index lookup and a count, not 10,000 rows, per interval; a count
 // below the rows known means deletions, and only then are the ids read.
 func (s *Service) Watch(ctx context.Context, interval time.Duration) {
-	w := watch{repo: s.repo}
+	w := watch{repo: s.repo, registered: &s.registered}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -72,6 +79,17 @@ type watch struct {
 	known map[string]watchedRow
 	// horizon is where the next read starts (postgres.ReadWritten).
 	horizon int64
+	// registered is Service.registered: rows this replica registered and
+	// published already.
+	registered *sync.Map
+}
+
+// publishedHere reports whether id's row at rev is a registration this
+// replica published itself, and forgets what it registered either way:
+// from now on the watch knows the row.
+func (w *watch) publishedHere(id string, rev revision) bool {
+	published, ok := w.registered.LoadAndDelete(id)
+	return ok && published.(revision) == rev
 }
 
 // read reads the registry's rows written since the last read and returns
@@ -105,7 +123,8 @@ func (w *watch) read(ctx context.Context) ([]Change, error) {
 	}
 	var out []Change
 	for id, row := range written {
-		if prev, ok := w.known[id]; !first && (!ok || prev.revision != row.revision) {
+		prev, ok := w.known[id]
+		if !w.publishedHere(id, row.revision) && !first && (!ok || prev.revision != row.revision) {
 			out = append(out, Change{EnvironmentID: id, Registered: !ok})
 		}
 		w.known[id] = row
@@ -113,6 +132,7 @@ func (w *watch) read(ctx context.Context) ([]Change, error) {
 	if present != nil {
 		for id, row := range w.known {
 			if !present[id] {
+				w.registered.Delete(id)
 				out = append(out, Change{EnvironmentID: id, Deleted: true, DCMProviderID: row.providerID})
 				delete(w.known, id)
 			}

@@ -21,7 +21,13 @@ import (
 // that none comes.
 func watched(t *testing.T, reg *registrytest.Fixture) (next func(what string) environments.Change, quiet func(what string)) {
 	t.Helper()
-	other := reg.NewRegistry(t, registrytest.Options{})
+	return watchedBy(t, reg.NewRegistry(t, registrytest.Options{}))
+}
+
+// watchedBy is watched with the watch of registry other: what it publishes,
+// changes it made itself included.
+func watchedBy(t *testing.T, other *environments.Service) (next func(what string) environments.Change, quiet func(what string)) {
+	t.Helper()
 	heard := make(chan environments.Change, 16)
 	sub := other.Subscribe()
 	watchCtx, cancel := context.WithCancel(context.Background())
@@ -144,4 +150,29 @@ func TestTheWatchHearsLateCommits(t *testing.T) {
 		t.Fatalf("heard %v, want %v", heard, want)
 	}
 	quiet("after both")
+}
+
+// TestTheWatchDoesNotRepeatARegistrationMadeHere: a registration made
+// through the replica whose watch reads it is published once, at once, and
+// not again when the watch reads the row (every follower would read the
+// row again); a later change of that row is heard as from anywhere else.
+func TestTheWatchDoesNotRepeatARegistrationMadeHere(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.New(t, registrytest.Options{})
+	next, quiet := watchedBy(t, reg.Registry)
+	quiet("before any change")
+
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "here")); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("registration"); c != (environments.Change{EnvironmentID: "here", Registered: true}) {
+		t.Fatalf("registration heard as %+v", c)
+	}
+	quiet("the watch reading the registration") // about five reads
+	if _, err := reg.DB.Exec(ctx, `UPDATE environments SET state = 'UNREACHABLE' WHERE id = 'here'`); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("state change"); c != (environments.Change{EnvironmentID: "here"}) {
+		t.Fatalf("state change heard as %+v", c)
+	}
 }

@@ -110,10 +110,10 @@ type Feed struct {
 	// to another replica.
 	unreplicated map[string]bool
 	// reread are the environments whose registry row the next reconcile
-	// reads: named by the start-up listing, a registry or ownership change
-	// or a snapshot of one not in the index. A change of a cluster's
-	// storage objects alone (informer events, the frequent case) is
-	// applied from the pool without a database read.
+	// reads: named by the start-up listing, a registry change or a
+	// snapshot of one not in the index. A change of a cluster's storage
+	// objects or of ownership alone (informer events, hand-overs) is
+	// applied without a database read.
 	reread map[string]bool
 }
 
@@ -158,9 +158,11 @@ func NewFeed(opts FeedOptions) *Feed {
 		},
 	})
 	controller.Watch(f.envs, opts.Registry.Subscribe(), func(c environments.Change) []string { return f.rereadAll(c.EnvironmentID) })
+	// Ownership changes nothing the row says: the row is read only if the
+	// index does not hold the environment yet.
 	controller.Watch(f.envs, opts.Owned.Subscribe(), func(c membership.Change) []string {
 		f.replicateNext(c.EnvironmentID) // lost: read its new owner's snapshot next
-		return f.rereadAll(c.EnvironmentID)
+		return []string{c.EnvironmentID}
 	})
 	clusterChanges := opts.Clusters.Subscribe()
 	f.envs.Source(func(ctx context.Context) {
