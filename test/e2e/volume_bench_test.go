@@ -2,8 +2,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +80,8 @@ type volumeBench struct {
 	c      client
 	envID  string
 	claims typedcorev1.PersistentVolumeClaimInterface
+	// hop is client-go through a bare reverse proxy (see hopClaims).
+	hop typedcorev1.PersistentVolumeClaimInterface
 	// admin cleans up between rounds.
 	admin typedcorev1.PersistentVolumeClaimInterface
 }
@@ -98,7 +105,31 @@ func newVolumeBench(b *testing.B) *volumeBench {
 		b.Fatal(err)
 	}
 	return &volumeBench{b: b, c: c, envID: east.Spec.Environment.ID, claims: direct.CoreV1().PersistentVolumeClaims(ns),
-		admin: east.AdminClient().CoreV1().PersistentVolumeClaims(ns)}
+		hop: hopClaims(b, east), admin: east.AdminClient().CoreV1().PersistentVolumeClaims(ns)}
+}
+
+// hopClaims is client-go reaching c's API server through a bare reverse
+// proxy in this process (net/http/httputil) with the gateway's token: plain
+// HTTP in, as the benchmarks reach the gateway, and HTTP/2 over TLS out.
+// Its creates cost the machine what putting any HTTP service in front of
+// the cluster costs, without anything the gateway does: the floor beside
+// the gateway's figure.
+func hopClaims(b *testing.B, c *harness.Cluster) typedcorev1.PersistentVolumeClaimInterface {
+	target, err := url.Parse(c.DirectServerURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(c.CAData())
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+	srv := httptest.NewServer(proxy)
+	b.Cleanup(srv.Close)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, BearerToken: c.GatewayToken(), QPS: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cs.CoreV1().PersistentVolumeClaims(c.Spec.Environment.Namespace)
 }
 
 // viaGateway creates volume id through the gateway's API, as DCM does.
@@ -114,8 +145,14 @@ func (vb *volumeBench) viaGateway(id string) error {
 }
 
 // viaClientGo creates the same claim with client-go.
-func (vb *volumeBench) viaClientGo(id string) error {
-	_, err := vb.claims.Create(context.Background(), &corev1.PersistentVolumeClaim{
+func (vb *volumeBench) viaClientGo(id string) error { return createClaim(vb.claims, id) }
+
+// viaHop creates the same claim with client-go through the bare proxy.
+func (vb *volumeBench) viaHop(id string) error { return createClaim(vb.hop, id) }
+
+// createClaim creates the claim the client-go sides create.
+func createClaim(claims typedcorev1.PersistentVolumeClaimInterface, id string) error {
+	_, err := claims.Create(context.Background(), &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{"bench": "direct"}},
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(benchClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
@@ -149,15 +186,17 @@ func (vb *volumeBench) cleanUp() {
 
 // BenchmarkConcurrentCreates: 16 callers create volumes at once on one
 // environment through the gateway (the real binary, production settings),
-// against the same callers creating the same claims with
-// client-go directly (no client-side limit) on the same cluster, in
-// alternating rounds of the same run. Reports creates/s of both, their
-// ratio and p99 latencies (test/benchreport judges them).
+// against the same callers creating the same claims with client-go
+// directly (no client-side limit) and with client-go through a bare
+// reverse proxy (hopClaims), on the same cluster, in rounds of the same
+// run; each side goes first in turn. Reports creates/s of each, the
+// gateway's and the proxy's share of direct's, and p99 latencies
+// (test/benchreport judges them).
 //
-// Both create claims of a WaitForFirstConsumer class, which nothing
+// All create claims of a WaitForFirstConsumer class, which nothing
 // provisions until a pod uses it (a round's claims cost the next round
-// nothing while they wait), and each pair of rounds starts once the previous
-// pair's claims are gone: otherwise the provisioning, binding and deletion
+// nothing while they wait), and each set of rounds starts once the previous
+// set's claims are gone: otherwise the provisioning, binding and deletion
 // a round sets off runs on the same two cores during the next round, and
 // lands mostly in the slower path's rounds (measured: the API server spent
 // 3.7× the CPU per claim in gateway rounds, on claims created earlier). The
@@ -166,54 +205,75 @@ func (vb *volumeBench) cleanUp() {
 //
 // It also reports the CPU time every program on the machine spent per
 // create on each side (from /proc): where the cluster, the gateway and
-// Postgres share the machine's cores and both sides keep them busy, the
+// Postgres share the machine's cores and every side keeps them busy, the
 // throughput ratio cannot exceed the ratio of those totals, and the split
 // by program says which part of the gap is the gateway's own work, its
-// database's, and the cluster's.
+// database's, and the cluster's. The proxy says how much of it any HTTP
+// service in front of the cluster would cost.
 //
 //	go test ./test/e2e -run '^$' -bench ConcurrentCreates -benchtime 4x
 func BenchmarkConcurrentCreates(b *testing.B) {
 	vb := newVolumeBench(b)
 	const perCaller = 10
-	var gwRates, directRates []float64
-	var gwLatencies, directLatencies []time.Duration
-	gwCPU, directCPU := map[string]time.Duration{}, map[string]time.Duration{}
+	gw, direct, proxy := &createSide{create: vb.viaGateway}, &createSide{create: vb.viaClientGo}, &createSide{create: vb.viaHop}
+	sides := []*createSide{gw, direct, proxy}
 	b.ResetTimer()
-	for range b.N {
-		cpu0 := cpuByProgram(b)
-		rate, lat := createRound(b, perCaller, vb.viaGateway)
-		cpu1 := cpuByProgram(b)
-		gwRates, gwLatencies = append(gwRates, rate), append(gwLatencies, lat...)
-		rate, lat = createRound(b, perCaller, vb.viaClientGo)
-		directRates, directLatencies = append(directRates, rate), append(directLatencies, lat...)
-		cpuSpent(gwCPU, cpu0, cpu1)
-		cpuSpent(directCPU, cpu1, cpuByProgram(b))
+	for i := range b.N {
+		for j := range sides {
+			sides[(i+j)%len(sides)].round(b, perCaller)
+		}
 		b.StopTimer()
 		vb.cleanUp()
 		b.StartTimer()
 	}
 	b.StopTimer()
-	mean := func(v []float64) float64 {
-		sum := 0.0
-		for _, x := range v {
-			sum += x
-		}
-		return sum / float64(len(v))
-	}
-	gw, dr := mean(gwRates), mean(directRates)
-	_, gw99 := percentiles(gwLatencies)
-	_, dr99 := percentiles(directLatencies)
-	b.ReportMetric(gw, "gateway-creates/s")
-	b.ReportMetric(dr, "direct-creates/s")
-	b.ReportMetric(gw/dr, "gateway/direct")
+	_, gw99 := percentiles(gw.latencies)
+	_, dr99 := percentiles(direct.latencies)
+	b.ReportMetric(gw.rate(), "gateway-creates/s")
+	b.ReportMetric(direct.rate(), "direct-creates/s")
+	b.ReportMetric(proxy.rate(), "proxy-creates/s")
+	b.ReportMetric(gw.rate()/direct.rate(), "gateway/direct")
+	b.ReportMetric(proxy.rate()/direct.rate(), "proxy/direct")
 	b.ReportMetric(float64(gw99.Microseconds())/1000, "gateway-p99-ms")
 	b.ReportMetric(float64(dr99.Microseconds())/1000, "direct-p99-ms")
-	b.Logf("gateway %.0f creates/s (p99 %s), client-go directly %.0f/s (p99 %s): %.2f", gw, gw99, dr, dr99, gw/dr)
-	gwPer, drPer := msPer(totalCPU(gwCPU), len(gwLatencies)), msPer(totalCPU(directCPU), len(directLatencies))
-	b.ReportMetric(gwPer, "gateway-cpu-ms/create")
-	b.ReportMetric(drPer, "direct-cpu-ms/create")
-	b.Logf("through the gateway: %s", perOperation(gwCPU, len(gwLatencies)))
-	b.Logf("client-go directly: %s", perOperation(directCPU, len(directLatencies)))
+	b.Logf("gateway %.0f creates/s (p99 %s), client-go directly %.0f/s (p99 %s): %.2f; through a bare proxy %.0f/s: %.2f",
+		gw.rate(), gw99, direct.rate(), dr99, gw.rate()/direct.rate(), proxy.rate(), proxy.rate()/direct.rate())
+	for _, side := range []struct {
+		name string
+		*createSide
+	}{{"gateway", gw}, {"direct", direct}, {"proxy", proxy}} {
+		b.ReportMetric(msPer(totalCPU(side.cpu), len(side.latencies)), side.name+"-cpu-ms/create")
+		b.Logf("%s: %s", side.name, perOperation(side.cpu, len(side.latencies)))
+	}
+}
+
+// createSide is one way BenchmarkConcurrentCreates creates claims, and what
+// its rounds measured.
+type createSide struct {
+	create    func(id string) error
+	rates     []float64
+	latencies []time.Duration
+	cpu       map[string]time.Duration // by program
+}
+
+// round runs one round of creates of this side.
+func (s *createSide) round(b *testing.B, perCaller int) {
+	before := cpuByProgram(b)
+	rate, latencies := createRound(b, perCaller, s.create)
+	if s.cpu == nil {
+		s.cpu = map[string]time.Duration{}
+	}
+	cpuSpent(s.cpu, before, cpuByProgram(b))
+	s.rates, s.latencies = append(s.rates, rate), append(s.latencies, latencies...)
+}
+
+// rate is the side's mean creates per second over its rounds.
+func (s *createSide) rate() float64 {
+	sum := 0.0
+	for _, r := range s.rates {
+		sum += r
+	}
+	return sum / float64(len(s.rates))
 }
 
 // BenchmarkVolumeOperations: DCM's single requests one after another —
