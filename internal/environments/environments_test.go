@@ -103,6 +103,11 @@ func TestRegisterProbesStoresSealedAndReplays(t *testing.T) {
 	if err != nil || created || again.ID != "east" || !again.CreateTime.Equal(env.CreateTime) {
 		t.Fatalf("identical replay: created=%v err=%v", created, err)
 	}
+	// The registration answered with the row as stored, as a read of it
+	// (the replay's) shows it.
+	if !reflect.DeepEqual(again, env) {
+		t.Fatalf("registration answered\n%+v\nthe row reads\n%+v", env, again)
+	}
 
 	changed := in
 	changed.Spec.Region = "elsewhere"

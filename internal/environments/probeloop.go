@@ -53,15 +53,23 @@ func (s *Service) reconcileProbe(ctx context.Context, opts ProbeOptions, id stri
 	if err != nil {
 		return 0, nil // another replica's, or handed over this instant
 	}
-	rec, err := s.repo.get(ctx, id)
+	// Most looks find the environment not due: they read only what says
+	// so, not the credentials and counts of the whole row.
+	st, err := s.repo.probeStatus(ctx, id)
 	switch {
 	case errors.Is(err, errNotFound):
 		return 0, nil // deleted
 	case err != nil:
 		return 0, err
 	}
-	st := rec.Status
 	if dueForProbe(st, opts.ReadyInterval, now()) {
+		rec, err := s.repo.get(ctx, id)
+		switch {
+		case errors.Is(err, errNotFound):
+			return 0, nil
+		case err != nil:
+			return 0, err
+		}
 		if st, err = s.probeAndRecordStatus(ctx, rec, &lease); err != nil {
 			return 0, err
 		}

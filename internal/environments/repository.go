@@ -119,6 +119,19 @@ func (r *repository) get(ctx context.Context, id string) (record, error) {
 	return scanRecord(r.db.QueryRow(ctx, `SELECT `+selectColumns+` FROM environments e WHERE e.id = $1`, id))
 }
 
+// probeStatus reads what decides when an environment is probed next: its
+// state and last probe time.
+func (r *repository) probeStatus(ctx context.Context, id string) (Status, error) {
+	var st Status
+	var state string
+	err := r.db.QueryRow(ctx, `SELECT state, last_probe_time FROM environments WHERE id = $1`, id).Scan(&state, &st.LastProbeTime)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Status{}, errNotFound
+	}
+	st.State = State(state)
+	return st, err
+}
+
 // getSpec reads an environment's spec alone (see Service.Spec).
 func (r *repository) getSpec(ctx context.Context, id string) (VersionedSpec, error) {
 	var v VersionedSpec
@@ -140,11 +153,12 @@ func (r *repository) atGeneration(ctx context.Context, id string, generation int
 	return current, err
 }
 
-// insert adds rec's row; rec learns the generation it was stored at.
-func (r *repository) insert(ctx context.Context, rec *record) error {
+// insert adds rec's row and returns it as stored, as get would read it:
+// the registration answers with it without reading it again.
+func (r *repository) insert(ctx context.Context, rec record) (record, error) {
 	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
-	err := r.db.QueryRow(ctx, `
-		INSERT INTO environments (
+	stored, err := scanRecord(r.db.QueryRow(ctx, `
+		INSERT INTO environments AS e (
 			id, display_name, description, labels, region, zone, namespace, allowed_namespaces,
 			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
 			auth_type, credentials_key_id, credentials, credentials_update_time,
@@ -152,18 +166,18 @@ func (r *repository) insert(ctx context.Context, rec *record) error {
 			create_time, update_time, capability_overrides, credentials_generation, registered_by, credentials_expire_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
 			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27, $28)
-		RETURNING generation`,
+		RETURNING `+selectColumns,
 		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
 		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
 		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
 		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
 		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
 		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides),
-		rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime).Scan(&rec.generation)
+		rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime))
 	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
-		return errExists
+		return record{}, errExists
 	}
-	return err
+	return stored, err
 }
 
 // update writes a PATCH if the row is still at the generation the caller

@@ -128,7 +128,8 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if err != nil {
 		return Environment{}, false, err
 	}
-	if err := s.repo.insert(ctx, &rec); errors.Is(err, errExists) {
+	stored, err := s.repo.insert(ctx, rec)
+	if errors.Is(err, errExists) {
 		// A concurrent registration of the same id won the race.
 		existing, err := s.repo.get(ctx, reg.ID)
 		if err != nil {
@@ -140,10 +141,9 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	}
 	s.sawGeneration(rec.ID, rec.sealed.Generation)
 	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
-	s.registered.Store(rec.ID, rec.revision())
+	s.registered.Store(rec.ID, stored.revision())
 	s.publish(Change{EnvironmentID: rec.ID, Registered: true})
-	env, err = s.Get(ctx, rec.ID)
-	return env, err == nil, err
+	return stored.Environment, true, nil
 }
 
 // replay compares a repeated registration with the stored one. Credentials
