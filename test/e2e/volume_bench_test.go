@@ -206,10 +206,14 @@ func (vb *volumeBench) cleanUp() {
 // It also reports the CPU time every program on the machine spent per
 // create on each side (from /proc): where the cluster, the gateway and
 // Postgres share the machine's cores and every side keeps them busy, the
-// throughput ratio cannot exceed the ratio of those totals, and the split
-// by program says which part of the gap is the gateway's own work, its
-// database's, and the cluster's. The proxy says how much of it any HTTP
-// service in front of the cluster would cost.
+// throughput ratio cannot exceed the ratio of those totals. The proxy says
+// how much of the gap any HTTP service in front of the cluster would cost.
+//
+// A round is a burst: most of what a claim costs the cluster (its
+// controllers' syncs and events) comes seconds after its create, and lands
+// in whichever rounds run then — the longer ones most. So the gateway's and
+// Postgres's shares are its own, but the cluster's share per side is not
+// that side's cost.
 //
 //	go test ./test/e2e -run '^$' -bench ConcurrentCreates -benchtime 4x
 func BenchmarkConcurrentCreates(b *testing.B) {
