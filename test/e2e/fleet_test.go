@@ -135,7 +135,7 @@ func TestFleetStorageClasses(t *testing.T) {
 
 	all := c.storageClasses(nil)
 	t.Run("one entry per class name across environments", func(t *testing.T) {
-		want := []string{"archive", "block", "broken", "efs", "flaky", "gp3", "io2-block", "shared-files", "slow", "standard", "standard-wffc"}
+		want := []string{"archive", "block", "broken", "csi-hostpath", "efs", "flaky", "gp3", "io2-block", "shared-files", "slow", "snapshots", "standard", "standard-wffc"}
 		if got := names(all); !slices.Equal(got, want) {
 			t.Fatalf("classes = %v, want %v", got, want)
 		}
@@ -216,7 +216,7 @@ func TestFleetStorageClasses(t *testing.T) {
 			{url.Values{"is_default": {"true"}}, []string{"gp3", "standard"}},
 			{url.Values{"expandable": {"false"}}, []string{"archive", "broken", "standard"}},
 			{url.Values{"environment": {eastID}, "volume_mode": {"Block"}}, []string{"block"}},
-			{url.Values{"environment": {westID}, "expandable": {"true"}, "volume_mode": {"Block"}}, []string{"gp3", "io2-block", "slow", "standard-wffc"}},
+			{url.Values{"environment": {westID}, "expandable": {"true"}, "volume_mode": {"Block"}}, []string{"csi-hostpath", "gp3", "io2-block", "slow", "standard-wffc"}},
 			{url.Values{"region": {"nowhere"}}, nil},
 		}
 		for _, tt := range tests {
@@ -236,7 +236,7 @@ func TestFleetStorageClasses(t *testing.T) {
 		c.want(http.StatusOK, code, body)
 		c.eventually(10*time.Second, "west in region far-west", func() bool {
 			got := c.storageClasses(url.Values{"region": {"far-west"}})
-			return slices.Equal(names(got), []string{"efs", "gp3", "io2-block", "slow", "standard", "standard-wffc"}) &&
+			return slices.Equal(names(got), []string{"csi-hostpath", "efs", "gp3", "io2-block", "slow", "standard", "standard-wffc"}) &&
 				detailIn(t, got["gp3"], westID).Region == "far-west"
 		})
 	})
@@ -244,7 +244,7 @@ func TestFleetStorageClasses(t *testing.T) {
 	t.Run("one environment", func(t *testing.T) {
 		var ec fleet.EnvironmentClasses
 		c.getJSON("/api/v1alpha1/environments/"+westID+"/storage-classes", &ec)
-		if ec.EnvironmentID != westID || ec.Stale || len(ec.Classes) != 6 {
+		if ec.EnvironmentID != westID || ec.Stale || len(ec.Classes) != 7 {
 			t.Fatalf("west classes = %+v", ec)
 		}
 		var d fleet.Detail

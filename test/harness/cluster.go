@@ -149,7 +149,8 @@ func (c *Cluster) RestartAPIServer() error {
 
 // Start brings up one cluster from spec: etcd and kube-apiserver, the
 // namespaces, RBAC and token for the gateway, the spec's objects,
-// kube-controller-manager, and the provisioner and resizer for its drivers.
+// kube-controller-manager, the provisioner and resizer for its drivers, and
+// for its plugin drivers the plugins, their sidecars and the snapshot API.
 func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	quietKubernetesLogs()
 	bins, err := ControlPlaneBinaries(ctx)
@@ -194,6 +195,15 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	// Close open watches promptly on SIGTERM; otherwise graceful shutdown
 	// waits for every controller's watch stream and a restart takes minutes.
 	c.env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "2s")
+	if len(spec.plugins()) > 0 {
+		// The snapshot API the plugins' sidecars serve, established before
+		// the spec's objects (VolumeSnapshotClasses among them) are applied.
+		paths, err := snapshotCRDPaths(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.env.CRDInstallOptions = envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}
+	}
 	c.admin, err = c.env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane for %s: %w", spec.Environment.ID, err)
@@ -220,7 +230,14 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	// Everything that runs beside the control plane ends with runCtx.
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	if err := c.startControllerManager(runCtx, bins); err != nil {
+	kubeconfig, err := c.writeAdminKubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startControllerManager(runCtx, bins, kubeconfig); err != nil {
+		return nil, err
+	}
+	if err := c.startPlugins(runCtx, kubeconfig); err != nil {
 		return nil, err
 	}
 	c.wg.Go(func() { runProvisioners(runCtx, c.client, spec.Cluster.Drivers) })
@@ -351,17 +368,9 @@ func grantNamespace(ctx context.Context, client kubernetes.Interface, ns string,
 }
 
 // startControllerManager runs kube-controller-manager with the volume
-// controllers and a one-second binder resync, logging to the work directory.
-func (c *Cluster) startControllerManager(ctx context.Context, bins string) error {
-	kubeconfig := filepath.Join(c.workDir, "admin.kubeconfig")
-	if err := os.WriteFile(kubeconfig, c.env.KubeConfig, 0o600); err != nil {
-		return err
-	}
-	logFile, err := os.Create(filepath.Join(c.workDir, "kube-controller-manager.log"))
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(bins, "kube-controller-manager"),
+// controllers and a one-second binder resync.
+func (c *Cluster) startControllerManager(ctx context.Context, bins, kubeconfig string) error {
+	return c.runProcess(ctx, "kube-controller-manager", filepath.Join(bins, "kube-controller-manager"),
 		"--kubeconfig="+kubeconfig,
 		"--controllers="+volumeControllers,
 		"--leader-elect=false",
@@ -369,6 +378,23 @@ func (c *Cluster) startControllerManager(ctx context.Context, bins string) error
 		"--pvclaimbinder-sync-period=1s",
 		"--resource-quota-sync-period=5s",
 	)
+}
+
+// writeAdminKubeconfig writes the admin kubeconfig the cluster's own
+// processes use into the work directory, and returns its path.
+func (c *Cluster) writeAdminKubeconfig() (string, error) {
+	kubeconfig := filepath.Join(c.workDir, "admin.kubeconfig")
+	return kubeconfig, os.WriteFile(kubeconfig, c.env.KubeConfig, 0o600)
+}
+
+// runProcess runs one of the cluster's processes beside its control plane
+// until ctx ends, logging to name.log in the work directory.
+func (c *Cluster) runProcess(ctx context.Context, name, path string, args ...string) error {
+	logFile, err := os.Create(filepath.Join(c.workDir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// On cancel: SIGTERM, then SIGKILL if it has not exited within 10 s.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -379,7 +405,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, bins string) error
 	}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
-		return fmt.Errorf("start kube-controller-manager: %w", err)
+		return fmt.Errorf("start %s: %w", name, err)
 	}
 	c.wg.Go(func() { _ = cmd.Wait(); _ = logFile.Close() })
 	return nil

@@ -155,11 +155,15 @@ func (p *provisioner) forget(uid types.UID) {
 // global scheme (clusters of one process start side by side).
 var globalScheme sync.Mutex
 
-// runProvisioners runs one library controller per emulated driver until ctx
-// ends. Retries are fast (tests wait on them) but still back off.
+// runProvisioners runs one library controller per emulated driver (not
+// the plugins: the external-provisioner serves those) until ctx ends.
+// Retries are fast (tests wait on them) but still back off.
 func runProvisioners(ctx context.Context, client kubernetes.Interface, drivers []Driver) {
 	var wg sync.WaitGroup
 	for _, d := range drivers {
+		if d.Plugin {
+			continue
+		}
 		// The library adds core types to client-go's global scheme on every
 		// call: one cluster's controllers at a time.
 		globalScheme.Lock()

@@ -18,11 +18,13 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// resizer plays the external-resizer sidecar for the emulated drivers: when a
-// bound claim asks for more than its capacity it sets the Resizing condition,
-// waits the class's resize delay, grows the PV, then records the new capacity
-// on the claim and clears the condition — the same object changes a real
-// resizer makes for a volume that needs no node-side expansion.
+// resizer plays the external-resizer sidecar for every driver (the
+// plugins' volumes hold no data, so growing one is these object changes
+// alone): when a bound claim asks for more than its capacity it sets the
+// Resizing condition, waits the class's resize delay, grows the PV, then
+// records the new capacity on the claim and clears the condition — the
+// same object changes a real resizer makes for a volume that needs no
+// node-side expansion.
 type resizer struct {
 	client   kubernetes.Interface
 	drivers  map[string]bool

@@ -47,12 +47,21 @@ type ClusterSpec struct {
 	Objects []unstructured.Unstructured `json:"objects,omitempty"`
 }
 
-// Driver is one emulated storage driver. Like a real CSI driver, it refuses to
+// Driver is one storage driver. Like a real CSI driver, it refuses to
 // provision access or volume modes it does not support.
 type Driver struct {
 	Name        string                              `json:"name"`
 	AccessModes []corev1.PersistentVolumeAccessMode `json:"access_modes"`
 	VolumeModes []corev1.PersistentVolumeMode       `json:"volume_modes"`
+	// Plugin makes the driver a CSI plugin (csiplugin.go) behind the
+	// Kubernetes CSI project's own sidecars — external-provisioner,
+	// csi-snapshotter and the snapshot controller (sidecars.go) — which
+	// snapshots, restores and clones; otherwise the harness emulates the
+	// driver in process (provisioner.go).
+	Plugin bool `json:"plugin,omitempty"`
+	// Tiers are the values of the plugin's one mutable parameter
+	// (TierParameter) it accepts, from VolumeAttributesClasses.
+	Tiers []string `json:"tiers,omitempty"`
 }
 
 func (d Driver) supportsAccessMode(m corev1.PersistentVolumeAccessMode) bool {
@@ -85,6 +94,11 @@ func (s Spec) validate() error {
 	}
 	if len(s.Cluster.Drivers) == 0 {
 		return fmt.Errorf("cluster.drivers: at least one driver is required")
+	}
+	for _, d := range s.Cluster.Drivers {
+		if len(d.Tiers) > 0 && !d.Plugin {
+			return fmt.Errorf("cluster.drivers: %s: tiers need plugin: true", d.Name)
+		}
 	}
 	return nil
 }
