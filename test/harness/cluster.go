@@ -197,12 +197,14 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	c.env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "2s")
 	if len(spec.plugins()) > 0 {
 		// The snapshot API the plugins' sidecars serve, established before
-		// the spec's objects (VolumeSnapshotClasses among them) are applied.
+		// the spec's objects (VolumeSnapshotClasses among them) are applied,
+		// and the API the resizer reads tiers from.
 		paths, err := snapshotCRDPaths(ctx)
 		if err != nil {
 			return nil, err
 		}
 		c.env.CRDInstallOptions = envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}
+		c.env.ControlPlane.APIServer.Configure().Append("runtime-config", resizerAPI)
 	}
 	c.admin, err = c.env.Start()
 	if err != nil {

@@ -24,7 +24,7 @@ const TierParameter = "tier"
 
 // plugin is a CSI controller plugin for one Driver with Plugin set, served
 // over a unix socket to the Kubernetes CSI project's sidecars
-// (external-provisioner, csi-snapshotter). Its volumes and snapshots hold
+// (external-provisioner, csi-snapshotter, external-resizer). Its volumes and snapshots hold
 // no data, only their size: a harness has no nodes to put data on. What it
 // refuses, it refuses as a driver does, with the gRPC codes the CSI spec
 // gives: an access or volume mode it lacks or a tier it does not offer
@@ -54,8 +54,9 @@ type pluginSnapshot struct {
 }
 
 // newPluginServer is d's plugin, to serve on a unix socket at path.
-func newPluginServer(d Driver, path string) (*grpc.Server, net.Listener, error) {
-	lis, err := net.Listen("unix", path)
+func newPluginServer(ctx context.Context, d Driver, path string) (*grpc.Server, net.Listener, error) {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "unix", path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugin %s: %w", d.Name, err)
 	}
@@ -88,6 +89,7 @@ func (p *plugin) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		// ReadWriteOncePod needs the single-node access modes.
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	} {
@@ -238,6 +240,19 @@ func (p *plugin) ControllerModifyVolume(_ context.Context, req *csi.ControllerMo
 	}
 	v.tier = tier
 	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+// ControllerExpandVolume grows a volume; a data-less one needs nothing on a
+// node.
+func (p *plugin) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.volumes[req.GetVolumeId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	}
+	v.size = max(v.size, req.GetCapacityRange().GetRequiredBytes())
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.size}, nil
 }
 
 // tier is the tier mutable parameters ask for ("" for none), or the

@@ -17,6 +17,16 @@
 // driver names, west emulating well-known cloud drivers — so fleet views
 // have something to aggregate.
 //
+// A driver marked plugin is a CSI controller plugin instead (csiplugin.go:
+// data-less volumes and snapshots, performance tiers as a mutable
+// parameter), served on a unix socket to the Kubernetes CSI project's own
+// sidecars — external-provisioner, csi-snapshotter, external-resizer and
+// the snapshot controller — run as processes, built from pinned modules in
+// test/tools like the control plane (sidecars.go). With them the cluster
+// serves the VolumeSnapshot CRDs and the beta VolumeAttributesClass API the
+// resizer reads; snapshots, restores, clones, expansion and tier changes run
+// end to end as on a real cluster, refusals included.
+//
 // No cluster outlives the process that runs the harness, however it ends
 // (lifetime.go): on Linux each process has a parent-death signal
 // (kube-controller-manager directly; etcd and kube-apiserver through this

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
@@ -122,4 +123,66 @@ func snapshotClient(t *testing.T, c *Cluster) *snapshots.Clientset {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// TestPluginChangesTiersAndGrows: the external-resizer changes a plugin
+// volume's tier (its VolumeAttributesClass) and grows it through the
+// plugin; a tier the plugin refuses leaves the volume on its tier with
+// the modification infeasible and the refusal in an event.
+func TestPluginChangesTiersAndGrows(t *testing.T) {
+	east := cluster(t, "local-east")
+	claims := east.AdminClient().CoreV1().PersistentVolumeClaims(east.Spec.Environment.Namespace)
+	pvc := newClaim("tiered", pluginClasses[east.Name()].class, corev1.ReadWriteOnce, nil, "1Gi")
+	pvc.Spec.VolumeAttributesClassName = ptr.To("silver")
+	pvc = waitForBound(t, east, create(t, east, pvc))
+	onTier := func(tier string) {
+		t.Helper()
+		poll.Value(t, time.Minute, func() (*corev1.PersistentVolumeClaim, bool) {
+			got := getClaim(t, east, pvc)
+			return got, ptr.Deref(got.Status.CurrentVolumeAttributesClassName, "") == tier && got.Status.ModifyVolumeStatus == nil
+		})
+	}
+	onTier("silver")
+	patch := func(body string) {
+		t.Helper()
+		if _, err := claims.Patch(t.Context(), pvc.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	patch(`{"spec":{"volumeAttributesClassName":"gold"}}`)
+	onTier("gold")
+
+	patch(`{"spec":{"volumeAttributesClassName":"platinum"}}`)
+	refused := poll.Value(t, time.Minute, func() (*corev1.PersistentVolumeClaim, bool) {
+		got := getClaim(t, east, pvc)
+		s := got.Status.ModifyVolumeStatus
+		return got, s != nil && s.Status == corev1.PersistentVolumeClaimModifyVolumeInfeasible
+	})
+	if tier := ptr.Deref(refused.Status.CurrentVolumeAttributesClassName, ""); tier != "gold" {
+		t.Fatalf("after a refused tier the volume is on %q, want gold", tier)
+	}
+	if msg := waitForEvent(t, east, refused, "VolumeModifyFailed"); !strings.Contains(msg, `tier "platinum" is not one`) {
+		t.Fatalf("VolumeModifyFailed %q does not give the plugin's reason", msg)
+	}
+
+	// Back to the tier it is on, and grown. (This resizer keeps the refused
+	// modification's status after the revert: it names platinum, which the
+	// claim no longer asks for.)
+	patch(`{"spec":{"volumeAttributesClassName":"gold","resources":{"requests":{"storage":"2Gi"}}}}`)
+	poll.Until(t, time.Minute, "the claim grown to 2Gi on tier gold", func() bool {
+		got := getClaim(t, east, pvc)
+		size := got.Status.Capacity[corev1.ResourceStorage]
+		return size.Cmp(resource.MustParse("2Gi")) == 0 && ptr.Deref(got.Status.CurrentVolumeAttributesClassName, "") == "gold"
+	})
+	waitForEvent(t, east, pvc, "VolumeResizeSuccessful")
+	var resizedBy []string
+	for _, e := range claimEvents(t, east, pvc) {
+		if e.Reason == "VolumeResizeSuccessful" {
+			resizedBy = append(resizedBy, e.Source.Component)
+		}
+	}
+	if want := "external-resizer " + provisionerOf(t, east, *pvc.Spec.StorageClassName); len(resizedBy) != 1 || resizedBy[0] != want {
+		t.Fatalf("the claim was grown by %v, want %q", resizedBy, want)
+	}
 }

@@ -18,13 +18,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// resizer plays the external-resizer sidecar for every driver (the
-// plugins' volumes hold no data, so growing one is these object changes
-// alone): when a bound claim asks for more than its capacity it sets the
-// Resizing condition, waits the class's resize delay, grows the PV, then
-// records the new capacity on the claim and clears the condition — the
-// same object changes a real resizer makes for a volume that needs no
-// node-side expansion.
+// resizer plays the external-resizer sidecar for the emulated drivers (the
+// real one serves the plugins): when a bound claim asks for more than its
+// capacity it sets the Resizing condition, waits the class's resize delay,
+// grows the PV, then records the new capacity on the claim and clears the
+// condition — the same object changes a real resizer makes for a volume
+// that needs no node-side expansion.
 type resizer struct {
 	client   kubernetes.Interface
 	drivers  map[string]bool
@@ -65,7 +64,7 @@ func runResizer(ctx context.Context, client kubernetes.Interface, drivers []Driv
 		started:  map[types.UID]time.Time{},
 	}
 	for _, d := range drivers {
-		r.drivers[d.Name] = true
+		r.drivers[d.Name] = !d.Plugin
 	}
 	enqueue := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {

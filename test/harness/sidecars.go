@@ -17,7 +17,13 @@ var (
 	snapshotController = toolPackage{"snapshotter", "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller"}
 	csiSnapshotter     = toolPackage{"snapshotter", "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter"}
 	csiProvisioner     = toolPackage{"csi-provisioner", "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"}
+	csiResizer         = toolPackage{"csi-resizer", "github.com/kubernetes-csi/external-resizer/cmd/csi-resizer"}
 )
+
+// resizerAPI is the API the external-resizer (v1.14.0, the newest release
+// the module proxy serves) reads VolumeAttributesClasses from: their beta
+// version, which Kubernetes still serves when asked to.
+const resizerAPI = "storage.k8s.io/v1beta1=true"
 
 type toolPackage struct{ module, pkg string }
 
@@ -75,16 +81,17 @@ func (s Spec) plugins() []Driver {
 }
 
 // startPlugins serves each plugin driver on a socket in the work directory
-// and runs the sidecars that drive it — the external-provisioner and the
-// csi-snapshotter per plugin, one snapshot controller per cluster — as
-// processes of their own against the admin kubeconfig, until ctx ends.
+// and runs the sidecars that drive it — the external-provisioner, the
+// csi-snapshotter and the external-resizer per plugin, one snapshot
+// controller per cluster — as processes of their own against the admin
+// kubeconfig, until ctx ends.
 func (c *Cluster) startPlugins(ctx context.Context, kubeconfig string) error {
 	plugins := c.Spec.plugins()
 	if len(plugins) == 0 {
 		return nil
 	}
 	bins := map[toolPackage]string{}
-	for _, t := range []toolPackage{snapshotController, csiSnapshotter, csiProvisioner} {
+	for _, t := range []toolPackage{snapshotController, csiSnapshotter, csiProvisioner, csiResizer} {
 		bin, err := Tool(ctx, t.module, t.pkg)
 		if err != nil {
 			return err
@@ -98,7 +105,7 @@ func (c *Cluster) startPlugins(ctx context.Context, kubeconfig string) error {
 	for i, d := range plugins {
 		socket := filepath.Join(c.workDir, fmt.Sprintf("csi-%d.sock", i))
 		_ = os.Remove(socket)
-		srv, lis, err := newPluginServer(d, socket)
+		srv, lis, err := newPluginServer(ctx, d, socket)
 		if err != nil {
 			return err
 		}
@@ -111,6 +118,12 @@ func (c *Cluster) startPlugins(ctx context.Context, kubeconfig string) error {
 		}
 		if err := c.runProcess(ctx, fmt.Sprintf("csi-snapshotter-%d", i), bins[csiSnapshotter],
 			"--kubeconfig="+kubeconfig, address, "--leader-election=false", "--worker-threads=4"); err != nil {
+			return err
+		}
+		// Retries start fast (tests wait on them) and still back off.
+		if err := c.runProcess(ctx, fmt.Sprintf("csi-resizer-%d", i), bins[csiResizer],
+			"--kubeconfig="+kubeconfig, address, "--leader-election=false", "--workers=4",
+			"--feature-gates=VolumeAttributesClass=true", "--retry-interval-start=200ms", "--retry-interval-max=5s"); err != nil {
 			return err
 		}
 	}
