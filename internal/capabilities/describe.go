@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,6 +23,15 @@ type Objects struct {
 	// namespace; QuotasDenied says the gateway may not read them.
 	Quotas       []*corev1.ResourceQuota `json:"quotas,omitempty"`
 	QuotasDenied bool                    `json:"quotas_denied,omitempty"`
+	// SnapshotClasses are the cluster's VolumeSnapshotClasses (none where
+	// it does not serve the snapshot API); SnapshotClassesDenied says the
+	// gateway may not read them.
+	SnapshotClasses       []*snapshotv1.VolumeSnapshotClass `json:"snapshot_classes,omitempty"`
+	SnapshotClassesDenied bool                              `json:"snapshot_classes_denied,omitempty"`
+	// Tiers are the cluster's VolumeAttributesClasses; TiersDenied says
+	// the gateway may not read them.
+	Tiers       []*storagev1.VolumeAttributesClass `json:"tiers,omitempty"`
+	TiersDenied bool                               `json:"tiers_denied,omitempty"`
 }
 
 // Class is what one environment offers under one StorageClass name: the

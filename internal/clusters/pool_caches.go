@@ -14,6 +14,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotv1client "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/typed/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,6 +52,8 @@ const (
 	cacheCSIDrivers     = "csidrivers"
 	cacheCapacities     = "csistoragecapacities"
 	cacheQuotas         = "resourcequotas"
+	cacheSnapshotClass  = "volumesnapshotclasses"
+	cacheTiers          = "volumeattributesclasses"
 )
 
 // byInvolvedPVC indexes events by the namespace/name of their PVC.
@@ -73,6 +77,9 @@ type caches struct {
 	drivers     storagelisters.CSIDriverLister
 	capacities  storagelisters.CSIStorageCapacityLister
 	quotas      *listed
+	// snapshotClasses and tiers (VolumeAttributesClasses) are listed where
+	// the gateway may read them.
+	snapshotClasses, tiers *listed
 	// running holds every informer's goroutine, the warnings' too.
 	running sync.WaitGroup
 }
@@ -90,10 +97,11 @@ type namespaceCaches struct {
 var namespaced = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 
 // cacheClients are the typed clients the caches list and watch through:
-// the two API groups they read, not a clientset's every group.
+// the API groups they read, not a clientset's every group.
 type cacheClients struct {
-	core    corev1client.CoreV1Interface
-	storage storagev1client.StorageV1Interface
+	core      corev1client.CoreV1Interface
+	storage   storagev1client.StorageV1Interface
+	snapshots snapshotv1client.SnapshotV1Interface
 }
 
 func newCacheClients(cfg *rest.Config, client *http.Client) (cacheClients, error) {
@@ -105,7 +113,15 @@ func newCacheClients(cfg *rest.Config, client *http.Client) (cacheClients, error
 	if err != nil {
 		return cacheClients{}, fmt.Errorf("build cluster client: %w", err)
 	}
-	return cacheClients{core: core, storage: storage}, nil
+	// The snapshot API is a custom resource, which API servers serve in
+	// JSON alone.
+	jsonCfg := rest.CopyConfig(cfg)
+	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+	snapshots, err := snapshotv1client.NewForConfigAndClient(jsonCfg, client)
+	if err != nil {
+		return cacheClients{}, fmt.Errorf("build cluster client: %w", err)
+	}
+	return cacheClients{core: core, storage: storage, snapshots: snapshots}, nil
 }
 
 // newCaches sets up the informers without starting them; onStorage is
@@ -172,6 +188,18 @@ func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, on
 		quotas := listAll(client.core.ResourceQuotas(namespaces[0]).List)
 		c.quotas = fact(cacheQuotas, func(ctx context.Context) ([]any, error) { return quotas(optionalPermission(ctx)) }, namespaced, true)
 	}
+	// Which drivers can snapshot, and the performance tiers on offer: not
+	// every grant includes them, and not every cluster serves the snapshot
+	// API (none is served: no snapshot class).
+	snapshotClasses, tiers := listAll(client.snapshots.VolumeSnapshotClasses().List), listAll(storage.VolumeAttributesClasses().List)
+	c.snapshotClasses = fact(cacheSnapshotClass, func(ctx context.Context) ([]any, error) {
+		objs, err := snapshotClasses(optionalPermission(ctx))
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return objs, err
+	}, cache.Indexers{}, true)
+	c.tiers = fact(cacheTiers, func(ctx context.Context) ([]any, error) { return tiers(optionalPermission(ctx)) }, cache.Indexers{}, true)
 	return c
 }
 
@@ -416,8 +444,9 @@ func (c *Cluster) CSIDrivers() []*storagev1.CSIDriver {
 	return drivers
 }
 
-// StorageObjects returns the cached classes, CSI drivers, capacities and
-// the default namespace's quotas (or that they may not be read).
+// StorageObjects returns the cached classes, CSI drivers, capacities, the
+// default namespace's quotas, the snapshot classes and the tiers (or that
+// the last three may not be read).
 func (c *Cluster) StorageObjects() capabilities.Objects {
 	objs := capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities()}
 	if q := c.caches.quotas; q != nil {
@@ -427,6 +456,16 @@ func (c *Cluster) StorageObjects() capabilities.Objects {
 		}
 	}
 	slices.SortFunc(objs.Quotas, byName)
+	objs.SnapshotClassesDenied = c.caches.snapshotClasses.denied.Load()
+	for _, obj := range c.caches.snapshotClasses.indexer.List() {
+		objs.SnapshotClasses = append(objs.SnapshotClasses, obj.(*snapshotv1.VolumeSnapshotClass))
+	}
+	slices.SortFunc(objs.SnapshotClasses, byName)
+	objs.TiersDenied = c.caches.tiers.denied.Load()
+	for _, obj := range c.caches.tiers.indexer.List() {
+		objs.Tiers = append(objs.Tiers, obj.(*storagev1.VolumeAttributesClass))
+	}
+	slices.SortFunc(objs.Tiers, byName)
 	return objs
 }
 

@@ -713,8 +713,12 @@ func TestEnsureRefusesUnusableTargets(t *testing.T) {
 // environment id is served at once.
 func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 	namespaces := east.Spec.Environment.Namespaces()
-	perProbe := len(namespaces) + 2                 // a rules review per namespace, /version, StorageClasses
-	limiters := clusters.NewLimiters(0.2, perProbe) // one token every 5 s after the burst
+	perProbe := len(namespaces) + 2 // a rules review per namespace, /version, StorageClasses
+	// The pool lists its facts when it connects: CSIDrivers,
+	// CSIStorageCapacities, ResourceQuotas, VolumeSnapshotClasses and
+	// VolumeAttributesClasses.
+	const factsLists = 5
+	limiters := clusters.NewLimiters(0.2, perProbe+factsLists) // one token every 5 s after the burst
 	conn := eastTarget("spent").Connection
 	res := newProber(clusters.ProberOptions{Limiters: limiters}).Probe(t.Context(), "spent", conn, namespaces)
 	if res.State != clusters.HealthReady {

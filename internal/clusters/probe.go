@@ -84,13 +84,17 @@ func RequiredPermissions(namespaces []string) []Permission {
 
 // OptionalPermissions lists what the gateway uses where it may but does
 // without (the probe does not ask for it): listing the ResourceQuotas of
-// its namespaces, for placement's quota headroom (unknown without).
+// its namespaces, for placement's quota headroom, and the cluster's
+// VolumeSnapshotClasses and VolumeAttributesClasses, for which classes can
+// be snapshotted and which performance tiers exist (each unknown without).
 func OptionalPermissions(namespaces []string) []Permission {
-	perms := make([]Permission, len(namespaces))
+	perms := make([]Permission, len(namespaces), len(namespaces)+2)
 	for i, ns := range namespaces {
 		perms[i] = Permission{Verb: "list", Resource: "resourcequotas", Namespace: ns}
 	}
-	return perms
+	return append(perms,
+		Permission{Verb: "list", Group: "snapshot.storage.k8s.io", Resource: "volumesnapshotclasses"},
+		Permission{Verb: "list", Group: "storage.k8s.io", Resource: "volumeattributesclasses"})
 }
 
 // ProbeResult is what one probe learned. Message is written by the gateway

@@ -294,9 +294,10 @@ func (c *Cluster) applyObjects(ctx context.Context) error {
 
 // GrantGateway prepares any cluster (harness or kind) for the gateway: the
 // namespaces, a ServiceAccount with least privilege — claims, their events
-// and quotas in the given namespaces; read-only storage classes, CSI drivers
-// and capacities cluster-wide — and a token minted through the TokenRequest
-// API, which it returns. It is idempotent.
+// and quotas in the given namespaces; read-only storage classes, CSI drivers,
+// capacities, snapshot classes and attributes classes cluster-wide — and a
+// token minted through the TokenRequest API, which it returns. It is
+// idempotent.
 func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces []string) (string, error) {
 	for _, ns := range append(slices.Clone(namespaces), GatewayNamespace) {
 		if err := createIgnoreExisting(ctx, client.CoreV1().Namespaces().Create,
@@ -318,6 +319,14 @@ func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces [
 			APIGroups: []string{"storage.k8s.io"},
 			Resources: []string{"storageclasses", "csidrivers", "csistoragecapacities"},
 			Verbs:     read,
+		}, {
+			APIGroups: []string{"storage.k8s.io"},
+			Resources: []string{"volumeattributesclasses"},
+			Verbs:     []string{"list"},
+		}, {
+			APIGroups: []string{"snapshot.storage.k8s.io"},
+			Resources: []string{"volumesnapshotclasses"},
+			Verbs:     []string{"list"},
 		}},
 	}
 	if err := createIgnoreExisting(ctx, rbac.ClusterRoles().Create, clusterRole); err != nil {

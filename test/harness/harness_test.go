@@ -295,6 +295,11 @@ func TestGatewayTokenIsLeastPrivilege(t *testing.T) {
 					t.Errorf("gateway may create %s", r)
 				}
 			}
+			for _, r := range []struct{ group, resource string }{{"snapshot.storage.k8s.io", "volumesnapshotclasses"}, {"storage.k8s.io", "volumeattributesclasses"}} {
+				if !allowed("", r.group, r.resource, "list") || allowed("", r.group, r.resource, "create") {
+					t.Errorf("gateway may not list %s, or may create them", r.resource)
+				}
+			}
 			for _, denied := range []struct{ ns, group, resource, verb string }{
 				{"kube-system", "", "persistentvolumeclaims", "create"},
 				{c.Spec.Environment.Namespace, "", "secrets", "get"},
