@@ -29,11 +29,12 @@ import (
 const probeReadyInterval = 10 * time.Minute
 
 // factsListings are the lists of an environment's CSIDrivers,
-// CSIStorageCapacities and default namespace's ResourceQuotas every
-// factsInterval (the pool's default): like the probe, less often than the
-// idle window sees.
+// CSIStorageCapacities, default namespace's ResourceQuotas,
+// VolumeSnapshotClasses and VolumeAttributesClasses every factsInterval
+// (the pool's default): like the probe, less often than the idle window
+// sees.
 const (
-	factsListings = 3
+	factsListings = 5
 	factsInterval = 10 * time.Minute
 )
 
