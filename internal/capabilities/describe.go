@@ -52,7 +52,31 @@ type Class struct {
 	CapabilitySource CapabilitySource `json:"capability_source"`
 	CSIDriver        *DriverFacts     `json:"csi_driver,omitempty"`
 	Capacity         *Capacity        `json:"capacity,omitempty"`
+	// Snapshots says whether the class's volumes can be snapshotted: yes
+	// (a VolumeSnapshotClass is for its driver; SnapshotClasses names
+	// them, the default first), no, or unknown (the gateway may not read
+	// snapshot classes).
+	Snapshots       Support  `json:"snapshots"`
+	SnapshotClasses []string `json:"snapshot_classes,omitempty"`
+	// Tiers are the VolumeAttributesClasses of the class's driver, the
+	// performance tiers its volumes can be given, by name: empty when
+	// there are none, nil when unknown (the gateway may not read them).
+	Tiers []string `json:"tiers"`
 }
+
+// Support says whether a class offers a feature.
+type Support string
+
+// The answers Support gives.
+const (
+	Supported   Support = "yes"
+	Unsupported Support = "no"
+	Unknown     Support = "unknown"
+)
+
+// DefaultSnapshotClassAnnotation marks a driver's default
+// VolumeSnapshotClass.
+const DefaultSnapshotClassAnnotation = "snapshot.storage.kubernetes.io/is-default-class"
 
 // CapabilitySource says where each kind of mode came from.
 type CapabilitySource struct {
@@ -119,10 +143,53 @@ func Describe(objs Objects, overrides Overrides) []Class {
 		if d, ok := drivers[sc.Provisioner]; ok {
 			c.CSIDriver = driverFacts(d)
 		}
+		c.Snapshots, c.SnapshotClasses = snapshotSupport(objs, sc.Provisioner)
+		if !objs.TiersDenied {
+			c.Tiers = []string{}
+			for _, t := range objs.Tiers {
+				if t.DriverName == sc.Provisioner {
+					c.Tiers = append(c.Tiers, t.Name)
+				}
+			}
+		}
 		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b Class) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+// snapshotSupport says whether driver's volumes can be snapshotted, and
+// through which VolumeSnapshotClasses (its default first, then by name).
+func snapshotSupport(objs Objects, driver string) (Support, []string) {
+	if objs.SnapshotClassesDenied {
+		return Unknown, nil
+	}
+	var classes []*snapshotv1.VolumeSnapshotClass
+	for _, c := range objs.SnapshotClasses {
+		if c.Driver == driver {
+			classes = append(classes, c)
+		}
+	}
+	if len(classes) == 0 {
+		return Unsupported, nil
+	}
+	isDefault := func(c *snapshotv1.VolumeSnapshotClass) bool {
+		return c.Annotations[DefaultSnapshotClassAnnotation] == "true"
+	}
+	slices.SortFunc(classes, func(a, b *snapshotv1.VolumeSnapshotClass) int {
+		if isDefault(a) != isDefault(b) {
+			if isDefault(a) {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	names := make([]string, len(classes))
+	for i, c := range classes {
+		names[i] = c.Name
+	}
+	return Supported, names
 }
 
 func driverFacts(d *storagev1.CSIDriver) *DriverFacts {
@@ -264,6 +331,18 @@ func Slim(objs Objects) Objects {
 			ObjectMeta: metav1.ObjectMeta{Name: q.Name, Namespace: q.Namespace},
 			Status:     corev1.ResourceQuotaStatus{Hard: hard, Used: used},
 		})
+	}
+	out.SnapshotClassesDenied, out.TiersDenied = objs.SnapshotClassesDenied, objs.TiersDenied
+	for _, c := range objs.SnapshotClasses {
+		var annotations map[string]string
+		if v, ok := c.Annotations[DefaultSnapshotClassAnnotation]; ok {
+			annotations = map[string]string{DefaultSnapshotClassAnnotation: v}
+		}
+		out.SnapshotClasses = append(out.SnapshotClasses, &snapshotv1.VolumeSnapshotClass{
+			ObjectMeta: metav1.ObjectMeta{Name: c.Name, Annotations: annotations}, Driver: c.Driver, DeletionPolicy: c.DeletionPolicy})
+	}
+	for _, t := range objs.Tiers {
+		out.Tiers = append(out.Tiers, &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: t.Name}, DriverName: t.DriverName})
 	}
 	return out
 }

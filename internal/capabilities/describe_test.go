@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,16 @@ func storageObjects() capabilities.Objects {
 			{ObjectMeta: metav1.ObjectMeta{Name: "a2", Namespace: "other"}, StorageClassName: "slow", Capacity: qty("1Ti"), NodeTopology: zone("a"), MaximumVolumeSize: qty("200Gi")},
 			{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "kube-system"}, StorageClassName: "slow", Capacity: qty("512Gi"), NodeTopology: zone("b")},
 			{ObjectMeta: metav1.ObjectMeta{Name: "unpublished", Namespace: "kube-system"}, StorageClassName: "fast", NodeTopology: zone("a")},
+		},
+		SnapshotClasses: []*snapshotv1.VolumeSnapshotClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: "a-ebs"}, Driver: "ebs.csi.aws.com", DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete},
+			{ObjectMeta: metav1.ObjectMeta{Name: "z-ebs-default", Annotations: map[string]string{capabilities.DefaultSnapshotClassAnnotation: "true", "unrelated": "x"}},
+				Driver: "ebs.csi.aws.com", DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain},
+			{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Driver: "other.example.com"},
+		},
+		Tiers: []*storagev1.VolumeAttributesClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: "gold"}, DriverName: "ebs.csi.aws.com", Parameters: map[string]string{"iops": "16000"}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "bronze"}, DriverName: "other.example.com"},
 		},
 	}
 }
@@ -94,6 +105,24 @@ func TestDescribe(t *testing.T) {
 			t.Errorf("slow driver facts = %+v, want %+v", slow.CSIDriver, want)
 		}
 	})
+	t.Run("snapshot classes and tiers of the class's driver", func(t *testing.T) {
+		if fast.Snapshots != capabilities.Supported || !reflect.DeepEqual(fast.SnapshotClasses, []string{"z-ebs-default", "a-ebs"}) {
+			t.Errorf("fast snapshots %s through %v, want yes through the default, then a-ebs", fast.Snapshots, fast.SnapshotClasses)
+		}
+		if !reflect.DeepEqual(fast.Tiers, []string{"gold"}) {
+			t.Errorf("fast tiers %v, want [gold]", fast.Tiers)
+		}
+		if slow.Snapshots != capabilities.Unsupported || slow.SnapshotClasses != nil || slow.Tiers == nil || len(slow.Tiers) != 0 {
+			t.Errorf("slow snapshots %s through %v, tiers %#v; want no, none, known empty", slow.Snapshots, slow.SnapshotClasses, slow.Tiers)
+		}
+		objs := storageObjects()
+		objs.SnapshotClassesDenied, objs.TiersDenied = true, true
+		for _, c := range capabilities.Describe(objs, capabilities.Overrides{}) {
+			if c.Snapshots != capabilities.Unknown || c.SnapshotClasses != nil || c.Tiers != nil {
+				t.Errorf("%s where neither may be read: snapshots %s through %v, tiers %v; want unknown, none, nil", c.Name, c.Snapshots, c.SnapshotClasses, c.Tiers)
+			}
+		}
+	})
 	t.Run("capacity summed per class and topology segment", func(t *testing.T) {
 		if fast.Capacity != nil {
 			t.Errorf("fast publishes no capacity but shows %+v", fast.Capacity)
@@ -124,5 +153,14 @@ func TestSlimDescribesTheSame(t *testing.T) {
 		if _, ok := c.Annotations["unrelated"]; ok {
 			t.Fatalf("slimmed class %s keeps annotations Describe never reads", c.Name)
 		}
+	}
+	for _, c := range slim.SnapshotClasses {
+		if _, ok := c.Annotations["unrelated"]; ok {
+			t.Fatalf("slimmed snapshot class %s keeps annotations Describe never reads", c.Name)
+		}
+	}
+	objs.SnapshotClassesDenied, objs.TiersDenied = true, true
+	if slim := capabilities.Slim(objs); !slim.SnapshotClassesDenied || !slim.TiersDenied {
+		t.Fatal("slimmed objects forget that snapshot classes and tiers may not be read")
 	}
 }

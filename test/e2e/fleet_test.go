@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
@@ -203,6 +204,25 @@ func TestFleetStorageClasses(t *testing.T) {
 		}
 		if w := detailIn(t, all["gp3"], westID).Capacity; w != nil {
 			t.Errorf("west gp3 publishes no capacity but shows %+v", w)
+		}
+	})
+
+	t.Run("snapshot classes and tiers of each class's driver", func(t *testing.T) {
+		for _, tt := range []struct {
+			env, class      string
+			snapshots       capabilities.Support
+			snapshotClasses []string
+			tiers           []string
+		}{
+			{eastID, "snapshots", capabilities.Supported, []string{"snapshots"}, []string{"gold", "platinum", "silver"}},
+			{eastID, "standard", capabilities.Unsupported, nil, []string{}},
+			{westID, "csi-hostpath", capabilities.Supported, []string{"csi-hostpath-snapclass"}, []string{"standard-tier"}},
+		} {
+			d := detailIn(t, all[tt.class], tt.env)
+			if d.Snapshots != tt.snapshots || !slices.Equal(d.SnapshotClasses, tt.snapshotClasses) || d.Tiers == nil || !slices.Equal(d.Tiers, tt.tiers) {
+				t.Errorf("%s in %s: snapshots %s through %v, tiers %#v; want %s through %v, tiers %v",
+					tt.class, tt.env, d.Snapshots, d.SnapshotClasses, d.Tiers, tt.snapshots, tt.snapshotClasses, tt.tiers)
+			}
 		}
 	})
 
