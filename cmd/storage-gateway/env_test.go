@@ -101,6 +101,13 @@ func TestEnvCommands(t *testing.T) {
 	if out := mustRun(t, cli, "classes", "--access-mode", "rwx", "-o", "name"); out != "storageclass/shared-files\n" {
 		t.Fatalf("classes --access-mode rwx -o name: %q", out)
 	}
+	// Snapshots and tiers: the CSI plugin's class.
+	if out := mustRun(t, cli, "classes", "--snapshots", "--tier", "gold", "-o", "name"); out != "storageclass/snapshots\n" {
+		t.Fatalf("classes --snapshots --tier gold -o name: %q", out)
+	}
+	if out := mustRun(t, cli, "place", "--capacity", "1Gi", "--snapshots", "-o", "json"); !strings.Contains(out, `"storage_class": "snapshots"`) || strings.Contains(out, `"storage_class": "standard"`) {
+		t.Fatalf("place --snapshots: %s", out)
+	}
 	// --expandable is a switch, as on place: a word after it is no value.
 	if out, err := run(t, cli, "classes", "--expandable", "maybe"); err == nil || !strings.Contains(out, `storage-gateway classes takes no argument "maybe"`) {
 		t.Fatalf("classes --expandable maybe: %v\n%s", err, out)

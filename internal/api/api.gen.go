@@ -1178,6 +1178,9 @@ type ListPlacementsParams struct {
 	// Expandable true asks for classes that allow expansion.
 	Expandable *bool `form:"expandable,omitempty" json:"expandable,omitempty"`
 
+	// Snapshots true asks for classes whose volumes can be snapshotted; a class where that is unknown is not left out but ranked after those known to.
+	Snapshots *bool `form:"snapshots,omitempty" json:"snapshots,omitempty"`
+
 	// Explain true adds the reason for each environment or class left out.
 	Explain *bool `form:"explain,omitempty" json:"explain,omitempty"`
 }
@@ -1198,6 +1201,12 @@ type ListStorageClassesParams struct {
 	VolumeMode  *VolumeMode           `form:"volume_mode,omitempty" json:"volume_mode,omitempty"`
 	Expandable  *bool                 `form:"expandable,omitempty" json:"expandable,omitempty"`
 	IsDefault   *bool                 `form:"is_default,omitempty" json:"is_default,omitempty"`
+
+	// Snapshots true for classes known to be snapshottable, false for those known not to be (unknown matches neither).
+	Snapshots *bool `form:"snapshots,omitempty" json:"snapshots,omitempty"`
+
+	// Tier Classes whose driver has this VolumeAttributesClass (performance tier).
+	Tier *string `form:"tier,omitempty" json:"tier,omitempty"`
 }
 
 // ListFleetVolumesParams defines parameters for ListFleetVolumes.
@@ -3486,6 +3495,18 @@ func NewListPlacementsRequest(server string, params *ListPlacementsParams) (*htt
 
 		}
 
+		if params.Snapshots != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "snapshots", *params.Snapshots, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Explain != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "explain", *params.Explain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
@@ -3639,6 +3660,30 @@ func NewListStorageClassesRequest(server string, params *ListStorageClassesParam
 		if params.IsDefault != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "is_default", *params.IsDefault, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Snapshots != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "snapshots", *params.Snapshots, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Tier != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8680,6 +8725,13 @@ func (w *ServerInterfaceWrapper) ListPlacements(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter expandable: %s", err))
 	}
 
+	// ------------- Optional query parameter "snapshots" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "snapshots", ctx.QueryParams(), &params.Snapshots, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter snapshots: %s", err))
+	}
+
 	// ------------- Optional query parameter "explain" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "explain", ctx.QueryParams(), &params.Explain, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
@@ -8759,6 +8811,20 @@ func (w *ServerInterfaceWrapper) ListStorageClasses(ctx echo.Context) error {
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "is_default", ctx.QueryParams(), &params.IsDefault, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter is_default: %s", err))
+	}
+
+	// ------------- Optional query parameter "snapshots" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "snapshots", ctx.QueryParams(), &params.Snapshots, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter snapshots: %s", err))
+	}
+
+	// ------------- Optional query parameter "tier" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "tier", ctx.QueryParams(), &params.Tier, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter tier: %s", err))
 	}
 
 	// Invoke the callback with all the unmarshaled arguments
@@ -12134,204 +12200,206 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rctu4muCrYLRTFamGVhzHyTltV9cpH1tJvJ3YXtvp3pmjrAyRsIQxBbAByI46nap5iHnCeZItfB9A",
-	"ghQoS2k7nenpPylHJHH97tdPnVTOCimYMLqz96lTUEVnzDAF/xuIW66kmDFhjo/sD1x09joFNdNO0hF0",
-	"xjp7HVa9M+JZJ+ko9vOcK5Z19oyas6Sj0ymbUfv1Pyt23dnr/K+n1ZxP8al+es60nKuUHR91Pn9OOu/o",
-	"xzM6YRf8F2a/zJhOFS8Ml3YB9gnR/BdGuhm7pvPckBfb+ySnasIUuaX5nGlCFSO5vGOKZcRI8mx7e7vX",
-	"7yS4hZ/nTC2qPczox1FBJ2xkB+2ES55xwWfzWWdvO+mYRWFf5sKwCVOwTLuSS3nDxPIiL6eMyIL+PGdE",
-	"sI8Gxzf2XSKviZkyUih2y+VcE/uobWnVZ/V10Y9vmZiYaWfv2fbObrk4bRQXk85nuzjFdCGFZnCVZ0qO",
-	"czazf6ZSGCaM/ZMWRc5Tapf8tMA3/uXftYTtrHdvflyYsX4C568OyXe7L/5C3MgkY4byXPfh6NwAdvyD",
-	"NGVav5MZ3DUT9rz/0TlnNPtJccNORWovxf7/VOSLd1Qs3H/hMfz/w9IJJJ2DTLqlfOoUShZMGY6HQe0T",
-	"C6GxS7uV+XxmAQhfIt07bqYWqnhGDRtJkS8SYqbUkDs5zzMyZr2EUA1Xit+Sg7NjoqfyDn6cwdUaNtP3",
-	"neWP8LVdutsLVYou7P+zdDZKpyy9WV7yT9MFOTp890QTLrShImWaWKgnQhoC37AsIXdTJuxiFuUzu6ql",
-	"I7PzlMOM7Mbl3IzSnPJZZGZ7LkeH74hiE66NAjAiUuwtrccBfEAqnmgLFbc8Y4pYSMcD5f5MBeNmyhTR",
-	"TN3a1SoyZoSOc2ZRGS6G0GvDFDFT7m7Kzt0VkiiWSpUlREiS0zHLc5YR2ADhgnCjYTpd0JTpHvmv//hP",
-	"cmdnpsTQG7Ylb5nyq4Vl4XKkKqZU9MnBWDNhiDuXpb0nhIoMj9o+SnEr0sDi9Y2FpfIiiaYLTe6mi97a",
-	"4HF0+O7YHWkMRhqEeO/T8vVWW4+DfvWcaEZVOmVZbXVLAzbXgIfPslEq50hh6pO8rd2IBZHyqBvzIkBQ",
-	"j1E4MMKDJjRXjGaLAIRLopx09A0vihhyNye3EMJvm2MjZnsEckTA3+xi7cvyxOcQcCdyVDWCEhzuWMqc",
-	"UWFfuaNKcDGJXNaBo01uJ2uQKIs4uZQ3hJo9IgUjY8bFhGQsZ0DkPLWjmhwN3g4uj09eJ4Au8L/BEVGs",
-	"kMq+IUXKLKZyTSZSWOJnh7ubSs3IhZGKTthhTjWerxSWJbOPXBv9UGf3OZQx/rEsgNRPtgb1SUn6KzgJ",
-	"znkJgCu2Isf/zlITspVDTxXrvAX59irkiz5VjDq+2+Tk9d1WozgRofx01VrP2c9zppHlZxm3P9H8LFj3",
-	"Nc01SyJbKVdcB0DLiJH4li+RroWDGKnv7RMvp9E8d68AWwzEmJfPI/xoCUkaEgbAJFJwD+kl37YY6+54",
-	"3+O4kGbKxSQgHCW6fY4d3zzjZnDrhKWGDJF62WKZjlr+b991XIH1J32SKkYNCyTqKAOmczMdzZiZyggB",
-	"eyPv4HBTmudMEfsuE8bKb3aLE2rYHV2Qa6nwROyr/seMW8QFhJZ3wk7txSzJs9Rig6GG2z+MmmvDsi3B",
-	"zJ1UN52kk3FtWa/FFDdcVNxag//wyKaOhT0ZbaUWS8TYLVML+2/LAbWiV8GYit/G5eEZsU8JzTLFtI6O",
-	"qxBD2lauZI7XvhYBO5d5lEXbQ5638N43l5dnBF/wSESFvmOqhcvNEUqjXJnjGV1LNaOms9exKLQFv8Zw",
-	"DDhsfOMN4gPk1Y3jF1CRITiiOggnHk3KvbuLqh34h5Wo95brGPrZ5yOAk/XvJcDnyO001LT7j6O2htgm",
-	"Di+OjxS/ZeoVTY2Oye4OTVPLMJ9oUn5AcBCSsTSniul9Qp3s6QR5kuYWTxWZUstpBSiQjSMyhqbTUbXi",
-	"mIxxrUcTJefFqJA5Txdx1JLZiItrOZJiNPOC3fJQGpn/KKUFTblpEWocuOX8mqWLNGejmcwaqHWPmBmj",
-	"1Ie0oGOec7M4vWVKcVQlV/K6+lVczAsn38B69gklN1xkJGfXhlhh/5rmuZUOlZxPplaaspeQ4WUZSx8j",
-	"FwB6bWSDq2D0h/mYKcEM04Fa/BlY5TF+vxsRJvFQN5sJ1c3l8Xe+7MD1hifugJ/rhl4IuGA1AbwR0F0V",
-	"g+Mez3lutqzSALqgvB6KO5bnWzdC3glUKDWXgiltpVPNc4sxlh0qKSZ9cqZYyjImUrYXYt0QvqZCSAMM",
-	"W5OuA+Utx+/6WTrrF0razT/FW92Cs06Got/vP8Xjx596VvJmdjzChFELAqu3TLmcEmQm95oUbCjsU8ua",
-	"gx24x0tARo4FoWTG1ISRgpp0mhBKxDzPhwKnU2wmrR7DTX8olkAyPKP2+1oNNxFci0FISQ7wPh91ttUQ",
-	"egGWxZgIV8fP9ZaBo51QtNQ0MW/zMZpMJVxUY/wPa2zzxAlIXr6r4LpTk9GsYAeA1Uk6cwEYFBXrDgNq",
-	"3iSZMy+pBPzLq4DuM8fIIgzMgXUxH+dcT1kbF9NsMtuIyfuZL/DDGKc30tA8zmnsk9F4YXDyUoLiwrzc",
-	"7URtwOHl4cD1YZJqC233Fy53CUpDdso+0lmR2wF2LnlMmPMvV1soP9l59t132zvPd168ePFiJ7l/a8AS",
-	"+Gw+GzkY1M4YHzm0QuZyEgGRE5kxolnOUiNLw5o7DsIFWui2yhf0Qhj6cZ+wWWEWCCkWKMDUwG8Z6i3l",
-	"Efhp+zcly+xz+fQXKdj3jGqzRZdPaOm+3Mqrk+ssHeKqW7v0kFS/s68KYNH1oXR4qCy/M5zmm3Lnwcci",
-	"5yk3Vm/1Q4BFl9HMXiQl9tRTKa75ZA9tZyohaG2gOTk8sPr30NtxKRkzqiwTQweI/SXNuYWC1C7jGpRY",
-	"UNlv2KJPzgbvAj/OUIypZi93t5hIZQbWODAdhmuIMbtg6JHVSqSyl5pRQ2tHb0+xYYt48eL5yxh2wZJH",
-	"4bhfOlrSuUPfRr5AR1k1/A1bPOiwXGiWzhUb6RtejEyuR7dM8etFi1XHMiAwoJSUGk0ZFj+Z0eTi9ejg",
-	"7dvTn0bHJxeDw/fng9Hh2/cXl4Pzi5hZxVI/Cxt16jU1ptB7T5/Sglu5Ktuy+Np3z/upnO293N19Xt/v",
-	"zvbuXyN3YveDU4y8bSD86EXMrFTqd6Eb7eXzv+7ef5wNfHSbi6KgFIKB9nssrmW7NcebaFJ8X+8TwUDe",
-	"s3w1QD4zZTPN8lumI5qG1blxBRXn917DZaiNMvqUjvSU7rx4GeH0bw62dl68JN0p+9jzZPxocE6AAPkf",
-	"rrnSxmJ+MFONluuFNmxGlJQG/bNzjQ6G5bVU+x6xjwVXbOSNGk0lwqvDwUlpIwtyJ9UNF5NAfVgQTRdE",
-	"S9Ktk6MnmrCPBdrSkyhheqLJiTQH14apXinIWKE9nNV7hazgb5e86JMLdssEyehCkzG7lgrs5g3zKDFz",
-	"JTQ5Grw+PzgaHNnjWM9uE57RvAAr6WaGn1V0YRmNLVXiLS7TG7bYsqPaP5Zuw160ZjS3FIWbafS+Kxqx",
-	"Dn6v5ulurBCgkwBByp20n2AMm0Pn2xK7X+Fua3e0OS+pLlhKJvQWNVzvM221fbbY42veu0qXzJgiUy4s",
-	"uukbC7EJ4deEikX/XtEITgh20HIc54Hnc/lIMq6LnKYsG40X8eUykRWSC0Nyqi02zUVGpjLPLBxheARu",
-	"4Anqy6HwEZDNuBu7nDxONS64SBnSpHCdZMryrHRIro+JlcccXLubo+F6/vYWr3p50SZmUKm70jX40lMq",
-	"nBO9K2Tdw7qe3xwEMHlNYhuPm6tbNjniWYs5HJkJbFHqCi/0Zv7oGdOaTlocBu7cWk3+DJd4D+Px7Bug",
-	"GKMBMObIozmdUCurQrgCN+SO6gro1ocxbSzfXvaADV4fW9lrcOScwMGuegk5G5wcHZ+8Jl3FjFpwMekl",
-	"5NXB8Vv7OkYvXFsevE/cQVVRCQn5+9vTwx/sizUgQ1TUhAoJYOWxGCDTkrQE/TgVmC5BZAomCQTIvXJm",
-	"AC8QckANQIHCShuKnL56ZSE1PN49kqWzvv+/XRBqMUS6mJDS8SUB6KtvcXlHh++WNs3TaS9OF2Pk74IZ",
-	"453zG/hUy/uJMwd7KbWzLl2nmhhJGnbJrU88+7yOH9VvHieE8Xx4XtOj6k5p6daoJhTCWtwaymWu60wN",
-	"XJ8RU1yeyzuWjeoRKusjelpawUYytEdvZlnUMFQpt987QF3CR5lsczksS2drhP6U8AZxdggS930WHPmR",
-	"/6QZpvepjX0uRq2+1haKCXxjpaG37R4rKFkdJQGhpzVNMgBR/bRUJTstONCy4covu+ZpXuAHn5POF0ne",
-	"v0jB1vS2umDb2pXUb7A893KLboKkFiwSwbAAkBAKW/CohhOBJzeE9vpJfFiN/0cB/G5gkzooipxjOK8P",
-	"0sSwI+dLJjmjGMJlNQ5AFyILNBu2Wv7v9RnXvHA1p8ZatobAgL+JQ+4eCnosirnZ9PhqwYp9MvhIU5Mv",
-	"iAvbuaqMaVfAgq8C/eiqTy6nbCgqHSNkS2AkEswdfM5Sw7LANkcg4vijQR4fs9TFyX/TImkUDUMFy+DA",
-	"GV0QQ9WEmdI/W9d+NhMaH5KX1O2vK0dYttj+t+QN1bXHYn1yLlgIGf968O6thUSWkiKfT7jQCcQ1lReo",
-	"E3LNc/B1TnVif/7I7d2LjPBZwZSWAuOOqWJenO1/oaG0WtfIQezyFg4dKBtJ5ppVNtJgT1OqiWa3TNEc",
-	"1ikkSedKMWG23LCNBUYIR2x5D85eG6KnC9GrUPxaKk9o+xty1HYOt4qqxUN9Qha/thcwlDbXi/VpEEs0",
-	"8km8XVDufJrGaq5dW+09fPCMmnTafqFRAf3VIfnL87++JP/74vQkjAMg0huNLeRAfMQ1Z3kGinqTc+wN",
-	"RYjICQkmSVD/1wnB+02IvcykgotkKJbpdVIyhMSqZgmJUdGkVO0AurekyBch5oAKOxTLeAhqYEBME1TX",
-	"iJJWLW6aHPvkYCjEPM+JYuCyoHgUFmm50X6l++HUdmGh1dIpqWOGI/XJOaMZLtgda5dnCZClhFTiUeJC",
-	"+BISCEfJUATCUQ/mci53P1hAvVBB3d3etifujWHwGnLOVQB14a0E3gfgDACdpHM+ODj6107S8YbmTtJ5",
-	"f3I+ODh8c/D3twP438H7yzen58f/NjiKOgiW5d9lq186G6mGXfAe3lUzIzoijM7c0S1Tuo3AWIwcFUqO",
-	"N5W94UNIH9jww1W2pNI6s4H+sCxPVlkTywa0uXBxzd4b35JhcYgZAaUJz9LwUGt3GRf1kKsKjYcCrIhN",
-	"s6C3Hna92acyzvb2MEaO5hDKNBeG51Xu1NUe/HnV65NDu2CWkTG6CBSD1DO0Wso7AWL7UIQmBykIoxbL",
-	"LZKmPLfzUq1J9/k20b0aNgQn1TyfezzqeHXV9TYGaD35D/dhYpUJwfRKptZmgJRjOPU2I7ZPRppa8cgF",
-	"thOuCdIVOpZzEwaKBpF1C2Y2Mjzm7J6Az2qTa/Hm8GyOICdw8yQPXNbyGmLX8ipnrHYhDyRjrLOPFRHr",
-	"ej6bUbXYZJYL90ksK6RTjZjcL4VEw0y/NPsyqb9+JrMoA6nmfMOF2dRy+sU6e03mvc9S+rsq+G/5LRMs",
-	"Bp+VharM27iJnHGEts3j93+W05S1BZyJDLJu1seEcrRD/200Q/Fjms+zWGoepJKyj0VOufgexF6fCBKy",
-	"A+XCZ8uY7E2T8splDuxKtJM4VhKe4DBWHmO18XvDTJedXT580pFueB/j0Ek3DJt0QmNvM3sGCOueebGP",
-	"BRUNqSog6YHUjiGhS+sF3MTlUG94c1HzlvtYoRm3YSQZMx/FbWWBMFAUNwcxIMGe4uvxwY80z0+vO3v/",
-	"2DD880MSOXEfdZoRP0MZlhjkcV9bbWHMtCFc7EOUdZh/YUFxOXrVvmW1r1JtXycvSo9Kr0zsVoKo7ej3",
-	"P88lhoutd0T/x77+htFMSTlrOaCpe4yhuk3TwBNNYE6NJtfwbCBgM+cze3TckK5U+CrCU+mp60XPKnhz",
-	"JeSFjtcZXTgHH83q2cRPNPFlJWDLOg5jiopIXv2zMmYfAKCkA3H/9krnQoOjtHGQMRcZF5OSk6ziNGsR",
-	"Em8efShCsp7bIlIQpO6VqB9IHbpruBA/mVaC5m4yQsRq0b2ILHVYW0naK2bxJVJ8a2JvBDJaBHwH8HdT",
-	"mddDx+5oxQw3skz5i2lNHA7Khaxb1KMpr+GD6MbBmhGHYO/KQYNNN5PG8g4wdhXUTHs+5AXm5hr1nKq+",
-	"hQIm5Ehxa6jN6qntPLVpZAr224xI0W+LzZjruN5uuMnZCuyqBLrjkx8P3h4fjQ7OX79/Nzi57CSdk9PL",
-	"0avT9ydHnaRz8BYsOKPB/z2+uLzoJJ2zwfm744uL49OT0dHg5NhZdA7eX74ZnFweHx5cwi/HJ5eD85OD",
-	"t/jwx4Pjt87cg2Ego7PzweHpydHx5fHpyf0CpYugw00lK+VLZyB4w2iOPts6dATWlFhoWGidAA3dy3qk",
-	"C8cAgR72v1iIYC6mMM+iF72gdd3GLpFLP8XRVt+1vzc3M1gK/N8x7ad53w77o+/Oi5bANZZKkWmiIYAt",
-	"5ILaUCtlxblTuyEtfr/O6Vw6ev335cJiN16XKpYufBo8Wdqvf7hBYsTqUIEVVRPKhSxNG9uVVWx5XCfD",
-	"RGfHrJdjuw/Ojl2mPgq6jXT9K59Wf0VmjApNqFi4QhpWlEmnzpENFQ5SKkgm7Stl/YK2/P0yWz8a4z1l",
-	"6c0Geex+84dQe2hlRrtfD5hWrWwnnZl1bTW1XF4SHO3KOzn0JZHWpC0/TV14MlTguaY8tzcRCkbyBn0U",
-	"15iigoUWfGR36GJYVZugPmkhtZkophMy4xO0c+uECGrsL2w2ZkpPeWHVI65Lq+hU5pkGZwW+QjgWtLC/",
-	"TBlVZsyoC6L3+RrgIxnT9GaiIJb2TqobVLqcRX5B7sBRNKW6Epb9swTdDDljVtnJ2EdLVnNJId0GX/RG",
-	"WE3UHEXHip76TcaORd7EtJq4Batm1QhvvKwOVyPjYcBPQY1hyp74//sH3fple+u7D133x9aHT9vJy2ef",
-	"/e+9v/1zbKFQtiFMncxmXJShMbec3dVSPaoPI4bADa0AB8vC+dpWjbaM8QeyA+gye3aT3Nam8r6Oyg7f",
-	"aD5yean3fVUvrvAwmnarsfYeY3wZDpxRQ1Eup9oQzZjwzn/ShZ/SKRUTZnEVMEqw1Nvwc2416SX9Npe6",
-	"ZshPsAITGMB769vx65Ud144gaNcxqwFLAqlZqpjZyqW8cdkg4DJaQF5IKoWhXNgH+F4C3pwEk3CSgLom",
-	"9n2MA0lIofitlf+kgoychKRUsy0uNBOaG37LQpGvohj3mUx8dPeKsherdHpBCz2VJnR9LJ8Umnsv3LvO",
-	"FVQvBfBEuzzoJPRMY/R7VW/O21U2U9f9IqOFRxi48cJ1+JA6K2uMGfFfG5btkQWE2oHJL7IpMOq4EgZ+",
-	"N96/3Wquybk2LSfUpaLKJC2YmnFtb7IHyQngf7zjmpEuLYuggBOxDPXGqoEQjOZGBmHMV0rpheLTAniW",
-	"kPdkwZdesBg+4BrKiAFksywjQt7tYyA1R14OBADPxdKJuDnKcIejbQB1YIzi47lh2h9YIwvfZdZj4D5T",
-	"QB9AX+BQGcMs3TUkV/cSMl64mPMgaQ+Vagr18CAMpLT0+Svu3nO9S+u1Ilb0glfDd91a2FoEpWlGK/Xr",
-	"2YxlHJ29P1FuXkn1yqLZoRR6Pmvh7KtNbr+Fa9errzyaqQ29pHXuVZZsekDLW52c1thNTJoIqZMH+Zjg",
-	"F0pW8eiwB4zk+nKP9rKH+T6/0jp+65jnd0O58r2Amqw+NCw0e0CF2oeXMjcV+rCCQhW4OgqBekVAzLqv",
-	"WSDNkGxUtACci5AYbCFRzpj/W0j8K0YLmrVzNuDEFg3X3ZgjJKMAaVpifQbhbVZVkjwbcH7EMohz2em2",
-	"D+/PBRQ9siqnY074ohR5S4nVByg3tXa0hw/DaTvDVYCz4jAb11kDlGTjIjwOU98xQ33lhg0iG74gsLcZ",
-	"lFy4vAh7n2c/HkK0PsrfNSMhMxqiqsC3jtmd3Y9biiF32LIf9MJYxH0Ut2AkiOssq2ARKZgmXKBHP4GP",
-	"AJg0U0/0skiedBrz2HsOB5xRQScs2xovUOMuH2TpbMsb7reAyzWf2lF5yrZgxg+thpgjjHjFFMbuweBs",
-	"69nOTs8qGwWmt4VFwPZBioGUbDCq/nbrQs1cqVw4TUOWWeEbuvcLB6TtSedjMAudMaW5NkwYRMg+OoJW",
-	"jR0z1azAgouCpRtiQNpaZOqAVIyH/DynwnCzIBMIrgW5X5BfmJKQkewS6l2ko9U3FbXateIGCqLtkYxP",
-	"uGnIn9cKa1SCfS18MBfckO6YC6oW5Afe7w+4JaYZS/mM5uSHfn/Q26/KPuD76I/AuhjdZ9t/ef6X3Wd/",
-	"3dm1Pz57zRtWs2fbr3kjV2G3DmoWnv6lOxz28a/e37oD/usZ//WS//qa//qO//oD/3Xw69mvl7++/vXd",
-	"rz+0gN4soEtrhJqVZCzMkp6uDtmKxapDlJeV78tw0X1gKphqhHd6RThaI5OA1AA14RMhFXo06sBSfby+",
-	"zIIBZ9GgK0c9Ruv7ZyIFJ8oBaq7m8txj2OKq/S+HX31JDunaxXd/u2/s+fVO+mz8Hdt6Qf+Sbe2mz9jW",
-	"d9fbdGtn/NfsJdtN/0KfPYvK1o4srAGAQEHWzst0RoQyJRO/Gq2K1/6CrM0VyZnLwal2/YH/rLGiTTMn",
-	"cYOH8M3fZRahkgOs8eA92HpKC4ZVunAmi0RSsDVig8K5fNXwz8kGt/ahseCg9PgyS/Kc29OHLZQC1BNd",
-	"30ukLOCm0NREWvtj+2Gjo6HBilBiIDzDAmbv3x8fkS70mEmpZr19MnTO4GEHqRqKO3Wavyb6/HZ5Azey",
-	"ttLcIk9sKt/fK9v7YdvPvhmK/IrnDEtHdZLO33OZ3kTVsxoZCFNgzk9/PL44Pj1xeTDvT9xfGAEBKTHY",
-	"8MD/2ZL/ghO8L3yU54PIN1C4h91BO6PEtzACsQZUOec6AMublWMME1iJAY/xia7iF7muA9rO9leRLpbi",
-	"Zd1OP8SKtELBKW4WFxZmfE3YGY9ZbeoVA//rP/7Tymanx0eHXq/FB92L16OD95dvRu9OjwbfS56lPcRO",
-	"dIgPRew1fIbtX4BKFoqLlBc0x+QrKL5u10WUzNleLStFozsUan8ToyjP0WOMOhXKMGXtf8xRAQwBKy9s",
-	"qTrDqTFFkOXbPIHIqrJ0hmvCDjM0z8tySUxthbFhCCB26VigRffJQUlUK6EVjwfT6MtC+RzKDPGMDYU/",
-	"t6PDd6PL8/cXl4Oj0cng8qfT8x8uyMTqk+i3ljmDkjJP9FC0UXWimcigLwjOumCmt+YJOefreoeEL7tz",
-	"srIlWMjrd1h2eRLZUKDb236mSTejejqWVGV6vcV9hsCyWIW/U1Gp3uChcFlURamClcvoBlrO2Y+HumfV",
-	"9BkVC+9e0Fgl+ujwndXtuSaZTOdYRhV1fK/u7LksfHWLFzlhwgIjy8i1kjMsCz1QSrqolGY8H7T/Kgd3",
-	"yfo5T5nQrGpv0jkoaDplWzv97SDIrdMoTxNEDu11bp/RvJjSZ+BMLZigBbfcsL/df+4kKSAHT2nBn/p3",
-	"nwKWbVVV/icsIkhAVX9sGaETS0wxflBps+ewEnE5UPPwZ48is7lxnToAhO6mknRde4PE1eqG5gYJmcq7",
-	"ehwPVvseirDbRwVnHsySsLtDUmKhi+nwaNcfihCcIYYarTpazpq2W+YMdHZ6rtzu8bbKtRxnnb2OFQCq",
-	"vge6bppvkwarV56GnfjaBMHg9aojnn051tGuahwRbWe38+JlhMfEh6qXs/6SRoNLsCQq4k14tqp3S2xB",
-	"VbeLci0hvz3Y+je69cuHT8+Sl7ufo7x0SbCHSyMUsl+Clme+0lr0gA1VxusW1ULWU3JaFuDKV947NxPZ",
-	"F878odGwcGd7e0Wzws2aFDaaiUR6FVpSbeVhEAcCetK35GoXlxKboVxy1QjRvv9sw/efb/T+i43eD8Qu",
-	"wHcncP3jgz3yMgcRBNFAqLE3RCe6bHPS+WAHqlPnZtKko87L9Cd0VHxdArTCmAhW97I4ORgQoR6AyaEX",
-	"IESR75FUzmZ0SzM7g2HZUDhhF8kwcPXZXGNjK/CgWJnyhi2+h/LVEMnyT+7vobhhC8IF6dJkDHZncJXX",
-	"f+hOXStJWF4vIf9U/iqkF5eCGuicqe8LJbPkn3I2oeB6jeEljDbym22jvbvb361PfEtfc3SoSHJlK0Nw",
-	"Gdjr4fJyFv2jko5mdZJ7aEddyJQqg1qQ4wV4Ef7ApCT5VIroTcJij612LgFpqacpQ6uhmKnoR9cGTrsa",
+	"7H3rcts4muirYHW2KlItrTiOk5m2q2vKYyuJTye2j+2kz+4oR4ZIWMKaAjgAZEedTtU+xD7hPskpfB9A",
+	"ghQoS2k7k+3tPylHJHH97tfPnVTOCimYMLqz97lTUEVnzDAF/xuIW66kmDFhjo/sD1x09joFNdNO0hF0",
+	"xjp7HVa9M+JZJ+ko9vc5Vyzr7Bk1Z0lHp1M2o/brf1bsurPX+V9Pqzmf4lP99JxpOVcpOz7qfPmSdN7R",
+	"T2d0wi74L8x+mTGdKl4YLu0C7BOi+S+MdDN2Tee5IS+290lO1YQpckvzOdOEKkZyeccUy4iR5Nn29nav",
+	"30lwC3+fM7Wo9jCjn0YFnbCRHbQTLnnGBZ/NZ5297aRjFoV9mQvDJkzBMu1KLuUNE8uLvJwyIgv69zkj",
+	"gn0yOL6x7xJ5TcyUkUKxWy7nmthHbUurPquvi356y8TETDt7z7Z3dsvFaaO4mHS+2MUppgspNIOrPFNy",
+	"nLOZ/TOVwjBh7J+0KHKeUrvkpwW+8S//riVsZ7178+PCjPUTOH91SH7YffEn4kYmGTOU57oPR+cGsOMf",
+	"pCnT+p3M4K6ZsOf9t845o9nPiht2KlJ7Kfb/pyJfvKNi4f4Lj+H/H5dOIOkcZNIt5XOnULJgynA8DGqf",
+	"WAiNXdqtzOczC0D4EunecTO1UMUzathIinyREDOlhtzJeZ6RMeslhGq4UvyWHJwdEz2Vd/DjDK7WsJm+",
+	"7yw/wNd26W4vVCm6sP/P0tkonbL0ZnnJP08X5Ojw3RNNuNCGipRpYqGeCGkIfMOyhNxNmbCLWZTP7KqW",
+	"jszOUw4zshuXczNKc8pnkZntuRwdviOKTbg2CsCISLG3tB4H8AGpeKItVNzyjCliIR0PlPszFYybKVNE",
+	"M3VrV6vImBE6zplFZbgYQq8NU8RMubspO3dXSKJYKlWWECFJTscsz1lGYAOEC8KNhul0QVOme+S//uM/",
+	"yZ2dmRJDb9iWvGXKrxaWhcuRqphS0ScHY82EIe5clvaeECoyPGr7KMWtSAOL1zcWlsqLJJouNLmbLnpr",
+	"g8fR4btjd6QxGGkQ4r3Py9dbbT0O+tVzohlV6ZRltdUtDdhcAx4+y0apnCOFqU/ytnYjFkTKo27MiwBB",
+	"PUbhwAgPmtBcMZotAhAuiXLS0Te8KGLI3ZzcQgi/bY6NmO0RyBEBf7OLtS/LE59DwJ3IUdUISnC4Yylz",
+	"RoV95Y4qwcUkclkHjja5naxBoizi5FLeEGr2iBSMjBkXE5KxnAGR89SOanI0eDu4PD55nQC6wP8GR0Sx",
+	"Qir7hhQps5jKNZlIYYmfHe5uKjUjF0YqOmGHOdV4vlJYlsw+cW30Q53dl1DG+NuyAFI/2RrUJyXpr+Ak",
+	"OOclAK7Yihz/O0tNyFYOPVWs8xbk26uQL/pUMer4bpOT13dbjeJEhPLTVWs9Z3+fM40sP8u4/YnmZ8G6",
+	"r2muWRLZSrniOgBaRozEt3yJdC0cxEh9b594OY3muXsF2GIgxrx8HuFHS0jSkDAAJpGCe0gv+bbFWHfH",
+	"+x7HhTRTLiYB4SjR7Uvs+OYZN4NbJyw1ZIjUyxbLdNTyf/uu4wqsP+mTVDFqWCBRRxkwnZvpaMbMVEYI",
+	"2Bt5B4eb0jxnith3mTBWfrNbnFDD7uiCXEuFJ2Jf9T9m3CIuILS8E3ZqL2ZJnqUWGww13P5h1Fwblm0J",
+	"Zu6kuukknYxry3otprjhouLWGvyHRzZ1LOzJaCu1WCLGbpla2H9bDqgVvQrGVPw2Lg/PiH1KaJYppnV0",
+	"XIUY0rZyJXO89rUI2LnMoyzaHvK8hfe+ubw8I/iCRyIq9B1TLVxujlAa5cocz+haqhk1nb2ORaEt+DWG",
+	"Y8Bh4xtvEB8gr24cv4CKDMER1UE48WhS7t1dVO3AP65Evbdcx9DPPh8BnKx/LwE+R26noabdfxy1NcQ2",
+	"cXhxfKT4LVOvaGp0THZ3aJpahvlEk/IDgoOQjKU5VUzvE+pkTyfIkzS3eKrIlFpOK0CBbByRMTSdjqoV",
+	"x2SMaz2aKDkvRoXMebqIo5bMRlxcy5EUo5kX7JaH0sj8RyktaMpNi1DjwC3n1yxdpDkbzWTWQK17xMwY",
+	"pT6kBR3znJvF6S1TiqMquZLX1a/iYl44+QbWs08oueEiIzm7NsQK+9c0z610qOR8MrXSlL2EDC/LWPoY",
+	"uQDQayMbXAWjP83HTAlmmA7U4i/AKo/x+92IMImHutlMqG4uj7/zdQeuNzxxB/xcN/RCwAWrCeCNgO6q",
+	"GBz3eM5zs2WVBtAF5fVQ3LE837oR8k6gQqm5FExpK51qnluMsexQSTHpkzPFUpYxkbK9EOuG8DUVQhpg",
+	"2Jp0HShvOX7Xz9JZv1DSbv4p3uoWnHUyFP1+/ykeP/7Us5I3s+MRJoxaEFi9ZcrllCAzudekYENhn1rW",
+	"HOzAPV4CMnIsCCUzpiaMFNSk04RQIuZ5PhQ4nWIzafUYbvpDsQSS4Rm139dquIngWgxCSnKA9/mos62G",
+	"0AuwLMZEuDp+rrcMHO2EoqWmiXmbj9FkKuGiGuN/XGObJ05A8vJdBdedmoxmBTsArE7SmQvAoKhYdxhQ",
+	"8ybJnHlJJeBfXgV0nzlGFmFgDqyL+TjnesrauJhmk9lGTN7PfIEfxji9kYbmcU5jn4zGC4OTlxIUF+bl",
+	"bidqAw4vDweuD5NUW2i7v3C5S1AaslP2ic6K3A6wc8ljwpx/udpC+cnOsx9+2N55vvPixYsXO8n9WwOW",
+	"wGfz2cjBoHbG+MihFTKXkwiInMiMEc1ylhpZGtbccRAu0EK3Vb6gF8LQT/uEzQqzQEixQAGmBn7LUG8p",
+	"j8BP278pWWafy6e/SMF+ZFSbLbp8Qkv35VZenVxn6RBX3dqlh6T6nX1TAIuuD6XDQ2X5neE035Q7Dz4V",
+	"OU+5sXqrHwIsuoxm9iIpsaeeSnHNJ3toO1MJQWsDzcnhgdW/h96OS8mYUWWZGDpA7C9pzi0UpHYZ16DE",
+	"gsp+wxZ9cjZ4F/hxhmJMNXu5u8VEKjOwxoHpMFxDjNkFQ4+sViKVvdSMGlo7enuKDVvEixfPX8awC5Y8",
+	"Csf92tGSzh36NvIFOsqq4W/Y4kGH5UKzdK7YSN/wYmRyPbplil8vWqw6lgGBAaWk1GjKsPjJjCYXr0cH",
+	"b9+e/jw6PrkYHL4/H4wO376/uBycX8TMKpb6WdioU6+pMYXee/qUFtzKVdmWxde+e95P5Wzv5e7u8/p+",
+	"d7Z3/xy5E7sfnGLkbQPhRy9iZqVSvwvdaC+f/3n3/uNs4KPbXBQFpRAMtN9jcS3brTneRJPi+3qfCAby",
+	"nuWrAfKZKZtplt8yHdE0rM6NK6g4v/caLkNtlNGndKSndOfFywinf3OwtfPiJelO2aeeJ+NHg3MCBMj/",
+	"cM2VNhbzg5lqtFwvtGEzoqQ06J+da3QwLK+l2veIfSq4YiNv1GgqEV4dDk5KG1mQO6luuJgE6sOCaLog",
+	"WpJunRw90YR9KtCWnkQJ0xNNTqQ5uDZM9UpBxgrt4azeK2QFf7vkRZ9csFsmSEYXmozZtVRgN2+YR4mZ",
+	"K6HJ0eD1+cHR4Mgex3p2m/CM5gVYSTcz/KyiC8tobKkSb3GZ3rDFlh3V/rF0G/aiNaO5pSjcTKP3XdGI",
+	"dfB7NU93Y4UAnQQIUu6k/QRj2Bw635bY/Qp3W7ujzXlJdcFSMqG3qOF6n2mr7bPFHl/z3lW6ZMYUmXJh",
+	"0U3fWIhNCL8mVCz694pGcEKwg5bjOA88n8tHknFd5DRl2Wi8iC+XiayQXBiSU22xaS4yMpV5ZuEIwyNw",
+	"A09QXw6Fj4Bsxt3Y5eRxqnHBRcqQJoXrJFOWZ6VDcn1MrDzm4NrdHA3X87e3eNXLizYxg0rdla7Bl55S",
+	"4ZzoXSHrHtb1/OYggMlrEtt43FzdsskRz1rM4chMYItSV3ihN/NHz5jWdNLiMHDn1mryZ7jEexiPZ98A",
+	"xRgNgDFHHs3phFpZFcIVuCF3VFdAtz6MaWP59rIHbPD62MpegyPnBA521UvI2eDk6PjkNekqZtSCi0kv",
+	"Ia8Ojt/a1zF64dry4H3iDqqKSkjIX9+eHv5kX6wBGaKiJlRIACuPxQCZlqQl6MepwHQJIlMwSSBA7pUz",
+	"A3iBkANqAAoUVtpQ5PTVKwup4fHukSyd9f3/7YJQiyHSxYSUji8JQF99i8s7Ony3tGmeTntxuhgjfxfM",
+	"GO+c38CnWt5PnDnYS6mddek61cRI0rBLbn3m2Zd1/Kh+8zghjOfD85oeVXdKS7dGNaEQ1uLWUC5zXWdq",
+	"4PqMmOLyXN6xbFSPUFkf0dPSCjaSoT16M8uihqFKuf3eAeoSPspkm8thWTpbI/SnhDeIs0OQuO+z4MiP",
+	"/CfNML3PbexzMWr1tbZQTOAbKw29bfdYQcnqKAkIPa1pkgGI6qelKtlpwYGWDVd+2TVP8wI/+JJ0vkry",
+	"/kUKtqa31QXb1q6kfoPluZdbdBMktWCRCIYFgIRQ2IJHNZwIPLkhtNdP4uNq/D8K4HcDm9RBUeQcw3l9",
+	"kCaGHTlfMskZxRAuq3EAuhBZoNmw1fJ/r8+45oWrOTXWsjUEBvxNHHL3UNBjUczNpsdXC1bsk8Enmpp8",
+	"QVzYzlVlTLsCFnwV6EdXfXI5ZUNR6RghWwIjkWDu4HOWGpYFtjkCEcefDPL4mKUuTv6bFkmjaBgqWAYH",
+	"zuiCGKomzJT+2br2s5nQ+JC8pG5/XTnCssX2vyVvqK49FuuTc8FCyPjXg3dvLSSylBT5fMKFTiCuqbxA",
+	"nZBrnoOvc6oT+/Mnbu9eZITPCqa0FBh3TBXz4mz/Kw2l1bpGDmKXt3DoQNlIMtesspEGe5pSTTS7ZYrm",
+	"sE4hSTpXigmz5YZtLDBCOGLLe3D22hA9XYheheLXUnlC29+Qo7ZzuFVULR7qE7L4tb2AobS5XqxPg1ii",
+	"kU/i7YJy59M0VnPt2mrv4YNn1KTT9guNCuivDsmfnv/5JfnfF6cnYRwAkd5obCEH4iOuOcszUNSbnGNv",
+	"KEJETkgwSYL6v04I3m9C7GUmFVwkQ7FMr5OSISRWNUtIjIompWoH0L0lRb4IMQdU2KFYxkNQAwNimqC6",
+	"RpS0anHT5NgnB0Mh5nlOFAOXBcWjsEjLjfYr3Q+ntgsLrZZOSR0zHKlPzhnNcMHuWLs8S4AsJaQSjxIX",
+	"wpeQQDhKhiIQjnowl3O5+8EC6oUK6u72tj1xbwyD15BzrgKoC28l8D4AZwDoJJ3zwcHRv3aSjjc0d5LO",
+	"+5PzwcHhm4O/vh3A/w7eX745PT/+t8FR1EGwLP8uW/3S2Ug17IL38K6aGdERYXTmjm6Z0m0ExmLkqFBy",
+	"vKnsDR9C+sCGH66yJZXWmQ30h2V5ssqaWDagzYWLa/be+JYMi0PMCChNeJaGh1q7y7ioh1xVaDwUYEVs",
+	"mgW99bDrzT6Vcba3hzFyNIdQprkwPK9yp6724M+rXp8c2gWzjIzRRaAYpJ6h1VLeCRDbhyI0OUhBGLVY",
+	"bpE05bmdl2pNus+3ie7VsCE4qeb53ONRx6urrrcxQOvJf7wPE6tMCKZXMrU2A6Qcw6m3GbF9MtLUikcu",
+	"sJ1wTZCu0LGcmzBQNIisWzCzkeExZ/cEfFabXIs3h2dzBDmBmyd54LKW1xC7llc5Y7ULeSAZY519rIhY",
+	"1/PZjKrFJrNcuE9iWSGdasTkfikkGmb6tdmXSf31M5lFGUg15xsuzKaW06/W2Wsy732W0n+ogv+W3zLB",
+	"YvBZWajKvI2byBlHaNs8fv9nOU1ZW8CZyCDrZn1MKEc79N9GMxQ/pfk8i6XmQSop+1TklIsfQez1iSAh",
+	"O1AufLaMyd40Ka9c5sCuRDuJYyXhCQ5j5TFWG783zHTZ2eXDJx3phvcxDp10w7BJJzT2NrNngLDumRf7",
+	"VFDRkKoCkh5I7RgSurRewE1cDvWGNxc1b7mPFZpxG0aSMfNR3FYWCANFcXMQAxLsKb4eH/xI8/z0urP3",
+	"tw3DPz8mkRP3UacZ8TOUYYlBHve11RbGTBvCxT5EWYf5FxYUl6NX7VtW+yrV9nXyovSo9MrEbiWI2o5+",
+	"//e5xHCx9Y7o/9jX3zCaKSlnLQc0dY8xVLdpGniiCcyp0eQang0EbOZ8Zo+OG9KVCl9FeCo9db3oWQVv",
+	"roS80PE6owvn4KNZPZv4iSa+rARsWcdhTFERyat/VsbsAwCUdCDu317pXGhwlDYOMuYi42JScpJVnGYt",
+	"QuLNow9FSNZzW0QKgtS9EvUDqUN3DRfiJ9NK0NxNRohYLboXkaUOaytJe8UsvkaKb03sjUBGi4DvAP5u",
+	"KvN66NgdrZjhRpYpfzGticNBuZB1i3o05TV8EN04WDPiEOxdOWiw6WbSWN4Bxq6CmmnPh7zA3FyjnlPV",
+	"t1DAhBwpbg21WT21nac2jUzBfpsRKfptsRlzHdfbDTc5W4FdlUB3fPLh4O3x0ejg/PX7d4OTy07SOTm9",
+	"HL06fX9y1Ek6B2/BgjMa/N/ji8uLTtI5G5y/O764OD49GR0NTo6dRefg/eWbwcnl8eHBJfxyfHI5OD85",
+	"eIsPPxwcv3XmHgwDGZ2dDw5PT46OL49PT+4XKF0EHW4qWSlfOgPBG0Zz9NnWoSOwpsRCw0LrBGjoXtYj",
+	"XTgGCPSw/8VCBHMxhXkWvegFres2dolc+imOtvqu/b25mcFS4P+OaT/N+3bYH313XrQErrFUikwTDQFs",
+	"IRfUhlopK86d2g1p8ft1TufS0eu/LxcWu/G6VLF04dPgydJ+/cMNEiNWhwqsqJpQLmRp2tiurGLL4zoZ",
+	"Jjo7Zr0c231wduwy9VHQbaTrX/m0+isyY1RoQsXCFdKwokw6dY5sqHCQUkEyaV8p6xe05e+X2frRGO8p",
+	"S282yGP3mz+E2kMrM9r9esC0amU76cysa6up5fKS4GhX3smhL4m0Jm35eerCk6ECzzXlub2JUDCSN+ij",
+	"uMYUFSy04CO7QxfDqtoE9UkLqc1EMZ2QGZ+gnVsnRFBjf2GzMVN6ygurHnFdWkWnMs80OCvwFcKxoIX9",
+	"ZcqoMmNGXRC9z9cAH8mYpjcTBbG0d1LdoNLlLPILcgeOoinVlbDsnyXoZsgZs8pOxj5ZsppLCuk2+KI3",
+	"wmqi5ig6VvTUbzJ2LPImptXELVg1q0Z442V1uBoZDwN+CmoMU/bE/9/f6NYv21s/fOy6P7Y+ft5OXj77",
+	"4n/v/eWfYwuFsg1h6mQ246IMjbnl7K6W6lF9GDEEbmgFOFgWzte2arRljD+QHUCX2bOb5LY2lfd1VHb4",
+	"RvORy0u976t6cYWH0bRbjbX3GOPLcOCMGopyOdWGaMaEd/6TLvyUTqmYMIurgFGCpd6Gn3OrSS/pt7nU",
+	"NUN+ghWYwADeW9+OX6/suHYEQbuOWQ1YEkjNUsXMVi7ljcsGAZfRAvJCUikM5cI+wPcS8OYkmISTBNQ1",
+	"se9jHEhCCsVvrfwnFWTkJCSlmm1xoZnQ3PBbFop8FcW4z2Tio7tXlL1YpdMLWuipNKHrY/mk0Nx74d51",
+	"rqB6KYAn2uVBJ6FnGqPfq3pz3q6ymbruFxktPMLAjReuw4fUWVljzIj/2rBsjywg1A5MfpFNgVHHlTDw",
+	"u/H+7VZzTc61aTmhLhVVJmnB1Ixre5M9SE4A/+Md14x0aVkEBZyIZag3Vg2EYDQ3MghjvlJKLxSfFsCz",
+	"hLwnC770gsXwAddQRgwgm2UZEfJuHwOpOfJyIAB4LpZOxM1RhjscbQOoA2MUH88N0/7AGln4LrMeA/eZ",
+	"AvoA+gKHyhhm6a4hubqXkPHCxZwHSXuoVFOohwdhIKWlz19x957rXVqvFbGiF7wavuvWwtYiKE0zWqlf",
+	"z2Ys4+js/Zly80qqVxbNDqXQ81kLZ19tcvstXLtefeXRTG3oJa1zr7Jk0wNa3urktMZuYtJESJ08yMcE",
+	"v1CyikeHPWAk19d7tJc9zPf5ldbxW8c8vxvKle8F1GT1oWGh2QMq1D68lLmp0IcVFKrA1VEI1CsCYtZ9",
+	"zQJphmSjogXgXITEYAuJcsb830LiXzFa0KydswEntmi47sYcIRkFSNMS6zMIb7OqkuTZgPMjlkGcy063",
+	"fXh/LqDokVU5HXPCF6XIW0qsPkC5qbWjPXwYTtsZrgKcFYfZuM4aoCQbF+FxmPqOGeorN2wQ2fAVgb3N",
+	"oOTC5UXY+zz7cAjR+ih/14yEzGiIqgLfOmZ3dj9tKYbcYct+0AtjEfdR3IKRIK6zrIJFpGCacIEe/QQ+",
+	"AmDSTD3RyyJ50mnMY+85HHBGBZ2wbGu8QI27fJClsy1vuN8CLtd8akflKduCGT+2GmKOMOIVUxi7B4Oz",
+	"rWc7Oz2rbBSY3hYWAdsHKQZSssGo+tutCzVzpXLhNA1ZZoVv6N4vHJC2J52PwSx0xpTm2jBhECH76Aha",
+	"NXbMVLMCCy4Klm6IAWlrkakDUjEe8vc5FYabBZlAcC3I/YL8wpSEjGSXUO8iHa2+qajVrhU3UBBtj2R8",
+	"wk1D/rxWWKMS7Gvhg7nghnTHXFC1ID/xfn/ALTHNWMpnNCc/9fuD3n5V9gHfR38E1sXoPtv+0/M/7T77",
+	"886u/fHZa96wmj3bfs0buQq7dVCz8PQv3eGwj3/1/tId8F/P+K+X/NfX/Nd3/Nef+K+DX89+vfz19a/v",
+	"fv2pBfRmAV1aI9SsJGNhlvR0dchWLFYdorysfF+Gi+4DU8FUI7zTK8LRGpkEpAaoCZ8IqdCjUQeW6uP1",
+	"ZRYMOIsGXTnqMVrfPxMpOFEOUHM1l+cewxZX7X85/OprckjXLr77231jz6930mfjH9jWC/qnbGs3fca2",
+	"frjepls74z9nL9lu+if67FlUtnZkYQ0ABAqydl6mMyKUKZn41WhVvPZXZG2uSM5cDk616w/8Z40VbZo5",
+	"iRs8hG/+KrMIlRxgjQfvwdZTWjCs0oUzWSSSgq0RGxTO5auGf0k2uLWPjQUHpceXWZLn3J4+bKEUoJ7o",
+	"+l4iZQE3haYm0tof2w8bHQ0NVoQSA+EZFjB7//74iHShx0xKNevtk6FzBg87SNVQ3KnT/DXR57fLG7iR",
+	"tZXmFnliU/n+XtneD9t+9s1Q5Fc8Z1g6qpN0/prL9CaqntXIQJgCc3764fji+PTE5cG8P3F/YQQEpMRg",
+	"wwP/Z0v+C07wvvBRng8i30DhHnYH7YwS38IIxBpQ5ZzrACxvVo4xTGAlBjzGJ7qKX+S6Dmg7299EuliK",
+	"l3U7/Rgr0goFp7hZXFiY8TVhZzxmtalXDPyv//hPK5udHh8der0WH3QvXo8O3l++Gb07PRr8KHmW9hA7",
+	"0SE+FLHX8Bm2fwEqWSguUl7QHJOvoPi6XRdRMmd7tawUje5QqP1NjKI8R48x6lQow5S1/zFHBTAErLyw",
+	"peoMp8YUQZZv8wQiq8rSGa4JO8zQPC/LJTG1FcaGIYDYpWOBFt0nByVRrYRWPB5Moy8L5XMoM8QzNhT+",
+	"3I4O340uz99fXA6ORieDy59Pz3+6IBOrT6LfWuYMSso80UPRRtWJZiKDviA464KZ3pon5Jyv6x0SvuzO",
+	"ycqWYCGv32HZ5UlkQ4Fub/uZJt2M6ulYUpXp9Rb3BQLLYhX+TkWleoOHwmVRFaUKVi6jG2g5Zx8Odc+q",
+	"6TMqFt69oLFK9NHhO6vbc00ymc6xjCrq+F7d2XNZ+OoWL3LChAVGlpFrJWdYFnqglHRRKc14Pmj/VQ7u",
+	"kvVznjKhWdXepHNQ0HTKtnb620GQW6dRniaIHNrr3D6jeTGlz8CZWjBBC265YX+7/9xJUkAOntKCP/Xv",
+	"PgUs26qq/E9YRJCAqv7YMkInlphi/KDSZs9hJeJyoObhzx5FZnPjOnUACN1NJem69gaJq9UNzQ0SMpV3",
+	"9TgerPY9FGG3jwrOPJglYXeHpMRCF9Ph0a4/FCE4Qww1WnW0nDVtt8wZ6Oz0XLnd422VaznOOnsdKwBU",
+	"fQ903TTfJg1WrzwNO/G1CYLB61VHPPtyrKNd1Tgi2s5u58XLCI+JD1UvZ/01jQaXYElUxJvwbFXvltiC",
+	"qm4X5VpCfnuw9W9065ePn58lL3e/RHnpkmAPl0YoZL8ELc98pbXoARuqjNctqoWsp+S0LMCVr7x3biay",
+	"r5z5Y6Nh4c729opmhZs1KWw0E4n0KrSk2srDIA4E9KRvydUuLiU2Q7nkqhGiff/Zhu8/3+j9Fxu9H4hd",
+	"gO9O4PrbR3vkZQ4iCKKBUGNviE502eak89EOVKfOzaRJR52X6U/oqPi2BGiFMRGs7mVxcjAgQj0Ak0Mv",
+	"QIgi3yOpnM3olmZ2BsOyoXDCLpJh4OqzucbGVuBBsTLlDVv8COWrIZLln9zfQ3HDFoQL0qXJGOzO4Cqv",
+	"/9CdulaSsLxeQv6p/FVILy4FNdA5Uz8WSmbJP+VsQsH1GsNLGG3kN9tGe3e3f1if+Ja+5uhQkeTKVobg",
+	"MrDXw+XlLPpHJR3N6iT30I66kClVBrUgxwvwIvyOSUnyuRTRm4TFHlvtXALSUk9ThlZDMVPRB9cGTrsa",
 	"ucXcQCmgsfvFh+B0Xw8uyVMnc2IHlaG4YPn1Bcoc6Lk+ZyjpW3kaBcEqBKXmLhOMZbqHKoIVbd1stQwc",
 	"qHVpdL3+NFQ77pNzVuR0YRU0KoaCZyg15vV+qdjkS5Od7e1Kg4HZsnCmmGh32BRLlmnrytwKK4CWfrA2",
-	"jv5QPZ0/lC2/vAnzofETa6J9rlskXGLh16APMdpwYKXI+L1jD1PXG3PfOY4UM3MlWEbmAgNFkWzsIBn4",
-	"Gis+L2usfpMEa3f7u83ef7bh+M9ebPb+zs6G73/3+8t6ZZVXaFIVko8WwrxS9Hv6qe4A+YwEPGfRgsUQ",
-	"WKBJd3f7u54LfG4SVSvs+Lpj5OpaqpRBUYArS7InzECVmvonPjeiVrVG74Mtxde88VwCYhkt4R8K1/42",
-	"RlyP4NFK4hojl7DamjBTxps7y/BSIsSy+LIbq86GK/02cXL3cXH4W8AZvIC1MSaJa0OvmamD1O/FmBqi",
-	"wB8Crr6CMPuamQ1AYDNFNxRljqAsQ+HrA7bUAFyn/F+fHICDqVbeVaqhqJV3dZX0dLOU3j58Gwq3UtXK",
-	"hVliCpJ45kr2Y8VLrEaFIoyukgDgTUi8s5RdzPP8ymrUK4r0xUgzuuCaePSosiVWarQwEw4H578F5/8v",
-	"v3nob0lstdQBoxKyPxyV+FOCfABuiCjYIIWk2yxK2muljknn45a8E0xtyVpzrQ3EzKfe3RRE669jgmyU",
-	"5vs6WNaYNIJzAx+Uq3Wki36ZnPMnp16PU5+KZh2JpXv3kAnu3wdg2L8NfJ9+qsX8fm4F57oMWcs6eURY",
-	"jhU7/NyeIPonmK4PpuHRWtSXddB9eEj1hngXv1ja4et1mdqNfvfURNwYE4JQs6iH/wLi6DCAITDQQpQg",
-	"KPql/p/SdMqqfEhQ+H1DRazn4LMk3MN+1GH+o1vQ1/NVPaYPI4gEvMd94S7iv4Pn4nfEZQjXWsPpcVtC",
-	"kcffIPgxIv48gMIYdZ9c3sl6OK3e87kSqyO1rv7Gs++H8+3t5+l8zjP4i10NBXQH+TSEINphZ48Egbaf",
-	"r/bd2DXz3MT+i4NSMoaevsFH6PigglwdZ2xWSMNEutj6gS2uoA4hGCqhjwLPatnGQ+Gjm5xnCANqFHN1",
-	"VbAzA1tgORfoD6MN2dkl0x5GwxW5HcTPbundLc1hqXZVUdcM2Outcot32e6XcfGwa7hknNHSbq7e44/w",
-	"rAeeAau5u/Zo5OzHw7I/YavDZhPCEI+EOXfU31cfsMsL+3DD1Hg71dyN62uP8XmRdGZclL13W8JBHl6l",
-	"Xwql/8p6tw+SjniKHDhCBIogjKqcM+VCj0gLiD64c6h9fXhm2X4Jg+i4+tMk8A2YBB6Bt9W4Gd59GXW+",
-	"NkP7MjHQV99rjfd0ZDkiDoL4l0Ekb0SHRi6Cnp87asXFqhYLCoPkqqzhd1VZLWsucywxAkUI99EPFcR2",
-	"umBcQS5ej94MDt5evhm9P8E//nV0eHo0IF3LTKQiL7af+9jRscwWPopXW8IOsd3dMNw7IWE9Mrvx1ZHZ",
-	"vQRjXlEwRiFFQ20OKPzFjd95PbTdecq4IjqVBdu3srIrS8dyvWTuMVNqhgLpQIJtxObQsxW+hqmxK1hY",
-	"nAVed6yV0JzfRFnoa+Zl8De+FOOj0eRGqcoI7cMnfyQx+HEOrm4dDyPKNxrUkamla3jvcZN071Yh2fcW",
-	"ufaJC+qjPrTdCXrnzKjFFjRzh4JCvuSeC85vIrzik6khQt6RLjdDwTUZM3PHmCBA7jBJ4DfrC3iESLO4",
-	"Xuqxit16C5nnmnDT+2oaxRcS8E8uF/2eWAB0qeqqaMHu9m5Fdb1UrMtCQ5YGuqiZiSUscChGQSVEDin8",
-	"eg4RXr1+izu/lMnXdLhzKXxlVahk7qefC3spd3TR+1M3XkN+8L7zTeWHdid620V+DUm9Utn+vPyNCR04",
-	"0DeHg0cwd5Y06ovjGwP1ud1Zf/VpWCZFDjt7ZIiJmcPO56s+WBaw+i+aFlxBLSggyQU3vFS5hqIMbSqk",
-	"MpqEaa0Eu25hmVbNf2HErhaIa7v/PEChx9KzXa7sw7nNG8N+I6r7oLy38s7+VIv/B6jFcO/ZY6vF2EEP",
-	"U8kewzr8iovMh9Gv7h3YvYoXbPo+S2dXyVBcrSrM9L0b5ap3fw/CrlPLrZBnf896ZGVbwv/6j/8kM5ox",
-	"Ml4Ql4NcMLXlAz6b0nRCNF24lPKsdCFBq8FbmnPUWq3m4InunovOBtUeizok5FpiE1Q3iOtyZBXaqjM1",
-	"EG6fToCmvCypnFUuu7+yHVRtiaRIWZ8cuCJdXA+FvuFFYT8vTdHYv8M1v4B+O1WZLJfe5MwV9iEksg6F",
-	"/9M/om7PpRE6gb5OcLxgisSU9lqYh1RD4VUVe1ZclO9VXWLRZOEibO1rvaCqOc+SoXDwJq/L9WHhH1G2",
-	"T1624dQgJYFANldyiXEx8dPtk2psXBfAMYIjseCoXUlTQ3Ipb1g2FNT0yUnVRtG3sOQzyzC4yRd7hFa4",
-	"gffi8uiHojwyroN2mHjVqWt8GQP7objC2+/H20xeJSVvxzKyYALK+uQn6JR7desyY0aWvFxZMIWkYC8k",
-	"3Fms4YbcyXme4Zb6pDTSmz0L4hp6SqBvFN7QPn6vTw7yHAL+8P97hGGdGcyaybmGjLhKUcMzYBl+YwEj",
-	"Kn8c2FkqF+tjyB8wBZeiLGHjhIXHSjB108Wkg5/sHViBrmyKKpVD4trtJe6Wxq5D8J3/ziH+nyLFo4gU",
-	"30AwHUAP0AZLparKFPVWu55/PGZI3Z6hN+z0lqmjw3feuvd4kodPQ2lJq7OHIeSdM7ZYFuEFDKxIZ/nA",
-	"VUIMvfE1UICFSLDvg3PAohCEfvgiKCUHAu7PbpkrUG6nco8cC3UxeNRU5w//W2pSLBxNdKKIkFAJHJGd",
-	"dIX0HFyUTA55V8/3MK/5s6vq5sonytjPapljIIVgWZO/vz09/GFwhI4N6jzEs95eUCogsZsbiimjSoOB",
-	"DdIerazj+pxAERdusGQoQOgTDUUOMYmypOmOfQU54ngzQ4FyQFnzhoQtvTE7emxlOSc/KnfrV70Yb7iM",
-	"AOA3kyVRHiur3cg+8Uy82f/8KhB55Nyk8g9iM/rvnfW2LFKCdd3jOVARIe8SJBCQWFGRBW58pX/A+Eel",
-	"xrdM8evFYxLgrUgWdTMLOcz+QF3HzJVoIdrG1zNDhFjC7x9hS99kDlSA3XAqJVp7LHb2tXn+B0mE+BaQ",
-	"8gwyghqOZSHvfiNeuQpT/QWd5asCqU8LJg7OjjcDQj9omOPZSPp245LnZSmtSJeaOEQuf7qyotcXgGL9",
+	"jv5QPZ0/li2/vAnzofETa6J9qVskXGLht6APMdpwYKXI+L1jD1PXG3PfOY4UM3MlWEbmAgNFkWzsIBn4",
+	"Fis+L2usfpcEa3f7h83ef7bh+M9ebPb+zs6G7//wj5f1yiqv0KQqJB8thHml6Pf0c90B8gUJeM6iBYsh",
+	"sECT7u72Dz0X+NwkqlbY8XXHyNW1VCmDogBXlmRPmIEqNfVPfG5ErWqN3gdbiq9547kExDJawj8Urv1t",
+	"jLgewaOVxDVGLmG1NWGmjDd3luGlRIhl8WU3Vp0NV/p94uTu4+Lw94AzeAFrY0wS14ZeM1MHqX8UY2qI",
+	"Ar8LuPoGwuxrZjYAgc0U3VCUOYKyDIWvD9hSA3Cd8n99cgAOplp5V6mGolbe1VXS081SevvwbSjcSlUr",
+	"F2aJKUjimSvZjxUvsRoVijC6SgKANyHxzlJ2Mc/zK6tRryjSFyPN6IJr4tGjypZYqdHCTDgcnP8WnP+/",
+	"/Oahvyex1VIHjErIfndU4g8J8gG4IaJggxSSbrMoaa+VOiadT1vyTjC1JWvNtTYQM596d1MQrb+OCbJR",
+	"mu/bYFlj0gjODXxQrtaRLvplcs4fnHo9Tn0qmnUklu7dQya4fx+AYf828H36uRbz+6UVnOsyZC3r5BFh",
+	"OVbs8Et7gugfYLo+mIZHa1Ff1kH34SHVG+Jd/GJph6/XZWo3+t1TE3FjTAhCzaIe/guIo8MAhsBAC1GC",
+	"oOiX+n9K0ymr8iFB4fcNFbGeg8+ScA/7UYf5B7egb+erekwfRhAJeI/7wl3EfwfPxT8QlyFcaw2nx20J",
+	"RR5/g+DHiPjzAApj1H1yeSfr4bR6z+dKrI7UuvoLz34czre3n6fzOc/gL3Y1FNAd5PMQgmiHnT0SBNp+",
+	"udp3Y9fMcxP7Lw5KyRh6+gYfoeODCnJ1nLFZIQ0T6WLrJ7a4gjqEYKiEPgo8q2UbD4WPbnKeIQyoUczV",
+	"VcHODGyB5VygP4w2ZGeXTHsYDVfkdhA/u6V3tzSHpdpVRV0zYK+3yi3eZbtfxsXDruGScUZLu7l6jz/C",
+	"sx54Bqzm7tqjkbMPh2V/wlaHzSaEIR4Jc+6ov68+YJcX9uGGqfF2qrkb19ce4/Mi6cy4KHvvtoSDPLxK",
+	"vxRK/431bh8kHfEUOXCECBRBGFU5Z8qFHpEWEH1w51D7+vDMsv0SBtFx9YdJ4DswCTwCb6txM7z7Mup8",
+	"bYb2dWKgr77XGu/pyHJEHATxL4NI3ogOjVwEPT931IqLVS0WFAbJVVnD76qyWtZc5lhiBIoQ7qMfKojt",
+	"dMG4gly8Hr0ZHLy9fDN6f4J//Ovo8PRoQLqWmUhFXmw/97GjY5ktfBSvtoQdYru7Ybh3QsJ6ZHbjqyOz",
+	"ewnGvKJgjEKKhtocUPiLG7/zemi785RxRXQqC7ZvZWVXlo7lesncY6bUDAXSgQTbiM2hZyt8DVNjV7Cw",
+	"OAu87lgroTm/ibLQ18zL4G98KcZHo8mNUpUR2odPfk9i8OMcXN06HkaUbzSoI1NL1/De4ybp3q1Csh8t",
+	"cu0TF9RHfWi7E/TOmVGLLWjmDgWFfMk9F5zfRHjFJ1NDhLwjXW6GgmsyZuaOMUGA3GGSwG/WF/AIkWZx",
+	"vdRjFbv1FjLPNeGm9800iq8k4J9dLvo9sQDoUtVV0YLd7d2K6nqpWJeFhiwNdFEzE0tY4FCMgkqIHFL4",
+	"9RwivHr9Fnd+KZOv6XDnUvjKqlDJ3E8/F/ZS7uii94duvIb84H3nm8oP7U70tov8FpJ6pbL9cfkbEzpw",
+	"oG8OB49g7ixp1FfHNwbqc7uz/urzsEyKHHb2yBATM4edL1d9sCxg9V80LbiCWlBAkgtueKlyDUUZ2lRI",
+	"ZTQJ01oJdt3CMq2a/8KIXS0Q13b/eYBCj6Vnu1zZh3ObN4b9TlT3QXlv5Z39oRb/D1CL4d6zx1aLsYMe",
+	"ppI9hnX4FReZD6Nf3TuwexUv2PRjls6ukqG4WlWY6Uc3ylXv/h6EXaeWWyHP/p71yMq2hP/1H/9JZjRj",
+	"ZLwgLge5YGrLB3w2pemEaLpwKeVZ6UKCVoO3NOeotVrNwRPdPRedDao9FnVIyLXEJqhuENflyCq0VWdq",
+	"INw+nQBNeVlSOatcdn9lO6jaEkmRsj45cEW6uB4KfcOLwn5emqKxf4drfgH9dqoyWS69yZkr7ENIZB0K",
+	"/6d/RN2eSyN0An2d4HjBFIkp7bUwD6mGwqsq9qy4KN+rusSiycJF2NrXekFVc54lQ+HgTV6X68PCP6Js",
+	"n7xsw6lBSgKBbK7kEuNi4qfbJ9XYuC6AYwRHYsFRu5KmhuRS3rBsKKjpk5OqjaJvYclnlmFwky/2CK1w",
+	"A+/F5dEPRXlkXAftMPGqU9f4Mgb2Q3GFt9+Pt5m8SkrejmVkwQSU9cnP0Cn36tZlxowsebmyYApJwV5I",
+	"uLNYww25k/M8wy31SWmkN3sWxDX0lEDfKLyhffxenxzkOQT84f/3CMM6M5g1k3MNGXGVooZnwDL8xgJG",
+	"VP44sLNULtbHkD9gCi5FWcLGCQuPlWDqpotJBz/bO7ACXdkUVSqHxLXbS9wtjV2H4Dv/nUP8P0SKRxEp",
+	"voNgOoAeoA2WSlWVKeqtdj3/eMyQuj1Db9jpLVNHh++8de/xJA+fhtKSVmcPQ8g7Z2yxLMILGFiRzvKB",
+	"q4QYeuNroAALkWDfB+eARSEI/fBFUEoOBNyf3TJXoNxO5R45Fupi8Kipzh/+t9SkWDia6EQRIaESOCI7",
+	"6QrpObgomRzyrp7vYV7zZ1fVzZVPlLGf1TLHQArBsiZ/fXt6+NPgCB0b1HmIZ729oFRAYjc3FFNGlQYD",
+	"G6Q9WlnH9TmBIi7cYMlQgNAnGoocYhJlSdMd+wpyxPFmhgLlgLLmDQlbemN29NjKck5+VO7Wr3ox3nAZ",
+	"AcDvJkuiPFZWu5F94pl4s//5VSDyyLlJ5e/EZvTfO+ttWaQE67rHc6AiQt4lSCAgsaIiC9z4Sv+A8Y9K",
+	"jW+Z4teLxyTAW5Es6mYWcpj9gbqOmSvRQrSNr2eGCLGE3x9gS99lDlSA3XAqJVp7LHb2tXn+O0mE+B6Q",
+	"8gwyghqOZSHvfiNeuQpT/QWd5asCqU8LJg7OjjcDQj9omOPZSPp245LnZSmtSJeaOEQuf7qyotdXgGL9",
 	"ahpVYLguV+DnD+6iPMBoVnDhW6a2h/JilkO3ltkQxj87S48VoawsWplSnL1hKMqCh57eaFfZPsFOvZCG",
 	"lrgIgzBqOGhuNhSgnzv5DMleqVz3+uTUKtEQ41Evu4V18lzAPia/ld2dgq4vWEM9lVBDT7Es8cIT1kwB",
 	"KvqLFGwoqL6x2vyBy/vgQXNzZ9Wxv6H7EwqSS99R26ru9fbbSRVkAX06Qn+CHeuqKnGP6dRoPqlaWJcn",
-	"2z28OPaX4n7r2QtAgRXq9xUyl5OyafZQYMmcwG/bLUeTiszoRz6bz/wzcFEYKYme0Tzv4TpKx2+9Z3Pc",
+	"2z28OPaX4n7r2QtAgRXq9xUyl5OyafZQYMmcwG/bLUeTiszoJz6bz/wzcFEYKYme0Tzv4TpKx2+9Z3Pc",
 	"BrTUkRobUQ9FDqUhy/qZ5RoEuXKnpfveEkm6EsxMYOMoA2LgJnp9Anp74H0uDxdmItSn6swNGc/hzeuc",
 	"TiYs2xuKq2YL4j3sen1FuktN08OKIyhZDAXkaapZLyFXfgt70HnnyoKsCPqX21eCTsZ+nqHoruyRjd27",
 	"e31yTsUNmHZwk9W6EwhuEpFO6VhYBYaZSW0ItAmH6eA6mXJXNhSAjw5EwlKlFv7LVTzRZbPxXjV0TckK",
 	"LhwO3b3WDO3CC4HY2KGw0J5TLlzlAJqVDJxqKSotKBzE6m4whkXCoZBz01ZR76yidGsH+D7RrsprawFX",
-	"X+K1LbQ3KC3e7rEMy8t/pQqwn1qK4ZVNNNaOSI53mWmbIejLsWHM8+pxH6y0lW/DtMEwdeixl0uovsFQ",
-	"Rcd4kEU2aHxrRb6wr0m1kOV2nPGpN0Yb34u8ZS0WJVcv5DEzYUq0bc1d823+a9LEtynu/07i+4rgjp+g",
-	"BxHIblaOdNx+Iv8WSWFbEh7bs3mX85WYMFi2K6D5IGShBVCBk68qmowt6qE+mxU/6wY8QCZ5fY298UiX",
-	"iwZwZ0yhRZ4St1Uir4E7zvrkFc/BgimoUvKuNh3019ovBQVYjpBkZuVELiZDgS+GQp+VBEEouIZh8V1f",
-	"6dVjP3JqI4fCi4LIijMndNU6rZErJ79cuSw4N2SvT87oxAux40WdeUZ53lL+7O9Wx3FQq2Gm94liBUPj",
-	"bNWWFGiVcyRiZfQih8ryyDA3qSe7ZrPsqtoZ8Nxj/OrZ9nasI9gid+WCZp1HZ0P1Pn/r53H+4Rj7Bsww",
-	"mloVdkj8nVjYUkfEe1I6K7z+pnN1Ws7mwWPID6weXKH5lae06D2JJDg0Mxe6EkwFcm6scu+0TKv1WPE+",
-	"lQXDkOCvwG3r9JjQVEmtK0vHOjz3vsTrV8spNvUKa07vwwAW6K3pW432yiTioRgvGsfKBOFZn7huG5XL",
-	"UzEXVYAcD1sO6xuMRXLx+84o+737+KqNXUFPzq+fyP0/lVlVzY42oNa+aVP7oPWSBBuUIPiW8un/JLx/",
-	"KML7oydX61FcTFr65d58RkgzLwtiFkpCmxvusvTFBBIN++QExHgj56AZZKxgImMi5SzibXvNzBs3+yPi",
-	"w1t+ywTTuk2pDrZCc37LHtZlUc6+wksBWTvtN4Anz3xj1PJMFySdsvSGFMBh98iZ1GaiGDQsTKdWjEwI",
-	"HsJQzPjEzeldAgk5Obi8IKkUgqWGZX3yYvt51b/eKahgTYFpnmiohTfPzT65my6s4gizX1OeM4gsBI3S",
-	"tf2Q0K807EXi0KElnfIcj+ARwcDOwNvgAKYH94WVDr6IID5k6uLKtR74ShFSsGVgwOvor4TJavg2oHSN",
-	"J704Mld5Z6/zFHz17oMmkHo4T8CKD6OXhvSy1yk3muXX/YqDBrMuiyaXVSDLAnUF7DVEukAHe31yGPr+",
-	"FRaXZOB5hT5DCwKlPLDgOaGGKKaDNOuynHVCcjmZYGAoS6cSw4kYtCFCeF0WamILrnd4bVYvKY8hcSWU",
-	"XNBXUY9f3huKT+DVSEdzlX/+ggTHPjkomwe5EOizHw/3SRhbHaYwZrU9eqF7eXs/TSXJOIZ+tvYu8s28",
-	"y6ZF0L8Y5GNICT86vhydDy4HJ5fHpyfuJoFm9GqrwK4ey2t4FfTCskKpLDSpWmLBCko3716jplppcuMK",
-	"/bRgiuLYZivwH1Xb0InnorjbsNgkuZyyBdqndGsBKC62Zmwm1QIdu2FEf+KAcLywi8FOabQqCkUFmYuS",
-	"kNfED0tnMWgLVBqwnw1FRg0lM6qsOnIF7civaieKPP/zh8//PwAA//8=",
+	"X+K1LbQ3KC3e7rEMy8t/owqwn1uK4ZVNNNaOSI53mWmbIejLsWHM8+pxH6y0lW/DtMEwdeixl0uovsFQ",
+	"Rcd4kEU2aHxrRb6wr0m1kOV2nOtNjRywvVfcfkkYfUOaOhXlnoY6LmdJp6LihmWl+G0nwJeNbK1xGHSP",
+	"2nxTG9MC32C95YAtnVm9kMdM7ylpUWtCHhUZ1s8KRaTvU4f5B+kkKyJWfgY4BoHUCsdOhJnIv0Ty8pYk",
+	"4vYU5eUkLCYM1iILGBlIjmjWVOC5rCpBY999KDpnZeq6VRLQTl5fY8M/0uWiAdwZU+hmoMRtlchrYPmz",
+	"PnnFczDLCqqUvKtNB03DAiS3yxGSzKzwy8VkKPDFUJK14i1IOtcwLL7ry9d6uuIRfii8fIvyReYkyVr7",
+	"OHLlyMmVS+1zQ/b65IxOvGQ+XtQlgigjX0oK/ocVpxzUCrPpfaJYwdDiXPVaBVrlvKNY7r3IoVw+SgGb",
+	"FMldswN4VcINBIlj/OrZ9naszdkidzWQZp1H56315oXrJ6f+7qSVDTh8NF8sbPu4MS8NZQOPwzWRwK4r",
+	"Qa3E6VgVf3ca7ZiRrpcPPHFwbpXeQwsAhzU5xnVKxZqrXMcblpJus4lq66rsw42A8eM3ythfJ/m3Ipbf",
+	"dVZXy9k8eLbBgSBXAe288uwL/WyRVJhmjktXglFJzo3mTs/HBB6rCKayYBg8/g1EmDqTIzRVUuvKJraO",
+	"IHNfiv6r5WSsei0+ZyHAUCfowuqb0vbKdPOhGC8ax8oE4VmfuL4slXNcMRd/gmIENqfWNxi15jI9nPn+",
+	"R/fxVZsMAN1bv33K//9UCaBqi7UBC/TtvdoHrRev+D5I8MaVF/4gvL8rwvvBk6v1KC6mt/1yb+YrFCQo",
+	"S6cWSkJDJO7qOYgJpKT2yQnoRkbOQaLKWMFExkTKWcQv+5qZN272R8SHt/yWCaZ1m6Ui2ArN+S17WOdW",
+	"OfsKfxbkd7XfAJ488y10yzNdkHTK0htSAIfdI2dSm4li0NoynaIMjIcwFDM+cXN651FCTg4uL0gqhWCp",
+	"YVmfvNh+TspYIKf1g4kKpnmioWriPDf75G66sNo4zH5Nec4gBhXUdNcgRkJn27BrjUOHlsTbczyCRwQD",
+	"OwNvgwOYHhxdVjr4KoL4kEmuK9d64GuKSMGWgQGvo78SJqvh24DStSj14shc5Z29zlOI6nAfNIHUw3kC",
+	"/h4YvXS5lF1xudEsv+5XHDSYdVk0uaxCnhaoK2BXKtIFOtjrk8MwSkRhGVIGPnroSLUgUPQFS+MTaohi",
+	"OkjILwufJySXkwmGELN0KjHwjEHDKoTXZaEmtuB6L+BmnZvyGBJXbMuFBxb1SPe9ofgM/q90NFf5l69I",
+	"he2Tg7LNlAuWP/twuE/CKPww2TWr7dEL3cvb+3kqScYxSLi1y5Vv+162t4JO1yAfQ/GAo+PL0fngcnBy",
+	"eXx64m4SaEavtgrs/7K8hldB1zQrlMpCk6p5GqygDAjYa1TfK+2YXKFHH+x7HBuyBZ7Gahs68VwUdxuW",
+	"JSWXU7ZAo59uLRXGxdaMzaRaYAhAmPuROCAcL+xisKcercqHUUHmoiTkNfHD0lkM7wOVBmwYQ5FRQ8mM",
+	"KquOXEHj+qvaiSLP//Lxy/8PAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -30,6 +30,8 @@ func (h *handlers) ListStorageClasses(ctx context.Context, req ListStorageClasse
 		VolumeMode:   string(deref(p.VolumeMode)),
 		Expandable:   p.Expandable,
 		IsDefault:    p.IsDefault,
+		Snapshots:    p.Snapshots,
+		Tier:         deref(p.Tier),
 	}, deref(p.MaxPageSize), deref(p.PageToken))
 	if err != nil {
 		return nil, err
@@ -53,7 +55,8 @@ func (h *handlers) ListPlacements(ctx context.Context, req ListPlacementsRequest
 	explain := deref(p.Explain)
 	placement, err := h.opts.Fleet.Place(fleet.Request{
 		CapacityBytes: size.Value(), AccessMode: string(deref(p.AccessMode)), VolumeMode: string(deref(p.VolumeMode)),
-		Region: deref(p.Region), Zone: deref(p.Zone), Expandable: deref(p.Expandable), Explain: explain, Environments: scope,
+		Region: deref(p.Region), Zone: deref(p.Zone), Expandable: deref(p.Expandable), Snapshots: deref(p.Snapshots),
+		Explain: explain, Environments: scope,
 	})
 	if err != nil {
 		return nil, err

@@ -20,8 +20,8 @@ func newClassesCommand() *cobra.Command {
 	c := &gatewayClient{}
 	var params api.ListStorageClassesParams
 	var environments []string
-	var region, provisioner, accessMode, volumeMode string
-	var expandable, isDefault bool
+	var region, provisioner, accessMode, volumeMode, tier string
+	var expandable, isDefault, snapshots bool
 	cmd := &cobra.Command{
 		Use:   "classes",
 		Short: "Show StorageClasses across the fleet: one row per class, one column per environment",
@@ -29,7 +29,7 @@ func newClassesCommand() *cobra.Command {
 			"the class supports there (? when unknown), then: exp (expandable), default, and the capacity\n" +
 			"its driver publishes; - means the environment has no such class. A stale column is an\n" +
 			"environment the gateway cannot reach now: its last known classes, as of the time shown.",
-		Example: "  storage-gateway classes\n  storage-gateway classes --access-mode RWX --expandable\n" +
+		Example: "  storage-gateway classes\n  storage-gateway classes --access-mode RWX --expandable\n  storage-gateway classes --snapshots --tier gold\n" +
 			"  storage-gateway classes -e east -e west -o wide\n  storage-gateway classes --default=false -o name",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,6 +48,10 @@ func newClassesCommand() *cobra.Command {
 			if cmd.Flags().Changed("default") {
 				params.IsDefault = &isDefault
 			}
+			if cmd.Flags().Changed("snapshots") {
+				params.Snapshots = &snapshots
+			}
+			setStrings(map[**string]string{&params.Tier: tier})
 			all, err := allPages(func(token *string) ([]api.FleetStorageClass, *string, error) {
 				params.PageToken = token
 				resp, err := client.ListStorageClassesWithResponse(cmd.Context(), &params)
@@ -78,9 +82,11 @@ func newClassesCommand() *cobra.Command {
 	f.StringVar(&volumeMode, "volume-mode", "", "only classes known to support this volume mode: Filesystem or Block")
 	f.BoolVar(&expandable, "expandable", false, "only classes that allow expansion (--expandable=false: only fixed-size ones)")
 	f.BoolVar(&isDefault, "default", false, "only default classes (--default=false: only the others)")
+	f.BoolVar(&snapshots, "snapshots", false, "only classes known to be snapshottable (--snapshots=false: known not to be)")
+	f.StringVar(&tier, "tier", "", "only classes whose driver has this performance tier (VolumeAttributesClass)")
 	for flag, field := range map[string]string{
 		"environment": "environment", "region": "region", "provisioner": "provisioner", "access-mode": "access_mode",
-		"volume-mode": "volume_mode", "expandable": "expandable", "default": "is_default",
+		"volume-mode": "volume_mode", "expandable": "expandable", "default": "is_default", "snapshots": "snapshots", "tier": "tier",
 	} {
 		setsFields(cmd, flag, field)
 	}

@@ -17,7 +17,7 @@ func newPlaceCommand() *cobra.Command {
 	c := &gatewayClient{}
 	var params api.ListPlacementsParams
 	var accessMode, volumeMode, region, zone string
-	var expandable, explain bool
+	var expandable, snapshots, explain bool
 	cmd := &cobra.Command{
 		Use:   "place --capacity SIZE",
 		Short: "Rank the environments and StorageClasses that can take a volume",
@@ -26,7 +26,8 @@ func newPlaceCommand() *cobra.Command {
 			"published), QUOTA the room the default namespace's quotas leave (- when none limits it, ? when the gateway\n" +
 			"may not read them); MODES shows ? where the class's modes are unknown. --explain also lists what was left out and why.",
 		Example: "  storage-gateway place --capacity 100Gi --access-mode RWX\n" +
-			"  storage-gateway place --capacity 10Gi --volume-mode Block --region eu-1 --expandable --explain",
+			"  storage-gateway place --capacity 10Gi --volume-mode Block --region eu-1 --expandable --explain\n" +
+			"  storage-gateway place --capacity 10Gi --snapshots",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, err := c.client(cmd.Context())
@@ -39,6 +40,9 @@ func newPlaceCommand() *cobra.Command {
 			setStrings(map[**string]string{&params.Region: region, &params.Zone: zone})
 			if expandable {
 				params.Expandable = &expandable
+			}
+			if snapshots {
+				params.Snapshots = &snapshots
 			}
 			if explain {
 				params.Explain = &explain
@@ -61,11 +65,12 @@ func newPlaceCommand() *cobra.Command {
 	f.StringVar(&region, "region", "", "only environments in this region")
 	f.StringVar(&zone, "zone", "", "only environments in this zone")
 	f.BoolVar(&expandable, "expandable", false, "only classes that allow expansion")
+	f.BoolVar(&snapshots, "snapshots", false, "only classes whose volumes can be snapshotted (where that is unknown: ranked after)")
 	f.BoolVar(&explain, "explain", false, "also list what was left out, and why")
 	_ = cmd.MarkFlagRequired("capacity")
 	for flag, field := range map[string]string{
 		"capacity": "capacity", "access-mode": "access_mode", "volume-mode": "volume_mode", "region": "region", "zone": "zone",
-		"expandable": "expandable",
+		"expandable": "expandable", "snapshots": "snapshots",
 	} {
 		setsFields(cmd, flag, field)
 	}

@@ -104,6 +104,8 @@ type facet struct {
 	capacityBytes            int64
 	name, provisioner        string
 	nameID                   int // in Index.names
+	snapshots                capabilities.Support
+	tiers                    []string // the detail's: nil when unknown
 }
 
 func newFacet(c capabilities.Class, stale bool) facet {
@@ -111,7 +113,7 @@ func newFacet(c capabilities.Class, stale bool) facet {
 		access: modeBits(capabilities.AllAccessModes, c.AccessModes), volume: modeBits(capabilities.AllVolumeModes, c.VolumeModes),
 		knownAccess: c.AccessModes != nil, knownVolume: c.VolumeModes != nil,
 		expandable: c.AllowVolumeExpansion, isDefault: c.IsDefault, stale: stale,
-		name: c.Name, provisioner: c.Provisioner,
+		name: c.Name, provisioner: c.Provisioner, snapshots: c.Snapshots, tiers: c.Tiers,
 	}
 	if c.Capacity != nil {
 		f.hasCapacity, f.capacityBytes = true, c.Capacity.TotalBytes

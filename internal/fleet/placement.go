@@ -24,6 +24,8 @@ type Request struct {
 	AccessMode, VolumeMode string
 	Region, Zone           string
 	Expandable             bool
+	// Snapshots asks for classes whose volumes can be snapshotted.
+	Snapshots bool
 	// Explain asks for the reason each environment or class was left out.
 	Explain bool
 	// Environments, when not nil, are the only environments considered
@@ -152,11 +154,12 @@ func newPlacementFacts(d *Detail, headroom capabilities.Headroom) placementFacts
 // every READY environment whose classes are current and whose connection
 // takes writes (in the region and zone asked) that can take the volume,
 // best first. A class is left out when it is known not
-// to support a requested mode, does not allow expansion when that is
-// asked, publishes capacity of which no segment takes the volume (its
+// to support a requested mode, does not allow expansion or snapshots when
+// that is asked, publishes capacity of which no segment takes the volume (its
 // capacity or its largest volume too small), or when the default
 // namespace's quota leaves too little room. What is not known — modes,
-// capacity, quotas the gateway may not read — does not leave a class out:
+// snapshots, capacity, quotas the gateway may not read — does not leave a
+// class out:
 // it is flagged, and ranked after what is known. The ranking: known
 // capability first, then published capacity, then the most room (the
 // smaller of the best segment's capacity and the quota's headroom), then
@@ -259,6 +262,7 @@ const (
 	accessModeRefused
 	volumeModeRefused
 	notExpandable
+	noSnapshots
 	noSegment
 	quotaTooSmall
 )
@@ -277,6 +281,12 @@ func (d *detail) place(r Request, access, volume uint8) (candidate, refusal) {
 	c.unknownCapability = access != 0 && !f.knownAccess || volume != 0 && !f.knownVolume
 	if r.Expandable && !f.expandable {
 		return c, notExpandable
+	}
+	switch {
+	case r.Snapshots && f.snapshots == capabilities.Unsupported:
+		return c, noSnapshots
+	case r.Snapshots && f.snapshots == capabilities.Unknown:
+		c.unknownCapability = true
 	}
 	pf := &d.placement
 	if len(pf.segments) > 0 {
@@ -311,6 +321,8 @@ func (d *detail) explain(b []byte, why refusal, r Request) []byte {
 		return append(append(append(append(b, "supports "...), d.placement.volumeList...), " volumes, not "...), r.VolumeMode...)
 	case notExpandable:
 		return append(b, "does not allow volume expansion"...)
+	case noSnapshots:
+		return append(b, "cannot be snapshotted: no VolumeSnapshotClass is for its driver"...)
 	case noSegment:
 		return append(append(append(append(b, "no published capacity segment takes "...), quantity(r.CapacityBytes)...), ": "...), d.capacitySummary()...)
 	case quotaTooSmall:

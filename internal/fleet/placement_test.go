@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -248,5 +249,40 @@ func TestQuotaChangesAreObserved(t *testing.T) {
 	}
 	if ix.Observe("a", withUsed("6Gi"), t0) {
 		t.Fatal("the same quota again was a change")
+	}
+}
+
+// Asked for snapshots, placement leaves out the classes known not to be
+// snapshottable, with the reason, and keeps those where it is unknown,
+// flagged and ranked after the known ones.
+func TestPlacementOnSnapshots(t *testing.T) {
+	classes := []*storagev1.StorageClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "fast", ResourceVersion: "1"}, Provisioner: "disk.example.com"},
+		{ObjectMeta: metav1.ObjectMeta{Name: "shared", ResourceVersion: "1"}, Provisioner: "files.example.com"},
+	}
+	known := capabilities.Objects{Classes: classes,
+		SnapshotClasses: []*snapshotv1.VolumeSnapshotClass{{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Driver: "disk.example.com"}}}
+	denied := capabilities.Objects{Classes: classes, SnapshotClassesDenied: true}
+	ix := fleet.NewIndex()
+	ix.SetEnvironments([]fleet.Meta{{ID: "a", State: "READY"}, {ID: "b", State: "READY"}})
+	for id, objs := range map[string]capabilities.Objects{"a": denied, "b": known} {
+		ix.Observe(id, objs, t0)
+		ix.SetWritable(id, true)
+	}
+	got := place(t, ix, fleet.Request{CapacityBytes: gi, Snapshots: true, Explain: true})
+	var order []string
+	for _, c := range got.Candidates {
+		order = append(order, c.EnvironmentID+"/"+c.StorageClass+"/"+map[bool]string{true: "known", false: "unknown"}[c.CapabilityKnown])
+	}
+	if want := []string{"b/fast/known", "a/fast/unknown", "a/shared/unknown"}; !slices.Equal(order, want) {
+		t.Fatalf("candidates %v, want %v", order, want)
+	}
+	if len(got.Excluded) != 1 || got.Excluded[0].EnvironmentID != "b" || got.Excluded[0].StorageClass != "shared" ||
+		!strings.Contains(got.Excluded[0].Reason, "cannot be snapshotted") {
+		t.Fatalf("excluded %+v, want b's shared as not snapshottable", got.Excluded)
+	}
+	// Not asked, nothing is left out for it.
+	if got := place(t, ix, fleet.Request{CapacityBytes: gi, Explain: true}); len(got.Candidates) != 4 || len(got.Excluded) != 0 {
+		t.Fatalf("without snapshots asked: %d candidates, excluded %+v", len(got.Candidates), got.Excluded)
 	}
 }

@@ -26,6 +26,10 @@ type Filter struct {
 	VolumeMode   string   `json:"v,omitempty"`
 	Expandable   *bool    `json:"x,omitempty"`
 	IsDefault    *bool    `json:"d,omitempty"`
+	// Snapshots true asks for classes known to be snapshottable, false for
+	// those known not to be; Tier for those whose driver has the tier.
+	Snapshots *bool  `json:"s,omitempty"`
+	Tier      string `json:"t,omitempty"`
 }
 
 func (f Filter) validate() error {
@@ -44,13 +48,13 @@ func (f Filter) environment(m Meta) bool {
 
 // facetFilter is a Filter's class terms in the form facets are kept.
 type facetFilter struct {
-	provisioner       string
-	access, volume    uint8 // 0: any
-	expandable, isDef *bool
+	provisioner, tier            string
+	access, volume               uint8 // 0: any
+	expandable, isDef, snapshots *bool
 }
 
 func (f Filter) facets() facetFilter {
-	return facetFilter{provisioner: f.Provisioner, expandable: f.Expandable, isDef: f.IsDefault,
+	return facetFilter{provisioner: f.Provisioner, tier: f.Tier, expandable: f.Expandable, isDef: f.IsDefault, snapshots: f.Snapshots,
 		access: modeBits(capabilities.AllAccessModes, []string{f.AccessMode}),
 		volume: modeBits(capabilities.AllVolumeModes, []string{f.VolumeMode})}
 }
@@ -59,7 +63,18 @@ func (f facetFilter) match(c *facet) bool {
 	return (f.provisioner == "" || f.provisioner == c.provisioner) &&
 		c.access&f.access == f.access && c.volume&f.volume == f.volume &&
 		(f.expandable == nil || *f.expandable == c.expandable) &&
-		(f.isDef == nil || *f.isDef == c.isDefault)
+		(f.isDef == nil || *f.isDef == c.isDefault) &&
+		(f.snapshots == nil || c.snapshots == snapshotAnswer(*f.snapshots)) &&
+		(f.tier == "" || slices.Contains(c.tiers, f.tier))
+}
+
+// snapshotAnswer is the Support a snapshots filter asks for: unknown
+// matches neither true nor false.
+func snapshotAnswer(want bool) capabilities.Support {
+	if want {
+		return capabilities.Supported
+	}
+	return capabilities.Unsupported
 }
 
 // Summary sums up one class name across the environments a query shows.

@@ -238,6 +238,9 @@ func TestFleetStorageClasses(t *testing.T) {
 			{url.Values{"environment": {eastID}, "volume_mode": {"Block"}}, []string{"block"}},
 			{url.Values{"environment": {westID}, "expandable": {"true"}, "volume_mode": {"Block"}}, []string{"csi-hostpath", "gp3", "io2-block", "slow", "standard-wffc"}},
 			{url.Values{"region": {"nowhere"}}, nil},
+			{url.Values{"snapshots": {"true"}}, []string{"csi-hostpath", "snapshots"}},
+			{url.Values{"tier": {"gold"}}, []string{"snapshots"}},
+			{url.Values{"environment": {westID}, "snapshots": {"false"}}, []string{"efs", "gp3", "io2-block", "slow", "standard", "standard-wffc"}},
 		}
 		for _, tt := range tests {
 			if got := names(c.storageClasses(tt.query)); !slices.Equal(got, tt.want) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,11 @@ func TestPlacementMatchesWhatACreateAccepts(t *testing.T) {
 	}
 	eastID, westID := register(0, "eu", "eu-1"), register(1, "us", "us-1")
 
+	type exclusion struct {
+		EnvironmentID string `json:"environment_id"`
+		StorageClass  string `json:"storage_class"`
+		Reason        string `json:"reason"`
+	}
 	type placement struct {
 		Candidates []struct {
 			EnvironmentID   string `json:"environment_id"`
@@ -68,11 +74,7 @@ func TestPlacementMatchesWhatACreateAccepts(t *testing.T) {
 				HeadroomBytes int64 `json:"headroom_bytes"`
 			} `json:"quota"`
 		} `json:"candidates"`
-		Excluded []struct {
-			EnvironmentID string `json:"environment_id"`
-			StorageClass  string `json:"storage_class"`
-			Reason        string `json:"reason"`
-		} `json:"excluded"`
+		Excluded []exclusion `json:"excluded"`
 	}
 	ask := func(query url.Values) placement {
 		t.Helper()
@@ -132,6 +134,26 @@ func TestPlacementMatchesWhatACreateAccepts(t *testing.T) {
 	}
 	if refusedModes < 4 {
 		t.Fatalf("only %d classes left out for their modes: %+v", refusedModes, rwx.Excluded)
+	}
+
+	// Snapshots: the CSI plugins' classes, each with a VolumeSnapshotClass
+	// for its driver; every other class is known not to be snapshottable.
+	snap := ask(url.Values{"capacity": {"1Gi"}, "snapshots": {"true"}})
+	var offered []string
+	for _, cand := range snap.Candidates {
+		offered = append(offered, cand.EnvironmentID+"/"+cand.StorageClass)
+		if !cand.CapabilityKnown {
+			t.Errorf("snapshot candidate %s/%s flagged unknown", cand.EnvironmentID, cand.StorageClass)
+		}
+	}
+	slices.Sort(offered)
+	if want := []string{eastID + "/snapshots", westID + "/csi-hostpath"}; !slices.Equal(offered, want) {
+		t.Fatalf("snapshottable candidates %v, want %v", offered, want)
+	}
+	if !slices.ContainsFunc(snap.Excluded, func(ex exclusion) bool {
+		return ex.EnvironmentID == eastID && ex.StorageClass == "standard" && strings.Contains(ex.Reason, "cannot be snapshotted")
+	}) {
+		t.Fatalf("east's standard not left out as unsnapshottable: %+v", snap.Excluded)
 	}
 
 	// 5Gi: more than west's quota leaves (3Gi, 2Gi once the RWX volume
