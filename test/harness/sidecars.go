@@ -25,6 +25,8 @@ var (
 // version, which Kubernetes still serves when asked to.
 const resizerAPI = "storage.k8s.io/v1beta1=true"
 
+// toolPackage is a command's package and the tools module under
+// test/tools that pins it.
 type toolPackage struct{ module, pkg string }
 
 // snapshotCRDs are the VolumeSnapshot API's CustomResourceDefinitions, from
