@@ -18,12 +18,13 @@ import (
 const defaultFactsInterval = 10 * time.Minute
 
 // listed is a cache filled by listing, not watching: the CSIDrivers,
-// CSIStorageCapacities and the default namespace's ResourceQuotas, which
-// only the fleet view reads and which change rarely. Watched, the first two
+// CSIStorageCapacities, the default namespace's ResourceQuotas,
+// VolumeSnapshotClasses and VolumeAttributesClasses, which only the fleet
+// view and placement read and which change rarely. Watched, the first two
 // held twelve goroutines and two streams per environment; listed on
 // connect, after every StorageClass change (a new driver comes with new
-// classes) and every factsInterval, they cost a request each per interval
-// and no goroutine in between.
+// classes) and every factsInterval (or every few: see every), they cost a
+// request each per interval and no goroutine in between.
 type listed struct {
 	name    string
 	list    func(context.Context) ([]any, error)
@@ -38,6 +39,10 @@ type listed struct {
 	// the first one).
 	changed func()
 	synced  atomic.Bool
+	// every n > 1 lists the cache at every nth listing the interval alone
+	// makes due; any other listing (connect, a StorageClass change, a
+	// failure) lists it too.
+	every int
 }
 
 // refresh lists the objects again and replaces what is cached.
@@ -84,9 +89,13 @@ type facts struct {
 	interval time.Duration
 
 	mu       sync.Mutex
-	listedAt time.Time // the last listing of them all
+	listedAt time.Time // the last listing
 	wanted   bool      // a StorageClass changed since
 	busy     bool      // a listing is in flight
+	// periodic counts the listings the interval alone made due; whole
+	// says the one in flight is not one of them (it lists every cache).
+	periodic int
+	whole    bool
 }
 
 // want asks for a listing at the next chance: a StorageClass changed, or
@@ -105,18 +114,27 @@ func (f *facts) due(now time.Time) bool {
 	if f.busy || !f.wanted && !f.listedAt.IsZero() && now.Sub(f.listedAt) < f.interval {
 		return false
 	}
+	f.whole = f.wanted || f.listedAt.IsZero()
+	if !f.whole {
+		f.periodic++
+	}
 	f.busy, f.wanted = true, false
 	return true
 }
 
-// refresh lists every cache, within timeout, and records when it
-// succeeded; a failure leaves the listing due.
+// refresh lists the caches due, within timeout, and records when it
+// succeeded; a failure leaves a listing of every cache due.
 func (f *facts) refresh(ctx context.Context, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	f.mu.Lock()
+	whole, periodic := f.whole, f.periodic
+	f.mu.Unlock()
 	var errs []error
 	for _, l := range f.caches {
-		errs = append(errs, l.refresh(ctx))
+		if whole || l.every <= 1 || periodic%l.every == 0 {
+			errs = append(errs, l.refresh(ctx))
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

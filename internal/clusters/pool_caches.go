@@ -173,20 +173,26 @@ func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, on
 	}
 	c.classes = add(cacheStorageClasses, listWatch(classes.List, classes.Watch, nil), &storagev1.StorageClass{}, cache.Indexers{}, classChanged)
 	c.classLister = storagelisters.NewStorageClassLister(c.classes.indexer)
-	fact := func(name string, list func(context.Context) ([]any, error), indexers cache.Indexers, optional bool) *listed {
+	// Capacities and quotas change as volumes come and go: listed every
+	// interval. Drivers, snapshot classes and tiers change as storage is
+	// installed, mostly with a StorageClass, which lists them at once:
+	// every third interval is enough, and keeps an idle environment's
+	// requests down.
+	const configuration = 3
+	fact := func(name string, list func(context.Context) ([]any, error), indexers cache.Indexers, optional bool, every int) *listed {
 		l := &listed{name: name, list: list, indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
-			changed: onStorage, optional: optional}
+			changed: onStorage, optional: optional, every: every}
 		c.facts.caches = append(c.facts.caches, l)
 		return l
 	}
-	c.drivers = storagelisters.NewCSIDriverLister(fact(cacheCSIDrivers, listAll(drivers.List), cache.Indexers{}, false).indexer)
-	c.capacities = storagelisters.NewCSIStorageCapacityLister(fact(cacheCapacities, listAll(capacities.List), namespaced, false).indexer)
+	c.drivers = storagelisters.NewCSIDriverLister(fact(cacheCSIDrivers, listAll(drivers.List), cache.Indexers{}, false, configuration).indexer)
+	c.capacities = storagelisters.NewCSIStorageCapacityLister(fact(cacheCapacities, listAll(capacities.List), namespaced, false, 1).indexer)
 	// The quotas of the namespace a volume lands in unless it asks for
 	// another (the first): what placement checks a request against. Not
 	// every grant includes them.
 	if len(namespaces) > 0 {
 		quotas := listAll(client.core.ResourceQuotas(namespaces[0]).List)
-		c.quotas = fact(cacheQuotas, func(ctx context.Context) ([]any, error) { return quotas(optionalPermission(ctx)) }, namespaced, true)
+		c.quotas = fact(cacheQuotas, func(ctx context.Context) ([]any, error) { return quotas(optionalPermission(ctx)) }, namespaced, true, 1)
 	}
 	// Which drivers can snapshot, and the performance tiers on offer: not
 	// every grant includes them, and not every cluster serves the snapshot
@@ -198,8 +204,8 @@ func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, on
 			return nil, nil
 		}
 		return objs, err
-	}, cache.Indexers{}, true)
-	c.tiers = fact(cacheTiers, func(ctx context.Context) ([]any, error) { return tiers(optionalPermission(ctx)) }, cache.Indexers{}, true)
+	}, cache.Indexers{}, true, configuration)
+	c.tiers = fact(cacheTiers, func(ctx context.Context) ([]any, error) { return tiers(optionalPermission(ctx)) }, cache.Indexers{}, true, configuration)
 	return c
 }
 

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -746,7 +747,8 @@ func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 // CSIDrivers and CSIStorageCapacities are listed, not watched: a capacity
 // published later is seen at the next listing — at once after a
 // StorageClass changed (a new driver comes with new classes), and anyway
-// after FactsInterval.
+// after FactsInterval; a tier (like a driver or a snapshot class) after
+// the third FactsInterval.
 func TestFactsAreListedAgain(t *testing.T) {
 	ctx := t.Context()
 	admin := east.AdminClient().StorageV1()
@@ -782,5 +784,32 @@ func TestFactsAreListedAgain(t *testing.T) {
 		c := ensureReady(t, newPool(t, opts), eastTarget("pool-facts-interval"))
 		publish("pool-facts-interval")
 		poll.Until(t, 10*time.Second, "the capacity listed after the interval", func() bool { return listed(c, "pool-facts-interval") })
+	})
+	t.Run("tiers after the third interval", func(t *testing.T) {
+		opts := fast
+		opts.FactsInterval = 2 * time.Second
+		c := ensureReady(t, newPool(t, opts), eastTarget("pool-facts-tiers"))
+		tier := &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: "pool-facts-tier"}, DriverName: "snap.csi.local.dev",
+			Parameters: map[string]string{"tier": "gold"}}
+		if _, err := admin.VolumeAttributesClasses().Create(ctx, tier, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			// Gone before the next test lists the cluster's tiers.
+			_ = admin.VolumeAttributesClasses().Delete(context.Background(), tier.Name, metav1.DeleteOptions{})
+			poll.Until(t, 10*time.Second, "the tier deleted", func() bool {
+				_, err := admin.VolumeAttributesClasses().Get(context.Background(), tier.Name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			})
+		})
+		publish("pool-facts-tiers")
+		hasTier := func() bool {
+			return slices.ContainsFunc(c.StorageObjects().Tiers, func(v *storagev1.VolumeAttributesClass) bool { return v.Name == tier.Name })
+		}
+		poll.Until(t, 10*time.Second, "the capacity listed after the interval", func() bool { return listed(c, "pool-facts-tiers") })
+		if hasTier() {
+			t.Fatal("the tier was listed with the capacities, at the first interval")
+		}
+		poll.Until(t, 15*time.Second, "the tier listed after the third interval", hasTier)
 	})
 }

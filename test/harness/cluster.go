@@ -44,11 +44,13 @@ const (
 const gatewayTokenTTL = 365 * 24 * time.Hour
 
 // volumeControllers are the kube-controller-manager controllers a storage
-// fleet needs: binding, expansion, protection finalizers and quota usage;
-// and namespace deletion, which installs and `env unbootstrap` wait for.
+// fleet needs: binding, expansion, protection finalizers (the API server
+// gives every VolumeAttributesClass one, which only its controller
+// removes) and quota usage; and namespace deletion, which installs and
+// `env unbootstrap` wait for.
 var volumeControllers = "persistentvolume-binder-controller,persistentvolume-expander-controller," +
-	"persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,resourcequota-controller," +
-	"namespace-controller"
+	"persistentvolume-protection-controller,persistentvolumeclaim-protection-controller," +
+	"volumeattributesclass-protection-controller,resourcequota-controller,namespace-controller"
 
 // Cluster is one running harness cluster.
 type Cluster struct {
