@@ -76,7 +76,8 @@ func TestMakeRunFirstDay(t *testing.T) {
 	// Each block runs with bash -euo pipefail: a failing command fails the
 	// test. What the first two print is checked too.
 	expect := [][]string{
-		{`"status":"ready"`, "\n401\n", "local-east", "local-west", "READY", "Labels:", "shared-files"},
+		{`"status":"ready"`, "\n401\n", "local-east", "local-west", "READY", "Labels:", "shared-files",
+			"storageclass/csi-hostpath\nstorageclass/snapshots\n"},
 		{"volume/db-1 deleted", `"status":"healthy"`, `"message":"READY: `, "createVolume"},
 	}
 	for i, block := range docs.Blocks(t, "README.md", "walkthrough") {
