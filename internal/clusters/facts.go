@@ -45,11 +45,18 @@ type listed struct {
 	every int
 }
 
-// refresh lists the objects again and replaces what is cached.
+// refresh lists the objects again and replaces what is cached. An
+// optional cache may be refused (it is then empty and denied) or find its
+// API not served (a cluster without the snapshot CRDs, or older than
+// VolumeAttributesClasses: empty, and known to be). Neither is a failure,
+// which would make every fact due again at each health check.
 func (l *listed) refresh(ctx context.Context) error {
+	if l.optional {
+		ctx = optionalPermission(ctx)
+	}
 	objs, err := l.list(ctx)
 	denied := l.optional && apierrors.IsForbidden(err)
-	if denied {
+	if denied || l.optional && apierrors.IsNotFound(err) {
 		objs, err = nil, nil
 	}
 	if err != nil {

@@ -191,21 +191,12 @@ func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, on
 	// another (the first): what placement checks a request against. Not
 	// every grant includes them.
 	if len(namespaces) > 0 {
-		quotas := listAll(client.core.ResourceQuotas(namespaces[0]).List)
-		c.quotas = fact(cacheQuotas, func(ctx context.Context) ([]any, error) { return quotas(optionalPermission(ctx)) }, namespaced, true, 1)
+		c.quotas = fact(cacheQuotas, listAll(client.core.ResourceQuotas(namespaces[0]).List), namespaced, true, 1)
 	}
 	// Which drivers can snapshot, and the performance tiers on offer: not
-	// every grant includes them, and not every cluster serves the snapshot
-	// API (none is served: no snapshot class).
-	snapshotClasses, tiers := listAll(client.snapshots.VolumeSnapshotClasses().List), listAll(storage.VolumeAttributesClasses().List)
-	c.snapshotClasses = fact(cacheSnapshotClass, func(ctx context.Context) ([]any, error) {
-		objs, err := snapshotClasses(optionalPermission(ctx))
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return objs, err
-	}, cache.Indexers{}, true, configuration)
-	c.tiers = fact(cacheTiers, func(ctx context.Context) ([]any, error) { return tiers(optionalPermission(ctx)) }, cache.Indexers{}, true, configuration)
+	// every grant includes them, nor does every cluster serve their APIs.
+	c.snapshotClasses = fact(cacheSnapshotClass, listAll(client.snapshots.VolumeSnapshotClasses().List), cache.Indexers{}, true, configuration)
+	c.tiers = fact(cacheTiers, listAll(storage.VolumeAttributesClasses().List), cache.Indexers{}, true, configuration)
 	return c
 }
 
@@ -320,12 +311,12 @@ func (c *caches) start(ctx context.Context) {
 	c.refreshFacts(ctx)
 }
 
-// refreshFacts lists the CSIDrivers and CSIStorageCapacities again, on a
-// goroutine of its own that ends with the listing, when they were never
-// listed, a StorageClass changed, or the facts interval passed. Nothing is
-// listed before the caches start (the cluster waits for a sync slot). The
-// cluster's run goroutine calls it (after each good health check); it ends
-// before shutdown waits.
+// refreshFacts lists the listed facts again, on a goroutine of its own
+// that ends with the listing, when they were never listed, a StorageClass
+// changed, or the facts interval passed. Nothing is listed before the
+// caches start (the cluster waits for a sync slot). The cluster's run
+// goroutine calls it (after each good health check); it ends before
+// shutdown waits.
 func (c *caches) refreshFacts(ctx context.Context) {
 	if !c.started.Load() || ctx.Err() != nil || !c.facts.due(time.Now()) {
 		return
@@ -456,23 +447,22 @@ func (c *Cluster) CSIDrivers() []*storagev1.CSIDriver {
 func (c *Cluster) StorageObjects() capabilities.Objects {
 	objs := capabilities.Objects{Classes: c.StorageClasses(), Drivers: c.CSIDrivers(), Capacities: c.CSIStorageCapacities()}
 	if q := c.caches.quotas; q != nil {
-		objs.QuotasDenied = q.denied.Load()
-		for _, obj := range q.indexer.List() {
-			objs.Quotas = append(objs.Quotas, obj.(*corev1.ResourceQuota))
-		}
+		objs.Quotas, objs.QuotasDenied = listedObjects[*corev1.ResourceQuota](q)
 	}
-	slices.SortFunc(objs.Quotas, byName)
-	objs.SnapshotClassesDenied = c.caches.snapshotClasses.denied.Load()
-	for _, obj := range c.caches.snapshotClasses.indexer.List() {
-		objs.SnapshotClasses = append(objs.SnapshotClasses, obj.(*snapshotv1.VolumeSnapshotClass))
-	}
-	slices.SortFunc(objs.SnapshotClasses, byName)
-	objs.TiersDenied = c.caches.tiers.denied.Load()
-	for _, obj := range c.caches.tiers.indexer.List() {
-		objs.Tiers = append(objs.Tiers, obj.(*storagev1.VolumeAttributesClass))
-	}
-	slices.SortFunc(objs.Tiers, byName)
+	objs.SnapshotClasses, objs.SnapshotClassesDenied = listedObjects[*snapshotv1.VolumeSnapshotClass](c.caches.snapshotClasses)
+	objs.Tiers, objs.TiersDenied = listedObjects[*storagev1.VolumeAttributesClass](c.caches.tiers)
 	return objs
+}
+
+// listedObjects are the objects of a listed cache, by namespace and name,
+// and whether the gateway may not list them.
+func listedObjects[T metav1.Object](l *listed) ([]T, bool) {
+	var out []T
+	for _, obj := range l.indexer.List() {
+		out = append(out, obj.(T))
+	}
+	slices.SortFunc(out, byName)
+	return out, l.denied.Load()
 }
 
 // StorageRequested says the gateway changed what the claims of the
