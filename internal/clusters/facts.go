@@ -99,10 +99,8 @@ type facts struct {
 	listedAt time.Time // the last listing
 	wanted   bool      // a StorageClass changed since
 	busy     bool      // a listing is in flight
-	// periodic counts the listings the interval alone made due; whole
-	// says the one in flight is not one of them (it lists every cache).
+	// periodic counts the listings the interval alone made due.
 	periodic int
-	whole    bool
 }
 
 // want asks for a listing at the next chance: a StorageClass changed, or
@@ -114,32 +112,30 @@ func (f *facts) want() {
 }
 
 // due reports whether a listing should start now and, if so, marks one in
-// flight.
-func (f *facts) due(now time.Time) bool {
+// flight and says which: the number of a listing the interval alone made
+// due, or 0 for one of every cache.
+func (f *facts) due(now time.Time) (periodic int, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.busy || !f.wanted && !f.listedAt.IsZero() && now.Sub(f.listedAt) < f.interval {
-		return false
+		return 0, false
 	}
-	f.whole = f.wanted || f.listedAt.IsZero()
-	if !f.whole {
+	if !f.wanted && !f.listedAt.IsZero() {
 		f.periodic++
+		periodic = f.periodic
 	}
 	f.busy, f.wanted = true, false
-	return true
+	return periodic, true
 }
 
-// refresh lists the caches due, within timeout, and records when it
-// succeeded; a failure leaves a listing of every cache due.
-func (f *facts) refresh(ctx context.Context, timeout time.Duration) {
+// refresh runs the listing due reported, within timeout, and records when
+// it succeeded; a failure leaves a listing of every cache due.
+func (f *facts) refresh(ctx context.Context, timeout time.Duration, periodic int) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	f.mu.Lock()
-	whole, periodic := f.whole, f.periodic
-	f.mu.Unlock()
 	var errs []error
 	for _, l := range f.caches {
-		if whole || l.every <= 1 || periodic%l.every == 0 {
+		if periodic == 0 || l.every <= 1 || periodic%l.every == 0 {
 			errs = append(errs, l.refresh(ctx))
 		}
 	}

@@ -318,10 +318,12 @@ func (c *caches) start(ctx context.Context) {
 // goroutine calls it (after each good health check); it ends before
 // shutdown waits.
 func (c *caches) refreshFacts(ctx context.Context) {
-	if !c.started.Load() || ctx.Err() != nil || !c.facts.due(time.Now()) {
+	if !c.started.Load() || ctx.Err() != nil {
 		return
 	}
-	c.running.Go(func() { c.facts.refresh(ctx, requestTimeout) })
+	if periodic, ok := c.facts.due(time.Now()); ok {
+		c.running.Go(func() { c.facts.refresh(ctx, requestTimeout, periodic) })
+	}
 }
 
 // shutdown waits for the informers to exit; their context must be done.
