@@ -44,7 +44,6 @@ type plugin struct {
 type pluginVolume struct {
 	size   int64
 	source *csi.VolumeContentSource
-	tier   string
 }
 
 type pluginSnapshot struct {
@@ -105,8 +104,7 @@ func (p *plugin) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if err := p.supports(req.GetVolumeCapabilities()); err != nil {
 		return nil, err
 	}
-	tier, err := p.tier(req.GetMutableParameters())
-	if err != nil {
+	if err := p.checkTier(req.GetMutableParameters()); err != nil {
 		return nil, err
 	}
 	size := req.GetCapacityRange().GetRequiredBytes()
@@ -116,30 +114,19 @@ func (p *plugin) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	src := req.GetVolumeContentSource()
-	switch {
-	case src.GetSnapshot() != nil:
-		snap, ok := p.snapshots[src.GetSnapshot().GetSnapshotId()]
-		if !ok {
-			return nil, status.Errorf(codes.NotFound, "snapshot %s does not exist", src.GetSnapshot().GetSnapshotId())
-		}
-		if size < snap.size {
-			return nil, status.Errorf(codes.OutOfRange, "%d bytes cannot hold snapshot %s of %d", size, src.GetSnapshot().GetSnapshotId(), snap.size)
-		}
-	case src.GetVolume() != nil:
-		from, ok := p.volumes[src.GetVolume().GetVolumeId()]
-		if !ok {
-			return nil, status.Errorf(codes.NotFound, "volume %s does not exist", src.GetVolume().GetVolumeId())
-		}
-		if size < from.size {
-			return nil, status.Errorf(codes.OutOfRange, "%d bytes cannot hold volume %s of %d", size, src.GetVolume().GetVolumeId(), from.size)
-		}
+	from, err := p.sourceSize(src)
+	if err != nil {
+		return nil, err
+	}
+	if size < from {
+		return nil, status.Errorf(codes.OutOfRange, "%d bytes cannot hold the %d of the source %s", size, from, src)
 	}
 	if v, ok := p.volumes[req.GetName()]; ok {
 		if v.size != size || v.source.String() != src.String() {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with another size or source", req.GetName())
 		}
 	} else {
-		p.volumes[req.GetName()] = &pluginVolume{size: size, source: src, tier: tier}
+		p.volumes[req.GetName()] = &pluginVolume{size: size, source: src}
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: req.GetName(), CapacityBytes: size, ContentSource: src}}, nil
 }
@@ -153,10 +140,10 @@ func (p *plugin) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 
 func (p *plugin) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
 	p.mu.Lock()
-	_, ok := p.volumes[req.GetVolumeId()]
+	_, err := p.volume(req.GetVolumeId())
 	p.mu.Unlock()
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	if err != nil {
+		return nil, err
 	}
 	if err := p.supports(req.GetVolumeCapabilities()); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
@@ -170,9 +157,9 @@ func (p *plugin) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v, ok := p.volumes[req.GetSourceVolumeId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetSourceVolumeId())
+	v, err := p.volume(req.GetSourceVolumeId())
+	if err != nil {
+		return nil, err
 	}
 	s, ok := p.snapshots[req.GetName()]
 	switch {
@@ -228,17 +215,14 @@ func (p *plugin) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest)
 }
 
 func (p *plugin) ControllerModifyVolume(_ context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
-	tier, err := p.tier(req.GetMutableParameters())
-	if err != nil {
+	if err := p.checkTier(req.GetMutableParameters()); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v, ok := p.volumes[req.GetVolumeId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	if _, err := p.volume(req.GetVolumeId()); err != nil {
+		return nil, err
 	}
-	v.tier = tier
 	return &csi.ControllerModifyVolumeResponse{}, nil
 }
 
@@ -247,26 +231,56 @@ func (p *plugin) ControllerModifyVolume(_ context.Context, req *csi.ControllerMo
 func (p *plugin) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v, ok := p.volumes[req.GetVolumeId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+	v, err := p.volume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
 	}
 	v.size = max(v.size, req.GetCapacityRange().GetRequiredBytes())
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.size}, nil
 }
 
-// tier is the tier mutable parameters ask for ("" for none), or the
-// InvalidArgument a driver answers for a parameter or tier it lacks.
-func (p *plugin) tier(params map[string]string) (string, error) {
+// volume is volume id, or the NotFound a driver answers; p.mu is held.
+func (p *plugin) volume(id string) (*pluginVolume, error) {
+	v, ok := p.volumes[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
+	}
+	return v, nil
+}
+
+// sourceSize is the size of what a new volume is made from (0 for
+// nothing), or the NotFound a driver answers; p.mu is held.
+func (p *plugin) sourceSize(src *csi.VolumeContentSource) (int64, error) {
+	switch {
+	case src.GetSnapshot() != nil:
+		id := src.GetSnapshot().GetSnapshotId()
+		if s, ok := p.snapshots[id]; ok {
+			return s.size, nil
+		}
+		return 0, status.Errorf(codes.NotFound, "snapshot %s does not exist", id)
+	case src.GetVolume() != nil:
+		v, err := p.volume(src.GetVolume().GetVolumeId())
+		if err != nil {
+			return 0, err
+		}
+		return v.size, nil
+	}
+	return 0, nil
+}
+
+// checkTier refuses, with the InvalidArgument a driver answers, mutable
+// parameters other than a tier the driver offers. (A data-less volume has
+// nothing a tier changes: the plugin keeps none.)
+func (p *plugin) checkTier(params map[string]string) error {
 	for k, v := range params {
 		switch {
 		case k != TierParameter:
-			return "", status.Errorf(codes.InvalidArgument, "parameter %q is not one %s can change", k, p.driver.Name)
+			return status.Errorf(codes.InvalidArgument, "parameter %q is not one %s can change", k, p.driver.Name)
 		case !slices.Contains(p.driver.Tiers, v):
-			return "", status.Errorf(codes.InvalidArgument, "tier %q is not one of %s's tiers %v", v, p.driver.Name, p.driver.Tiers)
+			return status.Errorf(codes.InvalidArgument, "tier %q is not one of %s's tiers %v", v, p.driver.Name, p.driver.Tiers)
 		}
 	}
-	return params[TierParameter], nil
+	return nil
 }
 
 // supports refuses, with InvalidArgument, a capability whose access or

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -104,29 +103,32 @@ func (c *Cluster) startPlugins(ctx context.Context, kubeconfig string) error {
 		"--kubeconfig="+kubeconfig, "--leader-election=false"); err != nil {
 		return err
 	}
+	// Each sidecar's own flags beside the kubeconfig, the plugin's socket
+	// and no leader election; the resizer's retries start fast (tests wait
+	// on them) and still back off.
+	sidecars := []struct {
+		name  string
+		tool  toolPackage
+		flags []string
+	}{
+		{"csi-provisioner", csiProvisioner, []string{"--worker-threads=4"}},
+		{"csi-snapshotter", csiSnapshotter, []string{"--worker-threads=4"}},
+		{"csi-resizer", csiResizer, []string{"--workers=4", "--feature-gates=VolumeAttributesClass=true",
+			"--retry-interval-start=200ms", "--retry-interval-max=5s"}},
+	}
 	for i, d := range plugins {
 		socket := filepath.Join(c.workDir, fmt.Sprintf("csi-%d.sock", i))
-		_ = os.Remove(socket)
 		srv, lis, err := newPluginServer(ctx, d, socket)
 		if err != nil {
 			return err
 		}
 		c.wg.Go(func() { _ = srv.Serve(lis) })
 		c.wg.Go(func() { <-ctx.Done(); srv.Stop() })
-		address := "--csi-address=" + socket
-		if err := c.runProcess(ctx, fmt.Sprintf("csi-provisioner-%d", i), bins[csiProvisioner],
-			"--kubeconfig="+kubeconfig, address, "--leader-election=false", "--worker-threads=4"); err != nil {
-			return err
-		}
-		if err := c.runProcess(ctx, fmt.Sprintf("csi-snapshotter-%d", i), bins[csiSnapshotter],
-			"--kubeconfig="+kubeconfig, address, "--leader-election=false", "--worker-threads=4"); err != nil {
-			return err
-		}
-		// Retries start fast (tests wait on them) and still back off.
-		if err := c.runProcess(ctx, fmt.Sprintf("csi-resizer-%d", i), bins[csiResizer],
-			"--kubeconfig="+kubeconfig, address, "--leader-election=false", "--workers=4",
-			"--feature-gates=VolumeAttributesClass=true", "--retry-interval-start=200ms", "--retry-interval-max=5s"); err != nil {
-			return err
+		for _, s := range sidecars {
+			args := append([]string{"--kubeconfig=" + kubeconfig, "--csi-address=" + socket, "--leader-election=false"}, s.flags...)
+			if err := c.runProcess(ctx, fmt.Sprintf("%s-%d", s.name, i), bins[s.tool], args...); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
