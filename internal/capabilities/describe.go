@@ -173,17 +173,14 @@ func snapshotSupport(objs Objects, driver string) (Support, []string) {
 	if len(classes) == 0 {
 		return Unsupported, nil
 	}
-	isDefault := func(c *snapshotv1.VolumeSnapshotClass) bool {
-		return c.Annotations[DefaultSnapshotClassAnnotation] == "true"
+	rank := func(c *snapshotv1.VolumeSnapshotClass) int { // the default first
+		if c.Annotations[DefaultSnapshotClassAnnotation] == "true" {
+			return 0
+		}
+		return 1
 	}
 	slices.SortFunc(classes, func(a, b *snapshotv1.VolumeSnapshotClass) int {
-		if isDefault(a) != isDefault(b) {
-			if isDefault(a) {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.Name, b.Name)
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a.Name, b.Name))
 	})
 	names := make([]string, len(classes))
 	for i, c := range classes {
