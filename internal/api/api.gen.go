@@ -117,25 +117,25 @@ func (e ConnectionInfoAuthType) Valid() bool {
 
 // Defines values for EnvironmentState.
 const (
-	DEGRADED     EnvironmentState = "DEGRADED"
-	PENDING      EnvironmentState = "PENDING"
-	READY        EnvironmentState = "READY"
-	UNAUTHORIZED EnvironmentState = "UNAUTHORIZED"
-	UNREACHABLE  EnvironmentState = "UNREACHABLE"
+	EnvironmentStateDEGRADED     EnvironmentState = "DEGRADED"
+	EnvironmentStatePENDING      EnvironmentState = "PENDING"
+	EnvironmentStateREADY        EnvironmentState = "READY"
+	EnvironmentStateUNAUTHORIZED EnvironmentState = "UNAUTHORIZED"
+	EnvironmentStateUNREACHABLE  EnvironmentState = "UNREACHABLE"
 )
 
 // Valid indicates whether the value is a known member of the EnvironmentState enum.
 func (e EnvironmentState) Valid() bool {
 	switch e {
-	case DEGRADED:
+	case EnvironmentStateDEGRADED:
 		return true
-	case PENDING:
+	case EnvironmentStatePENDING:
 		return true
-	case READY:
+	case EnvironmentStateREADY:
 		return true
-	case UNAUTHORIZED:
+	case EnvironmentStateUNAUTHORIZED:
 		return true
-	case UNREACHABLE:
+	case EnvironmentStateUNREACHABLE:
 		return true
 	default:
 		return false
@@ -310,6 +310,30 @@ func (e Role) Valid() bool {
 	}
 }
 
+// Defines values for SnapshotStatus.
+const (
+	SnapshotStatusDELETING SnapshotStatus = "DELETING"
+	SnapshotStatusFAILED   SnapshotStatus = "FAILED"
+	SnapshotStatusPENDING  SnapshotStatus = "PENDING"
+	SnapshotStatusREADY    SnapshotStatus = "READY"
+)
+
+// Valid indicates whether the value is a known member of the SnapshotStatus enum.
+func (e SnapshotStatus) Valid() bool {
+	switch e {
+	case SnapshotStatusDELETING:
+		return true
+	case SnapshotStatusFAILED:
+		return true
+	case SnapshotStatusPENDING:
+		return true
+	case SnapshotStatusREADY:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StorageClassDetailSnapshots.
 const (
 	StorageClassDetailSnapshotsNo      StorageClassDetailSnapshots = "no"
@@ -405,25 +429,25 @@ func (e VolumeMode) Valid() bool {
 
 // Defines values for VolumeStatus.
 const (
-	DELETED      VolumeStatus = "DELETED"
-	DELETING     VolumeStatus = "DELETING"
-	FAILED       VolumeStatus = "FAILED"
-	PROVISIONING VolumeStatus = "PROVISIONING"
-	RUNNING      VolumeStatus = "RUNNING"
+	VolumeStatusDELETED      VolumeStatus = "DELETED"
+	VolumeStatusDELETING     VolumeStatus = "DELETING"
+	VolumeStatusFAILED       VolumeStatus = "FAILED"
+	VolumeStatusPROVISIONING VolumeStatus = "PROVISIONING"
+	VolumeStatusRUNNING      VolumeStatus = "RUNNING"
 )
 
 // Valid indicates whether the value is a known member of the VolumeStatus enum.
 func (e VolumeStatus) Valid() bool {
 	switch e {
-	case DELETED:
+	case VolumeStatusDELETED:
 		return true
-	case DELETING:
+	case VolumeStatusDELETING:
 		return true
-	case FAILED:
+	case VolumeStatusFAILED:
 		return true
-	case PROVISIONING:
+	case VolumeStatusPROVISIONING:
 		return true
-	case RUNNING:
+	case VolumeStatusRUNNING:
 		return true
 	default:
 		return false
@@ -932,6 +956,52 @@ type ResourceID = string
 // Role defines model for Role.
 type Role string
 
+// Snapshot defines model for Snapshot.
+type Snapshot struct {
+	CreateTime    time.Time `json:"create_time"`
+	EnvironmentId string    `json:"environment_id"`
+	Id            string    `json:"id"`
+	Namespace     string    `json:"namespace"`
+
+	// Path Example: environments/prod-east/volumes/3f2c1b9e-5a7d-4c1e-9f0a-2b8d6e4c7a11/snapshots/nightly-1
+	Path string `json:"path"`
+
+	// RestoreSize The smallest volume the snapshot restores into, once the driver says.
+	//
+	// Example: 1Gi
+	RestoreSize *string `json:"restore_size,omitempty"`
+
+	// SnapshotClass Absent only where the gateway may not read the cluster's classes (the snapshot controller chose).
+	SnapshotClass *string `json:"snapshot_class,omitempty"`
+
+	// Status PENDING until the driver has cut the snapshot; READY once it can be
+	// restored; FAILED with the driver's or controller's reason (the
+	// controller may still retry past it); DELETING while it is deleted.
+	Status        SnapshotStatus `json:"status"`
+	StatusMessage string         `json:"status_message"`
+	UpdateTime    time.Time      `json:"update_time"`
+	VolumeId      string         `json:"volume_id"`
+}
+
+// SnapshotCreate defines model for SnapshotCreate.
+type SnapshotCreate struct {
+	// SnapshotClass The VolumeSnapshotClass; default, the volume's driver's default class.
+	//
+	// Example: csi-hostpath-snapclass
+	SnapshotClass *string `json:"snapshot_class,omitempty"`
+}
+
+// SnapshotList defines model for SnapshotList.
+type SnapshotList struct {
+	NextPageToken *string    `json:"next_page_token,omitempty"`
+	Snapshots     []Snapshot `json:"snapshots"`
+}
+
+// SnapshotStatus PENDING until the driver has cut the snapshot; READY once it can be
+// restored; FAILED with the driver's or controller's reason (the
+// controller may still retry past it); DELETING while it is deleted.
+type SnapshotStatus string
+
 // StorageClassDetail defines model for StorageClassDetail.
 type StorageClassDetail struct {
 	// AccessModes Absent when unknown.
@@ -1101,6 +1171,11 @@ type MaxPageSize = int
 // PageToken defines model for PageToken.
 type PageToken = string
 
+// VolumeIDPath AEP-122 id or a UUID (lowercase); "health" is reserved.
+//
+// Example: 3f2c1b9e-5a7d-4c1e-9f0a-2b8d6e4c7a11
+type VolumeIDPath = VolumeID
+
 // ListAuditEventsParams defines parameters for ListAuditEvents.
 type ListAuditEventsParams struct {
 	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
@@ -1160,6 +1235,24 @@ type ListVolumesParams struct {
 // CreateVolumeParams defines parameters for CreateVolume.
 type CreateVolumeParams struct {
 	// Id The volume id (DCM's instance id); it becomes the PVC name.
+	Id *VolumeID `form:"id,omitempty" json:"id,omitempty"`
+
+	// IdempotencyKey Required when no id is given.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// ListSnapshotsParams defines parameters for ListSnapshots.
+type ListSnapshotsParams struct {
+	// MaxPageSize Page size (default 50; larger values are lowered to 1000).
+	MaxPageSize *MaxPageSize `form:"max_page_size,omitempty" json:"max_page_size,omitempty"`
+
+	// PageToken The opaque next_page_token of the previous page.
+	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
+}
+
+// CreateSnapshotParams defines parameters for CreateSnapshot.
+type CreateSnapshotParams struct {
+	// Id The snapshot id; it becomes the VolumeSnapshot's name.
 	Id *VolumeID `form:"id,omitempty" json:"id,omitempty"`
 
 	// IdempotencyKey Required when no id is given.
@@ -1240,6 +1333,9 @@ type UpdateVolumeJSONRequestBody = VolumeUpdate
 
 // UpdateVolumeApplicationMergePatchPlusJSONRequestBody defines body for UpdateVolume for application/merge-patch+json ContentType.
 type UpdateVolumeApplicationMergePatchPlusJSONRequestBody = VolumeUpdate
+
+// CreateSnapshotJSONRequestBody defines body for CreateSnapshot for application/json ContentType.
+type CreateSnapshotJSONRequestBody = SnapshotCreate
 
 // AdoptVolumesJSONRequestBody defines body for AdoptVolumes for application/json ContentType.
 type AdoptVolumesJSONRequestBody = AdoptionRequest
@@ -1634,6 +1730,61 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
 	UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSnapshots List a volume's snapshots (not part of DCM's contract)
+	//
+	// Served from the gateway's records and its cache of the cluster.
+	// Snapshots outlive their volume: those of a deleted volume are listed
+	// until deleted.
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `ListSnapshots` operationId).
+	ListSnapshots(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *ListSnapshotsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSnapshotWithBody Snapshot a volume (not part of DCM's contract)
+	//
+	// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+	// header (the gateway then generates the id); a replay answers 200 with
+	// the existing snapshot. The volume must be bound (RUNNING). Without a
+	// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+	// CSI driver is used; a class of another driver, none for the driver,
+	// or no single default is refused naming `snapshot_class`. The
+	// snapshot is PENDING until the driver has cut it, then READY with its
+	// restore size.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+	CreateSnapshotWithBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSnapshot Snapshot a volume (not part of DCM's contract)
+	//
+	// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+	// header (the gateway then generates the id); a replay answers 200 with
+	// the existing snapshot. The volume must be bound (RUNNING). Without a
+	// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+	// CSI driver is used; a class of another driver, none for the driver,
+	// or no single default is refused naming `snapshot_class`. The
+	// snapshot is PENDING until the driver has cut it, then READY with its
+	// restore size.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+	CreateSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSnapshot Delete a snapshot (not part of DCM's contract)
+	//
+	// Deletes the VolumeSnapshot; what becomes of the driver's snapshot is
+	// its VolumeSnapshotClass's deletion policy. 404 when the snapshot is
+	// unknown or already gone.
+	//
+	// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `DeleteSnapshot` operationId).
+	DeleteSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSnapshot Get a snapshot (not part of DCM's contract)
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
+	GetSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AdoptVolumesWithBody Adopt the DCM volumes another provider created
 	//
@@ -2149,6 +2300,111 @@ func (c *Client) UpdateVolume(ctx context.Context, environmentId EnvironmentID, 
 // Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
 func (c *Client) UpdateVolumeWithApplicationMergePatchPlusJSONBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateVolumeRequestWithApplicationMergePatchPlusJSONBody(c.Server, environmentId, volumeId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSnapshots List a volume's snapshots (not part of DCM's contract)
+//
+// Served from the gateway's records and its cache of the cluster.
+// Snapshots outlive their volume: those of a deleted volume are listed
+// until deleted.
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `ListSnapshots` operationId).
+func (c *Client) ListSnapshots(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *ListSnapshotsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSnapshotsRequest(c.Server, environmentId, volumeId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSnapshotWithBody Snapshot a volume (not part of DCM's contract)
+//
+// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+// header (the gateway then generates the id); a replay answers 200 with
+// the existing snapshot. The volume must be bound (RUNNING). Without a
+// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+// CSI driver is used; a class of another driver, none for the driver,
+// or no single default is refused naming `snapshot_class`. The
+// snapshot is PENDING until the driver has cut it, then READY with its
+// restore size.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+func (c *Client) CreateSnapshotWithBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSnapshotRequestWithBody(c.Server, environmentId, volumeId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSnapshot Snapshot a volume (not part of DCM's contract)
+//
+// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+// header (the gateway then generates the id); a replay answers 200 with
+// the existing snapshot. The volume must be bound (RUNNING). Without a
+// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+// CSI driver is used; a class of another driver, none for the driver,
+// or no single default is refused naming `snapshot_class`. The
+// snapshot is PENDING until the driver has cut it, then READY with its
+// restore size.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+func (c *Client) CreateSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSnapshotRequest(c.Server, environmentId, volumeId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSnapshot Delete a snapshot (not part of DCM's contract)
+//
+// Deletes the VolumeSnapshot; what becomes of the driver's snapshot is
+// its VolumeSnapshotClass's deletion policy. 404 when the snapshot is
+// unknown or already gone.
+//
+// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `DeleteSnapshot` operationId).
+func (c *Client) DeleteSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSnapshotRequest(c.Server, environmentId, volumeId, snapshotId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSnapshot Get a snapshot (not part of DCM's contract)
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
+func (c *Client) GetSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSnapshotRequest(c.Server, environmentId, volumeId, snapshotId)
 	if err != nil {
 		return nil, err
 	}
@@ -3257,6 +3513,278 @@ func NewUpdateVolumeRequestWithBody(server string, environmentId EnvironmentID, 
 	return req, nil
 }
 
+// NewListSnapshotsRequest constructs an http.Request for the ListSnapshots method
+func NewListSnapshotsRequest(server string, environmentId EnvironmentID, volumeId VolumeIDPath, params *ListSnapshotsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s/snapshots", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MaxPageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_page_size", *params.MaxPageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_token", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateSnapshotRequest calls the generic CreateSnapshot builder with application/json body
+func NewCreateSnapshotRequest(server string, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, body CreateSnapshotJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateSnapshotRequestWithBody(server, environmentId, volumeId, params, "application/json", bodyReader)
+}
+
+// NewCreateSnapshotRequestWithBody constructs an http.Request for the CreateSnapshot method, with any body, and a specified content type
+func NewCreateSnapshotRequestWithBody(server string, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s/snapshots", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Id != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "id", *params.Id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteSnapshotRequest constructs an http.Request for the DeleteSnapshot method
+func NewDeleteSnapshotRequest(server string, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "snapshot_id", snapshotId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s/snapshots/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSnapshotRequest constructs an http.Request for the GetSnapshot method
+func NewGetSnapshotRequest(server string, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "snapshot_id", snapshotId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s/snapshots/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewAdoptVolumesRequest calls the generic AdoptVolumes builder with application/json body
 func NewAdoptVolumesRequest(server string, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4113,6 +4641,67 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id} (the `UpdateVolume` operationId).
 	UpdateVolumeWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeID, body UpdateVolumeApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateVolumeResponse, error)
+
+	// ListSnapshotsWithResponse List a volume's snapshots (not part of DCM's contract)
+	//
+	// Served from the gateway's records and its cache of the cluster.
+	// Snapshots outlive their volume: those of a deleted volume are listed
+	// until deleted.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `ListSnapshots` operationId).
+	ListSnapshotsWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *ListSnapshotsParams, reqEditors ...RequestEditorFn) (*ListSnapshotsResponse, error)
+
+	// CreateSnapshotWithBodyWithResponse Snapshot a volume (not part of DCM's contract)
+	//
+	// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+	// header (the gateway then generates the id); a replay answers 200 with
+	// the existing snapshot. The volume must be bound (RUNNING). Without a
+	// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+	// CSI driver is used; a class of another driver, none for the driver,
+	// or no single default is refused naming `snapshot_class`. The
+	// snapshot is PENDING until the driver has cut it, then READY with its
+	// restore size.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+	CreateSnapshotWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSnapshotResponse, error)
+
+	// CreateSnapshotWithResponse Snapshot a volume (not part of DCM's contract)
+	//
+	// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+	// header (the gateway then generates the id); a replay answers 200 with
+	// the existing snapshot. The volume must be bound (RUNNING). Without a
+	// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+	// CSI driver is used; a class of another driver, none for the driver,
+	// or no single default is refused naming `snapshot_class`. The
+	// snapshot is PENDING until the driver has cut it, then READY with its
+	// restore size.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+	CreateSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSnapshotResponse, error)
+
+	// DeleteSnapshotWithResponse Delete a snapshot (not part of DCM's contract)
+	//
+	// Deletes the VolumeSnapshot; what becomes of the driver's snapshot is
+	// its VolumeSnapshotClass's deletion policy. 404 when the snapshot is
+	// unknown or already gone.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `DeleteSnapshot` operationId).
+	DeleteSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*DeleteSnapshotResponse, error)
+
+	// GetSnapshotWithResponse Get a snapshot (not part of DCM's contract)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
+	GetSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*GetSnapshotResponse, error)
 
 	// AdoptVolumesWithBodyWithResponse Adopt the DCM volumes another provider created
 	//
@@ -5457,6 +6046,338 @@ func (r UpdateVolumeResponse) ContentType() string {
 	return ""
 }
 
+type ListSnapshotsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SnapshotList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSnapshotsResponse) GetJSON200() *SnapshotList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSnapshotsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSnapshotsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSnapshotsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListSnapshotsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListSnapshotsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSnapshotsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSnapshotsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSnapshotsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSnapshotsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateSnapshotResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Snapshot
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Snapshot
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateSnapshotResponse) GetJSON200() *Snapshot {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateSnapshotResponse) GetJSON201() *Snapshot {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateSnapshotResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateSnapshotResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateSnapshotResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateSnapshotResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteSnapshotResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteSnapshotResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteSnapshotResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteSnapshotResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteSnapshotResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSnapshotResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSnapshotResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSnapshotResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSnapshotResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSnapshotResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Snapshot
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSnapshotResponse) GetJSON200() *Snapshot {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSnapshotResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetSnapshotResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetSnapshotResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetSnapshotResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSnapshotResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSnapshotResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSnapshotResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSnapshotResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSnapshotResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type AdoptVolumesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6438,6 +7359,97 @@ func (c *ClientWithResponses) UpdateVolumeWithApplicationMergePatchPlusJSONBodyW
 		return nil, err
 	}
 	return ParseUpdateVolumeResponse(rsp)
+}
+
+// ListSnapshotsWithResponse List a volume's snapshots (not part of DCM's contract)
+//
+// Served from the gateway's records and its cache of the cluster.
+// Snapshots outlive their volume: those of a deleted volume are listed
+// until deleted.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `ListSnapshots` operationId).
+func (c *ClientWithResponses) ListSnapshotsWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *ListSnapshotsParams, reqEditors ...RequestEditorFn) (*ListSnapshotsResponse, error) {
+	rsp, err := c.ListSnapshots(ctx, environmentId, volumeId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSnapshotsResponse(rsp)
+}
+
+// CreateSnapshotWithBodyWithResponse Snapshot a volume (not part of DCM's contract)
+//
+// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+// header (the gateway then generates the id); a replay answers 200 with
+// the existing snapshot. The volume must be bound (RUNNING). Without a
+// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+// CSI driver is used; a class of another driver, none for the driver,
+// or no single default is refused naming `snapshot_class`. The
+// snapshot is PENDING until the driver has cut it, then READY with its
+// restore size.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+func (c *ClientWithResponses) CreateSnapshotWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSnapshotResponse, error) {
+	rsp, err := c.CreateSnapshotWithBody(ctx, environmentId, volumeId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSnapshotResponse(rsp)
+}
+
+// CreateSnapshotWithResponse Snapshot a volume (not part of DCM's contract)
+//
+// Identified as a volume's create is: `?id=` or an `Idempotency-Key`
+// header (the gateway then generates the id); a replay answers 200 with
+// the existing snapshot. The volume must be bound (RUNNING). Without a
+// `snapshot_class`, the default VolumeSnapshotClass of the volume's
+// CSI driver is used; a class of another driver, none for the driver,
+// or no single default is refused naming `snapshot_class`. The
+// snapshot is PENDING until the driver has cut it, then READY with its
+// restore size.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots (the `CreateSnapshot` operationId).
+func (c *ClientWithResponses) CreateSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params *CreateSnapshotParams, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSnapshotResponse, error) {
+	rsp, err := c.CreateSnapshot(ctx, environmentId, volumeId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSnapshotResponse(rsp)
+}
+
+// DeleteSnapshotWithResponse Delete a snapshot (not part of DCM's contract)
+//
+// Deletes the VolumeSnapshot; what becomes of the driver's snapshot is
+// its VolumeSnapshotClass's deletion policy. 404 when the snapshot is
+// unknown or already gone.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `DeleteSnapshot` operationId).
+func (c *ClientWithResponses) DeleteSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*DeleteSnapshotResponse, error) {
+	rsp, err := c.DeleteSnapshot(ctx, environmentId, volumeId, snapshotId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSnapshotResponse(rsp)
+}
+
+// GetSnapshotWithResponse Get a snapshot (not part of DCM's contract)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
+func (c *ClientWithResponses) GetSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*GetSnapshotResponse, error) {
+	rsp, err := c.GetSnapshot(ctx, environmentId, volumeId, snapshotId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSnapshotResponse(rsp)
 }
 
 // AdoptVolumesWithBodyWithResponse Adopt the DCM volumes another provider created
@@ -7638,6 +8650,281 @@ func ParseUpdateVolumeResponse(rsp *http.Response) (*UpdateVolumeResponse, error
 	return response, nil
 }
 
+// ParseListSnapshotsResponse parses an HTTP response from a ListSnapshotsWithResponse call
+func ParseListSnapshotsResponse(rsp *http.Response) (*ListSnapshotsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSnapshotsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SnapshotList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateSnapshotResponse parses an HTTP response from a CreateSnapshotWithResponse call
+func ParseCreateSnapshotResponse(rsp *http.Response) (*CreateSnapshotResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateSnapshotResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Snapshot
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Snapshot
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSnapshotResponse parses an HTTP response from a DeleteSnapshotWithResponse call
+func ParseDeleteSnapshotResponse(rsp *http.Response) (*DeleteSnapshotResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSnapshotResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSnapshotResponse parses an HTTP response from a GetSnapshotWithResponse call
+func ParseGetSnapshotResponse(rsp *http.Response) (*GetSnapshotResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSnapshotResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Snapshot
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseAdoptVolumesResponse parses an HTTP response from a AdoptVolumesWithResponse call
 func ParseAdoptVolumesResponse(rsp *http.Response) (*AdoptVolumesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8203,6 +9490,18 @@ type ServerInterface interface {
 	// UpdateVolume Expand a volume
 	// (PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
 	UpdateVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeID) error
+	// ListSnapshots List a volume's snapshots (not part of DCM's contract)
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots)
+	ListSnapshots(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params ListSnapshotsParams) error
+	// CreateSnapshot Snapshot a volume (not part of DCM's contract)
+	// (POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots)
+	CreateSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params CreateSnapshotParams) error
+	// DeleteSnapshot Delete a snapshot (not part of DCM's contract)
+	// (DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id})
+	DeleteSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) error
+	// GetSnapshot Get a snapshot (not part of DCM's contract)
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id})
+	GetSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) error
 	// AdoptVolumes Adopt the DCM volumes another provider created
 	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
 	AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error
@@ -8620,6 +9919,160 @@ func (w *ServerInterfaceWrapper) UpdateVolume(ctx echo.Context) error {
 	return err
 }
 
+// ListSnapshots converts echo context to params.
+func (w *ServerInterfaceWrapper) ListSnapshots(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeIDPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSnapshotsParams
+	// ------------- Optional query parameter "max_page_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max_page_size", ctx.QueryParams(), &params.MaxPageSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter max_page_size: %s", err))
+	}
+
+	// ------------- Optional query parameter "page_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "page_token", ctx.QueryParams(), &params.PageToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter page_token: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListSnapshots(ctx, environmentId, volumeId, params)
+	return err
+}
+
+// CreateSnapshot converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateSnapshot(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeIDPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateSnapshotParams
+	// ------------- Optional query parameter "id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "id", ctx.QueryParams(), &params.Id, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateSnapshot(ctx, environmentId, volumeId, params)
+	return err
+}
+
+// DeleteSnapshot converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteSnapshot(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeIDPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// ------------- Path parameter "snapshot_id" -------------
+	var snapshotId VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "snapshot_id", ctx.Param("snapshot_id"), &snapshotId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter snapshot_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteSnapshot(ctx, environmentId, volumeId, snapshotId)
+	return err
+}
+
+// GetSnapshot converts echo context to params.
+func (w *ServerInterfaceWrapper) GetSnapshot(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeIDPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// ------------- Path parameter "snapshot_id" -------------
+	var snapshotId VolumeID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "snapshot_id", ctx.Param("snapshot_id"), &snapshotId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter snapshot_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetSnapshot(ctx, environmentId, volumeId, snapshotId)
+	return err
+}
+
 // AdoptVolumes converts echo context to params.
 func (w *ServerInterfaceWrapper) AdoptVolumes(ctx echo.Context) error {
 	var err error
@@ -8965,6 +10418,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.DeleteVolume, options.OperationMiddlewares["deleteVolume"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.GetVolume, options.OperationMiddlewares["getVolume"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.UpdateVolume, options.OperationMiddlewares["updateVolume"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots", wrapper.ListSnapshots, options.OperationMiddlewares["listSnapshots"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots", wrapper.CreateSnapshot, options.OperationMiddlewares["createSnapshot"]...)
+	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots/:snapshot_id", wrapper.DeleteSnapshot, options.OperationMiddlewares["deleteSnapshot"]...)
+	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots/:snapshot_id", wrapper.GetSnapshot, options.OperationMiddlewares["getSnapshot"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/audit-events", wrapper.ListAuditEvents, options.OperationMiddlewares["listAuditEvents"]...)
 
 }
@@ -10568,6 +12025,455 @@ func (response UpdateVolume503ApplicationProblemPlusJSONResponse) VisitUpdateVol
 	return err
 }
 
+type ListSnapshotsRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeIDPath  `json:"volume_id"`
+	Params        ListSnapshotsParams
+}
+
+type ListSnapshotsResponseObject interface {
+	VisitListSnapshotsResponse(w http.ResponseWriter) error
+}
+
+type ListSnapshots200JSONResponse SnapshotList
+
+func (response ListSnapshots200JSONResponse) VisitListSnapshotsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSnapshots400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSnapshots400ApplicationProblemPlusJSONResponse) VisitListSnapshotsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSnapshots401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSnapshots401ApplicationProblemPlusJSONResponse) VisitListSnapshotsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSnapshots403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSnapshots403ApplicationProblemPlusJSONResponse) VisitListSnapshotsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSnapshots404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSnapshots404ApplicationProblemPlusJSONResponse) VisitListSnapshotsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSnapshots503ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSnapshots503ApplicationProblemPlusJSONResponse) VisitListSnapshotsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshotRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeIDPath  `json:"volume_id"`
+	Params        CreateSnapshotParams
+	Body          *CreateSnapshotJSONRequestBody
+}
+
+type CreateSnapshotResponseObject interface {
+	VisitCreateSnapshotResponse(w http.ResponseWriter) error
+}
+
+type CreateSnapshot200JSONResponse Snapshot
+
+func (response CreateSnapshot200JSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot201JSONResponse Snapshot
+
+func (response CreateSnapshot201JSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSnapshot400ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot401ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot403ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot404ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot409ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot413ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot413ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot415ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot415ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot422ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSnapshot503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSnapshot503ApplicationProblemPlusJSONResponse) VisitCreateSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSnapshotRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeIDPath  `json:"volume_id"`
+	SnapshotId    VolumeID      `json:"snapshot_id"`
+}
+
+type DeleteSnapshotResponseObject interface {
+	VisitDeleteSnapshotResponse(w http.ResponseWriter) error
+}
+
+type DeleteSnapshot204Response struct {
+}
+
+func (response DeleteSnapshot204Response) VisitDeleteSnapshotResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteSnapshot400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSnapshot400ApplicationProblemPlusJSONResponse) VisitDeleteSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSnapshot401ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSnapshot401ApplicationProblemPlusJSONResponse) VisitDeleteSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSnapshot403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSnapshot403ApplicationProblemPlusJSONResponse) VisitDeleteSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSnapshot404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSnapshot404ApplicationProblemPlusJSONResponse) VisitDeleteSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSnapshot503ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSnapshot503ApplicationProblemPlusJSONResponse) VisitDeleteSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSnapshotRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeIDPath  `json:"volume_id"`
+	SnapshotId    VolumeID      `json:"snapshot_id"`
+}
+
+type GetSnapshotResponseObject interface {
+	VisitGetSnapshotResponse(w http.ResponseWriter) error
+}
+
+type GetSnapshot200JSONResponse Snapshot
+
+func (response GetSnapshot200JSONResponse) VisitGetSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSnapshot400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSnapshot400ApplicationProblemPlusJSONResponse) VisitGetSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSnapshot401ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSnapshot401ApplicationProblemPlusJSONResponse) VisitGetSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSnapshot403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSnapshot403ApplicationProblemPlusJSONResponse) VisitGetSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSnapshot404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSnapshot404ApplicationProblemPlusJSONResponse) VisitGetSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSnapshot503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSnapshot503ApplicationProblemPlusJSONResponse) VisitGetSnapshotResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AdoptVolumesRequestObject struct {
 	EnvironmentId EnvironmentID `json:"environment_id"`
 	Body          *AdoptVolumesJSONRequestBody
@@ -11406,6 +13312,18 @@ type StrictServerInterface interface {
 	// UpdateVolume Expand a volume
 	// (PATCH /api/v1alpha1/environments/{environment_id}/volumes/{volume_id})
 	UpdateVolume(ctx context.Context, request UpdateVolumeRequestObject) (UpdateVolumeResponseObject, error)
+	// ListSnapshots List a volume's snapshots (not part of DCM's contract)
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots)
+	ListSnapshots(ctx context.Context, request ListSnapshotsRequestObject) (ListSnapshotsResponseObject, error)
+	// CreateSnapshot Snapshot a volume (not part of DCM's contract)
+	// (POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots)
+	CreateSnapshot(ctx context.Context, request CreateSnapshotRequestObject) (CreateSnapshotResponseObject, error)
+	// DeleteSnapshot Delete a snapshot (not part of DCM's contract)
+	// (DELETE /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id})
+	DeleteSnapshot(ctx context.Context, request DeleteSnapshotRequestObject) (DeleteSnapshotResponseObject, error)
+	// GetSnapshot Get a snapshot (not part of DCM's contract)
+	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id})
+	GetSnapshot(ctx context.Context, request GetSnapshotRequestObject) (GetSnapshotResponseObject, error)
 	// AdoptVolumes Adopt the DCM volumes another provider created
 	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
 	AdoptVolumes(ctx context.Context, request AdoptVolumesRequestObject) (AdoptVolumesResponseObject, error)
@@ -11950,6 +13868,140 @@ func (sh *strictHandler) UpdateVolume(ctx echo.Context, environmentId Environmen
 	return nil
 }
 
+// ListSnapshots operation middleware
+func (sh *strictHandler) ListSnapshots(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params ListSnapshotsParams) error {
+	var request ListSnapshotsRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSnapshots(ctx.Request().Context(), request.(ListSnapshotsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSnapshots")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListSnapshotsResponseObject); ok {
+		return validResponse.VisitListSnapshotsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateSnapshot operation middleware
+func (sh *strictHandler) CreateSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, params CreateSnapshotParams) error {
+	var request CreateSnapshotRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+	request.Params = params
+
+	var body CreateSnapshotJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSnapshot(ctx.Request().Context(), request.(CreateSnapshotRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSnapshot")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateSnapshotResponseObject); ok {
+		return validResponse.VisitCreateSnapshotResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteSnapshot operation middleware
+func (sh *strictHandler) DeleteSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) error {
+	var request DeleteSnapshotRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+	request.SnapshotId = snapshotId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSnapshot(ctx.Request().Context(), request.(DeleteSnapshotRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSnapshot")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteSnapshotResponseObject); ok {
+		return validResponse.VisitDeleteSnapshotResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetSnapshot operation middleware
+func (sh *strictHandler) GetSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) error {
+	var request GetSnapshotRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+	request.SnapshotId = snapshotId
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSnapshot(ctx.Request().Context(), request.(GetSnapshotRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSnapshot")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetSnapshotResponseObject); ok {
+		return validResponse.VisitGetSnapshotResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // AdoptVolumes operation middleware
 func (sh *strictHandler) AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error {
 	var request AdoptVolumesRequestObject
@@ -12200,206 +14252,222 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rcts4muirYHW2KlItrTiOk5m2q2vKYyuJTye2j+2kz+4oR4ZIWMKaAjgAZEedTtU+xD7hPskpfB9A",
-	"ghQoS2k7k+3tPylHJHH97tfPnVTOCimYMLqz97lTUEVnzDAF/xuIW66kmDFhjo/sD1x09joFNdNO0hF0",
-	"xjp7HVa9M+JZJ+ko9vc5Vyzr7Bk1Z0lHp1M2o/brf1bsurPX+V9Pqzmf4lP99JxpOVcpOz7qfPmSdN7R",
-	"T2d0wi74L8x+mTGdKl4YLu0C7BOi+S+MdDN2Tee5IS+290lO1YQpckvzOdOEKkZyeccUy4iR5Nn29nav",
-	"30lwC3+fM7Wo9jCjn0YFnbCRHbQTLnnGBZ/NZ5297aRjFoV9mQvDJkzBMu1KLuUNE8uLvJwyIgv69zkj",
-	"gn0yOL6x7xJ5TcyUkUKxWy7nmthHbUurPquvi356y8TETDt7z7Z3dsvFaaO4mHS+2MUppgspNIOrPFNy",
-	"nLOZ/TOVwjBh7J+0KHKeUrvkpwW+8S//riVsZ7178+PCjPUTOH91SH7YffEn4kYmGTOU57oPR+cGsOMf",
-	"pCnT+p3M4K6ZsOf9t845o9nPiht2KlJ7Kfb/pyJfvKNi4f4Lj+H/H5dOIOkcZNIt5XOnULJgynA8DGqf",
-	"WAiNXdqtzOczC0D4EunecTO1UMUzathIinyREDOlhtzJeZ6RMeslhGq4UvyWHJwdEz2Vd/DjDK7WsJm+",
-	"7yw/wNd26W4vVCm6sP/P0tkonbL0ZnnJP08X5Ojw3RNNuNCGipRpYqGeCGkIfMOyhNxNmbCLWZTP7KqW",
-	"jszOUw4zshuXczNKc8pnkZntuRwdviOKTbg2CsCISLG3tB4H8AGpeKItVNzyjCliIR0PlPszFYybKVNE",
-	"M3VrV6vImBE6zplFZbgYQq8NU8RMubspO3dXSKJYKlWWECFJTscsz1lGYAOEC8KNhul0QVOme+S//uM/",
-	"yZ2dmRJDb9iWvGXKrxaWhcuRqphS0ScHY82EIe5clvaeECoyPGr7KMWtSAOL1zcWlsqLJJouNLmbLnpr",
-	"g8fR4btjd6QxGGkQ4r3Py9dbbT0O+tVzohlV6ZRltdUtDdhcAx4+y0apnCOFqU/ytnYjFkTKo27MiwBB",
-	"PUbhwAgPmtBcMZotAhAuiXLS0Te8KGLI3ZzcQgi/bY6NmO0RyBEBf7OLtS/LE59DwJ3IUdUISnC4Yylz",
-	"RoV95Y4qwcUkclkHjja5naxBoizi5FLeEGr2iBSMjBkXE5KxnAGR89SOanI0eDu4PD55nQC6wP8GR0Sx",
-	"Qir7hhQps5jKNZlIYYmfHe5uKjUjF0YqOmGHOdV4vlJYlsw+cW30Q53dl1DG+NuyAFI/2RrUJyXpr+Ak",
-	"OOclAK7Yihz/O0tNyFYOPVWs8xbk26uQL/pUMer4bpOT13dbjeJEhPLTVWs9Z3+fM40sP8u4/YnmZ8G6",
-	"r2muWRLZSrniOgBaRozEt3yJdC0cxEh9b594OY3muXsF2GIgxrx8HuFHS0jSkDAAJpGCe0gv+bbFWHfH",
-	"+x7HhTRTLiYB4SjR7Uvs+OYZN4NbJyw1ZIjUyxbLdNTyf/uu4wqsP+mTVDFqWCBRRxkwnZvpaMbMVEYI",
-	"2Bt5B4eb0jxnith3mTBWfrNbnFDD7uiCXEuFJ2Jf9T9m3CIuILS8E3ZqL2ZJnqUWGww13P5h1Fwblm0J",
-	"Zu6kuukknYxry3otprjhouLWGvyHRzZ1LOzJaCu1WCLGbpla2H9bDqgVvQrGVPw2Lg/PiH1KaJYppnV0",
-	"XIUY0rZyJXO89rUI2LnMoyzaHvK8hfe+ubw8I/iCRyIq9B1TLVxujlAa5cocz+haqhk1nb2ORaEt+DWG",
-	"Y8Bh4xtvEB8gr24cv4CKDMER1UE48WhS7t1dVO3AP65Evbdcx9DPPh8BnKx/LwE+R26noabdfxy1NcQ2",
-	"cXhxfKT4LVOvaGp0THZ3aJpahvlEk/IDgoOQjKU5VUzvE+pkTyfIkzS3eKrIlFpOK0CBbByRMTSdjqoV",
-	"x2SMaz2aKDkvRoXMebqIo5bMRlxcy5EUo5kX7JaH0sj8RyktaMpNi1DjwC3n1yxdpDkbzWTWQK17xMwY",
-	"pT6kBR3znJvF6S1TiqMquZLX1a/iYl44+QbWs08oueEiIzm7NsQK+9c0z610qOR8MrXSlL2EDC/LWPoY",
-	"uQDQayMbXAWjP83HTAlmmA7U4i/AKo/x+92IMImHutlMqG4uj7/zdQeuNzxxB/xcN/RCwAWrCeCNgO6q",
-	"GBz3eM5zs2WVBtAF5fVQ3LE837oR8k6gQqm5FExpK51qnluMsexQSTHpkzPFUpYxkbK9EOuG8DUVQhpg",
-	"2Jp0HShvOX7Xz9JZv1DSbv4p3uoWnHUyFP1+/ykeP/7Us5I3s+MRJoxaEFi9ZcrllCAzudekYENhn1rW",
-	"HOzAPV4CMnIsCCUzpiaMFNSk04RQIuZ5PhQ4nWIzafUYbvpDsQSS4Rm139dquIngWgxCSnKA9/mos62G",
-	"0AuwLMZEuDp+rrcMHO2EoqWmiXmbj9FkKuGiGuN/XGObJ05A8vJdBdedmoxmBTsArE7SmQvAoKhYdxhQ",
-	"8ybJnHlJJeBfXgV0nzlGFmFgDqyL+TjnesrauJhmk9lGTN7PfIEfxji9kYbmcU5jn4zGC4OTlxIUF+bl",
-	"bidqAw4vDweuD5NUW2i7v3C5S1AaslP2ic6K3A6wc8ljwpx/udpC+cnOsx9+2N55vvPixYsXO8n9WwOW",
-	"wGfz2cjBoHbG+MihFTKXkwiInMiMEc1ylhpZGtbccRAu0EK3Vb6gF8LQT/uEzQqzQEixQAGmBn7LUG8p",
-	"j8BP278pWWafy6e/SMF+ZFSbLbp8Qkv35VZenVxn6RBX3dqlh6T6nX1TAIuuD6XDQ2X5neE035Q7Dz4V",
-	"OU+5sXqrHwIsuoxm9iIpsaeeSnHNJ3toO1MJQWsDzcnhgdW/h96OS8mYUWWZGDpA7C9pzi0UpHYZ16DE",
-	"gsp+wxZ9cjZ4F/hxhmJMNXu5u8VEKjOwxoHpMFxDjNkFQ4+sViKVvdSMGlo7enuKDVvEixfPX8awC5Y8",
-	"Csf92tGSzh36NvIFOsqq4W/Y4kGH5UKzdK7YSN/wYmRyPbplil8vWqw6lgGBAaWk1GjKsPjJjCYXr0cH",
-	"b9+e/jw6PrkYHL4/H4wO376/uBycX8TMKpb6WdioU6+pMYXee/qUFtzKVdmWxde+e95P5Wzv5e7u8/p+",
-	"d7Z3/xy5E7sfnGLkbQPhRy9iZqVSvwvdaC+f/3n3/uNs4KPbXBQFpRAMtN9jcS3brTneRJPi+3qfCAby",
-	"nuWrAfKZKZtplt8yHdE0rM6NK6g4v/caLkNtlNGndKSndOfFywinf3OwtfPiJelO2aeeJ+NHg3MCBMj/",
-	"cM2VNhbzg5lqtFwvtGEzoqQ06J+da3QwLK+l2veIfSq4YiNv1GgqEV4dDk5KG1mQO6luuJgE6sOCaLog",
-	"WpJunRw90YR9KtCWnkQJ0xNNTqQ5uDZM9UpBxgrt4azeK2QFf7vkRZ9csFsmSEYXmozZtVRgN2+YR4mZ",
-	"K6HJ0eD1+cHR4Mgex3p2m/CM5gVYSTcz/KyiC8tobKkSb3GZ3rDFlh3V/rF0G/aiNaO5pSjcTKP3XdGI",
-	"dfB7NU93Y4UAnQQIUu6k/QRj2Bw635bY/Qp3W7ujzXlJdcFSMqG3qOF6n2mr7bPFHl/z3lW6ZMYUmXJh",
-	"0U3fWIhNCL8mVCz694pGcEKwg5bjOA88n8tHknFd5DRl2Wi8iC+XiayQXBiSU22xaS4yMpV5ZuEIwyNw",
-	"A09QXw6Fj4Bsxt3Y5eRxqnHBRcqQJoXrJFOWZ6VDcn1MrDzm4NrdHA3X87e3eNXLizYxg0rdla7Bl55S",
-	"4ZzoXSHrHtb1/OYggMlrEtt43FzdsskRz1rM4chMYItSV3ihN/NHz5jWdNLiMHDn1mryZ7jEexiPZ98A",
-	"xRgNgDFHHs3phFpZFcIVuCF3VFdAtz6MaWP59rIHbPD62MpegyPnBA521UvI2eDk6PjkNekqZtSCi0kv",
-	"Ia8Ojt/a1zF64dry4H3iDqqKSkjIX9+eHv5kX6wBGaKiJlRIACuPxQCZlqQl6MepwHQJIlMwSSBA7pUz",
-	"A3iBkANqAAoUVtpQ5PTVKwup4fHukSyd9f3/7YJQiyHSxYSUji8JQF99i8s7Ony3tGmeTntxuhgjfxfM",
-	"GO+c38CnWt5PnDnYS6mddek61cRI0rBLbn3m2Zd1/Kh+8zghjOfD85oeVXdKS7dGNaEQ1uLWUC5zXWdq",
-	"4PqMmOLyXN6xbFSPUFkf0dPSCjaSoT16M8uihqFKuf3eAeoSPspkm8thWTpbI/SnhDeIs0OQuO+z4MiP",
-	"/CfNML3PbexzMWr1tbZQTOAbKw29bfdYQcnqKAkIPa1pkgGI6qelKtlpwYGWDVd+2TVP8wI/+JJ0vkry",
-	"/kUKtqa31QXb1q6kfoPluZdbdBMktWCRCIYFgIRQ2IJHNZwIPLkhtNdP4uNq/D8K4HcDm9RBUeQcw3l9",
-	"kCaGHTlfMskZxRAuq3EAuhBZoNmw1fJ/r8+45oWrOTXWsjUEBvxNHHL3UNBjUczNpsdXC1bsk8Enmpp8",
-	"QVzYzlVlTLsCFnwV6EdXfXI5ZUNR6RghWwIjkWDu4HOWGpYFtjkCEcefDPL4mKUuTv6bFkmjaBgqWAYH",
-	"zuiCGKomzJT+2br2s5nQ+JC8pG5/XTnCssX2vyVvqK49FuuTc8FCyPjXg3dvLSSylBT5fMKFTiCuqbxA",
-	"nZBrnoOvc6oT+/Mnbu9eZITPCqa0FBh3TBXz4mz/Kw2l1bpGDmKXt3DoQNlIMtesspEGe5pSTTS7ZYrm",
-	"sE4hSTpXigmz5YZtLDBCOGLLe3D22hA9XYheheLXUnlC29+Qo7ZzuFVULR7qE7L4tb2AobS5XqxPg1ii",
-	"kU/i7YJy59M0VnPt2mrv4YNn1KTT9guNCuivDsmfnv/5JfnfF6cnYRwAkd5obCEH4iOuOcszUNSbnGNv",
-	"KEJETkgwSYL6v04I3m9C7GUmFVwkQ7FMr5OSISRWNUtIjIompWoH0L0lRb4IMQdU2KFYxkNQAwNimqC6",
-	"RpS0anHT5NgnB0Mh5nlOFAOXBcWjsEjLjfYr3Q+ntgsLrZZOSR0zHKlPzhnNcMHuWLs8S4AsJaQSjxIX",
-	"wpeQQDhKhiIQjnowl3O5+8EC6oUK6u72tj1xbwyD15BzrgKoC28l8D4AZwDoJJ3zwcHRv3aSjjc0d5LO",
-	"+5PzwcHhm4O/vh3A/w7eX745PT/+t8FR1EGwLP8uW/3S2Ug17IL38K6aGdERYXTmjm6Z0m0ExmLkqFBy",
-	"vKnsDR9C+sCGH66yJZXWmQ30h2V5ssqaWDagzYWLa/be+JYMi0PMCChNeJaGh1q7y7ioh1xVaDwUYEVs",
-	"mgW99bDrzT6Vcba3hzFyNIdQprkwPK9yp6724M+rXp8c2gWzjIzRRaAYpJ6h1VLeCRDbhyI0OUhBGLVY",
-	"bpE05bmdl2pNus+3ie7VsCE4qeb53ONRx6urrrcxQOvJf7wPE6tMCKZXMrU2A6Qcw6m3GbF9MtLUikcu",
-	"sJ1wTZCu0LGcmzBQNIisWzCzkeExZ/cEfFabXIs3h2dzBDmBmyd54LKW1xC7llc5Y7ULeSAZY519rIhY",
-	"1/PZjKrFJrNcuE9iWSGdasTkfikkGmb6tdmXSf31M5lFGUg15xsuzKaW06/W2Wsy732W0n+ogv+W3zLB",
-	"YvBZWajKvI2byBlHaNs8fv9nOU1ZW8CZyCDrZn1MKEc79N9GMxQ/pfk8i6XmQSop+1TklIsfQez1iSAh",
-	"O1AufLaMyd40Ka9c5sCuRDuJYyXhCQ5j5TFWG783zHTZ2eXDJx3phvcxDp10w7BJJzT2NrNngLDumRf7",
-	"VFDRkKoCkh5I7RgSurRewE1cDvWGNxc1b7mPFZpxG0aSMfNR3FYWCANFcXMQAxLsKb4eH/xI8/z0urP3",
-	"tw3DPz8mkRP3UacZ8TOUYYlBHve11RbGTBvCxT5EWYf5FxYUl6NX7VtW+yrV9nXyovSo9MrEbiWI2o5+",
-	"//e5xHCx9Y7o/9jX3zCaKSlnLQc0dY8xVLdpGniiCcyp0eQang0EbOZ8Zo+OG9KVCl9FeCo9db3oWQVv",
-	"roS80PE6owvn4KNZPZv4iSa+rARsWcdhTFERyat/VsbsAwCUdCDu317pXGhwlDYOMuYi42JScpJVnGYt",
-	"QuLNow9FSNZzW0QKgtS9EvUDqUN3DRfiJ9NK0NxNRohYLboXkaUOaytJe8UsvkaKb03sjUBGi4DvAP5u",
-	"KvN66NgdrZjhRpYpfzGticNBuZB1i3o05TV8EN04WDPiEOxdOWiw6WbSWN4Bxq6CmmnPh7zA3FyjnlPV",
-	"t1DAhBwpbg21WT21nac2jUzBfpsRKfptsRlzHdfbDTc5W4FdlUB3fPLh4O3x0ejg/PX7d4OTy07SOTm9",
-	"HL06fX9y1Ek6B2/BgjMa/N/ji8uLTtI5G5y/O764OD49GR0NTo6dRefg/eWbwcnl8eHBJfxyfHI5OD85",
-	"eIsPPxwcv3XmHgwDGZ2dDw5PT46OL49PT+4XKF0EHW4qWSlfOgPBG0Zz9NnWoSOwpsRCw0LrBGjoXtYj",
-	"XTgGCPSw/8VCBHMxhXkWvegFres2dolc+imOtvqu/b25mcFS4P+OaT/N+3bYH313XrQErrFUikwTDQFs",
-	"IRfUhlopK86d2g1p8ft1TufS0eu/LxcWu/G6VLF04dPgydJ+/cMNEiNWhwqsqJpQLmRp2tiurGLL4zoZ",
-	"Jjo7Zr0c231wduwy9VHQbaTrX/m0+isyY1RoQsXCFdKwokw6dY5sqHCQUkEyaV8p6xe05e+X2frRGO8p",
-	"S282yGP3mz+E2kMrM9r9esC0amU76cysa6up5fKS4GhX3smhL4m0Jm35eerCk6ECzzXlub2JUDCSN+ij",
-	"uMYUFSy04CO7QxfDqtoE9UkLqc1EMZ2QGZ+gnVsnRFBjf2GzMVN6ygurHnFdWkWnMs80OCvwFcKxoIX9",
-	"ZcqoMmNGXRC9z9cAH8mYpjcTBbG0d1LdoNLlLPILcgeOoinVlbDsnyXoZsgZs8pOxj5ZsppLCuk2+KI3",
-	"wmqi5ig6VvTUbzJ2LPImptXELVg1q0Z442V1uBoZDwN+CmoMU/bE/9/f6NYv21s/fOy6P7Y+ft5OXj77",
-	"4n/v/eWfYwuFsg1h6mQ246IMjbnl7K6W6lF9GDEEbmgFOFgWzte2arRljD+QHUCX2bOb5LY2lfd1VHb4",
-	"RvORy0u976t6cYWH0bRbjbX3GOPLcOCMGopyOdWGaMaEd/6TLvyUTqmYMIurgFGCpd6Gn3OrSS/pt7nU",
-	"NUN+ghWYwADeW9+OX6/suHYEQbuOWQ1YEkjNUsXMVi7ljcsGAZfRAvJCUikM5cI+wPcS8OYkmISTBNQ1",
-	"se9jHEhCCsVvrfwnFWTkJCSlmm1xoZnQ3PBbFop8FcW4z2Tio7tXlL1YpdMLWuipNKHrY/mk0Nx74d51",
-	"rqB6KYAn2uVBJ6FnGqPfq3pz3q6ymbruFxktPMLAjReuw4fUWVljzIj/2rBsjywg1A5MfpFNgVHHlTDw",
-	"u/H+7VZzTc61aTmhLhVVJmnB1Ixre5M9SE4A/+Md14x0aVkEBZyIZag3Vg2EYDQ3MghjvlJKLxSfFsCz",
-	"hLwnC770gsXwAddQRgwgm2UZEfJuHwOpOfJyIAB4LpZOxM1RhjscbQOoA2MUH88N0/7AGln4LrMeA/eZ",
-	"AvoA+gKHyhhm6a4hubqXkPHCxZwHSXuoVFOohwdhIKWlz19x957rXVqvFbGiF7wavuvWwtYiKE0zWqlf",
-	"z2Ys4+js/Zly80qqVxbNDqXQ81kLZ19tcvstXLtefeXRTG3oJa1zr7Jk0wNa3urktMZuYtJESJ08yMcE",
-	"v1CyikeHPWAk19d7tJc9zPf5ldbxW8c8vxvKle8F1GT1oWGh2QMq1D68lLmp0IcVFKrA1VEI1CsCYtZ9",
-	"zQJphmSjogXgXITEYAuJcsb830LiXzFa0KydswEntmi47sYcIRkFSNMS6zMIb7OqkuTZgPMjlkGcy063",
-	"fXh/LqDokVU5HXPCF6XIW0qsPkC5qbWjPXwYTtsZrgKcFYfZuM4aoCQbF+FxmPqOGeorN2wQ2fAVgb3N",
-	"oOTC5UXY+zz7cAjR+ih/14yEzGiIqgLfOmZ3dj9tKYbcYct+0AtjEfdR3IKRIK6zrIJFpGCacIEe/QQ+",
-	"AmDSTD3RyyJ50mnMY+85HHBGBZ2wbGu8QI27fJClsy1vuN8CLtd8akflKduCGT+2GmKOMOIVUxi7B4Oz",
-	"rWc7Oz2rbBSY3hYWAdsHKQZSssGo+tutCzVzpXLhNA1ZZoVv6N4vHJC2J52PwSx0xpTm2jBhECH76Aha",
-	"NXbMVLMCCy4Klm6IAWlrkakDUjEe8vc5FYabBZlAcC3I/YL8wpSEjGSXUO8iHa2+qajVrhU3UBBtj2R8",
-	"wk1D/rxWWKMS7Gvhg7nghnTHXFC1ID/xfn/ALTHNWMpnNCc/9fuD3n5V9gHfR38E1sXoPtv+0/M/7T77",
-	"886u/fHZa96wmj3bfs0buQq7dVCz8PQv3eGwj3/1/tId8F/P+K+X/NfX/Nd3/Nef+K+DX89+vfz19a/v",
-	"fv2pBfRmAV1aI9SsJGNhlvR0dchWLFYdorysfF+Gi+4DU8FUI7zTK8LRGpkEpAaoCZ8IqdCjUQeW6uP1",
-	"ZRYMOIsGXTnqMVrfPxMpOFEOUHM1l+cewxZX7X85/OprckjXLr77231jz6930mfjH9jWC/qnbGs3fca2",
-	"frjepls74z9nL9lu+if67FlUtnZkYQ0ABAqydl6mMyKUKZn41WhVvPZXZG2uSM5cDk616w/8Z40VbZo5",
-	"iRs8hG/+KrMIlRxgjQfvwdZTWjCs0oUzWSSSgq0RGxTO5auGf0k2uLWPjQUHpceXWZLn3J4+bKEUoJ7o",
-	"+l4iZQE3haYm0tof2w8bHQ0NVoQSA+EZFjB7//74iHShx0xKNevtk6FzBg87SNVQ3KnT/DXR57fLG7iR",
-	"tZXmFnliU/n+XtneD9t+9s1Q5Fc8Z1g6qpN0/prL9CaqntXIQJgCc3764fji+PTE5cG8P3F/YQQEpMRg",
-	"wwP/Z0v+C07wvvBRng8i30DhHnYH7YwS38IIxBpQ5ZzrACxvVo4xTGAlBjzGJ7qKX+S6Dmg7299EuliK",
-	"l3U7/Rgr0goFp7hZXFiY8TVhZzxmtalXDPyv//hPK5udHh8der0WH3QvXo8O3l++Gb07PRr8KHmW9hA7",
-	"0SE+FLHX8Bm2fwEqWSguUl7QHJOvoPi6XRdRMmd7tawUje5QqP1NjKI8R48x6lQow5S1/zFHBTAErLyw",
-	"peoMp8YUQZZv8wQiq8rSGa4JO8zQPC/LJTG1FcaGIYDYpWOBFt0nByVRrYRWPB5Moy8L5XMoM8QzNhT+",
-	"3I4O340uz99fXA6ORieDy59Pz3+6IBOrT6LfWuYMSso80UPRRtWJZiKDviA464KZ3pon5Jyv6x0SvuzO",
-	"ycqWYCGv32HZ5UlkQ4Fub/uZJt2M6ulYUpXp9Rb3BQLLYhX+TkWleoOHwmVRFaUKVi6jG2g5Zx8Odc+q",
-	"6TMqFt69oLFK9NHhO6vbc00ymc6xjCrq+F7d2XNZ+OoWL3LChAVGlpFrJWdYFnqglHRRKc14Pmj/VQ7u",
-	"kvVznjKhWdXepHNQ0HTKtnb620GQW6dRniaIHNrr3D6jeTGlz8CZWjBBC265YX+7/9xJUkAOntKCP/Xv",
-	"PgUs26qq/E9YRJCAqv7YMkInlphi/KDSZs9hJeJyoObhzx5FZnPjOnUACN1NJem69gaJq9UNzQ0SMpV3",
-	"9TgerPY9FGG3jwrOPJglYXeHpMRCF9Ph0a4/FCE4Qww1WnW0nDVtt8wZ6Oz0XLnd422VaznOOnsdKwBU",
-	"fQ903TTfJg1WrzwNO/G1CYLB61VHPPtyrKNd1Tgi2s5u58XLCI+JD1UvZ/01jQaXYElUxJvwbFXvltiC",
-	"qm4X5VpCfnuw9W9065ePn58lL3e/RHnpkmAPl0YoZL8ELc98pbXoARuqjNctqoWsp+S0LMCVr7x3biay",
-	"r5z5Y6Nh4c729opmhZs1KWw0E4n0KrSk2srDIA4E9KRvydUuLiU2Q7nkqhGiff/Zhu8/3+j9Fxu9H4hd",
-	"gO9O4PrbR3vkZQ4iCKKBUGNviE502eak89EOVKfOzaRJR52X6U/oqPi2BGiFMRGs7mVxcjAgQj0Ak0Mv",
-	"QIgi3yOpnM3olmZ2BsOyoXDCLpJh4OqzucbGVuBBsTLlDVv8COWrIZLln9zfQ3HDFoQL0qXJGOzO4Cqv",
-	"/9CdulaSsLxeQv6p/FVILy4FNdA5Uz8WSmbJP+VsQsH1GsNLGG3kN9tGe3e3f1if+Ja+5uhQkeTKVobg",
-	"MrDXw+XlLPpHJR3N6iT30I66kClVBrUgxwvwIvyOSUnyuRTRm4TFHlvtXALSUk9ThlZDMVPRB9cGTrsa",
-	"ucXcQCmgsfvFh+B0Xw8uyVMnc2IHlaG4YPn1Bcoc6Lk+ZyjpW3kaBcEqBKXmLhOMZbqHKoIVbd1stQwc",
-	"qHVpdL3+NFQ77pNzVuR0YRU0KoaCZyg15vV+qdjkS5Od7e1Kg4HZsnCmmGh32BRLlmnrytwKK4CWfrA2",
-	"jv5QPZ0/li2/vAnzofETa6J9qVskXGLht6APMdpwYKXI+L1jD1PXG3PfOY4UM3MlWEbmAgNFkWzsIBn4",
-	"Fis+L2usfpcEa3f7h83ef7bh+M9ebPb+zs6G7//wj5f1yiqv0KQqJB8thHml6Pf0c90B8gUJeM6iBYsh",
-	"sECT7u72Dz0X+NwkqlbY8XXHyNW1VCmDogBXlmRPmIEqNfVPfG5ErWqN3gdbiq9547kExDJawj8Urv1t",
-	"jLgewaOVxDVGLmG1NWGmjDd3luGlRIhl8WU3Vp0NV/p94uTu4+Lw94AzeAFrY0wS14ZeM1MHqX8UY2qI",
-	"Ar8LuPoGwuxrZjYAgc0U3VCUOYKyDIWvD9hSA3Cd8n99cgAOplp5V6mGolbe1VXS081SevvwbSjcSlUr",
-	"F2aJKUjimSvZjxUvsRoVijC6SgKANyHxzlJ2Mc/zK6tRryjSFyPN6IJr4tGjypZYqdHCTDgcnP8WnP+/",
-	"/Oahvyex1VIHjErIfndU4g8J8gG4IaJggxSSbrMoaa+VOiadT1vyTjC1JWvNtTYQM596d1MQrb+OCbJR",
-	"mu/bYFlj0gjODXxQrtaRLvplcs4fnHo9Tn0qmnUklu7dQya4fx+AYf828H36uRbz+6UVnOsyZC3r5BFh",
-	"OVbs8Et7gugfYLo+mIZHa1Ff1kH34SHVG+Jd/GJph6/XZWo3+t1TE3FjTAhCzaIe/guIo8MAhsBAC1GC",
-	"oOiX+n9K0ymr8iFB4fcNFbGeg8+ScA/7UYf5B7egb+erekwfRhAJeI/7wl3EfwfPxT8QlyFcaw2nx20J",
-	"RR5/g+DHiPjzAApj1H1yeSfr4bR6z+dKrI7UuvoLz34czre3n6fzOc/gL3Y1FNAd5PMQgmiHnT0SBNp+",
-	"udp3Y9fMcxP7Lw5KyRh6+gYfoeODCnJ1nLFZIQ0T6WLrJ7a4gjqEYKiEPgo8q2UbD4WPbnKeIQyoUczV",
-	"VcHODGyB5VygP4w2ZGeXTHsYDVfkdhA/u6V3tzSHpdpVRV0zYK+3yi3eZbtfxsXDruGScUZLu7l6jz/C",
-	"sx54Bqzm7tqjkbMPh2V/wlaHzSaEIR4Jc+6ov68+YJcX9uGGqfF2qrkb19ce4/Mi6cy4KHvvtoSDPLxK",
-	"vxRK/431bh8kHfEUOXCECBRBGFU5Z8qFHpEWEH1w51D7+vDMsv0SBtFx9YdJ4DswCTwCb6txM7z7Mup8",
-	"bYb2dWKgr77XGu/pyHJEHATxL4NI3ogOjVwEPT931IqLVS0WFAbJVVnD76qyWtZc5lhiBIoQ7qMfKojt",
-	"dMG4gly8Hr0ZHLy9fDN6f4J//Ovo8PRoQLqWmUhFXmw/97GjY5ktfBSvtoQdYru7Ybh3QsJ6ZHbjqyOz",
-	"ewnGvKJgjEKKhtocUPiLG7/zemi785RxRXQqC7ZvZWVXlo7lesncY6bUDAXSgQTbiM2hZyt8DVNjV7Cw",
-	"OAu87lgroTm/ibLQ18zL4G98KcZHo8mNUpUR2odPfk9i8OMcXN06HkaUbzSoI1NL1/De4ybp3q1Csh8t",
-	"cu0TF9RHfWi7E/TOmVGLLWjmDgWFfMk9F5zfRHjFJ1NDhLwjXW6GgmsyZuaOMUGA3GGSwG/WF/AIkWZx",
-	"vdRjFbv1FjLPNeGm9800iq8k4J9dLvo9sQDoUtVV0YLd7d2K6nqpWJeFhiwNdFEzE0tY4FCMgkqIHFL4",
-	"9RwivHr9Fnd+KZOv6XDnUvjKqlDJ3E8/F/ZS7uii94duvIb84H3nm8oP7U70tov8FpJ6pbL9cfkbEzpw",
-	"oG8OB49g7ixp1FfHNwbqc7uz/urzsEyKHHb2yBATM4edL1d9sCxg9V80LbiCWlBAkgtueKlyDUUZ2lRI",
-	"ZTQJ01oJdt3CMq2a/8KIXS0Q13b/eYBCj6Vnu1zZh3ObN4b9TlT3QXlv5Z39oRb/D1CL4d6zx1aLsYMe",
-	"ppI9hnX4FReZD6Nf3TuwexUv2PRjls6ukqG4WlWY6Uc3ylXv/h6EXaeWWyHP/p71yMq2hP/1H/9JZjRj",
-	"ZLwgLge5YGrLB3w2pemEaLpwKeVZ6UKCVoO3NOeotVrNwRPdPRedDao9FnVIyLXEJqhuENflyCq0VWdq",
-	"INw+nQBNeVlSOatcdn9lO6jaEkmRsj45cEW6uB4KfcOLwn5emqKxf4drfgH9dqoyWS69yZkr7ENIZB0K",
-	"/6d/RN2eSyN0An2d4HjBFIkp7bUwD6mGwqsq9qy4KN+rusSiycJF2NrXekFVc54lQ+HgTV6X68PCP6Js",
-	"n7xsw6lBSgKBbK7kEuNi4qfbJ9XYuC6AYwRHYsFRu5KmhuRS3rBsKKjpk5OqjaJvYclnlmFwky/2CK1w",
-	"A+/F5dEPRXlkXAftMPGqU9f4Mgb2Q3GFt9+Pt5m8SkrejmVkwQSU9cnP0Cn36tZlxowsebmyYApJwV5I",
-	"uLNYww25k/M8wy31SWmkN3sWxDX0lEDfKLyhffxenxzkOQT84f/3CMM6M5g1k3MNGXGVooZnwDL8xgJG",
-	"VP44sLNULtbHkD9gCi5FWcLGCQuPlWDqpotJBz/bO7ACXdkUVSqHxLXbS9wtjV2H4Dv/nUP8P0SKRxEp",
-	"voNgOoAeoA2WSlWVKeqtdj3/eMyQuj1Db9jpLVNHh++8de/xJA+fhtKSVmcPQ8g7Z2yxLMILGFiRzvKB",
-	"q4QYeuNroAALkWDfB+eARSEI/fBFUEoOBNyf3TJXoNxO5R45Fupi8Kipzh/+t9SkWDia6EQRIaESOCI7",
-	"6QrpObgomRzyrp7vYV7zZ1fVzZVPlLGf1TLHQArBsiZ/fXt6+NPgCB0b1HmIZ729oFRAYjc3FFNGlQYD",
-	"G6Q9WlnH9TmBIi7cYMlQgNAnGoocYhJlSdMd+wpyxPFmhgLlgLLmDQlbemN29NjKck5+VO7Wr3ox3nAZ",
-	"AcDvJkuiPFZWu5F94pl4s//5VSDyyLlJ5e/EZvTfO+ttWaQE67rHc6AiQt4lSCAgsaIiC9z4Sv+A8Y9K",
-	"jW+Z4teLxyTAW5Es6mYWcpj9gbqOmSvRQrSNr2eGCLGE3x9gS99lDlSA3XAqJVp7LHb2tXn+O0mE+B6Q",
-	"8gwyghqOZSHvfiNeuQpT/QWd5asCqU8LJg7OjjcDQj9omOPZSPp245LnZSmtSJeaOEQuf7qyotdXgGL9",
-	"ahpVYLguV+DnD+6iPMBoVnDhW6a2h/JilkO3ltkQxj87S48VoawsWplSnL1hKMqCh57eaFfZPsFOvZCG",
-	"lrgIgzBqOGhuNhSgnzv5DMleqVz3+uTUKtEQ41Evu4V18lzAPia/ld2dgq4vWEM9lVBDT7Es8cIT1kwB",
-	"KvqLFGwoqL6x2vyBy/vgQXNzZ9Wxv6H7EwqSS99R26ru9fbbSRVkAX06Qn+CHeuqKnGP6dRoPqlaWJcn",
-	"2z28OPaX4n7r2QtAgRXq9xUyl5OyafZQYMmcwG/bLUeTiszoJz6bz/wzcFEYKYme0Tzv4TpKx2+9Z3Pc",
-	"BrTUkRobUQ9FDqUhy/qZ5RoEuXKnpfveEkm6EsxMYOMoA2LgJnp9Anp74H0uDxdmItSn6swNGc/hzeuc",
-	"TiYs2xuKq2YL4j3sen1FuktN08OKIyhZDAXkaapZLyFXfgt70HnnyoKsCPqX21eCTsZ+nqHoruyRjd27",
-	"e31yTsUNmHZwk9W6EwhuEpFO6VhYBYaZSW0ItAmH6eA6mXJXNhSAjw5EwlKlFv7LVTzRZbPxXjV0TckK",
-	"LhwO3b3WDO3CC4HY2KGw0J5TLlzlAJqVDJxqKSotKBzE6m4whkXCoZBz01ZR76yidGsH+D7RrsprawFX",
-	"X+K1LbQ3KC3e7rEMy8t/owqwn1uK4ZVNNNaOSI53mWmbIejLsWHM8+pxH6y0lW/DtMEwdeixl0uovsFQ",
-	"Rcd4kEU2aHxrRb6wr0m1kOV2nOtNjRywvVfcfkkYfUOaOhXlnoY6LmdJp6LihmWl+G0nwJeNbK1xGHSP",
-	"2nxTG9MC32C95YAtnVm9kMdM7ylpUWtCHhUZ1s8KRaTvU4f5B+kkKyJWfgY4BoHUCsdOhJnIv0Ty8pYk",
-	"4vYU5eUkLCYM1iILGBlIjmjWVOC5rCpBY999KDpnZeq6VRLQTl5fY8M/0uWiAdwZU+hmoMRtlchrYPmz",
-	"PnnFczDLCqqUvKtNB03DAiS3yxGSzKzwy8VkKPDFUJK14i1IOtcwLL7ry9d6uuIRfii8fIvyReYkyVr7",
-	"OHLlyMmVS+1zQ/b65IxOvGQ+XtQlgigjX0oK/ocVpxzUCrPpfaJYwdDiXPVaBVrlvKNY7r3IoVw+SgGb",
-	"FMldswN4VcINBIlj/OrZ9naszdkidzWQZp1H56315oXrJ6f+7qSVDTh8NF8sbPu4MS8NZQOPwzWRwK4r",
-	"Qa3E6VgVf3ca7ZiRrpcPPHFwbpXeQwsAhzU5xnVKxZqrXMcblpJus4lq66rsw42A8eM3ythfJ/m3Ipbf",
-	"dVZXy9k8eLbBgSBXAe288uwL/WyRVJhmjktXglFJzo3mTs/HBB6rCKayYBg8/g1EmDqTIzRVUuvKJraO",
-	"IHNfiv6r5WSsei0+ZyHAUCfowuqb0vbKdPOhGC8ax8oE4VmfuL4slXNcMRd/gmIENqfWNxi15jI9nPn+",
-	"R/fxVZsMAN1bv33K//9UCaBqi7UBC/TtvdoHrRev+D5I8MaVF/4gvL8rwvvBk6v1KC6mt/1yb+YrFCQo",
-	"S6cWSkJDJO7qOYgJpKT2yQnoRkbOQaLKWMFExkTKWcQv+5qZN272R8SHt/yWCaZ1m6Ui2ArN+S17WOdW",
-	"OfsKfxbkd7XfAJ488y10yzNdkHTK0htSAIfdI2dSm4li0NoynaIMjIcwFDM+cXN651FCTg4uL0gqhWCp",
-	"YVmfvNh+TspYIKf1g4kKpnmioWriPDf75G66sNo4zH5Nec4gBhXUdNcgRkJn27BrjUOHlsTbczyCRwQD",
-	"OwNvgwOYHhxdVjr4KoL4kEmuK9d64GuKSMGWgQGvo78SJqvh24DStSj14shc5Z29zlOI6nAfNIHUw3kC",
-	"/h4YvXS5lF1xudEsv+5XHDSYdVk0uaxCnhaoK2BXKtIFOtjrk8MwSkRhGVIGPnroSLUgUPQFS+MTaohi",
-	"OkjILwufJySXkwmGELN0KjHwjEHDKoTXZaEmtuB6L+BmnZvyGBJXbMuFBxb1SPe9ofgM/q90NFf5l69I",
-	"he2Tg7LNlAuWP/twuE/CKPww2TWr7dEL3cvb+3kqScYxSLi1y5Vv+162t4JO1yAfQ/GAo+PL0fngcnBy",
-	"eXx64m4SaEavtgrs/7K8hldB1zQrlMpCk6p5GqygDAjYa1TfK+2YXKFHH+x7HBuyBZ7Gahs68VwUdxuW",
-	"JSWXU7ZAo59uLRXGxdaMzaRaYAhAmPuROCAcL+xisKcercqHUUHmoiTkNfHD0lkM7wOVBmwYQ5FRQ8mM",
-	"KquOXEHj+qvaiSLP//Lxy/8PAAD//w==",
+	"7L37chu5di/8Kgi/VJmstGj5uvdINbVLW5JtfWNLiiTPnGTThwK7IRJRE+gBQMkcj6vyEHnCPMkprAWg",
+	"0SSaIj2SZzLxPy6Z3Y3rwrrjtz51cjmtpGDC6M7Op05FFZ0ywxT871DccCXFlAlzdGB/4KKz06momXSy",
+	"jqBT1tnpsPqdIS86WUexn2dcsaKzY9SMZR2dT9iU2q//WbGrzk7n/3tc9/kYn+rHZ0zLmcrZ0UHn8+es",
+	"845+PKVjds5/YfbLgulc8cpwaQdgnxDNf2GkW7ArOisNebG9S0qqxkyRG1rOmCZUMVLKW6ZYQYwkT7a3",
+	"t3v9ToZT+HnG1Lyew5R+HFZ0zIa20U485CkXfDqbdna2s46ZV/ZlLgwbMwXDtCO5kNdMLA/yYsKIrOjP",
+	"M0YE+2iwfWPfJfKKmAkjlWI3XM40sY/ahlZ/1hwX/fiWibGZdHaebD99HganjeJiDGP7UZazKTs6OLXb",
+	"ld67G3jlt2yb76Tz2XapmK6k0AyI51TJUcmm9s9cCsOEsX/Sqip5Tu0iPa7wjX/5Dy1hAdfr0rcLPTbX",
+	"/OzVPvnu+Yu/ENcyKZihvNR9WBDXgG1/L8+Z1u9kAdTFhN3hf3TOGC1+UtywE5FbMrD/PxHl/B0Vc/df",
+	"eAz//7C05llnr5BuKJ86lZIVU4bjYlD7xC5uikxwGzRxL5HuLTcTS8e8oIYNpSjnGTETasitnJUFGbFe",
+	"RqgGIsJvyd7pEdETeQs/ToGYDJvq9bbPDt3NhSpF5/b/RT4d5hOWXy8P+afJnBzsv3ukCRfaUJEzTew5",
+	"I0IaAt+wIiO3EybsYObhmR3V0pLZfkIzQztxOTPDvKR8mujZrsvB/jui2Jhro4CMiBQ7S+NxRyxiTo+0",
+	"pYobXjBFLPnjgnK/poJxM2GKaKZu7GgVGTFCRyWzzAM2htArwxQxE+52yvbdFZIolktVZERIUtIRK0tW",
+	"EJgA4YJwo6E7XdGc6R757//8L3Jre6bE0Gu2JW+Y8qOFYeFwpKomVPTJ3kgzYYhbl6W5Z4SKApfaPspx",
+	"KtLA4PW1paWwkUTTuSa3k3lvbfI42H935JY0RSMLrH/n0/L21lNPk379nGhGVT5hRWN0Sw0ujgEXnxXD",
+	"XM6QwzQ7edvYEUsiYakX+kWCoP5EYcNID5rQUjFazCMSDmIg6+hrXlWpw73YuaUQfrPYNp5sf4AcE/A7",
+	"O197szzz2Yezk1iqBkOJFnckZcmosK/cUiW4GCc2a8/xJjeTNViUPTillNeEmh0iBSMjxsWYFKxkwOQ8",
+	"t6OaHBy+Pbw4On6dwXGB/x0eEMUqqewbUuTMnlSuyVgKy/xsc7cTqRk5N1LRMdsvqcb1lcIqAewj10bf",
+	"19p9jsXjP5ZVnubKNqg+C6y/ppNonZcIuBYrcvQfLDexWNn3XLEpW1CYrzp8yaeKUSd3l3WHeLZ1K05v",
+	"CJ+uGusZ+3nGNIr8ouD2J1qeRuO+oqVmWWIqYcRNArSCGJlveIl0LR2kWH1vl3jNkJalewXEYqQ4vXyW",
+	"kEdLh2RBwwCaRA7uKT3IbXti3R7v+jMupJlwMY4YRzhun1PLNyu4ObxxytKCDpF73WKZj1r5b991UoH1",
+	"x32SK0YNi3T4pACmMzMZTpmZyAQDeyNvYXFzWpZMEfsuE8bqb3aKY2rYLZ2TK6lwReyr/seC24MLB1re",
+	"Ctu1V7MkL3J7Ggw13P5h1EwbVmwJZm6luu5knYJrK3rtSXHNJdWtNeQPT0zqSNiV0VZrsUyM3TA1t/+2",
+	"LFDr8aoYU+nduNg/JfYpoUWhmNbJdhWekLaRK1nitq/FwM5kmRTRdpFnLbL3zcXFKcEX/CGiQt8y1SLl",
+	"ZkilSanMcY2upJpS09np2CO0Bb+mzlgwO+5kPsBeXTt+ADUbgiVqknDmj0mYu9uoxoJ/WHn03nKdOn72",
+	"+RDoZP19ic5zYncWDMO7l6MxhtQk9s+PDhS/YeoVzY1O6e7umOZWYD7SJHxAsBFSsLykiuldQp3u6RR5",
+	"kpf2nCoyoVbSCjBZF5bIGJpPhvWIUzrGlR6OlZxVw0qWPJ+nj5YshlxcyaEUw6lX7Jab0ij8hzmtaM5N",
+	"i1LjyK3kVyyf5yUbTmWxcLTuUDNTnHqfVnTES27mJzdMKY6m5EpZ19yK81nl9BsYzy6h5JqLgpTsyhCr",
+	"7F/RsrTaoZKz8cRqU3YTCtwsY/ljYgPArk1McBWN/jAbMSWYYToyiz+DqDzC758nlElc1M16QnNzuf2n",
+	"X7bgesMVd8TP9YJdCGfBWgK4I2C7KgbLPZrx0mxZowFsQXk1ELesLLeuhbwVaFBqLgVT2mqnmpf2xFhx",
+	"qKQY98mpYjkrmMjZTnzqBvA1FUIaENiadB0pbzl51y/yab9S0k7+Me7qFqx1NhD9fv8xLj/+1LOaN7Pt",
+	"ESaMmhMYvRXKoUvQmdxrUrCBsE+taI5m4B4vERk5EoSSKVNjRipq8klGKBGzshwI7E6xqbR2DDf9gVgi",
+	"yXiN2vdrNd0kzlqKQgI7wP180N5WU+g5+DJTKlzzfK43DGztmKKnZvHkbd7GolCJB7XQ/oc1pnnsFCSv",
+	"39V03WnoaFaxA8LqZJ2ZgBOUVOv2I26+yDKnXlOJ5Jc3Ad1nTpAlBJgj62o2KrmesDYpptl4upGQ9z2f",
+	"44cpSW+koWVa0tgnw9HcYOdBg+LCvHzeSXqd483DhpvNZPUU2vYvHu4SlcbilH2k06q0DTy94Cllzr9c",
+	"TyF88vTJd99tP3329MWLFy+eZndPDUQCn86mQ0eD2rn/E4tWyVKOEyRyLAtGNCtZbmRwrLnlIFygh24r",
+	"vKDnwtCPu4RNKzNHSrFEAa4GfsPQbglL4LvtXweR2efy8S9SsO8Z1WaLdrI7NLgw8nrlOkuLuGrXLjwl",
+	"NffsqxJYcnyoHe4rK+8Mp+Wm0vnwY1XynBtrt/omwKPLaGE3khK76rkUV3y8g74zlRH0NtCS7O9Z+3vg",
+	"/biUjBhVVohhyMX+kpfcUkFuh3EFRiyY7Nds3ienh++iyNFAjKhmL59vMZHLArxx4DqMx5ASdlHTQ2uV",
+	"SGU3taCGNpberuKCL+LFi2cvU6cLhjyM2/3S1rLOLcY2yjnGeOrmr9n8XpvlQrN8pthQX/NqaEo9vGGK",
+	"X81bvDpWAIEDJXBqdGXY88mMJuevh3tv3578NDw6Pj/cf392ONx/+/784vDsPOVWsdzP0kaTe02MqfTO",
+	"48e04lavKrbsee275/1cTndePn/+rDnfp9vP/5rYEzsf7GLofQPxRy9SbqVg38WBu5fP/vr87uVcOI9u",
+	"cskjKIVgYP0eiSvZ7s3xLpoc39e7RDDQ96xcjQ6fmbCpZuUN0wlLw9rcOIJa8vs45TLVJgV9Tod6Qp++",
+	"eJmQ9G/2tp6+eEm6E/ax59n4weEZAQbkf7jiSht78qOeGrxcz7VhU6KkNBgRnmkMMCyPpZ73kH2suGJD",
+	"79RYNCK8ORytlDayIrdSXXMxjsyHOdF0TrQk3SY7eqQJ+1ihLz1LMqZHmhxLs3dlmOoFRcYq7XGvPipk",
+	"FX875HmfnLMbJkhB55qM2JVU4DdfcI8SM1NCk4PD12d7B4cHdjnW89vEazSrwEu6meNnFV9YPsaWK/GW",
+	"kOk1m2/ZVu0fS7thN1ozWlqOws0kud81j1jnfK+W6a6tmKCz6ICEmbSvYOo0x8G3JXG/ItzWHmhzUVJd",
+	"sZyM6Q1auD5m2ur7bPHHN6J3tS1ZMEUmXNjjpq8txWaEXxEq5v07VSNYIZhBy3KcRZHP5SUpuK5KmrNi",
+	"OJqnh8tEUUkuDCmptqdpJgoykWVh6QgTMnACj9BejpWPiG2mw9ih8zTXOOciZ8iT4nGSCSuLEJBc/yTW",
+	"EXMI7W5+DNeLt7dE1cNGm5RDpRlK1xBLz6lwQfSukM0I63pxc1DA5BVJTTztrm6Z5JAXLe5wFCYwRanr",
+	"c6E3i0dPmdZ03BIwcOvW6vJnOMQ7BI8X30DFmA2AWU7+mNMxtboqpCtwQ26prolufRrTxsrt5QjY4esj",
+	"q3sdHrggcDSrXkZOD48Pjo5fk65iRs25GPcy8mrv6K19HbMXrqwM3iVuoeqshIz8/e3J/g/2xQaR4VHU",
+	"hAoJZOVPMVCmZWkZxnFqMl2iyBxcEkiQO6FnIC9QcsAMQIXCahuKnLx6ZSk1Xt4dUuTTvv+/HRBaMUS6",
+	"nJAQ+JJA9PW3OLyD/XdLk+b5pJfmiyn2d86M8cH5DWKqYX/SwsFuSmOtQ+hUEyPJgl9y6xMvPq8TR/WT",
+	"xw6hPZ9ZthhRdau0tGtUEwppLW4MYZjrBlOj0GfCFVeW8pYVw2aGyvoHPQ9esKGM/dGbeRY1NBX09jsb",
+	"aGr4qJNtrocV+XSN1J9Ab5BnhyRx12fRkh/4TxbT9D61ic/5sDXW2sIxQW6sdPS27WNNJauzJCqXPVlb",
+	"khGJ6sfBlOy0nIGWCddx2TVX8xw/+Jx1vkjz/kUKtma01aWINrakuYNh3cMUXQdZI1kkccIiQkIqbDlH",
+	"jTMRRXJjam+uxIfV5/8got8NfFJ7VVVyTCD2SZqYduRiyaRkFFO4rMUBx4XICt2GrZ7/O2PGjShcI6ix",
+	"lq8hcuBvEpC7g4MeiWpmNl2+RrJinxx+pLkp58Sl7VzWzrRLEMGXkX102ScXEzYQtY0RiyVwEgnmFr5k",
+	"uWFF5JsjkHH80aCMT3nq0ux/0SNpFI1TBUNy4JTOiaFqzEyIzzatn82UxvuUJU3/68oWlj22/yNlQ73t",
+	"qVyfkgsWU8a/7b17aymR5aQqZ2MudAZ5TWEDdUaueAmxzonO7M8fud17URA+rZjSUmDeMVXMq7P9L3SU",
+	"1uMaOopdnsK+I2UjyUyz2kcazWlCNdHshilawjiFJPlMKSbMlmt2YYAJxpEa3r2L1wXV06Xo1Uf8SirP",
+	"aPsbStR2CbeKq6VTfWIRv3YUMNY218v1WWCW6OSTuLtg3PmLIauldmO0d8jBU2rySfuGJhX0V/vkL8/+",
+	"+pL8/+cnx3EeAJHeaWwpB/IjrjgrCzDUFyXHzkDEBzkjUScZ2v86I7i/GbGbmdV0kQ3EMr/OgkDIrGmW",
+	"kRQXzYJpB9S9JUU5j08OmLADsXwOwQyMmGmG5hpR0prFiy7HPtkbCDErS6IYhCwoLoU9tNxoP9LduGs7",
+	"sNhr6YzUEcOW+uSM0QIH7Ja1y4sM2FJGavUocyl8GYmUo2wgIuWoB325kLtvLOJeaKA+3962K+6dYfAa",
+	"Ss5VBHXuvQQ+BuAcAJ2sc3a4d/BvnazjHc2drPP++Oxwb//N3t/fHsL/9t5fvDk5O/r3w4NkgGBZ/132",
+	"+uXToVrwC94huxpuRMeEMZg7vGFKtzEYeyKHlZKjTXVv+BCuD2z44SpfUvDObGA/LOuT9a2JZQfaTLi8",
+	"Zh+Nb7lhsY83AoILz/Lw2Gp3Ny6aKVf1MR4I8CIuugW997Dr3T61c7a3gzlytIRUppkwvKzvTl3uwJ+X",
+	"vT7ZtwNmBRlhiEAxuHqGXkt5K0BtH4jY5SAFYdSecntIc17afqnWpPtsm+he4zREK7W4PndE1HHr6u1d",
+	"aKB15T/cdRLrmxBMrxRqbQ5IOYJVb3Ni+8tIE6seucR2wjVBvkJHcmbiRNEos27OzEaOx5LdkfBZT3It",
+	"2RyvzQHcCdz8kgcOa3kMqW15VTLW2JB70jHWmceKjHU9m06pmm/Sy7n7JHUrpFO3mN2thSTTTL/09mXW",
+	"fP1UFkkBUvf5hguzqef0i232hs57l6f0dzXw3/IbJliKPmsPVbi3cZ1Y4wRvm6X3/7SkOWtLOBMF3LpZ",
+	"/ySE1vb9t8kbih/zclakrubBVVL2sSopF9+D2usvgsTiQLn02ZCTvemlvDDMQzsS7TSOlYwnWoyVy1hP",
+	"/M400+Vgl0+fdKwb3sc8dNKN0yad0tjbzJ8ByroXXuxjRcWCVhWx9Ehrx5TQpfHC2cThUO94c1nzVvpY",
+	"pRmnYSQZMZ/FbXWBOFEUJwc5INGc0uPxyY+0LE+uOjv/2DD980OWWHGfdVoQ30NIS4zucV9Za2HEtCFc",
+	"7EKWdXz/wpLicvaqfctaX8FsX+delB6GqExqV6Ks7eT3P88kpoutt0T/al9/w2ihpJy2LNDEPcZU3UXX",
+	"wCNNoE+NLtd4bSBhs+RTu3TckK5U+CrSU4jU9ZJrFb25kvLiwOuUzl2AjxbN28SPNPFAFjBlnaYxRUXi",
+	"Xv2TkLMPBBD4QDq+vTK4sCBR2iTIiIuCi3GQJKskzVqMxLtH74uRrBe2SECQNKMSzQVpUnfjLKRXppWh",
+	"uZ1MMLFGdi8eliatrWTttbD4Ei2+9WJvgjJaFHxH8LcTWTZTx25pLQw38kz5jWm9OBzBhawL6rGor+GD",
+	"5MTBm5GmYB/KQYdNt5DGyg5wdlXUTHo+5QX65hrtnBrfQoEQcqy4NdVmdde2n0Y3Mgf/bUGk6LflZsx0",
+	"2m433JRsxemqFbqj4x/33h4dDPfOXr9/d3h80ck6xycXw1cn748POlln7y14cIaH/+fo/OK8k3VOD8/e",
+	"HZ2fH50cDw8Oj4+cR2fv/cWbw+OLo/29C/jl6Pji8Ox47y0+/HHv6K1z92AayPD07HD/5Pjg6OLo5Phu",
+	"hdJl0OGkspX6pXMQvGG0xJhtkzoib0oqNSz2ToCF7nU90oVlgEQP+18EIpiJCfQz7yU3aN2wsbvIpR9j",
+	"a6v32u+b6xk8Bf7vlPWzuN/u9CffnVUtiWssl6LQREMCWywFtaFWy0pLp3ZHWnp/XdA5BHr992FgqR1v",
+	"ahVLGz6JnizN1z/c4GLE6lSBFagJYSBL3aZmZQ1bnrbJ8KKzE9bLud17p0fupj4qugvX9S/9tfpLMmVU",
+	"aELF3AFpWFUmn7hANiAc5FSQQtpXAn5B2/39cFs/meM9Yfn1BvfY/eT3AXto5Y12Px5wrVrdTjo369pm",
+	"ahheFi3tyj3Z95BIa/KWnyYuPRkQeK4oL+1OxIqRvMYYxRVeUUGgBZ/ZHYcYVmETNDutpDZjxXRGpnyM",
+	"fm6dEUGN/YVNR0zpCa+secR18IpOZFloCFbgK4QjoIX9ZcKoMiNGXRK9v68BMZIRza/HCnJpb6W6RqPL",
+	"eeTn5BYCRROqa2XZP8swzFAyZo2dgn20bLWUFK7b4IveCauJmqHqWPNTP8nUssjrlFWT9mA1vBrxjgc8",
+	"ugYbjxN+KmoMU3bF/+8/6NYv21vffei6P7Y+fNrOXj757H/v/e2fUwMF2Ib46mQx5SKkxtxwdtu46lF/",
+	"eC5opScy5Uv5koSwtZE0NsSY2VgMPrt6mj8Zfce2XtC/FFvP8yds67urbbr1dPTX4iV7nv+FPnnyWLvJ",
+	"68eCjyemnG89SQeLrcCrbxEuS309tcdNG2+3QDaJa5y4zzXhwsgMQYiiW6SaznWTIp+8Tl6Q9A3eoXRD",
+	"oK++eN5qay4717uNYedSGCWBi+QT6czeL8w/81RWJ5/hd8NVkakvyk/bFBLE6QvLSEwRomEsggPDX5jA",
+	"pillfkX24asN/cl3UYIlSXTYhm7siyEhN4s8RY+0I8RHIbqMBNGkyVzzrYnUxq7Xlu3fm8B3OJk/r5h7",
+	"OmfibiyT+ihsEPDwfO4ur2nd9KptO2+Bw/FZ6xhLjE65lVy5C2v5LnYJGAQBlsyqSiM2EI5hFLs+4R3C",
+	"6nVjjzQ4lMP5fARCUUsBJ3ggopM7Bf2aQz6BFaMV1YZw09sNUGkuCofGiMNUw/hkeyAehwUReWwkLVqW",
+	"Y0wbOpj3lv0+azvM28BI7snFrAMwwyawCYt+4XW8wfCN5kMHeXDXV03cnvtx4rbGAe+I84abJgU1FF0+",
+	"lv40Y8LnlZEu/JRPqBgzS9agrAmW+/BwyW/Y7rLrtJS6ESN2chViq731Q8RNmOK1k9Pa3Zd1g0H31ixX",
+	"zGyVUl67i4aQjTCHK4f2rFIu7AN8L4NEgQzvd2aR4p7Z9zHFMCOV4jfUwILlTJmM5FSzLS40E5obftOQ",
+	"1jX7ussb7y8OrUBUWuUubogltr5gYrqJMhNkUhYnPeHFqhrK1LvsN/MEN0THErlChkg8Dp+tjbw5sG7D",
+	"ih0yhyxuiCYlJgXxAoeO42fjU6daIwEl16ZlhbpU1CAFFVNTru1O9uDeG6S23HLNSJcGfC3ITwm3iBCQ",
+	"tqHiWTvfg3D1Yst8DuaQkHcArIQEi9R5wDGEZDS04FhBhLzdxTs6HM1EYAC4LpZPpCMdhrsz2kZQe8Yo",
+	"PpoZpv2CLQC8OEGMd8KYAv4AqjgH0CWztNeA29HLyGjurjNF98HRX0sBahUyDEMQyW9x947tXRqvtd6T",
+	"G7yavpuBqFZ8rcUITXDdTqes4JhH9BPl5pVUr+wx25dCz6YtRuPqaM5vkdpNYK8Hi+JgAk5TegU0wHsM",
+	"6jTZaUPcpLSJmDt5kk9qoZFmtbYS/aVJwl+eLLWcvHSn8r1GSlQqqWhDvfK9ALhvn3UcuxIA/Pz+tcxN",
+	"lT4E56nvRAxjol6Ra7nua5ZIC2QbNS+AvBXwHFhKlFPm/xYS/0rxgkVYtg0ksT2G607MMZJhdGha0kgP",
+	"492s/SBeDLgUlXA/YDmfYxfenwnA05vIsnDCCV+UomxB774HJMO1Ewl9hmfbGq4inBWLubCdDULJNsZ3",
+	"cyf1HTPUgwJt4OT4gjsji/ddKnflzu7n6Y/7cBEM9e9G/IkZDQm7kLaFwAHdj1uKoXTYsh/04jT3XVS3",
+	"oCW4MhAAFokU4OfDZLEMPgJi0tZKX1bJs85CP3af4wanVNAxK7ZGc3TmhgdFPt3yMeEtkHKLT22rPGdb",
+	"0OOHVh//AV6mwNvx3b3D060nT5/2rLFR4c3pGF9yF7QYQPuAeN1vd1w33L7KZWou6DIr0g7u/MIRaTue",
+	"yQgiDqdMaa4NEwYPZB9zDFa1nYoCrDgF5xXLNzwBeSt+4R6pBQ/5eUaF4WZOxuBLBL1fkF+YkgB24bBa",
+	"XBI9+Iaota4VN4C1uUMKPuZmQf+8Ugh/DKGb+MFMcEO6Iy6ompMfeL9/yC0zLVjOp7QkP/T7h73dGlEI",
+	"30fvEkIudZ9s/+XZX54/+evT5/bHJ6/5QkDmyTb4v+N01+dNUrP09C/dwaCPf/X+1j3kv57yXy/4r6/5",
+	"r+/4rz/wXw9/Pf314tfXv7779YcW0ptGfGmNLObAxmIAjsnqbODUNShIILb6fbiJsIs++8v6/sgl4Rjo",
+	"yiJWA9yEj4VUGCxvEkv98fo6C+YyJ320jnsM1w/9J7CMQgONLKaw7qnT4grJ/N7RqAeJNyV1a8cW1iBA",
+	"4CBrh1ycE+GBAy6bhFRgqvcXQcEJYvzk77JIcMlDhA/yyVF6QiuGAJDYkz1EUrA10k7jvnxBis/ZBrv2",
+	"YWHAUVWLRDTRSW7PH7ZQC0A/fzSXBOLsptS0eGjtj+2LjTHsBVGEGgPhBWJjvn9/dEC6UDAtp5r1dsnA",
+	"5RkNOsjVUN1p8vw1j89v1zdwIl8eeXLnfUP9/k7d3jfbvvaLt1xe8ZIhKmEn6/y9lPl10jxrsIH4duXZ",
+	"yY9H50cnxy6y8/7Y/bUc23F/tlytxA7eV8XmYcx2/QYw4dgt1ObLfD0+UGvAlHOhA/C8WT3GMIEgPyGk",
+	"GVLj+UIc8+n2V9Eulq5iuJl+SOF/A5YhN/NzSzMebnzKU16bJhjtf//nf1nd7OToYN/btfige/56uPf+",
+	"4s3w3cnB4feSF3kPTyfmWg1E6jV8hpXFgEtWioucV7SsA5AwLqJkyXYaFx41hpShrAQxivISk5HQpkId",
+	"JpSVwfAinBDw8sKU6jWcGFNFABKLK5AYVZFPcUxYvIyWZUDiY2orTjtGArFDR+wv3Sd7ganWSisuDyK0",
+	"hBosHBDseMEGwq/bwf674cXZ+/OLw4Ph8eHFTydnP5yTsbUnMSVKlgzQyh7pgWjj6kQzUUDJKex1zkxv",
+	"zRVyeT3rLRK+7NbJ6pbgIW/uYSggKIqBwIwq+5km3YLqyUhSVej1BvcZcpZT4LEnoja9IULhLuhWwQQL",
+	"w+hGVs7pj/u6Z830KRVzH17QWIDgYP+dte25JoXMZ4jQjTa+N3d2HMCLusGNHDNhiZEV5ErJKVYcOFRK",
+	"uoTHxVRxqCwZGnc4MCXPmdCsrpzV2atoPmFbT/vbUf50ZwH5LEpK3encPKFlNaFPIJhaMUErbqVhf7v/",
+	"zGlSwA4e04o/9u8+hlO2VReQGbOEIgEFY7Aakc4sM8XUdKXNjjuVeJYjMw9/9kdkOjOuCBSQ0O1Ekq6r",
+	"nJO5MhBQNycjE3nbTBHFQhIDEReSqunMk1kWFw7Kwil06YL+2PUHIiZnuJ6DXh0tp4u+W+YcdLZ7rtzs",
+	"cbfCWI6Kzk7HKgB1SR3ddM23aYP1K4/jsrJtimD0el3e1b6cKs9a1yRK1mZ9+uJlQsakm2pWSviSqrlL",
+	"tCRq5k14saosWGpAdSGlMJZY3u5t/Tvd+uXDpyfZy+efk7J0SbGHTSMULlZG1TQ9iGdygQ1VxtsW9UDW",
+	"M3JaBuCQke/sm4niC3v+sFAL9+n29oo6uJvVv12oU5Uog2tZtdWHQR2I+EnfsqvnOJRUD2HIdY1d+/6T",
+	"Dd9/ttH7LzZ6P1K74Lw7hesfH+ySh+vtoIhGSo3dITrWoYJW54NtqMmdF+/jO+68zH/iQMXXZUArnIng",
+	"dQ91L8CBCFAzpoQys3BBaYfkcjqlW5rZHgwrBsIpu8iGQapPZxprJkIExeqU12z+PVRGgEyWf3J/D8Q1",
+	"mxMuSJdmI/A7Q6i8+UN34qoUw/B6Gfmn8KuQXl2Kymtwpr6vlCyyfyrZmELoNXUuobWhn2wb732+/d36",
+	"zDfEmpNNvXy2dkMe3GO9s7wM0PKgrGMR+OoO3tFUMqUqAGZ4NIcowp+YlWSfgoq+yFjssjXWJWItTQQM",
+	"qGKXchX96CqMage/Xs0MoMyN3C8+Baf7+vCCPHY6JxbnGohzVl6do86Bkeszhpq+1adREaxTUBrhMsFY",
+	"oXtoIrjE9sW6AAijbHSztAEA6ffJGatKOrcGGhUDwQvUGstmKW6sH6nJ0+3t2oLBrNi4p5Rqt7+olizz",
+	"1pXX9qwCGuJgbRL9N1S6b6haH0I1Se/CvO/ziXCbn5seCXdn/WvwhxRv2LNaZHrfsTy2K7u86wJHipmZ",
+	"EqwgM4GJosg2niIb+BojPgvw3X9IhvV8+7vN3n+yYftPXmz2/tOnG77/3e+v6wUAcah/GLOPFsa8UvV7",
+	"/KkZAPmMDLxkSSx8SCzQpPt8+7ueS3xeZKpW2fGQluTySqqcAd7MpWXZY2YAAK35ib921wBE07vgS/Fw",
+	"al5KQC6jZfwD0bgF0GSuB/BoJXNNsUsYbUOZCfnmzjO8dMduWX15ngL+xJH+Mc/k84c9w3+EM4MbsPaJ",
+	"ydLW0GtmmiT1ewmmBVXgT0FXX0GZfc3MBiSwmaEbqzIHgPhTeejZFnjZdZBl+2QPAkwN5HCpBqKBHO5A",
+	"WvUiSusufBsrt1I1kCgtMwVNvHDVYBBMGYEOUYXR9SUAeBPudFvOLmZleQmXwNrxX1OsGUNwi+foQXVL",
+	"BAG2NBM3B+u/Bev/L7+56T+S2mq5A2YlFH86LvFNg7wHaYhHcIEVku4i3nWvlTtmnY9b8lYwBXDNdd3G",
+	"DdTMxz7cFGXrr+OCXEB9/TqnbKHTxJk79Em5OlzoaYSS3OWcb5J6PUl9IhYhipb23VMmhH/vQWD/NvJ9",
+	"/KmR8/u5lZybOmTj1skD0nIKR/dz+wXRb2S6PpnGS2uPvmyS7v1TqnfEu/zF4IdvQv61O/3uQkLY9CRE",
+	"qWbJCP855NFhAkPkoIUsQTD0g/2f03zC6vuQYPD7Wr0IFeRvSbiH/WTA/Ec3oK8Xq3rIGEaUCXhH+MJt",
+	"xP+EyMXveJYhXWuNoMdNoCJ/fqPkx4T6cw8GYzJ8cnErm+m0esfflVidqXX5N158P5htbz/LZzNewF/s",
+	"ciCg8NSnASTRDjo7JEq0/Xy569puuOfG9l9slJIRlIuPPsLABxXk8qhg00oaJvL51g9sfgkQt+CohBI9",
+	"vGjcNh4In93kIkOYUKOYg+zCoj9sjkhhUHpMG/L0OZn0MBuuKm0jvnfL725oCUO1o0qGZsBfb41b3Mv2",
+	"uIzLh10jJOOclnZyzfKxhBc9iAxYy91V3iSnP+6H0retAZtNGEM6E+bMcX+PPmCHxzVeFQ9d4+7UfS9s",
+	"X3uOz4usM+UilHVvSQe5f5N+KZX+K9vdPkk6ESly5AgZKIIwqkrOlEs9Ii0keu/Bofbx4ZoVu4EGMXD1",
+	"zSXwB3AJPIBsa0gz3PuQdb62QPsyNdADu7bmezq2nFAHQf0rIJM3YUOjFMHIzy216mKNxYLKILkM8LCX",
+	"tdeyETJHiBHAh9rFOFSU2+mScQU5fz18c7j39uLN8P0x/vFvw/2Tg0PStcJEKvJi+5nPHR3JYu6zeLVl",
+	"7JDb3Y3TvTMSQ13aia/OzO5lmPOKijEqKRqwOQAUjxs/82Zqu4uUcUV0Liu2a3Vlh3jKSr3k7jETagYC",
+	"+UCGFSpnUA4cvoauseBkDM4CrzvRSmjJr5Mi9DXzOvgbj/L7YDx5AQU5wfvwyZ9JDX6YhWt6x+OM8o0a",
+	"dWxqaRve+7NJurerDtn39nDtEpfUR31qu1P0zphR8629K4DSEjKgubrk/MUDr/h4YoiQt6TLzUBwTUbM",
+	"3DImCLA7vCTwm+0FXELkWVwvle/GQvCVLEtNuOl9NYviCxn4p4ApuTIXAEOqugYteL79vOa6XivWAWjI",
+	"8kCXNTO2jAUWxSgA2eVwhV/PIMOr128J5wedfM2AO5fCg3ZDkQzf/UzYTbml894323gN/cHHzjfVH9qD",
+	"6G0b+TU09dpk+7b5GzM6CKBvTgcP4O6McW+/LL8xMp/bg/WXnwbhUuSgs0MGeDFz0Pl82QfPAgLLo2vB",
+	"AWoBgCQX3PBgcg1ESG2qpDKaxNdaIxBWxTT/hRE7WmCu7fHz6Ag9lJ3t7sreX9h8odk/iOl+GPYt7Nk3",
+	"s/h/gVkM+158NbM40qoeN7A9HyBm0h8Ij8qprVVXckTU5B5MbIcYuDMM16ddGqVX2ahigP/ICl9qdkWe",
+	"5VuuzXmEBfhnCLg0YL/vCLmEnfwWdLmXoEsEjRCWlnSFNKSiCrwT6GP396VjY6qBiP4gesgdH3iN4tRq",
+	"Ku0BnSPIxrvirFgEg0BHHdc7GLu5BJspEVcZCBdYaYC3gutqMaTS24UakuCbXoyIuERsHxLx64fwcx51",
+	"cKYBFRfhx7oOf6PXJz95EIKBuGwCKl9mjYqGKchhx678zAdi//zIA99akxHA62idTuNrYnt8YqiA6N1/",
+	"7seBkIoISTQX47LuHq5lYNV3V+x9cbgw34EIaMNckzvh8TnWJhAOGd9fJAqY+IAI0h5dCij/a8SX6nEV",
+	"S9Gk5tq6MuPfQku/gem7OhefnXr6wCJm81CSOzmaTkM1vXsPI60aXSOQ1CS/bzGl/z3Kc9hzL77uS0jf",
+	"p3b9+FPg9Bv4MptEvUtuJ7Rmuu74hfomkdAYCKuOJ6TdI1evxJqYiLC94CttNNLiLm2/5BTJkm9+0d/F",
+	"Lxr2794U1TbHaftefx3ZFOsj32jkC92n908uX9WuaUk/rTntvXhkN5MDO7SQFSIlPkgO3isuCg9WQPnU",
+	"wY+UDKtYHuy/CzG/7mUaFvv7Ip9eZgNxuQr++nvXymXP33pt5sDHV7e6zvqxlpD9vehhqF7I5jVaHxn9",
+	"7//8LzKlBSOjOXFIbxVTW/5a7WLMMiOazh1wXxGcTozmE3JDS465AdZ89a7tHXcHHqwihM7MyJUsS3nL",
+	"fGJfJUHmlPy6Diehe9zbsKjlFlnt3nIYinWGRjUblVxPoFZ0zvpkz0GhW+Gpr3lV2c9Dwh8WHHPVq6Fg",
+	"fg1G7kBkXFKIfQhwYSjIAWfcPaJuziHVLwOjGpY3sk4bl2mkGggfELZrxUV4L2yjSwzxDjgpWC8qS8qL",
+	"bCAcvcmrMD6EV7ZrfMMULROZMg1KyeC6oAO2Ztb+dd3tkrptHBfQMZIjseSoXeEYQ0opr1kxENT0ybG7",
+	"Hsg1gVPHCsKnVthwU853CK3PBu6LQysciLBk3JVUpyUgY9qtBlh/21KC7AfiEne/PxOuR1/EBD67zIKd",
+	"jsV6INGmQBfFQFzeOPyRoeWZl5ZMAXrNh2JAv+OG3MpZWeCU+iTYq2bHkriGotCYgQ5vaH9Lsk/2yhKu",
+	"VeL/dwhDNF/EJvGO1DocjmvACvzGEkYyyrNne6kT2R/C5IUuuBQBKPhhbV7fXUqv+MnuwS2tKaorlTvE",
+	"jd3L3C6NWM9VK3ffuYP/zfZ8ENvzD3BlEagHeIPlUjX+J3KukGnj5MdDXlzcMfSandwwdbD/zudQPZzm",
+	"4cE+WsCL7GIIeetMNysivIKBuP9WDlxmxNBrjzQLIkRCFiVEl+wRggs2Hmo2SCCQ/uyGuTJwtiv3yIlQ",
+	"Zw5TU68//G8xM5EIxxOdKiIk1FvDw261YC/BRRByKLt6Vm7zfEIatwbqGnLKw5HYzxr4PKCFIHjs39+e",
+	"7P9weIDpo9R5Tqe9nQiQMbOTA6e60mCaA7iU1XVcoXKAyuXOMw4UCkZ9zhGqKvB0J74iJD7cmYFAPSAg",
+	"C5OzeLTeyS6F0x+V2/XLXko2XCQI8A+DRRGWlTV2ZJd4IV7k02H85DJSeeTM5PJPkpnzPxtbaFmlhBxG",
+	"f86Biwh5myGDAPiKmi1gjeBQzPFBufENU/xq/pAMeCuBVbeI9RZjbKCtY2ZKtDBt41Hj8UAsne8fYUp/",
+	"SKSZ6HTDqoRj7U+xy2KalX8SuIk/wqE8BdyVhfR9IW9/47lyON79OZ2Wq66rn1RM7J0ebUaEvtEYSWsB",
+	"Ws+1S54FwPJELeA0RS5/uhI3/QtIsbk1C1i7XIcR+P6jvQgLmMReq0qas+lKSHTEkug28CPiW+bO02NV",
+	"KKuL1q4U528YiFBWwvMb7eoHZmQU8NUzlxAQ5xkhlj4XBfs4EGCfO/0M2V4wrnt9cmKNaAx/s2YpQ6kd",
+	"jICHGAo1tKPaulipLpdQqUCxIvPKEyLTAhf9RQo2EFRfW2t+z6UDeO+BnBnv1bG/YdQEyr5JomeVNe6t",
+	"6e4sZ1bAAmT1VRaohhpnbdq2LutCgghah+4T73OKCnZ098+P/Ka433p2A1BhhSoJlSzleE40G9uVGQgE",
+	"Jo6y47uhNanIlH7k09nUP4NEUCMl0VNalj0cRwgZeXDOf51JQ3XaB+QzIII+TUpGb9hAlFCAI1QpCWMQ",
+	"5NKtlu57TyTpSnAzgY8jXDuCnej1CdjtUY5/WFzoqc7gmBkymsGbVyUdj1mxMxCXUVVH+HqHAMbeJelS",
+	"0ty1Bq4rahYDAWhYatrLyKWfwg7UN760JCtY7Si0r/xsF6rZz0Akax/DHSv7AD6xszyj4hpcOzjJetwZ",
+	"ZNCIyCXpR+KyQ2wzU6kNUVJOMVsHtpMpt2UDAefRkUhcEMbSfxjFIw1XqW0rvbrphpEVbTgsuntt8QId",
+	"bgikiQyEpfaScuHwGWkRBDjVUtRWUNyItd2gDXsIB0LOTFte4GnN6da+Rv1Iu1o6rWVyfCGdtiyXqIBb",
+	"exQiLuL3lersfGopORBKla6dnJOu5dvWQ1T9dMP0n9Xt3huAuC92vUEzTeqxm0uovsYLoU7woIhc4PGt",
+	"dQ/i6rH1QJawPtfsGiVge0X+OrXNl/1tclHueaiTcpZ1KiquWRHUb9sBvmxkayWJKC9380ltzAvsUFcs",
+	"sOUzqwfykDm9gRe1wh5RUSBKeawi/TFtmN/JJlkR2P4J6BgUUqscOxVmLP+WQD9a0ojbgeCW866ZMIj4",
+	"Hgky0BzRrakgclnX2wKkK6wfZXXqplcSjp28umIKPBZdLhaIu2AKwwyUuKkSeQUif9onr3gJbllBlZK3",
+	"je6gNHt0yO1whCRTq/xyMR4IfDHWZK16C5rOFTSL7/oiQZ6v+AM/EF6/Rf2icJpko0g/uXTs5NIBKLkm",
+	"e31ySsdeMx/NmxpBOsF/EXrtdysBctiAv9e7RLGKoceZhCaAV7noKBbVq0ooSohawCaliNYqnRgD5YMi",
+	"cYRfPdneThWTn5cOaXraeXDZGlVJ72wCAfan01Y2kPDJ1Gk99EDgXyBLY93An+GGSmDHlaFV4mysWr47",
+	"i3bESNfrB545uLBK774VgP2GHhNlvgNzx+XeM0bx0cwwjRn93YopqBQlckYMXzEq+3AjYvzwlXAR17nv",
+	"UzPLP3Sec8va3Dumw54glxHvvPTiC+NsCcCRRSSRrgSnkpwZzZ2djzAp1hDMZcUwFfUrqDBNIUdorqTW",
+	"tU9sHUXmLiDEV8u3+ZoVD5yHAFOdSqoNkSNMpeqF+2UDMZovLCsThBd94qrf1sHxcJEP1QhwHoEzzTIZ",
+	"h6fh3Pffu48v23SAV3bSXx9Y8X+rBlAXH99ABPoi6u2NNiFC/xgseGN8y2+M90/FeH/07Go9josgQr/c",
+	"iS8GlxxDgZpKSSg7zR1qphgD8FefHINtZOQMNKqCVUwUTOScJeKyr5l543p/wPPwlt8wwbRu81REU6El",
+	"v2H3G9wKva+IZ8FtkfYdwJVnwqVAhjWdk3zC8mtSgYTdIadSm7FimihG8wnqwLgIAzHlY9enDx5l5Hjv",
+	"4pzkUgiWG1b0yYvtZyTkAjmrH1xU0M0jvIw5K+EKz9xa49D7FeUlgxxUMNNdGV5pz0yjNrA7Di3wZme4",
+	"BA9IBrYH3kYH0D0Euqx28EUM8T6hxFaOdc8jt0rBlokBt6O/kibr5tuIEj5WN14dmamys9N5DFkd7oNF",
+	"IvV0nkG8B1oPIRd/CYNwo1l51a8laNTrsmpyUac8zdFWwNrfpAt8sNcn+3GWiMJiLwxi9FD3e04AWhcL",
+	"EBJqiGI6gj0M5eUyUsrxGFOIWT6RmHjGoCw40uuyUpMasEMRdpn/i2jCYRkyB2nu0gOrZqb7zkB8gvhX",
+	"Ppyp8vMXXN7rk71QzNsly5/+uL9L4iz8GFKsaMzRK93L04sgMILusAOy8aNhGPMdMZB+zYWo5w1xRn9B",
+	"hxsP8NuKu4zbZBmHxqB7r0/2mjfL6eKl2YWr8JgKiYXLAUvCNO+mhxzD8EEI7+7GGUrR3UQIlRolIezo",
+	"aTy6cI/32fvkJxeMaEBy1hQ7ECXNr/HOCSwxLRfnMlbUMmpIwrUiFtPb/f37xrbVvonljftpIknBMbu7",
+	"tQh8wCfw1d+vWWXQsAFszYOji+HZ4cXh8cXRybE7gsDse41xYHnk5TGAvUPqUqOy0qSgejKS1KOvhEyO",
+	"nYXiFMEBzRWmYoBjljP8rA4R19PQmVd/cLZx1R5yMWFz9NbqVlQYLrambCrVHHM34ks7mSPL0dwOpiyh",
+	"ommNrk8FmYkggRt6oxWQmJcJtig4nwaioIaSKVXWjrTWY8kuGyuKytrnD5//XwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

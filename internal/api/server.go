@@ -21,6 +21,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/fleet"
 	"github.com/dcm-project/storage-gateway/internal/forwarding"
 	"github.com/dcm-project/storage-gateway/internal/metrics"
+	"github.com/dcm-project/storage-gateway/internal/snapshots"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
@@ -70,6 +71,8 @@ type Options struct {
 	Environments *environments.Service
 	// Volumes serves DCM's storage contract for every environment.
 	Volumes *volumes.Service
+	// Snapshots serve the snapshots of volumes (beside DCM's contract).
+	Snapshots *snapshots.Service
 	// Fleet answers the fleet views of StorageClasses.
 	Fleet *fleet.Index
 	// StartTime is when the gateway started (provider health reports uptime).

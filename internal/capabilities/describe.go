@@ -143,7 +143,7 @@ func Describe(objs Objects, overrides Overrides) []Class {
 		if d, ok := drivers[sc.Provisioner]; ok {
 			c.CSIDriver = driverFacts(d)
 		}
-		c.Snapshots, c.SnapshotClasses = snapshotSupport(objs, sc.Provisioner)
+		c.Snapshots, c.SnapshotClasses = SnapshotSupport(objs, sc.Provisioner)
 		if !objs.TiersDenied {
 			c.Tiers = []string{}
 			for _, t := range objs.Tiers {
@@ -158,9 +158,9 @@ func Describe(objs Objects, overrides Overrides) []Class {
 	return out
 }
 
-// snapshotSupport says whether driver's volumes can be snapshotted, and
+// SnapshotSupport says whether driver's volumes can be snapshotted, and
 // through which VolumeSnapshotClasses (its default first, then by name).
-func snapshotSupport(objs Objects, driver string) (Support, []string) {
+func SnapshotSupport(objs Objects, driver string) (Support, []string) {
 	if objs.SnapshotClassesDenied {
 		return Unknown, nil
 	}

@@ -161,9 +161,9 @@ func (c *volumeClient) waitRunning(cmd *cobra.Command, client *api.ClientWithRes
 		switch {
 		case v == nil:
 			return false, problemError(cmd, resp.HTTPResponse, resp.Body)
-		case v.Status == api.RUNNING:
+		case v.Status == api.VolumeStatusRUNNING:
 			return true, c.printVolume(cmd, resp.HTTPResponse, resp.Body, v)
-		case v.Status == api.FAILED:
+		case v.Status == api.VolumeStatusFAILED:
 			return false, fmt.Errorf("volume %s FAILED: %s", id, v.StatusMessage)
 		}
 		return false, &notYet{id: id, status: v.Status, message: v.StatusMessage, wait: wait}

@@ -85,9 +85,13 @@ func TestPoolClientsBoundTheirAnswers(t *testing.T) {
 // client accepted, so only in theory) fails every write with the reason
 // rather than leaving the caller without a client.
 func TestAWriteClientThatCannotBeBuiltFailsItsWrites(t *testing.T) {
-	core, _ := newWriteClient(Target{EnvironmentID: "broken", Connection: kubeconfig.Connection{Server: "https://127.0.0.1:1", CAData: []byte("not a certificate")}}, ClientOptions{})
+	core, snapshots, _ := newWriteClients(Target{EnvironmentID: "broken", Connection: kubeconfig.Connection{Server: "https://127.0.0.1:1", CAData: []byte("not a certificate")}}, ClientOptions{})
 	_, err := core.PersistentVolumeClaims("dcm").Get(t.Context(), "v", metav1.GetOptions{})
 	if err == nil || !strings.Contains(err.Error(), "build cluster client") {
 		t.Fatalf("write through a client that could not be built: %v; want the reason", err)
+	}
+	_, err = snapshots.VolumeSnapshots("dcm").Get(t.Context(), "s", metav1.GetOptions{})
+	if err == nil || !strings.Contains(err.Error(), "build cluster client") {
+		t.Fatalf("snapshot write through a client that could not be built: %v; want the reason", err)
 	}
 }

@@ -1,6 +1,8 @@
 package clusters
 
 import (
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotv1client "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/typed/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -10,7 +12,7 @@ import (
 
 // Live is one environment's live cluster as the parts that serve its
 // volumes use it: its health, the caches of its claims, classes and
-// warnings, and a client for writes. *Cluster is the implementation;
+// warnings and snapshots, and clients for writes. *Cluster is the implementation;
 // clusterstest.Fake stands in for it where only these answers matter (the
 // decisions taken on them).
 type Live interface {
@@ -32,6 +34,11 @@ type Live interface {
 	// objects (see Cluster.StorageObjects).
 	StorageSynced() bool
 	StorageObjects() capabilities.Objects
+	// FollowSnapshots, Snapshot and SnapshotClient serve the snapshots
+	// of the environment's volumes (see Cluster.FollowSnapshots).
+	FollowSnapshots()
+	Snapshot(namespace, name string) (snap *snapshotv1.VolumeSnapshot, found, synced bool)
+	SnapshotClient() snapshotv1client.SnapshotV1Interface
 }
 
 var _ Live = (*Cluster)(nil)

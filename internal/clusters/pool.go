@@ -234,6 +234,9 @@ const (
 	// (a watch, a list, a write, a health check) with 401 or 403 — its
 	// credentials may have lost permissions, which only a probe can tell.
 	AccessDenied
+	// SnapshotChanged: a VolumeSnapshot the gateway made in the
+	// environment changed (see Cluster.FollowSnapshots).
+	SnapshotChanged
 )
 
 // Change is a notice the pool publishes: what changed, not to what. Equal
@@ -495,6 +498,11 @@ func (p *Pool) report(environmentID string, h Health) {
 // equal notices waiting in a subscriber's queue merge.
 func (p *Pool) accessDenied(environmentID string) {
 	p.changes.Publish(Change{Kind: AccessDenied, EnvironmentID: environmentID})
+}
+
+// snapshotChanged is called from the snapshot informers' goroutines.
+func (p *Pool) snapshotChanged(environmentID string) {
+	p.changes.Publish(Change{Kind: SnapshotChanged, EnvironmentID: environmentID})
 }
 
 // storageChanged is called from informer goroutines, often in bursts:

@@ -80,6 +80,8 @@ type caches struct {
 	// snapshotClasses and tiers (VolumeAttributesClasses) are listed where
 	// the gateway may read them.
 	snapshotClasses, tiers *listed
+	// snapshots are the gateway's VolumeSnapshots, once followed.
+	snapshots *snapshotCaches
 	// running holds every informer's goroutine, the warnings' too.
 	running sync.WaitGroup
 }
@@ -126,10 +128,14 @@ func newCacheClients(cfg *rest.Config, client *http.Client) (cacheClients, error
 
 // newCaches sets up the informers without starting them; onStorage is
 // called after every change to a cached StorageClass, CSIDriver or
-// CSIStorageCapacity, from an informer or listing goroutine. CSIDrivers and
-// CSIStorageCapacities are listed again every factsInterval.
-func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, onStorage func(), factsInterval time.Duration) *caches {
+// CSIStorageCapacity, from an informer or listing goroutine, and
+// onSnapshot after every change to a followed VolumeSnapshot. CSIDrivers
+// and CSIStorageCapacities are listed again every factsInterval.
+func newCaches(client cacheClients, namespaces []string, logger *slog.Logger, onStorage, onSnapshot func(), factsInterval time.Duration) *caches {
 	c := &caches{client: client, namespaces: namespaces, byNamespace: map[string]namespaceCaches{}, facts: &facts{interval: factsInterval}}
+	c.snapshots = &snapshotCaches{namespaces: namespaces, newInformer: func(ns string) *informer {
+		return newSnapshotInformer(client, ns, onSnapshot, logCacheFailure(logger, "volumesnapshots in "+ns))
+	}}
 	add := func(name string, lw *cache.ListWatch, example runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) *informer {
 		inf := newInformer(informerOptions{name: name, lw: cache.ToListWatcherWithWatchListSemantics(lw, client.core), example: example,
 			indexers: indexers, handler: handler, onError: logCacheFailure(logger, name)})
@@ -307,6 +313,7 @@ func (c *caches) start(ctx context.Context) {
 	for _, inf := range c.informers {
 		c.running.Go(func() { inf.run(ctx) })
 	}
+	c.snapshots.start(ctx, &c.running)
 	c.started.Store(true)
 	c.refreshFacts(ctx)
 }
@@ -327,7 +334,10 @@ func (c *caches) refreshFacts(ctx context.Context) {
 }
 
 // shutdown waits for the informers to exit; their context must be done.
-func (c *caches) shutdown() { c.running.Wait() }
+func (c *caches) shutdown() {
+	c.snapshots.close()
+	c.running.Wait()
+}
 
 // unsynced names the caches that have not synced yet.
 func (c *caches) unsynced() []string {

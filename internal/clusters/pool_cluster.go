@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	snapshotv1client "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/typed/volumesnapshot/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -98,7 +99,8 @@ func (p *Pool) newCluster(t Target) (*Cluster, error) {
 	c.checks = forUse(shared, p.clientOptions(t, "health", p.opts.HealthTimeout, maxResponseBytes))
 	c.writes.opts = p.clientOptions(t, "write", requestTimeout, maxResponseBytes)
 	onStorage := func() { p.storageChanged(t.EnvironmentID) }
-	c.caches = newCaches(watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, p.opts.FactsInterval)
+	onSnapshot := func() { p.snapshotChanged(t.EnvironmentID) }
+	c.caches = newCaches(watch, t.Namespaces, p.opts.Logger.With("environment", t.EnvironmentID), onStorage, onSnapshot, p.opts.FactsInterval)
 	c.tracker = tracker{threshold: p.opts.FailureThreshold, syncSlots: p.opts.ConcurrentSyncs, syncTimeout: p.opts.SyncTimeout, caches: c.caches.count()}
 	c.health = Health{State: HealthPending, Message: msgAwaitingServer}
 	return c, nil
@@ -124,15 +126,17 @@ func (p *Pool) clientOptions(t Target, use string, timeout time.Duration, maxByt
 // requestTimeout, over connections of its own, apart from conns so a write
 // in flight outlives closeAll.
 type writeClient struct {
-	opts ClientOptions
-	mu   sync.Mutex
-	core corev1client.CoreV1Interface // nil until the first write
-	http *http.Client
+	opts      ClientOptions
+	mu        sync.Mutex
+	core      corev1client.CoreV1Interface // nil until the first write
+	snapshots snapshotv1client.SnapshotV1Interface
+	http      *http.Client
 }
 
 // Client is for writes (PVC create, patch, delete); each request is bounded
 // by requestTimeout as well as by its context. It is the core API group's
-// client alone: the gateway writes only claims (see newHTTPClient). It is
+// client alone: the gateway writes claims, and snapshots through
+// SnapshotClient over the same connections (see newHTTPClient). It is
 // built at the first write, not with the cluster: most environments are
 // written to rarely, and a fleet started or registered at once need not
 // build a transport and parse a CA for each before any write.
@@ -141,25 +145,26 @@ func (c *Cluster) Client() corev1client.CoreV1Interface {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.core == nil {
-		w.core, w.http = newWriteClient(c.target, w.opts)
+		w.core, w.snapshots, w.http = newWriteClients(c.target, w.opts)
 	}
 	return w.core
 }
 
-// newWriteClient builds the client Client returns. The same connection
-// settings built the cluster's shared client already, so this cannot fail
-// in practice; if it does, every write fails with the reason.
-func newWriteClient(t Target, opts ClientOptions) (corev1client.CoreV1Interface, *http.Client) {
+// newWriteClients builds the clients Client and SnapshotClient return. The
+// same connection settings built the cluster's shared client already, so
+// this cannot fail in practice; if it does, every write fails with the
+// reason.
+func newWriteClients(t Target, opts ClientOptions) (corev1client.CoreV1Interface, snapshotv1client.SnapshotV1Interface, *http.Client) {
 	cfg, hc, err := newHTTPClient(t.Connection, opts)
 	if err == nil {
-		var core corev1client.CoreV1Interface
-		if core, err = corev1client.NewForConfigAndClient(cfg, hc); err == nil {
-			return core, hc
+		var clients cacheClients
+		if clients, err = newCacheClients(cfg, hc); err == nil {
+			return clients.core, clients.snapshots, hc
 		}
 	}
 	failing := &http.Client{Transport: failedTransport{err: fmt.Errorf("build cluster client: %w", err)}}
-	core, _ := corev1client.NewForConfigAndClient(&rest.Config{Host: t.Connection.Server}, failing)
-	return core, failing
+	clients, _ := newCacheClients(&rest.Config{Host: t.Connection.Server}, failing)
+	return clients.core, clients.snapshots, failing
 }
 
 // failedTransport fails every request with err.

@@ -86,11 +86,16 @@ func RequiredPermissions(namespaces []string) []Permission {
 // without (the probe does not ask for it): listing the ResourceQuotas of
 // its namespaces, for placement's quota headroom, and the cluster's
 // VolumeSnapshotClasses and VolumeAttributesClasses, for which classes can
-// be snapshotted and which performance tiers exist (each unknown without).
+// be snapshotted and which performance tiers exist (each unknown without);
+// and the VolumeSnapshots of its namespaces, which the snapshot API makes
+// (refused with the cluster's answer without).
 func OptionalPermissions(namespaces []string) []Permission {
-	perms := make([]Permission, len(namespaces), len(namespaces)+2)
-	for i, ns := range namespaces {
-		perms[i] = Permission{Verb: "list", Resource: "resourcequotas", Namespace: ns}
+	perms := make([]Permission, 0, 6*len(namespaces)+2)
+	for _, ns := range namespaces {
+		perms = append(perms, Permission{Verb: "list", Resource: "resourcequotas", Namespace: ns})
+		for _, verb := range []string{"create", "get", "list", "watch", "delete"} {
+			perms = append(perms, Permission{Verb: verb, Group: "snapshot.storage.k8s.io", Resource: "volumesnapshots", Namespace: ns})
+		}
 	}
 	return append(perms,
 		Permission{Verb: "list", Group: "snapshot.storage.k8s.io", Resource: "volumesnapshotclasses"},

@@ -3,14 +3,16 @@
 // them in order under one deadline. `storage-gateway serve` and the
 // in-process end-to-end tests both call it; nothing else wires parts
 // together. It owns no table; each table's owner is named in its package's
-// doc (environments, volumes, status, outbox, fleet, auth, membership).
+// doc (environments, volumes, snapshots, status, outbox, fleet, auth,
+// membership).
 //
 // The runtime graph — who publishes, who subscribes:
 //
 //	clusters.Pool ── health, storage changes ──► environments.Connector (records reachability)
 //	                                          ├► fleet.Feed (classes, staleness)
 //	                                          ├► dcm.Registrar (capacity known: register)
-//	                                          └► volume reconciler (ready and synced: reconcile)
+//	                                          ├► volume reconciler (ready and synced: reconcile)
+//	                                          └► snapshot reconciler (health, snapshot changes)
 //	environments.Service ── registered, updated, deleted ──► environments.Connector (the pool follows)
 //	  (here at once; on every replica through its Watch)
 //	                                                      ├► fleet.Feed (environments)
@@ -23,12 +25,12 @@
 //	                                       └► dcm.Registrar (register what it owns)
 //	informers ► status.Follower ► status.Tracker ► outbox (with the record) ► outbox.Relay ► NATS
 //
-// The connector's connecting, the probes, the volume reconciler, the fleet
-// feed and the DCM registrar are reconcilers on internal/controller (a
+// The connector's connecting, the probes, the volume and snapshot
+// reconcilers, the fleet feed and the DCM registrar are reconcilers on internal/controller (a
 // keyed work queue). Background workers, each started and stopped here: the
 // membership (heartbeat and rebalance), the registry watch, the connector,
 // the probe reconciler, the status follower's sweep, the outbox relay, the
-// volume reconciler, the fleet feed, the key-ring and token reloader
+// volume and snapshot reconcilers, the fleet feed, the key-ring and token reloader
 // (SIGHUP), audit pruning and, when configured, the DCM registrar. The
 // hot paths' writes — a create's intent, its claim with the first status
 // and event, every request's audit row — go through one postgres.Group, so

@@ -28,6 +28,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/secrets"
+	"github.com/dcm-project/storage-gateway/internal/snapshots"
 	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/internal/version"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
@@ -131,8 +132,11 @@ type Gateway struct {
 	follower   *status.Follower
 	volumes    *volumes.Service
 	reconciler *controller.Controller
-	listener   net.Listener
-	server     *http.Server
+	snapshots  *snapshots.Service
+	// snapshotReconciler keeps the snapshots' records current.
+	snapshotReconciler *controller.Controller
+	listener           net.Listener
+	server             *http.Server
 }
 
 // New builds every part: it connects to Postgres (migrating it when
@@ -217,6 +221,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Group: g.writes, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Leases: g.membership,
 		WriteTimeout: cfg.ClusterWriteTimeout})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
+	g.snapshots = snapshots.NewService(snapshots.Options{DB: g.db, Group: g.writes, Volumes: g.volumes, Environments: g.registry,
+		Clusters: g.clusters, Logger: g.log, WriteTimeout: cfg.ClusterWriteTimeout})
+	g.snapshotReconciler = g.snapshots.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newRegistrar(); err != nil {
 		return nil, err
 	}
@@ -329,6 +336,7 @@ func (g *Gateway) newServer(ctx context.Context, metrics *prometheus.Registry) e
 		FleetMetrics:        []prometheus.Gatherer{g.registry.Metrics(), g.index.Metrics(), g.volumes.Metrics()},
 		Environments:        g.registry,
 		Volumes:             g.volumes,
+		Snapshots:           g.snapshots,
 		Fleet:               g.index,
 		StartTime:           g.startTime,
 		HealthUnhealthyCode: cfg.HealthUnhealthyCode,

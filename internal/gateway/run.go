@@ -107,6 +107,7 @@ func (g *Gateway) workers() []*worker {
 		{name: "probes", run: g.probes.Run, started: g.probes.Started},
 		{name: "outbox relay", run: g.relay.Run},
 		{name: "volume reconciler", run: g.reconciler.Run, started: g.reconciler.Started},
+		{name: "snapshot reconciler", run: g.snapshotReconciler.Run, started: g.snapshotReconciler.Started},
 		{name: "fleet feed", run: g.feed.Run, started: g.feed.Started},
 		{name: "reloader", run: g.reloadOnRequest},
 		{name: "audit retention", run: g.audit.Run},

@@ -161,7 +161,7 @@ func (f *Follower) observeObject(ctx context.Context, envID string, obj any) {
 func (f *Follower) observe(envID string, c *clusters.Cluster, pvc *corev1.PersistentVolumeClaim) {
 	st, msg, warnings := OfClaim(c, pvc)
 	if failingFor(pvc, warnings) > f.provisioningTimeout {
-		st, msg = Failed, "provisioning kept failing for more than "+f.provisioningTimeout.String()+": "+clean(warnings[0].Message)
+		st, msg = Failed, "provisioning kept failing for more than "+f.provisioningTimeout.String()+": "+Clean(warnings[0].Message)
 	}
 	f.tracker.Observe(Observation{EnvironmentID: envID, VolumeID: pvc.Name, Status: st, Message: msg, VolumeName: pvc.Spec.VolumeName})
 }

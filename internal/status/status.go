@@ -64,7 +64,7 @@ func bound(pvc *corev1.PersistentVolumeClaim) (Status, string) {
 
 func pending(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, warnings []*corev1.Event) (Status, string) {
 	if len(warnings) > 0 {
-		return Provisioning, warningPrefix + clean(warnings[0].Reason+": "+warnings[0].Message)
+		return Provisioning, warningPrefix + Clean(warnings[0].Reason+": "+warnings[0].Message)
 	}
 	if class != nil && class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer &&
 		pvc.Annotations[selectedNodeAnnotation] == "" {
@@ -77,8 +77,9 @@ func pending(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, w
 // events in the namespace can write, reaches DCM.
 const maxEventText = 256
 
-// clean makes event text safe to show: printable characters only, bounded.
-func clean(s string) string {
+// Clean makes text others wrote (an event, a driver's error) safe to
+// show: printable characters only, bounded.
+func Clean(s string) string {
 	out := strings.Map(func(r rune) rune {
 		if unicode.IsPrint(r) {
 			return r

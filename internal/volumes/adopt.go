@@ -62,7 +62,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 		}
 		namespaces = []string{namespace}
 	}
-	cluster, lease, err := s.readable(envID)
+	cluster, lease, err := s.Readable(envID)
 	if err != nil {
 		return Adoption{}, err
 	}
@@ -347,7 +347,7 @@ func (s *Service) Served(ctx context.Context, envID string, ids []string) (recor
 	if err != nil {
 		return nil, nil, err
 	}
-	cluster, _, err := s.readable(envID)
+	cluster, _, err := s.Readable(envID)
 	if err != nil {
 		return nil, nil, err
 	}

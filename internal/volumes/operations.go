@@ -27,7 +27,7 @@ func (s *Service) Get(ctx context.Context, envID, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, err
 	}
-	cluster, _, err := s.readable(envID)
+	cluster, _, err := s.Readable(envID)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -85,7 +85,7 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 	if err != nil {
 		return Page{}, err
 	}
-	cluster, _, err := s.readable(envID)
+	cluster, _, err := s.Readable(envID)
 	if err != nil {
 		return Page{}, err
 	}
@@ -120,7 +120,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, err
 	}
-	cluster, lease, err := s.writable(envID)
+	cluster, lease, err := s.Writable(envID)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -172,7 +172,7 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil {
 		return err
 	}
-	cluster, lease, err := s.writable(envID)
+	cluster, lease, err := s.Writable(envID)
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func (s *Service) ReconcileEnvironment(ctx context.Context, envID string) {
 }
 
 func (s *Service) reconcile(ctx context.Context, envID string) error {
-	cluster, lease, err := s.writable(envID)
+	cluster, lease, err := s.Writable(envID)
 	if err != nil {
 		if _, connected := s.clusters.Live(envID); !connected {
 			s.counted.Lock()

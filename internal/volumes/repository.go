@@ -45,11 +45,6 @@ type record struct {
 	VolumeName string
 }
 
-// agentKey is a remembered environment-agent request.
-type agentKey struct {
-	Key, RequestSHA256, VolumeID string
-}
-
 // repository is the volumes' queries; the writes on a create's path go
 // through group.
 type repository struct {
@@ -88,17 +83,13 @@ func (r *repository) get(ctx context.Context, env, id string) (record, error) {
 // statement's lock holds to the commit) and by the environment's
 // generation the spec was resolved under; either fence failing writes
 // nothing and returns errNotWritten.
-func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lease membership.Lease, generation int64) error {
+func (r *repository) insert(ctx context.Context, rec *record, key *Key, lease membership.Lease, generation int64) error {
 	spec, err := json.Marshal(rec.Spec)
 	if err != nil {
 		return err
 	}
 	err = r.group.Do(ctx, func(b postgres.Batch) {
-		if key != nil {
-			b.Queue(nil, `INSERT INTO idempotency_keys (environment_id, key, request_sha256, volume_id)
-				SELECT $1, $2, $3, $4 WHERE `+membership.FenceSQL("$1::text", "$5", "$6")+` AND `+environments.GenerationSQL("$1::text", "$7"),
-				rec.EnvironmentID, key.Key, key.RequestSHA256, rec.ID, lease.Epoch, lease.Incarnation, generation)
-		}
+		QueueKey(b, rec.EnvironmentID, key, lease, generation)
 		b.Queue(func(row pgx.Row) error { return row.Scan(&rec.CreateTime, &rec.UpdateTime) },
 			`INSERT INTO volumes (environment_id, id, namespace, spec, status, status_message)
 				SELECT $1, $2, $3, $4, $5, $6 WHERE `+membership.FenceSQL("$1::text", "$7", "$8")+` AND `+environments.GenerationSQL("$1::text", "$9")+
@@ -115,22 +106,6 @@ func (r *repository) insert(ctx context.Context, rec *record, key *agentKey, lea
 		return errNoEnvironment
 	}
 	return err
-}
-
-func (r *repository) idempotencyKey(ctx context.Context, env, key string) (agentKey, bool, error) {
-	k := agentKey{Key: key}
-	err := r.db.QueryRow(ctx, `SELECT request_sha256, volume_id FROM idempotency_keys WHERE environment_id = $1 AND key = $2`,
-		env, key).Scan(&k.RequestSHA256, &k.VolumeID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return k, false, nil
-	}
-	return k, err == nil, err
-}
-
-// purgeKeys forgets every idempotency key older than age.
-func (r *repository) purgeKeys(ctx context.Context, age time.Duration) (int64, error) {
-	tag, err := r.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE create_time < now() - $1::interval`, age.String())
-	return tag.RowsAffected(), err
 }
 
 // withLiveVolumes returns which of envs have a volume not yet DELETED.

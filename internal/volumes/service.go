@@ -2,8 +2,6 @@ package volumes
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -113,11 +110,11 @@ func (s *Service) Create(ctx context.Context, envID, id, idempotencyKey string, 
 		return Volume{}, false, err
 	}
 	requestedID := id
-	key, err := s.identify(ctx, envID, &id, idempotencyKey, req)
+	key, err := Identify(ctx, s.repo.db, envID, &id, idempotencyKey, req)
 	if err != nil {
 		return Volume{}, false, err
 	}
-	cluster, lease, err := s.writable(envID)
+	cluster, lease, err := s.Writable(envID)
 	if err != nil {
 		return Volume{}, false, err
 	}
@@ -170,7 +167,7 @@ func (s *Service) environment(ctx context.Context, id string) (environment, erro
 // volume has a record already. A request the environment cannot serve is
 // refused only once it is known not to be a replay of an existing volume,
 // which is answered whatever the environment's settings are now.
-func (s *Service) createNew(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, id string, key *agentKey, req Request) (Volume, error) {
+func (s *Service) createNew(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, id string, key *Key, req Request) (Volume, error) {
 	spec, err := resolve(env, cluster, req)
 	if err != nil {
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
@@ -212,34 +209,6 @@ func (s *Service) notWritten(ctx context.Context, env environment, lease members
 		return errStaleSpec
 	}
 	return lease.Lost()
-}
-
-// identify settles the volume id: the one given, or the one an earlier
-// request with the same idempotency key created, or a new one (returned with
-// the key to store alongside the record).
-func (s *Service) identify(ctx context.Context, envID string, id *string, idempotencyKey string, req Request) (*agentKey, error) {
-	if *id != "" {
-		return nil, ValidateID(*id)
-	}
-	if idempotencyKey == "" {
-		return nil, fault.Invalid("id", "either the id query parameter or an Idempotency-Key header is required")
-	}
-	sum := sha256.Sum256(mustJSON(req))
-	hash := hex.EncodeToString(sum[:])
-	known, found, err := s.repo.idempotencyKey(ctx, envID, idempotencyKey)
-	if err != nil {
-		return nil, err
-	}
-	if found {
-		if known.RequestSHA256 != hash {
-			return nil, &fault.Error{Kind: fault.FailedPrecondition, Field: "Idempotency-Key",
-				Detail: "was used before with a different request"}
-		}
-		*id = known.VolumeID
-		return nil, nil
-	}
-	*id = uuid.NewString()
-	return &agentKey{Key: idempotencyKey, RequestSHA256: hash, VolumeID: *id}, nil
 }
 
 // replay answers a create for a volume that has a record: the same spec
@@ -310,7 +279,7 @@ func (s *Service) createClaim(ctx context.Context, env environment, cluster clus
 	}
 	if err != nil {
 		ferr := kubernetesError(err, "create the claim")
-		if refusedForGood(ferr) {
+		if RefusedForGood(ferr) {
 			s.forget(ctx, lease, rec)
 		}
 		return Volume{}, ferr
@@ -348,11 +317,11 @@ func (s *Service) recordClaim(ctx context.Context, env environment, lease member
 	return live, &first, nil
 }
 
-// refusedForGood reports whether the cluster's answer to a create (as
-// kubernetesError classified it) means the claim will never be made as
+// RefusedForGood reports whether the cluster's answer to a create (as
+// KubernetesError classified it) means the object will never be made as
 // recorded: the record goes. An unknown outcome (no answer, an internal
 // error) keeps it, for a retry or the reconciler to complete.
-func refusedForGood(err error) bool {
+func RefusedForGood(err error) bool {
 	return fault.Is(err, fault.InvalidArgument) || fault.Is(err, fault.Conflict) || fault.Is(err, fault.FailedPrecondition)
 }
 
@@ -455,10 +424,10 @@ func fromRecord(rec record) Volume {
 		Message: rec.Message, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime, VolumeName: rec.VolumeName}
 }
 
-// writable returns the environment's cluster if writes can reach it now,
-// and this replica's lease on it (see readable).
-func (s *Service) writable(envID string) (clusters.Live, membership.Lease, error) {
-	cluster, lease, err := s.readable(envID)
+// Writable returns the environment's cluster if writes can reach it now,
+// and this replica's lease on it (see Readable).
+func (s *Service) Writable(envID string) (clusters.Live, membership.Lease, error) {
+	cluster, lease, err := s.Readable(envID)
 	if err != nil {
 		return nil, lease, err
 	}
@@ -468,12 +437,12 @@ func (s *Service) writable(envID string) (clusters.Live, membership.Lease, error
 	return cluster, lease, nil
 }
 
-// readable returns the environment's cluster if this replica owns the
+// Readable returns the environment's cluster if this replica owns the
 // environment and its caches can answer, with the lease it holds: taken
 // once, where a use case starts, and handed down to every write the use
 // case makes, so they are all fenced by the one ownership the use case
 // began under (a lapse and regain meanwhile refuses them).
-func (s *Service) readable(envID string) (clusters.Live, membership.Lease, error) {
+func (s *Service) Readable(envID string) (clusters.Live, membership.Lease, error) {
 	lease, err := s.leases.Lease(envID)
 	if err != nil {
 		return nil, lease, err

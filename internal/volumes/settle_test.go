@@ -137,8 +137,8 @@ func TestOnlyARefusalForGoodDropsACreatesRecord(t *testing.T) {
 		{"unclassified", errors.New("connection reset"), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := refusedForGood(kubernetesError(tt.err, "create the claim")); got != tt.forGood {
-				t.Fatalf("refusedForGood = %v, want %v", got, tt.forGood)
+			if got := RefusedForGood(kubernetesError(tt.err, "create the claim")); got != tt.forGood {
+				t.Fatalf("RefusedForGood = %v, want %v", got, tt.forGood)
 			}
 		})
 	}

@@ -357,7 +357,7 @@ func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces [
 }
 
 // grantNamespace gives subject what the gateway needs in namespace ns:
-// claims, their events and quotas.
+// claims, their events, quotas and snapshots.
 func grantNamespace(ctx context.Context, client kubernetes.Interface, ns string, subject []rbacv1.Subject) error {
 	read := []string{"get", "list", "watch"}
 	role := &rbacv1.Role{
@@ -367,6 +367,8 @@ func grantNamespace(ctx context.Context, client kubernetes.Interface, ns string,
 				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"events", "resourcequotas"}, Verbs: read},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: read},
+			{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots"},
+				Verbs: []string{"get", "list", "watch", "create", "delete"}},
 		},
 	}
 	if err := createIgnoreExisting(ctx, client.RbacV1().Roles(ns).Create, role); err != nil {

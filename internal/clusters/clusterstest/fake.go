@@ -13,6 +13,9 @@ import (
 	"slices"
 	"sync/atomic"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	snapshotv1client "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/typed/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,14 +32,27 @@ import (
 type Fake struct {
 	health    atomic.Pointer[clusters.Health]
 	clientset *fake.Clientset
+	snapshots *snapshotfake.Clientset
 	requested atomic.Int64
 }
 
 var _ clusters.Live = (*Fake)(nil)
 
-// New returns a Fake holding objects (claims, classes, events, namespaces).
+// New returns a Fake holding objects (claims, classes, events, namespaces,
+// VolumeSnapshots and their classes).
 func New(objects ...runtime.Object) *Fake {
-	f := &Fake{clientset: fake.NewClientset(objects...)}
+	var core, snapshots []runtime.Object
+	for _, obj := range objects {
+		switch obj.(type) {
+		case *snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotClass:
+			snapshots = append(snapshots, obj)
+		default:
+			core = append(core, obj)
+		}
+	}
+	// The snapshot client module generates no apply configurations, so
+	// it has no NewClientset.
+	f := &Fake{clientset: fake.NewClientset(core...), snapshots: snapshotfake.NewSimpleClientset(snapshots...)} //nolint:staticcheck // see above
 	f.SetHealth(clusters.Health{State: clusters.HealthReady, Synced: true})
 	return f
 }
@@ -112,11 +128,27 @@ func (f *Fake) WarningEvents(namespace, pvcName string) []*corev1.Event {
 	return out
 }
 
+// FollowSnapshots does nothing: the fake's snapshots are always read.
+func (f *Fake) FollowSnapshots() {}
+
+// Snapshot returns a VolumeSnapshot the gateway made (its cache is never
+// behind).
+func (f *Fake) Snapshot(namespace, name string) (*snapshotv1.VolumeSnapshot, bool, bool) {
+	snap, err := f.snapshots.SnapshotV1().VolumeSnapshots(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || snap.Labels[clusters.ManagedByLabel] != clusters.ManagedByValue {
+		return nil, false, true
+	}
+	return snap, true, true
+}
+
+// SnapshotClient writes the fake's snapshots.
+func (f *Fake) SnapshotClient() snapshotv1client.SnapshotV1Interface { return f.snapshots.SnapshotV1() }
+
 // StorageSynced reports true: the fake's caches are its objects.
 func (f *Fake) StorageSynced() bool { return true }
 
-// StorageObjects returns the classes, CSI drivers and capacities it holds,
-// by name (no quotas).
+// StorageObjects returns the classes, CSI drivers, capacities and
+// snapshot classes it holds, by name (no quotas).
 func (f *Fake) StorageObjects() capabilities.Objects {
 	ctx := context.Background()
 	var objs capabilities.Objects
@@ -133,6 +165,11 @@ func (f *Fake) StorageObjects() capabilities.Objects {
 	if list, err := f.clientset.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{}); err == nil {
 		for i := range list.Items {
 			objs.Capacities = append(objs.Capacities, &list.Items[i])
+		}
+	}
+	if list, err := f.snapshots.SnapshotV1().VolumeSnapshotClasses().List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range list.Items {
+			objs.SnapshotClasses = append(objs.SnapshotClasses, &list.Items[i])
 		}
 	}
 	slices.SortFunc(objs.Classes, func(a, b *storagev1.StorageClass) int { return cmp.Compare(a.Name, b.Name) })

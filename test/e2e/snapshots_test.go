@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+	"github.com/dcm-project/storage-gateway/test/harness"
+)
+
+func snapshotsPath(envID, volumeID string) string {
+	return volumesPath(envID) + "/" + volumeID + "/snapshots"
+}
+
+// adminSnapshots is the cluster admin's view of VolumeSnapshots.
+func adminSnapshots(t *testing.T, cluster *harness.Cluster) snapshotclient.Interface {
+	t.Helper()
+	cs, err := snapshotclient.NewForConfig(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// runningVolume creates a volume of class and waits until it is RUNNING.
+func (c client) runningVolume(envID, class string) string {
+	c.t.Helper()
+	id := uuid.NewString()
+	code, body := c.do(http.MethodPost, volumesPath(envID)+"?id="+id,
+		map[string]any{"spec": storageSpec("snapped", "1Gi", map[string]any{"storage_class": class})})
+	c.want(http.StatusCreated, code, body)
+	c.waitStatus(envID, id, "RUNNING", time.Minute)
+	return id
+}
+
+// waitReady polls a snapshot until it is READY.
+func (c client) waitReady(envID, volumeID, id string) map[string]any {
+	c.t.Helper()
+	var last map[string]any
+	c.eventually(time.Minute, "snapshot "+id+" READY", func() bool {
+		_, last = c.do(http.MethodGet, snapshotsPath(envID, volumeID)+"/"+id, nil)
+		return last["status"] == "READY"
+	})
+	return last
+}
+
+// TestSnapshotsOfVolumes snapshots volumes through the gateway on both
+// harness clusters, whose CSI plugins run behind the real snapshot
+// controller and csi-snapshotter: each refusal names its field and
+// changes nothing, a snapshot turns READY with its restore size, a replay
+// answers the snapshot made, and a deletion removes the VolumeSnapshot.
+func TestSnapshotsOfVolumes(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{ReconcileInterval: time.Second})
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east, west := clusters[0], clusters[1]
+	// A VolumeSnapshotClass of another driver, as a cluster may hold
+	// (before the gateway connects: it lists classes when it does).
+	foreign := &snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "other-driver"}, Driver: "other.csi.example", DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete}
+	classes := adminSnapshots(t, east).SnapshotV1().VolumeSnapshotClasses()
+	if _, err := classes.Create(t.Context(), foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = classes.Delete(context.Background(), foreign.Name, metav1.DeleteOptions{}) })
+	c.register(east)
+	c.register(west)
+	eastID, ns := east.Spec.Environment.ID, east.Spec.Environment.Namespace
+	vol := c.runningVolume(eastID, "snapshots")
+	plain := c.runningVolume(eastID, "standard")
+	path := snapshotsPath(eastID, vol)
+	vs := adminSnapshots(t, east).SnapshotV1().VolumeSnapshots(ns)
+
+	t.Run("refusals name their field and change nothing", func(t *testing.T) {
+		for _, tt := range []struct {
+			name    string
+			path    string
+			body    any
+			status  int
+			mention []string
+		}{
+			{"no default class for the driver", path + "?id=" + uuid.NewString(), nil, 422, []string{"snapshot_class", "no default", "snapshots"}},
+			{"a class that does not exist", path + "?id=" + uuid.NewString(), map[string]any{"snapshot_class": "csi-hostpath-snapclass"}, 422, []string{"snapshot_class", "does not exist"}},
+			{"a class of another driver", path + "?id=" + uuid.NewString(), map[string]any{"snapshot_class": "other-driver"}, 422, []string{"snapshot_class", "other.csi.example"}},
+			{"a volume whose driver cannot snapshot", snapshotsPath(eastID, plain) + "?id=" + uuid.NewString(), nil, 422, []string{"snapshot_class", "cannot be snapshotted"}},
+			{"not a class name", path + "?id=" + uuid.NewString(), map[string]any{"snapshot_class": "Not_A_Name"}, 400, []string{"snapshot_class"}},
+			{"an unknown field", path + "?id=" + uuid.NewString(), map[string]any{"class": "snapshots"}, 400, nil},
+			{"no id and no key", path, map[string]any{"snapshot_class": "snapshots"}, 400, []string{"Idempotency-Key"}},
+			{"an unknown volume", snapshotsPath(eastID, uuid.NewString()) + "?id=" + uuid.NewString(), nil, 404, nil},
+			{"another environment's volume", snapshotsPath(west.Spec.Environment.ID, vol) + "?id=" + uuid.NewString(), nil, 404, nil},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+				code, body := c.do(http.MethodPost, tt.path, tt.body)
+				c.want(tt.status, code, body, tt.mention...)
+			})
+		}
+		list, err := vs.List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 0 {
+			t.Fatalf("refused creates left %d VolumeSnapshots", len(list.Items))
+		}
+		var records int
+		if err := g.DB.QueryRow(t.Context(), `SELECT count(*) FROM snapshots`).Scan(&records); err != nil || records != 0 {
+			t.Fatalf("refused creates left %d records (%v)", records, err)
+		}
+	})
+
+	first := "nightly-" + uuid.NewString()[:8]
+	t.Run("snapshot turns READY with its restore size; a replay answers it", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		body := map[string]any{"snapshot_class": "snapshots"}
+		code, snap := c.do(http.MethodPost, path+"?id="+first, body)
+		c.want(http.StatusCreated, code, snap)
+		if snap["volume_id"] != vol || snap["namespace"] != ns || snap["snapshot_class"] != "snapshots" {
+			t.Fatalf("created snapshot: %v", snap)
+		}
+		ready := c.waitReady(eastID, vol, first)
+		if ready["restore_size"] != "1Gi" {
+			t.Fatalf("ready snapshot: %v; want restore_size 1Gi", ready)
+		}
+		obj, err := vs.Get(t.Context(), first, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obj.Labels["dcm.project/source-volume"] != vol || *obj.Spec.Source.PersistentVolumeClaimName != vol {
+			t.Fatalf("VolumeSnapshot %v does not name its volume %s", obj, vol)
+		}
+		code, again := c.do(http.MethodPost, path+"?id="+first, body)
+		c.want(http.StatusOK, code, again)
+		code, again = c.do(http.MethodPost, path+"?id="+first, nil) // the class it was given is the default of a replay
+		c.want(http.StatusOK, code, again)
+		code, conflict := c.do(http.MethodPost, path+"?id="+first, map[string]any{"snapshot_class": "other-driver"})
+		c.want(http.StatusConflict, code, conflict, "id", "snapshot class snapshots")
+		code, conflict = c.do(http.MethodPost, snapshotsPath(eastID, plain)+"?id="+first, body)
+		c.want(http.StatusConflict, code, conflict, "id", "another volume")
+
+		// A viewer reads; it does not snapshot.
+		viewer := client{t: t, base: g.URL, token: g.Tokens.Viewer}
+		code, got := viewer.do(http.MethodGet, path+"/"+first, nil)
+		viewer.want(http.StatusOK, code, got)
+		code, got = viewer.do(http.MethodPost, path+"?id="+uuid.NewString(), body)
+		viewer.want(http.StatusForbidden, code, got)
+	})
+
+	keyed := ""
+	t.Run("an Idempotency-Key names one snapshot", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		key := uuid.NewString()
+		body := map[string]any{"snapshot_class": "snapshots"}
+		code, snap := c.do(http.MethodPost, path, body, "Idempotency-Key", key)
+		c.want(http.StatusCreated, code, snap)
+		keyed = fmt.Sprint(snap["id"])
+		code, again := c.do(http.MethodPost, path, body, "Idempotency-Key", key)
+		c.want(http.StatusOK, code, again)
+		if again["id"] != keyed {
+			t.Fatalf("replay under the key answered %v, want %s", again["id"], keyed)
+		}
+		code, other := c.do(http.MethodPost, snapshotsPath(eastID, plain), body, "Idempotency-Key", key)
+		c.want(http.StatusUnprocessableEntity, code, other, "Idempotency-Key")
+		c.waitReady(eastID, vol, keyed)
+	})
+
+	t.Run("list", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		code, page := c.do(http.MethodGet, path+"?max_page_size=1", nil)
+		c.want(http.StatusOK, code, page)
+		want := []string{first, keyed}
+		slices.Sort(want)
+		got := idsOf(page["snapshots"])
+		code, next := c.do(http.MethodGet, path+"?max_page_size=1&page_token="+fmt.Sprint(page["next_page_token"]), nil)
+		c.want(http.StatusOK, code, next)
+		got = append(got, idsOf(next["snapshots"])...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("listed %v over two pages, want %v", got, want)
+		}
+	})
+
+	t.Run("the driver's default class when none is named", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		westID := west.Spec.Environment.ID
+		westVol := c.runningVolume(westID, "csi-hostpath")
+		id := uuid.NewString()
+		code, snap := c.do(http.MethodPost, snapshotsPath(westID, westVol)+"?id="+id, nil)
+		c.want(http.StatusCreated, code, snap)
+		if snap["snapshot_class"] != "csi-hostpath-snapclass" {
+			t.Fatalf("snapshot without a class: %v; want the driver's default csi-hostpath-snapclass", snap)
+		}
+		c.waitReady(westID, westVol, id)
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		code, body := c.do(http.MethodDelete, path+"/"+first, nil)
+		c.want(http.StatusNoContent, code, body)
+		c.eventually(time.Minute, "the deleted snapshot not found", func() bool {
+			code, _ := c.do(http.MethodGet, path+"/"+first, nil)
+			_, err := vs.Get(t.Context(), first, metav1.GetOptions{})
+			return code == http.StatusNotFound && apierrors.IsNotFound(err)
+		})
+		code, body = c.do(http.MethodDelete, path+"/"+first, nil)
+		c.want(http.StatusNotFound, code, body)
+		recordedDeleted(t, g, first)
+	})
+
+	t.Run("a VolumeSnapshot deleted behind the gateway's back is gone", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		if err := vs.Delete(t.Context(), keyed, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		recordedDeleted(t, g, keyed)
+		code, body := c.do(http.MethodGet, path+"/"+keyed, nil)
+		c.want(http.StatusNotFound, code, body)
+	})
+
+	t.Run("an interrupted create is completed", func(t *testing.T) {
+		id := uuid.NewString()
+		if _, err := g.DB.Exec(t.Context(), `INSERT INTO snapshots (environment_id, id, volume_id, namespace, snapshot_class, create_time, update_time)
+			VALUES ($1, $2, $3, $4, 'snapshots', now() - interval '2 minutes', now() - interval '2 minutes')`, eastID, id, vol, ns); err != nil {
+			t.Fatal(err)
+		}
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		c.waitReady(eastID, vol, id)
+		if _, err := vs.Get(t.Context(), id, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the completed create's VolumeSnapshot: %v", err)
+		}
+	})
+}
+
+// recordedDeleted waits until the reconciler has recorded a snapshot
+// DELETED.
+func recordedDeleted(t *testing.T, g *gatewaytest.Gateway, id string) {
+	t.Helper()
+	client{t: t}.eventually(time.Minute, "snapshot "+id+" recorded DELETED", func() bool {
+		var st string
+		err := g.DB.QueryRow(t.Context(), `SELECT status FROM snapshots WHERE id = $1`, id).Scan(&st)
+		return err == nil && st == "DELETED"
+	})
+}
+
+// idsOf are the ids of a list's items.
+func idsOf(items any) []string {
+	var ids []string
+	list, _ := items.([]any)
+	for _, item := range list {
+		if m, ok := item.(map[string]any); ok {
+			ids = append(ids, fmt.Sprint(m["id"]))
+		}
+	}
+	return ids
+}
