@@ -7,6 +7,10 @@
 -- A snapshot outlives its volume in the cluster, so its row does too; the
 -- environment's deletion forgets both.
 --
+-- transitions numbers the recorded status changes, each of which queues a
+-- CloudEvent in the outbox (in the same transaction) on a subject of its
+-- own: outbox.subject, DCM's dcm.storage for every row before.
+--
 -- An Idempotency-Key names what its request created: idempotency_keys'
 -- volume_id holds a snapshot's id for a snapshot's create (the column keeps
 -- its name, so replicas of the release before read it during an upgrade).
@@ -22,12 +26,15 @@ CREATE TABLE snapshots (
     status         text        NOT NULL DEFAULT 'PENDING',
     status_message text        NOT NULL DEFAULT '',
     restore_size   text        NOT NULL DEFAULT '',
+    transitions    bigint      NOT NULL DEFAULT 0,
     create_time    timestamptz NOT NULL DEFAULT now(),
     update_time    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (environment_id, id)
 );
 CREATE INDEX snapshots_volume ON snapshots (environment_id, volume_id, id);
 CREATE INDEX snapshots_live ON snapshots (environment_id) WHERE status <> 'DELETED';
+ALTER TABLE outbox ADD COLUMN subject text NOT NULL DEFAULT 'dcm.storage';
 
 -- +goose Down
+ALTER TABLE outbox DROP COLUMN subject;
 DROP TABLE snapshots;

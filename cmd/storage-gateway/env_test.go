@@ -289,6 +289,45 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	if !regexp.MustCompile(`Status:\s+RUNNING\n`).MatchString(out) || !regexp.MustCompile(`Capacity:\s+3Gi\n`).MatchString(out) {
 		t.Fatalf("volume expand --wait:\n%s", out)
 	}
+	// Snapshots of a volume of the CSI plugin's class: --wait returns once
+	// READY; a refusal names the flag; a deletion waits until it is gone.
+	mustRun(t, cli, "volume", "create", "snap-src", "-e", "local-east", "--capacity", "1Gi", "--storage-class", "snapshots", "--wait", "1m")
+	if out, err := run(t, cli, "volume", "snapshot", "create", "nightly", "-e", "local-east", "--volume", "snap-src"); err == nil ||
+		!strings.Contains(out, "no default VolumeSnapshotClass; name one of: snapshots") {
+		t.Fatalf("volume snapshot create without a class where the driver has no default: %v\n%s", err, out)
+	}
+	if out, err := run(t, cli, "volume", "snapshot", "create", "nightly", "-e", "local-east", "--volume", "snap-src", "--class", "gold"); err == nil ||
+		!strings.Contains(out, "--class: VolumeSnapshotClass gold does not exist") {
+		t.Fatalf("volume snapshot create --class of a class that does not exist: %v\n%s", err, out)
+	}
+	out = mustRun(t, cli, "volume", "snapshot", "create", "nightly", "-e", "local-east", "--volume", "snap-src", "--class", "snapshots", "--wait", "1m")
+	if !regexp.MustCompile(`Status:\s+READY\n`).MatchString(out) || !regexp.MustCompile(`Restore size:\s+1Gi\n`).MatchString(out) {
+		t.Fatalf("volume snapshot create --wait:\n%s", out)
+	}
+	if out := mustRun(t, cli, "volume", "snapshot", "list", "-e", "local-east", "--volume", "snap-src", "-o", "name"); out != "snapshot/local-east/nightly\n" {
+		t.Fatalf("volume snapshot list -o name: %q", out)
+	}
+	// Restore and clone through volume create.
+	if out, err := run(t, cli, "volume", "create", "too-small", "-e", "local-east", "--capacity", "512Mi", "--storage-class", "snapshots",
+		"--from-snapshot", "nightly"); err == nil || !strings.Contains(out, "--capacity") || !strings.Contains(out, "1Gi") {
+		t.Fatalf("volume create --from-snapshot smaller than the restore size: %v\n%s", err, out)
+	}
+	for _, from := range [][]string{{"restored", "--from-snapshot", "nightly"}, {"cloned", "--clone", "snap-src"}} {
+		out := mustRun(t, cli, "volume", "create", from[0], "-e", "local-east", "--capacity", "1Gi", "--storage-class", "snapshots",
+			from[1], from[2], "--wait", "1m", "-o", "json")
+		if !strings.Contains(out, `"RUNNING"`) || !strings.Contains(out, `"`+from[2]+`"`) {
+			t.Fatalf("volume create %s %s --wait:\n%s", from[1], from[2], out)
+		}
+	}
+	if out := mustRun(t, cli, "volume", "snapshot", "delete", "nightly", "-e", "local-east", "--volume", "snap-src", "--wait", "1m"); out != "snapshot/nightly deleted\n" {
+		t.Fatalf("volume snapshot delete --wait: %q", out)
+	}
+	if out, err := run(t, cli, "volume", "snapshot", "get", "nightly", "-e", "local-east", "--volume", "snap-src"); err == nil || !strings.Contains(out, "not found") {
+		t.Fatalf("volume snapshot get after its deletion: %v\n%s", err, out)
+	}
+	for _, id := range []string{"restored", "cloned", "snap-src"} {
+		mustRun(t, cli, "volume", "delete", id, "-e", "local-east", "--wait", "1m")
+	}
 	// The fleet's classes: -e like everywhere else; expandable is a switch.
 	if out := mustRun(t, cli, "classes", "-e", "local-east", "--expandable", "-o", "name"); !strings.Contains(out, "storageclass/standard\n") {
 		t.Fatalf("classes -e local-east --expandable:\n%s", out)

@@ -65,6 +65,9 @@ func volumeRequest(s StorageSpec) volumes.Request {
 			VolumeMode:   string(deref(k.VolumeMode)),
 			Namespace:    deref(k.Namespace),
 		}
+		if src := k.Source; src != nil {
+			r.Hints.Source = &volumes.Source{Snapshot: deref(src.Snapshot), Volume: deref(src.Volume)}
+		}
 	}
 	return r
 }
@@ -161,6 +164,7 @@ func toVolume(v volumes.Volume) Volume {
 				AccessMode:   (*AccessMode)(optional(s.AccessMode)),
 				VolumeMode:   (*VolumeMode)(optional(s.VolumeMode)),
 				Namespace:    optional(s.Namespace),
+				Source:       volumeSource(s.Source),
 			}},
 		},
 		Status:        VolumeStatus(v.Status),
@@ -168,6 +172,14 @@ func toVolume(v volumes.Volume) Volume {
 		CreateTime:    v.CreateTime,
 		UpdateTime:    v.UpdateTime,
 	}
+}
+
+// volumeSource is the contract's form of what a volume was filled from.
+func volumeSource(src *volumes.Source) *VolumeSource {
+	if src == nil {
+		return nil
+	}
+	return &VolumeSource{Snapshot: optional(src.Snapshot), Volume: optional(src.Volume)}
 }
 
 func (h *handlers) AdoptVolumes(ctx context.Context, req AdoptVolumesRequestObject) (AdoptVolumesResponseObject, error) {

@@ -34,7 +34,7 @@ func newVolumeCommand() *cobra.Command {
 			"  storage-gateway volume list -e local-east\n  storage-gateway volume list -A --status FAILED",
 	}
 	c.registerFlags(cmd)
-	cmd.AddCommand(c.createCommand(), c.listCommand(), c.getCommand(), c.expandCommand(), c.deleteCommand())
+	cmd.AddCommand(c.createCommand(), c.listCommand(), c.getCommand(), c.expandCommand(), c.deleteCommand(), c.snapshotCommand())
 	return cmd
 }
 
@@ -48,7 +48,7 @@ func (c *volumeClient) environmentFlag(cmd *cobra.Command, required bool) {
 }
 
 func (c *volumeClient) createCommand() *cobra.Command {
-	var capacity, name, namespace, storageClass, accessMode, volumeMode, key string
+	var capacity, name, namespace, storageClass, accessMode, volumeMode, key, fromSnapshot, clone string
 	var labels []string
 	var wait time.Duration
 	cmd := &cobra.Command{
@@ -82,6 +82,12 @@ func (c *volumeClient) createCommand() *cobra.Command {
 			hints, err := kubernetesHints(namespace, storageClass, accessMode, volumeMode)
 			if err != nil {
 				return err
+			}
+			if fromSnapshot != "" || clone != "" {
+				if hints == nil {
+					hints = &api.KubernetesHints{}
+				}
+				hints.Source = &api.VolumeSource{Snapshot: optionalFlag(fromSnapshot), Volume: optionalFlag(clone)}
 			}
 			if hints != nil {
 				spec.ProviderHints = &api.StorageSpec_ProviderHints{Kubernetes: hints}
@@ -130,6 +136,9 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "label key=value copied to the claim (repeatable)")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the volume to be RUNNING (bound); FAILED ends the wait with an error")
 	f.StringVar(&key, "idempotency-key", "", "key that makes a retried create without an ID safe (when empty: a fresh random one)")
+	f.StringVar(&fromSnapshot, "from-snapshot", "", "restore this snapshot of the environment into the new volume (not part of DCM's contract)")
+	f.StringVar(&clone, "clone", "", "fill the new volume with a copy of this volume of the environment (not part of DCM's contract)")
+	cmd.MarkFlagsMutuallyExclusive("from-snapshot", "clone")
 	_ = cmd.MarkFlagRequired("capacity")
 	for flag, field := range map[string][]string{
 		"capacity": {"capacity", "spec.capacity"}, "name": {"metadata.name", "spec.metadata.name"},
@@ -141,6 +150,8 @@ func (c *volumeClient) createCommand() *cobra.Command {
 		"volume-mode":     {"provider_hints.kubernetes.volume_mode", "spec.provider_hints.kubernetes.volume_mode", "volume_mode"},
 		"idempotency-key": {"Idempotency-Key"},
 		"environment":     {"environment_id"},
+		"from-snapshot":   {"spec.provider_hints.kubernetes.source.snapshot"},
+		"clone":           {"spec.provider_hints.kubernetes.source.volume"},
 	} {
 		setsFields(cmd, flag, field...)
 	}
@@ -166,7 +177,7 @@ func (c *volumeClient) waitRunning(cmd *cobra.Command, client *api.ClientWithRes
 		case v.Status == api.VolumeStatusFAILED:
 			return false, fmt.Errorf("volume %s FAILED: %s", id, v.StatusMessage)
 		}
-		return false, &notYet{id: id, status: v.Status, message: v.StatusMessage, wait: wait}
+		return false, &notYet{kind: "volume", id: id, status: string(v.Status), message: v.StatusMessage, wait: wait}
 	})
 }
 
@@ -184,24 +195,23 @@ func (c *volumeClient) waitGone(cmd *cobra.Command, client *api.ClientWithRespon
 		case resp.JSON200 == nil:
 			return false, problemError(cmd, resp.HTTPResponse, resp.Body)
 		}
-		return false, &notYet{id: id, status: resp.JSON200.Status, message: resp.JSON200.StatusMessage, wait: wait}
+		return false, &notYet{kind: "volume", id: id, status: string(resp.JSON200.Status), message: resp.JSON200.StatusMessage, wait: wait}
 	})
 }
 
-// notYet is a volume that has not reached what a --wait waits for: the
-// error when the wait is over.
+// notYet is a volume (or snapshot: kind) that has not reached what a
+// --wait waits for: the error when the wait is over.
 type notYet struct {
-	id, message string
-	status      api.VolumeStatus
-	wait        time.Duration
+	kind, id, status, message string
+	wait                      time.Duration
 }
 
 func (e *notYet) Error() string {
-	return fmt.Sprintf("volume %s is still %s after %s: %s", e.id, e.status, e.wait, e.message)
+	return fmt.Sprintf("%s %s is still %s after %s: %s", e.kind, e.id, e.status, e.wait, e.message)
 }
 
 // poll calls check twice a second until it is done, it fails for good
-// (a FAILED volume, a refusal), or wait has passed: then the notYet of its
+// (a FAILED volume or snapshot, a refusal), or wait has passed: then the notYet of its
 // last call, which says what the volume is still doing.
 func (c *volumeClient) poll(cmd *cobra.Command, wait time.Duration, check func() (done bool, err error)) error {
 	deadline := time.Now().Add(wait)
@@ -217,6 +227,14 @@ func (c *volumeClient) poll(cmd *cobra.Command, wait time.Duration, check func()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// optionalFlag is a flag's value, nil when it is not set.
+func optionalFlag(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
 }
 
 // kubernetesHints builds the provider hints from the flags, nil when none

@@ -218,10 +218,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newStatusReporting(metrics); err != nil {
 		return nil, err
 	}
-	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Group: g.writes, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Leases: g.membership,
+	g.volumes = volumes.NewService(volumes.Options{DB: g.db, Group: g.writes, Snapshots: snapshots.Sources{DB: g.db}, Environments: g.registry, Clusters: g.clusters, Logger: g.log, Recorder: g.recorder, Tracker: g.tracker, Leases: g.membership,
 		WriteTimeout: cfg.ClusterWriteTimeout})
 	g.reconciler = g.volumes.NewReconciler(g.opts.Intervals.Reconcile)
-	g.snapshots = snapshots.NewService(snapshots.Options{DB: g.db, Group: g.writes, Volumes: g.volumes, Environments: g.registry,
+	g.snapshots = snapshots.NewService(snapshots.Options{DB: g.db, Group: g.writes, Outbox: g.recorder.Outbox, Volumes: g.volumes, Environments: g.registry,
 		Clusters: g.clusters, Logger: g.log, WriteTimeout: cfg.ClusterWriteTimeout})
 	g.snapshotReconciler = g.snapshots.NewReconciler(g.opts.Intervals.Reconcile)
 	if err := g.newRegistrar(); err != nil {

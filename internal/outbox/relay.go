@@ -69,12 +69,18 @@ type Relay struct {
 	retention time.Duration
 	pruned    time.Time
 
-	// streamChecked is when it was last asked whether a stream covers the
-	// subject, and streamFound the answer (asked again after streamCheckTTL).
-	streamMu      sync.Mutex
-	streamChecked time.Time
-	streamFound   bool
-	noStreamOnce  sync.Once
+	// streams holds, per subject, when it was last asked whether a
+	// stream covers it and the answer (asked again after streamCheckTTL),
+	// and whether its absence was logged.
+	streamMu sync.Mutex
+	streams  map[string]*streamCheck
+}
+
+// streamCheck is what is known of one subject's stream.
+type streamCheck struct {
+	checked time.Time
+	found   bool
+	logged  bool
 }
 
 // streamCheckTTL is how long the answer to "does a stream cover the
@@ -102,7 +108,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{db: opts.DB, conn: opts.Conn, js: js, log: opts.Logger.With("component", "relay"), retention: opts.Retention,
-		metrics: newRelayMetrics(opts.Metrics, opts.DB), wake: make(chan struct{}, 1)}, nil
+		metrics: newRelayMetrics(opts.Metrics, opts.DB), wake: make(chan struct{}, 1), streams: map[string]*streamCheck{}}, nil
 }
 
 // pruneInterval is how often Run prunes sent events; pruneBatch bounds one
@@ -234,6 +240,7 @@ type outboxRow struct {
 	id      int64
 	eventID string
 	status  string
+	subject string
 	event   []byte
 }
 
@@ -365,13 +372,13 @@ func (r *Relay) claim(ctx context.Context, ids []int64) ([]outboxRow, uuid.UUID,
 			  AND o.id = (SELECT min(p.id) FROM outbox p
 			              WHERE p.environment_id = o.environment_id AND p.volume_id = o.volume_id AND p.sent_time IS NULL)
 			ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		RETURNING id, event_id, status, event`, args...)
+		RETURNING id, event_id, status, subject, event`, args...)
 	if err != nil {
 		return nil, token, err
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var o outboxRow
-		err := row.Scan(&o.id, &o.eventID, &o.status, &o.event)
+		err := row.Scan(&o.id, &o.eventID, &o.status, &o.subject, &o.event)
 		return o, err
 	})
 	// UPDATE ... RETURNING has no order; publishing must follow the outbox's.
@@ -392,23 +399,29 @@ func (r *Relay) release(ctx context.Context, rows []outboxRow, token uuid.UUID) 
 	}
 }
 
-// publish sends a batch through JetStream and returns the rows it
-// acknowledged, in order; when no stream covers the subject it falls back to
-// core publishes and one flush, and says so once.
+// publish sends a batch and returns the rows it acknowledged, in order:
+// each row goes to its subject, through JetStream where a stream covers the
+// subject, and otherwise as a core publish that one flush confirms (said
+// once per subject). A batch holds at most one event per volume or
+// snapshot, so the order among its subjects does not matter.
 func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]outboxRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	stream, err := r.streamExists(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !stream {
-		return r.publishPlainly(ctx, rows)
-	}
 	var firstErr error
+	var plain []outboxRow
 	futures := make([]jetstream.PubAckFuture, 0, len(rows))
+	sent := make([]outboxRow, 0, len(rows))
 	for _, row := range rows {
-		msg := nats.NewMsg(Subject)
+		stream, err := r.streamExists(ctx, row.subject)
+		if err != nil {
+			firstErr = err
+			break
+		}
+		if !stream {
+			plain = append(plain, row)
+			continue
+		}
+		msg := nats.NewMsg(row.subject)
 		msg.Data = row.event
 		f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(row.eventID))
 		if err != nil {
@@ -416,36 +429,42 @@ func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]outboxRow, err
 			break
 		}
 		futures = append(futures, f)
+		sent = append(sent, row)
 	}
+	acked, err := r.publishPlainly(ctx, plain)
+	firstErr = cmp.Or(firstErr, err)
 	// Acknowledgements are awaited until ctx ends (a shutdown's deadline,
 	// or publishTimeout); what is not acknowledged by then is released and
 	// published again later — JetStream drops the repeat of one that did
 	// arrive.
-	var acked []outboxRow
 	for i, f := range futures {
 		select {
 		case <-f.Ok():
-			acked = append(acked, rows[i])
+			acked = append(acked, sent[i])
 		case err := <-f.Err():
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
-				r.forgetStream() // deleted since it was found: ask again next time
+				r.forgetStream(sent[i].subject) // deleted since it was found: ask again next time
 			}
 			firstErr = cmp.Or(firstErr, err)
 		case <-ctx.Done():
-			return acked, cmp.Or(firstErr, ctx.Err())
+			firstErr = cmp.Or(firstErr, ctx.Err())
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
+	slices.SortFunc(acked, func(a, b outboxRow) int { return cmp.Compare(a.id, b.id) })
 	return acked, firstErr
 }
 
-// publishPlainly is publish without a stream: nothing acknowledges, so a
-// flush that reached the server counts as sent.
+// publishPlainly publishes rows whose subject no stream covers: nothing
+// acknowledges, so a flush that reached the server counts as sent.
 func (r *Relay) publishPlainly(ctx context.Context, rows []outboxRow) ([]outboxRow, error) {
-	r.noStreamOnce.Do(func() {
-		r.log.WarnContext(ctx, "no JetStream stream covers "+Subject+"; publishing without acknowledgement")
-	})
+	if len(rows) == 0 {
+		return nil, nil
+	}
 	for _, row := range rows {
-		msg := nats.NewMsg(Subject)
+		msg := nats.NewMsg(row.subject)
 		msg.Data = row.event
 		msg.Header.Set(jetstream.MsgIDHeader, row.eventID)
 		if err := r.conn.PublishMsg(msg); err != nil {
@@ -458,32 +477,43 @@ func (r *Relay) publishPlainly(ctx context.Context, rows []outboxRow) ([]outboxR
 	return rows, nil
 }
 
-// streamExists asks JetStream whether a stream captures the subject. Asking
+// streamExists asks JetStream whether a stream captures subject. Asking
 // first matters: publishing to a subject without a stream but with a core
 // subscriber would wait for an acknowledgement that never comes.
-func (r *Relay) streamExists(ctx context.Context) (bool, error) {
+func (r *Relay) streamExists(ctx context.Context, subject string) (bool, error) {
 	r.streamMu.Lock()
 	defer r.streamMu.Unlock()
-	if time.Since(r.streamChecked) < streamCheckTTL {
-		return r.streamFound, nil
+	check := r.streams[subject]
+	if check == nil {
+		check = &streamCheck{}
+		r.streams[subject] = check
 	}
-	_, err := r.js.StreamNameBySubject(ctx, Subject)
+	if time.Since(check.checked) < streamCheckTTL {
+		return check.found, nil
+	}
+	_, err := r.js.StreamNameBySubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		// No stream, or a server without JetStream at all.
-		r.streamFound = false
+		check.found = false
+		if !check.logged {
+			check.logged = true
+			r.log.WarnContext(ctx, "no JetStream stream covers "+subject+"; publishing without acknowledgement")
+		}
 	case err != nil:
 		return false, err
 	default:
-		r.streamFound = true
+		check.found = true
 	}
-	r.streamChecked = time.Now()
-	return r.streamFound, nil
+	check.checked = time.Now()
+	return check.found, nil
 }
 
-func (r *Relay) forgetStream() {
+func (r *Relay) forgetStream(subject string) {
 	r.streamMu.Lock()
 	defer r.streamMu.Unlock()
-	r.streamChecked = time.Time{}
+	if check := r.streams[subject]; check != nil {
+		check.checked = time.Time{}
+	}
 }

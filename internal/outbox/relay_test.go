@@ -182,6 +182,48 @@ func TestRelayWithoutAStreamPublishesPlainly(t *testing.T) {
 	}
 }
 
+// One batch of events on two subjects: each goes to its own subject,
+// through JetStream where a stream covers it (DCM's) and plainly where
+// none does, and every row is marked sent.
+func TestRelayPublishesEachEventToItsSubject(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	natsServer := natstest.Start(t)
+	dcm := natsServer.DCMStream()
+	want, _ := queue(t, reg, 1, 2)
+	const other = "dcm.storage.other"
+	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB})
+	if err := w.Tx(context.Background(), func(tx outbox.Tx) error {
+		return outbox.InsertTx(context.Background(), tx, outbox.Event{ID: "other-1", EnvironmentID: "env", VolumeID: outbox.SnapshotKey("vol-0"),
+			Subject: other, Status: "READY", Data: []byte(`{"id":"vol-0","status":"READY"}`)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	relay, conn := newRelay(t, natsServer.URL, outbox.RelayOptions{DB: reg.DB})
+	sub, err := conn.SubscribeSync(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Get("Nats-Msg-Id") != "other-1" {
+		t.Fatalf("the event on %s came as %q", other, msg.Header.Get("Nats-Msg-Id"))
+	}
+	// DCM's stream has the volume's events, and the snapshot key's event
+	// (with the same id in its data) is not among them.
+	if got := natstest.For(dcm.Events(), "vol-0"); !slices.Equal(got, want["vol-0"]) {
+		t.Fatalf("DCM's stream holds %v for vol-0, want %v", got, want["vol-0"])
+	}
+	var unsent int
+	if err := reg.DB.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_time IS NULL`).Scan(&unsent); err != nil || unsent != 0 {
+		t.Fatalf("%d events left unsent (%v)", unsent, err)
+	}
+}
+
 // Sent events older than the retention are pruned; unsent ones and recent
 // ones stay, and a volume's next event still gets a new id (the outbox is
 // not what numbers transitions).

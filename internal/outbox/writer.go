@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/jackc/pgx/v5"
@@ -14,17 +15,25 @@ import (
 // captures dcm.*.
 const Subject = "dcm.storage"
 
+// SnapshotKey is the VolumeID of a snapshot's events: ordered apart from
+// any volume's, whatever the ids.
+func SnapshotKey(snapshotID string) string { return "snapshot/" + snapshotID }
+
 // Event is one row of the outbox: a CloudEvent (Data, structured mode)
-// about a volume's status, published after the transaction that queued it
-// commits, in queue order per volume.
+// about a volume's status (or a snapshot's), published after the
+// transaction that queued it commits, in queue order per volume.
 type Event struct {
 	// ID is the CloudEvent's id, sent as Nats-Msg-Id: JetStream drops a
 	// repeat.
 	ID            string
 	EnvironmentID string
-	VolumeID      string
-	Status        string
-	Data          []byte
+	// VolumeID orders the events: those of one volume go out in queue
+	// order. A snapshot's events use SnapshotKey.
+	VolumeID string
+	// Subject is the NATS subject (empty: Subject, DCM's).
+	Subject string
+	Status  string
+	Data    []byte
 	// Epoch is the ownership epoch under which the event was queued.
 	Epoch int64
 }
@@ -123,7 +132,8 @@ func (w *Writer) tx(ctx context.Context, derived bool, fn func(Tx) error) error 
 // InsertTx queues e in tx: it is published once tx has committed.
 func InsertTx(ctx context.Context, tx Tx, e Event) error {
 	var id int64
-	err := tx.QueryRow(ctx, InsertSQL+` VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO outbox (event_id, environment_id, volume_id, status, event, epoch, subject)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, e.ID, e.EnvironmentID, e.VolumeID, e.Status, e.Data, e.Epoch, cmp.Or(e.Subject, Subject)).Scan(&id)
 	if err == nil {
 		*tx.queued = append(*tx.queued, id)
 	}

@@ -21,5 +21,7 @@
 // the snapshot controller may still retry past; PENDING is anything before.
 // The reconciler keeps the records' status current, completes creates
 // interrupted before their VolumeSnapshot existed, and records DELETED
-// once a snapshot is gone.
+// once a snapshot is gone. Every status change is recorded with its
+// CloudEvent in one transaction (the outbox), on a subject of its own
+// (EventSubject), so DCM's stream of volume events never holds one.
 package snapshots

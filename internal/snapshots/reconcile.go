@@ -94,11 +94,9 @@ func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membe
 		if o == (observation{Status: rec.Status, Message: rec.Message, RestoreSize: rec.RestoreSize}) && rec.UID == string(vs.UID) {
 			return false, nil
 		}
-		_, err := s.repo.observed(ctx, rec, o, string(vs.UID), lease)
-		return false, err
+		return false, s.record(ctx, rec, o, string(vs.UID), lease)
 	case gone(rec):
-		_, err := s.repo.observed(ctx, rec, observation{Status: Deleted, Message: "the snapshot no longer exists", RestoreSize: rec.RestoreSize}, "", lease)
-		return false, err
+		return false, s.record(ctx, rec, observation{Status: Deleted, Message: "the snapshot no longer exists", RestoreSize: rec.RestoreSize}, "", lease)
 	case rec.UID == "" && settled(rec, createSettle):
 		s.log.InfoContext(ctx, "completing an interrupted snapshot create", "environment", rec.EnvironmentID, "snapshot", rec.ID)
 		_, err := s.createObject(ctx, cluster, lease, rec)

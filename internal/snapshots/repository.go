@@ -11,6 +11,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
@@ -33,6 +34,9 @@ type record struct {
 type repository struct {
 	db    *pgxpool.Pool
 	group *postgres.Group
+	// outbox runs the transactions that record a state and queue its
+	// event.
+	outbox *outbox.Writer
 }
 
 const recordColumns = `environment_id, id, volume_id, namespace, snapshot_class, uid, status, status_message, restore_size, create_time, update_time`
@@ -93,14 +97,41 @@ func (r *repository) remove(ctx context.Context, rec record, lease membership.Le
 }
 
 // observed records what the cluster shows of a snapshot (uid empty keeps
-// the recorded one) while lease holds; false says nothing was written (the
-// lease is lost, or the record is DELETED, which stays so).
-func (r *repository) observed(ctx context.Context, rec record, o observation, uid string, lease membership.Lease) (bool, error) {
-	tag, err := r.db.Exec(ctx, `UPDATE snapshots SET status = $3, status_message = $4, restore_size = $5,
-			uid = CASE WHEN $6 = '' THEN uid ELSE $6 END, update_time = now()
-		WHERE environment_id = $1 AND id = $2 AND status <> 'DELETED' AND `+membership.FenceSQL("environment_id", "$7", "$8"),
-		rec.EnvironmentID, rec.ID, string(o.Status), o.Message, o.RestoreSize, uid, lease.Epoch, lease.Incarnation)
-	return tag.RowsAffected() == 1, err
+// the recorded one) while lease holds, and, when its status changed, queues
+// its event (events.go) in the same transaction — the first observation
+// too, which reports the snapshot made (a new message alone, such as the
+// controller's progress, is recorded, not reported). A DELETED record stays
+// so, and a forgotten one is not written; a lost lease is an error.
+func (r *repository) observed(ctx context.Context, rec record, o observation, uid string, lease membership.Lease, provider string) error {
+	return r.outbox.Tx(ctx, func(tx outbox.Tx) error {
+		if err := membership.Hold(ctx, tx, lease); err != nil {
+			return err
+		}
+		var before, after int64
+		var created time.Time
+		err := tx.QueryRow(ctx, `WITH old AS (
+				SELECT transitions FROM snapshots WHERE environment_id = $1 AND id = $2 AND status <> 'DELETED' FOR UPDATE)
+			UPDATE snapshots s SET status = $3, status_message = $4, restore_size = $5,
+				uid = CASE WHEN $6 = '' THEN s.uid ELSE $6 END, update_time = now(),
+				transitions = s.transitions + CASE WHEN s.status <> $3 OR s.transitions = 0 THEN 1 ELSE 0 END
+			FROM old WHERE s.environment_id = $1 AND s.id = $2
+			RETURNING old.transitions, s.transitions, s.create_time`,
+			rec.EnvironmentID, rec.ID, string(o.Status), o.Message, o.RestoreSize, uid).Scan(&before, &after, &created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if after == before {
+			return nil
+		}
+		e, err := event(rec, o, provider, created, after, lease.Epoch)
+		if err != nil {
+			return err
+		}
+		return outbox.InsertTx(ctx, tx, e)
+	})
 }
 
 // list returns a volume's live (not DELETED) records after id `after`, in

@@ -1,7 +1,6 @@
 package snapshots
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/paging"
 	"github.com/dcm-project/storage-gateway/internal/postgres"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
@@ -48,6 +48,8 @@ type Clusters interface {
 type Options struct {
 	DB    *pgxpool.Pool
 	Group *postgres.Group
+	// Outbox queues the snapshots' events with their state.
+	Outbox *outbox.Writer
 	// Volumes answer for the volumes snapshotted, and for whether this
 	// replica may read and write an environment now (its lease).
 	Volumes      *volumes.Service
@@ -70,7 +72,7 @@ type Service struct {
 
 // NewService returns a Service.
 func NewService(opts Options) *Service {
-	s := &Service{repo: repository{db: opts.DB, group: opts.Group}, volumes: opts.Volumes, envs: opts.Environments,
+	s := &Service{repo: repository{db: opts.DB, group: opts.Group, outbox: opts.Outbox}, volumes: opts.Volumes, envs: opts.Environments,
 		clusters: opts.Clusters, log: opts.Logger, writeTimeout: opts.WriteTimeout}
 	if s.writeTimeout <= 0 {
 		s.writeTimeout = 10 * time.Second
@@ -269,11 +271,21 @@ func (s *Service) createObject(ctx context.Context, cluster clusters.Live, lease
 	}
 	cluster.FollowSnapshots()
 	o := observe(vs)
-	if _, err := s.repo.observed(ctx, rec, o, string(vs.UID), lease); err != nil {
+	if err := s.record(ctx, rec, o, string(vs.UID), lease); err != nil {
 		s.log.WarnContext(ctx, "record a snapshot's VolumeSnapshot (the reconciler catches up)",
 			"environment", rec.EnvironmentID, "snapshot", rec.ID, "error", err)
 	}
 	return withObservation(rec, o), nil
+}
+
+// record stores what the cluster shows of a snapshot, with its event when
+// its state changed (repository.observed), under lease.
+func (s *Service) record(ctx context.Context, rec record, o observation, uid string, lease membership.Lease) error {
+	env, err := s.envs.Spec(ctx, rec.EnvironmentID)
+	if err != nil {
+		return err
+	}
+	return s.repo.observed(ctx, rec, o, uid, lease, env.Spec.DCM.ProviderName)
 }
 
 // forget drops the record of a snapshot the cluster refused.
@@ -409,8 +421,8 @@ func (s *Service) Delete(ctx context.Context, envID, volumeID, id string) error 
 		return volumes.KubernetesError(err, "VolumeSnapshot", "delete the VolumeSnapshot")
 	}
 	deleting := observation{Status: Deleting, Message: "the snapshot is being deleted", RestoreSize: rec.RestoreSize}
-	if written, err := s.repo.observed(ctx, rec, deleting, "", lease); err != nil || !written {
-		return cmp.Or(err, lease.Lost())
+	if err := s.record(ctx, rec, deleting, "", lease); err != nil {
+		return err
 	}
 	s.log.InfoContext(ctx, "snapshot deletion requested", "environment", envID, "volume", volumeID, "snapshot", id)
 	return nil

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -51,8 +52,37 @@ func newPVC(id string, s Spec) *corev1.PersistentVolumeClaim {
 			Resources: corev1.VolumeResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(s.Capacity)},
 			},
+			DataSourceRef: dataSource(s.Source),
 		},
 	}
+}
+
+// snapshotGroup is the API group of VolumeSnapshots.
+const snapshotGroup = "snapshot.storage.k8s.io"
+
+// dataSource is the claim's reference to what fills it: a VolumeSnapshot
+// of its namespace (restored by the CSI driver) or a claim (cloned).
+func dataSource(src *Source) *corev1.TypedObjectReference {
+	switch {
+	case src == nil:
+		return nil
+	case src.Snapshot != "":
+		return &corev1.TypedObjectReference{APIGroup: ptr.To(snapshotGroup), Kind: "VolumeSnapshot", Name: src.Snapshot}
+	}
+	return &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: src.Volume}
+}
+
+// sourceOf reads back what a claim was filled from.
+func sourceOf(ref *corev1.TypedObjectReference) *Source {
+	switch {
+	case ref == nil:
+		return nil
+	case ref.Kind == "VolumeSnapshot" && ptr.Deref(ref.APIGroup, "") == snapshotGroup:
+		return &Source{Snapshot: ref.Name}
+	case ref.Kind == "PersistentVolumeClaim" && ptr.Deref(ref.APIGroup, "") == "":
+		return &Source{Volume: ref.Name}
+	}
+	return nil
 }
 
 // storageClaim reports whether pvc is DCM's claim for a storage volume (the
@@ -101,5 +131,6 @@ func specOf(pvc *corev1.PersistentVolumeClaim) Spec {
 	if pvc.Spec.VolumeMode != nil {
 		s.VolumeMode = string(*pvc.Spec.VolumeMode)
 	}
+	s.Source = sourceOf(pvc.Spec.DataSourceRef)
 	return s
 }

@@ -55,6 +55,8 @@ type Options struct {
 	// Group commits a create's intent with the process's other hot
 	// writes.
 	Group *postgres.Group
+	// Snapshots answer for the snapshots a volume is restored from.
+	Snapshots SnapshotSources
 	// WriteTimeout bounds each write to a cluster an API request makes
 	// (default 10 s): a frozen API server answers the caller 503 within
 	// it, and the reconciler settles what the write did.
@@ -69,7 +71,9 @@ type Service struct {
 	envs     *environments.Service
 	clusters Clusters
 	leases   membership.Leases
-	log      *slog.Logger
+	// snapshots: see Options.Snapshots.
+	snapshots SnapshotSources
+	log       *slog.Logger
 	// writeTimeout: see Options.WriteTimeout.
 	writeTimeout time.Duration
 	// counted serializes the unadopted-claim counts and remembers, for
@@ -85,7 +89,7 @@ type Service struct {
 func NewService(opts Options) *Service {
 	s := &Service{
 		repo: repository{db: opts.DB, group: opts.Group}, recorder: opts.Recorder, tracker: opts.Tracker,
-		envs: opts.Environments, clusters: opts.Clusters, leases: opts.Leases, log: opts.Logger, writeTimeout: opts.WriteTimeout,
+		envs: opts.Environments, clusters: opts.Clusters, leases: opts.Leases, snapshots: opts.Snapshots, log: opts.Logger, writeTimeout: opts.WriteTimeout,
 	}
 	if s.writeTimeout <= 0 {
 		s.writeTimeout = 10 * time.Second
@@ -169,6 +173,9 @@ func (s *Service) environment(ctx context.Context, id string) (environment, erro
 // which is answered whatever the environment's settings are now.
 func (s *Service) createNew(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, id string, key *Key, req Request) (Volume, error) {
 	spec, err := resolve(env, cluster, req)
+	if err == nil {
+		err = s.checkSource(ctx, env, cluster, &spec, req.Hints.Source)
+	}
 	if err != nil {
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
 			return Volume{}, errExists

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/clusters"
@@ -49,6 +50,16 @@ type Hints struct {
 	AccessMode   string `json:"access_mode,omitempty"`
 	VolumeMode   string `json:"volume_mode,omitempty"`
 	Namespace    string `json:"namespace,omitempty"`
+	// Source, when set, fills the new volume from a snapshot or another
+	// volume (not part of DCM's contract).
+	Source *Source `json:"source,omitempty"`
+}
+
+// Source is what a new volume is filled from: a snapshot of the
+// environment (a restore) or one of its volumes (a clone); exactly one.
+type Source struct {
+	Snapshot string `json:"snapshot,omitempty"`
+	Volume   string `json:"volume,omitempty"`
 }
 
 // Spec is what a volume was created with once defaults and the storage class
@@ -61,6 +72,7 @@ type Spec struct {
 	AccessMode   string            `json:"access_mode"`
 	VolumeMode   string            `json:"volume_mode"`
 	Namespace    string            `json:"namespace"`
+	Source       *Source           `json:"source,omitempty"`
 }
 
 // ValidateID checks a volume id: it becomes a PVC name, and "health" is the
@@ -114,6 +126,12 @@ func (r Request) validate() error {
 		return fault.Invalid(hints+"volume_mode", "must be Filesystem or Block")
 	case h.Namespace != "" && len(validation.IsDNS1123Label(h.Namespace)) > 0:
 		return fault.Invalid(hints+"namespace", "must be a namespace name")
+	case h.Source != nil && (h.Source.Snapshot == "") == (h.Source.Volume == ""):
+		return fault.Invalid(hints+"source", "must name either a snapshot or a volume")
+	case h.Source != nil && h.Source.Snapshot != "" && len(validation.IsDNS1123Label(h.Source.Snapshot)) > 0:
+		return fault.Invalid(hints+"source.snapshot", "must be a snapshot id")
+	case h.Source != nil && h.Source.Volume != "" && len(validation.IsDNS1123Label(h.Source.Volume)) > 0:
+		return fault.Invalid(hints+"source.volume", "must be a volume id")
 	}
 	return nil
 }
@@ -144,6 +162,9 @@ func (r Request) differences(s Spec) []string {
 		if f.want != "" && f.want != f.have {
 			diff = append(diff, hints+f.name)
 		}
+	}
+	if ptr.Deref(r.Hints.Source, Source{}) != ptr.Deref(s.Source, Source{}) {
+		diff = append(diff, hints+"source")
 	}
 	return diff
 }

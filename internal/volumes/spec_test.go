@@ -30,6 +30,12 @@ func TestRequestValidation(t *testing.T) {
 		{"bad access mode", func(r *Request) { r.Hints.AccessMode = "ReadWriteOncePod" }, "spec.provider_hints.kubernetes.access_mode"},
 		{"bad volume mode", func(r *Request) { r.Hints.VolumeMode = "Tape" }, "spec.provider_hints.kubernetes.volume_mode"},
 		{"bad namespace", func(r *Request) { r.Hints.Namespace = "Kube_System" }, "spec.provider_hints.kubernetes.namespace"},
+		{"a snapshot source", func(r *Request) { r.Hints.Source = &Source{Snapshot: "nightly-1"} }, ""},
+		{"a volume source", func(r *Request) { r.Hints.Source = &Source{Volume: "db-1"} }, ""},
+		{"an empty source", func(r *Request) { r.Hints.Source = &Source{} }, "spec.provider_hints.kubernetes.source"},
+		{"two sources", func(r *Request) { r.Hints.Source = &Source{Snapshot: "s", Volume: "v"} }, "spec.provider_hints.kubernetes.source"},
+		{"a bad snapshot id", func(r *Request) { r.Hints.Source = &Source{Snapshot: "S!"} }, "spec.provider_hints.kubernetes.source.snapshot"},
+		{"a bad volume id", func(r *Request) { r.Hints.Source = &Source{Volume: "V!"} }, "spec.provider_hints.kubernetes.source.volume"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,6 +68,8 @@ func TestDifferencesNameOnlyWhatChanged(t *testing.T) {
 		{"other class and name", Request{Name: "other", Capacity: "1Gi", Hints: Hints{StorageClass: "fast"}},
 			[]string{"spec.metadata.name", "spec.provider_hints.kubernetes.storage_class"}},
 		{"labels", Request{Name: "data", Capacity: "1Gi", Labels: map[string]string{"a": "b"}}, []string{"spec.metadata.labels"}},
+		{"a source it was not made from", Request{Name: "data", Capacity: "1Gi", Hints: Hints{Source: &Source{Volume: "v"}}},
+			[]string{"spec.provider_hints.kubernetes.source"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,5 +77,13 @@ func TestDifferencesNameOnlyWhatChanged(t *testing.T) {
 				t.Fatalf("differences = %v, want %v", got, tt.want)
 			}
 		})
+	}
+	restored := stored
+	restored.Source = &Source{Snapshot: "nightly-1"}
+	if got := (Request{Name: "data", Capacity: "1Gi", Hints: Hints{Source: &Source{Snapshot: "nightly-1"}}}).differences(restored); got != nil {
+		t.Fatalf("the same source differs: %v", got)
+	}
+	if got := (Request{Name: "data", Capacity: "1Gi"}).differences(restored); !slices.Equal(got, []string{"spec.provider_hints.kubernetes.source"}) {
+		t.Fatalf("a replay without the source: %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -14,8 +15,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dcm-project/storage-gateway/internal/snapshots"
+	"github.com/dcm-project/storage-gateway/internal/status"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/natstest"
 )
 
 func snapshotsPath(envID, volumeID string) string {
@@ -59,8 +63,13 @@ func (c client) waitReady(envID, volumeID, id string) map[string]any {
 // controller and csi-snapshotter: each refusal names its field and
 // changes nothing, a snapshot turns READY with its restore size, a replay
 // answers the snapshot made, and a deletion removes the VolumeSnapshot.
+// Each status change reaches NATS on the snapshots' subject, once, and
+// DCM's stream holds only volume events.
 func TestSnapshotsOfVolumes(t *testing.T) {
-	g := gatewaytest.Start(t, gatewaytest.Options{ReconcileInterval: time.Second})
+	natsServer := natstest.Start(t)
+	dcm := natsServer.DCMStream()
+	events := natsServer.Stream("snapshots", snapshots.EventSubject)
+	g := gatewaytest.Start(t, gatewaytest.Options{ReconcileInterval: time.Second, NATSURL: natsServer.URL})
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east, west := clusters[0], clusters[1]
 	// A VolumeSnapshotClass of another driver, as a cluster may hold
@@ -129,6 +138,12 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		if ready["restore_size"] != "1Gi" {
 			t.Fatalf("ready snapshot: %v; want restore_size 1Gi", ready)
 		}
+		reported := waitEvents(t, events, first, []string{"PENDING", "READY"}, time.Minute)
+		e := reported[slices.IndexFunc(reported, func(e natstest.Event) bool { return e.Data.ID == first && e.Data.Status == "READY" })]
+		if e.Type != snapshots.EventType || e.Subject != snapshots.EventSubject || e.EnvironmentID != eastID ||
+			e.Data.VolumeID != vol || e.Data.RestoreSize != "1Gi" || e.MsgID != e.ID {
+			t.Fatalf("READY event %+v", e)
+		}
 		obj, err := vs.Get(t.Context(), first, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -186,6 +201,65 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		}
 	})
 
+	t.Run("restore and clone through the volume create", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		create := func(capacity string, hints map[string]any) (string, int, map[string]any) {
+			id := uuid.NewString()
+			code, body := c.do(http.MethodPost, volumesPath(eastID)+"?id="+id, map[string]any{"spec": storageSpec("copy", capacity, hints)})
+			return id, code, body
+		}
+		from := func(source map[string]any) map[string]any {
+			return map[string]any{"storage_class": "snapshots", "source": source}
+		}
+		westVolume := c.runningVolume(west.Spec.Environment.ID, "csi-hostpath")
+		westSnapshot := uuid.NewString()
+		code, body := c.do(http.MethodPost, snapshotsPath(west.Spec.Environment.ID, westVolume)+"?id="+westSnapshot, nil)
+		c.want(http.StatusCreated, code, body)
+		for _, tt := range []struct {
+			name     string
+			capacity string
+			hints    map[string]any
+			status   int
+			mention  []string
+		}{
+			{"smaller than the restore size", "512Mi", from(map[string]any{"snapshot": first}), 422, []string{"spec.capacity", "1Gi"}},
+			{"another environment's snapshot", "1Gi", from(map[string]any{"snapshot": westSnapshot}), 422, []string{"source.snapshot", "not found in environment " + eastID}},
+			{"another namespace", "1Gi", map[string]any{"storage_class": "snapshots", "namespace": "dcm-scratch", "source": map[string]any{"snapshot": first}}, 422, []string{"namespace", ns}},
+			{"a clone by another driver", "1Gi", from(map[string]any{"volume": plain}), 422, []string{"storage_class", "source's driver"}},
+			{"an unknown volume", "1Gi", from(map[string]any{"volume": uuid.NewString()}), 422, []string{"source.volume", "not found"}},
+			{"both sources", "1Gi", from(map[string]any{"volume": vol, "snapshot": first}), 400, []string{"source"}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+				id, code, body := create(tt.capacity, tt.hints)
+				c.want(tt.status, code, body, tt.mention...)
+				if n := claims(t, east, ns, id); n != 0 {
+					t.Fatalf("a refused create left %d claims", n)
+				}
+			})
+		}
+		for _, source := range []map[string]any{{"snapshot": first}, {"volume": vol}} {
+			id, code, body := create("1Gi", from(source))
+			c.want(http.StatusCreated, code, body)
+			got := c.waitStatus(eastID, id, "RUNNING", time.Minute)
+			if !reflect.DeepEqual(field(got, "spec", "provider_hints", "kubernetes", "source"), source) {
+				t.Fatalf("volume from %v shows %v", source, got)
+			}
+			pvc, err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), id, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ref := pvc.Spec.DataSourceRef; ref == nil || (ref.Name != source["snapshot"] && ref.Name != source["volume"]) {
+				t.Fatalf("claim from %v has data source %v", source, ref)
+			}
+			// A replay answers the volume; one without the source is another request.
+			code, body = c.do(http.MethodPost, volumesPath(eastID)+"?id="+id, map[string]any{"spec": storageSpec("copy", "1Gi", from(source))})
+			c.want(http.StatusOK, code, body)
+			code, body = c.do(http.MethodPost, volumesPath(eastID)+"?id="+id, map[string]any{"spec": storageSpec("copy", "1Gi", map[string]any{"storage_class": "snapshots"})})
+			c.want(http.StatusConflict, code, body, "source")
+		}
+	})
+
 	t.Run("the driver's default class when none is named", func(t *testing.T) {
 		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 		westID := west.Spec.Environment.ID
@@ -211,6 +285,7 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		code, body = c.do(http.MethodDelete, path+"/"+first, nil)
 		c.want(http.StatusNotFound, code, body)
 		recordedDeleted(t, g, first)
+		waitEvents(t, events, first, []string{"PENDING", "READY", "DELETING", "DELETED"}, time.Minute)
 	})
 
 	t.Run("a VolumeSnapshot deleted behind the gateway's back is gone", func(t *testing.T) {
@@ -221,6 +296,12 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		recordedDeleted(t, g, keyed)
 		code, body := c.do(http.MethodGet, path+"/"+keyed, nil)
 		c.want(http.StatusNotFound, code, body)
+		// The snapshot controller's finalizers may hold it DELETING long
+		// enough to be seen, or not.
+		c.eventually(time.Minute, "snapshot "+keyed+" reported DELETED", func() bool {
+			got := natstest.For(events.Events(), keyed)
+			return slices.Equal(got, []string{"PENDING", "READY", "DELETED"}) || slices.Equal(got, []string{"PENDING", "READY", "DELETING", "DELETED"})
+		})
 	})
 
 	t.Run("an interrupted create is completed", func(t *testing.T) {
@@ -233,6 +314,15 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		c.waitReady(eastID, vol, id)
 		if _, err := vs.Get(t.Context(), id, metav1.GetOptions{}); err != nil {
 			t.Fatalf("the completed create's VolumeSnapshot: %v", err)
+		}
+	})
+
+	t.Run("DCM's stream holds its volume events and no snapshot's", func(t *testing.T) {
+		waitEvents(t, dcm, vol, []string{"PROVISIONING", "RUNNING"}, time.Minute)
+		for _, e := range dcm.Events() {
+			if e.Type != status.EventType {
+				t.Errorf("DCM's stream holds a %s event: %+v", e.Type, e)
+			}
 		}
 	})
 }

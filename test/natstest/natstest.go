@@ -83,6 +83,9 @@ type Event struct {
 		ID      string `json:"id"`
 		Status  string `json:"status"`
 		Message string `json:"message"`
+		// VolumeID and RestoreSize are a snapshot event's.
+		VolumeID    string `json:"volume_id"`
+		RestoreSize string `json:"restore_size"`
 	} `json:"data"`
 }
 
@@ -104,6 +107,12 @@ func (st *Stream) From(environmentID string) *Stream {
 // DCMStream creates the stream DCM configures: dcm-status on dcm.*.
 func (s *Server) DCMStream() *Stream {
 	s.t.Helper()
+	return s.Stream("dcm-status", "dcm.*")
+}
+
+// Stream creates a file-backed stream of subjects.
+func (s *Server) Stream(name string, subjects ...string) *Stream {
+	s.t.Helper()
 	nc, err := nats.Connect(s.URL)
 	if err != nil {
 		s.t.Fatal(err)
@@ -113,7 +122,7 @@ func (s *Server) DCMStream() *Stream {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "dcm-status", Subjects: []string{"dcm.*"}, Storage: jetstream.FileStorage})
+	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -151,7 +160,8 @@ func (st *Stream) Events() []Event {
 	return out
 }
 
-// For returns the statuses reported for one volume, in order.
+// For returns the statuses reported for one volume (or snapshot), in
+// order.
 func For(events []Event, volumeID string) []string {
 	var statuses []string
 	for _, e := range events {
