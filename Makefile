@@ -124,6 +124,7 @@ bench: ## run the benchmarks (README, Benchmarks); print each target beside its 
 	run -bench VolumeOperations -benchtime 100x ./test/e2e; \
 	run -bench ConcurrentCreates -benchtime 5x ./test/e2e; \
 	run -bench 'BoundToRunning|StatusLatency|FlappingClaim' -benchtime 40x ./test/e2e; \
+	run -bench SnapshotReady -benchtime 20x ./test/e2e; \
 	run -bench IdleFleet -benchtime 1x ./test/e2e; \
 	run -bench Replicas -benchtime 1x ./test/e2e; \
 	run -bench 'FleetQuery|Placement|Authentication' -benchtime 1000x ./internal/api; \

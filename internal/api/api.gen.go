@@ -454,6 +454,27 @@ func (e VolumeStatus) Valid() bool {
 	}
 }
 
+// Defines values for VolumeTierStatus.
+const (
+	VolumeTierStatusINFEASIBLE VolumeTierStatus = "INFEASIBLE"
+	VolumeTierStatusINPROGRESS VolumeTierStatus = "IN_PROGRESS"
+	VolumeTierStatusPENDING    VolumeTierStatus = "PENDING"
+)
+
+// Valid indicates whether the value is a known member of the VolumeTierStatus enum.
+func (e VolumeTierStatus) Valid() bool {
+	switch e {
+	case VolumeTierStatusINFEASIBLE:
+		return true
+	case VolumeTierStatusINPROGRESS:
+		return true
+	case VolumeTierStatusPENDING:
+		return true
+	default:
+		return false
+	}
+}
+
 // AccessMode defines model for AccessMode.
 type AccessMode string
 
@@ -1132,7 +1153,11 @@ type Volume struct {
 	Spec          StorageSpec  `json:"spec"`
 	Status        VolumeStatus `json:"status"`
 	StatusMessage string       `json:"status_message"`
-	UpdateTime    time.Time    `json:"update_time"`
+
+	// Tier Not part of DCM's contract: the volume's performance tier
+	// (VolumeAttributesClass), present once one is asked for.
+	Tier       *VolumeTier `json:"tier,omitempty"`
+	UpdateTime time.Time   `json:"update_time"`
 }
 
 // VolumeCreateBody Either request shape of a create.
@@ -1159,6 +1184,14 @@ type VolumeList struct {
 // VolumeMode defines model for VolumeMode.
 type VolumeMode string
 
+// VolumeRetier defines model for VolumeRetier.
+type VolumeRetier struct {
+	// Tier A VolumeAttributesClass of the volume's driver.
+	//
+	// Example: gold
+	Tier string `json:"tier"`
+}
+
 // VolumeSource Not part of DCM's contract: what a new volume is filled from,
 // exactly one of a snapshot of the environment (a restore) and one of
 // its volumes (a clone). It lands in its source's namespace, at least
@@ -1175,6 +1208,25 @@ type VolumeSource struct {
 
 // VolumeStatus defines model for VolumeStatus.
 type VolumeStatus string
+
+// VolumeTier Not part of DCM's contract: the volume's performance tier
+// (VolumeAttributesClass), present once one is asked for.
+type VolumeTier struct {
+	// Current The tier the volume is on (absent before the first is applied).
+	Current *string `json:"current,omitempty"`
+
+	// Message Why the driver refused the change (its VolumeModifyFailed event), when it said.
+	Message *string `json:"message,omitempty"`
+
+	// Requested The tier the claim asks for.
+	Requested string `json:"requested"`
+
+	// Status The change to `requested` under way or refused; absent once the volume is on it.
+	Status *VolumeTierStatus `json:"status,omitempty"`
+}
+
+// VolumeTierStatus The change to `requested` under way or refused; absent once the volume is on it.
+type VolumeTierStatus string
 
 // VolumeUpdate defines model for VolumeUpdate.
 type VolumeUpdate struct {
@@ -1358,6 +1410,9 @@ type UpdateVolumeApplicationMergePatchPlusJSONRequestBody = VolumeUpdate
 
 // CreateSnapshotJSONRequestBody defines body for CreateSnapshot for application/json ContentType.
 type CreateSnapshotJSONRequestBody = SnapshotCreate
+
+// RetierVolumeJSONRequestBody defines body for RetierVolume for application/json ContentType.
+type RetierVolumeJSONRequestBody = VolumeRetier
 
 // AdoptVolumesJSONRequestBody defines body for AdoptVolumes for application/json ContentType.
 type AdoptVolumesJSONRequestBody = AdoptionRequest
@@ -1807,6 +1862,34 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
 	GetSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetierVolumeWithBody Change a volume's performance tier (not part of DCM's contract)
+	//
+	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+	// be one of the volume's CSI driver (a name the cluster does not have, or
+	// another driver's, is refused naming `tier`). The volume's `tier` says
+	// what it is on, what it asked for, and, while the driver works on it or
+	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+	// ends a refused change.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+	RetierVolumeWithBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetierVolume Change a volume's performance tier (not part of DCM's contract)
+	//
+	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+	// be one of the volume's CSI driver (a name the cluster does not have, or
+	// another driver's, is refused naming `tier`). The volume's `tier` says
+	// what it is on, what it asked for, and, while the driver works on it or
+	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+	// ends a refused change.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+	RetierVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, body RetierVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AdoptVolumesWithBody Adopt the DCM volumes another provider created
 	//
@@ -2427,6 +2510,54 @@ func (c *Client) DeleteSnapshot(ctx context.Context, environmentId EnvironmentID
 // Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
 func (c *Client) GetSnapshot(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSnapshotRequest(c.Server, environmentId, volumeId, snapshotId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetierVolumeWithBody Change a volume's performance tier (not part of DCM's contract)
+//
+// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+// be one of the volume's CSI driver (a name the cluster does not have, or
+// another driver's, is refused naming `tier`). The volume's `tier` says
+// what it is on, what it asked for, and, while the driver works on it or
+// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+// ends a refused change.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+func (c *Client) RetierVolumeWithBody(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetierVolumeRequestWithBody(c.Server, environmentId, volumeId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetierVolume Change a volume's performance tier (not part of DCM's contract)
+//
+// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+// be one of the volume's CSI driver (a name the cluster does not have, or
+// another driver's, is refused naming `tier`). The volume's `tier` says
+// what it is on, what it asked for, and, while the driver works on it or
+// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+// ends a refused change.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+func (c *Client) RetierVolume(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, body RetierVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetierVolumeRequest(c.Server, environmentId, volumeId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3807,6 +3938,60 @@ func NewGetSnapshotRequest(server string, environmentId EnvironmentID, volumeId 
 	return req, nil
 }
 
+// NewRetierVolumeRequest calls the generic RetierVolume builder with application/json body
+func NewRetierVolumeRequest(server string, environmentId EnvironmentID, volumeId VolumeIDPath, body RetierVolumeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRetierVolumeRequestWithBody(server, environmentId, volumeId, "application/json", bodyReader)
+}
+
+// NewRetierVolumeRequestWithBody constructs an http.Request for the RetierVolume method, with any body, and a specified content type
+func NewRetierVolumeRequestWithBody(server string, environmentId EnvironmentID, volumeId VolumeIDPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "environment_id", environmentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "volume_id", volumeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1alpha1/environments/%s/volumes/%s:retier", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewAdoptVolumesRequest calls the generic AdoptVolumes builder with application/json body
 func NewAdoptVolumesRequest(server string, environmentId EnvironmentID, body AdoptVolumesJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4724,6 +4909,34 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
 	GetSnapshotWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID, reqEditors ...RequestEditorFn) (*GetSnapshotResponse, error)
+
+	// RetierVolumeWithBodyWithResponse Change a volume's performance tier (not part of DCM's contract)
+	//
+	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+	// be one of the volume's CSI driver (a name the cluster does not have, or
+	// another driver's, is refused naming `tier`). The volume's `tier` says
+	// what it is on, what it asked for, and, while the driver works on it or
+	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+	// ends a refused change.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+	RetierVolumeWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetierVolumeResponse, error)
+
+	// RetierVolumeWithResponse Change a volume's performance tier (not part of DCM's contract)
+	//
+	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+	// be one of the volume's CSI driver (a name the cluster does not have, or
+	// another driver's, is refused naming `tier`). The volume's `tier` says
+	// what it is on, what it asked for, and, while the driver works on it or
+	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+	// ends a refused change.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+	RetierVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, body RetierVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*RetierVolumeResponse, error)
 
 	// AdoptVolumesWithBodyWithResponse Adopt the DCM volumes another provider created
 	//
@@ -6400,6 +6613,110 @@ func (r GetSnapshotResponse) ContentType() string {
 	return ""
 }
 
+type RetierVolumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Volume
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RetierVolumeResponse) GetJSON200() *Volume {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RetierVolumeResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RetierVolumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetierVolumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetierVolumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetierVolumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type AdoptVolumesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7472,6 +7789,46 @@ func (c *ClientWithResponses) GetSnapshotWithResponse(ctx context.Context, envir
 		return nil, err
 	}
 	return ParseGetSnapshotResponse(rsp)
+}
+
+// RetierVolumeWithBodyWithResponse Change a volume's performance tier (not part of DCM's contract)
+//
+// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+// be one of the volume's CSI driver (a name the cluster does not have, or
+// another driver's, is refused naming `tier`). The volume's `tier` says
+// what it is on, what it asked for, and, while the driver works on it or
+// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+// ends a refused change.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+func (c *ClientWithResponses) RetierVolumeWithBodyWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetierVolumeResponse, error) {
+	rsp, err := c.RetierVolumeWithBody(ctx, environmentId, volumeId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetierVolumeResponse(rsp)
+}
+
+// RetierVolumeWithResponse Change a volume's performance tier (not part of DCM's contract)
+//
+// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
+// be one of the volume's CSI driver (a name the cluster does not have, or
+// another driver's, is refused naming `tier`). The volume's `tier` says
+// what it is on, what it asked for, and, while the driver works on it or
+// after it refused (INFEASIBLE), why. Asking for the tier it is on again
+// ends a refused change.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier (the `RetierVolume` operationId).
+func (c *ClientWithResponses) RetierVolumeWithResponse(ctx context.Context, environmentId EnvironmentID, volumeId VolumeIDPath, body RetierVolumeJSONRequestBody, reqEditors ...RequestEditorFn) (*RetierVolumeResponse, error) {
+	rsp, err := c.RetierVolume(ctx, environmentId, volumeId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetierVolumeResponse(rsp)
 }
 
 // AdoptVolumesWithBodyWithResponse Adopt the DCM volumes another provider created
@@ -8947,6 +9304,95 @@ func ParseGetSnapshotResponse(rsp *http.Response) (*GetSnapshotResponse, error) 
 	return response, nil
 }
 
+// ParseRetierVolumeResponse parses an HTTP response from a RetierVolumeWithResponse call
+func ParseRetierVolumeResponse(rsp *http.Response) (*RetierVolumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetierVolumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Volume
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseAdoptVolumesResponse parses an HTTP response from a AdoptVolumesWithResponse call
 func ParseAdoptVolumesResponse(rsp *http.Response) (*AdoptVolumesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9524,6 +9970,9 @@ type ServerInterface interface {
 	// GetSnapshot Get a snapshot (not part of DCM's contract)
 	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id})
 	GetSnapshot(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath, snapshotId VolumeID) error
+	// RetierVolume Change a volume's performance tier (not part of DCM's contract)
+	// (POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier)
+	RetierVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath) error
 	// AdoptVolumes Adopt the DCM volumes another provider created
 	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
 	AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error
@@ -10095,6 +10544,30 @@ func (w *ServerInterfaceWrapper) GetSnapshot(ctx echo.Context) error {
 	return err
 }
 
+// RetierVolume converts echo context to params.
+func (w *ServerInterfaceWrapper) RetierVolume(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "environment_id" -------------
+	var environmentId EnvironmentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "environment_id", ctx.Param("environment_id"), &environmentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter environment_id: %s", err))
+	}
+
+	// ------------- Path parameter "volume_id" -------------
+	var volumeId VolumeIDPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "volume_id", ctx.Param("volume_id"), &volumeId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter volume_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RetierVolume(ctx, environmentId, volumeId)
+	return err
+}
+
 // AdoptVolumes converts echo context to params.
 func (w *ServerInterfaceWrapper) AdoptVolumes(ctx echo.Context) error {
 	var err error
@@ -10440,6 +10913,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.DeleteVolume, options.OperationMiddlewares["deleteVolume"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.GetVolume, options.OperationMiddlewares["getVolume"]...)
 	router.PATCH(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id", wrapper.UpdateVolume, options.OperationMiddlewares["updateVolume"]...)
+	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id\\:retier", wrapper.RetierVolume, options.OperationMiddlewares["retierVolume"]...)
 	router.GET(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots", wrapper.ListSnapshots, options.OperationMiddlewares["listSnapshots"]...)
 	router.POST(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots", wrapper.CreateSnapshot, options.OperationMiddlewares["createSnapshot"]...)
 	router.DELETE(options.BaseURL+"/api/v1alpha1/environments/:environment_id/volumes/:volume_id/snapshots/:snapshot_id", wrapper.DeleteSnapshot, options.OperationMiddlewares["deleteSnapshot"]...)
@@ -12496,6 +12970,158 @@ func (response GetSnapshot503ApplicationProblemPlusJSONResponse) VisitGetSnapsho
 	return err
 }
 
+type RetierVolumeRequestObject struct {
+	EnvironmentId EnvironmentID `json:"environment_id"`
+	VolumeId      VolumeIDPath  `json:"volume_id"`
+	Body          *RetierVolumeJSONRequestBody
+}
+
+type RetierVolumeResponseObject interface {
+	VisitRetierVolumeResponse(w http.ResponseWriter) error
+}
+
+type RetierVolume200JSONResponse Volume
+
+func (response RetierVolume200JSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RetierVolume400ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume401ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume401ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume403ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume403ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume404ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume404ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume409ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume409ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume413ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume413ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume415ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume415ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume422ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume422ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetierVolume503ApplicationProblemPlusJSONResponse Problem
+
+func (response RetierVolume503ApplicationProblemPlusJSONResponse) VisitRetierVolumeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AdoptVolumesRequestObject struct {
 	EnvironmentId EnvironmentID `json:"environment_id"`
 	Body          *AdoptVolumesJSONRequestBody
@@ -13346,6 +13972,9 @@ type StrictServerInterface interface {
 	// GetSnapshot Get a snapshot (not part of DCM's contract)
 	// (GET /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}/snapshots/{snapshot_id})
 	GetSnapshot(ctx context.Context, request GetSnapshotRequestObject) (GetSnapshotResponseObject, error)
+	// RetierVolume Change a volume's performance tier (not part of DCM's contract)
+	// (POST /api/v1alpha1/environments/{environment_id}/volumes/{volume_id}:retier)
+	RetierVolume(ctx context.Context, request RetierVolumeRequestObject) (RetierVolumeResponseObject, error)
 	// AdoptVolumes Adopt the DCM volumes another provider created
 	// (POST /api/v1alpha1/environments/{environment_id}:adopt)
 	AdoptVolumes(ctx context.Context, request AdoptVolumesRequestObject) (AdoptVolumesResponseObject, error)
@@ -14024,6 +14653,55 @@ func (sh *strictHandler) GetSnapshot(ctx echo.Context, environmentId Environment
 	return nil
 }
 
+// RetierVolume operation middleware
+func (sh *strictHandler) RetierVolume(ctx echo.Context, environmentId EnvironmentID, volumeId VolumeIDPath) error {
+	var request RetierVolumeRequestObject
+
+	request.EnvironmentId = environmentId
+	request.VolumeId = volumeId
+
+	var body RetierVolumeJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RetierVolume(ctx.Request().Context(), request.(RetierVolumeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RetierVolume")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RetierVolumeResponseObject); ok {
+		return validResponse.VisitRetierVolumeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // AdoptVolumes operation middleware
 func (sh *strictHandler) AdoptVolumes(ctx echo.Context, environmentId EnvironmentID) error {
 	var request AdoptVolumesRequestObject
@@ -14274,225 +14952,232 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39cts4ljd8K1i9WxWpllKcxOmZtqtrymM7id9ObK/tdD+7ozwyRMIS1hTAJiA76nSq9iL2CvdKnsI5",
-	"AAhSoCy57XS2N/+kHJHE58H5xu986qRyVkjBhFadnU+dgpZ0xjQr4X+H4oaXUsyY0EcH5gcuOjudgupp",
-	"J+kIOmOdnQ6r3hnxrJN0SvbLnJcs6+zocs6SjkqnbEbN1/9csqvOTuf/e1r1+RSfqqdnTMl5mbKjg87n",
-	"z0nnHf14SifsnP/KzJcZU2nJC82lGYB5QhT/lZFuxq7oPNfk5dYuyWk5YSW5ofmcKUJLRnJ5y0qWES3J",
-	"s62trd6gk+AUfpmzclHNYUY/jgo6YSPTaCcc8owLPpvPOjtbSUcvCvMyF5pNWAnDNCO5kNdMLA/yYsqI",
-	"LOgvc0YE+6ixfW3eJfKK6CkjRcluuJwrYh61Da36rD4u+vEtExM97ew823q+7QendMnFBMb2k8znM3Z0",
-	"cGq2K753N/DK79k210nns+myZKqQQjEgntNSjnM2M3+mUmgmtPmTFkXOU2oW6WmBb/zLfygJC7hel65d",
-	"6LG+5mev9sn32y//QmzLJGOa8lwNYEFsA6b9vTRlSr2TGVAXE2aH/9E5YzT7ueSanYjUkIH5/4nIF++o",
-	"WNj/wmP4/4elNU86e5m0Q/nUKUpZsFJzXAxqnpjFjZEJboMi9iXSveV6auiYZ1SzkRT5IiF6SjW5lfM8",
-	"I2PWSwhVQET4Ldk7PSJqKm/hxxkQk2Yztd72maHbudCypAvz/yydjdIpS6+Xh/zzdEEO9t89UYQLpalI",
-	"mSLmnBEhNYFvWJaQ2ykTZjAL/8yMamnJTD++mZGZuJzrUZpTPov0bNblYP8dKdmEK10CGREpdpbGY49Y",
-	"wJyeKEMVNzxjJTHkjwvK3ZoKxvWUlUSx8saMtiRjRug4Z4Z5wMYQeqVZSfSU250yfXeFJCVLZZklREiS",
-	"0zHLc5YRmADhgnCtoDtV0JSpHvnv//wvcmt6pkTTa9aXN6x0o4Vh4XBkWUypGJC9sWJCE7suS3NPCBUZ",
-	"LrV5lOJUpIbBq2tDS34jiaILRW6ni97a5HGw/+7ILmmMRhqsf+fT8vZWU4+TfvWcKEbLdMqy2uiWGmyO",
-	"ARefZaNUzpHD1Dt5W9sRQyJ+qRv9IkFQd6KwYaQHRWheMpotAhL2YiDpqGteFLHD3ezcUAi/abaNJ9sd",
-	"IMsE3M4u1t4sx3z24exElqrGUILFHUuZMyrMK7e0FFxMIpu1Z3mTnckaLMocnFzKa0L1DpGCkTHjYkIy",
-	"ljNgco7bUUUODt8eXhwdv07guMD/Dg9IyQpZmjekSJk5qVyRiRSG+ZnmbqdSMXKuZUknbD+nCtdXCqME",
-	"sI9cafVQa/c5FI//WFZ56itbo/rEs/6KToJ1XiLgSqzI8X+wVIdiZd9xxbpsQWG+6vBFn5aMWrm7rDuE",
-	"s61asXqD/3TVWM/YL3OmUORnGTc/0fw0GPcVzRVLIlPxI64ToBHEyHz9S6Rr6CDG6nu7xGmGNM/tKyAW",
-	"A8XpuxcRebR0SBoaBtAkcnBH6V5umxNr93jXnXEh9ZSLScA4/HH7HFu+ecb14Y1Vlho6ROp0i2U+auS/",
-	"eddKBTaYDEhaMqpZoMNHBTCd6+loxvRURhjYG3kLi5vSPGclMe8yoY3+ZqY4oZrd0gW5kiWuiHnV/Zhx",
-	"c3DhQMtbYbp2apbkWWpOg6aamz90OVeaZX3B9K0srztJJ+PKiF5zUmxzUXVrDfnDI5M6EmZllNFaDBNj",
-	"N6xcmH9bFqj1eBWMlfHduNg/JeYpoVlWMqWi7ZZ4QtpGXsoct30tBnYm86iINos8b5G9by4uTgm+4A4R",
-	"FeqWlS1Sbo5UGpXKHNfoSpYzqjs7HXOE+vBr7Ix5s+NO5gPs1bbjBlCxIViiOgkn7pj4uduNqi34h5VH",
-	"7y1XseNnno+ATtbfl+A8R3anYRjevRy1McQmsX9+dFDyG1a+oqlWMd3dHtPUCMwnivgPCDZCMpbmtGRq",
-	"l1Cre1pFnqS5OaclmVIjaQWYrI0l0pqm01E14piOcaVGk1LOi1Ehc54u4kdLZiMuruRIitHMKXbLTSkU",
-	"/qOUFjTlukWpseSW8yuWLtKcjWYyaxytO9TMGKfepwUd85zrxckNK0uOpuRKWVffivN5YfUbGM8uoeSa",
-	"i4zk7EoTo+xf0Tw32mEp55Op0abMJmS4Wdrwx8gGgF0bmeAqGv1xPmalYJqpwCz+DKLyCL/fjiiTuKib",
-	"9YTm5nL7z++34GrDFbfEz1XDLoSzYCwB3BGwXUsGyz2e81z3jdEAtqC8Gopbluf9ayFvBRqUikvBSmW0",
-	"U8Vzc2KMOCylmAzIaclSljGRsp3w1A3hayqE1CCwFelaUu5beTfI0tmgKKWZ/FPc1T6sdTIUg8HgKS4/",
-	"/tQzmjcz7REmdLkgMHojlH2XoDPZ16RgQ2GeGtEczMA+XiIyciQIJTNWThgpqE6nCaFEzPN8KLC7ks2k",
-	"sWO4HgzFEkmGa9S+X6vpJnLWYhTi2QHu56P2tppCz8GXGVPh6udzvWFga8cUPTXNk7d5G02hEg6q0f6H",
-	"NaZ5bBUkp99VdN2p6WhGsQPC6iSduYATFFXr9gNu3mSZM6epBPLLmYD2MyvIIgLMknUxH+dcTVmbFFNs",
-	"MttIyLuez/HDmKTXUtM8LmnMk9F4obFzr0Fxob/b7kS9zuHmYcP1ZpJqCm37Fw53iUpDcco+0lmRmwae",
-	"X/CYMuderqbgP3n+7Pvvt56/eP7y5cuXz5O7pwYigc/ms5GlQWXd/5FFK2QuJxESOZYZI4rlLNXSO9bs",
-	"chAu0EPX9y+ohdD04y5hs0IvkFIMUYCrgd8wtFv8ErhuB9deZA64fPqrFOwHRpXu005yhwbnR16tXGdp",
-	"EVft2oWjpPqefVECi44PtcP90sg7zWm+qXQ+/FjkPOXa2K2uCfDoMpqZjaTErHoqxRWf7KDvrEwIehto",
-	"Tvb3jP09dH5cSsaMlkaIYcjF/JLm3FBBaoZxBUYsmOzXbDEgp4fvgsjRUIypYt9t95lIZQbeOHAdhmOI",
-	"Cbug6ZGxSmRpNjWjmtaW3qxiwxfx8uWL72KnC4Y8Ctu9b2tJ5xZjG/kCYzxV89ds8aDNcqFYOi/ZSF3z",
-	"YqRzNbphJb9atHh1jAACB4rn1OjKMOeTaUXOX4/23r49+Xl0dHx+uP/+7HC0//b9+cXh2XnMrWK4n6GN",
-	"Oveaal2onadPacGNXpX1zXkd2OeDVM52vtveflGf7/Ot7b9G9sTMB7sYOd9A+NHLmFvJ23dh4O67F3/d",
-	"vns5G+fRTi56BKUQDKzfI3El2705zkWT4vtqlwgG+p6Rq8Hh01M2Uyy/YSpiaRibG0dQSX4Xp1ym2qig",
-	"T+lITenzl99FJP2bvf7zl9+R7pR97Dk2fnB4RoABuR+ueKm0OflBTzVerhZKsxkppdQYEZ4rDDAsj6Wa",
-	"94h9LHjJRs6p0TQinDkcrJTSsiC3srzmYhKYDwui6IIoSbp1dvREEfaxQF96EmVMTxQ5lnrvSrOy5xUZ",
-	"o7SHvbqokFH8zZAXA3LObpggGV0oMmZXsgS/ecM9SvS8FIocHL4+2zs4PDDLsZ7fJlyjeQFe0s0cP6v4",
-	"wvIxNlyJt4RMr9mib1o1fyzthtloxWhuOArX0+h+VzxinfO9WqbbtkKCToID4mfSvoKx0xwG35bE/Ypw",
-	"W3ugzUZJVcFSMqE3aOG6mGmr77PFH1+L3lW2ZMZKMuXCHDd1bSg2IfyKULEY3KkawQrBDFqW4yyIfC4v",
-	"ScZVkdOUZaPxIj5cJrJCcqFJTpU5TXORkanMM0NHmJCBE3iC9nKofARsMx7G9p3HucY5FylDnhSOk0xZ",
-	"nvmA5PonsYqYQ2h382O4Xry9JaruN1rHHCr1ULqCWHpKhQ2id4WsR1jXi5uDAiavSGzicXd1yyRHPGtx",
-	"h6MwgSlKVZ0LtVk8esaUopOWgIFdt1aXP8Mh3iF4nPgGKsZsAMxycsecTqjRVSFdgWtyS1VFdOvTmNJG",
-	"bi9HwA5fHxnd6/DABoGDWfUScnp4fHB0/Jp0S6bLBReTXkJe7R29Na9j9sKVkcG7xC5UlZWQkL+/Pdn/",
-	"0bxYIzI8iopQIYGs3CkGyjQsLcE4TkWmSxSZgksCCXLH9wzkBUoOmAGoUBhtoyQnr14ZSg2Xd4dk6Wzg",
-	"/m8GhFYMkTYnxAe+JBB99S0O72D/3dKkeTrtxflijP2dM61dcH6DmKrfn7hwMJtSW2sfOlVES9LwS/Y/",
-	"8ezzOnFUN3nsENpzmWXNiKpdpaVdo4pQSGuxY/DDXDeYGoQ+I664PJe3LBvVM1TWP+ip94KNZOiP3syz",
-	"qKApr7ff2UBdw0edbHM9LEtna6T+eHqDPDskibs+C5b8wH3STNP71CY+F6PWWGsLxwS5sdLR27aPFZWs",
-	"zpIobPZkZUkGJKqeelOy03IGWiZcxWXXXM1z/OBz0rmX5v2rFGzNaKtNEa1tSX0H/br7KdoOklqySOSE",
-	"BYSEVNhyjmpnIojkhtReX4kPq8//QUC/G/ik9ooi55hA7JI0Me3IxpJJziimcBmLA44LkQW6DVs9/3fG",
-	"jGtRuFpQYy1fQ+DA3yQgdwcHPRLFXG+6fLVkxQE5/EhTnS+ITdu5rJxplyCCLwP76HJALqZsKCobIxRL",
-	"4CQSzC58zlLNssA3RyDj+KNGGR/z1MXZf9MjqUsapgr65MAZXRBNywnTPj5bt342UxofUpbU/a8rW1j2",
-	"2P6PlA3VtsdyfXIuWEgZ/7b37q2hRJaSIp9PuFAJ5DX5DVQJueI5xDqnKjE/f+Rm70VG+KxgpZIC845p",
-	"yZw6O7ino7Qa18hS7PIU9i0pa0nmilU+0mBOU6qIYjespDmMU0iSzsuSCd23zTYGGGEcseE9uHhtqJ42",
-	"Ra864leydIx2sKFEbZdwq7haPNUnFPFrRwFDbXO9XJ8Gs0Qnn8TdBePOXQxZLbVro71DDp5SnU7bNzSq",
-	"oL/aJ3958dfvyP9/fnIc5gEQ6ZzGhnIgP+KKszwDQ70pOXaGIjzICQk6SdD+VwnB/U2I2cykootkKJb5",
-	"deIFQmJMs4TEuGjiTTug7r4U+SI8OWDCDsXyOQQzMGCmCZprpJTGLG66HAdkbyjEPM9JySBkQXEpzKHl",
-	"WrmR7oZdm4GFXktrpI4ZtjQgZ4xmOGC7rF2eJcCWElKpR4lN4UtIoBwlQxEoRz3oy4bcXWMB90IDdXtr",
-	"y6y4c4bBayg5VxHUufMSuBiAdQB0ks7Z4d7Bv3WSjnM0d5LO++Ozw739N3t/f3sI/9t7f/Hm5Ozo3w8P",
-	"ogGCZf132euXzkZlwy94h+yquREtE8Zg7uiGlaqNwZgTOSpKOd5U94YP4frAhh+u8iV578wG9sOyPlnd",
-	"mlh2oM2FzWt20fiWGxb7eCPAu/AMDw+tdnvjop5yVR3joQAvYtMt6LyHXef2qZyzvR3MkaM5pDLNheZ5",
-	"dXfqcgf+vOwNyL4ZMMvIGEMEJYOrZ+i1lLcC1PahCF0OUhBGzSk3hzTluemXKkW6L7aI6tVOQ7BSzfW5",
-	"I6KOW1dtb6OB1pX/cNdJrG5CMLVSqLU5IOUYVr3Nie0uI02NemQT2wlXBPkKHcu5DhNFg8y6BdMbOR5z",
-	"dkfCZzXJtWRzuDYHcCdw80seOKzlMcS25VXOWG1DHkjHWGceKzLW1Xw2o+Vik17O7SexWyGdqsXkbi0k",
-	"mmZ639uXSf31U5lFBUjV5xsu9Kae03vb7DWd9y5PqfK5gndb6jav8I92C7zlN0ywGFVXfi1/2+M6sjMR",
-	"jjiPU81pTlPWlqYmMrirs/758a3tu2+j9xo/pvk8i13ogwuo7GORUy5+AGXZXR8JhUhpk259JvemV/n8",
-	"MA/NSJTVU1ayq2AxVi5jNfE7k1OXQ2Qu6dIyfHgfs9dJN0y2tKpmbzMvCKj4TuSxjwUVDV0sEASBro+J",
-	"pEvjhRONw6HOXWdz7Y3MMqo2TkNLMmYu99toEGF6KU4OMkeCOcXH41ImaZ6fXHV2/rFh0uiHJLLiLlc1",
-	"I64Hn8wY3P6+MjbGmClNuNiF3Ozw1oYhxeWcV/OWsdm8sb/ObSo18rGc2K4Eud7R73+ZS0wyW2+J/tW8",
-	"/obRrJRy1rJAU/sYE3ybDoUnikCfCh214dpAmmfOZ2bpuCZdWeKrSE8+vteLrlXw5krKC8O1M7qwYUGa",
-	"1e8gP1HEwV/AlFWcxkoqIrfxn/lMfyAAzwfiUfGVIYmGRGmTIGMuMi4mXpKskjRrMRLnVH0oRrJesCMC",
-	"XFKPZdQXpE7dtbMQX5lWhmZ3MsLEajnBeFjqtLaStVfC4j66f+t14AhltJgFluBvpzKvJ5zd0koYbuTP",
-	"chvTet04ABlZFwqkqeXhg+jEwQcSp2AXAEI3TzeT2sgOcJEVVE97LlEG+uYKraMKFaMEIWRZcWuCzuqu",
-	"TT+1bmQKXt+MSDFoy+iYq7i1r7nO2YrTVSl0R8c/7b09Ohjtnb1+/+7w+KKTdI5PLkavTt4fH3SSzt5b",
-	"8PuMDv/P0fnFeSfpnB6evTs6Pz86OR4dHB4fWT/Q3vuLN4fHF0f7exfwy9HxxeHZ8d5bfPjT3tFb6yTC",
-	"5JHR6dnh/snxwdHF0cnx3QqlzbvDSSUr9UvrVnjDaI6R3jp1BD6YWEJZ6NMAu97peqQLywDpIea/CF8w",
-	"F1PoZ9GLbtC6wWZ7/Us9xdZW77XbN9sz+Bfc3zGbqbnf9vRH350XLeluLJUiU0RB2lsoBZWmRsuKS6d2",
-	"91t8f22o2oeH3fd+YLEdr2sVSxs+DZ4szdc93OA6xeoEgxVYC34gS93GZmXMYR63yfB6tBXWyxnhe6dH",
-	"9n4/KrqNS/6X7jL+JZkxKhShYmHhN4wqk05t+BtwEVIqSCbNKx71oO3Wv7/jH80Mn7L0eoPb727y+4BY",
-	"tPIevBsPOGSNbietc3ZtM9UPLwmWduWe7DsgpTV5y89Tm9QMuD1XlOdmJ0LFSF5jZOMKL7YgPIPLBw8D",
-	"E6sQDeqdFlLpSclUQmZ8gt5xlRBBtfmFzcasVFNeGPOIK+9Lnco8UxDiwFcIRxgM88uU0VKPGbWp9+6W",
-	"B0RWxjS9npSQgXsry2s0uqwff0FuIbw0papSlt2zBIMTOWPG2MnYR8NWc0nhkg6+6Fy3ipRzVB0rfuom",
-	"GVsWeR2zauJ+r5pXI9xxj2JXY+NhmlBBtWalWfH/+w/a/3Wr//2Hrv2j/+HTVvLds8/u997f/jk2UAB7",
-	"CC9cZjMufELNDWe3tQsi1YfnghZqKmO+lPukka2Nv7EhMs3GYvDF1fP02fh71n9J/5L1t9NnrP/91Rbt",
-	"Px//NfuObad/oc+ePVV28uqp4JOpzhf9Z/EQsxF41d3DZamvZua4Ke3sFshBsY0T+7kiXGiZIHRRcPdU",
-	"0YWqU+Sz19Frla7BO5RuCA9W19Vbbc1ll3y3NuxUCl1K4CLpVFqz955Za47KqpQ1/G60Kp51r6y2TYFE",
-	"rL6wjN8U4CCGItgz/MYENk1EcyuyD19t6IW+ixIMSVrvsOvGvOjTeJPAU/REWUJ84mPSSBB1mkwV70+l",
-	"0ma9+qZ/ZwLf4WT+vGLu8UyLuxFQqqOwQZjE8bm7vKZV06u27bwFRMflumMEMjjlRnKlNhjmutglYBB4",
-	"MDOjKo3ZUFiGke26NHkIxleNPVHgUPbn8wkIRSUFnOChCE7uDPRrDlkIRowWVGnCdW/XA6zZ2B0aIxaJ",
-	"DaOa7eF7HBbE8bGRuGhZjkxt6GDeW/b7rO0wb4MweSAX83ohmiX4h4ZfeB1vMHyj+MgCJdz1VR3t52Gc",
-	"uK3Rwzuiw/5+SkY1RZePoT/FmHDZaKQLP6VTKibMkDUoa4KlLqic8xu2u+w6zaWqRZatXIWIbG/9wHId",
-	"3HjtlLZ292XVoNe9FUtLpvu5lNf2eiLkMCzgoqI5q5QL8wDfSyC9IMFboUmguCfmfUxMTEhR8huqYcFS",
-	"VuqEpFSxPheKCcU1v6lJ64p93eWNd9eNVuAwrXIX18QSW18wMVXHpvEyKQlTpfA6VgWA6lz2m3mCa6Jj",
-	"iVwhryQch8vxRt7sWbdm2Q5ZQO43RJMik4J4gcXUcbNxCVetkYCcK92yQl0qKmiDgpUzrsxO9uC2HCTE",
-	"3HLFSJd6VC7IavF3jxDGtqbiGTvfQXf1Qst8AeaQkHfAsvi0jNh5wDH4FDa04FhGhLzdxZs9HM1EYAC4",
-	"LoZPxCMdmtsz2kZQe1qXfDzXTLkFa8DCWEGMN8lYCfwBVHEOUE16aa8B7aOXkPHCXoIKbpGjv5YCQCvk",
-	"Jfogktvi7h3buzReY71HN3g1fdcDUa2oXM0IjXfdzmYs45h99DPl+pUsX5ljti+Fms9ajMbV0ZzfI7Xr",
-	"cGCPFsXBtJ269PIYgg8Y1Kmz05q4iWkTIXdyJB/VQgPNam0l+r6pxfdPsVpOebpT+V4jkSqWirShXvle",
-	"AEi4y1UOXQkAmf7wWuamSh9C+lQ3KUYhUa/I0Fz3NUOkGbKNihdA3gp4DgwlyhlzfwuJf8V4QRPMbQNJ",
-	"bI7huhOzjGQUHJqW5NPDcDcrP4gTAzZFxd8qWM7n2IX35wJQ+KYyz6xwwhelyFswvx8A/3Dt9EOXF9q2",
-	"hqsIZ8ViNrazRijJxqhw9qS+Y5o6KKENnBz3uGnSvCVT2It6Zj9Pf9qH62Oof9fiT0wrSPOFtC2EG+h+",
-	"7JcMpUPffNALk+N3Ud2CluCigYdlJFKAnw+TxRL4CIhJGSt9WSVPOo1+zD6HDc6ooBOW9ccLdOb6B1k6",
-	"67uYcB+kXPOpaZWnrA89fmj18R/gFQy8U9/dOzztP3v+vGeMjQLvW4eolLugxQBGCMTrfr/juub2LW1+",
-	"Z0OXWZF2cOcXlkjbUVDGEHE4ZaXiSjOh8UAOMMdgVduxKMCKU3BesHTDE5C2oh7ukUrwkF/mVGiuF2QC",
-	"vkTQ+wX5lZUSIDIswotNvQffEDXWdck1IHTukIxPuG7on1clgiZD6CZ8MBdck+6YC1ouyI98MDjkhplm",
-	"LOUzmpMfB4PD3m6FQ4Tvo3cJgZq6z7b+8uIv28/++nzb/PjsNW8EZJ5tgf87TJLdrpOaoad/6Q6HA/yr",
-	"97fuIf/tlP92wX97zX97x3/7kf92+Nvpbxe/vf7t3W8/tpDeLOBLa+Q+ezYWwnZMV+cQxy5PQdqx0e/9",
-	"/YVd9NlfVrdOLgnHQFcSsBrgJnwiZInB8jqxVB+vr7NgBnTUR2u5x2j90H8EAck3UMti8useOy22/Mwf",
-	"HY16lHhTVLe2bGENAgQOsnbIxToRHjngsklIBab6cBEUnCDGT/4uswiXPETQIZccpaa0YAgbiT2ZQyQF",
-	"WyPtNOzLlbH4nGywax8aAw5qYUSiiVZyO/7QRy0A/fzBXCI4tZtSU/PQmh/bFxtj2A1RhBoD4Rkiar5/",
-	"f3RAulBmLaWK9XbJ0OYZDTvI1VDdqfP8NY/P79c3cCL3jzzZ876hfn+nbu+abV/75t2YVzxniGXYSTp/",
-	"z2V6HTXPapdENoNqOJaaFLQEACxUIpzysOPqVQl268worsgVx9t+pZwlQ8HqyA60cjsul2chXerC5Hgz",
-	"FT8aitAtB55N8FSSI01yKjLlYMHQfxJeIkwIBSgOpYcC4g7lhLkCaW4gcJ6gUywdaF3QPi7qZFYyFDOa",
-	"MXdp0He2f37kvIp2HIFJuRv4ZDEqBwcfjwDesY1frY2HemM6oF9QbgHp6mhJa9W28eK22bjb1ns2/bmV",
-	"kM+X8q5Oz05+Ojo/Ojm2Ucb3x/av5Tij/bPlcjB28L7INg+pt+vagGrIboFEEldRElRscCvYMBZ4gY1O",
-	"rZlAmKolMiK8EVN/vvVFNN2la0F2ph9iCPaAxsn14tzwLweYP+MxD2IdTvm///O/jJ1wcnSw73ws+KB7",
-	"/nq09/7izejdycHhD5JnaQ8lBeb9DUXsNXyGtfGAeRQlFykvaF4Fw2FcpJQ526ld2VWY3gCFUYguKc8x",
-	"MQ7te9SnfWEkPHPArSHiAFOq1nCqdRFAoDRXIDKqLJ3hmLD8Hs1zjyXJyn7I85BAzNARvU4NyJ4X8JUB",
-	"hcuDGEO+ihAHDEaesaFw63aw/250cfb+/OLwYHR8ePHzydmP52TCtAW/M2MCvL0naijaNAyimOGqQtpe",
-	"F0z31lwhm2O23iLhy3adjJ0D0Zr6HvoSmCIbCszuM58p0s2omo4lLTO13uA+Q/58DP74RFRuIIiW2Svm",
-	"hXcHVNInsLhPf9pXPSIFmVGxcKEuhSU0DvbfDciFWfFMpnPEmEexU0lPbZU83MgJE4YYreTEmhmHZSlt",
-	"8m3z2gLURvWNWySjnKdMKFbVfuvsFTSdsv7zwVaQy99pYPcFCdI7nZtnNC+m9BkE9gsmaMGNZjbYGryw",
-	"Wj2wg6e04E/du0/hlPWrEkgTFhNVcBTxpcQwU7wmUSq9Y08lnuXA5YA/uyMym2tbxgxI6HYqSdfWfkps",
-	"IROo/JSQqbytpytjKZShCEuhVXTmyCwJS18l/hTa1FV37AZDEZIzXBVDD6OSs2YcgVlnsemel3b2uFt+",
-	"LEdZZ6djlNGqKJSqh4naLJPqladhYeQ2oyR4vSpQbF6OFRiuqmpFqws/f/ldRMbEm6rX+rhP3eclWhIV",
-	"8yY8W1XYLjagqhSYH0sob/f6/077v3749Cz5bvtzVJYuGZmwaUbbNEKtqgfrYGijC6xpqZ2dWw1kPYO7",
-	"ZQAW2/vOvpnI7tnzh0Y15+dbWysqOW9WwblRaS1SyNmwamObgToQ8JOBYVfbOJRYD37IVZVo8/6zDd9/",
-	"sdH7Lzd6P1C74LxbhesfH8ySe4AGUEQDpcbsEJ0oXwOu88E0VOfOTUQJy52X+U8YNPuyDGiFYxsiQL5y",
-	"CzizASxJ51AoGS7L7ZBUzma0r5jpQbNsKKyyi2wYpPpsrrDqJ0TzjE55zRY/QG0PyKr6J/v3UFyzhbHl",
-	"ujQZQwwE0jbqP3Sn1oyE4fUS8k/+VyGduhQUiOGs/KEoZZb8U84mFNIAYucSWhu5ybbx3u2t79dnvj7v",
-	"IdpU1Gj71MavNFubfy9DDD0q62hCt93BO+pKpiwzAMoeLyCi9SdmJcknr6I3GYtZttq6BKyljuECdRhj",
-	"bsufbI1cZQsIFHMNOIlj+4tLB+u+PrwgT63OieXlhuKc5VfnqHNgFsUZQ03f6NOoCFbpULXQrWAsUz00",
-	"Eewli6ZnCYHAtaoX54BSEANyxoqcLoyBRsVQ8Ay1xrxeTB4roCryfGursmAwQ7vmE4modvtNtWSZt668",
-	"QmoUUB+TbZPoNsfJWfgYc7qHqvXB10N17vSHPp8IGPu57pGw+Alfgj/EeMOe0SLj+44F3m3h8F0bxCyZ",
-	"npeCZWQuMGkZ2cZzZANfYsRnHoD+q2RY21vfb/b+sw3bf/Zys/efP9/w/e//eF3PQ+BDBc+QfbQw5pWq",
-	"39NP9WDcZ2TgOYtWcwDvtCLd7a3vezYJv8lUjbLjQFnJ5ZUsUwbYR5eGZU+YBgi/+ifuCmgN0k/tgi/F",
-	"AQI6KQF5tYbxD0XtRkqduR7Ao5XMNcYuYbQ1ZcbffbCe4aX7nsvqy3YMuhZH+nWeye3HPcNfw5nBDVj7",
-	"xCRxa+g103WS+qMEU0MV+FPQ1RdQZl8zvQEJbGbohqrMAaBPFQ48uQUgeR1s5AHZgwBTDftelkNRw763",
-	"MMOqiTO8C9+Gyq0sa1iqhpmCJp7ZekYIB45QnajCqOpCCrwJ+AKGs4t5nl/ChcR2BOMYa8YQXPMcPapu",
-	"iTDWhmbC5mD9+7D+//K7m/6a1FbDHTBDJvvTcYlvGuQDSEM8gg1WSLpNxPZeK3dMOh/78lawEgDHq8qj",
-	"G6iZT124Kbg5so4LsoFb/GVOWaPTyJk7dAniSkVyWPxFsW+Sej1JfSKacFlL++4oE8K/DyCwfx/5Pv1U",
-	"yz//3ErOdR2ydgPqEWk5hgT9uf2y8jcyXZ9Mw6U1R1/WSffhKdU54m0urffD1+En251+d6FybHoSgrTH",
-	"aIT/HHI6MYEhcNBChh0Y+t7+T2k6ZdXdXDD4XbVphK1yN3bsw0E0YP6THdCXi1U9ZgwjyEq9I3xhN+J/",
-	"QuTiDzzLkK61RtDjxlORO79BIm5E/XkAgzEaPrm4lfXUbrXj7u2sztS6/BvPfhjOt7ZepPM5z+AvdjkU",
-	"UDrt0xASuoedHRIkfX++3LVt19xzE/MvNkrJmJZsKIKPMPBBBbk8ytiskJqJdNH/kS0uAW4ZHJVQZIpn",
-	"tZvvQ+Gym2xkCBNqSmbh47BsFVsgap3N2CXPt8m0h9lwRW4acb0bfndDcxiqGVU0NAP+emPc4l62x2Vs",
-	"bvYaIZkqGbZbL4BMeNaDyICx3G3tWHL6074v3twasNmEMcQzYc4s93dIGGZ4XCFsge8ad6fqu7F97Tk+",
-	"L5POjAv3/2ct6SAPb9IvXev4wna3S9iPRIosOUIGiiCMljlnpU09Ii0k+uDBofbx4Zplu54GMXD1zSXw",
-	"FbgEHkG21aQZ7r3POl9boN1PDXQgw635npYtR9RBUP8yyOSN3QMBKYKRn1tq1MUKFwiVQXLpoYovK69l",
-	"LWSOcDeAVbaLcaggt9Mm4wpy/nr05nDv7cWb0ftj/OPfRvsnB4eka4SJLMnLrRcud3Qss4XL4lWGsUNu",
-	"dzdM905ICLtqJr46M7uXYM4rKsaopCjAiQGARq7dzOup7TZSxkuiUlmwXaMrW/Rdlqsld4+eUj0UyAcS",
-	"vFQzh/s38LW/aVMHCoLXrWglNOfXURH6mjkd/I1DnH40ntxA5I7wPnzyZ1KDH2fh6t7xMKN8o0Ytm1ra",
-	"hvfubJLu7apD9oM5XLvEJvVRl9puFb0zpstFf+8KYN2E9MjCNjm/eeBLPplqIuQt6XI9FFyRMdO3jAkC",
-	"7A4vCfxuewGX0F+GahagB8WQFDLPFeG698Usinsy8E8e33RlLgCGVFUFoLG9tV1x3ermnwO9MjzQZs1M",
-	"DGOBRdElAD5zgJNQc8jw6g1awvleJ18z4M6lcADyULDFdT8XZlNu6aL3zTZeQ39wsfNN9Yf2IHrbRn4J",
-	"Tb0y2b5t/saMDgLom9PBI7g7Qwzm++U3BuZze7D+8tPQX4ocdnbIEC9mDjufLwfgWcAiB+hasOBuAGbK",
-	"Bdfcm1xD4VObCllqRcJrrQEgcMngsrEZLTDX9vh5cIQey862d2UfLmzeaPYrMd0P/b75PftmFv8vMIth",
-	"37MvZhYHWtXTGs7sI8RMBkPhEGKVsepyjuiu3AHb7RANd4bh+rRNo3QqGy0ZYJGyzBVLXpFn+ZYrfR7g",
-	"Uv4ZAi41CPo7Qi5+J78FXR4k6BJAI/ilJV3RijYSGlM1dP5H0UPu+MBpFKdGU2kP6BxBNt4VZ1kTDMKh",
-	"gOxg7OYSbKZIXGUobGClBiQMrqtmSKW3C/VMwTfdjIjYRGwXEnHrh1CIDq5krgChGaHwuhZ/ozcgPzsQ",
-	"gqG4rIN7Xya16pox+GvLrtzMhyKES1EEgRRplU7jqro7rGyoxuncf/bHoZAlEZIoLiZ51f0ypkpzuDDf",
-	"oagQUxS5s1QDxzoZwlZpcBeJfH0GQARpjy75ihNrxJcCJJelaFJ9bS3GzbfQ0u9g+rbmymernj6yiNk8",
-	"lGRPjqIzX9nxwcNIq0ZXCyTVye9bTOl/j/Ls99yJr4cS0g+pXT/95Dn9Br7MOlHvIpyZY7r2+PlaO4HQ",
-	"QECyiLR7YmvnGBMT0d4bvtJaIy3u0vZLToEs+eYX/UP8on7/HkxRbXOctu/1l5FNoT7yjUbu6T59eHL5",
-	"onZNS/ppxWkfxCO7mRzYoZksELXzUXLwXnGRObACymcWfgQALRHWy8f8updxiPYfsnR2mQzF5Soo9h9s",
-	"K5c9d+u1ngMfXt3qWuvHWELm96yHoXoh69doXWT0v//zv4hDqrRIbwUr++5abTNmmRBFFxa4L/NOJ0bT",
-	"KbmhOcfcAGO+Otf2jr0DD1YRwrgm5ErmubxlLrGvkCBzcn5dhZPQPe5sWNRys6Ryb1kMxSpDo5iPc66m",
-	"ULc8ZQOyZ2H5jfBU17wozOc+4Q+L39lK6lxX2Xl9nlkQGZsUYh4CXBgKcsC8t4+onbNP9UvAqIblDazT",
-	"2mUaWQ6FCwibteLCvxcAkUJiiHPAScF6QYlcniVDYelNXvnxIdS3WeMbVtI8kilTo5QErgtakHVm7F/b",
-	"3S6p2sZxAR0jORJDjsoWMdIkl/KaZUNB9YAc2+uBXBE4dSwjfGaEDdf5YofQ6mzgvli0wqHwS8ZteX+a",
-	"AzKm2WooMWFaipD9UFzi7g/mwvboCurAZ5eJt9OxcBQk2mToohiKyxuLPzIyPPPSkClAr7lQDOh3XJNb",
-	"Oc8znNKAeHtV7xgSV1CgHDPQ4Q3lbkkOyF6ew7VK/P8OYYgsjdgkzpFahcNxDViG3xjCiEZ59kwvVSL7",
-	"Y5i80AWXwoNWP67N67qL6RU/mz24pRVFdWVpD3Ft9xK7S2MLBXzrvrMH/5vt+Si251dwZRGoB3iD4VIV",
-	"/idyLp9pY+XHY15c3NH0mp3csPJg/53LoXo8zcOBfbSAF5nFEPLWmm5GRDgFA2tQGDlwmRBNrx3SLIgQ",
-	"CVmUEF0yRwgu2DioWS+BQPqzG2ZLEpqu7CMrQq05THW1/vC/ZmYiEZYnWlVESKj9h4fdaMFOggsv5FB2",
-	"9Yzc5umU1G4NVNjZpYMjMZ/V8HlAC0Hw2L+/Pdn/8fAA00ep9ZzOejsBIGNiJgdO9VKBaQ7gUkbXsUXz",
-	"ASqXW884UCgY9SlHqCrP0634CpD4cGeGAvUAjyxMzsLROie7FFZ/LO2uX/ZisuEiQoBfDRaFX1ZW25Fd",
-	"4oR4ls5G4ZPLQOWRc53KP0lmzv9sbKFllRJyGN05By4i5G2CDEIizr1jC1iv2hcWfVRufMNKfrV4TAbc",
-	"j2DVNbHeQowNtHX0vBQtTFs71Hg8EEvn+yeY0leJNBOcblgVf6zdKbZZTPP8TwI38TUcylPAXWmk7wt5",
-	"+zvPlcXxHizoLF91Xf2kYGLv9GgzInSNhkhaDWg92y554QHLI3Wp4xS5/OlK3PR7kGJ9axpYu1z5Ebj+",
-	"g73wCxjFXitymrLZSkh0xJLo1vAjwlvm1tNjVCiji1auFOtvGApfVsLxG2VrWSZk7PHVE5sQEOYZIZY+",
-	"Fxn7OBRgn1v9DNmeN657A3JijGgMf7N6WU2pLIyAgxjy9dyDOs9YNTGVUKmgZFnilCdEpgUu+qsUbCio",
-	"ujbW/J5NB3DeAznXzqtjfsOoCZQglETNC2PcG9PdWs4sgwVIqqssUJk3zNo0bV1WRS0RtA7dJ87nFBTs",
-	"6O6fH7lNsb/1zAagwgpVEgqZy8mCKDYxKzMUCEwcZMd3fWuyJDP6kc/mM/cMEkG1lETNaJ73cBw+ZOTA",
-	"Of91LjVVcR+Qy4Dw+jTJGb1hQ5FDAQ5fpcSPQZBLu1pq4DyRpCvBzQQ+Dn/tCHaiNyBgtwc5/n5xoacq",
-	"g2OuyXgOb17ldDJh2c5QXAYVRuHrHQIYe5dY8CfctRquK2oWQwFoWOWsl5BLN4UdqLV9aUhWsMpRaF75",
-	"xSxUvZ+hiNbhhjtW5gF8YmZ5RsU1uHZwktW4E8igEYFL0pcFQgvENDOTSpNSyhlm68B2stJu2VDAebQk",
-	"EhaEMfTvR/FEwVVq00qvarpmZAUbDotuX2teoMMNgTSRoTDUnlMuLD4jzbwAp0qKygoKGzG2G7RhDuFQ",
-	"yLluyws8rTjd2teonyhbS6e1TI4rpNOW5RIUE2yPQoQFJb9QnZ1PLSUHfNnctZNz4nWl23oIKvFumP6z",
-	"ut0HAxB3hdc3aKZOPWZzCVXXeCHUCh4UkQ0e31r3IKxkXA1kCetzza5RAjoflRHT4ypsqsPUNleCus5F",
-	"ueOhVsoZ1llScc0yr36bDvBlLVsrSQR5uZtPamNeYIa6YoENn1k9kMfM6fW8qBX2iIoMUcpDFenrtGH+",
-	"IJtkRWD7Z6BjUEiNcmxVmIn8WwT9aEkjbgeCW867ZkIj4nsgyEBzRLdmCZHLqt4WIF1h/SijU9e9knDs",
-	"5NUVK8Fj0eWiQdwZKzHMQImdKtQd1FM2G5BXPAe3rKBlKW9r3akpVIr3h9wMR0gyM8ovF5OhwBdDTdao",
-	"t6DpXEGz+K4rEuT4ijvwQ+H0W9QvMqtJWmUKNUNyadnJpQVQsk32BuSUTpxmPl7UNYJ4gn8Teu0PKwFy",
-	"WIO/V7ukZAVDjzPxTQCvstFRLKpX5FAgE7WATUoRrVXGMwTKB0XiCL96trXVrOyZdJRe5BZpetZ5dNka",
-	"VOzvbAIB9qfTVjaQ8NHUaTVyQOD3kKWhbuDOcE0lMONK0CqxNlYl361FO2ak6/QDxxxsWKX30ArAfk2P",
-	"CTLfgbnjcu9pXfLxXDOFGf3dgpVQKUqkjGi+YlTm4UbE+OEL4SKuc9+nYpZfdZ5zy9o8OKbDniCXAe+8",
-	"dOIL42wRwJEmkkhXglNJzrXi1s5HmBRjCKayYJiK+gVUmLqQIzQtpVKVT2wdReYuIMRXy7f56hUPrIcA",
-	"U51yqjSRY0yl6vn7ZUMxXjSWlQnCswGx1W+r4Li/yIdqBDiPwJlmmIzF07Du+x/sx5dtOsArM+kvD6z4",
-	"v1UDqArhbyACXUH/9kbrEKFfBwveGN/yG+P9UzHenxy7Wo/jIojQr3fii8ElR1+gpigllJ3mFjVTTAD4",
-	"a0COwTbScg4aVcYKJjImUs4icdnXTL+xvT/ieXjLb5hgSrV5KoKp0JzfsIcNbvneV8Sz4LZI+w7gyjNh",
-	"UyD9mi5IOmXpNSlAwu6QU6n0pGSKlIymU9SBcRGGYsYntk8XPErI8d7FOUmlECzVLBuQl1svqjr61uoH",
-	"FxV08wQvY85zuMKzMNY49H5Fec4gBxXMdFuGV5ozU6sNbI9DC7zZGS7BI5KB6YG30QF0D4Euox3ciyE+",
-	"JJTYyrHuOeRWKdgyMeB2DFbSZNV8G1HCx+WNU0fmZd7Z6TyFrA77QZNIHZ0nEO+B1n3IxV3CIFwrll8N",
-	"Kgka9LqsmlxUKU8LtBWw9jfpAh/sDch+mCVSYrEXBjF6qPu9IACtiwUICdWkZCqAPfTl5RKSy8kEU4hZ",
-	"OpWYeMagLDjS67JSExuwRRG2mf9NNGG/DImFNLfpgUU9031nKD5B/Csdzcv88z0u7w3Ini/mbZPlT3/a",
-	"3yVhFn4IKZbV5uiU7uXpBRAYXnfYAdn4UTOM+Y4ZSL/6QlTzhjiju6DDtQP4bcVdxm0yjENh0L03IHv1",
-	"m+W0eWm2cRUeUyGxcDlgSej63XSfY+g/8OHd3TBDKbibCKFSXUoIOzoaDy7c4332AfnZBiNqkJwVxQ5F",
-	"TtNrvHMCS0zz5lwmJTWMGpJwjYjF9HZ3/762bZVvYnnjfp5KknHM7m4tAu/xCVz192tWaDRsAFvz4Ohi",
-	"dHZ4cXh8cXRybI8gMPtebRxYHnl5DGDvkKrUqCwUyaiajiV16Cs+k2OnUZzCO6B5iakY4JjlDD+rQsTV",
-	"NFTi1B+cbVi1h1xM2QK9taoVFYaL/ozNZLnA3I3w0k5iyXK8MIPJc6hoWqHrU0Hmwkvgmt5oBCTmZYIt",
-	"Cs6nociopmRGS2NHGusxZ5e1FUVl7fOHz/8vAAD//w==",
+	"7L39ctu4kjd8K1i9T1WkWlpxvuacsWvqlI+tJH4nsb22M/PuHuWVIRKWsKYADgFZ0WRStRexV7hX8hS6",
+	"ARCkQFnK2JnsnPyTckQSn43uRn/8+mMnlbNCCia06ux97BS0pDOmWQn/G4hbXkoxY0IfH5kfuOjsdQqq",
+	"p52kI+iMdfY6rHpnxLNO0inZL3Nesqyzp8s5SzoqnbIZNV//n5Jdd/Y6/8/jqs/H+FQ9PmdKzsuUHR91",
+	"Pn1KOm/phzM6YRf8V2a+zJhKS15oLs0AzBOi+K+MdDN2Tee5Ji9290lOywkryS3N50wRWjKSywUrWUa0",
+	"JE92d3d7/U6CU/hlzsplNYcZ/TAq6ISNTKOdcMgzLvhsPuvs7SYdvSzMy1xoNmElDNOM5FLeMLE6yMsp",
+	"I7Kgv8wZEeyDxva1eZfIa6KnjBQlu+Vyroh51Da06rP6uOiHN0xM9LSz92T36XM/OKVLLiYwtp9kPp+x",
+	"46Mzs13xvbuFV37PtrlOOp9MlyVThRSKAfGclXKcs5n5M5VCM6HNn7Qocp5Ss0iPC3zjX/9TSVjAzbp0",
+	"7UKP9TU/f3lIvn/+4i/EtkwypinPVR8WxDZg2j9IU6bUW5kBdTFhdvgfnXNGs59LrtmpSA0ZmP+finz5",
+	"loql/S88hv+/X1nzpHOQSTuUj52ilAUrNcfFoOaJWdwYmeA2KGJfIt0F11NDxzyjmo2kyJcJ0VOqyULO",
+	"84yMWS8hVAER4bfk4OyYqKlcwI8zICbNZmqz7TNDt3OhZUmX5v9ZOhulU5berA755+mSHB2+faQIF0pT",
+	"kTJFzDkjQmoC37AsIYspE2YwS//MjGplyUw/vpmRmbic61GaUz6L9GzW5ejwLSnZhCtdAhkRKfZWxmOP",
+	"WMCcHilDFbc8YyUx5I8Lyt2aCsb1lJVEsfLWjLYkY0boOGeGecDGEHqtWUn0lNudMn13hSQlS2WZJURI",
+	"ktMxy3OWEZgA4YJwraA7VdCUqR75n//6b7IwPVOi6Q3bkbesdKOFYeFwZFlMqeiTg7FiQhO7LitzTwgV",
+	"GS61eZTiVKSGwasbQ0t+I4miS0UW02VvY/I4Onx7bJc0RiMN1r/3cXV7q6nHSb96ThSjZTplWW10Kw02",
+	"x4CLz7JRKufIYeqdvKntiCERv9SNfpEgqDtR2DDSgyI0LxnNlgEJezGQdNQNL4rY4W52biiE3zbbxpPt",
+	"DpBlAm5nlxtvlmM+h3B2IktVYyjB4o6lzBkV5pUFLQUXk8hmHVjeZGeyAYsyByeX8oZQvUekYGTMuJiQ",
+	"jOUMmJzjdlSRo8GbweXxyasEjgv8b3BESlbI0rwhRcrMSeWKTKQwzM80t5hKxciFliWdsMOcKlxfKYwS",
+	"wD5wpdV9rd2nUDz+Y1Xlqa9sjeoTz/orOgnWeYWAK7Eix//JUh2KlUPHFeuyBYX5usMXfVoyauXuqu4Q",
+	"zrZqxeoN/tN1Yz1nv8yZQpGfZdz8RPOzYNzXNFcsiUzFj7hOgEYQI/P1L5GuoYMYq+/tE6cZ0jy3r4BY",
+	"DBSn755F5NHKIWloGECTyMEdpXu5bU6s3eN9d8aF1FMuJgHj8MftU2z55hnXg1urLDV0iNTpFqt81Mh/",
+	"866VCqw/6ZO0ZFSzQIePCmA619PRjOmpjDCw13IBi5vSPGclMe8yoY3+ZqY4oZot6JJcyxJXxLzqfsy4",
+	"ObhwoOVCmK6dmiV5lprToKnm5g9dzpVm2Y5geiHLm07SybgyotecFNtcVN3aQP7wyKSOhVkZZbQWw8TY",
+	"LSuX5t+WBWo9XgVjZXw3Lg/PiHlKaJaVTKlouyWekLaRlzLHbd+IgZ3LPCqizSLPW2Tv68vLM4IvuENE",
+	"hVqwskXKzZFKo1KZ4xpdy3JGdWevY47QDvwaO2P+2nEn8wH2attxA6jYECxRnYQTd0z83O1G1Rb8/dqj",
+	"94ar2PEzz0dAJ5vvS3CeI7vTuBjevRy1McQmcXhxfFTyW1a+pKlWMd3dHtPUCMxHivgPCDZCMpbmtGRq",
+	"n1Cre1pFnqS5OaclmVIjaQVcWRtLpDVNp6NqxDEd41qNJqWcF6NC5jxdxo+WzEZcXMuRFKOZU+xWm1Io",
+	"/EcpLWjKdYtSY8kt59csXaY5G81k1jhad6iZMU59SAs65jnXy9NbVpYcr5JrZV19Ky7mhdVvYDz7hJIb",
+	"LjKSs2tNjLJ/TfPcaIelnE+mRpsym5DhZmnDHyMbAPfayATX0eiP8zErBdNMBdfiTyAqj/H75xFlEhd1",
+	"u57wurna/tPPW3C15Ypb4ueqcS+Es2BuArgjcHctGSz3eM5zvWMuDXAXlNdDsWB5vnMj5ELghVJxKVip",
+	"jHaqeG5OjBGHpRSTPjkrWcoyJlK2F566IXxNhZAaBLYiXUvKO1be9bN01i9KaSb/GHd1B9Y6GYp+v/8Y",
+	"lx9/6hnNm5n2CBO6XBIYvRHKvkvQmexrUrChME+NaA5mYB+vEBk5FoSSGSsnjBRUp9OEUCLmeT4U2F3J",
+	"ZtLcY7juD8UKSYZr1L5f6+kmctZiFOLZAe7ng/a2nkIvwJYZU+Hq53OzYWBrJxQtNc2Tt30bTaESDqrR",
+	"/vsNpnliFSSn31V03anpaEaxA8LqJJ25gBMUVesOA27eZJkzp6kE8stdAe1nVpBFBJgl62I+zrmasjYp",
+	"pthktpWQdz1f4IcxSa+lpnlc0pgno/FSY+deg+JCf/e8E7U6h5uHDdebSaoptO1fONwVKg3FKftAZ0Vu",
+	"Gnh6yWPKnHu5moL/5OmT77/fffrs6YsXL148Te6eGogEPpvPRpYGlTX/RxatkLmcREjkRGaMKJazVEtv",
+	"WLPLQbhAC92Of0EthaYf9gmbFXqJlGKIAkwN/JbhvcUvgeu2f+NFZp/Lx79KwX5gVOkd2knu0OD8yKuV",
+	"66ws4rpdu3SUVN+zL0pg0fGhdnhYGnmnOc23lc6DD0XOU67NvdU1ARZdRjOzkZSYVU+luOaTPbSdlQlB",
+	"awPNyeGBuX8PnR2XkjGjpRFi6HIxv6Q5N1SQmmFcwyUWruw3bNknZ4O3gedoKMZUse+e7zCRygyscWA6",
+	"DMcQE3ZB0yNzK5Gl2dSMalpberOKDVvEixfPvoudLhjyKGz3c1tLOgv0beRL9PFUzd+w5b02y4Vi6bxk",
+	"I3XDi5HO1eiWlfx62WLVMQIIDCieU6Mpw5xPphW5eDU6ePPm9OfR8cnF4PDd+WB0+ObdxeXg/CJmVjHc",
+	"z9BGnXtNtS7U3uPHtOBGr8p2zHnt2+f9VM72vnv+/Fl9vk93n/81sidmPtjFyNkGwo9exMxK/n4XOu6+",
+	"e/bX53cvZ+M82slFj6AUgsHt91hcy3ZrjjPRpPi+2ieCgb5n5Gpw+PSUzRTLb5mK3DTMnRtHUEl+56dc",
+	"pdqooE/pSE3p0xffRST964Odpy++I90p+9BzbPxocE6AAbkfrnmptDn5QU81Xq6WSrMZKaXU6BGeK3Qw",
+	"rI6lmveIfSh4yUbOqNG8RLjrcLBSSsuCLGR5w8UkuD4siaJLoiTp1tnRI0XYhwJt6UmUMT1S5ETqg2vN",
+	"yp5XZIzSHvbqvEJG8TdDXvbJBbtlgmR0qciYXcsS7OYN8yjR81IocjR4dX5wNDgyy7GZ3SZco3kBVtLt",
+	"DD/r+MLqMTZcibe4TG/Ycse0av5Y2Q2z0YrR3HAUrqfR/a54xCbne71Mt22FBJ0EB8TPpH0FY6c5dL6t",
+	"iPs17rZ2R5v1kqqCpWRCb/GG63ymrbbPFnt8zXtX3SUzVpIpF+a4qRtDsQnh14SKZf9O1QhWCGbQshzn",
+	"gedzdUkyroqcpiwbjZfx4TKRFZILTXKqzGmai4xMZZ4ZOsKADJzAI7wvh8pHwDbjbmzfeZxrXHCRMuRJ",
+	"4TjJlOWZd0hufhIrjzm4drc/hpv521u86n6jdcygUnelK/Clp1RYJ3pXyLqHdTO/OShg8prEJh43V7dM",
+	"csSzFnM4ChOYolTVuVDb+aNnTCk6aXEY2HVrNfkzHOIdgseJb6BijAbAKCd3zOmEGl0VwhW4JguqKqLb",
+	"nMaUNnJ71QM2eHVsdK/BkXUCB7PqJeRscHJ0fPKKdEumyyUXk15CXh4cvzGvY/TCtZHB+8QuVBWVkJC/",
+	"vzk9/NG8WCMyPIqKUCGBrNwpBso0LC1BP05FpisUmYJJAglyz/cM5AVKDlwDUKEw2kZJTl++NJQaLu8e",
+	"ydJZ3/3fDAhvMUTamBDv+JJA9NW3OLyjw7crk+bptBfnizH2d8G0ds75LXyqfn/iwsFsSm2tvetUES1J",
+	"wy6585Fnnzbxo7rJY4fQnossa3pU7Sqt7BpVhEJYix2DH+amztTA9RkxxeW5XLBsVI9Q2fygp94KNpKh",
+	"PXo7y6KCprzefmcDdQ0fdbLt9bAsnW0Q+uPpDeLskCTu+ixY8iP3STNM72Ob+FyOWn2tLRwT5MZaQ2/b",
+	"PlZUsj5KorDRk9VNMiBR9dhfJTstZ6BlwpVfdsPVvMAPPiWdz9K8f5WCbehttSGitS2p76Bfdz9F20FS",
+	"CxaJnLCAkJAKW85R7UwEntyQ2usr8X79+T8K6HcLm9RBUeQcA4hdkCaGHVlfMskZxRAuc+OA40JkgWbD",
+	"Vsv/nT7jmheu5tTYyNYQGPC3ccjdwUGPRTHX2y5fLVixTwYfaKrzJbFhO1eVMe0KRPBVcD+66pPLKRuK",
+	"6o4RiiUwEglmFz5nqWZZYJsjEHH8QaOMj1nq4uy/aZHUJQ1DBX1w4IwuiablhGnvn63ffrZTGu9TltTt",
+	"r2tbWLXY/q+UDdW2x2J9ci5YSBn/fvD2jaFElpIin0+4UAnENfkNVAm55jn4OqcqMT9/4GbvRUb4rGCl",
+	"kgLjjmnJnDrb/0xDaTWukaXY1SkcWlLWkswVq2ykwZymVBHFbllJcxinkCSdlyUTesc22xhghHHEhnfv",
+	"4rWhetoQveqIX8vSMdr+lhK1XcKt42rxUJ9QxG/sBQy1zc1ifRrMEo18EncXLncuMWS91K6N9g45eEZ1",
+	"Om3f0KiC/vKQ/OXZX78j/+/F6UkYB0CkMxobyoH4iGvO8gwu6k3JsTcU4UFOSNBJgvd/lRDc34SYzUwq",
+	"ukiGYpVfJ14gJOZqlpAYF0381Q6oe0eKfBmeHLjCDsXqOYRrYMBME7yukVKaa3HT5NgnB0Mh5nlOSgYu",
+	"C4pLYQ4t18qNdD/s2gwstFraS+qYYUt9cs5ohgO2y9rlWQJsKSGVepTYEL6EBMpRMhSBctSDvqzL3TUW",
+	"cC+8oD7f3TUr7oxh8BpKznUEdeGsBM4HYA0AnaRzPjg4+vdO0nGG5k7SeXdyPjg4fH3w9zcD+N/Bu8vX",
+	"p+fH/zE4ijoIVvXfVatfOhuVDbvgHbKrZka0TBiduaNbVqo2BmNO5Kgo5Xhb3Rs+hPSBLT9cZ0vy1pkt",
+	"7g+r+mSVNbFqQJsLG9fsvPEtGRaHmBHgTXiGh4e3dptxUQ+5qo7xUIAVsWkWdNbDrjP7VMbZ3h7GyNEc",
+	"QpnmQvO8yp262oM/r3p9cmgGzDIyRhdBySD1DK2WciFAbR+K0OQgBWHUnHJzSFOem36pUqT7bJeoXu00",
+	"BCvVXJ87POq4ddX2NhpoXfn3d53EKhOCqbVCrc0AKcew6m1GbJeMNDXqkQ1sJ1wR5Ct0LOc6DBQNIuuW",
+	"TG9leMzZHQGf1SQ3ks3h2hxBTuD2SR44rNUxxLblZc5YbUPuScfYZB5rItbVfDaj5XKbXi7sJ7GskE7V",
+	"YnK3FhINM/3c7Muk/vqZzKICpOrzNRd6W8vpZ9/ZazrvXZZS5WMF776p27jCP9os8IbfMsFiVF3ZtXy2",
+	"x01kZyIccR6nmrOcpqwtTE1kkKuz+fnxrR26b6N5jR/SfJ7FEvogAZV9KHLKxQ+gLLv0kVCIlDbo1kdy",
+	"b5vK54c5MCNRVk9Zy66CxVi7jNXE7wxOXXWRuaBLy/DhfYxeJ90w2NKqmr3trCCg4juRxz4UVDR0sUAQ",
+	"BLo+BpKujBdONA6HOnOdjbU3Msuo2jgNLcmYudhvo0GE4aU4OYgcCeYUH48LmaR5fnrd2fvHlkGj75PI",
+	"irtY1Yy4HnwwY5D9fW3uGGOmNOFiH2Kzw6wNQ4qrMa/mLXNn85f9TbKp1Mj7cmK7EsR6R7//ZS4xyGyz",
+	"Jfo38/prRrNSylnLAk3tYwzwbRoUHikCfSo01IZrA2GeOZ+ZpeOadGWJryI9ef9eL7pWwZtrKS90187o",
+	"0roFaVbPQX6kiIO/gCmrOI2VVESy8Z/4SH8gAM8H4l7xtS6JhkRpkyBjLjIuJl6SrJM0GzESZ1S9L0ay",
+	"mbMjAlxS92XUF6RO3bWzEF+ZVoZmdzLCxGoxwXhY6rS2lrVXwuJzdP/WdOAIZbRcCyzBL6YyrwecLWgl",
+	"DLeyZ7mNaU03DkBGNoUCaWp5+CA6cbCBxCnYOYDQzNPNpDayA0xkBdXTnguUgb65wttRhYpRghCyrLg1",
+	"QGd916afWjcyBatvRqTot0V0zFX8tq+5ztma01UpdMcnPx28OT4aHZy/evd2cHLZSTonp5ejl6fvTo46",
+	"SefgDdh9RoP/7/ji8qKTdM4G52+PLy6OT09GR4OTY2sHOnh3+Xpwcnl8eHAJvxyfXA7OTw7e4MOfDo7f",
+	"WCMRBo+Mzs4Hh6cnR8eXx6cndyuUNu4OJ5Ws1S+tWeE1ozl6euvUEdhgYgFloU0D7vVO1yNdWAYIDzH/",
+	"RfiCuZhCP8tedIM2dTbb9C/1GFtbv9du32zPYF9wf8fuTM39tqc/+u68aAl3Y6kUmSIKwt5CKag0NVpW",
+	"XDq1m9/i+2td1d497L73A4vteF2rWNnwafBkZb7u4RbpFOsDDNZgLfiBrHQbm5W5DvP4nQzTo62wXo0I",
+	"Pzg7tvn9qOg2kvyvXDL+FZkxKhShYmnhN4wqk06t+xtwEVIqSCbNKx71oC3r3+f4RyPDpyy92SL73U3+",
+	"EBCL1ubBu/GAQdbodtIaZze+pvrhJcHSrt2TQwektCFv+Xlqg5oBt+ea8tzsRKgYyRv0bFxjYgvCM7h4",
+	"8NAxsQ7RoN5pIZWelEwlZMYnaB1XCRFUm1/YbMxKNeWFuR5x5W2pU5lnClwc+ArhCINhfpkyWuoxozb0",
+	"3mV5gGdlTNObSQkRuAtZ3uCly9rxl2QB7qUpVZWy7J4l6JzIGTOXnYx9MGw1lxSSdPBFZ7pVpJyj6ljx",
+	"UzfJ2LLIm9itJm73qlk1wh33KHY1Nh6GCRVUa1aaFf///0F3ft3d+f591/6x8/7jbvLdk0/u997f/k9s",
+	"oAD2ECZcZjMufEDNLWeLWoJI9eGFoIWaypgt5XPCyDbG39gSmWZrMfjs+mn6ZPw923lB/5LtPE+fsJ3v",
+	"r3fpztPxX7Pv2PP0L/TJk8fKTl49Fnwy1fly50ncxWwEXpV7uCr11cwcN6XdvQViUGzjxH6uCBdaJghd",
+	"FOSeKrpUdYp88iqaVukavEPpBvdgla7eetdcNcl3a8NOpdClBC6STqW99n5m1JqjsipkDb8brfNnfVZU",
+	"27ZAIlZfWMVvCnAQQxHsGX5jAtsGorkVOYSvtrRC30UJhiStddh1Y170YbxJYCl6pCwhPvI+aSSIOk2m",
+	"iu9MpdJmvXZM/+4KfIeR+dOauccjLe5GQKmOwhZuEsfn7rKaVk2v27aLFhAdF+uOHsjglBvJlVpnmOti",
+	"n8CFwIOZGVVpzIbCMoxs34XJgzO+auyRAoOyP5+PQCgqKeAED0VwcmegX3OIQjBitKBKE657+x5gzfru",
+	"8DJikdjQq9nuvsdhgR8fG4mLllXP1JYG5oNVu8/GBvM2CJN7MjFv5qJZgX9o2IU3sQbDN4qPLFDCXV/V",
+	"0X7ux4jb6j28wzvs81MyqimafAz9KcaEi0YjXfgpnVIxYYasQVkTLHVO5Zzfsv1V02kuVc2zbOUqeGR7",
+	"mzuW6+DGG4e0tZsvqwa97q1YWjK9k0t5Y9MTIYZhCYmK5qxSLswDfC+B8IIEs0KTQHFPzPsYmJiQouS3",
+	"VMOCpazUCUmpYjtcKCYU1/y2Jq0r9nWXNd6lG63BYVpnLq6JJba5YGKqjk3jZVIShkphOlYFgOpM9ttZ",
+	"gmuiY4VcIa4kHIeL8Ube7Fm3ZtkeWULsN3iTIpMCf4HF1HGzcQFXrZ6AnCvdskJdKipog4KVM67MTvYg",
+	"Ww4CYhZcMdKlHpULolp87hHC2NZUPHPPd9BdvfBmvoTrkJB3wLL4sIzYecAx+BA2vMGxjAi52MfMHo7X",
+	"RGAAuC6GT8Q9HZrbM9pGUAdal3w810y5BWvAwlhBjJlkrAT+AKo4B6gmvbLXgPbRS8h4aZOggixytNdS",
+	"AGiFuETvRHJb3L1je1fGa27v0Q1eT991R1QrKlfTQ+NNt7MZyzhGH/1MuX4py5fmmB1Koeazlkvjem/O",
+	"75HadTiwB/PiYNhOXXp5DMF7dOrU2WlN3MS0iZA7OZKPaqGBZrWxEv25ocWfH2K1GvJ0p/K9QSBVLBRp",
+	"S73ynQCQcBerHJoSADL9/rXMbZU+hPSpMilGIVGvidDc9DVDpBmyjYoXQNwKWA4MJcoZc38LiX/FeEET",
+	"zG0LSWyO4aYTs4xkFByaluDTQbiblR3EiQEbouKzClbjOfbh/bkAFL6pzDMrnPBFKfIWzO97wD/cOPzQ",
+	"xYW2reE6wlmzmI3trBFKsjUqnD2pb5mmDkpoCyPHZ2SaNLNkCpuoZ/bz7KdDSB9D/bvmf2JaQZgvhG0h",
+	"3ED3w07JUDrsmA96YXD8Pqpb0BIkGnhYRiIF2PkwWCyBj4CYlLmlr6rkSafRj9nnsMEZFXTCsp3xEo25",
+	"/kGWznacT3gHpFzzqWmVp2wHenzfauM/whQMzKnvHgzOdp48fdozl40C861DVMp90GIAIwT8db/fcF0z",
+	"+5Y2vrOhy6wJO7jzC0uk7SgoY/A4nLFScaWZ0Hgg+xhjsK7tmBdgzSm4KFi65QlIW1EPD0gleMgvcyo0",
+	"10syAVsi6P2C/MpKCRAZFuHFht6DbYia23XJNSB07pGMT7hu6J/XJYImg+smfDAXXJPumAtaLsmPvN8f",
+	"cMNMM5byGc3Jj/3+oLdf4RDh+2hdQqCm7pPdvzz7y/Mnf3363Pz45BVvOGSe7IL9OwySfV4nNUNP/9od",
+	"Dvv4V+9v3QH/7Yz/dsl/e8V/e8t/+5H/Nvjt7LfL31799va3H1tIbxbwpQ1inz0bC2E7putjiGPJUxB2",
+	"bPR7n7+wjzb7qyrr5IpwdHQlAasBbsInQpboLK8TS/Xx5joLRkBHbbSWe4w2d/1HEJB8A7UoJr/usdNi",
+	"y8/80d6oB/E3RXVryxY2IEDgIBu7XKwRYRuHi7lwbNbsJbda2fYumm2cMLA49+dzwbGjx+XvMovw1QHC",
+	"FLlwKjWlBUOgSezJHDsp2AaBqmFfrvDFp2SLfX7fGHBQPSPif7Sy3nGUHdQb0DMQzCWCbLst/TWPufmx",
+	"fbHR690QXqhjEJ4hBue7d8dHpAuF2VKqWG+fDG1k0rCDfBAVpLqU2PDA/X4NBSfy+b4qyyG2vBHceRtw",
+	"zbavfTOb5iXPGaIfdpLO33OZ3kQvdPjxOXPcYAuFxX3SVFaiFi9nn2u4Ieu7PJF5FnEyzrjwkJl3Bv7x",
+	"FmzMWv7MdigWJ1KTgpaADYb6ldOr9lwpL8EW7obJFbnmmAhZylkyFKwOekEri+xq5RrSpS6CAJN28aOh",
+	"CC2WYPQFIy451iSnIlMOMQ1NS2F+ZUIooJQoPRTgkiknzNWOcwMBxgGdYlVFa533e+XEeTIUM5oxl0/p",
+	"Ozu8OHYGVzuO4La9H5ir0WEJHA7POqYfx7OO417wGMX5BeUWq68OJLVR2R+viTQbd9v6mU1/aqfFlZC0",
+	"s/PTn44vjk9PrAP23Yn9a9UFa/9syZsO5HYEILudmmu73jSbD0U3erR7CSkM1wYDY4qwLFzZ8nPXsozi",
+	"JKM/MC7fTGdhdgsESvu8AAtrWsG/mr4QpicetHJnlJ0lXUeNGHgHHsquoWXPX/n18iWE4mGxoJ6N5uaa",
+	"KMqzdTV+2go/+pmiHYKqG/Ai3RF7E/G/4HC1JFe+xysyFxkryYIu0dNqrRl0XG3VyiJz3Y/GAhyfjM7O",
+	"T1+dDy4u4H8vBwcXx39/M7j7ZlCtQDtXfldk24fFtN+XAZmULYCXJa4qLFyTYamtKxo8OeZerJlAqLkV",
+	"fkd4Iy7m6e4Xua2upPbZmb6PVaEARF2ulxdGo3BFL2Y85gWoQ6L/z3/9t7nrnx4fHTo7KT7oXrwaHby7",
+	"fD16e3o0+EHyLO2h7oaxu0MRew2fYX1LkHJFyUXKC5pXAS0wLlLKnO3V0u4VhihBcSOiS8pzDG5FGx3e",
+	"iX1xM2QnoD+B1xCmVK3hVOsigDFqrkBkVFk6wzFhCU2a5x4PlpU7oXBGAjFDRwRK1ScHXuWujCC4PIgT",
+	"5iuBccBR5RkbCrduR4dvR5fn7y4uB0ejk8Hlz6fnP16QCdMWwNKMCTAzH6mhaNP5iWJG/Atpe10y3dtw",
+	"hWyc6GaLhC/bdSoZRZCX+h76MrYiGwqM0DWfKdLNqJqOJS0ztdngPkEOTAzC/FRUplzweFuYiMKb9Co1",
+	"KbCanf10qHqGwc2oWDp3tcIyOEeHb/vk0qx4JtM51olA/aguGBHlGSpDMGGI0ap4WPdmUJbSBtA3U4+g",
+	"vrFv3KKR5TxlQrGqfmPnoKDplO087e8G+TidBv5mkOSw17l9QvNiSp9AcE7BBC24uSv1d/vP7D0b2MFj",
+	"WvDH7t3HcMp2qjJmExbTqeAo4kuJYaaY6lQqvWdPJZ7lwGyIP7sjMptrW4oQSGgxlaRr67clthgRVG9L",
+	"yFQu6ikHWM5oKMJyhhWdOTJLwvJ1iT+FNvzcHbv+UITkDOme6CVQctb0BTLr8DHd89LOHnfLj+U46+x1",
+	"zPWwKuym6q7eNltB9crjsLh5m5kgeL0qMm5ejhUJryrjRSuEP33xXUTGxJuq1+v5nNrtK7QkKuZNeLau",
+	"OGVsQFU5Pz+WUN4e7PwH3fn1/ccnyXfPP0Vl6YrZBzbNXIuMUKtqOjso6egCa1pqZ3mqBrKZCaxlAF6R",
+	"vaNvJrLP7Pl9oyL7093dNdXYt6vC3qiWGCnGblh1QSd46Q34Sd+wq+c4lFgPfshVpXfz/pMt33+21fsv",
+	"tno/ULvgvFuF6x/vzZJ7kBVQRAOlxuwQnShfx7Hz3jRU585NVBjLnVf5T+j4/rIMaI1zCry4vvoSOKQA",
+	"8EznUOwcEl73SCpnM7qjmOlBs2worLKLbBik+myusHIveOSNTnnDlj9AfR6IjPwX+/dQ3LAl4eZ2mIzB",
+	"jwmhV/UfulNr74Dh9RLyL/5XIZ26FBR54qz8oShllvxLziYUQnli5xJaG7nJtvHe57vfb858fexStKmo",
+	"deFjG7/SbGP+vQoT9qCsowm/eAfvqCuZsswA7H68BK/0n5iVJB+9it5kLGbZausSsJY6DhPUUo05En6y",
+	"da6VLQJSzDVgnY7tLy6ks/tqcEkeW50TS0QOxQXLry9Q58BIqHOGmr7Rp1ERrEIaa+EXgrFM9fCKYBOl",
+	"miZQBPPXql5gB8q59Mk5K3K6NBc0KoaCZ6g15jWcYVvFWJGnu7vVDQazLGrGu4hqd9hUS1Z569o0cKOA",
+	"+riKNolu4xTdDR/9xp+har33Bibn4Lrv84mgz5/qFgmLgfIl+EOMNxwYLTK+7zkk8tri//s2EKFkel4K",
+	"lpG5QDsZso2nyAa+xIjPfRGJr5JhPd/9frv3n2zZ/pMX273/9OmW73//x+t6vowFVOEN2UcLY16r+j3+",
+	"WHePf0IGnrNoRRYw7SrSfb77fc8m0jSZqlF2HLAyubqWZcoAv+zKsOwJ0wDDWf/EpXHXYDnVPthSHKin",
+	"kxIQG28Y/1DUssrqzPUIHq1lrjF2CaOtKTM+f8lahldytlfVl+cx+Gkc6dd5Jp8/7Bn+Gs4MbsDGJyaJ",
+	"34ZeMV0nqT9KMDVUgT8FXX0BZfYV01uQwHYX3VCVOQIEucIBoLeAnG+Cb94nB+BgqtWvkOVQ1OpXWKhw",
+	"1cQK34dvQ+VWljU8ZMNMQRPPrIcTIf0RbhdVGFUllcGbgBFiOLuY5/kVJBW3o5DHWDO64Jrn6EF1S4Si",
+	"NzQTNgfrvwPr/6+/u+mvSW013AFj1rI/HZf4pkHegzTEI9hghaTbrLrQa+WOSefDjlwIVkLRgKp68BZq",
+	"5mPnbgqyvzYxQTawx7/MKWt0GjlzA5fkUQWg1VxJNtnzm6TeTFKfiibk3cq+O8oE9+89COzfR76PP9Zy",
+	"SD61knNdh6xlMT4gLcfQ3D+1Aw58I9PNyTRcWnP0ZZ10759SnSHeRrd7O3wdQrbd6HcXss62JyEIRI56",
+	"+C8gyhoDGAIDLYSCwkXf3/9Tmk5ZlV8PF35XMR6h51zWnX3YjzrMf7ID+nK+qof0YQRx4ne4L+xG/G/w",
+	"XPyBZxnCtTZwetx6KnLnNwiNj6g/93BhjLpPLheynmyh9lzu3fpIrau/8eyH4Xx391k6n/MM/mJXQwHl",
+	"Dz8OIcVi2NkjQRrGp6t923bNPDcx/2KjlIxpyYYi+AgdH1SQq+OMzQqpmUiXOz+y5RVApoOhEgrF8ayG",
+	"XjEULrrJeoYwoKZkFgISS8+xJSJP2tBy8vQ5mfYwGq7ITSOud8PvbmkOQzWjirpmwF5vLre4l+1+GZst",
+	"sYFLpora7taLmBOe9cAzYG7utv4zOfvp0Bdgb3XYbMMY4pEw55b7OzQbMzyuEHrEd427U/Xd2L72GJ8X",
+	"d2VKPJC7aCXR6gvfu10KTcRTZMkRIlAEYbTMOStt6BFpIdF7dw61jw/XLNv3NIiOq28mga/AJPAAsq0m",
+	"zXDvfdT5xgLt89RABxTeGu9p2XJEHQT1L4NI3ljCEkgR9PwsqFEXK2wvVAbJlYcbv6qsljWXOUJWAd7g",
+	"PvqhgthOG4wryMWr0evBwZvL16N3J/jHv48OT48GpGuEiSzJi91nLnZ0LLOli+JVhrFDbHc3DPdOSAid",
+	"bCa+PjK7l2DMKyrGqKQowHoCkFWu3czroe3WU8ZLolJZsH2jK1sEbZarFXOPnlI9FMgHEsz+mkOqDnzt",
+	"U8LqYF/wuhWthOb8JipCXzGng792qPEPxpMbqPoR3odP/kxq8MMsXN06HkaUb9WoZVMr2/DOnU3SXaw7",
+	"ZD+Yw7VPbFAfdaHtVtE7Z7pc7hxcAzSjkB4d3AbnNw98ySdTTYRckC7XQ8EVGTO9YEwQYHeYJPC77wu4",
+	"hD5rz2Fi+DrdRjEkhcxzRbjufbEbxWcy8I8eo3htLAC6VFUFgvN893nFdatcLwdcZ3igjZqZGMYCi6JL",
+	"AG3nAAmj5hDh1eu3uPO9Tr6hw51L4YpAQNEl173PVut9uxtvoD843/m2+kO7E71tI7+Epl5d2b5t/taM",
+	"Dhzo29PBA5g7Qxz1z4tvDK7P7c76q49DnxQ57OyRISZmDjufrvpgWcBCJWhasACNAEjMBdfcX7mGwoc2",
+	"FbLUioT51wGod8kgK96MFphru/88OEIPdc+2ubL35zZvNPuVXN0Hft/8nn27Fv8TXIth37Mvdi0OtKrH",
+	"NazoB/CZ9IfCoTwrc6vLOSI0cwdOuUc05AxD+rQNo3QqGy0Z4AmzzBU8XxNn+YYrfRFgy/4ZHC61MhJ3",
+	"uFz8Tn5zutyL0yWARvBLS7qiFUgkvEzVKmw8iB5yxwdOozgzmkq7Q+cYovGuOcuaYBAOrmYPfTdXcGeK",
+	"+FWGwjpWamDgYLpqulR6+1CTGGzTTY+IDcR2LhG3fghn6nB15gpQ1hHOsmuBYnp98rMDIRiKqzpA/1VS",
+	"q5Abg7BvQDQNRYjro4iFD6nCaahAaAaHdw8VdZ35z/44FLIkQhLFxSSvul8F/2kOF+Y7FBW0jyJ3llvh",
+	"WOtG2EorLpHI11gBRJB275KvGrOBfymAHFrxJtXX1oIxfXMt/Q6mb+smfbLq6QOLmO1dSfbkKDrz1Vnv",
+	"3Y20bnQ1R1Kd/L75lP55lGe/50583ZeQvk/t+vFHz+m3sGXWiXofcfcc07XHz9fLCoQGIudFpN0jW//K",
+	"XDGxYkPDVlprpMVc2p7kFMiSb3bRP8Qu6vfv3hTVNsNp+15/GdkU6iPfaOQzzaf3Ty5f9F7TEn5acdp7",
+	"scj+fjmwV3qo2a/j3nf1cQiIH2hHnsg8G3Y+Xe0FQqeJZBvBayTHCFkyFGPmcF5rWJrBTapLsfpCmD7r",
+	"PflTeguBCUNRv1w9UknszmQGftULr4aPlP0VKs0OBchJzIMHMC77Xw/OCUB7SZA0bEe5kOWNRYTE4QBO",
+	"Etd+CN0KBBKAMJd9cqCg5J27AQK4peua0AnlAqDzFNx9sRXMZouJUYQk/gIGdYt9/NVYvgM8zwUNYVS/",
+	"afD/BFFhuPG0HYV3U/l0n+byPZrJQv9unt3Kg19ywxU8X7U4UjnSPURuueCN7lW8Xs4PWTq7Sobial1d",
+	"nB9sK1c9B19QT2YKc3C7lokZZm5+z3oYcyVkHQ/Bhbj8z3/9N3HY2Bays2DljmPwzeCTxLBni8Caee8B",
+	"o+mU3NKcY5CXOf3OR7lnOSmYtxAhPyHXMs/lgrkI7ULC5SHnNxUFoZ/TGSPRXJEllZ/CguFWoXbFfJxz",
+	"NWUZIAT3yYGVdeYWpG54UZjPfeQ2ViL2QMhVmPUOzywamI3uMw8B9xFvZCAC7SNq5+xjthOQELC8gZmx",
+	"lhVpZJKL7AHAaeHfC6DPIcLPeVKkYD3AE8P6jzxLhsLSm7z248O6K2aNb1lJ80jIY41SUFjbijfMiD/b",
+	"3T6p2sZxAR0jORJDjspWlNQkl/KGZUNBdZ+c2DxvrgicOpYRPjNShut8uUdodTZwXyzs7FD4JeOK5Oxa",
+	"E5oDxLHZaqj3ZVqKkP1QXOHu9+fC9uiqG8JnV4k3uGIVT4iYzNDWPBRXtxZIamTYyxXoCyJfep+60zgW",
+	"cp5nOKU+8YZHvWdIXLFUmlHSPMc3lEt375ODPIf8ePz/HmFYtANBppxHrIprwjVgGX4DSOQx7eLA9FJl",
+	"JD2EdgFdcCl8PZCHNV667mIqxc9mD0CZsBTVNYofHOLa7iV2l8a2+MDCfWcP/jcV5EFUkK8g9xyoB3iD",
+	"4VIVkDNyLh8yaeXHQ2ag72l6w05vWXl0+NYFwz6c5uFQm1pQ6MxiCLmwNjgjIpyCgQXBjBy4SoimNw4y",
+	"HESIhHB4CBMwRwgyJR1muJdAIP3ZLbP1oU1X9pEVodauSXW1/vC/Zog5EZYnWlVESCjEjIfdqItOggsv",
+	"5FB2wb2Np1NSS/+qqnWUDlfKfFYDWgMtBFHA//7m9PDHwRHmAVDrApv19gJk3cRMDryjpQIbK6AEGl3H",
+	"fGTxpwi3Lk6gULDOphwxBz1Pt+IrgFTFnRkK1AM8RDw5D0frvKVSWP2xtLt+1YvJhssIAX41oEJ+WVlt",
+	"R/aJE+JZOhuFT64ClUfOdSr/JCGW/7tB4lZVSghGd+ccuIiQiwQZhMTKOo4tcO0KrcOJf1BufMtKfr18",
+	"SAa8EwEdbYJ2hmBJeNfR81K0MG3tyn/ggVg53z/BlL5KyLDgdMOq+GPtTrENR53nfxLcoK/hUJ4BgFYj",
+	"D0vIxe88V7YgQ39JZ/k63JHTgomDs+PtiNA1GkIiNjBSbbvkma88sVqRuIUiVz9dWwDjM0ixvjUN0HSu",
+	"/Ahc/8Fe+AWMgmgWOU3ZbG1tCwQF6taAgEK4EGvpMSqU0UUrU4q1NwyFrw/k+I2yhcUTMvaFMhIb2RUG",
+	"jGJRFC4y9mEo4H5u9TNke/5y3euTU3OJxjgmVq9xLpXFg3FYcc6I011QDbmaQi6whHUqoeRMybLEKU8I",
+	"MQ5c9Fcp2FCAgdnaeZTy1gM51768FVe2KDrUg5ZEzQtzuTdXd1/eCRYgqTwZNM/lIgy/N21dVRXGEX0U",
+	"zSfO5hRUXuoeXhy7TbG/9cwGoMIK5W4KmcvJkig2MSszFIgwH6Q5dX1rsiQz+oHP5jP3DCL6tZREzWie",
+	"93Ac3vfvUJb/bS41VXEbkAtl8/o0yRm9ZUORQyUlX27Kj0H44lyq7yyRpCvBzAQ2Dp8/CjvR6xO4twfJ",
+	"Wn5xoacqFG+uyXgOb17ndDJh2d5QXAXl3uHrPQJgqVdYYjDctRpAN2oWQwGwhuWsl5ArN4U9AuiChmQF",
+	"qwyF5pVfzELV+xmKWhzkjAIyPybLmgfwiZnlORU3YNrBSVbjTiAUUgQmSV+IEG8gppmZVJqUUs4w7BK2",
+	"k5V2y4YCzqMlkbCyl6F/P4pHCjAxTCu9qunaJSvYcFh0+1ozExo3BOL9hsJQe065sEC7NPMCnCopqltQ",
+	"2Ii5u0Eb5hAOhZzrtgDvs4rTbYyH8UjZomit9c5cRbS2cMWgsnO7Ozms7v2FCqZ9bKkdkzKlRobIN46y",
+	"rMpZILQ9FFZt7cFaSrfqISjY+vCVIAyT37KZOvWYzfWebid4UEQ2eHxrARvP9GsDWQFt3rBrlIDORmXE",
+	"9LiKf9FhjPJiykqbKx9wUe54qJVyhnWWVNywzKvfpgN8WcvWkkBBgsX2k9qaF5ihrllgw2fWD+QhkzM8",
+	"L2p1aFORYbmJUEX6Ou8wf9CdZE2E0s9Ax6CQGuXYqjAT+bcIjN2KRtyO6LmaQMOExtIdgSADzRHNmiV4",
+	"LqvCiQBZiIUAjU5dt0rCsZPX16wEi0WXiwZxZ6xENwMldqpQ6VhP2axPXvIczLKClqVc1LpTU7kQwSE3",
+	"wxGSzIzyy8VkKPDFUJM16i1oOtfQLL7rqr05vuIO/FA4/Rb1i8xqklaZQs2QXFl2cmWR8GyTvT45oxOn",
+	"mY+XdY0gnqnVxND8w2o5DWp1TNQ+KVnB0OJMfBPAq6x3FKujFjnUHkctYJuachtVSA8rnoAicYxfPdnd",
+	"bRZNTzpKL3NbMmDWeXDZCvY6I/lY2dkGy/FPp61sIeGjOTBq5Co6fIYsDXUDd4ZrKoEZV4K3EnvHquS7",
+	"vdGOGek6/cAxB+tW6d23AnBY02OCFCZg7vGYw24zDKh1VBDMthWw6BcCuN0kcbNill91wkrL2tw7OM+B",
+	"IFcB77xy4gv9bBHkqCYkVFeCUUnOteL2no94V+YimMqCYU7BF1Bh6kKO0LSUNpQWFZcNFJm7EG1frqZl",
+	"10vXWAsBhjrlVGkixxhK1fOJwkMxXjaWlQnCsz6x9fYr57jPyEY1AoxHPlrTAiNZ8/0P9uOrNh3gpZn0",
+	"l0fI/WfVAGwt/e1E4AV+tKbmYh3r+etgwVsDFX9jvH8qxvuTY1ebcVxEg/v1TqBIyFb3SQNFKY3yaaYM",
+	"EY5iAgiOfXICdyMt56BRZaxgImMi5Szil33F9Gvb+wOehzf8lgmmVJulIpgKzfktu1/nlu99jT8L0v7a",
+	"dwBXngkbAunXdEnSKUtvSAESdo+cSaUnJVOkZDSdog6MizAUMz6xfTrnUUJODi4vSCqFYKlmWZ+82H1G",
+	"fCyQvfWDiQq6eYRZ9fMccjGX5jYOvV9TnjOIQYVruq2nLs2ZqRV5t8ehBafyHJfgAcnA9MDb6AC6B0eX",
+	"0Q4+iyHeJybk2rEeOAhuKdgqMeB29NfSZNV8G1HCx+WtU0fmZd7Z6zyGqA77QZNIHZ0n4O+B1r3LxWUr",
+	"EK4Vy6/7lQQNel1VTS6rkKcl3hXmGLnXBT7Y65PDMEqkxKpdDHz0kM61JICRjpVkCdWkZCrAr/V1QhOS",
+	"y8kEQ4hZOpUYeMbKUpY2lnhVqYkN2MLB28j/Jiy8X4bE1qaw4YFFPdJ9byg+gv8rHc3L/NNnZN/1yYEV",
+	"7YC0aTo7++lwn4RR+CE2ZFabo1O6V6cXYBl53WEPZOMHzdDnO2Yg/eoLUc0b/Iwuk4Vrh9TeCqCP22QY",
+	"h0Kne69PDuoQIbSJftBMxINQyARTOsh4iX6+AMzDucn9B969ux9GKAVJ5uAq1aUEt6Oj8SDfD4FJ+uRn",
+	"64yoYStXFDsUOU1vMOcElpjmzblMSmoYNQThGhGL4e0ul662bZVtYnXjfp5KknGM7t6zUgSOEKGpdrEB",
+	"HmhGw4FMyA0rNF5sACT56PhydD64HJxcHp+e2CMIzL5XGwfWuV8dA9x3SFUzWhaKZFRNx5I6GC0fybHX",
+	"qDLkDdC8xFAMMMxyhp9VLuJqGipx6g/ONiy/Ri6nbInWWtUK78XFzozNZLnE2I0waSexZDlemsHkOZSm",
+	"rsqkUEHmwkvgmt5oBCTGZcJdFIxPQ5FRTcmMluYeaW6PObuqrSgqa5/ef/q/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

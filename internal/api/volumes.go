@@ -112,6 +112,17 @@ func (h *handlers) UpdateVolume(ctx context.Context, req UpdateVolumeRequestObje
 	return UpdateVolume200JSONResponse(toVolume(v)), nil
 }
 
+func (h *handlers) RetierVolume(ctx context.Context, req RetierVolumeRequestObject) (RetierVolumeResponseObject, error) {
+	if req.Body == nil {
+		return nil, fault.Invalid("body", `{"tier": NAME} is required`)
+	}
+	v, err := h.opts.Volumes.Retier(ctx, req.EnvironmentId, req.VolumeId, req.Body.Tier)
+	if err != nil {
+		return nil, err
+	}
+	return RetierVolume200JSONResponse(toVolume(v)), nil
+}
+
 func (h *handlers) DeleteVolume(ctx context.Context, req DeleteVolumeRequestObject) (DeleteVolumeResponseObject, error) {
 	if err := h.opts.Volumes.Delete(ctx, req.EnvironmentId, req.VolumeId); err != nil {
 		return nil, err
@@ -171,7 +182,16 @@ func toVolume(v volumes.Volume) Volume {
 		StatusMessage: v.Message,
 		CreateTime:    v.CreateTime,
 		UpdateTime:    v.UpdateTime,
+		Tier:          volumeTier(v.Tier),
 	}
+}
+
+// volumeTier is the contract's form of a volume's tier.
+func volumeTier(t *volumes.Tier) *VolumeTier {
+	if t == nil {
+		return nil
+	}
+	return &VolumeTier{Requested: t.Requested, Current: optional(t.Current), Status: (*VolumeTierStatus)(optional(t.Status)), Message: optional(t.Message)}
 }
 
 // volumeSource is the contract's form of what a volume was filled from.

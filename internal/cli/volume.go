@@ -34,7 +34,7 @@ func newVolumeCommand() *cobra.Command {
 			"  storage-gateway volume list -e local-east\n  storage-gateway volume list -A --status FAILED",
 	}
 	c.registerFlags(cmd)
-	cmd.AddCommand(c.createCommand(), c.listCommand(), c.getCommand(), c.expandCommand(), c.deleteCommand(), c.snapshotCommand())
+	cmd.AddCommand(c.createCommand(), c.listCommand(), c.getCommand(), c.expandCommand(), c.deleteCommand(), c.retierCommand(), c.snapshotCommand())
 	return cmd
 }
 
@@ -394,6 +394,56 @@ func (c *volumeClient) expandCommand() *cobra.Command {
 	return cmd
 }
 
+func (c *volumeClient) retierCommand() *cobra.Command {
+	var class string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "retier ID --class TIER",
+		Short: "Move a volume to another performance tier, a VolumeAttributesClass of its driver (not part of DCM's contract)",
+		Example: "  storage-gateway volume retier db-1 -e local-east --class gold\n" +
+			"  storage-gateway volume retier db-1 -e local-east --class gold --wait 1m",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := c.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			resp, err := client.RetierVolumeWithResponse(cmd.Context(), c.environment, args[0], api.VolumeRetier{Tier: class})
+			if err != nil {
+				return err
+			}
+			if resp.JSON200 == nil || wait == 0 {
+				return c.printVolume(cmd, resp.HTTPResponse, resp.Body, resp.JSON200)
+			}
+			return c.poll(cmd, wait, func() (bool, error) {
+				got, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, args[0])
+				if err != nil {
+					return false, err
+				}
+				v := got.JSON200
+				switch {
+				case v == nil:
+					return false, problemError(cmd, got.HTTPResponse, got.Body)
+				case v.Tier == nil || v.Tier.Requested != class:
+					return false, fmt.Errorf("volume %s no longer asks for tier %s", args[0], class)
+				case v.Tier.Status == nil:
+					return true, c.printVolume(cmd, got.HTTPResponse, got.Body, v)
+				case *v.Tier.Status == api.VolumeTierStatusINFEASIBLE:
+					return false, fmt.Errorf("volume %s cannot move to tier %s: %s", args[0], class, ptr.Deref(v.Tier.Message, "the driver refused"))
+				}
+				return false, &notYet{kind: "volume", id: args[0], status: "moving to tier " + class, message: string(*v.Tier.Status), wait: wait}
+			})
+		},
+	}
+	c.environmentFlag(cmd, true)
+	cmd.Flags().StringVar(&class, "class", "", "the VolumeAttributesClass: classes lists each class's tiers")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the volume to be on the tier; a refusal ends the wait with its reason")
+	_ = cmd.MarkFlagRequired("class")
+	setsFields(cmd, "class", "tier")
+	setsFields(cmd, "environment", "environment_id")
+	return cmd
+}
+
 func (c *volumeClient) deleteCommand() *cobra.Command {
 	var wait time.Duration
 	cmd := &cobra.Command{
@@ -473,6 +523,12 @@ func describeVolume(w io.Writer, v api.Volume) error {
 		d.add("Volume mode", string(*h.VolumeMode))
 	}
 	d.add("Bound to", ptr.Deref(v.Spec.Metadata.VolumeName, ""))
+	if t := v.Tier; t != nil {
+		d.add("Tier", ptr.Deref(t.Current, ""))
+		if t.Status != nil {
+			d.add("Tier change", fmt.Sprintf("to %s: %s %s", t.Requested, *t.Status, ptr.Deref(t.Message, "")))
+		}
+	}
 	d.add("Labels", volumeLabels(v))
 	d.add("Path", v.Path)
 	d.add("Created", v.CreateTime.Local().Format(time.RFC3339))

@@ -200,13 +200,14 @@ func (f *fanout) each(do func(cache.ResourceEventHandler)) {
 var ignore cache.ResourceEventHandler = cache.ResourceEventHandlerFuncs{}
 
 // warnings are one namespace's Warning events on PVCs, watched only while
-// the namespace has a Pending claim: a warning is part of a Pending claim's
-// status (the reason it is stuck, status.Of) and of nothing else, so an
-// environment whose claims are all bound — an idle fleet — spends no watch,
-// no goroutines and no memory on events. A claim that turns Pending starts
-// the watch, whose list brings every warning still kept (an hour, by
-// default); the last one to leave Pending stops it. It hears of every claim
-// before anyone else (first in the namespace's fanout).
+// the namespace has a claim that needs them: a Pending claim (the reason it
+// is stuck, status.Of) or one whose change of tier is not done (the reason
+// the driver refused it). Nothing else reads them, so an environment whose
+// claims are all bound and settled — an idle fleet — spends no watch, no
+// goroutines and no memory on events. A claim that starts needing them
+// starts the watch, whose list brings every warning still kept (an hour, by
+// default); the last one to stop needing them stops it. It hears of every
+// claim before anyone else (first in the namespace's fanout).
 type warnings struct {
 	newInformer func() *informer
 
@@ -215,7 +216,7 @@ type warnings struct {
 	// started.
 	ctx     context.Context
 	group   *sync.WaitGroup
-	pending map[string]bool // names of the claims Pending now
+	pending map[string]bool // names of the claims that need warnings now
 	running *informer
 	stop    context.CancelFunc
 }
@@ -241,12 +242,20 @@ func (w *warnings) saw(obj any) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if pvc.Status.Phase == corev1.ClaimPending {
+	if needsWarnings(pvc) {
 		w.pending[pvc.Name] = true
 	} else {
 		delete(w.pending, pvc.Name)
 	}
 	w.follow()
+}
+
+// needsWarnings reports a claim whose status its warnings explain: Pending,
+// or asking for a tier it is not on yet.
+func needsWarnings(pvc *corev1.PersistentVolumeClaim) bool {
+	requested := pvc.Spec.VolumeAttributesClassName
+	return pvc.Status.Phase == corev1.ClaimPending ||
+		requested != nil && *requested != "" && (pvc.Status.CurrentVolumeAttributesClassName == nil || *pvc.Status.CurrentVolumeAttributesClassName != *requested)
 }
 
 // start lets the watch run in group until ctx ends.
@@ -276,7 +285,7 @@ func (w *warnings) follow() {
 }
 
 // of returns the warnings of the claim with key namespace/name (none while
-// no claim is Pending).
+// no claim needs them).
 func (w *warnings) of(key string) []any {
 	w.mu.Lock()
 	running := w.running

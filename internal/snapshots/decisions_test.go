@@ -88,7 +88,7 @@ func TestSnapshotClassIsCheckedBeforeAnythingIsWritten(t *testing.T) {
 		{"no default", []runtime.Object{bound, snapClass("a", driver, false)}, "", "", fault.FailedPrecondition, "no default VolumeSnapshotClass; name one of: a"},
 		{"several defaults", []runtime.Object{bound, snapClass("a", driver, true), snapClass("b", driver, true)}, "", "", fault.FailedPrecondition, "several default VolumeSnapshotClasses (a, b)"},
 		{"another driver's class", []runtime.Object{bound, snapClass("a", driver, false), snapClass("x", "other", true)}, "x", "", fault.FailedPrecondition, "x is for driver other"},
-		{"a class that does not exist", []runtime.Object{bound, snapClass("a", driver, false)}, "nope", "", fault.FailedPrecondition, "does not exist in the cluster; name one of: a"},
+		{"a class that does not exist", []runtime.Object{bound, snapClass("a", driver, false)}, "nope", "", fault.FailedPrecondition, "does not exist in the cluster (one created just now is seen within seconds); name one of: a"},
 		{"a driver without classes", []runtime.Object{bound, snapClass("x", "other", true)}, "", "", fault.FailedPrecondition, "cannot be snapshotted"},
 		{"a claim not bound yet", []runtime.Object{claim(corev1.ClaimPending), snapClass("b", driver, true)}, "", "", fault.Conflict, "not bound"},
 	} {

@@ -211,8 +211,11 @@ func snapshotClass(cluster clusters.Live, vol volumes.Volume, req Request) (stri
 					"%s is for driver %s; volume %s's storage class %s uses %s%s", c.Name, c.Driver, vol.ID, class.Name, driver, offering(offered))}
 			}
 		}
-		return "", &fault.Error{Kind: fault.FailedPrecondition, Field: field,
-			Detail: fmt.Sprintf("VolumeSnapshotClass %s does not exist in the cluster%s", req.SnapshotClass, offering(offered))}
+		// One created since the classes were last listed: they are
+		// listed again within seconds.
+		cluster.StorageRequested()
+		return "", &fault.Error{Kind: fault.FailedPrecondition, Field: field, Detail: fmt.Sprintf(
+			"VolumeSnapshotClass %s does not exist in the cluster (one created just now is seen within seconds)%s", req.SnapshotClass, offering(offered))}
 	}
 	var defaults []string
 	for _, c := range objs.SnapshotClasses {

@@ -14,6 +14,7 @@ import (
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/internal/paging"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -113,28 +114,14 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, err
 	}
-	if err := s.envs.Exists(ctx, envID); err != nil {
-		return Volume{}, err
-	}
-	rec, err := s.live(ctx, envID, id)
+	rec, cluster, lease, pvc, err := s.boundClaim(ctx, envID, id, "expand")
 	if err != nil {
 		return Volume{}, err
-	}
-	cluster, lease, err := s.Writable(envID)
-	if err != nil {
-		return Volume{}, err
-	}
-	pvc, ok := cluster.PVC(rec.Spec.Namespace, id)
-	if !ok || pvc.DeletionTimestamp != nil {
-		return Volume{}, fault.New(fault.Conflict, "volume %s has no claim to expand (still being created, or deleted)", id)
 	}
 	class, gone := cluster.ClassOf(pvc)
 	if gone {
 		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
 			Detail: fmt.Sprintf("volume %s cannot be expanded: %s", id, status.ClassGone(*pvc.Spec.StorageClassName))}
-	}
-	if pvc.Status.Phase != corev1.ClaimBound {
-		return Volume{}, fault.New(fault.Conflict, "volume %s is not bound to a volume yet; expand it once it is RUNNING", id)
 	}
 	if class == nil || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
 		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
@@ -159,6 +146,33 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	cluster.StorageRequested()
 	s.log.InfoContext(ctx, "volume expansion requested", "environment", envID, "volume", id, "capacity", want.String())
 	return s.fromClaim(cluster, rec, patched), nil
+}
+
+// boundClaim returns what a change to a live volume's bound claim needs
+// (to "expand" it, say): its record, the cluster writes can reach now,
+// this replica's lease and the claim from the cache. A claim not there
+// yet, being deleted or not bound is a conflict.
+func (s *Service) boundClaim(ctx context.Context, envID, id, change string) (record, clusters.Live, membership.Lease, *corev1.PersistentVolumeClaim, error) {
+	var lease membership.Lease
+	if err := s.envs.Exists(ctx, envID); err != nil {
+		return record{}, nil, lease, nil, err
+	}
+	rec, err := s.live(ctx, envID, id)
+	if err != nil {
+		return record{}, nil, lease, nil, err
+	}
+	cluster, lease, err := s.Writable(envID)
+	if err != nil {
+		return record{}, nil, lease, nil, err
+	}
+	pvc, ok := cluster.PVC(rec.Spec.Namespace, id)
+	switch {
+	case !ok || pvc.DeletionTimestamp != nil:
+		return record{}, nil, lease, nil, fault.New(fault.Conflict, "volume %s has no claim to %s (still being created, or deleted)", id, change)
+	case pvc.Status.Phase != corev1.ClaimBound:
+		return record{}, nil, lease, nil, fault.New(fault.Conflict, "volume %s is not bound to a volume yet; %s it once it is RUNNING", id, change)
+	}
+	return rec, cluster, lease, pvc, nil
 }
 
 // Delete deletes a volume's claim. Unknown or finished volumes are

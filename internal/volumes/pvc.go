@@ -25,6 +25,8 @@ type Volume struct {
 	Message    string
 	CreateTime time.Time
 	UpdateTime time.Time
+	// Tier is the claim's performance tier, once one is asked for.
+	Tier *Tier
 }
 
 // newPVC is the claim for a volume: named by the volume id, labelled so the

@@ -403,7 +403,7 @@ func (s *Service) fromClaim(cluster clusters.Live, rec record, pvc *corev1.Persi
 	st, msg, _ := status.OfClaim(cluster, pvc)
 	v := Volume{
 		ID: rec.ID, EnvironmentID: rec.EnvironmentID, Spec: specOf(pvc), VolumeName: pvc.Spec.VolumeName,
-		Status: st, Message: msg, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime,
+		Status: st, Message: msg, CreateTime: rec.CreateTime, UpdateTime: rec.UpdateTime, Tier: tierOf(cluster, pvc),
 	}
 	return withPendingWrites(v, rec, pvc)
 }

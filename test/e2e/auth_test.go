@@ -101,6 +101,16 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 		admin.waitStatus(envID, id, "RUNNING", time.Minute)
 		return id
 	}
+	// A volume of the CSI plugin's class, which can be snapshotted and
+	// retiered, and one of its snapshots.
+	plugged := admin.runningVolume(envID, "snapshots")
+	snapshots := snapshotsPath(envID, plugged)
+	newSnapshot := func() string {
+		id := uuid.NewString()
+		code, body := admin.do(http.MethodPost, snapshots+"?id="+id, map[string]any{"snapshot_class": "snapshots"})
+		admin.want(http.StatusCreated, code, body)
+		return id
+	}
 	envPath := "/api/v1alpha1/environments/" + envID
 	// requests builds, for an operation, the request a principal of the
 	// admitted roles succeeds with; it may set up what that needs.
@@ -154,6 +164,15 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 			return call{method: "DELETE", path: volumesPath(envID) + "/" + newVolume(), want: 204}
 		},
 		"listAuditEvents": func() call { return call{method: "GET", path: "/api/v1alpha1/audit-events", want: 200} },
+		"retierVolume": func() call {
+			return call{method: "POST", path: volumesPath(envID) + "/" + plugged + ":retier", body: map[string]any{"tier": "gold"}, want: 200}
+		},
+		"createSnapshot": func() call {
+			return call{method: "POST", path: snapshots + "?id=" + uuid.NewString(), body: map[string]any{"snapshot_class": "snapshots"}, want: 201}
+		},
+		"listSnapshots":  func() call { return call{method: "GET", path: snapshots, want: 200} },
+		"getSnapshot":    func() call { return call{method: "GET", path: snapshots + "/" + newSnapshot(), want: 200} },
+		"deleteSnapshot": func() call { return call{method: "DELETE", path: snapshots + "/" + newSnapshot(), want: 204} },
 	}
 
 	spec, _ := contract.Load(t)

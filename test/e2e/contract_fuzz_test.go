@@ -61,8 +61,15 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A volume of the CSI plugin's class and one of its snapshots.
+	plugged := c.runningVolume(envID, "snapshots")
+	snapshotID := uuid.NewString()
+	code, body = c.do(http.MethodPost, snapshotsPath(envID, plugged)+"?id="+snapshotID, map[string]any{"snapshot_class": "snapshots"})
+	c.want(http.StatusCreated, code, body)
 	env := map[string]string{"environment_id": envID}
 	vol := map[string]string{"environment_id": envID, "volume_id": volumeID}
+	snapVol := map[string]string{"environment_id": envID, "volume_id": plugged}
+	snap := map[string]string{"environment_id": envID, "volume_id": plugged, "snapshot_id": snapshotID}
 	defaults := map[string]any{"storage_class": "standard", "access_mode": "ReadWriteOnce", "volume_mode": "Filesystem"}
 	overrides := map[string]any{"storage_classes": map[string]any{"standard": map[string]any{"access_modes": []any{"ReadWriteOnce"}, "volume_modes": []any{"Filesystem"}}}}
 	bases := map[string]baseRequest{
@@ -100,6 +107,11 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 		"listAuditEvents": {query: url.Values{"max_page_size": {"5"}, "subject": {"test-admin"}, "environment": {envID},
 			"action": {"createVolume"}, "start_time": {"2026-01-01T00:00:00Z"}, "end_time": {"2036-01-01T00:00:00Z"}}},
 		"getHealthz": {}, "getReadyz": {}, "getOpenAPI": {},
+		"retierVolume":   {path: snapVol, body: map[string]any{"tier": "gold"}},
+		"createSnapshot": {path: snapVol, query: url.Values{"id": {uuid.NewString()}}, body: map[string]any{"snapshot_class": "snapshots"}},
+		"listSnapshots":  {path: snapVol, query: url.Values{"max_page_size": {"5"}}},
+		"getSnapshot":    {path: snap},
+		"deleteSnapshot": {path: snap},
 	}
 
 	spec, router := contract.Load(t)
@@ -135,7 +147,8 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 		t.Fatalf("only %d invalid requests were generated", sent)
 	}
 
-	// Nothing changed: one environment, its one volume, never verified.
+	// Nothing changed: one environment, its two volumes (neither on a
+	// tier), the one snapshot, never verified.
 	code, list := c.do(http.MethodGet, "/api/v1alpha1/environments", nil)
 	c.want(http.StatusOK, code, list)
 	if envs := list["environments"].([]any); len(envs) != 1 || field(envs[0].(map[string]any), "display_name") == "x" {
@@ -143,8 +156,18 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 	}
 	code, vols := c.do(http.MethodGet, volumesPath(envID), nil)
 	c.want(http.StatusOK, code, vols)
-	if n := len(vols["volumes"].([]any)); n != 1 {
-		t.Fatalf("%d volumes after the fuzzing, want 1", n)
+	if n := len(vols["volumes"].([]any)); n != 2 {
+		t.Fatalf("%d volumes after the fuzzing, want 2", n)
+	}
+	for _, v := range vols["volumes"].([]any) {
+		if tier := v.(map[string]any)["tier"]; tier != nil {
+			t.Fatalf("a volume is on tier %v after the fuzzing", tier)
+		}
+	}
+	code, snaps := c.do(http.MethodGet, snapshotsPath(envID, plugged), nil)
+	c.want(http.StatusOK, code, snaps)
+	if got := idsOf(snaps["snapshots"]); !slices.Equal(got, []string{snapshotID}) {
+		t.Fatalf("snapshots after the fuzzing: %v, want only %s", got, snapshotID)
 	}
 }
 

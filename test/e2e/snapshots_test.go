@@ -12,8 +12,11 @@ import (
 	"github.com/google/uuid"
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapshotclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/snapshots"
 	"github.com/dcm-project/storage-gateway/internal/status"
@@ -27,7 +30,7 @@ func snapshotsPath(envID, volumeID string) string {
 }
 
 // adminSnapshots is the cluster admin's view of VolumeSnapshots.
-func adminSnapshots(t *testing.T, cluster *harness.Cluster) snapshotclient.Interface {
+func adminSnapshots(t testing.TB, cluster *harness.Cluster) snapshotclient.Interface {
 	t.Helper()
 	cs, err := snapshotclient.NewForConfig(cluster.AdminConfig())
 	if err != nil {
@@ -314,6 +317,55 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		c.waitReady(eastID, vol, id)
 		if _, err := vs.Get(t.Context(), id, metav1.GetOptions{}); err != nil {
 			t.Fatalf("the completed create's VolumeSnapshot: %v", err)
+		}
+	})
+
+	t.Run("a volume adopted from the storage SP can be snapshotted; snapshots the gateway did not make are not its", func(t *testing.T) {
+		c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+		// A claim as DCM's storage SP makes it: its labels, no annotation.
+		id := "sp-" + uuid.NewString()[:8]
+		spClaim := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: map[string]string{
+				"dcm.project/managed-by": "dcm", "dcm.project/dcm-instance-id": id, "dcm.project/dcm-service-type": "storage"}},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To("snapshots"),
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if _, err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), spClaim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		code, body := c.do(http.MethodPost, "/api/v1alpha1/environments/"+eastID+":adopt", map[string]any{"namespace": ns})
+		c.want(http.StatusOK, code, body)
+		if !slices.Contains(adoptedIDs(body), id) {
+			t.Fatalf("adoption did not adopt %s: %v", id, body)
+		}
+		c.waitStatus(eastID, id, "RUNNING", time.Minute)
+		// A VolumeSnapshot labelled as the gateway labels its own, that it
+		// did not make: never listed, read or reported.
+		stray := "stray-" + uuid.NewString()[:8]
+		if _, err := vs.Create(t.Context(), &snapshotv1.VolumeSnapshot{
+			ObjectMeta: metav1.ObjectMeta{Name: stray, Labels: map[string]string{"dcm.project/managed-by": "dcm", "dcm.project/source-volume": id}},
+			Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: &id},
+				VolumeSnapshotClassName: ptr.To("snapshots")},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		snap := uuid.NewString()
+		code, body = c.do(http.MethodPost, snapshotsPath(eastID, id)+"?id="+snap, map[string]any{"snapshot_class": "snapshots"})
+		c.want(http.StatusCreated, code, body)
+		c.waitReady(eastID, id, snap)
+		code, page := c.do(http.MethodGet, snapshotsPath(eastID, id), nil)
+		c.want(http.StatusOK, code, page)
+		if got := idsOf(page["snapshots"]); !slices.Equal(got, []string{snap}) {
+			t.Fatalf("the adopted volume's snapshots: %v, want only %s", got, snap)
+		}
+		code, body = c.do(http.MethodGet, snapshotsPath(eastID, id)+"/"+stray, nil)
+		c.want(http.StatusNotFound, code, body)
+		waitEvents(t, events, snap, []string{"PENDING", "READY"}, time.Minute)
+		if got := natstest.For(events.Events(), stray); len(got) != 0 {
+			t.Fatalf("a VolumeSnapshot the gateway did not make was reported: %v", got)
 		}
 	})
 

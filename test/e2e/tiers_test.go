@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+)
+
+// TestRetierVolumes moves a volume between performance tiers through the
+// gateway, on the harness's CSI plugin behind the real external-resizer:
+// onto a tier, refused by the driver (INFEASIBLE with its reason, still on
+// the tier it was on), and back; each request refusal names its field.
+func TestRetierVolumes(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east := clusters[0]
+	c.register(east)
+	envID := east.Spec.Environment.ID
+	vol := c.runningVolume(envID, "snapshots")
+	plain := c.runningVolume(envID, "standard")
+	retier := func(c client, id, tier string) (int, map[string]any) {
+		return c.do(http.MethodPost, volumesPath(envID)+"/"+id+":retier", map[string]any{"tier": tier})
+	}
+	// waitTier polls the volume until its tier satisfies ok.
+	waitTier := func(what string, ok func(tier map[string]any) bool) map[string]any {
+		var tier map[string]any
+		c.eventually(time.Minute, what, func() bool {
+			_, v := c.do(http.MethodGet, volumesPath(envID)+"/"+vol, nil)
+			tier, _ = v["tier"].(map[string]any)
+			return tier != nil && ok(tier)
+		})
+		return tier
+	}
+
+	t.Run("refusals name the tier", func(t *testing.T) {
+		for _, tt := range []struct {
+			name, volume, tier string
+			status             int
+			mention            []string
+		}{
+			{"a tier the cluster does not have", vol, "standard-tier", 422, []string{"tier", "does not exist", "gold, platinum, silver"}},
+			{"a volume whose driver has no tiers", plain, "gold", 422, []string{"tier", "gold is for driver snap.csi.local.dev", "the driver has none"}},
+			{"not a name", vol, "Gold!", 400, []string{"tier"}},
+			{"an unknown volume", uuid.NewString(), "gold", 404, nil},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+				code, body := retier(c, tt.volume, tt.tier)
+				c.want(tt.status, code, body, tt.mention...)
+			})
+		}
+		viewer := client{t: t, base: g.URL, token: g.Tokens.Viewer}
+		code, body := retier(viewer, vol, "gold")
+		viewer.want(http.StatusForbidden, code, body)
+		if n := fmt.Sprint(field(c.waitStatus(envID, vol, "RUNNING", time.Second), "tier")); n != "<nil>" {
+			t.Fatalf("refused changes left the volume with tier %s", n)
+		}
+	})
+
+	t.Run("onto a tier", func(t *testing.T) {
+		code, body := retier(c, vol, "gold")
+		c.want(http.StatusOK, code, body)
+		waitTier("volume on gold", func(tier map[string]any) bool { return tier["current"] == "gold" && tier["status"] == nil })
+	})
+
+	t.Run("a tier the driver refuses", func(t *testing.T) {
+		code, body := retier(c, vol, "platinum")
+		c.want(http.StatusOK, code, body)
+		tier := waitTier("platinum refused with the driver's reason", func(tier map[string]any) bool {
+			return tier["status"] == "INFEASIBLE" && strings.Contains(fmt.Sprint(tier["message"]), `"platinum"`)
+		})
+		t.Logf("the refused change: %v", tier)
+		if tier["current"] != "gold" || tier["requested"] != "platinum" {
+			t.Fatalf("after the refusal: %v; want on gold, asking for platinum", tier)
+		}
+		_, v := c.do(http.MethodGet, volumesPath(envID)+"/"+vol, nil)
+		if v["status"] != "RUNNING" {
+			t.Fatalf("a refused tier change turned the volume %v", v["status"])
+		}
+	})
+
+	t.Run("back to the tier it is on", func(t *testing.T) {
+		code, body := retier(c, vol, "gold")
+		c.want(http.StatusOK, code, body)
+		waitTier("back on gold, the refusal forgotten", func(tier map[string]any) bool {
+			return tier["requested"] == "gold" && tier["current"] == "gold" && tier["status"] == nil && tier["message"] == nil
+		})
+	})
+}
