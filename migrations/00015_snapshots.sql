@@ -11,6 +11,11 @@
 -- CloudEvent in the outbox (in the same transaction) on a subject of its
 -- own: outbox.subject, DCM's dcm.storage for every row before.
 --
+-- A volume's performance tier (its claim's VolumeAttributesClass, asked
+-- for and applied) is reported the same way on a subject of its own:
+-- reported_tier is the last state handed to the outbox, tier_transitions
+-- numbers them.
+--
 -- An Idempotency-Key names what its request created: idempotency_keys'
 -- volume_id holds a snapshot's id for a snapshot's create (the column keeps
 -- its name, so replicas of the release before read it during an upgrade).
@@ -34,7 +39,11 @@ CREATE TABLE snapshots (
 CREATE INDEX snapshots_volume ON snapshots (environment_id, volume_id, id);
 CREATE INDEX snapshots_live ON snapshots (environment_id) WHERE status <> 'DELETED';
 ALTER TABLE outbox ADD COLUMN subject text NOT NULL DEFAULT 'dcm.storage';
+ALTER TABLE volumes
+    ADD COLUMN reported_tier    text   NOT NULL DEFAULT '',
+    ADD COLUMN tier_transitions bigint NOT NULL DEFAULT 0;
 
 -- +goose Down
+ALTER TABLE volumes DROP COLUMN reported_tier, DROP COLUMN tier_transitions;
 ALTER TABLE outbox DROP COLUMN subject;
 DROP TABLE snapshots;

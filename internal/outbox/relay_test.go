@@ -193,7 +193,7 @@ func TestRelayPublishesEachEventToItsSubject(t *testing.T) {
 	const other = "dcm.storage.other"
 	w := outbox.NewWriter(outbox.WriterOptions{DB: reg.DB})
 	if err := w.Tx(context.Background(), func(tx outbox.Tx) error {
-		return outbox.InsertTx(context.Background(), tx, outbox.Event{ID: "other-1", EnvironmentID: "env", VolumeID: outbox.SnapshotKey("vol-0"),
+		return outbox.InsertTx(context.Background(), tx, outbox.Event{ID: "other-1", EnvironmentID: "env", VolumeID: outbox.OrderKey("snapshot", "vol-0"),
 			Subject: other, Status: "READY", Data: []byte(`{"id":"vol-0","status":"READY"}`)})
 	}); err != nil {
 		t.Fatal(err)

@@ -15,9 +15,10 @@ import (
 // captures dcm.*.
 const Subject = "dcm.storage"
 
-// SnapshotKey is the VolumeID of a snapshot's events: ordered apart from
-// any volume's, whatever the ids.
-func SnapshotKey(snapshotID string) string { return "snapshot/" + snapshotID }
+// OrderKey is the VolumeID of events about something else than a volume's
+// status (kind "snapshot", "tier"): ordered apart from any volume's and
+// from each other, whatever the ids.
+func OrderKey(kind, id string) string { return kind + "/" + id }
 
 // Event is one row of the outbox: a CloudEvent (Data, structured mode)
 // about a volume's status (or a snapshot's), published after the
@@ -28,7 +29,7 @@ type Event struct {
 	ID            string
 	EnvironmentID string
 	// VolumeID orders the events: those of one volume go out in queue
-	// order. A snapshot's events use SnapshotKey.
+	// order. Other events use OrderKey.
 	VolumeID string
 	// Subject is the NATS subject (empty: Subject, DCM's).
 	Subject string

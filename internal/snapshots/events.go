@@ -1,14 +1,11 @@
 package snapshots
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
-	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/google/uuid"
 
-	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/internal/status"
 )
@@ -39,25 +36,9 @@ type eventData struct {
 // id is seeded with the record's creation time: an id reused after its
 // record was forgotten starts a new sequence.
 func event(rec record, o observation, provider string, created time.Time, transition, epoch int64) (outbox.Event, error) {
-	if provider == "" {
-		provider = environments.DefaultProviderName(rec.EnvironmentID)
-	}
 	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%d/%s", rec.EnvironmentID, rec.ID, created.UnixMicro(), transition, o.Status)).String()
-	e := cloudevents.NewEvent()
-	e.SetID(id)
-	e.SetSource("dcm/providers/" + provider)
-	e.SetType(EventType)
-	e.SetSubject(EventSubject)
-	e.SetTime(time.Now().UTC())
-	e.SetExtension(status.EnvironmentExtension, rec.EnvironmentID)
-	err := e.SetData(cloudevents.ApplicationJSON, eventData{ID: rec.ID, VolumeID: rec.VolumeID, Status: o.Status, Message: o.Message, RestoreSize: o.RestoreSize})
-	if err == nil {
-		err = e.Validate()
-	}
-	if err != nil {
-		return outbox.Event{}, err
-	}
-	data, err := json.Marshal(e)
-	return outbox.Event{ID: id, EnvironmentID: rec.EnvironmentID, VolumeID: outbox.SnapshotKey(rec.ID), Subject: EventSubject,
+	data, err := status.NewEvent(id, provider, rec.EnvironmentID, EventType, EventSubject,
+		eventData{ID: rec.ID, VolumeID: rec.VolumeID, Status: o.Status, Message: o.Message, RestoreSize: o.RestoreSize})
+	return outbox.Event{ID: id, EnvironmentID: rec.EnvironmentID, VolumeID: outbox.OrderKey("snapshot", rec.ID), Subject: EventSubject,
 		Status: string(o.Status), Data: data, Epoch: epoch}, err
 }

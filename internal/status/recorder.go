@@ -315,23 +315,31 @@ func reportable(last, now Observation) bool {
 // The event id is seeded with the record's creation time too: a volume id
 // reused after its record was forgotten starts a new sequence of ids.
 func (r Recorder) event(o Observation, provider string, created time.Time, transition int64) ([]byte, string, error) {
-	if provider == "" {
-		provider = environments.DefaultProviderName(o.EnvironmentID)
-	}
 	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%d/%s", o.EnvironmentID, o.VolumeID, created.UnixMicro(), transition, o.Status)).String()
+	data, err := NewEvent(id, provider, o.EnvironmentID, EventType, EventSubject, eventData{ID: o.VolumeID, Status: o.Status, Message: o.Message})
+	return data, id, err
+}
+
+// NewEvent builds one of the gateway's structured-mode CloudEvents — the
+// volume status events DCM reads, and the snapshot and tier events beside
+// them: source dcm/providers/PROVIDER (the environment's default provider
+// name when empty), the environment extension, data as JSON.
+func NewEvent(id, provider, environmentID, eventType, subject string, data any) ([]byte, error) {
+	if provider == "" {
+		provider = environments.DefaultProviderName(environmentID)
+	}
 	e := cloudevents.NewEvent()
 	e.SetID(id)
 	e.SetSource("dcm/providers/" + provider)
-	e.SetType(EventType)
-	e.SetSubject(EventSubject)
+	e.SetType(eventType)
+	e.SetSubject(subject)
 	e.SetTime(time.Now().UTC())
-	e.SetExtension(EnvironmentExtension, o.EnvironmentID)
-	if err := e.SetData(cloudevents.ApplicationJSON, eventData{ID: o.VolumeID, Status: o.Status, Message: o.Message}); err != nil {
-		return nil, "", err
+	e.SetExtension(EnvironmentExtension, environmentID)
+	if err := e.SetData(cloudevents.ApplicationJSON, data); err != nil {
+		return nil, err
 	}
 	if err := e.Validate(); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	data, err := json.Marshal(e)
-	return data, id, err
+	return json.Marshal(e)
 }

@@ -114,7 +114,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, err
 	}
-	rec, cluster, lease, pvc, err := s.boundClaim(ctx, envID, id, "expand")
+	rec, cluster, lease, pvc, err := s.claimToChange(ctx, envID, id, "expand")
 	if err != nil {
 		return Volume{}, err
 	}
@@ -122,6 +122,9 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if gone {
 		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
 			Detail: fmt.Sprintf("volume %s cannot be expanded: %s", id, status.ClassGone(*pvc.Spec.StorageClassName))}
+	}
+	if err := bound(pvc, "expand"); err != nil {
+		return Volume{}, err
 	}
 	if class == nil || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
 		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
@@ -148,11 +151,11 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	return s.fromClaim(cluster, rec, patched), nil
 }
 
-// boundClaim returns what a change to a live volume's bound claim needs
-// (to "expand" it, say): its record, the cluster writes can reach now,
-// this replica's lease and the claim from the cache. A claim not there
-// yet, being deleted or not bound is a conflict.
-func (s *Service) boundClaim(ctx context.Context, envID, id, change string) (record, clusters.Live, membership.Lease, *corev1.PersistentVolumeClaim, error) {
+// claimToChange returns what a change to a live volume's claim needs (to
+// "expand" it, say): its record, the cluster writes can reach now, this
+// replica's lease and the claim from the cache. A claim not there yet or
+// being deleted is a conflict.
+func (s *Service) claimToChange(ctx context.Context, envID, id, change string) (record, clusters.Live, membership.Lease, *corev1.PersistentVolumeClaim, error) {
 	var lease membership.Lease
 	if err := s.envs.Exists(ctx, envID); err != nil {
 		return record{}, nil, lease, nil, err
@@ -166,13 +169,18 @@ func (s *Service) boundClaim(ctx context.Context, envID, id, change string) (rec
 		return record{}, nil, lease, nil, err
 	}
 	pvc, ok := cluster.PVC(rec.Spec.Namespace, id)
-	switch {
-	case !ok || pvc.DeletionTimestamp != nil:
+	if !ok || pvc.DeletionTimestamp != nil {
 		return record{}, nil, lease, nil, fault.New(fault.Conflict, "volume %s has no claim to %s (still being created, or deleted)", id, change)
-	case pvc.Status.Phase != corev1.ClaimBound:
-		return record{}, nil, lease, nil, fault.New(fault.Conflict, "volume %s is not bound to a volume yet; %s it once it is RUNNING", id, change)
 	}
 	return rec, cluster, lease, pvc, nil
+}
+
+// bound refuses a change to a claim not bound to a volume yet.
+func bound(pvc *corev1.PersistentVolumeClaim, change string) error {
+	if pvc.Status.Phase != corev1.ClaimBound {
+		return fault.New(fault.Conflict, "volume %s is not bound to a volume yet; %s it once it is RUNNING", pvc.Name, change)
+	}
+	return nil
 }
 
 // Delete deletes a volume's claim. Unknown or finished volumes are

@@ -34,9 +34,11 @@ const (
 // created gets it; a record whose claim exists but whose uid was never
 // stored gets the uid; a claim created after its volume was deleted is
 // deleted; a volume whose claim vanished — also while the gateway was down
-// or disconnected — is reported DELETED. Claims without a record are never
-// touched, only counted (the environment's unadopted_volume_count: another
-// provider's, until an admin adopts them).
+// or disconnected — is reported DELETED; a tier state not reported yet is
+// reported (tier_events.go), looked at also whenever a claim's tier moves.
+// Claims without a record are never touched, only counted (the
+// environment's unadopted_volume_count: another provider's, until an admin
+// adopts them).
 //
 // The sweep, not a per-environment timer, brings the periodic looks: an
 // environment with no live volume, no labelled claim in its cache and its
@@ -58,6 +60,7 @@ func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 		}
 		return nil
 	})
+	s.followTiers(c.Add)
 	c.Source(func(ctx context.Context) {
 		wait.UntilWithContext(ctx, func(ctx context.Context) {
 			s.forgetExpiredKeys(ctx)
@@ -145,6 +148,9 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 			// One stuck volume must not stop the others.
 			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
+	}
+	if err := s.reportTiers(ctx, cluster, lease, recs); err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "report tier changes", "environment", envID, "error", err)
 	}
 	return nil
 }

@@ -43,6 +43,8 @@ type record struct {
 	UpdateTime    time.Time
 	// VolumeName is the bound PersistentVolume as last recorded.
 	VolumeName string
+	// ReportedTier is the tier state last reported (tierKey).
+	ReportedTier string
 }
 
 // repository is the volumes' queries; the writes on a create's path go
@@ -52,13 +54,13 @@ type repository struct {
 	group *postgres.Group
 }
 
-const recordColumns = `environment_id, id, spec, pvc_uid, status, status_message, create_time, update_time, volume_name`
+const recordColumns = `environment_id, id, spec, pvc_uid, status, status_message, create_time, update_time, volume_name, reported_tier`
 
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
 	var spec []byte
 	var st string
-	err := row.Scan(&r.EnvironmentID, &r.ID, &spec, &r.PVCUID, &st, &r.Message, &r.CreateTime, &r.UpdateTime, &r.VolumeName)
+	err := row.Scan(&r.EnvironmentID, &r.ID, &spec, &r.PVCUID, &st, &r.Message, &r.CreateTime, &r.UpdateTime, &r.VolumeName, &r.ReportedTier)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record{}, errNotFound
 	}

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/dcm-project/storage-gateway/internal/capabilities"
 	"github.com/dcm-project/storage-gateway/internal/changes"
@@ -35,6 +36,9 @@ type Clusters interface {
 	Live(environmentID string) (clusters.Live, bool)
 	IDs() []string
 	Subscribe() *changes.Subscription[clusters.Change]
+	// FollowPVCs hands every environment's claim changes to the handler
+	// made for it (see clusters.Pool.FollowPVCs).
+	FollowPVCs(handler func(environmentID string) cache.ResourceEventHandler)
 }
 
 // Options wires a Service.

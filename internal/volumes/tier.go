@@ -72,8 +72,11 @@ func (s *Service) Retier(ctx context.Context, envID, id, tier string) (Volume, e
 	if len(validation.IsDNS1123Subdomain(tier)) > 0 {
 		return Volume{}, fault.Invalid("tier", "must be a VolumeAttributesClass name")
 	}
-	rec, cluster, _, pvc, err := s.boundClaim(ctx, envID, id, "retier")
+	rec, cluster, _, pvc, err := s.claimToChange(ctx, envID, id, "retier")
 	if err != nil {
+		return Volume{}, err
+	}
+	if err := bound(pvc, "retier"); err != nil {
 		return Volume{}, err
 	}
 	if err := checkTier(cluster, pvc, tier); err != nil {

@@ -115,12 +115,15 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 				c.want(tt.status, code, body, tt.mention...)
 			})
 		}
-		list, err := vs.List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list.Items) != 0 {
-			t.Fatalf("refused creates left %d VolumeSnapshots", len(list.Items))
+		// (Other tests' snapshots share the cluster.)
+		for _, v := range []string{vol, plain} {
+			list, err := vs.List(t.Context(), metav1.ListOptions{LabelSelector: "dcm.project/source-volume=" + v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != 0 {
+				t.Fatalf("refused creates left %d VolumeSnapshots of %s", len(list.Items), v)
+			}
 		}
 		var records int
 		if err := g.DB.QueryRow(t.Context(), `SELECT count(*) FROM snapshots`).Scan(&records); err != nil || records != 0 {

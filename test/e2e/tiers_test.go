@@ -9,7 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dcm-project/storage-gateway/internal/status"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
+	"github.com/dcm-project/storage-gateway/test/natstest"
 )
 
 // TestRetierVolumes moves a volume between performance tiers through the
@@ -17,7 +20,10 @@ import (
 // onto a tier, refused by the driver (INFEASIBLE with its reason, still on
 // the tier it was on), and back; each request refusal names its field.
 func TestRetierVolumes(t *testing.T) {
-	g := gatewaytest.Start(t, gatewaytest.Options{})
+	natsServer := natstest.Start(t)
+	dcm := natsServer.DCMStream()
+	events := natsServer.Stream("tiers", volumes.TierEventSubject)
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: natsServer.URL})
 	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
 	east := clusters[0]
 	c.register(east)
@@ -26,6 +32,19 @@ func TestRetierVolumes(t *testing.T) {
 	plain := c.runningVolume(envID, "standard")
 	retier := func(c client, id, tier string) (int, map[string]any) {
 		return c.do(http.MethodPost, volumesPath(envID)+"/"+id+":retier", map[string]any{"tier": tier})
+	}
+	// reported waits until the last tier event of the volume satisfies ok.
+	reported := func(what string, ok func(e natstest.Event) bool) natstest.Event {
+		var last natstest.Event
+		c.eventually(time.Minute, "reported: "+what, func() bool {
+			for _, e := range events.Events() {
+				if e.Data.ID == vol {
+					last = e
+				}
+			}
+			return last.Type == volumes.TierEventType && ok(last)
+		})
+		return last
 	}
 	// waitTier polls the volume until its tier satisfies ok.
 	waitTier := func(what string, ok func(tier map[string]any) bool) map[string]any {
@@ -67,6 +86,12 @@ func TestRetierVolumes(t *testing.T) {
 		code, body := retier(c, vol, "gold")
 		c.want(http.StatusOK, code, body)
 		waitTier("volume on gold", func(tier map[string]any) bool { return tier["current"] == "gold" && tier["status"] == nil })
+		e := reported("on gold", func(e natstest.Event) bool {
+			return e.Data.Requested == "gold" && e.Data.Current == "gold" && e.Data.Status == ""
+		})
+		if e.Subject != volumes.TierEventSubject || e.EnvironmentID != envID || e.MsgID != e.ID {
+			t.Fatalf("tier event %+v", e)
+		}
 	})
 
 	t.Run("a tier the driver refuses", func(t *testing.T) {
@@ -83,6 +108,9 @@ func TestRetierVolumes(t *testing.T) {
 		if v["status"] != "RUNNING" {
 			t.Fatalf("a refused tier change turned the volume %v", v["status"])
 		}
+		reported("platinum refused with the reason", func(e natstest.Event) bool {
+			return e.Data.Requested == "platinum" && e.Data.Current == "gold" && e.Data.Status == "INFEASIBLE" && strings.Contains(e.Data.Message, `"platinum"`)
+		})
 	})
 
 	t.Run("back to the tier it is on", func(t *testing.T) {
@@ -91,5 +119,22 @@ func TestRetierVolumes(t *testing.T) {
 		waitTier("back on gold, the refusal forgotten", func(tier map[string]any) bool {
 			return tier["requested"] == "gold" && tier["current"] == "gold" && tier["status"] == nil && tier["message"] == nil
 		})
+		reported("back on gold", func(e natstest.Event) bool {
+			return e.Data.Requested == "gold" && e.Data.Current == "gold" && e.Data.Status == ""
+		})
+		// Each state once; DCM's stream holds volume events only.
+		seen := map[string]bool{}
+		for _, e := range events.Events() {
+			key := e.Data.Requested + "/" + e.Data.Current + "/" + e.Data.Status + "/" + e.Data.Message
+			if e.Data.ID == vol && seen[key] && key != "gold/gold//" {
+				t.Errorf("tier state %s reported twice", key)
+			}
+			seen[key] = true
+		}
+		for _, e := range dcm.Events() {
+			if e.Type != status.EventType {
+				t.Errorf("DCM's stream holds a %s event", e.Type)
+			}
+		}
 	})
 }

@@ -86,6 +86,9 @@ type Event struct {
 		// VolumeID and RestoreSize are a snapshot event's.
 		VolumeID    string `json:"volume_id"`
 		RestoreSize string `json:"restore_size"`
+		// Requested and Current are a tier event's.
+		Requested string `json:"requested"`
+		Current   string `json:"current"`
 	} `json:"data"`
 }
 
