@@ -1867,10 +1867,13 @@ type ClientInterface interface {
 	//
 	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 	// be one of the volume's CSI driver (a name the cluster does not have, or
-	// another driver's, is refused naming `tier`). The volume's `tier` says
-	// what it is on, what it asked for, and, while the driver works on it or
-	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-	// ends a refused change.
+	// another driver's, is refused naming `tier`). The answer waits up to 5 s
+	// for the driver: a tier it refuses is refused naming `tier`, with its
+	// reason, and the claim asks for its previous tier again (one that never
+	// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+	// The volume's `tier` says what it is on, what it asks for, and, while
+	// the driver works on it or after a slower driver refused (INFEASIBLE),
+	// why.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1881,10 +1884,13 @@ type ClientInterface interface {
 	//
 	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 	// be one of the volume's CSI driver (a name the cluster does not have, or
-	// another driver's, is refused naming `tier`). The volume's `tier` says
-	// what it is on, what it asked for, and, while the driver works on it or
-	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-	// ends a refused change.
+	// another driver's, is refused naming `tier`). The answer waits up to 5 s
+	// for the driver: a tier it refuses is refused naming `tier`, with its
+	// reason, and the claim asks for its previous tier again (one that never
+	// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+	// The volume's `tier` says what it is on, what it asks for, and, while
+	// the driver works on it or after a slower driver refused (INFEASIBLE),
+	// why.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2524,10 +2530,13 @@ func (c *Client) GetSnapshot(ctx context.Context, environmentId EnvironmentID, v
 //
 // `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 // be one of the volume's CSI driver (a name the cluster does not have, or
-// another driver's, is refused naming `tier`). The volume's `tier` says
-// what it is on, what it asked for, and, while the driver works on it or
-// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-// ends a refused change.
+// another driver's, is refused naming `tier`). The answer waits up to 5 s
+// for the driver: a tier it refuses is refused naming `tier`, with its
+// reason, and the claim asks for its previous tier again (one that never
+// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+// The volume's `tier` says what it is on, what it asks for, and, while
+// the driver works on it or after a slower driver refused (INFEASIBLE),
+// why.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2548,10 +2557,13 @@ func (c *Client) RetierVolumeWithBody(ctx context.Context, environmentId Environ
 //
 // `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 // be one of the volume's CSI driver (a name the cluster does not have, or
-// another driver's, is refused naming `tier`). The volume's `tier` says
-// what it is on, what it asked for, and, while the driver works on it or
-// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-// ends a refused change.
+// another driver's, is refused naming `tier`). The answer waits up to 5 s
+// for the driver: a tier it refuses is refused naming `tier`, with its
+// reason, and the claim asks for its previous tier again (one that never
+// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+// The volume's `tier` says what it is on, what it asks for, and, while
+// the driver works on it or after a slower driver refused (INFEASIBLE),
+// why.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4914,10 +4926,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 	// be one of the volume's CSI driver (a name the cluster does not have, or
-	// another driver's, is refused naming `tier`). The volume's `tier` says
-	// what it is on, what it asked for, and, while the driver works on it or
-	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-	// ends a refused change.
+	// another driver's, is refused naming `tier`). The answer waits up to 5 s
+	// for the driver: a tier it refuses is refused naming `tier`, with its
+	// reason, and the claim asks for its previous tier again (one that never
+	// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+	// The volume's `tier` says what it is on, what it asks for, and, while
+	// the driver works on it or after a slower driver refused (INFEASIBLE),
+	// why.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4928,10 +4943,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 	// be one of the volume's CSI driver (a name the cluster does not have, or
-	// another driver's, is refused naming `tier`). The volume's `tier` says
-	// what it is on, what it asked for, and, while the driver works on it or
-	// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-	// ends a refused change.
+	// another driver's, is refused naming `tier`). The answer waits up to 5 s
+	// for the driver: a tier it refuses is refused naming `tier`, with its
+	// reason, and the claim asks for its previous tier again (one that never
+	// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+	// The volume's `tier` says what it is on, what it asks for, and, while
+	// the driver works on it or after a slower driver refused (INFEASIBLE),
+	// why.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7795,10 +7813,13 @@ func (c *ClientWithResponses) GetSnapshotWithResponse(ctx context.Context, envir
 //
 // `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 // be one of the volume's CSI driver (a name the cluster does not have, or
-// another driver's, is refused naming `tier`). The volume's `tier` says
-// what it is on, what it asked for, and, while the driver works on it or
-// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-// ends a refused change.
+// another driver's, is refused naming `tier`). The answer waits up to 5 s
+// for the driver: a tier it refuses is refused naming `tier`, with its
+// reason, and the claim asks for its previous tier again (one that never
+// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+// The volume's `tier` says what it is on, what it asks for, and, while
+// the driver works on it or after a slower driver refused (INFEASIBLE),
+// why.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7815,10 +7836,13 @@ func (c *ClientWithResponses) RetierVolumeWithBodyWithResponse(ctx context.Conte
 //
 // `{"tier": "gold"}`: the VolumeAttributesClass the claim asks for. It must
 // be one of the volume's CSI driver (a name the cluster does not have, or
-// another driver's, is refused naming `tier`). The volume's `tier` says
-// what it is on, what it asked for, and, while the driver works on it or
-// after it refused (INFEASIBLE), why. Asking for the tier it is on again
-// ends a refused change.
+// another driver's, is refused naming `tier`). The answer waits up to 5 s
+// for the driver: a tier it refuses is refused naming `tier`, with its
+// reason, and the claim asks for its previous tier again (one that never
+// asked for a tier keeps asking, INFEASIBLE, until another is asked for).
+// The volume's `tier` says what it is on, what it asks for, and, while
+// the driver works on it or after a slower driver refused (INFEASIBLE),
+// why.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14952,232 +14976,233 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39ctu4kjd8K1i9T1WkWlpxvuacsWvqlI+tJH4nsb22M/PuHuWVIRKWsKYADgFZ0WRStRexV7hX8hS6",
-	"ARCkQFnK2JnsnPyTckQSn43uRn/8+mMnlbNCCia06ux97BS0pDOmWQn/G4hbXkoxY0IfH5kfuOjsdQqq",
-	"p52kI+iMdfY6rHpnxLNO0inZL3Nesqyzp8s5SzoqnbIZNV//n5Jdd/Y6/8/jqs/H+FQ9PmdKzsuUHR91",
-	"Pn1KOm/phzM6YRf8V2a+zJhKS15oLs0AzBOi+K+MdDN2Tee5Ji9290lOywkryS3N50wRWjKSywUrWUa0",
-	"JE92d3d7/U6CU/hlzsplNYcZ/TAq6ISNTKOdcMgzLvhsPuvs7SYdvSzMy1xoNmElDNOM5FLeMLE6yMsp",
-	"I7Kgv8wZEeyDxva1eZfIa6KnjBQlu+Vyroh51Da06rP6uOiHN0xM9LSz92T36XM/OKVLLiYwtp9kPp+x",
-	"46Mzs13xvbuFV37PtrlOOp9MlyVThRSKAfGclXKcs5n5M5VCM6HNn7Qocp5Ss0iPC3zjX/9TSVjAzbp0",
-	"7UKP9TU/f3lIvn/+4i/EtkwypinPVR8WxDZg2j9IU6bUW5kBdTFhdvgfnXNGs59LrtmpSA0ZmP+finz5",
-	"loql/S88hv+/X1nzpHOQSTuUj52ilAUrNcfFoOaJWdwYmeA2KGJfIt0F11NDxzyjmo2kyJcJ0VOqyULO",
-	"84yMWS8hVAER4bfk4OyYqKlcwI8zICbNZmqz7TNDt3OhZUmX5v9ZOhulU5berA755+mSHB2+faQIF0pT",
-	"kTJFzDkjQmoC37AsIYspE2YwS//MjGplyUw/vpmRmbic61GaUz6L9GzW5ejwLSnZhCtdAhkRKfZWxmOP",
-	"WMCcHilDFbc8YyUx5I8Lyt2aCsb1lJVEsfLWjLYkY0boOGeGecDGEHqtWUn0lNudMn13hSQlS2WZJURI",
-	"ktMxy3OWEZgA4YJwraA7VdCUqR75n//6b7IwPVOi6Q3bkbesdKOFYeFwZFlMqeiTg7FiQhO7LitzTwgV",
-	"GS61eZTiVKSGwasbQ0t+I4miS0UW02VvY/I4Onx7bJc0RiMN1r/3cXV7q6nHSb96ThSjZTplWW10Kw02",
-	"x4CLz7JRKufIYeqdvKntiCERv9SNfpEgqDtR2DDSgyI0LxnNlgEJezGQdNQNL4rY4W52biiE3zbbxpPt",
-	"DpBlAm5nlxtvlmM+h3B2IktVYyjB4o6lzBkV5pUFLQUXk8hmHVjeZGeyAYsyByeX8oZQvUekYGTMuJiQ",
-	"jOUMmJzjdlSRo8GbweXxyasEjgv8b3BESlbI0rwhRcrMSeWKTKQwzM80t5hKxciFliWdsMOcKlxfKYwS",
-	"wD5wpdV9rd2nUDz+Y1Xlqa9sjeoTz/orOgnWeYWAK7Eix//JUh2KlUPHFeuyBYX5usMXfVoyauXuqu4Q",
-	"zrZqxeoN/tN1Yz1nv8yZQpGfZdz8RPOzYNzXNFcsiUzFj7hOgEYQI/P1L5GuoYMYq+/tE6cZ0jy3r4BY",
-	"DBSn755F5NHKIWloGECTyMEdpXu5bU6s3eN9d8aF1FMuJgHj8MftU2z55hnXg1urLDV0iNTpFqt81Mh/",
-	"866VCqw/6ZO0ZFSzQIePCmA619PRjOmpjDCw13IBi5vSPGclMe8yoY3+ZqY4oZot6JJcyxJXxLzqfsy4",
-	"ObhwoOVCmK6dmiV5lprToKnm5g9dzpVm2Y5geiHLm07SybgyotecFNtcVN3aQP7wyKSOhVkZZbQWw8TY",
-	"LSuX5t+WBWo9XgVjZXw3Lg/PiHlKaJaVTKlouyWekLaRlzLHbd+IgZ3LPCqizSLPW2Tv68vLM4IvuENE",
-	"hVqwskXKzZFKo1KZ4xpdy3JGdWevY47QDvwaO2P+2nEn8wH2attxA6jYECxRnYQTd0z83O1G1Rb8/dqj",
-	"94ar2PEzz0dAJ5vvS3CeI7vTuBjevRy1McQmcXhxfFTyW1a+pKlWMd3dHtPUCMxHivgPCDZCMpbmtGRq",
-	"n1Cre1pFnqS5OaclmVIjaQVcWRtLpDVNp6NqxDEd41qNJqWcF6NC5jxdxo+WzEZcXMuRFKOZU+xWm1Io",
-	"/EcpLWjKdYtSY8kt59csXaY5G81k1jhad6iZMU59SAs65jnXy9NbVpYcr5JrZV19Ky7mhdVvYDz7hJIb",
-	"LjKSs2tNjLJ/TfPcaIelnE+mRpsym5DhZmnDHyMbAPfayATX0eiP8zErBdNMBdfiTyAqj/H75xFlEhd1",
-	"u57wurna/tPPW3C15Ypb4ueqcS+Es2BuArgjcHctGSz3eM5zvWMuDXAXlNdDsWB5vnMj5ELghVJxKVip",
-	"jHaqeG5OjBGHpRSTPjkrWcoyJlK2F566IXxNhZAaBLYiXUvKO1be9bN01i9KaSb/GHd1B9Y6GYp+v/8Y",
-	"lx9/6hnNm5n2CBO6XBIYvRHKvkvQmexrUrChME+NaA5mYB+vEBk5FoSSGSsnjBRUp9OEUCLmeT4U2F3J",
-	"ZtLcY7juD8UKSYZr1L5f6+kmctZiFOLZAe7ng/a2nkIvwJYZU+Hq53OzYWBrJxQtNc2Tt30bTaESDqrR",
-	"/vsNpnliFSSn31V03anpaEaxA8LqJJ25gBMUVesOA27eZJkzp6kE8stdAe1nVpBFBJgl62I+zrmasjYp",
-	"pthktpWQdz1f4IcxSa+lpnlc0pgno/FSY+deg+JCf/e8E7U6h5uHDdebSaoptO1fONwVKg3FKftAZ0Vu",
-	"Gnh6yWPKnHu5moL/5OmT77/fffrs6YsXL148Te6eGogEPpvPRpYGlTX/RxatkLmcREjkRGaMKJazVEtv",
-	"WLPLQbhAC92Of0EthaYf9gmbFXqJlGKIAkwN/JbhvcUvgeu2f+NFZp/Lx79KwX5gVOkd2knu0OD8yKuV",
-	"66ws4rpdu3SUVN+zL0pg0fGhdnhYGnmnOc23lc6DD0XOU67NvdU1ARZdRjOzkZSYVU+luOaTPbSdlQlB",
-	"awPNyeGBuX8PnR2XkjGjpRFi6HIxv6Q5N1SQmmFcwyUWruw3bNknZ4O3gedoKMZUse+e7zCRygyscWA6",
-	"DMcQE3ZB0yNzK5Gl2dSMalpberOKDVvEixfPvoudLhjyKGz3c1tLOgv0beRL9PFUzd+w5b02y4Vi6bxk",
-	"I3XDi5HO1eiWlfx62WLVMQIIDCieU6Mpw5xPphW5eDU6ePPm9OfR8cnF4PDd+WB0+ObdxeXg/CJmVjHc",
-	"z9BGnXtNtS7U3uPHtOBGr8p2zHnt2+f9VM72vnv+/Fl9vk93n/81sidmPtjFyNkGwo9exMxK/n4XOu6+",
-	"e/bX53cvZ+M82slFj6AUgsHt91hcy3ZrjjPRpPi+2ieCgb5n5Gpw+PSUzRTLb5mK3DTMnRtHUEl+56dc",
-	"pdqooE/pSE3p0xffRST964Odpy++I90p+9BzbPxocE6AAbkfrnmptDn5QU81Xq6WSrMZKaXU6BGeK3Qw",
-	"rI6lmveIfSh4yUbOqNG8RLjrcLBSSsuCLGR5w8UkuD4siaJLoiTp1tnRI0XYhwJt6UmUMT1S5ETqg2vN",
-	"yp5XZIzSHvbqvEJG8TdDXvbJBbtlgmR0qciYXcsS7OYN8yjR81IocjR4dX5wNDgyy7GZ3SZco3kBVtLt",
-	"DD/r+MLqMTZcibe4TG/Ycse0av5Y2Q2z0YrR3HAUrqfR/a54xCbne71Mt22FBJ0EB8TPpH0FY6c5dL6t",
-	"iPs17rZ2R5v1kqqCpWRCb/GG63ymrbbPFnt8zXtX3SUzVpIpF+a4qRtDsQnh14SKZf9O1QhWCGbQshzn",
-	"gedzdUkyroqcpiwbjZfx4TKRFZILTXKqzGmai4xMZZ4ZOsKADJzAI7wvh8pHwDbjbmzfeZxrXHCRMuRJ",
-	"4TjJlOWZd0hufhIrjzm4drc/hpv521u86n6jdcygUnelK/Clp1RYJ3pXyLqHdTO/OShg8prEJh43V7dM",
-	"csSzFnM4ChOYolTVuVDb+aNnTCk6aXEY2HVrNfkzHOIdgseJb6BijAbAKCd3zOmEGl0VwhW4JguqKqLb",
-	"nMaUNnJ71QM2eHVsdK/BkXUCB7PqJeRscHJ0fPKKdEumyyUXk15CXh4cvzGvY/TCtZHB+8QuVBWVkJC/",
-	"vzk9/NG8WCMyPIqKUCGBrNwpBso0LC1BP05FpisUmYJJAglyz/cM5AVKDlwDUKEw2kZJTl++NJQaLu8e",
-	"ydJZ3/3fDAhvMUTamBDv+JJA9NW3OLyjw7crk+bptBfnizH2d8G0ds75LXyqfn/iwsFsSm2tvetUES1J",
-	"wy6585Fnnzbxo7rJY4fQnossa3pU7Sqt7BpVhEJYix2DH+amztTA9RkxxeW5XLBsVI9Q2fygp94KNpKh",
-	"PXo7y6KCprzefmcDdQ0fdbLt9bAsnW0Q+uPpDeLskCTu+ixY8iP3STNM72Ob+FyOWn2tLRwT5MZaQ2/b",
-	"PlZUsj5KorDRk9VNMiBR9dhfJTstZ6BlwpVfdsPVvMAPPiWdz9K8f5WCbehttSGitS2p76Bfdz9F20FS",
-	"CxaJnLCAkJAKW85R7UwEntyQ2usr8X79+T8K6HcLm9RBUeQcA4hdkCaGHVlfMskZxRAuc+OA40JkgWbD",
-	"Vsv/nT7jmheu5tTYyNYQGPC3ccjdwUGPRTHX2y5fLVixTwYfaKrzJbFhO1eVMe0KRPBVcD+66pPLKRuK",
-	"6o4RiiUwEglmFz5nqWZZYJsjEHH8QaOMj1nq4uy/aZHUJQ1DBX1w4IwuiablhGnvn63ffrZTGu9TltTt",
-	"r2tbWLXY/q+UDdW2x2J9ci5YSBn/fvD2jaFElpIin0+4UAnENfkNVAm55jn4OqcqMT9/4GbvRUb4rGCl",
-	"kgLjjmnJnDrb/0xDaTWukaXY1SkcWlLWkswVq2ykwZymVBHFbllJcxinkCSdlyUTesc22xhghHHEhnfv",
-	"4rWhetoQveqIX8vSMdr+lhK1XcKt42rxUJ9QxG/sBQy1zc1ifRrMEo18EncXLncuMWS91K6N9g45eEZ1",
-	"Om3f0KiC/vKQ/OXZX78j/+/F6UkYB0CkMxobyoH4iGvO8gwu6k3JsTcU4UFOSNBJgvd/lRDc34SYzUwq",
-	"ukiGYpVfJ14gJOZqlpAYF0381Q6oe0eKfBmeHLjCDsXqOYRrYMBME7yukVKaa3HT5NgnB0Mh5nlOSgYu",
-	"C4pLYQ4t18qNdD/s2gwstFraS+qYYUt9cs5ohgO2y9rlWQJsKSGVepTYEL6EBMpRMhSBctSDvqzL3TUW",
-	"cC+8oD7f3TUr7oxh8BpKznUEdeGsBM4HYA0AnaRzPjg4+vdO0nGG5k7SeXdyPjg4fH3w9zcD+N/Bu8vX",
-	"p+fH/zE4ijoIVvXfVatfOhuVDbvgHbKrZka0TBiduaNbVqo2BmNO5Kgo5Xhb3Rs+hPSBLT9cZ0vy1pkt",
-	"7g+r+mSVNbFqQJsLG9fsvPEtGRaHmBHgTXiGh4e3dptxUQ+5qo7xUIAVsWkWdNbDrjP7VMbZ3h7GyNEc",
-	"QpnmQvO8yp262oM/r3p9cmgGzDIyRhdBySD1DK2WciFAbR+K0OQgBWHUnHJzSFOem36pUqT7bJeoXu00",
-	"BCvVXJ87POq4ddX2NhpoXfn3d53EKhOCqbVCrc0AKcew6m1GbJeMNDXqkQ1sJ1wR5Ct0LOc6DBQNIuuW",
-	"TG9leMzZHQGf1SQ3ks3h2hxBTuD2SR44rNUxxLblZc5YbUPuScfYZB5rItbVfDaj5XKbXi7sJ7GskE7V",
-	"YnK3FhINM/3c7Muk/vqZzKICpOrzNRd6W8vpZ9/ZazrvXZZS5WMF776p27jCP9os8IbfMsFiVF3ZtXy2",
-	"x01kZyIccR6nmrOcpqwtTE1kkKuz+fnxrR26b6N5jR/SfJ7FEvogAZV9KHLKxQ+gLLv0kVCIlDbo1kdy",
-	"b5vK54c5MCNRVk9Zy66CxVi7jNXE7wxOXXWRuaBLy/DhfYxeJ90w2NKqmr3trCCg4juRxz4UVDR0sUAQ",
-	"BLo+BpKujBdONA6HOnOdjbU3Msuo2jgNLcmYudhvo0GE4aU4OYgcCeYUH48LmaR5fnrd2fvHlkGj75PI",
-	"irtY1Yy4HnwwY5D9fW3uGGOmNOFiH2Kzw6wNQ4qrMa/mLXNn85f9TbKp1Mj7cmK7EsR6R7//ZS4xyGyz",
-	"Jfo38/prRrNSylnLAk3tYwzwbRoUHikCfSo01IZrA2GeOZ+ZpeOadGWJryI9ef9eL7pWwZtrKS90187o",
-	"0roFaVbPQX6kiIO/gCmrOI2VVESy8Z/4SH8gAM8H4l7xtS6JhkRpkyBjLjIuJl6SrJM0GzESZ1S9L0ay",
-	"mbMjAlxS92XUF6RO3bWzEF+ZVoZmdzLCxGoxwXhY6rS2lrVXwuJzdP/WdOAIZbRcCyzBL6YyrwecLWgl",
-	"DLeyZ7mNaU03DkBGNoUCaWp5+CA6cbCBxCnYOYDQzNPNpDayA0xkBdXTnguUgb65wttRhYpRghCyrLg1",
-	"QGd916afWjcyBatvRqTot0V0zFX8tq+5ztma01UpdMcnPx28OT4aHZy/evd2cHLZSTonp5ejl6fvTo46",
-	"SefgDdh9RoP/7/ji8qKTdM4G52+PLy6OT09GR4OTY2sHOnh3+Xpwcnl8eHAJvxyfXA7OTw7e4MOfDo7f",
-	"WCMRBo+Mzs4Hh6cnR8eXx6cndyuUNu4OJ5Ws1S+tWeE1ozl6euvUEdhgYgFloU0D7vVO1yNdWAYIDzH/",
-	"RfiCuZhCP8tedIM2dTbb9C/1GFtbv9du32zPYF9wf8fuTM39tqc/+u68aAl3Y6kUmSIKwt5CKag0NVpW",
-	"XDq1m9/i+2td1d497L73A4vteF2rWNnwafBkZb7u4RbpFOsDDNZgLfiBrHQbm5W5DvP4nQzTo62wXo0I",
-	"Pzg7tvn9qOg2kvyvXDL+FZkxKhShYmnhN4wqk06t+xtwEVIqSCbNKx71oC3r3+f4RyPDpyy92SL73U3+",
-	"EBCL1ubBu/GAQdbodtIaZze+pvrhJcHSrt2TQwektCFv+Xlqg5oBt+ea8tzsRKgYyRv0bFxjYgvCM7h4",
-	"8NAxsQ7RoN5pIZWelEwlZMYnaB1XCRFUm1/YbMxKNeWFuR5x5W2pU5lnClwc+ArhCINhfpkyWuoxozb0",
-	"3mV5gGdlTNObSQkRuAtZ3uCly9rxl2QB7qUpVZWy7J4l6JzIGTOXnYx9MGw1lxSSdPBFZ7pVpJyj6ljx",
-	"UzfJ2LLIm9itJm73qlk1wh33KHY1Nh6GCRVUa1aaFf///0F3ft3d+f591/6x8/7jbvLdk0/u997f/k9s",
-	"oAD2ECZcZjMufEDNLWeLWoJI9eGFoIWaypgt5XPCyDbG39gSmWZrMfjs+mn6ZPw923lB/5LtPE+fsJ3v",
-	"r3fpztPxX7Pv2PP0L/TJk8fKTl49Fnwy1fly50ncxWwEXpV7uCr11cwcN6XdvQViUGzjxH6uCBdaJghd",
-	"FOSeKrpUdYp88iqaVukavEPpBvdgla7eetdcNcl3a8NOpdClBC6STqW99n5m1JqjsipkDb8brfNnfVZU",
-	"27ZAIlZfWMVvCnAQQxHsGX5jAtsGorkVOYSvtrRC30UJhiStddh1Y170YbxJYCl6pCwhPvI+aSSIOk2m",
-	"iu9MpdJmvXZM/+4KfIeR+dOauccjLe5GQKmOwhZuEsfn7rKaVk2v27aLFhAdF+uOHsjglBvJlVpnmOti",
-	"n8CFwIOZGVVpzIbCMoxs34XJgzO+auyRAoOyP5+PQCgqKeAED0VwcmegX3OIQjBitKBKE657+x5gzfru",
-	"8DJikdjQq9nuvsdhgR8fG4mLllXP1JYG5oNVu8/GBvM2CJN7MjFv5qJZgX9o2IU3sQbDN4qPLFDCXV/V",
-	"0X7ux4jb6j28wzvs81MyqimafAz9KcaEi0YjXfgpnVIxYYasQVkTLHVO5Zzfsv1V02kuVc2zbOUqeGR7",
-	"mzuW6+DGG4e0tZsvqwa97q1YWjK9k0t5Y9MTIYZhCYmK5qxSLswDfC+B8IIEs0KTQHFPzPsYmJiQouS3",
-	"VMOCpazUCUmpYjtcKCYU1/y2Jq0r9nWXNd6lG63BYVpnLq6JJba5YGKqjk3jZVIShkphOlYFgOpM9ttZ",
-	"gmuiY4VcIa4kHIeL8Ube7Fm3ZtkeWULsN3iTIpMCf4HF1HGzcQFXrZ6AnCvdskJdKipog4KVM67MTvYg",
-	"Ww4CYhZcMdKlHpULolp87hHC2NZUPHPPd9BdvfBmvoTrkJB3wLL4sIzYecAx+BA2vMGxjAi52MfMHo7X",
-	"RGAAuC6GT8Q9HZrbM9pGUAdal3w810y5BWvAwlhBjJlkrAT+AKo4B6gmvbLXgPbRS8h4aZOggixytNdS",
-	"AGiFuETvRHJb3L1je1fGa27v0Q1eT991R1QrKlfTQ+NNt7MZyzhGH/1MuX4py5fmmB1Koeazlkvjem/O",
-	"75HadTiwB/PiYNhOXXp5DMF7dOrU2WlN3MS0iZA7OZKPaqGBZrWxEv25ocWfH2K1GvJ0p/K9QSBVLBRp",
-	"S73ynQCQcBerHJoSADL9/rXMbZU+hPSpMilGIVGvidDc9DVDpBmyjYoXQNwKWA4MJcoZc38LiX/FeEET",
-	"zG0LSWyO4aYTs4xkFByaluDTQbiblR3EiQEbouKzClbjOfbh/bkAFL6pzDMrnPBFKfIWzO97wD/cOPzQ",
-	"xYW2reE6wlmzmI3trBFKsjUqnD2pb5mmDkpoCyPHZ2SaNLNkCpuoZ/bz7KdDSB9D/bvmf2JaQZgvhG0h",
-	"3ED3w07JUDrsmA96YXD8Pqpb0BIkGnhYRiIF2PkwWCyBj4CYlLmlr6rkSafRj9nnsMEZFXTCsp3xEo25",
-	"/kGWznacT3gHpFzzqWmVp2wHenzfauM/whQMzKnvHgzOdp48fdozl40C861DVMp90GIAIwT8db/fcF0z",
-	"+5Y2vrOhy6wJO7jzC0uk7SgoY/A4nLFScaWZ0Hgg+xhjsK7tmBdgzSm4KFi65QlIW1EPD0gleMgvcyo0",
-	"10syAVsi6P2C/MpKCRAZFuHFht6DbYia23XJNSB07pGMT7hu6J/XJYImg+smfDAXXJPumAtaLsmPvN8f",
-	"cMNMM5byGc3Jj/3+oLdf4RDh+2hdQqCm7pPdvzz7y/Mnf3363Pz45BVvOGSe7IL9OwySfV4nNUNP/9od",
-	"Dvv4V+9v3QH/7Yz/dsl/e8V/e8t/+5H/Nvjt7LfL31799va3H1tIbxbwpQ1inz0bC2E7putjiGPJUxB2",
-	"bPR7n7+wjzb7qyrr5IpwdHQlAasBbsInQpboLK8TS/Xx5joLRkBHbbSWe4w2d/1HEJB8A7UoJr/usdNi",
-	"y8/80d6oB/E3RXVryxY2IEDgIBu7XKwRYRuHi7lwbNbsJbda2fYumm2cMLA49+dzwbGjx+XvMovw1QHC",
-	"FLlwKjWlBUOgSezJHDsp2AaBqmFfrvDFp2SLfX7fGHBQPSPif7Sy3nGUHdQb0DMQzCWCbLst/TWPufmx",
-	"fbHR690QXqhjEJ4hBue7d8dHpAuF2VKqWG+fDG1k0rCDfBAVpLqU2PDA/X4NBSfy+b4qyyG2vBHceRtw",
-	"zbavfTOb5iXPGaIfdpLO33OZ3kQvdPjxOXPcYAuFxX3SVFaiFi9nn2u4Ieu7PJF5FnEyzrjwkJl3Bv7x",
-	"FmzMWv7MdigWJ1KTgpaADYb6ldOr9lwpL8EW7obJFbnmmAhZylkyFKwOekEri+xq5RrSpS6CAJN28aOh",
-	"CC2WYPQFIy451iSnIlMOMQ1NS2F+ZUIooJQoPRTgkiknzNWOcwMBxgGdYlVFa533e+XEeTIUM5oxl0/p",
-	"Ozu8OHYGVzuO4La9H5ir0WEJHA7POqYfx7OO417wGMX5BeUWq68OJLVR2R+viTQbd9v6mU1/aqfFlZC0",
-	"s/PTn44vjk9PrAP23Yn9a9UFa/9syZsO5HYEILudmmu73jSbD0U3erR7CSkM1wYDY4qwLFzZ8nPXsozi",
-	"JKM/MC7fTGdhdgsESvu8AAtrWsG/mr4QpicetHJnlJ0lXUeNGHgHHsquoWXPX/n18iWE4mGxoJ6N5uaa",
-	"KMqzdTV+2go/+pmiHYKqG/Ai3RF7E/G/4HC1JFe+xysyFxkryYIu0dNqrRl0XG3VyiJz3Y/GAhyfjM7O",
-	"T1+dDy4u4H8vBwcXx39/M7j7ZlCtQDtXfldk24fFtN+XAZmULYCXJa4qLFyTYamtKxo8OeZerJlAqLkV",
-	"fkd4Iy7m6e4Xua2upPbZmb6PVaEARF2ulxdGo3BFL2Y85gWoQ6L/z3/9t7nrnx4fHTo7KT7oXrwaHby7",
-	"fD16e3o0+EHyLO2h7oaxu0MRew2fYX1LkHJFyUXKC5pXAS0wLlLKnO3V0u4VhihBcSOiS8pzDG5FGx3e",
-	"iX1xM2QnoD+B1xCmVK3hVOsigDFqrkBkVFk6wzFhCU2a5x4PlpU7oXBGAjFDRwRK1ScHXuWujCC4PIgT",
-	"5iuBccBR5RkbCrduR4dvR5fn7y4uB0ejk8Hlz6fnP16QCdMWwNKMCTAzH6mhaNP5iWJG/Atpe10y3dtw",
-	"hWyc6GaLhC/bdSoZRZCX+h76MrYiGwqM0DWfKdLNqJqOJS0ztdngPkEOTAzC/FRUplzweFuYiMKb9Co1",
-	"KbCanf10qHqGwc2oWDp3tcIyOEeHb/vk0qx4JtM51olA/aguGBHlGSpDMGGI0ap4WPdmUJbSBtA3U4+g",
-	"vrFv3KKR5TxlQrGqfmPnoKDplO087e8G+TidBv5mkOSw17l9QvNiSp9AcE7BBC24uSv1d/vP7D0b2MFj",
-	"WvDH7t3HcMp2qjJmExbTqeAo4kuJYaaY6lQqvWdPJZ7lwGyIP7sjMptrW4oQSGgxlaRr67clthgRVG9L",
-	"yFQu6ikHWM5oKMJyhhWdOTJLwvJ1iT+FNvzcHbv+UITkDOme6CVQctb0BTLr8DHd89LOHnfLj+U46+x1",
-	"zPWwKuym6q7eNltB9crjsLh5m5kgeL0qMm5ejhUJryrjRSuEP33xXUTGxJuq1+v5nNrtK7QkKuZNeLau",
-	"OGVsQFU5Pz+WUN4e7PwH3fn1/ccnyXfPP0Vl6YrZBzbNXIuMUKtqOjso6egCa1pqZ3mqBrKZCaxlAF6R",
-	"vaNvJrLP7Pl9oyL7093dNdXYt6vC3qiWGCnGblh1QSd46Q34Sd+wq+c4lFgPfshVpXfz/pMt33+21fsv",
-	"tno/ULvgvFuF6x/vzZJ7kBVQRAOlxuwQnShfx7Hz3jRU585NVBjLnVf5T+j4/rIMaI1zCry4vvoSOKQA",
-	"8EznUOwcEl73SCpnM7qjmOlBs2worLKLbBik+myusHIveOSNTnnDlj9AfR6IjPwX+/dQ3LAl4eZ2mIzB",
-	"jwmhV/UfulNr74Dh9RLyL/5XIZ26FBR54qz8oShllvxLziYUQnli5xJaG7nJtvHe57vfb858fexStKmo",
-	"deFjG7/SbGP+vQoT9qCsowm/eAfvqCuZsswA7H68BK/0n5iVJB+9it5kLGbZausSsJY6DhPUUo05En6y",
-	"da6VLQJSzDVgnY7tLy6ks/tqcEkeW50TS0QOxQXLry9Q58BIqHOGmr7Rp1ERrEIaa+EXgrFM9fCKYBOl",
-	"miZQBPPXql5gB8q59Mk5K3K6NBc0KoaCZ6g15jWcYVvFWJGnu7vVDQazLGrGu4hqd9hUS1Z569o0cKOA",
-	"+riKNolu4xTdDR/9xp+har33Bibn4Lrv84mgz5/qFgmLgfIl+EOMNxwYLTK+7zkk8tri//s2EKFkel4K",
-	"lpG5QDsZso2nyAa+xIjPfRGJr5JhPd/9frv3n2zZ/pMX273/9OmW73//x+t6vowFVOEN2UcLY16r+j3+",
-	"WHePf0IGnrNoRRYw7SrSfb77fc8m0jSZqlF2HLAyubqWZcoAv+zKsOwJ0wDDWf/EpXHXYDnVPthSHKin",
-	"kxIQG28Y/1DUssrqzPUIHq1lrjF2CaOtKTM+f8lahldytlfVl+cx+Gkc6dd5Jp8/7Bn+Gs4MbsDGJyaJ",
-	"34ZeMV0nqT9KMDVUgT8FXX0BZfYV01uQwHYX3VCVOQIEucIBoLeAnG+Cb94nB+BgqtWvkOVQ1OpXWKhw",
-	"1cQK34dvQ+VWljU8ZMNMQRPPrIcTIf0RbhdVGFUllcGbgBFiOLuY5/kVJBW3o5DHWDO64Jrn6EF1S4Si",
-	"NzQTNgfrvwPr/6+/u+mvSW013AFj1rI/HZf4pkHegzTEI9hghaTbrLrQa+WOSefDjlwIVkLRgKp68BZq",
-	"5mPnbgqyvzYxQTawx7/MKWt0GjlzA5fkUQWg1VxJNtnzm6TeTFKfiibk3cq+O8oE9+89COzfR76PP9Zy",
-	"SD61knNdh6xlMT4gLcfQ3D+1Aw58I9PNyTRcWnP0ZZ10759SnSHeRrd7O3wdQrbd6HcXss62JyEIRI56",
-	"+C8gyhoDGAIDLYSCwkXf3/9Tmk5ZlV8PF35XMR6h51zWnX3YjzrMf7ID+nK+qof0YQRx4ne4L+xG/G/w",
-	"XPyBZxnCtTZwetx6KnLnNwiNj6g/93BhjLpPLheynmyh9lzu3fpIrau/8eyH4Xx391k6n/MM/mJXQwHl",
-	"Dz8OIcVi2NkjQRrGp6t923bNPDcx/2KjlIxpyYYi+AgdH1SQq+OMzQqpmUiXOz+y5RVApoOhEgrF8ayG",
-	"XjEULrrJeoYwoKZkFgISS8+xJSJP2tBy8vQ5mfYwGq7ITSOud8PvbmkOQzWjirpmwF5vLre4l+1+GZst",
-	"sYFLpora7taLmBOe9cAzYG7utv4zOfvp0Bdgb3XYbMMY4pEw55b7OzQbMzyuEHrEd427U/Xd2L72GJ8X",
-	"d2VKPJC7aCXR6gvfu10KTcRTZMkRIlAEYbTMOStt6BFpIdF7dw61jw/XLNv3NIiOq28mga/AJPAAsq0m",
-	"zXDvfdT5xgLt89RABxTeGu9p2XJEHQT1L4NI3ljCEkgR9PwsqFEXK2wvVAbJlYcbv6qsljWXOUJWAd7g",
-	"PvqhgthOG4wryMWr0evBwZvL16N3J/jHv48OT48GpGuEiSzJi91nLnZ0LLOli+JVhrFDbHc3DPdOSAid",
-	"bCa+PjK7l2DMKyrGqKQowHoCkFWu3czroe3WU8ZLolJZsH2jK1sEbZarFXOPnlI9FMgHEsz+mkOqDnzt",
-	"U8LqYF/wuhWthOb8JipCXzGng792qPEPxpMbqPoR3odP/kxq8MMsXN06HkaUb9WoZVMr2/DOnU3SXaw7",
-	"ZD+Yw7VPbFAfdaHtVtE7Z7pc7hxcAzSjkB4d3AbnNw98ySdTTYRckC7XQ8EVGTO9YEwQYHeYJPC77wu4",
-	"hD5rz2Fi+DrdRjEkhcxzRbjufbEbxWcy8I8eo3htLAC6VFUFgvN893nFdatcLwdcZ3igjZqZGMYCi6JL",
-	"AG3nAAmj5hDh1eu3uPO9Tr6hw51L4YpAQNEl173PVut9uxtvoD843/m2+kO7E71tI7+Epl5d2b5t/taM",
-	"Dhzo29PBA5g7Qxz1z4tvDK7P7c76q49DnxQ57OyRISZmDjufrvpgWcBCJWhasACNAEjMBdfcX7mGwoc2",
-	"FbLUioT51wGod8kgK96MFphru/88OEIPdc+2ubL35zZvNPuVXN0Hft/8nn27Fv8TXIth37Mvdi0OtKrH",
-	"NazoB/CZ9IfCoTwrc6vLOSI0cwdOuUc05AxD+rQNo3QqGy0Z4AmzzBU8XxNn+YYrfRFgy/4ZHC61MhJ3",
-	"uFz8Tn5zutyL0yWARvBLS7qiFUgkvEzVKmw8iB5yxwdOozgzmkq7Q+cYovGuOcuaYBAOrmYPfTdXcGeK",
-	"+FWGwjpWamDgYLpqulR6+1CTGGzTTY+IDcR2LhG3fghn6nB15gpQ1hHOsmuBYnp98rMDIRiKqzpA/1VS",
-	"q5Abg7BvQDQNRYjro4iFD6nCaahAaAaHdw8VdZ35z/44FLIkQhLFxSSvul8F/2kOF+Y7FBW0jyJ3llvh",
-	"WOtG2EorLpHI11gBRJB275KvGrOBfymAHFrxJtXX1oIxfXMt/Q6mb+smfbLq6QOLmO1dSfbkKDrz1Vnv",
-	"3Y20bnQ1R1Kd/L75lP55lGe/50583ZeQvk/t+vFHz+m3sGXWiXofcfcc07XHz9fLCoQGIudFpN0jW//K",
-	"XDGxYkPDVlprpMVc2p7kFMiSb3bRP8Qu6vfv3hTVNsNp+15/GdkU6iPfaOQzzaf3Ty5f9F7TEn5acdp7",
-	"scj+fjmwV3qo2a/j3nf1cQiIH2hHnsg8G3Y+Xe0FQqeJZBvBayTHCFkyFGPmcF5rWJrBTapLsfpCmD7r",
-	"PflTeguBCUNRv1w9UknszmQGftULr4aPlP0VKs0OBchJzIMHMC77Xw/OCUB7SZA0bEe5kOWNRYTE4QBO",
-	"Etd+CN0KBBKAMJd9cqCg5J27AQK4peua0AnlAqDzFNx9sRXMZouJUYQk/gIGdYt9/NVYvgM8zwUNYVS/",
-	"afD/BFFhuPG0HYV3U/l0n+byPZrJQv9unt3Kg19ywxU8X7U4UjnSPURuueCN7lW8Xs4PWTq7Sobial1d",
-	"nB9sK1c9B19QT2YKc3C7lokZZm5+z3oYcyVkHQ/Bhbj8z3/9N3HY2Bays2DljmPwzeCTxLBni8Caee8B",
-	"o+mU3NKcY5CXOf3OR7lnOSmYtxAhPyHXMs/lgrkI7ULC5SHnNxUFoZ/TGSPRXJEllZ/CguFWoXbFfJxz",
-	"NWUZIAT3yYGVdeYWpG54UZjPfeQ2ViL2QMhVmPUOzywamI3uMw8B9xFvZCAC7SNq5+xjthOQELC8gZmx",
-	"lhVpZJKL7AHAaeHfC6DPIcLPeVKkYD3AE8P6jzxLhsLSm7z248O6K2aNb1lJ80jIY41SUFjbijfMiD/b",
-	"3T6p2sZxAR0jORJDjspWlNQkl/KGZUNBdZ+c2DxvrgicOpYRPjNShut8uUdodTZwXyzs7FD4JeOK5Oxa",
-	"E5oDxLHZaqj3ZVqKkP1QXOHu9+fC9uiqG8JnV4k3uGIVT4iYzNDWPBRXtxZIamTYyxXoCyJfep+60zgW",
-	"cp5nOKU+8YZHvWdIXLFUmlHSPMc3lEt375ODPIf8ePz/HmFYtANBppxHrIprwjVgGX4DSOQx7eLA9FJl",
-	"JD2EdgFdcCl8PZCHNV667mIqxc9mD0CZsBTVNYofHOLa7iV2l8a2+MDCfWcP/jcV5EFUkK8g9xyoB3iD",
-	"4VIVkDNyLh8yaeXHQ2ag72l6w05vWXl0+NYFwz6c5uFQm1pQ6MxiCLmwNjgjIpyCgQXBjBy4SoimNw4y",
-	"HESIhHB4CBMwRwgyJR1muJdAIP3ZLbP1oU1X9pEVodauSXW1/vC/Zog5EZYnWlVESCjEjIfdqItOggsv",
-	"5FB2wb2Np1NSS/+qqnWUDlfKfFYDWgMtBFHA//7m9PDHwRHmAVDrApv19gJk3cRMDryjpQIbK6AEGl3H",
-	"fGTxpwi3Lk6gULDOphwxBz1Pt+IrgFTFnRkK1AM8RDw5D0frvKVSWP2xtLt+1YvJhssIAX41oEJ+WVlt",
-	"R/aJE+JZOhuFT64ClUfOdSr/JCGW/7tB4lZVSghGd+ccuIiQiwQZhMTKOo4tcO0KrcOJf1BufMtKfr18",
-	"SAa8EwEdbYJ2hmBJeNfR81K0MG3tyn/ggVg53z/BlL5KyLDgdMOq+GPtTrENR53nfxLcoK/hUJ4BgFYj",
-	"D0vIxe88V7YgQ39JZ/k63JHTgomDs+PtiNA1GkIiNjBSbbvkma88sVqRuIUiVz9dWwDjM0ixvjUN0HSu",
-	"/Ahc/8Fe+AWMgmgWOU3ZbG1tCwQF6taAgEK4EGvpMSqU0UUrU4q1NwyFrw/k+I2yhcUTMvaFMhIb2RUG",
-	"jGJRFC4y9mEo4H5u9TNke/5y3euTU3OJxjgmVq9xLpXFg3FYcc6I011QDbmaQi6whHUqoeRMybLEKU8I",
-	"MQ5c9Fcp2FCAgdnaeZTy1gM51768FVe2KDrUg5ZEzQtzuTdXd1/eCRYgqTwZNM/lIgy/N21dVRXGEX0U",
-	"zSfO5hRUXuoeXhy7TbG/9cwGoMIK5W4KmcvJkig2MSszFIgwH6Q5dX1rsiQz+oHP5jP3DCL6tZREzWie",
-	"93Ac3vfvUJb/bS41VXEbkAtl8/o0yRm9ZUORQyUlX27Kj0H44lyq7yyRpCvBzAQ2Dp8/CjvR6xO4twfJ",
-	"Wn5xoacqFG+uyXgOb17ndDJh2d5QXAXl3uHrPQJgqVdYYjDctRpAN2oWQwGwhuWsl5ArN4U9AuiChmQF",
-	"qwyF5pVfzELV+xmKWhzkjAIyPybLmgfwiZnlORU3YNrBSVbjTiAUUgQmSV+IEG8gppmZVJqUUs4w7BK2",
-	"k5V2y4YCzqMlkbCyl6F/P4pHCjAxTCu9qunaJSvYcFh0+1ozExo3BOL9hsJQe065sEC7NPMCnCopqltQ",
-	"2Ii5u0Eb5hAOhZzrtgDvs4rTbYyH8UjZomit9c5cRbS2cMWgsnO7Ozms7v2FCqZ9bKkdkzKlRobIN46y",
-	"rMpZILQ9FFZt7cFaSrfqISjY+vCVIAyT37KZOvWYzfWebid4UEQ2eHxrARvP9GsDWQFt3rBrlIDORmXE",
-	"9LiKf9FhjPJiykqbKx9wUe54qJVyhnWWVNywzKvfpgN8WcvWkkBBgsX2k9qaF5ihrllgw2fWD+QhkzM8",
-	"L2p1aFORYbmJUEX6Ou8wf9CdZE2E0s9Ax6CQGuXYqjAT+bcIjN2KRtyO6LmaQMOExtIdgSADzRHNmiV4",
-	"LqvCiQBZiIUAjU5dt0rCsZPX16wEi0WXiwZxZ6xENwMldqpQ6VhP2axPXvIczLKClqVc1LpTU7kQwSE3",
-	"wxGSzIzyy8VkKPDFUJM16i1oOtfQLL7rqr05vuIO/FA4/Rb1i8xqklaZQs2QXFl2cmWR8GyTvT45oxOn",
-	"mY+XdY0gnqnVxND8w2o5DWp1TNQ+KVnB0OJMfBPAq6x3FKujFjnUHkctYJuachtVSA8rnoAicYxfPdnd",
-	"bRZNTzpKL3NbMmDWeXDZCvY6I/lY2dkGy/FPp61sIeGjOTBq5Co6fIYsDXUDd4ZrKoEZV4K3EnvHquS7",
-	"vdGOGek6/cAxB+tW6d23AnBY02OCFCZg7vGYw24zDKh1VBDMthWw6BcCuN0kcbNill91wkrL2tw7OM+B",
-	"IFcB77xy4gv9bBHkqCYkVFeCUUnOteL2no94V+YimMqCYU7BF1Bh6kKO0LSUNpQWFZcNFJm7EG1frqZl",
-	"10vXWAsBhjrlVGkixxhK1fOJwkMxXjaWlQnCsz6x9fYr57jPyEY1AoxHPlrTAiNZ8/0P9uOrNh3gpZn0",
-	"l0fI/WfVAGwt/e1E4AV+tKbmYh3r+etgwVsDFX9jvH8qxvuTY1ebcVxEg/v1TqBIyFb3SQNFKY3yaaYM",
-	"EY5iAgiOfXICdyMt56BRZaxgImMi5Szil33F9Gvb+wOehzf8lgmmVJulIpgKzfktu1/nlu99jT8L0v7a",
-	"dwBXngkbAunXdEnSKUtvSAESdo+cSaUnJVOkZDSdog6MizAUMz6xfTrnUUJODi4vSCqFYKlmWZ+82H1G",
-	"fCyQvfWDiQq6eYRZ9fMccjGX5jYOvV9TnjOIQYVruq2nLs2ZqRV5t8ehBafyHJfgAcnA9MDb6AC6B0eX",
-	"0Q4+iyHeJybk2rEeOAhuKdgqMeB29NfSZNV8G1HCx+WtU0fmZd7Z6zyGqA77QZNIHZ0n4O+B1r3LxWUr",
-	"EK4Vy6/7lQQNel1VTS6rkKcl3hXmGLnXBT7Y65PDMEqkxKpdDHz0kM61JICRjpVkCdWkZCrAr/V1QhOS",
-	"y8kEQ4hZOpUYeMbKUpY2lnhVqYkN2MLB28j/Jiy8X4bE1qaw4YFFPdJ9byg+gv8rHc3L/NNnZN/1yYEV",
-	"7YC0aTo7++lwn4RR+CE2ZFabo1O6V6cXYBl53WEPZOMHzdDnO2Yg/eoLUc0b/Iwuk4Vrh9TeCqCP22QY",
-	"h0Kne69PDuoQIbSJftBMxINQyARTOsh4iX6+AMzDucn9B969ux9GKAVJ5uAq1aUEt6Oj8SDfD4FJ+uRn",
-	"64yoYStXFDsUOU1vMOcElpjmzblMSmoYNQThGhGL4e0ul662bZVtYnXjfp5KknGM7t6zUgSOEKGpdrEB",
-	"HmhGw4FMyA0rNF5sACT56PhydD64HJxcHp+e2CMIzL5XGwfWuV8dA9x3SFUzWhaKZFRNx5I6GC0fybHX",
-	"qDLkDdC8xFAMMMxyhp9VLuJqGipx6g/ONiy/Ri6nbInWWtUK78XFzozNZLnE2I0waSexZDlemsHkOZSm",
-	"rsqkUEHmwkvgmt5oBCTGZcJdFIxPQ5FRTcmMluYeaW6PObuqrSgqa5/ef/q/AQAA//8=",
+	"7L3/chs3lj/6Kljeb5XJ2hYt/8pMpEpNaSTa1o0taSU5ubtDXwrshkismkCnAYpmHFftQ+wT7pN8C+cA",
+	"aHQTTZGO5Hgz/ifliN0AGjg4v8/nfOykclZIwYRWnb2PnYKWdMY0K+H/BuKWl1LMmNDHR+YPXHT2OgXV",
+	"007SEXTGOnsdVj0z4lkn6ZTslzkvWdbZ0+WcJR2VTtmMmrf/T8muO3ud/+dxNedj/FU9PmdKzsuUHR91",
+	"Pn1KOm/phzM6YRf8V2bezJhKS15oLs0CzC9E8V8Z6Wbsms5zTV7s7pOclhNWkluaz5kitGQklwtWsoxo",
+	"SZ7s7u72+p0EP+GXOSuX1TfM6IdRQSdsZAbthEueccFn81lnbzfp6GVhHuZCswkrYZlmJZfyhonVRV5O",
+	"GZEF/WXOiGAfNI6vzbNEXhM9ZaQo2S2Xc0XMT21Lq16rr4t+eMPERE87e092nz73i1O65GICa/tJ5vMZ",
+	"Oz46M8cVP7tbeOT3HJubpPPJTFkyVUihGBDPWSnHOZuZf6ZSaCa0+Sctipyn1GzS4wKf+Nf/VBI2cLMp",
+	"3bgwY33Pz18eku+fv/gLsSOTjGnKc9WHDbEDmPEP0pQp9VZmQF1MmBP+R+ec0eznkmt2KlJDBub/T0W+",
+	"fEvF0v4v/Az//35lz5POQSbtUj52ilIWrNQcN4OaX8zmxsgEj0ER+xDpLrieGjrmGdVsJEW+TIieUk0W",
+	"cp5nZMx6CaEKiAjfJQdnx0RN5QL+OANi0mymNjs+s3T7LbQs6dL8f5bORumUpTerS/55uiRHh28fKcKF",
+	"0lSkTBFzz4iQmsA7LEvIYsqEWczS/2ZWtbJlZh4/zMh8uJzrUZpTPovMbPbl6PAtKdmEK10CGREp9lbW",
+	"Y69YwJweKUMVtzxjJTHkjxvK3Z4KxvWUlUSx8tastiRjRug4Z4Z5wMEQeq1ZSfSU25Myc3eFJCVLZZkl",
+	"REiS0zHLc5YR+ADCBeFawXSqoClTPfI///XfZGFmpkTTG7Yjb1npVgvLwuXIsphS0ScHY8WEJnZfVr49",
+	"IVRkuNXmpxQ/RWpYvLoxtOQPkii6VGQxXfY2Jo+jw7fHdktjNNJg/XsfV4+3+vQ46Ve/E8VomU5ZVlvd",
+	"yoDNNeDms2yUyjlymPokb2onYkjEb3VjXiQI6m4UDoz0oAjNS0azZUDCXgwkHXXDiyJ2uZuTGwrht82x",
+	"8Wa7C2SZgDvZ5caH5ZjPIdydyFbVGEqwuWMpc0aFeWRBS8HFJHJYB5Y32S/ZgEWZi5NLeUOo3iNSMDJm",
+	"XExIxnIGTM5xO6rI0eDN4PL45FUC1wX+b3BESlbI0jwhRcrMTeWKTKQwzM8Mt5hKxciFliWdsMOcKtxf",
+	"KYwSwD5wpdV97d2nUDz+Y1Xlqe9sjeoTz/orOgn2eYWAK7Eix//JUh2KlUPHFeuyBYX5ussX/bVk1Mrd",
+	"Vd0h/NpqFKs3+FfXrfWc/TJnCkV+lnHzJ5qfBeu+prliSeRT/IrrBGgEMTJf/xDpGjqIsfrePnGaIc1z",
+	"+wiIxUBx+u5ZRB6tXJKGhgE0iRzcUbqX2+bG2jPed3dcSD3lYhIwDn/dPsW2b55xPbi1ylJDh0idbrHK",
+	"R438N89aqcD6kz5JS0Y1C3T4qACmcz0dzZieyggDey0XsLkpzXNWEvMsE9rob+YTJ1SzBV2Sa1nijphH",
+	"3R8zbi4uXGi5EGZqp2ZJnqXmNmiqufmHLudKs2xHML2Q5U0n6WRcGdFrboodLqpubSB/eOSjjoXZGWW0",
+	"FsPE2C0rl+a/LRvUer0Kxsr4aVwenhHzK6FZVjKlouOWeEPaVl7KHI99IwZ2LvOoiDabPG+Rva8vL88I",
+	"PuAuERVqwcoWKTdHKo1KZY57dC3LGdWdvY65Qjvw19gd82bHncwH2Ksdxy2gYkOwRXUSTtw18d9uD6q2",
+	"4e/XXr03XMWun/l9BHSy+bkE9zlyOg3D8O7tqK0h9hGHF8dHJb9l5UuaahXT3e01TY3AfKSIf4HgICRj",
+	"aU5LpvYJtbqnVeRJmpt7WpIpNZJWgMna2CKtaTodVSuO6RjXajQp5bwYFTLn6TJ+tWQ24uJajqQYzZxi",
+	"tzqUQuE/SmlBU65blBpLbjm/ZukyzdloJrPG1bpDzYxx6kNa0DHPuV6e3rKy5GhKrpV19aO4mBdWv4H1",
+	"7BNKbrjISM6uNTHK/jXNc6MdlnI+mRptyhxChoelDX+MHADYtZEPXEejP87HrBRMMxWYxZ9AVB7j+88j",
+	"yiRu6nYzobm5Ov7Tz9twteWOW+LnqmEXwl0wlgCeCNiuJYPtHs95rneM0QC2oLweigXL850bIRcCDUrF",
+	"pWClMtqp4rm5MUYcllJM+uSsZCnLmEjZXnjrhvA2FUJqENiKdC0p71h518/SWb8opfn4x3iqO7DXyVD0",
+	"+/3HuP34p57RvJkZjzChyyWB1Ruh7KcEnck+JgUbCvOrEc3BF9ifV4iMHAtCyYyVE0YKqtNpQigR8zwf",
+	"CpyuZDNp7Biu+0OxQpLhHrWf13q6idy1GIV4doDn+aCzrafQC/BlxlS4+v3cbBk42glFT03z5m0/RlOo",
+	"hItqjP9+g888sQqS0+8quu7UdDSj2AFhdZLOXMANiqp1hwE3b7LMmdNUAvnlTED7mhVkEQFmybqYj3Ou",
+	"pqxNiik2mW0l5N3MF/hiTNJrqWkelzTml9F4qXFyr0Fxob973ol6ncPDw4HrwyTVJ7SdX7jcFSoNxSn7",
+	"QGdFbgZ4esljypx7uPoE/8rTJ99/v/v02dMXL168eJrc/WkgEvhsPhtZGlTW/R/ZtELmchIhkROZMaJY",
+	"zlItvWPNbgfhAj10O/4BtRSaftgnbFboJVKKIQpwNfBbhnaL3wI3bf/Gi8w+l49/lYL9wKjSO7ST3KHB",
+	"+ZVXO9dZ2cR1p3bpKKl+Zl+UwKLrQ+3wsDTyTnOabyudBx+KnKdcG7vVDQEeXUYzc5CUmF1Ppbjmkz30",
+	"nZUJQW8DzcnhgbG/h86PS8mY0dIIMQy5mL+kOTdUkJplXIMRCyb7DVv2ydngbRA5GooxVey75ztMpDID",
+	"bxy4DsM1xIRdMPTIWCWyNIeaUU1rW292seGLePHi2Xex2wVLHoXjfu5oSWeBsY18iTGeavgbtrzXYblQ",
+	"LJ2XbKRueDHSuRrdspJfL1u8OkYAgQPFc2p0ZZj7ybQiF69GB2/enP48Oj65GBy+Ox+MDt+8u7gcnF/E",
+	"3CqG+xnaqHOvqdaF2nv8mBbc6FXZjrmvfft7P5Wzve+eP39W/96nu8//GjkT8z04xcj5BsKXXsTcSt6+",
+	"CwN33z376/O7t7NxH+3HRa+gFIKB9XssrmW7N8e5aFJ8Xu0TwUDfM3I1uHx6ymaK5bdMRSwNY3PjCirJ",
+	"7+KUq1QbFfQpHakpffriu4ikf32w8/TFd6Q7ZR96jo0fDc4JMCD3h2teKm1ufjBTjZerpdJsRkopNUaE",
+	"5woDDKtrqb57xD4UvGQj59RoGhHOHA52SmlZkIUsb7iYBObDkii6JEqSbp0dPVKEfSjQl55EGdMjRU6k",
+	"PrjWrOx5RcYo7eGsLipkFH+z5GWfXLBbJkhGl4qM2bUswW/ecI8SPS+FIkeDV+cHR4Mjsx2b+W3CPZoX",
+	"4CXdzvGzji+sXmPDlXhLyPSGLXfMqOYfK6dhDloxmhuOwvU0et4Vj9jkfq+X6XaskKCT4IL4L2nfwdht",
+	"DoNvK+J+TbitPdBmo6SqYCmZ0Fu0cF3MtNX32eKPr0XvKlsyYyWZcmGum7oxFJsQfk2oWPbvVI1gh+AL",
+	"WrbjPIh8rm5JxlWR05Rlo/EyvlwmskJyoUlOlblNc5GRqcwzQ0eYkIEf8Ajt5VD5CNhmPIztJ49zjQsu",
+	"UoY8KVwnmbI88wHJzW9iFTGH0O7213CzeHtLVN0ftI45VOqhdAWx9JQKG0TvClmPsG4WNwcFTF6T2IfH",
+	"3dUtHzniWYs7HIUJfKJU1b1Q28WjZ0wpOmkJGNh9a3X5M1ziHYLHiW+gYswGwCwnd83phBpdFdIVuCYL",
+	"qiqi25zGlDZyezUCNnh1bHSvwZENAgdf1UvI2eDk6PjkFemWTJdLLia9hLw8OH5jHsfshWsjg/eJ3agq",
+	"KyEhf39zevijebBGZHgVFaFCAlm5WwyUaVhagnGcikxXKDIFlwQS5J6fGcgLlBwwA1ChMNpGSU5fvjSU",
+	"Gm7vHsnSWd/9v1kQWjFE2pwQH/iSQPTVu7i8o8O3Kx/N02kvzhdj7O+Cae2C81vEVP35xIWDOZTaXvvQ",
+	"qSJakoZfcucjzz5tEkd1H48Twngus6wZUbW7tHJqVBEKaS12DX6ZmwZTg9BnxBWX53LBslE9Q2Xzi556",
+	"L9hIhv7o7TyLCobyevudA9Q1fNTJttfDsnS2QeqPpzfIs0OSuOu1YMuP3CvNNL2PbeJzOWqNtbZwTJAb",
+	"ax29bedYUcn6LInCZk9WlmRAouqxNyU7LXeg5YOruOyGu3mBL3xKOp+lef8qBdsw2mpTRGtHUj9Bv+/+",
+	"E+0ESS1ZJHLDAkJCKmy5R7U7EURyQ2qv78T79ff/KKDfLXxSB0WRc0wgdkmamHZkY8kkZxRTuIzFAdeF",
+	"yALdhq2e/ztjxrUoXC2osZGvIXDgbxOQu4ODHotirrfdvlqyYp8MPtBU50ti03auKmfaFYjgq8A+uuqT",
+	"yykbisrGCMUSOIkEsxufs1SzLPDNEcg4/qBRxsc8dXH23/RI6pKGqYI+OXBGl0TTcsK0j8/WrZ/tlMb7",
+	"lCV1/+vaEVY9tv8rZUN17LFcn5wLFlLGvx+8fWMokaWkyOcTLlQCeU3+AFVCrnkOsc6pSsyfP3Bz9iIj",
+	"fFawUkmBece0ZE6d7X+mo7Ra18hS7OonHFpS1pLMFat8pME3Takiit2ykuawTiFJOi9LJvSOHbaxwAjj",
+	"iC3v3sVrQ/W0KXrVFb+WpWO0/S0laruEW8fV4qk+oYjfOAoYapub5fo0mCU6+SSeLhh3rjBkvdSurfYO",
+	"OXhGdTptP9Cogv7ykPzl2V+/I//vxelJmAdApHMaG8qB/IhrzvIMDPWm5NgbivAiJySYJEH7XyUEzzch",
+	"5jCTii6SoVjl14kXCIkxzRIS46KJN+2AunekyJfhzQETdihW7yGYgQEzTdBcI6U0ZnHT5dgnB0Mh5nlO",
+	"SgYhC4pbYS4t18qtdD+c2iws9FpaI3XMcKQ+OWc0wwXbbe3yLAG2lJBKPUpsCl9CAuUoGYpAOerBXDbk",
+	"7gYLuBcaqM93d82OO2cYPIaScx1BXTgvgYsBWAdAJ+mcDw6O/r2TdJyjuZN03p2cDw4OXx/8/c0A/u/g",
+	"3eXr0/Pj/xgcRQMEq/rvqtcvnY3Khl/wDtlVcyNaJozB3NEtK1UbgzE3clSUcryt7g0vQvnAli+u8yV5",
+	"78wW9sOqPllVTaw60ObC5jW7aHxLhcUhVgR4F57h4aHVbisu6ilX1TUeCvAiNt2CznvYdW6fyjnb28Mc",
+	"OZpDKtNcaJ5XtVNXe/DPq16fHJoFs4yMMURQMig9Q6+lXAhQ24cidDlIQRg1t9xc0pTnZl6qFOk+2yWq",
+	"V7sNwU419+eOiDoeXXW8jQFad/79XTexqoRgaq1Qa3NAyjHsepsT2xUjTY16ZBPbCVcE+Qody7kOE0WD",
+	"zLol01s5HnN2R8Jn9ZEbyeZwb46gJnD7Ig9c1uoaYsfyMmesdiD3pGNs8h1rMtbVfDaj5XKbWS7sK7Gq",
+	"kE41YnK3FhJNM/3c6suk/viZzKICpJrzNRd6W8/pZ9vsNZ33Lk+p8rmCd1vqNq/wj3YLvOG3TLAYVVd+",
+	"LV/tcRM5mQhHnMep5iynKWtLUxMZ1Opsfn/8aIfu3Whd44c0n2exgj4oQGUfipxy8QMoy658JBQipU26",
+	"9Znc25by+WUOzEqU1VPWsqtgM9ZuY/XhdyanrobIXNKlZfjwPGavk26YbGlVzd52XhBQ8Z3IYx8KKhq6",
+	"WCAIAl0fE0lX1gs3GpdDnbvO5tobmWVUbfwMLcmYudxvo0GE6aX4cZA5EnxTfD0uZZLm+el1Z+8fWyaN",
+	"vk8iO+5yVTPiZvDJjEH197WxMcZMacLFPuRmh1UbhhRXc17NU8Zm88b+JtVUauRjObFTCXK9o+//MpeY",
+	"ZLbZFv2befw1o1kp5axlg6b2Z0zwbToUHikCcyp01IZ7A2meOZ+ZreOadGWJjyI9+fheL7pXwZNrKS8M",
+	"187o0oYFaVavQX6kiIO/gE9WcRorqYhU4z/xmf5AAJ4PxKPia0MSDYnSJkHGXGRcTLwkWSdpNmIkzql6",
+	"X4xks2BHBLikHsuob0idumt3Ib4zrQzNnmSEidVygvGy1GltLWuvhMXn6P6t5cARymgxCyzBL6Yyryec",
+	"LWglDLfyZ7mDaS03DkBGNoUCaWp5+EP0w8EHEqdgFwBCN083k9rIDnCRFVRPey5RBubmCq2jChWjBCFk",
+	"WXFrgs76qc08tWlkCl7fjEjRb8vomKu4ta+5ztma21UpdMcnPx28OT4aHZy/evd2cHLZSTonp5ejl6fv",
+	"To46SefgDfh9RoP/7/ji8qKTdM4G52+PLy6OT09GR4OTY+sHOnh3+Xpwcnl8eHAJfzk+uRycnxy8wR9/",
+	"Ojh+Y51EmDwyOjsfHJ6eHB1fHp+e3K1Q2rw7/KhkrX5p3QqvGc0x0lunjsAHE0soC30aYNc7XY90YRsg",
+	"PcT8L8IXzMUU5ln2oge0abDZln+pxzja+rN252ZnBv+C+3fMZmqet7390WfnRUu6G0ulyBRRkPYWSkGl",
+	"qdGy4tKp3f0WP18bqvbhYfe+X1jsxOtaxcqBT4NfVr7X/bhFOcX6BIM1WAt+ISvTxr7KmMM8bpNhebQV",
+	"1qsZ4Qdnx7a+HxXdRpH/lSvGvyIzRoUiVCwt/IZRZdKpDX8DLkJKBcmkecSjHrRV/fsa/2hm+JSlN1tU",
+	"v7uPPwTEorV18G494JA1up20ztmNzVS/vCTY2rVncuiAlDbkLT9PbVIz4PZcU56bkwgVI3mDkY1rLGxB",
+	"eAaXDx4GJtYhGtQnLaTSk5KphMz4BL3jKiGCavMXNhuzUk15YcwjrrwvdSrzTEGIAx8hHGEwzF+mjJZ6",
+	"zKhNvXdVHhBZGdP0ZlJCBu5CljdodFk//pIsILw0papSlt1vCQYncsaMsZOxD4at5pJCkQ4+6Fy3ipRz",
+	"VB0rfuo+MrYt8iZm1cT9XjWvRnjiHsWuxsbDNKGCas1Ks+P//z/ozq+7O9+/79p/7Lz/uJt89+ST+3vv",
+	"b/8ntlAAewgLLrMZFz6h5pazRa1ApHrxQtBCTWXMl/I5aWQb429siUyztRh8dv00fTL+nu28oH/Jdp6n",
+	"T9jO99e7dOfp+K/Zd+x5+hf65MljZT9ePRZ8MtX5cudJPMRsBF5Ve7gq9dXMXDelnd0COSh2cGJfV4QL",
+	"LROELgpqTxVdqjpFPnkVLat0A96hdEN4sCpXb7U1V13y3dqyUyl0KYGLpFNpzd7PzFpzVFalrOF7o3Xx",
+	"rM/KatsWSMTqC6v4TQEOYiiCPcNvfMC2iWhuRw7hrS290HdRgiFJ6x1205gHfRpvEniKHilLiI98TBoJ",
+	"ok6TqeI7U6m02a8dM78zge9wMn9a8+3xTIu7EVCqq7BFmMTxubu8ptXQ647togVEx+W6YwQyuOVGcqU2",
+	"GOam2CdgEHgwM6MqjdlQWIaR7bs0eQjGV4M9UuBQ9vfzEQhFJQXc4KEIbu4M9GsOWQhGjBZUacJ1b98D",
+	"rNnYHRojFokNo5rt4XtcFsTxcZC4aFmNTG3pYD5Y9fts7DBvgzC5JxfzZiGaFfiHhl94E28wvKP4yAIl",
+	"3PVWHe3nfpy4rdHDO6LDvj4lo5qiy8fQn2JMuGw00oU/pVMqJsyQNShrgqUuqJzzW7a/6jrNpapFlq1c",
+	"hYhsb/PAch3ceOOUtnb3ZTWg170VS0umd3Ipb2x5IuQwLKFQ0dxVyoX5AZ9LIL0gwarQJFDcE/M8JiYm",
+	"pCj5LdWwYSkrdUJSqtgOF4oJxTW/rUnrin3d5Y135UZrcJjWuYtrYoltLpiYqmPTeJmUhKlSWI5VAaA6",
+	"l/12nuCa6FghV8grCdfhcryRN3vWrVm2R5aQ+w3RpMhHQbzAYuq4r3EJV62RgJwr3bJDXSoqaIOClTOu",
+	"zEn2oFoOEmIWXDHSpR6VC7JafO0RwtjWVDxj5zvorl5omS/BHBLyDlgWn5YRuw+4Bp/ChhYcy4iQi32s",
+	"7OFoJgIDwH0xfCIe6dDc3tE2gjrQuuTjuWbKbVgDFsYKYqwkYyXwB1DFOUA16ZWzBrSPXkLGS1sEFVSR",
+	"o7+WAkAr5CX6IJI74u4dx7uyXmO9Rw94PX3XA1GtqFzNCI133c5mLOOYffQz5fqlLF+aa3YohZrPWozG",
+	"9dGc3yO163BgDxbFwbSduvTyGIL3GNSps9OauIlpEyF3ciQf1UIDzWpjJfpzU4s/P8VqNeXpTuV7g0Sq",
+	"WCrSlnrlOwEg4S5XOXQlAGT6/WuZ2yp9COlTVVKMQqJek6G56WOGSDNkGxUvgLwV8BwYSpQz5v4tJP4r",
+	"xguaYG5bSGJzDTf9MMtIRsGlaUk+HYSnWflBnBiwKSq+qmA1n2Mfnp8LQOGbyjyzwgkflCJvwfy+B/zD",
+	"jdMPXV5o2x6uI5w1m9k4zhqhJFujwtmb+pZp6qCEtnByfEalSbNKprCFeuY8z346hPIx1L9r8SemFaT5",
+	"QtoWwg10P+yUDKXDjnmhFybH76O6BSNBoYGHZSRSgJ8Pk8USeAmISRkrfVUlTzqNecw5hwPOqKATlu2M",
+	"l+jM9T9k6WzHxYR3QMo1fzWj8pTtwIzvW338R1iCgTX13YPB2c6Tp097xtgosN46RKXcBy0GMEIgXvf7",
+	"Hdc1t29p8zsbusyatIM737BE2o6CMoaIwxkrFVeaCY0Xso85BuvGjkUB1tyCi4KlW96AtBX18IBUgof8",
+	"MqdCc70kE/Algt4vyK+slACRYRFebOo9+Iaosa5LrgGhc49kfMJ1Q/+8LhE0GUI34Q9zwTXpjrmg5ZL8",
+	"yPv9ATfMNGMpn9Gc/NjvD3r7FQ4RPo/eJQRq6j7Z/cuzvzx/8tenz80fn7zijYDMk13wf4dJss/rpGbo",
+	"6V+7w2Ef/9X7W3fAfzvjv13y317x397y337kvw1+O/vt8rdXv7397ccW0psFfGmD3GfPxkLYjun6HOJY",
+	"8RSkHRv93tcv7KPP/qqqOrkiHANdScBqgJvwiZAlBsvrxFK9vLnOghnQUR+t5R6jzUP/EQQkP0Ati8nv",
+	"e+y22PYzf3Q06kHiTVHd2rKFDQgQOMjGIRfrRNgm4GIMjs2GveRWK9s+RLNNEAY25/5iLrh2jLj8XWYR",
+	"vjpAmCKXTqWmtGAINIkzmWsnBdsgUTWcyzW++JRscc7vGwsOumdE4o9W1juOsoN6A0YGgm+JINtuS3/N",
+	"a27+2L7ZGPVuCC/UMQjPEIPz3bvjI9KFxmwpVay3T4Y2M2nYQT6IClJdSmx44X6/hoIf8vmxKsshtrQI",
+	"7rQG3LDte9+spnnJc4boh52k8/dcpjdRgw5fPmeOG2yhsLhXmspK1OPl/HONMGT9lCcyzyJBxhkXHjLz",
+	"zsQ/3oKNWauf2Q7F4kRqUtASsMFQv3J61Z5r5SXYwlmYXJFrjoWQpZwlQ8HqoBe08siudq4hXeoyCLBo",
+	"F18aitBjCU5fcOKSY01yKjLlENPQtRTWVyaEAkqJ0kMBIZlywlzvOLcQYBwwKXZVtN55f1ZOnCdDMaMZ",
+	"c/WUfrLDi2PncLXrCKzt/cBdjQFL4HB417H8OF51HI+CxyjObyi3WH11IKmN2v54TaQ5uDvWzxz6Uzst",
+	"rqSknZ2f/nR8cXx6YgOw707sv1ZDsPafLXXTgdyOAGS3U3Pt1Jtu86HoRq92LyGF4drgYEwRloUr237u",
+	"WpZRnGSMB8blm5ksrG6BRGlfF2BhTSv4VzMXwvTEk1buzLKzpOuoERPvIELZNbTs+Su/Xr6EVDxsFtSz",
+	"2dxcE0V5tq7HT1vjR/+l6Ieg6gaiSHfk3kTiL7hcLcmVn/GKzEXGSrKgS4y0Wm8GHVdHtbLJXPejuQDH",
+	"J6Oz89NX54OLC/i/l4ODi+O/vxncbRlUO9DOld8V2fZpMe32MiCTsgXwssR1hQUzGbbahqIhkmPsYs0E",
+	"Qs2t8DvCG3kxT3e/iLW6Utpnv/R9rAsFIOpyvbwwGoVrejHjsShAHRL9f/7rv42tf3p8dOj8pPhD9+LV",
+	"6ODd5evR29OjwQ+SZ2kPdTfM3R2K2GP4G/a3BClXlFykvKB5ldAC6yKlzNlerexeYYoSNDciuqQ8x+RW",
+	"9NGhTeybmyE7Af0JoobwSdUeTrUuAhij5g5EVpWlM1wTttCkee7xYFm5EwpnJBCzdESgVH1y4FXuygmC",
+	"24M4Yb4TGAccVZ6xoXD7dnT4dnR5/u7icnA0Ohlc/nx6/uMFmTBtASzNmgAz85EaijadnyhmxL+QdtYl",
+	"070Nd8jmiW62Sfiw3aeSUQR5qZ+hb2MrsqHADF3zmiLdjKrpWNIyU5st7hPUwMQgzE9F5cqFiLeFiSi8",
+	"S69SkwKv2dlPh6pnGNyMiqULVytsg3N0+LZPLs2OZzKdY58I1I/qghFRnqEzBBOGGK2Kh31vBmUpbQJ9",
+	"s/QI+hv7wS0aWc5TJhSr+jd2DgqaTtnO0/5uUI/TaeBvBkUOe53bJzQvpvQJJOcUTNCCG1upv9t/Zu1s",
+	"YAePacEfu2cfwy3bqdqYTVhMp4KriA8lhpliqVOp9J69lXiXA7ch/tldkdlc21aEQEKLqSRd278tsc2I",
+	"oHtbQqZyUS85wHZGQxG2M6zozJFZEravS/wttOnn7tr1hyIkZyj3xCiBkrNmLJDZgI+Znpf26/G0/FqO",
+	"s85ex5iHVWM3VQ/1tvkKqkceh83N29wEweNVk3HzcKxJeNUZL9oh/OmL7yIyJj5UvV/P5/RuX6ElUTFv",
+	"wrN1zSljC6ra+fm1hPL2YOc/6M6v7z8+Sb57/ikqS1fcPnBoxiwyQq3q6eygpKMbrGmpneepWshmLrCW",
+	"BXhF9o65mcg+c+b3jY7sT3d313Rj364Le6NbYqQZu2HVBZ2g0Rvwk75hV89xKbEZ/JKrTu/m+SdbPv9s",
+	"q+dfbPV8oHbBfbcK1z/emy33ICugiAZKjTkhOlG+j2PnvRmozp2bqDCWO6/ynzDw/WUZ0JrgFERxffcl",
+	"CEgB4JnOodk5FLzukVTOZnRHMTODZtlQWGUX2TBI9dlcYedeiMgbnfKGLX+A/jyQGfkv9t9DccOWhBvr",
+	"MBlDHBNSr+p/6E6tvwOW10vIv/i/CunUpaDJE2flD0Ups+RfcjahkMoTu5cw2sh9bBvvfb77/ebM1+cu",
+	"RYeKehc+tvErzTbm36swYQ/KOprwi3fwjrqSKcsMwO7HS4hK/4lZSfLRq+hNxmK2rbYvAWup4zBBL9VY",
+	"IOEn2+da2SYgxVwD1unY/sWldHZfDS7JY6tzYovIobhg+fUF6hyYCXXOUNM3+jQqglVKYy39QjCWqR6a",
+	"CLZQqukCRTB/reoNdqCdS5+csyKnS2OgUTEUPEOtMa/hDNsuxoo83d2tLBissqg57yKq3WFTLVnlrWvL",
+	"wI0C6vMq2iS6zVN0Fj7GjT9D1XrvHUwuwHXf9xNBnz/VPRIWA+VL8IcYbzgwWmT83HMo5LXN//dtIkLJ",
+	"9LwULCNzgX4yZBtPkQ18iRWf+yYSXyXDer77/XbPP9ly/Ccvtnv+6dMtn//+j9f1fBsL6MIbso8WxrxW",
+	"9Xv8sR4e/4QMPGfRjizg2lWk+3z3+54tpGkyVaPsOGBlcnUty5QBftmVYdkTpgGGs/6KK+OuwXKqffCl",
+	"OFBPJyUgN94w/qGoVZXVmesR/LSWucbYJay2psz4+iXrGV6p2V5VX57H4KdxpV/nnXz+sHf4a7gzeAAb",
+	"35gkbg29YrpOUn+UYGqoAn8KuvoCyuwrprcgge0M3VCVOQIEucIBoLeAnG+Cb94nBxBgqvWvkOVQ1PpX",
+	"WKhw1cQK34d3Q+VWljU8ZMNMQRPPbIQTIf0RbhdVGFUVlcGTgBFiOLuY5/kVFBW3o5DHWDOG4Jr36EF1",
+	"S4SiNzQTDgf7vwP7/6+/e+ivSW013AFz1rI/HZf4pkHegzTEK9hghaTb7LrQa+WOSefDjlwIVkLTgKp7",
+	"8BZq5mMXbgqqvzZxQTawx7/MLWtMGrlzA1fkUSWg1UJJttjzm6TeTFKfiibk3cq5O8qE8O89COzfR76P",
+	"P9ZqSD61knNdh6xVMT4gLcfQ3D+1Aw58I9PNyTTcWnP1ZZ10759SnSPeZrd7P3wdQrbd6XcXss62NyFI",
+	"RI5G+C8gyxoTGAIHLaSCgqHv7f+UplNW1deDwe86xiP0nKu6sz/2owHzn+yCvlys6iFjGEGe+B3hC3sQ",
+	"/xsiF3/gXYZ0rQ2CHreeitz9DVLjI+rPPRiM0fDJ5ULWiy3Unqu9W5+pdfU3nv0wnO/uPkvnc57Bv9jV",
+	"UED7w49DKLEYdvZIUIbx6Wrfjl1zz03Mf3FQSsa0ZEMRvISBDyrI1XHGZoXUTKTLnR/Z8gog08FRCY3i",
+	"eFZDrxgKl91kI0OYUFMyCwGJrefYEpEnbWo5efqcTHuYDVfkZhA3u+F3tzSHpZpVRUMz4K83xi2eZXtc",
+	"xlZLbBCSqbK2u/Um5oRnPYgMGMvd9n8mZz8d+gbsrQGbbRhDPBPm3HJ/h2ZjlscVQo/4qfF0qrkbx9ee",
+	"4/PirkqJBwoXrRRafWG725XQRCJFlhwhA0UQRsucs9KmHpEWEr334FD7+nDPsn1Pgxi4+uYS+ApcAg8g",
+	"22rSDM/eZ51vLNA+Tw10QOGt+Z6WLUfUQVD/MsjkjRUsgRTByM+CGnWxwvZCZZBcebjxq8prWQuZI2QV",
+	"4A3uYxwqyO20ybiCXLwavR4cvLl8PXp3gv/499Hh6dGAdI0wkSV5sfvM5Y6OZbZ0WbzKMHbI7e6G6d4J",
+	"CaGTzYevz8zuJZjziooxKikKsJ4AZJVr9+X11HYbKeMlUaks2L7RlS2CNsvVirtHT6keCuQDCVZ/zaFU",
+	"B972JWF1sC943IpWQnN+ExWhr5jTwV871PgH48kNVP0I78Nf/kxq8MNsXN07HmaUbzWoZVMrx/DO3U3S",
+	"Xay7ZD+Yy7VPbFIfdantVtE7Z7pc7hxcAzSjkB4d3CbnNy98ySdTTYRckC7XQ8EVGTO9YEwQYHdYJPC7",
+	"7QXcQl+15zAxfJ9uoxiSQua5Ilz3vphF8ZkM/KPHKF6bC4AhVVWB4DzffV5x3arWywHXGR5os2YmhrHA",
+	"pugSQNs5QMKoOWR49fot4Xyvk28YcOdSuCYQ0HTJTe+r1XrfbOMN9AcXO99Wf2gPorcd5JfQ1CuT7dvh",
+	"b83oIIC+PR08gLszxFH/vPzGwHxuD9ZffRz6oshhZ48MsTBz2Pl01QfPAjYqQdeCBWgEQGIuuObe5BoK",
+	"n9pUyFIrEtZfB6DeJYOqeLNaYK7t8fPgCj2UnW1rZe8vbN4Y9isx3Qf+3PyZfTOL/wnMYjj37IuZxYFW",
+	"9biGFf0AMZP+UDiUZ2WsupwjQjN34JR7REPNMJRP2zRKp7LRkgGeMMtcw/M1eZZvuNIXAbbsnyHgUmsj",
+	"cUfIxZ/kt6DLvQRdAmgEv7WkK1qBREJjqtZh40H0kDtecBrFmdFU2gM6x5CNd81Z1gSDcHA1exi7uQKb",
+	"KRJXGQobWKmBgYPrqhlS6e1DT2LwTTcjIjYR24VE3P4hnKnD1ZkrQFlHOMuuBYrp9cnPDoRgKK7qAP1X",
+	"Sa1DbgzCvgHRNBQhro8iFj6kSqehAqEZHN49dNR17j/7x6GQJRGSKC4meTX9KvhPc7nwvUNRQfsocme7",
+	"FY69boTttOIKiXyPFUAEaY8u+a4xG8SXAsihlWhSfW8tGNO30NLvYPq2b9Inq54+sIjZPpRkb46iM9+d",
+	"9d7DSOtWVwsk1cnvW0zpn0d59mfuxNd9Cen71K4ff/ScfgtfZp2o9xF3zzFde/18v6xAaCByXkTaPbL9",
+	"r4yJiR0bGr7S2iAt7tL2IqdAlnzzi/4hflF/fvemqLY5TtvP+svIplAf+UYjn+k+vX9y+aJ2TUv6acVp",
+	"78Uj+/vlwF7poWa/Drvv6uMQED/QjzyReTbsfLraC4ROE8k2gtdIjhGyZCjGzOG81rA0A0uqS7H7Qlg+",
+	"6yP5U3oLiQlDUTeuHqkkZjOZhV/10DS04X9MwpgXREvygliIs0o67hGKqJNc29FU68BJzYKiSgqE5Vvd",
+	"APB5FSW75XKucHw6oVyQrk9WsDkiHhXUreOGsQLAQrmYJKRClkysmef2IUQU7fWH4jLcXlwvNNdFzQAr",
+	"/wF+zP6vWyp8QoJV0mhq23NZyPLGYmBWwFCUKICqbmKEdquF9pKhWEyXMVUAYZW/QFDA4jd/Nd77AJN0",
+	"QUMo2G9WyD9BZhsePG1HEt5Uxt6ny3+PZrLQv1vutMqRl1xkgWywWFi5ZXZHh299Akr3Kt7z54csnV0l",
+	"Q3G1rrfPD3aUq56DYKgXZIV1xF3L+Q0PNn/PepYVyzqmg0vT+Z//+m/i8L0t7GjByh0npJoJNInhtxZF",
+	"NvMREEbTKbmlOcdENXP7XZx1z7JlcNEhyn9CrmVuOKzLMi8kGEA5v6koCGO1zqGKLpcsqWItFtC3Shcs",
+	"5uOcqynLAOW4Tw6suDKWnLrhRWFe99nnTrRZMOcqVXyHZxbRzGYomh8BuxKtShDj9idqv9nnnSfg4YXt",
+	"DVyltcpOI+ZddhKAZgv/XADfDqLSRYOkYD3ARMMeljxLhsLSm7z268PeMWaPb1lJ80jaZo1SUOGwXXuY",
+	"kf92un1SjY3rAjpGciSGHJXtiqlJLuUNy4aC6j45sbXqRmabW8cywmdGynCdL40G4u8GnouFzh0Kv2Vc",
+	"kZxda0JzgGk2Rw09y8xIEbIfiis8/f5c2Bldh0Z47SrxTmPsRApZnxn6y4fi6taCYY0Me7kCDUDkS58X",
+	"4HSIhZznGX5Sn3jnqd4zJK5YKs0qaZ7jE8qV7PfJQZ5DjT/+/x5h2HgEgbJcVK/KzcI9YBm+A2jqMe3i",
+	"wMxSVVU9hHYBU3ApfE+Th3XAuuliKsXP5gxAmbAU1TW6HFzi2ukl9pTGtoHCwr1nL/43FeRBVJCvoH4e",
+	"qAd4g+FSFRg1ci6f9mnlx0NW0e9pesNOb1l5dPjWJfQ+nObhkKdakPTMZgi5sH5EIyKcgoFNzYwcuEqI",
+	"pjcO9hxEiARzDVIdzBWCak+He+4lEEh/dstsj2szlf3JilDrm6W62n/4v2aaPBGWJ1pVREhoJo2X3aiL",
+	"ToILL+RQdkETBp5OSa2Ereo44mxc6ORQA4sDLQSRzP/+5vTwx8ER1jJQG8ab9fYCdODEfBxEeEsFfmJA",
+	"OjS6jnnJYmgRbsO0QKHgYU454iZ6nm7FVwALiydjbFGjB3iYe3IertZFfKWw+mNpT/2qF5MNlxEC/GqA",
+	"kfy2stqJ7BMnxLN0Ngp/uQpUHjnXqfyTpIn+7wa6W1UpIaHe3XPgIkIuEmQQErsDObbAtWsWDzf+Qbnx",
+	"LSv59fIhGfBOBDi1CTwaAj6hraPnpWhh2tq1MMELsXK/f4JP+iphz4LbDbvir7W7xTaldp7/SbCPvoZL",
+	"eQYgYI1aMiEXv/Ne2aYS/SWd5euwU04LJg7OjrcjQjdoCOvYwHm145JnvnvGalflFopcfXVtE4/PIMX6",
+	"0TSA37nyK3DzB2fhNzAKBFrkNGWztf05ENioWwMzCiFPrKfHqFBGF61cKdbfMBS+x5HjN8o2R0/I2Df7",
+	"SGxUIUx6xcYuXGTsw1CAfW71M2R73rju9cmpMaIxF4vV+7RLZTFtHN6dc+J0F1RDvamQC2zDnUpom1Oy",
+	"LHHKE8KkAxf9VQpmowrWz6OU9x7IufYturiyjd2hp7Ukal4Y496Y7r5FFWxAUkVjaJ7LRVhCYMa6qrqk",
+	"I4Iquk+czynoHtU9vDh2h2L/1jMHgAortOwpZC4nS6LYxOzMUCBKflCq1fWjyZLM6Ac+m8/cb1CVoKUk",
+	"akbzvIfr8PkLDin63+ZSUxX3Abl0PK9Pk5zRWzYUOXSD8i2z/BqEbzCm+s4TSboS3Ezg4/A1sHASvT4B",
+	"uz0oOPObCzNV6YRzTcZzePI6p5MJy/aG4ipoWQ9v7xEAfL3CNonhqdVAxlGzGAqAZixnvYRcuU/YI4CQ",
+	"aEhWsMpRaB75xWxUfZ6hqOVyzih0F8CCX/MDvGK+8pyKG3Dt4EdW604gxiQCl6RvpogWiBlmJpUmpZQz",
+	"TB2F42SlPbKhgPtoSSTsTuZicbCKRwpwPcwovWrompEVHDhsun2sWc2NBwI5i0NhqD2nXFiwYJp5AU6V",
+	"FJUVFA5ibDcYw1zCoZBz3ZakflZxuo0xPR4p29ittWeb6+rWlnIZdKduD4mHHcq/UNO3jy39b1Km1MgQ",
+	"+caZolVLDoTnh+awrTNYT+lWMwRNZx++m4Vh8lsOU6cec7hVsNoKHhSRDR7f2oTHM/3aQlaApzecGiWg",
+	"81EZMT2ucnh0mGe9mLLShtADLsodD7VSzrDOkooblnn120yAD2vZ2tYoKBLZ/qO25gVmqWs22PCZ9Qt5",
+	"yAITz4taA9pUZNgyI1SRvk4b5g+ySdZkWf0MdAwKqVGOrQozkX+LQPGtaMTtqKSrRUBMaGw/Eggy0BzR",
+	"rVlC5LJq/giwi9jM0OjUda8kXDt5fc1K8Fh0uWgQd8ZKDDNQYj8VujXrKZv1yUueg1tW0LKUi9p0aioX",
+	"IrjkZjlCkplRfrmYDAU+GGqyRr0FTecahsVnXcc6x1fchR8Kp9+ifpFZTdIqU6gZkivLTq4smp8dstcn",
+	"Z3TiNPPxsq4RxKvNmjigf1g/qkGtF4vaJyUrGHqciR8CeJWNjmKH1yKH/umoBWzTF2+jLu9h1xZQJI7x",
+	"rSe7u83G70lH6WVu2x7MOg8uW8FfZyQfKzvb4FH+6bSVLSR8tI5HjVxXis+QpaFu4O5wTSUw60rQKrE2",
+	"ViXfrUU7ZqTr9APHHGxYpXffCsBhTY8JyrCAucfzJrvNNKDWVUEy21bgqF8IpHeT4tOKWX7VRTcte3Pv",
+	"AEMHglwFvPPKiS+Ms0XQr5qwVl0JTiU514pbOx8xu4whmMqCYV3EF1Bh6kKO0LSUNh0YFZcNFJm7UHlf",
+	"rpaW19vvWA8BpjrlVGkix5hK1fPFzkMxXja2lQnCsz45GrwZXA6OquC4rypHNQKcRz5b04I7Wff9D/bl",
+	"qzYd4KX56C+P8vvPqgHgqWwpAi/wpTV9I+t41V8HC94abPkb4/1TMd6fHLvajOMiot2vd4JdQsW975ZW",
+	"lNIon+aTIcNRTACFsk9OwDbScg4aVcYKJjImUs4icdlXTL+2sz/gfXjDb5lgSrV5KoJPoTm/Zfcb3PKz",
+	"r4lnQeli+wngzjNhUyD9ni5JOmXpDSlAwu6RM6n0pGSKlIymU9SBcROGYsYndk4XPErIycHlBUmlECzV",
+	"LOuTF7vPiM8FslY/uKhgmkeIDDDPoZ50aaxxmP2a8pxBDiqY6bYnvDR3ptao3l6HFqzNc9yCByQDMwNv",
+	"owOYHgJdRjv4LIZ4n7iWa9d64GDEpWCrxIDH0V9Lk9XwbUQJL5e3Th2Zl3lnr/MYsjrsC00idXSeQLwH",
+	"Rq/Kn2y1AuFasfy6X0nQYNZV1eSySnlaoq0wx8y9LvDBXp8chlkiJXYeYxCjh5K0JQGcd+yGS6gmJVMB",
+	"Bq/vdZqQXE4mmELM0qnExDNWlrK0ucSrSk1swRbS3mb+N6Ht/TYktr+GTQ8s6pnue0PxEeJf6Whe5p8+",
+	"o4KwTw6saAe0UDPZ2U+H+yTMwg/xLbPaNzqle/XzAjwmrzvsgWz8oBnGfMcMpF99I6rvhjijq2Th2qHN",
+	"tzYBwGMyjENh0L3XJwd1mBPaRHBoFhNCKmSCJR1kvMQ4XwBI4sLk/gUf3t0PM5SCQnkIlepSQtjR0XhQ",
+	"s4jgKn3ysw1G1PChK4odipymN1hzAltM8+a3TEpqGDUk4RoRi+ntrq6udmyVb2L14H6eSpJxzO7es1IE",
+	"rhChqXa5AR4sR8OFTMgNKzQaNgD0fHR8OTofXA5OLo9PT+wVBGbfq60De/WvrgHsHVL1vZaFIhlV07Gk",
+	"DgrMZ3LsNToleQc0LzEVAxyznOFrVYi4+gyVOPUHvzZsIUcup2yJ3lrVClHGxc6MzWS5xNyNsGgnsWQ5",
+	"XprF5Dm0165avVBB5sJL4JreaAQk5mWCLQrOp6HIqKZkRktjRxrrMWdXtR1FZe3T+0//NwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

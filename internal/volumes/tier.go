@@ -1,15 +1,18 @@
 package volumes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
@@ -64,10 +67,19 @@ func tierOf(cluster clusters.Live, pvc *corev1.PersistentVolumeClaim) *Tier {
 	return t
 }
 
+// refusalWait is how long a change of tier waits for the driver's answer,
+// so a tier it refuses is refused to the caller, naming the field, rather
+// than only shown on the volume later. A driver slower than that answers
+// through the volume's tier and its events.
+const refusalWait = 5 * time.Second
+
 // Retier asks for a volume's claim to be on another performance tier: a
 // VolumeAttributesClass of the volume's CSI driver, checked against the
 // cluster's before the claim is patched (where the gateway may list them;
-// otherwise the cluster decides).
+// otherwise the cluster decides). A tier the driver refuses within
+// refusalWait is refused, and the claim asks for the tier it asked for
+// before again (a claim that never asked for one cannot ask for none
+// again: it keeps asking, INFEASIBLE, until another tier is asked for).
 func (s *Service) Retier(ctx context.Context, envID, id, tier string) (Volume, error) {
 	if len(validation.IsDNS1123Subdomain(tier)) > 0 {
 		return Volume{}, fault.Invalid("tier", "must be a VolumeAttributesClass name")
@@ -82,15 +94,67 @@ func (s *Service) Retier(ctx context.Context, envID, id, tier string) (Volume, e
 	if err := checkTier(cluster, pvc, tier); err != nil {
 		return Volume{}, err
 	}
+	previous := ptr.Deref(pvc.Spec.VolumeAttributesClassName, "")
+	patched, err := s.askTier(ctx, cluster, rec, tier)
+	if err != nil {
+		return Volume{}, err
+	}
+	s.log.InfoContext(ctx, "volume tier change requested", "environment", envID, "volume", id, "tier", tier)
+	if previous == tier {
+		return s.fromClaim(cluster, rec, patched), nil
+	}
+	latest, refused := s.driverAnswer(ctx, cluster, rec, tier, patched)
+	if refused == nil {
+		return s.fromClaim(cluster, rec, latest), nil
+	}
+	detail := fmt.Sprintf("the driver refused %s: %s", tier, cmp.Or(refused.Message, "no reason given yet"))
+	if previous == "" {
+		detail += "; the volume asks for it until another tier is asked for"
+	} else if _, err := s.askTier(context.WithoutCancel(ctx), cluster, rec, previous); err != nil {
+		s.log.WarnContext(ctx, "ask for a volume's previous tier again after the driver refused a new one",
+			"environment", envID, "volume", id, "tier", previous, "error", err)
+		detail += fmt.Sprintf("; asking for %s again failed: the volume asks for %s until another tier is asked for", previous, tier)
+	}
+	return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "tier", Detail: detail}
+}
+
+// askTier patches the claim to ask for tier.
+func (s *Service) askTier(ctx context.Context, cluster clusters.Live, rec record, tier string) (*corev1.PersistentVolumeClaim, error) {
 	patch := fmt.Appendf(nil, `{"spec":{"volumeAttributesClassName":%q}}`, tier)
 	writeCtx, cancel := s.clusterWrite(ctx)
 	defer cancel()
-	patched, err := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Patch(writeCtx, id, types.MergePatchType, patch, metav1.PatchOptions{})
+	patched, err := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Patch(writeCtx, rec.ID, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return Volume{}, kubernetesError(err, "change the claim's tier")
+		return nil, kubernetesError(err, "change the claim's tier")
 	}
-	s.log.InfoContext(ctx, "volume tier change requested", "environment", envID, "volume", id, "tier", tier)
-	return s.fromClaim(cluster, rec, patched), nil
+	return patched, nil
+}
+
+// driverAnswer watches the claim in the cache, for at most refusalWait,
+// until the volume is on tier or the driver refused it (with its reason,
+// once its event is cached too); it returns the claim as last seen (the
+// patched one until the cache has it), and the refusal if there was one.
+func (s *Service) driverAnswer(ctx context.Context, cluster clusters.Live, rec record, tier string,
+	patched *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, *Tier) {
+	latest := patched
+	var refused *Tier
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, min(refusalWait, s.writeTimeout), true, func(context.Context) (bool, error) {
+		pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID)
+		if !ok {
+			return false, nil
+		}
+		latest = pvc
+		t := tierOf(cluster, pvc)
+		switch {
+		case t == nil || t.Requested != tier: // the cache has not seen the patch yet
+			return false, nil
+		case t.Status == "INFEASIBLE":
+			refused = t
+			return t.Message != "", nil
+		}
+		return t.Status == "", nil
+	})
+	return latest, refused
 }
 
 // checkTier refuses a tier the cluster does not have or that another
