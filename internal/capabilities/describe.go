@@ -62,6 +62,12 @@ type Class struct {
 	// performance tiers its volumes can be given, by name: empty when
 	// there are none, nil when unknown (the gateway may not read them).
 	Tiers []string `json:"tiers"`
+	// CloneClasses are the environment's classes a volume of this class
+	// can be cloned into, by name, itself among them: a clone is made by
+	// its source's CSI driver, so those of the same provisioner. None for
+	// Kubernetes' in-tree provisioners (kubernetes.io/…), which do not
+	// clone.
+	CloneClasses []string `json:"clone_classes,omitempty"`
 }
 
 // Support says whether a class offers a feature.
@@ -155,6 +161,16 @@ func Describe(objs Objects, overrides Overrides) []Class {
 		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b Class) int { return cmp.Compare(a.Name, b.Name) })
+	for i := range out {
+		if strings.HasPrefix(out[i].Provisioner, "kubernetes.io/") {
+			continue
+		}
+		for _, other := range out {
+			if other.Provisioner == out[i].Provisioner {
+				out[i].CloneClasses = append(out[i].CloneClasses, other.Name)
+			}
+		}
+	}
 	return out
 }
 

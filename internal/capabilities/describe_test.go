@@ -59,6 +59,23 @@ func storageObjects() capabilities.Objects {
 	}
 }
 
+// TestCloneClassesAreThoseOfTheSameProvisioner: a clone is made by its
+// source's driver; in-tree provisioners make none.
+func TestCloneClassesAreThoseOfTheSameProvisioner(t *testing.T) {
+	class := func(name, provisioner string) *storagev1.StorageClass {
+		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner}
+	}
+	got := capabilities.Describe(capabilities.Objects{Classes: []*storagev1.StorageClass{
+		class("in-tree", "kubernetes.io/aws-ebs"), class("fast", "ebs.csi.aws.com"), class("slow", "ebs.csi.aws.com"), class("files", "files.example.com"),
+	}}, capabilities.Overrides{})
+	want := map[string][]string{"fast": {"fast", "slow"}, "slow": {"fast", "slow"}, "files": {"files"}, "in-tree": nil}
+	for _, c := range got {
+		if !reflect.DeepEqual(c.CloneClasses, want[c.Name]) {
+			t.Errorf("%s: clone classes %v, want %v", c.Name, c.CloneClasses, want[c.Name])
+		}
+	}
+}
+
 func TestDescribe(t *testing.T) {
 	got := capabilities.Describe(storageObjects(), capabilities.Overrides{})
 	if len(got) != 2 || got[0].Name != "fast" || got[1].Name != "slow" {
@@ -99,6 +116,7 @@ func TestDescribe(t *testing.T) {
 		if fast.CSIDriver != nil {
 			t.Errorf("fast has driver facts %+v without a CSIDriver", fast.CSIDriver)
 		}
+
 		want := &capabilities.DriverFacts{AttachRequired: ptr.To(false), StorageCapacity: ptr.To(true),
 			VolumeLifecycleModes: []string{"Persistent"}, FSGroupPolicy: "File"}
 		if !reflect.DeepEqual(slow.CSIDriver, want) {

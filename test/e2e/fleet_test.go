@@ -207,7 +207,7 @@ func TestFleetStorageClasses(t *testing.T) {
 		}
 	})
 
-	t.Run("snapshot classes and tiers of each class's driver", func(t *testing.T) {
+	t.Run("snapshot classes, tiers and clone classes of each class's driver", func(t *testing.T) {
 		for _, tt := range []struct {
 			env, class      string
 			snapshots       capabilities.Support
@@ -222,6 +222,11 @@ func TestFleetStorageClasses(t *testing.T) {
 			if d.Snapshots != tt.snapshots || !slices.Equal(d.SnapshotClasses, tt.snapshotClasses) || d.Tiers == nil || !slices.Equal(d.Tiers, tt.tiers) {
 				t.Errorf("%s in %s: snapshots %s through %v, tiers %#v; want %s through %v, tiers %v",
 					tt.class, tt.env, d.Snapshots, d.SnapshotClasses, d.Tiers, tt.snapshots, tt.snapshotClasses, tt.tiers)
+			}
+			// The plugin classes are their drivers' only ones: a clone of
+			// one of their volumes is made in the same class.
+			if tt.snapshots == capabilities.Supported && !slices.Equal(d.CloneClasses, []string{tt.class}) {
+				t.Errorf("%s in %s: clone classes %v, want [%s]", tt.class, tt.env, d.CloneClasses, tt.class)
 			}
 		}
 	})
