@@ -22,4 +22,9 @@
 // claims no record serves (unadopted_claims). Adoption records such claims
 // of another provider as volumes, each with its first status and event, in
 // one fenced transaction; nothing is adopted implicitly.
+//
+// Beside DCM's contract, a create may fill the new volume from one of the
+// environment's snapshots or volumes (source.go: checked before anything
+// is written), and a volume's performance tier can be changed (tier.go),
+// each new tier state reported as an event of its own (tier_events.go).
 package volumes

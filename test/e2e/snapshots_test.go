@@ -263,6 +263,9 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 			c.want(http.StatusOK, code, body)
 			code, body = c.do(http.MethodPost, volumesPath(eastID)+"?id="+id, map[string]any{"spec": storageSpec("copy", "1Gi", map[string]any{"storage_class": "snapshots"})})
 			c.want(http.StatusConflict, code, body, "source")
+			code, body = c.do(http.MethodDelete, volumesPath(eastID)+"/"+id, nil)
+			c.want(http.StatusNoContent, code, body)
+			c.eventually(time.Minute, "the copy's claim gone", func() bool { return claims(t, east, ns, id) == 0 })
 		}
 	})
 
