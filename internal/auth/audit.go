@@ -172,11 +172,8 @@ func (a *AuditLog) List(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	if err != nil {
 		return AuditPage{}, err
 	}
-	page := AuditPage{Events: events}
-	if len(events) > size {
-		page.Events = events[:size]
-		page.NextPageToken = paging.Token(strconv.FormatInt(events[size-1].ID, 10), key)
-	}
+	var page AuditPage
+	page.Events, page.NextPageToken = paging.Cut(events, size, func(e AuditEvent) string { return strconv.FormatInt(e.ID, 10) }, key)
 	if page.Events == nil {
 		page.Events = []AuditEvent{}
 	}

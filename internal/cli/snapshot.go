@@ -188,20 +188,18 @@ func (c *volumeClient) snapshotDelete(volume *string) *cobra.Command {
 				return problemError(cmd, resp.HTTPResponse, resp.Body)
 			}
 			if wait > 0 {
-				if err := c.poll(cmd, wait, func() (bool, error) {
+				return c.waitGone(cmd, "snapshot", args[0], wait, func() (bool, string, string, error) {
 					got, err := client.GetSnapshotWithResponse(cmd.Context(), c.environment, *volume, args[0])
 					switch {
 					case err != nil:
-						return false, err
+						return false, "", "", err
 					case got.StatusCode() == http.StatusNotFound:
-						return true, nil
+						return false, "", "", nil
 					case got.JSON200 == nil:
-						return false, problemError(cmd, got.HTTPResponse, got.Body)
+						return false, "", "", problemError(cmd, got.HTTPResponse, got.Body)
 					}
-					return false, &notYet{kind: "snapshot", id: args[0], status: string(got.JSON200.Status), message: got.JSON200.StatusMessage, wait: wait}
-				}); err != nil {
-					return err
-				}
+					return true, string(got.JSON200.Status), got.JSON200.StatusMessage, nil
+				})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "snapshot/%s deleted\n", args[0])
 			return err

@@ -181,21 +181,21 @@ func (c *volumeClient) waitRunning(cmd *cobra.Command, client *api.ClientWithRes
 	})
 }
 
-// waitGone polls the volume until the gateway no longer finds it (its
-// claim is gone) and says so.
-func (c *volumeClient) waitGone(cmd *cobra.Command, client *api.ClientWithResponses, id string, wait time.Duration) error {
+// waitGone polls until the gateway no longer finds what kind and id name
+// (a volume, a snapshot) and says it is deleted. get reads it: found
+// false once it is gone, else its status and message.
+func (c *volumeClient) waitGone(cmd *cobra.Command, kind, id string, wait time.Duration,
+	get func() (found bool, status, message string, err error)) error {
 	return c.poll(cmd, wait, func() (bool, error) {
-		resp, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, id)
+		found, status, message, err := get()
 		switch {
 		case err != nil:
 			return false, err
-		case resp.StatusCode() == http.StatusNotFound:
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "volume/%s deleted\n", id)
+		case !found:
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s/%s deleted\n", kind, id)
 			return true, err
-		case resp.JSON200 == nil:
-			return false, problemError(cmd, resp.HTTPResponse, resp.Body)
 		}
-		return false, &notYet{kind: "volume", id: id, status: string(resp.JSON200.Status), message: resp.JSON200.StatusMessage, wait: wait}
+		return false, &notYet{kind: kind, id: id, status: status, message: message, wait: wait}
 	})
 }
 
@@ -465,7 +465,18 @@ func (c *volumeClient) deleteCommand() *cobra.Command {
 				return problemError(cmd, resp.HTTPResponse, resp.Body)
 			}
 			if wait > 0 {
-				return c.waitGone(cmd, client, args[0], wait)
+				return c.waitGone(cmd, "volume", args[0], wait, func() (bool, string, string, error) {
+					got, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, args[0])
+					switch {
+					case err != nil:
+						return false, "", "", err
+					case got.StatusCode() == http.StatusNotFound:
+						return false, "", "", nil
+					case got.JSON200 == nil:
+						return false, "", "", problemError(cmd, got.HTTPResponse, got.Body)
+					}
+					return true, string(got.JSON200.Status), got.JSON200.StatusMessage, nil
+				})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "volume/%s deleted\n", args[0])
 			return err

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -132,4 +134,36 @@ func requiredOnlyToken(t *testing.T, admin kubernetes.Interface, namespaces []st
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	create("token", err)
 	return tr.Status.Token
+}
+
+// An environment's VolumeSnapshots are watched only once the snapshot
+// service asks (FollowSnapshots): before, no informer runs — an idle
+// fleet pays nothing for them — and after, the gateway's snapshots are
+// read from the cache.
+func TestSnapshotsAreWatchedOnlyOnceFollowed(t *testing.T) {
+	c := ensureReady(t, newPool(t, fast), eastTarget("pool-snapshots-followed"))
+	ns := east.Spec.Environment.Namespace
+	snaps, err := snapshotclient.NewForConfig(east.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "pool-followed"
+	if _, err := snaps.SnapshotV1().VolumeSnapshots(ns).Create(t.Context(), &snapshotv1.VolumeSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{clusters.ManagedByLabel: clusters.ManagedByValue}},
+		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("no-such-claim")}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = snaps.SnapshotV1().VolumeSnapshots(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	poll.Never(t, time.Second, "a snapshot cache before it was asked for", func() bool {
+		_, _, synced := c.Snapshot(ns, name)
+		return synced
+	})
+	c.FollowSnapshots()
+	poll.Until(t, 10*time.Second, "the followed snapshot in the cache", func() bool {
+		_, found, synced := c.Snapshot(ns, name)
+		return found && synced
+	})
 }

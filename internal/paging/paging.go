@@ -66,3 +66,14 @@ func fingerprint(filter any) string {
 	sum := sha256.Sum256(raw)
 	return base64.RawURLEncoding.EncodeToString(sum[:8])
 }
+
+// Cut ends a page of items fetched one past size (size+1 asked for, so a
+// next page is known to exist without counting): it returns at most size
+// items and, when there were more, the token of the next page — issued for
+// filter, after the cursor of the page's last item.
+func Cut[T any](items []T, size int, cursor func(T) string, filter any) (page []T, nextPageToken string) {
+	if len(items) <= size {
+		return items, ""
+	}
+	return items[:size], Token(cursor(items[size-1]), filter)
+}

@@ -43,3 +43,17 @@ func namesField(err error, field string) bool {
 	var fe *fault.Error
 	return errors.As(err, &fe) && fe.Kind == fault.InvalidArgument && fe.Field == field
 }
+
+func TestCutEndsAPageFetchedOnePastItsSize(t *testing.T) {
+	id := func(s string) string { return s }
+	if page, next := paging.Cut([]string{"a", "b"}, 2, id, "f"); len(page) != 2 || next != "" {
+		t.Fatalf("a last page: %v, token %q", page, next)
+	}
+	page, next := paging.Cut([]string{"a", "b", "c"}, 2, id, "f")
+	if len(page) != 2 || page[1] != "b" {
+		t.Fatalf("a page with more after it: %v", page)
+	}
+	if after, err := paging.After(next, "f"); err != nil || after != "b" {
+		t.Fatalf("the next page starts after %q (%v), want b", after, err)
+	}
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -184,11 +183,11 @@ func (s *Service) replay(ctx context.Context, cluster clusters.Live, lease membe
 func snapshotClass(cluster clusters.Live, vol volumes.Volume, req Request) (string, error) {
 	const field = "snapshot_class"
 	pvc, ok := cluster.PVC(vol.Spec.Namespace, vol.ID)
-	switch {
-	case !ok || pvc.DeletionTimestamp != nil:
-		return "", fault.New(fault.Conflict, "volume %s has no claim to snapshot (still being created, or deleted)", vol.ID)
-	case pvc.Status.Phase != corev1.ClaimBound:
-		return "", fault.New(fault.Conflict, "volume %s is not bound to a volume yet; snapshot it once it is RUNNING", vol.ID)
+	if !ok || pvc.DeletionTimestamp != nil {
+		return "", volumes.NoClaim(vol.ID, "snapshot")
+	}
+	if err := volumes.Bound(pvc, "snapshot"); err != nil {
+		return "", err
 	}
 	class, _ := cluster.ClassOf(pvc)
 	if class == nil {
@@ -390,10 +389,7 @@ func (s *Service) List(ctx context.Context, envID, volumeID string, maxPageSize 
 		return Page{}, err
 	}
 	var page Page
-	if len(recs) > size {
-		recs = recs[:size]
-		page.NextPageToken = paging.Token(recs[size-1].ID, filter)
-	}
+	recs, page.NextPageToken = paging.Cut(recs, size, func(r record) string { return r.ID }, filter)
 	for _, rec := range recs {
 		if snap, err := view(cluster, rec); err == nil {
 			page.Snapshots = append(page.Snapshots, snap)

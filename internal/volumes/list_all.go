@@ -45,11 +45,7 @@ func (s *Service) ListAll(ctx context.Context, q AllQuery) (Page, error) {
 		return Page{}, err
 	}
 	var page Page
-	if len(recs) > size {
-		recs = recs[:size]
-		last := recs[size-1]
-		page.NextPageToken = paging.Token(last.EnvironmentID+"/"+last.ID, q)
-	}
+	recs, page.NextPageToken = paging.Cut(recs, size, func(r record) string { return r.EnvironmentID + "/" + r.ID }, q)
 	for _, rec := range recs {
 		// Records only, the bound volume's name included: every replica
 		// answers the same, whichever owns the environment.

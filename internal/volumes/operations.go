@@ -95,10 +95,7 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 		return Page{}, err
 	}
 	var page Page
-	if len(recs) > size {
-		recs = recs[:size]
-		page.NextPageToken = paging.Token(recs[size-1].ID, envID)
-	}
+	recs, page.NextPageToken = paging.Cut(recs, size, func(r record) string { return r.ID }, envID)
 	for _, rec := range recs {
 		if v, err := s.view(cluster, rec); err == nil {
 			page.Volumes = append(page.Volumes, v)
@@ -123,7 +120,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 		return Volume{}, &fault.Error{Kind: fault.FailedPrecondition, Field: "capacity",
 			Detail: fmt.Sprintf("volume %s cannot be expanded: %s", id, status.ClassGone(*pvc.Spec.StorageClassName))}
 	}
-	if err := bound(pvc, "expand"); err != nil {
+	if err := Bound(pvc, "expand"); err != nil {
 		return Volume{}, err
 	}
 	if class == nil || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
@@ -170,13 +167,19 @@ func (s *Service) claimToChange(ctx context.Context, envID, id, change string) (
 	}
 	pvc, ok := cluster.PVC(rec.Spec.Namespace, id)
 	if !ok || pvc.DeletionTimestamp != nil {
-		return record{}, nil, lease, nil, fault.New(fault.Conflict, "volume %s has no claim to %s (still being created, or deleted)", id, change)
+		return record{}, nil, lease, nil, NoClaim(id, change)
 	}
 	return rec, cluster, lease, pvc, nil
 }
 
-// bound refuses a change to a claim not bound to a volume yet.
-func bound(pvc *corev1.PersistentVolumeClaim, change string) error {
+// NoClaim refuses a change to volume id whose claim is not in the cache
+// (not created yet) or is being deleted.
+func NoClaim(id, change string) error {
+	return fault.New(fault.Conflict, "volume %s has no claim to %s (still being created, or deleted)", id, change)
+}
+
+// Bound refuses a change to a claim not bound to a volume yet.
+func Bound(pvc *corev1.PersistentVolumeClaim, change string) error {
 	if pvc.Status.Phase != corev1.ClaimBound {
 		return fault.New(fault.Conflict, "volume %s is not bound to a volume yet; %s it once it is RUNNING", pvc.Name, change)
 	}

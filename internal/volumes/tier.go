@@ -88,7 +88,7 @@ func (s *Service) Retier(ctx context.Context, envID, id, tier string) (Volume, e
 	if err != nil {
 		return Volume{}, err
 	}
-	if err := bound(pvc, "retier"); err != nil {
+	if err := Bound(pvc, "retier"); err != nil {
 		return Volume{}, err
 	}
 	if err := checkTier(cluster, pvc, tier); err != nil {
