@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 )
 
@@ -35,6 +37,15 @@ type column[T any] struct {
 type list[T any] struct {
 	Kind  string `json:"kind"`
 	Items []T    `json:"items"`
+}
+
+// printAnswer prints the one item the gateway answered with (as
+// printItems) or, when it answered with none, the problem it answered with.
+func printAnswer[T any](cmd *cobra.Command, format string, resp *http.Response, body []byte, item *T, t table[T], describe func(io.Writer, T) error) error {
+	if item == nil {
+		return problemError(cmd, resp, body)
+	}
+	return printItems(cmd.OutOrStdout(), format, []T{*item}, true, t, describe)
 }
 
 // printItems prints items in format: JSON or YAML as the API returned them

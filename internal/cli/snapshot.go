@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -188,17 +189,8 @@ func (c *volumeClient) snapshotDelete(volume *string) *cobra.Command {
 				return problemError(cmd, resp.HTTPResponse, resp.Body)
 			}
 			if wait > 0 {
-				return c.waitGone(cmd, "snapshot", args[0], wait, func() (bool, string, string, error) {
-					got, err := client.GetSnapshotWithResponse(cmd.Context(), c.environment, *volume, args[0])
-					switch {
-					case err != nil:
-						return false, "", "", err
-					case got.StatusCode() == http.StatusNotFound:
-						return false, "", "", nil
-					case got.JSON200 == nil:
-						return false, "", "", problemError(cmd, got.HTTPResponse, got.Body)
-					}
-					return true, string(got.JSON200.Status), got.JSON200.StatusMessage, nil
+				return c.waitGone(cmd, "snapshot", args[0], wait, func(ctx context.Context) (*http.Response, error) {
+					return client.GetSnapshot(ctx, c.environment, *volume, args[0])
 				})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "snapshot/%s deleted\n", args[0])
@@ -209,13 +201,9 @@ func (c *volumeClient) snapshotDelete(volume *string) *cobra.Command {
 	return cmd
 }
 
-// printSnapshot prints the snapshot the gateway answered with or, when
-// there is none, the problem it answered with.
+// printSnapshot prints the snapshot the gateway answered with, or its problem.
 func (c *volumeClient) printSnapshot(cmd *cobra.Command, resp *http.Response, body []byte, s *api.Snapshot) error {
-	if s == nil {
-		return problemError(cmd, resp, body)
-	}
-	return printItems(cmd.OutOrStdout(), c.output, []api.Snapshot{*s}, true, snapshotTable, describeSnapshot)
+	return printAnswer(cmd, c.output, resp, body, s, snapshotTable, describeSnapshot)
 }
 
 // snapshotTable is how snapshots print as rows.

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -182,20 +184,32 @@ func (c *volumeClient) waitRunning(cmd *cobra.Command, client *api.ClientWithRes
 }
 
 // waitGone polls until the gateway no longer finds what kind and id name
-// (a volume, a snapshot) and says it is deleted. get reads it: found
-// false once it is gone, else its status and message.
+// (a volume, a snapshot) and says it is deleted. get reads it; while it is
+// found, its status and message say what it is still doing.
 func (c *volumeClient) waitGone(cmd *cobra.Command, kind, id string, wait time.Duration,
-	get func() (found bool, status, message string, err error)) error {
+	get func(ctx context.Context) (*http.Response, error)) error {
 	return c.poll(cmd, wait, func() (bool, error) {
-		found, status, message, err := get()
-		switch {
-		case err != nil:
+		resp, err := get(cmd.Context())
+		if err != nil {
 			return false, err
-		case !found:
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return false, err
+		}
+		var found struct {
+			Status  string `json:"status"`
+			Message string `json:"status_message"`
+		}
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s/%s deleted\n", kind, id)
 			return true, err
+		case resp.StatusCode != http.StatusOK || json.Unmarshal(body, &found) != nil:
+			return false, problemError(cmd, resp, body)
 		}
-		return false, &notYet{kind: kind, id: id, status: status, message: message, wait: wait}
+		return false, &notYet{kind: kind, id: id, status: found.Status, message: found.Message, wait: wait}
 	})
 }
 
@@ -465,17 +479,8 @@ func (c *volumeClient) deleteCommand() *cobra.Command {
 				return problemError(cmd, resp.HTTPResponse, resp.Body)
 			}
 			if wait > 0 {
-				return c.waitGone(cmd, "volume", args[0], wait, func() (bool, string, string, error) {
-					got, err := client.GetVolumeWithResponse(cmd.Context(), c.environment, args[0])
-					switch {
-					case err != nil:
-						return false, "", "", err
-					case got.StatusCode() == http.StatusNotFound:
-						return false, "", "", nil
-					case got.JSON200 == nil:
-						return false, "", "", problemError(cmd, got.HTTPResponse, got.Body)
-					}
-					return true, string(got.JSON200.Status), got.JSON200.StatusMessage, nil
+				return c.waitGone(cmd, "volume", args[0], wait, func(ctx context.Context) (*http.Response, error) {
+					return client.GetVolume(ctx, c.environment, args[0])
 				})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "volume/%s deleted\n", args[0])
@@ -488,13 +493,9 @@ func (c *volumeClient) deleteCommand() *cobra.Command {
 	return cmd
 }
 
-// printVolume prints the volume the gateway answered with or, when there
-// is none, the problem it answered with.
+// printVolume prints the volume the gateway answered with, or its problem.
 func (c *volumeClient) printVolume(cmd *cobra.Command, resp *http.Response, body []byte, v *api.Volume) error {
-	if v == nil {
-		return problemError(cmd, resp, body)
-	}
-	return printItems(cmd.OutOrStdout(), c.output, []api.Volume{*v}, true, volumeTable, describeVolume)
+	return printAnswer(cmd, c.output, resp, body, v, volumeTable, describeVolume)
 }
 
 // volumeTable is how volumes print as rows.

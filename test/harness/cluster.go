@@ -244,8 +244,9 @@ func Start(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	if err := c.startPlugins(runCtx, kubeconfig); err != nil {
 		return nil, err
 	}
-	c.wg.Go(func() { runProvisioners(runCtx, c.client, spec.Cluster.Drivers) })
-	c.wg.Go(func() { runResizer(runCtx, c.client, spec.Cluster.Drivers) })
+	if err := c.startEmulatedDrivers(runCtx, kubeconfig); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -385,7 +386,7 @@ func grantNamespace(ctx context.Context, client kubernetes.Interface, ns string,
 // startControllerManager runs kube-controller-manager with the volume
 // controllers and a one-second binder resync.
 func (c *Cluster) startControllerManager(ctx context.Context, bins, kubeconfig string) error {
-	return c.runProcess(ctx, "kube-controller-manager", filepath.Join(bins, "kube-controller-manager"),
+	return c.runProcess(ctx, "kube-controller-manager", nil, filepath.Join(bins, "kube-controller-manager"),
 		"--kubeconfig="+kubeconfig,
 		"--controllers="+volumeControllers,
 		"--leader-elect=false",
@@ -404,12 +405,15 @@ func (c *Cluster) writeAdminKubeconfig() (string, error) {
 
 // runProcess runs one of the cluster's processes beside its control plane
 // until ctx ends, logging to name.log in the work directory.
-func (c *Cluster) runProcess(ctx context.Context, name, path string, args ...string) error {
+func (c *Cluster) runProcess(ctx context.Context, name string, env []string, path string, args ...string) error {
 	logFile, err := os.Create(filepath.Join(c.workDir, name+".log"))
 	if err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// On cancel: SIGTERM, then SIGKILL if it has not exited within 10 s.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

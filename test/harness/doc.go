@@ -1,8 +1,8 @@
 // Package harness runs real Kubernetes control planes for tests and local
 // runs, without containers: etcd and kube-apiserver (through envtest) plus
 // kube-controller-manager with the volume controllers, all built from pinned
-// Go modules (test/tools), and an in-process storage provisioner and resizer
-// with failure injection. Each cluster gets a least-privilege ServiceAccount
+// Go modules (test/tools), and a storage provisioner and resizer with
+// failure injection. Each cluster gets a least-privilege ServiceAccount
 // token for the gateway, reached through a proxy the test can cut to make the
 // cluster unreachable. It must never be imported by production code.
 //
@@ -11,8 +11,9 @@
 // v0.36.3), built once by test/tools/build-control-plane.sh into the user's
 // cache. kube-controller-manager runs the PV binder (1 s resync), expander,
 // PV/PVC protection, resource-quota and namespace controllers. Claims are
-// provisioned by sig-storage-lib-external-provisioner in process, with
-// classes that fail, flap or stall on purpose; the local cluster files
+// provisioned by sig-storage-lib-external-provisioner in a process of the
+// cluster's own (drivers.go: this executable again), with classes that
+// fail, flap or stall on purpose; the local cluster files
 // (environments/local-*.yaml) carry a StorageClass zoo — east with generic
 // driver names, west emulating well-known cloud drivers — so fleet views
 // have something to aggregate.

@@ -13,9 +13,9 @@ import (
 )
 
 // TestControlPlaneDiesWithAKilledHarness kills a harness process outright
-// (SIGKILL: no cleanup runs): its etcd, kube-apiserver and
-// kube-controller-manager must die with it, and the next harness start
-// removes the work directory it left.
+// (SIGKILL: no cleanup runs): its etcd, kube-apiserver,
+// kube-controller-manager and emulated drivers must die with it, and the
+// next harness start removes the work directory it left.
 func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 	tmp := t.TempDir()
 	launcher := filepath.Join(t.TempDir(), "local-clusters")
@@ -38,6 +38,10 @@ func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 		if !strings.Contains(running, name) {
 			t.Fatalf("no %s among the harness's processes:\n%s", name, running)
 		}
+	}
+	// The emulated drivers' controllers: the harness executable again.
+	if !strings.Contains(running, launcher+" --kubeconfig=") {
+		t.Fatalf("no emulated drivers among the harness's processes:\n%s", running)
 	}
 
 	if err := cmd.Process.Kill(); err != nil {

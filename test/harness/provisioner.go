@@ -151,10 +151,6 @@ func (p *provisioner) forget(uid types.UID) {
 	delete(p.attempts, uid)
 }
 
-// globalScheme serializes the provisioner library's writes to client-go's
-// global scheme (clusters of one process start side by side).
-var globalScheme sync.Mutex
-
 // runProvisioners runs one library controller per emulated driver (not
 // the plugins: the external-provisioner serves those) until ctx ends.
 // Retries are fast (tests wait on them) but still back off.
@@ -164,9 +160,6 @@ func runProvisioners(ctx context.Context, client kubernetes.Interface, drivers [
 		if d.Plugin {
 			continue
 		}
-		// The library adds core types to client-go's global scheme on every
-		// call: one cluster's controllers at a time.
-		globalScheme.Lock()
 		pc := controller.NewProvisionController(ctx, client, d.Name, newProvisioner(d),
 			controller.LeaderElection(false),
 			controller.Threadiness(2),
@@ -175,7 +168,6 @@ func runProvisioners(ctx context.Context, client kubernetes.Interface, drivers [
 			controller.CreateProvisionedPVInterval(time.Second),
 			controller.RateLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Second)),
 		)
-		globalScheme.Unlock()
 		wg.Go(func() { pc.Run(ctx) })
 	}
 	wg.Wait()

@@ -99,7 +99,7 @@ func (c *Cluster) startPlugins(ctx context.Context, kubeconfig string) error {
 		}
 		bins[t] = bin
 	}
-	if err := c.runProcess(ctx, "snapshot-controller", bins[snapshotController],
+	if err := c.runProcess(ctx, "snapshot-controller", nil, bins[snapshotController],
 		"--kubeconfig="+kubeconfig, "--leader-election=false"); err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (c *Cluster) startPlugins(ctx context.Context, kubeconfig string) error {
 		c.wg.Go(func() { <-ctx.Done(); srv.Stop() })
 		for _, s := range sidecars {
 			args := append([]string{"--kubeconfig=" + kubeconfig, "--csi-address=" + socket, "--leader-election=false"}, s.flags...)
-			if err := c.runProcess(ctx, fmt.Sprintf("%s-%d", s.name, i), bins[s.tool], args...); err != nil {
+			if err := c.runProcess(ctx, fmt.Sprintf("%s-%d", s.name, i), nil, bins[s.tool], args...); err != nil {
 				return err
 			}
 		}

@@ -57,7 +57,7 @@ type Driver struct {
 	// Kubernetes CSI project's own sidecars — external-provisioner,
 	// csi-snapshotter and the snapshot controller (sidecars.go) — which
 	// snapshots, restores and clones; otherwise the harness emulates the
-	// driver in process (provisioner.go).
+	// driver (provisioner.go, resizer.go; run by drivers.go).
 	Plugin bool `json:"plugin,omitempty"`
 	// Tiers are the values of the plugin's one mutable parameter
 	// (TierParameter) it accepts, from VolumeAttributesClasses.
