@@ -154,8 +154,8 @@ func TestTheStandInBehavesAsTheStorageSP(t *testing.T) {
 	// added its own, so what the provider wrote is read from the managed
 	// fields rather than from the annotations themselves.
 	for _, f := range pvc.ManagedFields {
-		if f.Manager != "kube-controller-manager" && f.FieldsV1 != nil && strings.Contains(string(f.FieldsV1.Raw), `"f:annotations"`) {
-			t.Fatalf("%s annotated the claim: %s", f.Manager, f.FieldsV1.Raw)
+		if f.Manager != "kube-controller-manager" && f.FieldsV1 != nil && strings.Contains(f.FieldsV1.GetRawString(), `"f:annotations"`) {
+			t.Fatalf("%s annotated the claim: %s", f.Manager, f.FieldsV1.GetRawString())
 		}
 	}
 	if a := call(t, http.MethodPost, url+"?id="+id, "application/json", spec(id, "1Gi", nil)); a.code != http.StatusConflict || a.body["type"] != "ALREADY_EXISTS" {
