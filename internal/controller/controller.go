@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/dcm-project/storage-gateway/internal/changes"
@@ -110,6 +111,24 @@ func Watch[T comparable](c *Controller, sub *changes.Subscription[T], keys func(
 // adds keys (Add, AddAfter) as what it follows changes. Call it before Run.
 func (c *Controller) Source(source func(ctx context.Context)) {
 	c.sources = append(c.sources, source)
+}
+
+// Sweep has Run call list every interval, the first time at once, and
+// reconcile the keys it names: the periodic looks a reconciler needs beside
+// its notices, for what changed unseen. A listing that fails is logged and
+// its keys, if any, still count. Call it before Run.
+func (c *Controller) Sweep(interval time.Duration, list func(ctx context.Context) ([]string, error)) {
+	c.Source(func(ctx context.Context) {
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			keys, err := list(ctx)
+			if err != nil && ctx.Err() == nil {
+				c.opts.Logger.WarnContext(ctx, "list the keys to sweep", "controller", c.opts.Name, "error", err)
+			}
+			for _, key := range keys {
+				c.Add(key)
+			}
+		}, interval)
+	})
 }
 
 // Add has key reconciled soon, if this replica is responsible for it.

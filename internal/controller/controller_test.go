@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -238,6 +239,34 @@ func TestStartedOnceListed(t *testing.T) {
 		synctest.Wait()
 		if !ctl.Started() {
 			t.Fatal("not started once its listing returned")
+		}
+	})
+}
+
+// A sweep lists at once and then every interval; the keys of a listing
+// that failed still count.
+func TestSweep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCalls()
+		var listings atomic.Int32
+		stop := run(t, controller.Options{Name: "test",
+			Reconcile: func(_ context.Context, key string) (time.Duration, error) {
+				c.enter(key)
+				defer c.leave(key)
+				return 0, nil
+			}}, func(ctl *controller.Controller) {
+			ctl.Sweep(10*time.Second, func(context.Context) ([]string, error) {
+				if listings.Add(1) == 2 {
+					return []string{"a"}, errors.New("one listing failed")
+				}
+				return []string{"a"}, nil
+			})
+		})
+		synctest.Wait()
+		advance(25 * time.Second)
+		stop()
+		if got, want := c.of("a"), []time.Duration{0, 10 * time.Second, 20 * time.Second}; !slices.Equal(got, want) {
+			t.Errorf("a reconciled at %v, want %v", got, want)
 		}
 	})
 }

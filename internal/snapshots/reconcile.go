@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/membership"
@@ -34,17 +32,7 @@ func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 		}
 		return nil
 	})
-	c.Source(func(ctx context.Context) {
-		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			ids, err := s.withSnapshots(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "list the environments with snapshots", "error", err)
-			}
-			for _, id := range ids {
-				c.Add(id)
-			}
-		}, interval)
-	})
+	c.Sweep(interval, s.withSnapshots)
 	return c
 }
 

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
@@ -61,17 +60,9 @@ func (s *Service) NewReconciler(interval time.Duration) *controller.Controller {
 		return nil
 	})
 	s.followTiers(c.Add)
-	c.Source(func(ctx context.Context) {
-		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			s.forgetExpiredKeys(ctx)
-			ids, err := s.unsettled(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "list the environments whose volumes can need repair", "error", err)
-			}
-			for _, id := range ids {
-				c.Add(id)
-			}
-		}, interval)
+	c.Sweep(interval, func(ctx context.Context) ([]string, error) {
+		s.forgetExpiredKeys(ctx)
+		return s.unsettled(ctx)
 	})
 	return c
 }
