@@ -105,6 +105,7 @@ kind-up: ## create kind clusters from environments/kind (laptops with a containe
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind
 
 test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2e)
+	bash test/tools/build-tools.sh
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GO) test $(GO_TEST_FLAGS) ./...
 
 # make bench: the product's figures against harness clusters, each beside
@@ -118,6 +119,7 @@ test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2
 BENCH_ENVIRONMENTS ?= 10000
 BENCH_REPLICAS ?= 3
 bench: ## run the benchmarks (README, Benchmarks); print each target beside its figure and ratio
+	@bash test/tools/build-tools.sh
 	@dir=$(CONTROL_PLANE); out=$$(mktemp); trap 'rm -f "$$out"' EXIT; failed=0; \
 	run() { echo "--- $$*"; SG_K8S_BIN_DIR=$$dir SG_BENCH_ENVIRONMENTS=$(BENCH_ENVIRONMENTS) SG_BENCH_REPLICAS=$(BENCH_REPLICAS) \
 		$(GO) test -run '^$$' -timeout 90m "$$@" | tee -a "$$out" || failed=1; }; \

@@ -58,8 +58,14 @@ func checkBinaries(dir string) error {
 
 // Tool returns the path of a program the tests run that is built from a
 // pinned tools module (test/tools/<module>), building it with
-// test/tools/build-tool.sh on first use (instant once cached).
+// test/tools/build-tool.sh on first use (instant once cached). It refuses
+// a program test/tools/programs does not list: make test builds the listed
+// ones before any test starts, and an unlisted one would be built inside a
+// test's deadline on a fresh machine.
 func Tool(ctx context.Context, module, pkg string) (string, error) {
+	if err := listedTool(module, pkg); err != nil {
+		return "", err
+	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(RepoRoot(), "test", "tools", "build-tool.sh"), module, pkg)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -67,4 +73,19 @@ func Tool(ctx context.Context, module, pkg string) (string, error) {
 		return "", fmt.Errorf("build %s from test/tools/%s: %w\n%s", pkg, module, err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String()), nil
+}
+
+// listedTool reports whether test/tools/programs lists pkg from module.
+func listedTool(module, pkg string) error {
+	list := filepath.Join(RepoRoot(), "test", "tools", "programs")
+	b, err := os.ReadFile(list)
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == module && f[1] == pkg {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s (test/tools/%s) is not listed in %s, which make test builds before the tests", pkg, module, list)
 }
