@@ -151,15 +151,13 @@ func (p *provisioner) forget(uid types.UID) {
 	delete(p.attempts, uid)
 }
 
-// runProvisioners runs one library controller per emulated driver (not
-// the plugins: the external-provisioner serves those) until ctx ends.
-// Retries are fast (tests wait on them) but still back off.
+// runProvisioners runs one library controller per emulated driver it is
+// given (startEmulatedDrivers gives it no plugins: the external-provisioner
+// serves those) until ctx ends. Retries are fast (tests wait on them) but
+// still back off.
 func runProvisioners(ctx context.Context, client kubernetes.Interface, drivers []Driver) {
 	var wg sync.WaitGroup
 	for _, d := range drivers {
-		if d.Plugin {
-			continue
-		}
 		pc := controller.NewProvisionController(ctx, client, d.Name, newProvisioner(d),
 			controller.LeaderElection(false),
 			controller.Threadiness(2),

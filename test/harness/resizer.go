@@ -26,7 +26,7 @@ import (
 // that needs no node-side expansion.
 type resizer struct {
 	client   kubernetes.Interface
-	drivers  map[string]bool
+	drivers  map[string]bool // the emulated drivers it was given: no plugins
 	claims   listerscorev1.PersistentVolumeClaimLister
 	volumes  listerscorev1.PersistentVolumeLister
 	classes  func(name string) (map[string]string, error)
@@ -64,7 +64,7 @@ func runResizer(ctx context.Context, client kubernetes.Interface, drivers []Driv
 		started:  map[types.UID]time.Time{},
 	}
 	for _, d := range drivers {
-		r.drivers[d.Name] = !d.Plugin
+		r.drivers[d.Name] = true
 	}
 	enqueue := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
