@@ -80,6 +80,9 @@ func TestManifestGrantsExactlyWhatTheProbeRequires(t *testing.T) {
 			granted = namespaced
 		}
 		need := rbacv1.PolicyRule{Verbs: []string{p.Verb}, APIGroups: []string{p.Group}, Resources: []string{p.Resource}}
+		if p.Name != "" {
+			need.ResourceNames = []string{p.Name}
+		}
 		if ok, _ := validation.Covers(granted, []rbacv1.PolicyRule{need}); !ok {
 			t.Errorf("the manifest does not grant %s", p)
 		}
@@ -90,7 +93,8 @@ func TestManifestGrantsExactlyWhatTheProbeRequires(t *testing.T) {
 				for _, res := range r.Resources {
 					for _, verb := range r.Verbs {
 						if !slices.ContainsFunc(required, func(p clusters.Permission) bool {
-							return p.Group == group && p.Resource == res && p.Verb == verb && (p.Namespace != "") == (scope == "namespaced")
+							return p.Group == group && p.Resource == res && p.Verb == verb && (p.Namespace != "") == (scope == "namespaced") &&
+								(p.Name == "" && len(r.ResourceNames) == 0 || slices.Equal(r.ResourceNames, []string{p.Name}))
 						}) {
 							t.Errorf("the manifest grants %s %s.%s (%s), which the gateway does not need", verb, res, group, scope)
 						}

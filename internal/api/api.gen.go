@@ -516,6 +516,16 @@ type AdoptionRequest struct {
 	// Namespace Only this namespace (one of the environment's); default all of them.
 	Namespace *string `json:"namespace,omitempty"`
 
+	// TakeOver Also adopt claims another environment or storage-gateway
+	// installation made (labelled for it, or made by a gateway before
+	// claims named their owner) — an environment registered again
+	// under a new id takes its old claims so. Skipped without it,
+	// naming their holder. A claim another environment of this gateway
+	// records as a volume is never taken. Each claim taken over is
+	// labelled with this environment; the former holder reports it
+	// DELETED. Recorded in the audit trail as its own action.
+	TakeOver *bool `json:"take_over,omitempty"`
+
 	// ValidateOnly Report what would be adopted and skipped; record nothing.
 	ValidateOnly *bool `json:"validate_only,omitempty"`
 }
@@ -725,11 +735,14 @@ type Environment struct {
 	Namespace   string              `json:"namespace"`
 
 	// Path Example: environments/prod-east
-	Path       string            `json:"path"`
-	Region     string            `json:"region"`
-	Status     EnvironmentStatus `json:"status"`
-	UpdateTime time.Time         `json:"update_time"`
-	Zone       string            `json:"zone"`
+	Path   string `json:"path"`
+	Region string `json:"region"`
+
+	// ShareNamespaces The environment may serve namespaces another environment on its cluster serves.
+	ShareNamespaces bool              `json:"share_namespaces"`
+	Status          EnvironmentStatus `json:"status"`
+	UpdateTime      time.Time         `json:"update_time"`
+	Zone            string            `json:"zone"`
 }
 
 // EnvironmentDefaults Applied to volumes whose request leaves the setting open.
@@ -774,7 +787,16 @@ type EnvironmentInput struct {
 	// Namespace Default namespace for volumes.
 	Namespace *string `json:"namespace,omitempty"`
 	Region    *string `json:"region,omitempty"`
-	Zone      *string `json:"zone,omitempty"`
+
+	// ShareNamespaces Serve namespaces that another environment on the same cluster
+	// (the same kube-system namespace uid, whichever address reaches
+	// it) serves too. Off, such a registration or update is refused
+	// with 409 naming that environment; on, each environment still
+	// serves only the claims it made (every claim is labelled
+	// `storage-gateway.dcm.project/environment`). Recorded in the audit
+	// trail as its own action.
+	ShareNamespaces *bool   `json:"share_namespaces,omitempty"`
+	Zone            *string `json:"zone,omitempty"`
 }
 
 // EnvironmentList defines model for EnvironmentList.
@@ -787,7 +809,7 @@ type EnvironmentList struct {
 
 // EnvironmentPatch RFC 7386 JSON merge patch over the writable fields of EnvironmentInput:
 // display_name, description, labels, region, zone, namespace,
-// allowed_namespaces, defaults, dcm, capability_overrides, and the write-only kubeconfig (with
+// allowed_namespaces, defaults, dcm, capability_overrides, share_namespaces, and the write-only kubeconfig (with
 // kubeconfig_context) or credentials, which rotate the credentials. A
 // null resets a field to its default; kubeconfig and credentials cannot be
 // null. Read-only fields (id, path, connection, status, create_time,
@@ -799,6 +821,8 @@ type EnvironmentState string
 
 // EnvironmentStatus defines model for EnvironmentStatus.
 type EnvironmentStatus struct {
+	// ClusterId The cluster's identity as the last successful probe read it: `kube-system/<uid>` (the uid of its kube-system namespace, the same whichever address reaches the cluster), or `server/<address>` where the credentials may not read that namespace.
+	ClusterId         *string          `json:"cluster_id,omitempty"`
 	DcmRegistration   *DCMRegistration `json:"dcm_registration,omitempty"`
 	KubernetesVersion *string          `json:"kubernetes_version,omitempty"`
 	LastProbeTime     *time.Time       `json:"last_probe_time,omitempty"`
@@ -1912,8 +1936,11 @@ type ClientInterface interface {
 	// its name is not a valid volume id, a record of another environment (or
 	// of this one in another namespace, or a deleted one) holds its id,
 	// claims of its name are in several of the environment's namespaces, or
-	// it is being deleted; claims of other DCM service types are not looked
-	// at. Nothing is adopted implicitly: a labelled claim without
+	// another environment or installation made it (unless `take_over`);
+	// claims of other DCM service types are not looked at. A claim taken
+	// over is labelled with the environment
+	// (`storage-gateway.dcm.project/installation`, `…/environment`);
+	// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -1937,8 +1964,11 @@ type ClientInterface interface {
 	// its name is not a valid volume id, a record of another environment (or
 	// of this one in another namespace, or a deleted one) holds its id,
 	// claims of its name are in several of the environment's namespaces, or
-	// it is being deleted; claims of other DCM service types are not looked
-	// at. Nothing is adopted implicitly: a labelled claim without
+	// another environment or installation made it (unless `take_over`);
+	// claims of other DCM service types are not looked at. A claim taken
+	// over is labelled with the environment
+	// (`storage-gateway.dcm.project/installation`, `…/environment`);
+	// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -2595,8 +2625,11 @@ func (c *Client) RetierVolume(ctx context.Context, environmentId EnvironmentID, 
 // its name is not a valid volume id, a record of another environment (or
 // of this one in another namespace, or a deleted one) holds its id,
 // claims of its name are in several of the environment's namespaces, or
-// it is being deleted; claims of other DCM service types are not looked
-// at. Nothing is adopted implicitly: a labelled claim without
+// another environment or installation made it (unless `take_over`);
+// claims of other DCM service types are not looked at. A claim taken
+// over is labelled with the environment
+// (`storage-gateway.dcm.project/installation`, `…/environment`);
+// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -2630,8 +2663,11 @@ func (c *Client) AdoptVolumesWithBody(ctx context.Context, environmentId Environ
 // its name is not a valid volume id, a record of another environment (or
 // of this one in another namespace, or a deleted one) holds its id,
 // claims of its name are in several of the environment's namespaces, or
-// it is being deleted; claims of other DCM service types are not looked
-// at. Nothing is adopted implicitly: a labelled claim without
+// another environment or installation made it (unless `take_over`);
+// claims of other DCM service types are not looked at. A claim taken
+// over is labelled with the environment
+// (`storage-gateway.dcm.project/installation`, `…/environment`);
+// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -4971,8 +5007,11 @@ type ClientWithResponsesInterface interface {
 	// its name is not a valid volume id, a record of another environment (or
 	// of this one in another namespace, or a deleted one) holds its id,
 	// claims of its name are in several of the environment's namespaces, or
-	// it is being deleted; claims of other DCM service types are not looked
-	// at. Nothing is adopted implicitly: a labelled claim without
+	// another environment or installation made it (unless `take_over`);
+	// claims of other DCM service types are not looked at. A claim taken
+	// over is labelled with the environment
+	// (`storage-gateway.dcm.project/installation`, `…/environment`);
+	// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -4996,8 +5035,11 @@ type ClientWithResponsesInterface interface {
 	// its name is not a valid volume id, a record of another environment (or
 	// of this one in another namespace, or a deleted one) holds its id,
 	// claims of its name are in several of the environment's namespaces, or
-	// it is being deleted; claims of other DCM service types are not looked
-	// at. Nothing is adopted implicitly: a labelled claim without
+	// another environment or installation made it (unless `take_over`);
+	// claims of other DCM service types are not looked at. A claim taken
+	// over is labelled with the environment
+	// (`storage-gateway.dcm.project/installation`, `…/environment`);
+	// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 	// a record is left alone, and counted in the environment's
 	// `status.unadopted_volume_count`, until this is called. With
 	// `validate_only` it only reports what it would adopt. Idempotent: a
@@ -7870,8 +7912,11 @@ func (c *ClientWithResponses) RetierVolumeWithResponse(ctx context.Context, envi
 // its name is not a valid volume id, a record of another environment (or
 // of this one in another namespace, or a deleted one) holds its id,
 // claims of its name are in several of the environment's namespaces, or
-// it is being deleted; claims of other DCM service types are not looked
-// at. Nothing is adopted implicitly: a labelled claim without
+// another environment or installation made it (unless `take_over`);
+// claims of other DCM service types are not looked at. A claim taken
+// over is labelled with the environment
+// (`storage-gateway.dcm.project/installation`, `…/environment`);
+// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -7901,8 +7946,11 @@ func (c *ClientWithResponses) AdoptVolumesWithBodyWithResponse(ctx context.Conte
 // its name is not a valid volume id, a record of another environment (or
 // of this one in another namespace, or a deleted one) holds its id,
 // claims of its name are in several of the environment's namespaces, or
-// it is being deleted; claims of other DCM service types are not looked
-// at. Nothing is adopted implicitly: a labelled claim without
+// another environment or installation made it (unless `take_over`);
+// claims of other DCM service types are not looked at. A claim taken
+// over is labelled with the environment
+// (`storage-gateway.dcm.project/installation`, `…/environment`);
+// nothing else is written to the cluster. Nothing is adopted implicitly: a labelled claim without
 // a record is left alone, and counted in the environment's
 // `status.unadopted_volume_count`, until this is called. With
 // `validate_only` it only reports what it would adopt. Idempotent: a
@@ -14979,235 +15027,244 @@ func (sh *strictHandler) GetReadyz(ctx echo.Context) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs3muirYHm2ymRti5ZvmYlUqSmNRDs6sSWtJCdnd+hDgd0QiVUT6ACgaMZx1TzEPsN5sHmSU/g+",
-	"AI1udlOkIznejP+4ZHY3rt/9+qGTylkhBRNGd/Y+dAqq6IwZpuB/A3HLlRQzJszxkf2Bi85ep6Bm2kk6",
-	"gs5YZ6/DyndGPOskHcV+nnPFss6eUXOWdHQ6ZTNqv/5Xxa47e53/9bic8zE+1Y/PmZZzlbLjo87Hj0nn",
-	"DX1/Rifsgv/C7JcZ06niheHSLsA+IZr/wkg3Y9d0nhvyYnef5FRNmCK3NJ8zTahiJJcLplhGjCRPdnd3",
-	"e/1Oglv4ec7UstzDjL4fFXTCRnbQTrzkGRd8Np919naTjlkW9mUuDJswBcu0K7mUN0ysLvJyyogs6M9z",
-	"RgR7b3B8Y98l8pqYKSOFYrdczjWxj9qWVn5WXRd9/5qJiZl29p7sPn0eFqeN4mICa/tR5vMZOz46s9fV",
-	"fHe38MpvuTY/SeejnVIxXUihGQDPmZLjnM3sn6kUhglj/6RFkfOU2kN6XOAb//ZfWsIBbjalHxdmrJ75",
-	"+ctD8u3zF38ibmSSMUN5rvtwIG4AO/5BmjKt38gMoIsJe8N/65wzmv2kuGGnIrVgYP9/KvLlGyqW7r/w",
-	"GP7/buXMk85BJt1SPnQKJQumDMfDoPaJPdwmMMFr0MS9RLoLbqYWjnlGDRtJkS8TYqbUkIWc5xkZs15C",
-	"qAYgwm/Jwdkx0VO5gB9nAEyGzfRm12eX7vZClaJL+/8snY3SKUtvVpf803RJjg7fPNKEC22oSJkmFs+I",
-	"kIbANyxLyGLKhF3MMjyzq1o5MjtPGGZkNy7nZpTmlM8aZrbncnT4hig24dooACMixd7KehyKRcTpkbZQ",
-	"ccszpogFfzxQ7s9UMG6mTBHN1K1drSJjRug4Z5Z4wMUQem2YImbK3U3ZubtCEsVSqbKECElyOmZ5zjIC",
-	"GyBcEG40TKcLmjLdI//4+3+ThZ2ZEkNv2I68ZcqvFpaFy5GqmFLRJwdjzYQh7lxW9p4QKjI8avsoxa1I",
-	"A4vXNxaWwkUSTZeaLKbL3sbgcXT45tgdaROM1Ej/3ofV6y233gz65XOiGVXplGWV1a0MWF8DHj7LRqmc",
-	"I4WpTvK6ciMWRMJR1+ZFgKAeo3BghAdNaK4YzZYRCAc2kHT0DS+KJuSuT24hhN/Wx0bM9gjkiIC/2eXG",
-	"l+WJzyHgTsNRVQhKdLhjKXNGhX1lQZXgYtJwWQeONrmdbECiLOLkUt4QavaIFIyMGRcTkrGcAZHz1I5q",
-	"cjR4Pbg8PnmVALrA/wZHRLFCKvuGFCmzmMo1mUhhiZ8dbjGVmpELIxWdsMOcajxfKawQwN5zbfR9nd3H",
-	"mD3+bVXkqZ5sBeqTQPpLOInOeQWAS7Yix//FUhOzlUNPFau8BZn5OuRrfKoYdXx3VXaId1uO4uSG8Om6",
-	"tZ6zn+dMI8vPMm5/ovlZtO5rmmuWNGwlrLgKgJYRI/ENL5GuhYMmUt/bJ14ypHnuXgG2GAlO3zxr4Ecr",
-	"SFKTMAAmkYJ7SA9822Ksu+N9j+NCmikXk4hwBHT72HR884ybwa0TlmoyROpli1U6avm/fddxBdaf9Emq",
-	"GDUskuEbGTCdm+loxsxUNhCw7+UCDjelec4Use8yYaz8Zrc4oYYt6JJcS4UnYl/1P2bcIi4gtFwIO7UX",
-	"syTPUosNhhpu/zBqrg3LdgQzC6luOkkn49qyXospbrhGcWsD/sMbNnUs7MloK7VYIsZumVraf1sOqBW9",
-	"CsZU821cHp4R+5TQLFNM68ZxFWJI28qVzPHaNyJg5zJvZNH2kOctvPf7y8szgi94JKJCL5hq4XJzhNJG",
-	"rszxjK6lmlHT2etYFNqBX5twLKgddxIfIK9uHL+AkgzBEVVBOPFoEvbuLqpy4O/Wot5rrpvQzz4fAZxs",
-	"fi8RPjfcTk0xvPs4Kmto2sThxfGR4rdMvaSp0U2yu0PT1DLMR5qEDwgOQjKW5lQxvU+okz2dIE/S3OKp",
-	"IlNqOa0AlbV2RMbQdDoqV9wkY1zr0UTJeTEqZM7TZTNqyWzExbUcSTGaecFudSiNzH+U0oKm3LQINQ7c",
-	"cn7N0mWas9FMZjXUukPMbKLUh7SgY55zszy9ZUpxVCXX8rrqVVzMCyffwHr2CSU3XGQkZ9eGWGH/mua5",
-	"lQ6VnE+mVpqyl5DhZRlLHxsuAPTahg2ug9Ef5mOmBDNMR2rxR2CVx/j98wZhEg91u5lQ3Vwd/+mnHbje",
-	"8sQd8HNd0wsBF6wmgDcCuqticNzjOc/NjlUaQBeU10OxYHm+cyPkQqBCqbkUTGkrnWqeW4yx7FBJMemT",
-	"M8VSljGRsr0Y64bwNRVCGmDYmnQdKO84ftfP0lm/UNJu/jHe6g6cdTIU/X7/MR4//tSzkjez4xEmjFoS",
-	"WL1lymFKkJnca1KwobBPLWuOduAerwAZORaEkhlTE0YKatJpQigR8zwfCpxOsZm0egw3/aFYAcn4jNrv",
-	"az3cNOBaE4QEcoD3+aCzrYfQC7BlNolwVfzcbBk42glFS00d87Yfo85U4kXVxn+3wTZPnIDk5bsSrjsV",
-	"Gc0KdgBYnaQzF4BBjWLdYUTN6yRz5iWViH95FdB95hhZAwNzYF3MxznXU9bGxTSbzLZi8n7mC/ywidMb",
-	"aWjezGnsk9F4aXDyIEFxYb553mm0OseXhwNXh0nKLbTdX7zcFSiN2Sl7T2dFbgd4esmbhDn/crmF8MnT",
-	"J99+u/v02dMXL168eJrcvTVgCXw2n40cDGpn/m84tELmctIAIicyY0SznKVGBsOaOw7CBVrodsILeikM",
-	"fb9P2KwwS4QUCxRgauC3DPWWcAR+2v5NYJl9Lh//IgX7jlFtdmgnuUOCCysvT66zcojrbu3SQ1L1zj4r",
-	"gDWuD6XDQ2X5neE035Y7D94XOU+5sXqrHwIsuoxm9iIpsaeeSnHNJ3toO1MJQWsDzcnhgdW/h96OS8mY",
-	"UWWZGLpc7C9pzi0UpHYZ16DEgsp+w5Z9cjZ4E3mOhmJMNfvm+Q4TqczAGgemw3gNTcwuGnpktRKp7KVm",
-	"1NDK0dtTrNkiXrx49k0TdsGSR/G4nzpa0lmgbyNfoo+nHP6GLe91WC40S+eKjfQNL0Ym16Nbpvj1ssWq",
-	"YxkQGFACpUZThsVPZjS5eDU6eP369KfR8cnF4PDt+WB0+PrtxeXg/KLJrGKpn4WNKvWaGlPovcePacGt",
-	"XJXtWHztu+f9VM72vnn+/Fl1v093n/+54U7sfnCKkbcNxB+9aDIrBf0udtx98+zPz+8+zho+us01oqAU",
-	"goH2eyyuZbs1x5toUnxf7xPBQN6zfDVCPjNlM83yW6YbNA2rc+MKSs7v/ZSrUNvI6FM60lP69MU3DZz+",
-	"+4Odpy++Id0pe9/zZPxocE6AAPkfrrnSxmJ+NFOFluulNmxGlJQGPcJzjQ6G1bWU+x6x9wVXbOSNGnUl",
-	"wqvD0UlpIwuykOqGi0mkPiyJpkuiJelWydEjTdj7Am3pSSNheqTJiTQH14apXhBkrNAez+q9Qlbwt0te",
-	"9skFu2WCZHSpyZhdSwV285p5lJi5EpocDV6dHxwNjuxxbGa3ic9oXoCVdDvDzzq6sIrGlirxFpfpDVvu",
-	"2FHtHyu3YS9aM5pbisLNtPG+SxqxCX6v5+lurBigkwhBwk7aT7AJm2Pn2wq7X+Nua3e0OS+pLlhKJvQW",
-	"NVzvM221fbbY4yveu1KXzJgiUy4suukbC7EJ4deEimX/TtEITgh20HIc55Hnc/VIMq6LnKYsG42Xzctl",
-	"IiskF4bkVFtsmouMTGWeWTjCgAzcwCPUl2PhIyKbzW7sMHkz1bjgImVIk+J1kinLs+CQ3BwTS485uHa3",
-	"R8PN/O0tXvVw0abJoFJ1pWvwpadUOCd6V8iqh3UzvzkIYPKaNG282VzdsskRz1rM4chMYItSl3iht/NH",
-	"z5jWdNLiMHDn1mryZ7jEOxiPZ98AxRgNgFFOHs3phFpZFcIVuCELqkug2xzGtLF8e9UDNnh1bGWvwZFz",
-	"Ake76iXkbHBydHzyinQVM2rJxaSXkJcHx6/t6xi9cG158D5xB1VGJSTkr69PD3+wL1aADFFREyokgJXH",
-	"YoBMS9IS9OOUYLoCkSmYJBAg98LMAF4g5IAagAKFlTYUOX350kJqfLx7JEtnff9/uyDUYoh0MSHB8SUB",
-	"6MtvcXlHh29WNs3Taa+ZLjaRvwtmjHfOb+FTDffTzBzspVTOOrhONTGS1OySOx949nETP6rfPE4I4/nI",
-	"srpH1Z3Syq1RTSiEtbg1hGVu6kyNXJ8Nprg8lwuWjaoRKpsjehqsYCMZ26O3syxqGCrI7XcOUJXwUSbb",
-	"Xg7L0tkGoT8B3iDODkHirs+iIz/yn9TD9D60sc/lqNXX2kIxgW+sNfS23WMJJeujJAoXPVlqkhGI6sdB",
-	"ley04EDLhku/7IaneYEffEw6nyR5/yIF29Db6kJEK1dSvcFw7mGLboKkEizSgGERICEUtuBRBSciT24M",
-	"7dWTeLce/48i+N3CJnVQFDnHAGIfpIlhR86XTHJGMYTLahyALkQWaDZstfzf6TOueOEqTo2NbA2RAX8b",
-	"h9wdFPRYFHOz7fFVghX7ZPCepiZfEhe2c1Ua066ABV9F+tFVn1xO2VCUOkbMlsBIJJg7+JylhmWRbY5A",
-	"xPF7gzy+yVLXTP7rFkmjaBwqGIIDZ3RJDFUTZoJ/tqr9bCc03icvqdpf146warH9H8kbymtvivXJuWAx",
-	"ZPzHwZvXFhJZSop8PuFCJxDXFC5QJ+Sa5+DrnOrE/vye27sXGeGzgiktBcYdU8W8ONv/RENpua6Rg9jV",
-	"LRw6UDaSzDUrbaTRnqZUE81umaI5rFNIks6VYsLsuGFrC2wgHE3Lu3f2WhM9XYheieLXUnlC29+So7Zz",
-	"uHVUrTnUJ2bxG3sBY2lzs1ifGrFEI5/E2wXlzieGrOfaldXewQfPqEmn7RfaKKC/PCR/evbnb8j/vjg9",
-	"ieMAiPRGYws5EB9xzVmegaJe5xx7QxEjckKiSRLU/3VC8H4TYi8zKeEiGYpVep0EhpBY1SwhTVQ0Caod",
-	"QPeOFPkyxhxQYYdiFQ9BDYyIaYLqGlHSqsV1k2OfHAyFmOc5UQxcFhSPwiItN9qvdD+e2i4stlo6JXXM",
-	"cKQ+OWc0wwW7Y+3yLAGylJBSPEpcCF9CIuEoGYpIOOrBXM7l7geLqBcqqM93d+2Je2MYvIaccx1AXXgr",
-	"gfcBOANAJ+mcDw6O/qOTdLyhuZN03p6cDw4Ovz/46+sB/O/g7eX3p+fH/zk4anQQrMq/q1a/dDZSNbvg",
-	"HbyrYkZ0RBiduaNbpnQbgbEYOSqUHG8re8OHkD6w5YfrbEnBOrOF/rAqT5ZZE6sGtLlwcc3eG9+SYXGI",
-	"GQHBhGdpeKy1u4yLashVicZDAVbEulnQWw+73uxTGmd7exgjR3MIZZoLw/Myd+pqD/686vXJoV0wy8gY",
-	"XQSKQeoZWi3lQoDYPhSxyUEKwqjFcoukKc/tvFRr0n22S3Svgg3RSdXP5w6POl5deb21AVpP/t1dmFhm",
-	"QjC9lqm1GSDlGE69zYjtk5GmVjxyge2Ea4J0hY7l3MSBolFk3ZKZrQyPObsj4LPc5Ea8OT6bI8gJ3D7J",
-	"A5e1uoama3mZM1a5kHuSMTbZx5qIdT2fzahabjPLhfukKSukU46Y3C2FNIaZfmr2ZVJ9/UxmjQyknPN7",
-	"Lsy2ltNP1tkrMu9dllIdYgXv1tRdXOHvbRZ4zW+ZYE1QXdq1QrbHTcPNNFDEeTPUnOU0ZW1haiKDXJ3N",
-	"8SeMdui/bcxrfJ/m86wpoQ8SUNn7IqdcfAfCsk8fiZmIckG3IZJ721S+sMyBXYl2cspachUdxtpjLDd+",
-	"Z3DqqovMB106gg/vY/Q66cbBlk7U7G1nBQER37M89r6goiaLRYwgkvUxkHRlvYDRuBzqzXUu1t7yLCtq",
-	"4zaMJGPmY7+tBBGHl+LmIHIk2lPzenzIJM3z0+vO3t+2DBp9lzScuI9VzYifIQQzRtnf11bHGDNtCBf7",
-	"EJsdZ21YUFyNebVvWZ0tKPubZFPpUfDlNN1KFOvd+P3Pc4lBZpsd0b/b179nNFNSzloOaOoeY4Bv3aDw",
-	"SBOYU6OhNj4bCPPM+cweHTekKxW+ivAU/Hu9xrOK3lwLebG7dkaXzi1Is2oO8iNNfPkL2LJuhjFFRUM2",
-	"/pMQ6Q8AEOhAs1d8rUuixlHaOMiYi4yLSeAk6zjNRoTEG1Xvi5Bs5uxoKFxS9WVUD6QK3RVcaD6ZVoLm",
-	"brKBiFVighFZqrC2lrSXzOJTZP/WdOAGyGhRCxzAL6YyrwacLWjJDLeyZ/mLaU03joqMbFoKpC7l4YPG",
-	"jYMNpBmCvQMIzTzdTBrLO8BEVlAz7flAGZiba9SOyqoYCpiQI8WtATrrp7bzVKaRKVh9MyJFvy2iY66b",
-	"tX3DTc7WYFcp0B2f/Hjw+vhodHD+6u2bwcllJ+mcnF6OXp6+PTnqJJ2D12D3GQ3+z/HF5UUn6ZwNzt8c",
-	"X1wcn56MjgYnx84OdPD28vvByeXx4cEl/HJ8cjk4Pzl4jQ9/PDh+7YxEGDwyOjsfHJ6eHB1fHp+e3C1Q",
-	"urg73FSyVr50ZoXvGc3R01uFjsgG0xRQFts0QK/3sh7pwjFAeIj9L5YvmIspzLPsNV7Qps5ml/6lH+No",
-	"6+/a35ubGewL/u8mnal+3w77G9+dFy3hbiyVItNEQ9hbzAW1oVbKauZO7ea35vt1rurgHvbfh4U13XhV",
-	"qli58Gn0ZGW//uEW6RTrAwzW1FoIC1mZtmlXVh3mzToZpkc7Zr0aEX5wduzy+1HQrSX5X/lk/CsyY1Ro",
-	"QsXSld+wokw6de5vqIuQUkEyaV8JVQ/asv5Djn9jZPiUpTdbZL/7zR9CxaK1efB+PWCQtbKddMbZjdXU",
-	"sLwkOtq1d3LoCyltSFt+mrqgZqjbc015bm8iFozkDXo2rjGxBcsz+Hjw2DGxrqJBddJCajNRTCdkxido",
-	"HdcJEdTYX9hszJSe8sKqR1wHW+pU5pkGFwe+QjiWwbC/TBlVZsyoC733WR7gWRnT9GaiIAJ3IdUNKl3O",
-	"jr8kC3AvTakuhWX/LEHnRM6YVXYy9t6S1VxSSNLBF73pVhM1R9GxpKd+k03HIm+atJpmu1fFqhHfeKhi",
-	"VyHjcZhQQY1hyp74//0b3flld+fbd133x867D7vJN08++t97f/nXpoVCsYc44TKbcRECam45W1QSRMoP",
-	"LwQt9FQ22VI+JYxs4/obW1am2ZoNPrt+mj4Zf8t2XtA/ZTvP0yds59vrXbrzdPzn7Bv2PP0TffLksXab",
-	"148Fn0xNvtx50uxitgyvzD1c5fp6ZtFNG6+3QAyKG5y4zzXhwsgESxdFuaeaLnUVIp+8akyr9APeIXSD",
-	"e7BMV2/VNVdN8t3KslMpjJJARdKpdGrvJ0ateSgrQ9bwu9E6f9YnRbVtW0jEyQur9ZuiOogxCw4Ev7aB",
-	"bQPR/IkcwldbWqHvggQLks467KexL4Yw3iSyFD3SDhAfBZ80AkQVJlPNd6ZSG3teO3Z+rwLfYWT+uGbv",
-	"zZEWd1dAKVFhCzeJp3N3WU3Loddd20VLER0f644eyAjLLedKnTPMT7FPQCEIxcysqDRmQ+EIRrbvw+TB",
-	"GV8O9kiDQTng5yNgiloKwOChiDB3BvI1hygEy0YLqg3hprcfCqw53x0qI64SG3o12933uCzw4+Mgzaxl",
-	"1TO1pYH5YNXus7HBvK2EyT2ZmDdz0ayUf6jZhTexBmPOrxQVF+ddiqcn6SE8EZJYuHvgII3AsBnwJdKl",
-	"+F8LBjOaMTJegsiGG8WyCg7+osIlZQaQpjNWrx2C9gxCZxIjSGa9UL7SSqnlFT0iXOwYxVi1fkq3mlT/",
-	"j7//v54Puskk1hbNncFki8hKzUeu6MRdN1CtnHQ/BvFWT+wdnvaQ65NRQ9F8ZnFZMyZ8ZB/pwk/plIoJ",
-	"syQCBF/BUu+gz/kt2181Q+dSV7z0TkYB73Zvcyd9tVD0xuGB7abgcsCgx2iWKmZ2cilvXKonxIMsIenT",
-	"0j3KhX2A7yUQqpFghm0SKUGJfR+DPBNSKH5LDRxYypRJSEo12+FCM6G54bcVyadkBXd5Nnzq1pqaVutM",
-	"7xUWzzZn8kxX6/wE/p7EYWeY2lYWk/Xuj+1QqcKGV8AVYnTidfh4eUd9/NeGZXtkCXH04Jlr2BT4Xlx9",
-	"Ir8bH7zW6lXJuTYtJ9SloiwTUTA149reZA8yDyG4aME1Q5o4d6lI1JR5XFgSuCIuH5wdhzJovdjKsQTV",
-	"Usg7StyEEJcmfMA1hHBA1IZZRoRc7COd5ahyAwHAc7F0otlrZLjD0TaAOjBG8fHcMH1YJfJViHJZeUwB",
-	"fQC1hkPZK7Ny11A5pZdYpoIJZVFGPtq+KRS7hRjP4JDzV9y943pX1puQlgteD99Vp15rhbO6tyuYwWcz",
-	"lnGM5PqJcvNSqpcWzQ6l0PNZiwK+3jP2WySgamm1B/OIYQhUlXuFeoz36CCrktMKu2mSzGLq5EG+UaKP",
-	"pNSNFZJPDdP+9HC11fCxOxWZDYLSmsK6tpTR3woouO7jvmOzDJSfv3+JfVsBGssjlVkpoxio10S7bvqa",
-	"BdIMyUZJCyAGCKwwFhLljPm/hcS/mmhBvTDeFpzYouGmG3OEZBQhTUsg7yC+zdKm5NmAC/cJGRqrsTH7",
-	"8P5cQEXDqcwzx5zwRSnylvrp91BLcuNQTh9j23aG6wBnzWHWrrMCKMnWFfYcpr5hhvqyTFsYjD4ha6ee",
-	"cVS4pEd7n2c/HkIqHsrfFV8eMxpCpiEEDks3dN/vKIbcYcd+0IsTDfZR3IKRIGkjlLi0qqMmXGDgXQIf",
-	"ATBpph7pVZE86dTmsfccDzijgk5YtjNeomE8PMjS2Y73r+8Al6s/taPylO3AjO9a/SVHmM6C9Qm6B4Oz",
-	"nSdPn/asslFg7npc4XMfpBiotwK+z9/uBKiY0JWLla3JMmtCOO78wgFpe0WZMXhvzpjSXBsmDCJkH+M1",
-	"1o3d5FFZgwUXBUu3xIC0tYLkQWSHID/PqTDcLMkE7LIg9wvyC1MSyo24ajkujQHsbNRq14obqHa6RzI+",
-	"4aYmf14rLEANbrD4wVxwQ7pjLqhakh94vz/glphmLOUzmpMf+v1Bb7+s6YTvo6UOi151n+z+6dmfnj/5",
-	"89Pn9scnr3jNufVkF3wJccDx8yqoWXj6t+5w2Me/en/pDvivZ/zXS/7rK/7rG/7rD/zXwa9nv17++urX",
-	"N7/+0AJ6s4gubRBHHshYXAJluj4euykRDUK4rXwfckH20f9xVVqOrghHp2ESkRqgJnwipMLAgyqwlB9v",
-	"LrNgNHmjvdtRj9HmYRQN1aTCAJWIsHDuTdjiWvn83p69B/HdNcrWjixsAIBAQTZ2XzkjwjbOK6twbDbs",
-	"JXdS2fburm0cWnA49+e/wrWj9+qvMmugqwMs+eRD0/SUFgyLduJMFu2kYBsE/cZz+SYiH5Mt7vldbcFR",
-	"J5IGX67j9Z6i7KDcgF6WaC8NVYK3hb86mtsf2w8bIwhqzAtlDMIzrGf69u3xEelCk7uUatbbJ0MX5TXs",
-	"IB1EAanKJTZEuN8uoeBGPt3v5yjElhrBndqAH7b97OuZSS95zrCSZCfp/DWX6U2jQocfnzNPDbYQWPwn",
-	"dWGl0eLl7XM1l271licyzxoctjMuQvnRO4MoeUud0Uou0nYVQU6kIQVVUGcN5SsvV+35tmiCLbyGyTW5",
-	"5phUquQsGQpWLSBCS4vsahcg0qU+GgMToPGjoYgtlt4R1uuTY0NyKjLtq88FX1iZhk4oVHzRZijAJaMm",
-	"zPfh8wsBwgGTYodKZ50Pd+XZeTIU3vEGn6863vw6Im17PzJXo/MXKBziOqZyN2dwN0cUNEFcOFCeBTci",
-	"q7YQurOFUpBE6oP7a/3EoT+2w+JKeN/Z+emPxxfHpyfOmf32xP216s52f7bkoEd8u6HYeDs0V269bjYf",
-	"im4javcSUliqDQbGFEvccO1a+V1L1VhzGv2BzfzNThZnCoGTNuRYuBKxZSldOxeWPGoOALozYtGBrodG",
-	"DGIED2XXwnKgr/x6+RLCGrHxUs9FxnNDNOXZun5JbU00w07RDkH1DXiR7ohjavC/4HKNJFdhxisyFxlT",
-	"ZEGX6Gl11gw6Lq9q5ZC56TfGVRyfjM7OT1+dDy4u4H8vBwcXx399PbhbMyhPoJ0qvy2y7UOM2vVlqPLK",
-	"FkDLEt9hF9RkOGrnigZPjtWLDRNYtm+F3hFeizF6uvtZtNWVNEm303dNHT2gOjE3ywsrUfgGIjPe5AWo",
-	"lpf/x9//2+r6p8dHh95Oig+6F69GB28vvx+9OT0afCd5lvZQdsM46KFoeg2fYa9Q4HKF4iLlBc3L4CBY",
-	"F1EyZ3uVEgYaw72gURQxivIcA4XRRoc6cWgUh+QE5CfwGsKWyjOcGlNEJaHqJ9Cwqiyd4ZqwHSnN81Bb",
-	"l6mdmDkjgNilYzVP3ScHQeQujSB4PFhzLXRV41CTlmdsKPy5HR2+GV2ev724HByNTgaXP52e/3BBJsy4",
-	"YqB2TVB/9JEeijaZn2hm2b+QbtYlM70NT8jF3G52SPiyOyfFKBbMqd5haAkssqHAaGf7mSbdjOrpWFKV",
-	"6c0W9xHyiZrKwZ+K0pQLHm9XcqMIJr1STIqsZmc/HuqeJXAzKpbeXa2xpdDR4Zs+ubQnnsl0jj03UD6q",
-	"MkasmA1dNpiwwOhEPOwhNFBKumSEehoX9IoOg7vKbjlPmdCs7IXZOShoOmU7T/u7UW5Tp1bLNEoY2evc",
-	"PqF5MaVPIDinYIIW3OpK/d3+M6dnAzl4TAv+2L/7GLBsp2wJN2FNMhWgIr6UWGKKaWNKmz2HlYjLkdkQ",
-	"f/YoMpsb19YRQGgxlaTreuElrrETdMJLyFQuqukb2BpqKOLWkCWceTBL4laAScBCF8rv0a4/FDE4Q+os",
-	"egm0nNV9gcw5fOz0XLnd422FtRxnnb2OVQ/LJnm66uptsxWUrzyOG8W3mQmi18uG7fblpobrZZfBxm7r",
-	"T19808Bjmoeq9j76lD74K7AkSuJNeLau0WfTgsrWiGEtMb892PlPuvPLuw9Pkm+ef2zkpStmH7g0qxZZ",
-	"plb2x/ZluRsP2FBlvOWpXMhmJrCWBQRB9o65mcg+ceZ3te72T3d313S2366jfa3zZENje0uqCzpBpTei",
-	"J31Lrp7jUppmCEsuu+bb959s+f6zrd5/sdX7kdgF+O4Err+9s0ceCtaAIBoJNfaG6ESHnpidd3agKnWu",
-	"V9hx1HmV/sSO789LgNY4p8CLGzpZgUMKiseZHBrHQ7DtHknlbEZ3NLMzGJYNhRN2kQwDV5/NNXZBBo+8",
-	"lSlv2PI76HUEkZH/4v4eihu2JNxqh8kY/JgQelX9oTt19g5YXi8h/xJ+FdKLS1HDLM7Ud4WSWfIvOZtQ",
-	"COVpwksYbeQ320Z7n+9+uznxDbFLjUM1Whc+tNErwzam36sl1x6UdNRLWd5BO6pCplQZNA4YL8Er/Qcm",
-	"JcmHIKLXCYs9tsq5RKSlWtMK+tI2ORJ+dD3DtWuoUswN1I0du198SGf31eCSPHYyJ7bbHIoLll9foMyB",
-	"kVDnDCV9K0+jIFiGNFbCLwRjme6hiuCSzuomUGyMYHS1WRG0xumTc1bkdGkVNCqGgmcoNeaVms2uI7Qm",
-	"T3d3Sw0GM1YqxrsG0e6wLpas0ta1mQ1WAA1xFW0c3cUpeg0f/cafIGq9CwYm7+C6b/zEAtofqxYJV0/m",
-	"c9CHJtpwYKXI5nvPISmasPdcG73vAhEUM3MlWEbmAu1kSDaeIhn4HCs+Dw05vkiC9Xz32+3ef7Ll+E9e",
-	"bPf+06dbvv/t7y/rhZYg0NE4Jh8thHmt6Pf4Q9U9/hEJeM4au9uAaVeT7vPdb3sukaZOVK2w44tUk6tr",
-	"qVIGteCuLMmeMAMlTauf+JT4SolTvQ+2FF8g1XMJiI23hH8oKhl6VeJ6BI/WEtcmcgmrrQgzIX/JWYZX",
-	"8t9XxZfnTaW8caVfJk4+f1gc/hJwBi9gY4xJmrWhV8xUQer3Ykw1UeAPAVefQZh9xcwWILCdohuLMkdQ",
-	"ja/wxeRbCsZvUiu+Tw7AwVTpBSLVUFR6gbiy67ped30fvo2FW6kqtaUtMQVJPHMeTmyPgKWLUYTRZVIZ",
-	"vAn1VixlF/M8v4IE7faK7k2kGV1wdTx6UNkSy/pbmImHg/PfgfP/t9889JcktlrqgDFr2R+OSnyVIO+B",
-	"GyIK1kgh6dY7WPRaqWPSeb8jF4IpaMBQdmLeQsx87N1NUfbXJibIWh33z4NltUkbcG7gkzzKALSKK8kl",
-	"e37l1Jtx6lNRr+Kwcu8eMsH9ew8M+7eB7+MPlRySj63gXJUhK1mMDwjLTZXxP7YXHPgKppuDaXy0FvVl",
-	"FXTvH1K9Id5Ftwc7fLUcb7vR764qRdtiQhSI3Ojhv4AoawxgiAy0EAoKin7Q/1OaTlmZXw8Kv+++j2X8",
-	"fNade9hvdJj/6Bb0+XxVD+nDiOLE73BfuIv4n+C5+B1xGcK1NnB63AYo8vgbhcY3iD/3oDA2uk8uF7Ka",
-	"bKH3fO7d+kitq7/w7LvhfHf3WTqf8wz+YldDAa0kPwwhxWLY2SNRGsbHq303dsU8N7H/4qCUjKliQxF9",
-	"hI4PKsjVccZmhTRMpMudH9jyCsrPg6ESmu7xrFK9Yih8dJPzDGFAjWKunCa28WNLrOLpQsvJ0+dk2sNo",
-	"uCK3g/jZLb27pTks1a6q0TUD9nqr3OJdtvtlXLbEBi6ZMmq7W20IT3jWA8+A1dxdL21y9uNhaGbf6rDZ",
-	"hjA0R8KcO+rvq9nY5XGNpUfC1Hg75dy162uP8XlxV6bEA7mLVhKtPrPe7VNoGjxFDhwhAkUQRlXOmXKh",
-	"R6QFRO/dOdS+PjyzbD/AIDquvpoEvgCTwAPwtgo3w7sPUecbM7RPEwN90fXWeE9HlhvEQRD/MojkbUpY",
-	"Ai6Cnp8FteJiWdsLhUFyFUq3X5VWy4rLHEtWQe3GffRDRbGdLhhXkItXo+8HB68vvx+9PcE//mN0eHo0",
-	"IF3LTKQiL3af+djRscyWPopXW8IOsd3dONw7IXEZarvx9ZHZvQRjXlEwRiFFQ60nKFjLjd95NbTdecq4",
-	"IjqVBdu3srKrRs5yvWLuMVNqhgLpQILZX3NI1YGvQ0pYtdgXvO5YK6E5v2lkoa+Yl8G/9xX4H4wm1zoU",
-	"NNA+fPJHEoMf5uCq1vE4onyrQR2ZWrmGtx43SXexDsm+s8i1T1xQH/Wh7U7QO2dGLXcOrqE0o5Ch0roL",
-	"zq8jvOKTqSFCLkiXm6HgmoyZWTAmCJA7TBL4zfoCHmHI2vM1MULPcysYkkLmuSbc9D6bRvGJBPxDqPe8",
-	"NhYAXaq6LILzfPd5SXXLXC9fuM7SQBc1M7GEBQ7FKCiAz6EkjJ5DhFev3+LODzL5hg53LoVvqAENrPz0",
-	"IVut91U33kB+8L7zbeWHdid620V+Dkm9VNm+Xv7WhA4c6NvDwQOYO+Oa9J8W3xipz+3O+qsPw5AUOezs",
-	"kSEmZg47H6/6YFnApi9oWnAFGqEgMRfc8KByDUUIbSqkMprE+ddRgXTFICverhaIa7v/PEKhh9KzXa7s",
-	"/bnNa8N+Iar7INxbuLOvavE/gVoM9559NrU4kqoeV2pFP4DPpD8UvsqztlpdzrFCM/fFKfeIgZxhSJ92",
-	"YZReZKOKQT1hlvnm8WviLF9zbS6i2rJ/BIdLpSXHHS6XcJNfnS734nSJSiOEoyVd0VpIJFamKt1KHkQO",
-	"ueMDL1GcWUml3aFzDNF415xl9WIQvlzNHvpurkBnavCrDIVzrFSKgYPpqu5S6e1Df2ewTdc9Ii4Q27tE",
-	"/PlhOVNfV2euoco6lrPsukIxvT75yRchGIqraoH+q6TSbbiphH2tRNNQxHV9NHHlQ8pwGiqwNIOvdw/d",
-	"ib35z/04FFIRIYnmYpKX068W/6kvF/Y7FGVpH03ubF3DsW+QcF1rfCJR6FcDFUHavUuhA88G/qWo5NCK",
-	"N6l6tq4Y01fX0m8g+q4H1Ucnnj4wi9nelRR3mHHncO9upHWrqziSquD31af0zyM8hzsPTZXuiUnfp3T9",
-	"+EOg9FvYMqtAvY919zzRdegXeo9FTAMr5zVwu0eul5hVMbFjQ81WWhmkxVzanuQU8ZKvdtHfxS4a7u/e",
-	"BNU2w2n7XX8e3hTLI19h5BPNp/cPLp9Vr2kJPy0p7b1YZH87H9hTodTsl6H3XX0YQsUPtCNPZJ4NOx+v",
-	"9iKmU69k21CvkRxjyZKhGDNf57VSSzPSpLoUuy/E6bPBkz+ltxCYMBRV5eqRTpp0Jrvwqx6qhs79j0EY",
-	"84IYSV4QV+Ks5I57hGLVSW7caLp14KSiQVEtBZblWz0AsHkVit1yOdc4Pp1QLkg3BCu4GJFQFdSv44ax",
-	"AoqFcjFJSFlZMnFqnj+HuKJorz8Ul/Hx4nqhUTFKBpj5D+XH3H/9UmELCWZJo6rt7mUh1Y2rgVkWhqJE",
-	"Q6nqeo3QbrnQXjIUi+mySRTAssqfwSng6jd/Mdb7qCbpgsalYL9qIf8EkW148bS9kvCmPPY+Tf57NJOF",
-	"+c18p5WPvOQii3iDq4WVO2J3dPgmBKB0r5p7/nyXpbOrZCiu1vX2+c6NctXzJRiqCVlxHnHXUX5Lg+3v",
-	"Wc+RYlmt6eDDdP7x9/8OjXVd2dGCqR3PpOoBNImlt66KbBY8IIymU3JLc46Bahb7vZ91z5FlMNFhlf+E",
-	"XMvcUlgfZV5IUIByflNCEPpqvUEVTS5ZUvpaXEHfMlywmI9zrqcsgyrHfXLg2JXV5PQNLwr7eYg+96zN",
-	"FXMuQ8V3eOYqmrkIRfsQaleiVgls3D2ibs8h7jwBCy8cb2QqrWR2Wjbvo5OgaLYI70Xl24FVem+QFKwH",
-	"NdGwhyXPkqFw8Cavw/qwd4w941umaN4QtlmBFBQ4XNceZvm/m26flGPjugCOERyJBUftumIakkt5w7Kh",
-	"oKZPTlyuuuXZFutYRvjMchlu8qWVQAJu4L240rlDEY6Ma5Kza0NoDmWa7VVDzzLoBb26maG4wtvvz4Wb",
-	"0XdohM+ukmA0xk6kEPWZob18KK5uXTGskSUvVyABiHwZ4gK8DLGQ8zzDLfVJMJ6aPQvimqXSrpLmOb6h",
-	"fcp+nxzkOeT44//3CMPGI1goy3v1ytgsPAOW4TdQTb1Jujiws5RZVQ8hXcAUXIrQ0+RhDbB+uiaR4id7",
-	"ByBMOIjqWlkOkLhye4m7pbFroLDw3znE/yqCPIgI8gXkzwP0AG2wVKosRo2UK4R9Ov7xkFn0e4besNNb",
-	"po4O3/iA3oeTPHzlqZZKevYwhFw4O6JlEV7AwKZmlg9cJcTQG1/2HFiIBHUNQh0sCkG2p697HjgQcH92",
-	"y1yPazuVe+RYqLPNUlOeP/yvHiZPhKOJThQREppJI7JbcdFzcBGYHPKu0G6/ksJWdhzxOi50cqgUiwMp",
-	"BCuZ//X16eEPgyPMZaDOjTfr7UXVgRO7OfDwKg12Yqh0aGUd+5GroUW4c9MChIKFOeVYNzHQdMe+orKw",
-	"eDNWF7VyQChzT87j1XqPrxROflTu1q96TbzhsgEAv5jCSOFYWeVG9oln4lk6G8VPriKRR85NKv8gYaL/",
-	"swvdrYqUEFDv8RyoiJCLBAmExO5Anixw45vFA8Y/KDW+ZYpfLx+SAO80FE6tFx6NCz6hrmPmSrQQbeNb",
-	"mCBCrOD3j7ClL7LsWYTdcCoBrT0Wu5Daef4HqX30JSDlGRQBq+WSCbn4jXjlmkr0l3SWr6udclowcXB2",
-	"vB0Q+kHjso61Oq9uXPIsdM9Y7arcApGrn65t4vEJoFi9mlrhd67DCvz80V2EA2wsBFrkNGWztf05sLBR",
-	"t1LMKC554iw9VoSysmhpSnH2hqEIPY48vdGuOXpCxqHZR+K8CnHQKzZ24SJj74cC9HMnnyHZC8p1r09O",
-	"rRKNsVis2qddalfTxte780ac7oIayDcVcoFtuFMJbXMUyxIvPGGZdKCiv0jBnFfB2Xm0DtYDOTehRRfX",
-	"rrE79LSWRM8Lq9xb1T20qIIDSEpvDM1zuYhTCOxYV2WXdKygiuYTb3OKukd1Dy+O/aW433r2AlBghZY9",
-	"hczlZEk0m9iTGQqskh+lanXDaFKRGX3PZ/OZfwZZCUZKomc0z3u4jhC/4CtF//tcGqqbbUA+HC/I0yRn",
-	"9JYNRQ7doELLrLAGERqM6b63RJKuBDMT2DhCDizcRK9PQG+PEs7C4cJMZTjh3JDxHN68zulkwrK9obiK",
-	"WtbD13sECr5eYZvE+NYqRcZRshgKKM2oZr2EXPkt7BGokGhBVrDSUGhf+dkeVHWeoajEcs4odBfAhF/7",
-	"AD6xuzyn4gZMO7jJct0J+JhEZJIMzRRRA7HDzKQ2REk5w9BRuE6m3JUNBeCjA5G4O5n3xcEqHmmo62FH",
-	"6ZVDV5Ss6MLh0N1r9WxuvBCIWRwKC+055cIVC6ZZYOBUS1FqQfEgVneDMSwSDoWcm7Yg9bOS0m1c0+OR",
-	"do3dWnu2+a5ubSGXUXfqdpd43KH8MzV9+9DS/yZlWo8skG8cKVq25MDy/NActnUGZyndaoao6ezDd7Ow",
-	"RH7LYarQYy+3dFY7xoMsskbjW5vwBKJfWchK4ekNp0YO6G1Ulk2PyxgeE8dZL6ZMORd6REW5p6GOy1nS",
-	"qai4YVkQv+0E+LKRrW2NoiSR7Te1NS2wS11zwJbOrF/IQyaYBFrU6tCmIsOWGbGI9GXqML+TTrImyuon",
-	"gGMQSK1w7ESYifxLQym+FYm4vSrpahIQEwbbj0SMDCRHNGsq8FyWzR+h7CI2M7QyddUqCWgnr6+ZAotF",
-	"l4sacGdMoZuBErdV6NZspmzWJy95DmZZQZWSi8p0eioXIkJyuxwhycwKv1xMhgJfjCVZK96CpHMNw+K7",
-	"vmOdpyse4YfCy7coX2ROknTCFEqG5MqRkytXzc8N2euTMzrxkvl4WZUImrPN6nVAf7d+VINKLxa9TxQr",
-	"GFqcSRgCaJXzjmKH1yKH/ukoBWzTF2+jLu9x1xYQJI7xqye7u/XG70lHm2Xu2h7MOg/OW8FeZzkfU51t",
-	"6lH+4aSVLTh8Yx6PHvmuFJ/AS2PZwONwRSSw60pQK3E6VsnfnUY7ZqTr5QNPHJxbpXffAsBhRY6J0rCA",
-	"uDfHTXbrYUCtq4Jgtq2Ko36mIr2bJJ+WxPKLTrppOZt7LzB0IMhVRDuvPPtCP1tD9at6WauuBKOSnBvN",
-	"nZ6PNbusIpjKgmFexGcQYapMjtBUSRcOjILLBoLMXVV5X66mllfb7zgLAYY65VQbIscYStULyc5DMV7W",
-	"jpUJwrM+ORq8HlwOjkrneMgqRzECjEchWtMVd3Lm++/cx1dtMsBLu+nPX+X3n1UCwFvZkgVe4Edr+kZW",
-	"61V/GSR462LLXwnvH4rw/ujJ1WYUFyva/XJnsUvIuA/d0golrfBptwwRjmICVSj75AR0IyPnIFFlrGAi",
-	"YyLlrMEv+4qZ793sD4gPr/ktE0zrNktFtBWa81t2v86tMPsafxakLrbfAJ48Ey4EMpzpkqRTlt6QAjjs",
-	"HjmT2kwU00Qxmk5RBsZDGIoZn7g5vfMoIScHlxcklUKw1LCsT17sPiMhFshp/WCigmkeYWWAeQ75pEur",
-	"jcPs15TnDGJQQU13PeGlxZlKo3qHDi21Ns/xCB4QDOwMvA0OYHpwdFnp4JMI4n3WtVy71gNfRlwKtgoM",
-	"eB39tTBZDt8GlPCxuvXiyFzlnb3OY4jqcB/UgdTDeQL+Hhi9TH9y2QqEG83y637JQaNZV0WTyzLkaYm6",
-	"whwj97pAB3t9chhHiSjsPMbARw8paUsCdd6xGy6hhiimoxq8oddpQnI5mWAIMUunEgPPmFJSuVjiVaGm",
-	"acGupL2L/K+Xtg/HkLj+Gi48sKhGuu8NxQfwf6Wjuco/fkIGYZ8cONYO1ULtZGc/Hu6TOAo/rm+ZVfbo",
-	"he7V7UX1mILssAe88b1h6PMdM+B+1YMo9w1+Rp/Jwo2vNt/aBACvyRIOjU73Xp8cVMuc0HoFh3oyIYRC",
-	"JpjSQcZL9PNFBUm8mzx8ENy7+3GEUpQoD65SoyS4HT2MRzmLWFylT35yzohKfegSYocip+kN5pzAEdO8",
-	"vpeJopZQQxCuZbEY3u7z6irXVtomVi/up6kkGcfo7j3HRQCFCE2Njw0IxXIMIGRCblhhULGBQs9Hx5ej",
-	"88Hl4OTy+PTEoSAQ+15lHdirf3UNoO+Qsu+1LDTJqJ6OJfWlwEIkx16tU1IwQHOFoRhgmOUMPytdxOU2",
-	"dOLFH9xt3EKOXE7ZEq21urVEGRc7MzaTaomxG3HSTuLAcry0i8lzaK9dtnqhgsxF4MAVudEySIzLBF0U",
-	"jE9DkVFDyYwqq0da7TFnV5UTRWHt47uP/z8AAP//",
+	"7L39cts4ljd8K1i9WxWphpadr55pubqm3LaS+O3E9tpO97M7yiNBJCRhTAFsArKiTqdqLmKvYS9sruQp",
+	"nAOAIEXKUtpOZ3vyT8oRSXwenHNwPn7nQyuW80wKJrRq9T60MprTOdMsh//1xS3PpZgzoU9PzA9ctHqt",
+	"jOpZK2oJOmetXosV7wx50opaOft5wXOWtHo6X7CopeIZm1Pz9b/nbNLqtf6//aLPfXyq9i+Zkos8Zqcn",
+	"rY8fo9Yb+v6CTtkV/4WZLxOm4pxnmkszAPOEKP4LI+2ETegi1eT5wSFJaT5lObml6YIpQnNGUrlkOUuI",
+	"luTxwcFBp9uKcAo/L1i+KuYwp++HGZ2yoWm0FQ55zgWfL+at3kHU0qvMvMyFZlOWwzDNSK7lDRPrg7ye",
+	"MSIz+vOCEcHea2xfm3eJnBA9YyTL2S2XC0XMo6ahFZ+Vx0Xfv2Ziqmet3uODJ8/84JTOuZjC2H6U6WLO",
+	"Tk8uzHbV790tvPJbts110vpousyZyqRQDIjnIpfjlM3Nn7EUmglt/qRZlvKYmkXaz/CNP/1dSVjA7bp0",
+	"7UKP5TW/fHFMvn32/M/EtkwSpilPVRcWxDZg2j+KY6bUG5kAdTFhdvhvrUtGk59yrtm5iA0ZmP+fi3T1",
+	"hoqV/S88hv+/W1vzqHWUSDuUD60slxnLNcfFoOaJWdw6MsFtUMS+RNpLrmeGjnlCNRtKka4iomdUk6Vc",
+	"pAkZs05EqAIiwm/J0cUpUTO5hB/nQEyazdV222eGbudC85yuzP+TeD6MZyy+WR/yT7MVOTl+80gRLpSm",
+	"ImaKmHNGhNQEvmFJRJYzJsxgVv6ZGdXakpl+fDNDM3G50MM4pXxe07NZl5PjNyRnU650DmREpOitjcce",
+	"sYA5PVKGKm55wnJiyB8XlLs1FYzrGcuJYvmtGW1OxozQccoM84CNIXSiWU70jNudMn23hSQ5i2WeRERI",
+	"ktIxS1OWEJgA4YJwraA7ldGYqQ755z/+myxNz5RoesP25C3L3WhhWDgcmWczKrrkaKyY0MSuy9rcI0JF",
+	"gkttHsU4Falh8OrG0JLfSKLoSpHlbNXZmjxOjt+c2iWto5EK6+99WN/eYur1pF88J4rRPJ6xpDS6tQar",
+	"Y8DFZ8kwlgvkMOVOXpd2xJCIX+pKv0gQ1J0obBjpQRGa5owmq4CEvRiIWuqGZ1nd4a52biiE31bbxpPt",
+	"DpBlAm5nV1tvlmM+x3B2apaqxFCCxR1LmTIqzCtLmgsupjWbdWR5k53JFizKHJxUyhtCdY9IwciYcTEl",
+	"CUsZMDnH7agiJ/3X/evTs5cRHBf4X/+E5CyTuXlDipiZk8oVmUphmJ9pbjmTipErLXM6ZccpVbi+Uhgl",
+	"gL3nSqv7WruPoXj827rKU17ZEtVHnvUXdBKs8xoBF2JFjv/OYh2KlWPHFcuyBYX5psNX+zRn1Mrddd0h",
+	"nG3RitUb/KebxnrJfl4whSI/Sbj5iaYXwbgnNFUsqpmKH3GZAI0gRubrXyJtQwd1rL5zSJxmSNPUvgJi",
+	"MVCcvnlaI48MUx4aplxzBFLlRIE9BVRIEBpB30TmRCFN7k2pZku6GgiQS2mK4mpOE0baXlJMZE64jsx3",
+	"8GS8IpTYL8mYTWTOBsLxDzoHPsV4TuRSsBzlCRWlEaCAAMWXTikXA7EQRupRItiS8AQEj4KjJlN/opXs",
+	"kiskUC9uuI4GQtC5ObfY60ymCcu75MhKuNoVmOA++ekjiStz0j17NfvIjOwzgxFd0qfxzLYJvxAQjFwN",
+	"hF8pYDnQctDbIWz+ROZz5kZnGYeZ4UBYZtIll/acOQlAFwnXROeUp2ZgsBpLQWhsNqk7EAWnD/jjGgut",
+	"6J/QMcp3xwe9Vmf4ueUAh04CmNXjYtqt6exj3eEyY+7fWlW6omHGTvNcl7JGOzTvWp2BdaddEueMahbc",
+	"8GrVM7rQs+Gc6ZmsEW+v5BKWMqZpauhroWdMaKPdmyk6GjYEDitiXnU/JtywdbfqpmunhEuexIZXaqq5",
+	"+UPnC6VZsieYXsr8phW1Eq6MYmb4qG2uVhnfQjvhNZM6FWZllNFpDb0ZGl2ZfxsWqJH5ZqyOh5jduD6+",
+	"IOYpoUmSM6Vq282RfzaNPJcpbvtW4u1SprUKnFnkRYNm9ur6+oLgC47FUqGWLG/QgRZIpbU6G8c1MqeU",
+	"6lavZY7QHvxaM/PiUnqnaALha9txAyiEFCxRmYQjd0z83O1GlRb83caj95qruuNnng+BTrbfl+A81+xO",
+	"xWxw93KUxlA3ieOr05Oc37L8BY21qrvZ2WMaG3XqkSL+A4KNkITFKc2ZOiTU3kzsNY/EqTmnOZlRo4cJ",
+	"MGhUlkhrGs+GxYjrNNCJGk5zuciGmUx5vKo/WjIZcjGRQymGc6f2rzdlxfAwphmNuW5QeS25pXzC4lWc",
+	"suFcJpWjdcclpI5TH9OMjnnK9er8luU5R0PDRk2ovBVXi8xqvzCeQ0LJDRcJSdlEEyObJzRNzd0hl4vp",
+	"zOjaZhMS3Cxt+GPNBoDVo2aCm2j0h8WY5YJppgKjyUdQpE7x+2c1Vw1c1N16QmPEevtPPm3B1Y4rbom/",
+	"rF48UngWzD0RdwQsGzmD5R4veKr3jEIBlgI5GYglS9O9G2FUCTA3KC4Fy5XRdxRPrYK4zKWYdslFzmKW",
+	"MBGzXnjqBvA1FUJqENiKtCsaZTeJ590sl2by+7ire7DW0UB0u919XH78qWPuZUygkqjzFYHRG6HsuwS9",
+	"0r4mBRsI1ElVOAP7eI3IyKkglMxZPmUkozqeRUbPXKTpQGB3OZvLW1A3Uakqk2S4Rs37tZluas5aHYV4",
+	"doD7+aC9babQK7B016lw5fO53TCwtTOKdrzqydu9japQCQdVaf/dFtM8swqS0+8Kum6VdDSj2AFhtaLW",
+	"QsAJqlXrjgNuXmWZc6epBPLLGQjsZ1aQ1QgwS9bZYpxyNWNNUkyx6XwnIe96vsIP6yS9lpqm9ZLGPBmO",
+	"Vxo79xoUF/qbZ61an0S4edhwuZmomELT/oXDXaPSUJyy93SepaaBJ9e8TplzLxdT8J88efzttwdPnj55",
+	"/vz58yfR3VMDkcDni/nQ0qCyzqGaRctkKqc1JHImE0YUS1mspTe72uUwF0O4a+75F9RKaPr+kLB5pldI",
+	"KYYowBDFbxneW/wSuG67N15kdrnc/0UK9h2jSu/RVnSHBudHXqxca20RN+3ataOk8p59VgKrHR9qh8e5",
+	"kXea03RX6dx/n6U85trcW10TYO9nNDEbSYlZ9ViKCZ/20LKaRwRtUTQlx0fm/j1wVn5KxozmRoihQ878",
+	"EqfcUEFshjGBSyxc2W/Yqksu+m8Cv+JAjKli3zzbYyKWCdhqwbAcjqFO2AVND82tROZmUxOqaWnpzSpW",
+	"LFXPnz/9pu50wZCHYbuf2lrUWqLnK12hB7Bo/oat7rVZLhSLFzkbqhueDXWqhrcs55NVg83PCCAwoHhO",
+	"jaYMcz6ZVuTq5fDo9evzn4anZ1f947eX/eHx67dX1/3Lq26tDQdpo8y9Zlpnqre/TzNu9Kpkz5zXrn3e",
+	"jeW8982zZ0/L831y8OwvdQbEVA2xi6GzDYQfPa81Orr7XejW/ebpX57dvZyV82gnV3sEpRAMbr+nYiKb",
+	"rTnORBPj++rQGeqMXA0On56xuWLpLVM1Nw1z58YRFJLfebHXqbZW0Md0qGb0yfNvaiT9q6O9J8+/Ie0Z",
+	"e99xbPykf0mAAbkfJjxX2pz8oKcSL1crpdmc5FJqjBdYKHQ/rY+lmPeQvc94zobOqFG9RLjrcLBSSsuM",
+	"LGV+w8U0uD6siKIroiRpl9nRI0XY+wyNoVEtY3qkyJnURxPN8o5XZIzSHvbqjLhG8TdDXnXJFbtlgiR0",
+	"paxlmXBdNZ4TvciFIif9l5dHJ/0Tsxzb2W3CNVpkYCXdzfCziS+sH2PDlXiDQ/2GrfZMq+aPtd0wG60Y",
+	"dRbl2v0ueMQ253uzTLdthQQdBQfEz6R5BetOc+iaXRP3G5yxzW5Y60NXGYvJlN7iDdd51Bttnw3empJv",
+	"t7hLJiwnMy7McVM3hmIjwieEilX3TtUIVghm0LAcl4FffH1JEq6ylMYsGY5X9cNlIskkF5qkVJnTtBAJ",
+	"OBSs88NP4BHel0PlI2Cb9UEOvvN6rnHFRcyQJ4XjJDOWJt5dvf1JLOIpwPG/+zHcLhqjIebCb7SuM6iU",
+	"Ay0URFrEVFi/WlvIsv99u6gKUMDkhNRNvN5c3TDJIU8azOEoTGCKUhXnQu0WrTBnStFpg8PArlujyZ/h",
+	"EO8QPE58AxUHrkAfYAI+QRvMwjVZUlUQ3fY0prSR2+sesP7LU6N79U9siEAwq05ELvpnJ6dnL0k7Zzpf",
+	"cTHtROTF0elr8zrGtkyMDD4kdqGKmJWIfP/6/PgH82KJyPAohq5YPMVAmYalRejHKch0jSJjMEkgQfZ8",
+	"z0BeoOTANQAVCqNt5OT8xQtDqeHy9kgSz7vu/2ZAeIshMi85Q0kigeiLb3F4J8dv1ibN41mnni/Wsb8r",
+	"prUL3djB4+73p144mE0prbV3rCuiZdXTvfeBJx+38bK7yWOH0J6LO6x6VO0qre0aOJPN8OwY/DC3daYG",
+	"rs8aU1yayiVLhuX4pe0PeuytYBBM4O3Ru1kWFTTl9fY7Gyhr+KiT7a6HJfF8i8AwT28QhYkkcddnwZKf",
+	"uE+qQZwfmsTnatjoa23gmCA3Nhp6m/axoJLNMTSZja0tbpIBiap9f5VsNZyBhgmrGc3Z8K7YufA0zM1N",
+	"AkMXi8i22uAMFJ7OW4dSuOGi7L3DW+7pFX7wMWp9kv7/ixRsS5+vDWMuEUaZjvzu+4W2HUSlgKaacx6Q",
+	"M56FhtNcs02lwxq4mMNjWF6cd5sZ00lwsHYwlh1lWcox7t3FFmO0nHVyk5RRjDw0VyE4x0RmaM9sdEnc",
+	"6cwuuQdL3patjCCBZ2EXT+EdrP1UZAu96/KVYmy7pP+exjpdERttNiqsfCPQDUbBxW3UJdczBlFT9vIT",
+	"ykuwXglmFz5lsWZJYDQkECj/XuMhrjMh1sulqqlU57TEB5xObbiEpvmUae84Ll/LdtNm71PIlQ3DG1tY",
+	"NyX/rxRaxbbXBSGlXLCQMv7z6M1rQ4ksJlm6mHKhIgi48huoIjLhKThhZyoyP7/nIAMSwucZy5UUGH9I",
+	"c+b07O4nWnCLcQ0txa5P4diSspZkoVhhvA3mNKOKKHbLcprCOIUk8SLPmdB7ttnKAGsYR93w7l3uV3Ri",
+	"G1laHPGJzB2j7d6LqLcacX1kSFXMY9x6vawHRmOuSFbgD0Tb/2R2Ys/aQIu5LDgkb/B4BlZfG6NGckbj",
+	"GVMDwXXHB65L2SXnk0lE1CKeEVpJy8gJSjpzG7IENxBw23l28C3xYaVUl+M5IUKRxrPSVJTmaToQtmOJ",
+	"scDMB/VrG1WL0XrWTKC84WAgRpsiKIKORp2GSNGB2DFUtFmb2SSu6oPLQqVya79zeL/ZLrqsIgXRrGyJ",
+	"CMwJLlFts4ZWGu0dCs4F1fGs+aTWXglfHJM/P/3LN+T/vzo/CyNPMGTYDNawBIjImXCWJmAaqqoEvYEI",
+	"OXREgk4iJBwVETy4ETGbGRWHJBqIdUEceUkfkSSeR6ROPEakeuAjb14ARrYHtB0wSTCjDMQ6ywVTRCA3",
+	"7akludTm0FXM3l1yNBBikaYkZ+A2o7g4hj8bgrZjPwy7NgMLLefWUDJm2JI5KTTBAduFbhvmYSRQRApN",
+	"OLJhpBEJ9OBoIAI9uAN92bAP11ggqIhlGwcF27CbWzp+tSR25SxVzg9ljVCtqHXZPzr5z1bUcs6OVtR6",
+	"e3bZPzp+dfT96z787+jt9avzy9P/6p/UOqnWbz/r8RLIeRudFfb5I0U4rLReudw+OHNqAXr1ZJFCVqNZ",
+	"EpoQrnuoh1oGvj9YHBw8jRc8gT/YCM1kCw72abPBtdw+KgREI8sPozs7YNAaoUvD9mlfd/0W0XEh6RjN",
+	"E61e1CZa+TE0pgXmFYP+Hbpdyf5vlRSMwhjeslw1CWCzyENY2R2vq/AhZIXt+OEmI7A3q+5w5V6/bxXJ",
+	"cOuW74WwCQkujKYhce4YRWspTyU0t1nhWI6VLNjaQOAuy/p8urbTVwqvSqeHwa00hRjEhdBG3LqU2FEP",
+	"/jTy+dgMmCVkjDpAziCjGKlKLgUQ7EBUFCHQKMwYRMxT0y9VirSfHhDVKbGQYKWq63NHKAxuXbG9lQYa",
+	"V/7dXeyrSHBjaqNu0OQ5kGNY9Sbvk8sxnZnrg81IMdoTMmM6lgsd8oAgJHbF9E4eg5TdEaldTHIrFSdc",
+	"mxNI9d49dw+HtT6Gum15kTJW2pB7UtW2mceGVBO1mM9pvtqllyv7SV2yX6toMbpbmauND//UpPqo/PqF",
+	"TGqlbtHnKy70ri6PT7Zple6Ed7k4lA/yvduSZQOCf2+z2Wt+ywSro+rCFOzTtG5qdqaGIy7qqeYipTFr",
+	"ii8VCSTZbX9+fGvH7tvadPX3cbpI6vK0AVeAvc9SysV3cOdweV/lxE6MlvcpGLtmaPth9s1IlNVTNrKr",
+	"YDE2LmMx8Tujyus0UIyWtgwf3se0E9IOo6Stft7ZzUoINyUn8tj7jIqKLhYIguDKhBHga+OFE43Doc6c",
+	"bZNkIKdUajsNLcmYuaQNo0GEceE4OQj5CuZUPx4X60zT9HzS6v1tx2jvd1HNirsg84S4HnwUcgDqMTF6",
+	"+5gpTbg4hKSKMN3KkOJ6sLp5y1x9vTFsmzRINfQmp7pdCZI0ar//eSExOnS7JfoP8/orRpNcynnDAs3s",
+	"Y4zMrxrcHikCfSp0ZIRrA/HZKZ9zyP8lbZnjq0hP3jHfqV2r4M2NlBfGWVRuNqw0SodqBFNucLPlVNSA",
+	"rDz2KTpAAJ4P1IezbDIwViVKkwQZc5FwMfWSZJOk2YqROKfDfTGS7fyDNXhUZfdfeUHK1F06C/Ur08jQ",
+	"7E7WMLFSMD8eljKtbWTthbD4FN2/EeWhhjIargWW4JczmZadzktaCMOdzIJuYxpRJALsqG0RnqpaHj6o",
+	"nTgYjuop2DlI0TbWTqQ2sgMsjRnVs46LcIO+ucLbUQF2lIMQsqy4MbJuc9emn1I3MgavSEKk6DaFYi1U",
+	"/W1fc52yDaerUOhOz348en16Mjy6fPn2Tf/suhW1zs6vhy/O356dtKLW0Wswlg37/+f06vqqFbUu+pdv",
+	"Tq+uTs/Phif9s1NrPDt6e/2qf3Z9enx0Db+cnl33L8+OXuPDH49OX1vLGkZ9DS8u+8fnZyen16fnZ3cr",
+	"lDZgFicVbdQvrVnhFaMphmiUqSOwwWwMrHikwHjJnK5H2rAMYAYz/0VUmoWYQT+rTu0GbRslYvM21T62",
+	"tnmv3b7ZnsG+4P6uuzNV99ue/tp3F1lDnCqLpUgUURCvGkpBpanRsuqlU7P5rX5/bXSHD59w3/uB1e14",
+	"WatY2/BZ8GRtvu7hDnlQmyODNkDo+IGsdVs3K3Md5vV3MsQ1sMJ6PZXj6OLUAnOgoltB5xg5FI0RmTMq",
+	"FKFiZVGVSoZfADSJqSCJNK94uJImuA4PzlGb0jFj8c0OsBVu8scARLcRwMKNBwyyRreT1ji79TXVDy8K",
+	"lnbjnhw7fLwtectPM+u1BDi2CeWp2YlQMZI36A6aYEYa4qq4RI7Qm7MJiqTcaSaVnuZMRWTOp2gdVxER",
+	"VJtf2HzMcjXjmbkegZsWbakzmSbo6MRXCEf8GvPLjNFcjxm1OTMuPQvcUWMa30xzCJ1fyvwGL13Wjr8i",
+	"S/DSzagqlGX3DB0Rk5Qxc9lJ2Htw30oK2XX4ojPdKpIvUHUs+KmbZN2yyJu6W0293atk1Qh33IOTlth4",
+	"GN+XUa1Zblb8//6N7v1ysPftu7b9Y+/dh4Pom8cf3e+dv/573UABpSXMlE7mXPgYtFvOlqXMruLDK0Ez",
+	"NZN1tpRPif/cGjhnR8CxncXg08mT+PH4W7b3nP452XsWP2Z7304O6N6T8V+Sb9iz+M/08eN9ZSev9gWf",
+	"znS62ntcH4JhBF6RNLwu9dXcHDel3b0FPGO2cWI/V4QLLSNEpAuSxhVdqTJFPn5Zmw/tGrxD6QafauFJ",
+	"a7xrrpvk26Vhx1LoXAIXiWfSXns3KBUbzce20SLKE78bbvJnfVIg6K4IQFZfWIflC+BtQxHsGX5lArsG",
+	"aroVOYavdrRC30UJhiStddh1Y1708fdRYCl6pCwhPvKOfCSIMk3Giu/NpNJmvfZM/+4KfIeR+eOGudcH",
+	"rNwNXVQchR3cJI7P3WU1LZretG1XDehXLkkFPZDBKTeSK7bOMNfFIYELgceoNKrSmA2EZRjJoctvseh1",
+	"rNgpmQfn8xEIRSUFnOCBCE4uxHZrDqEbRoxmVGnCdefQ42Za3x1eRizAJno1m2MecFgQ/ICN1IuWdc/U",
+	"jgbmo3W7z9YG8ybsoXsyMW/nolnDbanYhbexBmOyvhQlF+ddF0/H0n34rgNWRNsvUhqBZhOQS6RN8b+G",
+	"DByYpFHZcKKIh2LpL0AcKlL3IBCkAvqD9gxC5xLDbuYdj0pstNRiix4RLvZ0zlgZ+KhdRsP45z/+p+Mi",
+	"lRKJkNGpNZjsEHms+NCixdy1A2XIs/sxiDd6Yu/wtPskvYRqiuYzCPFhTLjIV9KGn+IZFVNmWAQovoLF",
+	"zkGf8lt2uG6GTqUqeemtjgLe7c72Tvoy/v/W4bPNpuCiQX+PUSzOmd5LpbyxOdoQD7KCbG3D9ygX5gG+",
+	"F0GoRoSp8VFwCYrM+xgEHZEs57dUw4LFLNcRialie1woJhTX/Lak+RSi4C7Phsu53ABGt8n0XhLxbHsh",
+	"z1QZoMvL9yiM1cOc1AIj3Lk/djtKJTG8Rq4QoxOOw+WTWO7jvtYs6ZEV5JmAZ65mUuB7scBibjYu4q/R",
+	"q5JypRtWqE1Fge+SsXzOldnJDqQMQ3DRkiuGPHFhcwipLhIwMV2qpC4fXZx6/MJOaOVYwdVSyDuwqXyI",
+	"S2OUXxFDibdhlhAhl4fIZzleuYEB4LoYPlHvNdLcntEmgjrSOufjhWbquMzkyxRl02lZDvwBrjUc8Or0",
+	"2l4D5FEnMkIFM0EDKA20fVPAMIdQWe+Qc1vcvmN718YbkYYN3kzfZadeIzRh1dvlzeDzOUs4RnL9RLl+",
+	"IfMX5pgdS6EW84YL+GbP2G/RgMqYiA/mEcMQqLL08kCq9+ggK7PTkrip08xC7uRIvlajD7TUrS8knxrt",
+	"/unhauvhY3deZLYISqsL69pRR38rIGHDhc+HZhmoKnL/GvuuCjTimhVZW8OQqDdEu277miHSBNlGwQsg",
+	"BgisMIYS5Zy5v4XEv+p4QRXRcgdJbI7hthOzjGQYHJqGQN5+uJtBdLYVAzbcx2cwrcfGIMT6QgAU6Uym",
+	"iRVO+KIUaUNZjHsAgd06lNPF2Dat4SbC2bCYle0sEUq0MzSmPalvmKYOT20Hg9EnZLVVM/IymxRs9vPi",
+	"x2NIVUX9u+TLY1pByHSQTNV+v5czlA575oNOmJ1xiOoWtAS5Lz6zylwdFeECA+8i+AiISbH8kVpXyaNW",
+	"pR+zz2GDcyrolCV74xUaxv2DJJ7vOf/6Hki56lPTKo/ZHvT4rtFfcoJZQQgs0j7qX+w9fvKkYy4bGYJO",
+	"hNC8h6DFAFAS+D5/uxOgZELPbaxsRZfZEMJx5xeWSJuhoMbgvblgueJKM6HxQHYxXmNT23UelQ2n4Cpj",
+	"8Y4nIG6Efj0K7BDk5wXFNJop2GVB7xfkF5ZLwAmyMFc2jQHsbNTcrnOuAaa4RxI+5bqif05yTPcDN1j4",
+	"YCG4Ju0xFzRfkR94t9vnhpkmLOZzmpIfut1+57AAY8P30VKHaHXtxwd/fvrnZ4//8uSZ+fHxS15xbj0+",
+	"AF9CGHD8rExqhp7+1B4MuvhX56/tPv/1gv96zX99yX99w3/9gf/a//Xi1+tfX/765tcfGkhvHvClLeLI",
+	"PRsLsYtmm+Ox6/L5IITb6Pc+F+QQ/R+jwnI0whxSmkQBqwFuwqdC5hh4UCaW4uPtdRaMJq+1d1vuMdw+",
+	"jKIGBs43UIoI8+ted1pshbbf27P3IL67Wt3asoUtCBA4yNbuK2tE2MV5ZS4c2zV7za1Wtru7axeHFizO",
+	"/fmvcOzovfpeJjV8tY9YbS40Tc1oxhBtF3syx04KtkXQb9iXqw31Mdphn99VBhwUmKrx5VpZ7zjKHuoN",
+	"6GUJ5lID770r/VWPufmxebExgqAivFDHIDxBIOK3b09PSBtql8ZUsc4hGdgor0EL+SAqSGUpseWB++0a",
+	"Ck7k0/1+lkPseCO48zbgmm1e+2pm0gueMkyIbUWt71MZ39Re6PDjS+a4wQ4Ki/ukqqzUWrycfa7i0i3v",
+	"8lSmSY3Dds6Fxw2+M4iSNwAEl3KRdkPMOZOaZDQHgETUr5xe1XPVLgVbBrW/JhyTSnM5jwaClQF2aGGR",
+	"XS/uRtrURWNg1jh+NBChxdI5wjpdcqpJSkWiHGyk94UFSdAUEJGUHghwyeRT5lKw3UCAcUCnWHjYWuf9",
+	"XjlxHg2Ec7zB5+uONzeO4LZ9GJir0fkLHC7AzWhIe6+PKKijOL+gPPFuRFau/XVXQtut10Sqjbtt/cSm",
+	"PzbT4lp438Xl+Y+nV6fnZ9aZ/fbM/rXuzrZ/NiTuB3K7pkpAMzWXdr1qNh+Idu3R7kQkM1wbDIwxQkBx",
+	"ZSu0TmReCxaP/sB6+WY6CzOFwEnrcywstnOBgW36Qkiw+gCgOyMWLek6asQgRvBQtg0te/7KJ6sXENaI",
+	"FdM6NjKea6IoTzYVOmuqjexnausNqhvwIt0Rx1Tjf8HhaklGvscRwcKIS7pCT6u1ZtBxsVVri8x1tzau",
+	"4vRseHF5/vKyf3UF/3vRP7o6/f51/+6bQbECzVz5bZbsHmLUfF8GeGa2BF4WucLpcE2GpbauaPDkmHux",
+	"ZiIs3hjwO8IrMUZPDj7LbXUtTdLO9F1dKR6AFed6dWU0Clf5Z87rvADluhC2uOb56cmxs5Pig/bVy+HR",
+	"2+tXwzfnJ/3vJE/iDupuGAc9EHWv4TMs2QlSLsu5iHlG0yI4CMZFcpmyXgnCQEXVopUYKIw2OrwT+wqP",
+	"yE5AfwKvIUypWMOZ1lkAmVZdgZpRJfEcx4RVpmmaelBslu+FwhkJxAwdYXhVlxx5lbswguDyICahL4fI",
+	"AUyaJ2wg3LqdHL8ZXl++vbrunwzP+tc/nV/+cEWmTFsUXzMmAA5+pBAbqk7nJ4oZ8S+k7XXFdGfLFbIx",
+	"t9stEr5s1ylnFHGHynvoK72LZCAw2tl8pkg7oWo2ljRP1HaD+wj5RHV1HM5FYcoFj7eF3Mi8Sa9QkwKr",
+	"2cWPx6pDoD6tWDl3tcJaYCfHb7rk2qx4IuMFFsuxuDAlwYi4MFAehwlDjFbFw+Jf/TyXNhmhmsb1p78r",
+	"KXzjFvkw5TETihUljltHGY1nbO9J9yDIbWpVoL2ChJFe6/YxTbMZfQzBORkTNOPmrtQ96D6192xgB/s0",
+	"4/vu3X04ZXtFLccpq9Op4CjiS5Fhppg2livds6cSz3JgNsSf3RGZL7StxwoktJxJ0rZFLCNbkQ1KWEZk",
+	"Jpfl9A2s6TYQYU3Xgs4cmUVhDc/In0Ibyu+OXXcgQnKG1Fn0Eig5r/oCWQC+xnM7e9wtP5bTpNVrmeth",
+	"Ud1SlV29TbaC4pX9N/T9hbli819Yo5kgeN28ew03TvOy4eytnxcsd7W4DZH48qB4r1zDVvimRsbUN1Uu",
+	"WlY0tzmVxWcQQLsVWhIF8yY82VSht25ARU1TP5ZQ3h7t/Rfd++Xdh8fRN88+1srSNbMPbJq5FhmhNvH4",
+	"2w5Pv3aBNc21szwVA9nOBNYwAK/I3tE3E8kn9vwOMgMyKawf/8nBAWhOUmirfIPiHMPW7P/dptJut+eV",
+	"krHAstdZdUaneOkN+EnXsKtnOJS6HvyQ912iLLz/eMf3n+70/vOd3g/ULjjvVuH62zuz5B6wBhTRQKkx",
+	"O0Snyhezbb0zDZW5cxVhx3Lndf4TOr4/LwPa4JwCL64vQQcOKUDc06ktyy4F65FYzud0TzHTg2bJQFhl",
+	"F9kwSPX5QmFxe/DIG53yhq2+gyJlEBn5b/bvgbhhK8LN7TAagx8TQq/KP7RnHnJuzNJORP7N/yqkU5eC",
+	"Snec5d9luUyif0vZlEIoT925hNaGbrJNvPfZwbfbM18fu1TbVK114UMTv9Jsa/69Drn2oKyjigh6B+8o",
+	"K5kyT6Dix3gFXuk/MCuJPngVvcpYzLKV1iVgLWVMKygoXedI+NEW+1e2ElK20BFiMJYwEUn7Zf+a7Fud",
+	"E+vkDsQVSydXqHNgJNQlQ03f6NOoCBYhjaXwC8FYojp4RbBJZ1UTKFY00apcZQxqWnXJJctSujIXNCoG",
+	"AjElY5qWwXmxlLsiTw4OihsMZqyUjHc1qt1xVS1Z562baxXwpIiraJLoNk7R3fDRb/wJqtY7b2ByDq77",
+	"Pp8IMP+xbJGweDKfgz/U8YYjQZr2PYWkaMLec6XVoQ1EyJle5IIlZCHQToZs4wmygc8x4ktfSeeLZFjP",
+	"Dr7d7f3HO7b/+Plu7z95suP73/7+up6v5QOlyEP20cCYN6p++x/K7vGPyMBTVluWCky7irSfHXzbsYk0",
+	"VaZqlB0H4k5GE5nHDLDgRoZlT5kGSNPyJy4lvgRxqg7BluIAUp2UgNh4w/gHopShV2auJ/BoI3OtY5cw",
+	"2pIyU8WQX8t/X1dfntVB3eNIv8wz+exhz/CXcGZwA7Y+MVH9begl02WS+r0EU0UV+EPQ1WdQZl8yvQMJ",
+	"7HbRDVWZE0DjyxwmfwPu/jaQ+11yBA6mUq0cmQ9EqVaOxapXVbjwQ/g2VG5lXsKWNswUNPHEejixfAhC",
+	"F6MKo4qkMsRNnwBOGBmJRZqOIEG7GQa/jjWjC656jh5Ut8TqCIZmwuZg/fdg/f/0m5v+ktRWwx0wZi35",
+	"w3GJrxrkPUhDPIIVVkja1UIgnUbuGLXe78mlYDlUrShKqO+gZu47d1OQ/bWNCbKC4/55Tlml05oz13dJ",
+	"HkUAWsmVZJM9v0rq7ST1uaiiOKztu6NMcP/eg8D+beS7/6GUQ/KxkZzLOmQpi/EBabkOGf9jM+DAVzLd",
+	"nkzDpTVHX5ZJ9/4p1RnibXS7t8OX4XibjX53oRTtehKCQORaDz8UWrMBDIGBFkJB4aLv7/8xjWesyK+H",
+	"C/8h3vYtjJ/LurMPu7UO8x/tgD6fr+ohfRhBnPgd7gu7Ef8bPBe/41mGcK0tnB63norc+Q1C42vUn3u4",
+	"MNa6T66XspxsoXou925zpNborzz5ztazKgpaDQSUWv0wgBSLQatHgjSMj6ND23bJPDeF0oHQKCVjmrOB",
+	"CD5CxwcVZHSasHkmNRPxau8HthoB/DwYKqEoJU9K6BUD4aKbrGcIA2pyZuE0scwlWyGKpw0tJ0+ekVkH",
+	"o+Gy1DTiejf87pamMFQzqlrXDNjrzeUW97LZL2OzJbZwyRRR2xhB50vkE550wDNgbu62CD65+PHYKoIb",
+	"HDa7MIb6SJhLy/0dmo0ZHlcIPeK7xt0p+q5sX3OMz/O7MiUeyF20lmj1me/dLoWmxlNkyREiUARhNE85",
+	"y23oEWkg0Xt3DjWPD9csOfQ0iI6rryaBL8Ak8ACyrSTNcO991PnWAu3T1EAHut4Y72nZco06COpfApG8",
+	"dQlLIEXQ87OkRl0ssL1QGSQjD90+KqyWJZc5QlYBduMh+qGC2E4bjCvI1cvhq/7R6+tXw7dn+Md/Do/P",
+	"T/qkbYSJzMnzg6cudnQsk5WL4lWGsUNsdzsM945ICENtJr45MrsTYcwrKsaopGDpR1uz0s28HNpuPWU8",
+	"JyqWGTs0urJFI2epWjP36BnVA4F8IMLsrwWk6sDXPiWsDPYFr1vRSmjKb2pF6EvmdPBXDoH/wXhypUJB",
+	"De/DJ38kNfhhFq5sHQ8jyndq1LKptW14684maS83HbLvzOE6JDaoj7rQdqvoXTKdr/aOJgDNKKRHWnel",
+	"tCsHPufTmSZCLkmb64HgioyZXjImCLA7TBL4zfcFXEKftecwMZxeDoohyWSaKsJ157PdKD6RgX/weM8b",
+	"YwHQpaoKEJxnB88KrlvkejngOsMDbdTM1DAWWBSdAwA+B0gYW6K3021w53udfEuHO5fCFdSAAlaue5+t",
+	"1vl6N95Cf3C+8131h2YnetNGfg5Nvbiyfd38nRkdONB3p4MHMHeGmPSfFt8YXJ+bnfWjDwOfFDlo9cgA",
+	"EzMHrY+jLlgWsOgLmhYsQCMAEnPBNfdXroHwoU2ZzLUiYf51AJCeM8iKN6MF5trsPw+O0EPds22u7P25",
+	"zSvNfiFX977fN79nX6/F/wLXYtj35LNdiwOtar+EFf0APpPuQDiUZ2VudSlHhGbuwCl7REPOMKRP2zBK",
+	"p7LRnAGeMEtc8fgNcZavudJXAbbsH8HhUirJcYfLxe/kV6fLvThdAmgEv7SkLRqBRMLLVKlayYPoIXd8",
+	"4DSKC6OpNDt0TiEab8JZUgWDcHA1PfTdjODOVONXGQjrWCmBgYPpqupS6RxCfWewTVc9IjYQ27lE3Poh",
+	"nKnD1VkoQFlHOMu2BYrpdMlPDoRgIEZlgP5RVKo2XAdhX4FoGogQ10cRCx9ShNNQgdAMDu8eqhM785/9",
+	"cSBkToQkiotpWnS/Dv5THS7MdyAKaB9F7ixdw7FukLBVa1wika9XA4ggzd4lX4FnC/9SADm05k0qr60F",
+	"Y/rqWvoNTN/WoPpo1dMHFjG7u5LCCjN2He7djbRpdCVHUpn8vvqU/nWUZ7/nvqjSPQnp+9Su9z94Tr+D",
+	"LbNM1IeIu+eYrj1+vvZYIDQQOa9G2j2ytcTMFRMrNlRspaVGGsylzUlOgSz5ahf9Xeyifv/uTVFtMpw2",
+	"7/XnkU2hPvKVRj7RfHr/5PJZ7zUN4acFp70Xi+xvlwO93EPNfhn3vtGHASB+oB15KtNk0Po46gVCp4pk",
+	"W4PXSE4RsmQgxszhvJawNIObVJti9YUwfdZ78mf0FgITBqJ8uXqkoro7kxn4qINXQ+v+xyCMRUa0JM+J",
+	"hTgrpGOPUESd5Nq2phobjko3KKqkQFi+9QUAm1eWs1suFwrbp1PKBWn7YAUbI+JRQd04bhjLACyUi2lE",
+	"CmTJyF7z3DqEiKKd7kBch8uL44VCxagZYOY/wI/Z/7qhwhQizJLGq7bdl6XMbywGZgEMRYkCqOoqRmi7",
+	"GGgnGojlbFWnCiCs8mdwClj85i/Geh9gki5pCAX79RbyLxDZhhtPm5GEt5Wx92ny79FEZvo3y51GOfKC",
+	"iySQDRYLK7XM7uT4jQ9AaY/qa/58l8TzUTQQo021fb6zrYw6DoKhnJAV5hG3Lec3PNj8nnQsK5ZlTAcX",
+	"pvPPf/y3L6xrYUczlu85IVUNoIkMv7Uoson3gDAaz8gtTTkGqpnT7/ysPcuWwUSHKP8RmcjUcFgXZZ5J",
+	"uACl/KagIPTVOoMqmlySqPC1WEDfIlwwW4xTrmYsAZTjLjmy4src5NQNzzLzuY8+d6LNgjkXoeJ7PLGI",
+	"ZjZC0TwE7Eq8VYIYt4+onbOPO4/AwgvLG5hKS5mdRsy76CQAzRb+vQC+HUSl8wZJwTqAiYY1LHkSDYSl",
+	"Nznx48PaMWaNb1lO05qwzRKllBWOcIhGspvFSFME2AHq4Jq0FyJlyshdesOG8tZoIYfhSLApoHokXmKI",
+	"V9kampqkUhqRQHWxOaYpMRDSWpv98SmyBIqBDUR7VAFG7YanJhz0KCKjf/7jf0LuAIN1CfUQhcmVh4Ku",
+	"5DKRM/ueUUAMC2EJ4XMjMrlOV0ad8iPFeVgc4IHw+29mwyaa0BQwpw3dQgE2KGy9vjMDMUJS7i6E7dGV",
+	"m4TPRpG3gGNZVQhhTdD4PxCjW4vsNTS8cgTqjEhXPsjBKURLuUgTnFKXeEuw7pnzqlgszShpmuIbyuEP",
+	"dMlRmgJgAf6/RxhWUUHUL+eiLALNcA1Ygt8ANHydqnRkeilSxB5CVYIuuBS+QMvDWpNdd3X60U9mD0Az",
+	"shTVNoopUHpp9yK7S2NbDWLpvrNc7Ks+9SD61BcABgDUA7zBMNECWRsZq49htcLwISEBeoYxn9+y/OT4",
+	"jYtOfjg1ysFoNcACmsUQcmmNokbeOW0JK7QZoTaKjCxxGO4gDyXcPSFuwxwhSF11IO5enIIqw26ZLdht",
+	"urKPrD5gDc1UF+sP/6vG/BNheaLVq4SEyth42I3u69QR4SU2CmKoKMHjGSnl4xXlU9yFHcpSlJDvQKVC",
+	"WPbvX58f/9A/wcQMan2S804vgDqOzOTAXZ0rMHoDbKNR3MxHFhCMcOtzBgoFc3nMEQTS83QrvgKMW9wZ",
+	"c7E2So3H7CeX4Wid+1oKqwzndtdHnTrZcF1DgF8MypNfVlbakUPihHgSz4fhk1Ggv8mFjuUfJOb1fzdq",
+	"37p+DNkB7pwDFxFyGSGDQCXVswWuXeV7OPEPyo1vWc4nq4dkwHs1KLBVFNUQvQovbnqRiwamrV09FjwQ",
+	"a+f7R5jSF4nhFpxuWBV/rN0ptvHBi/QPAuT0JRzKC0A0qyTGCbn8jefKVsjorug83QQEc54xcXRxuhsR",
+	"ukZDjMoKaK1tlzz1pUDWS0Q3UOT6pxsrknwCKZa3poJiz5Ufges/2Au/gLWopllKYzbfWGwEUZraJWSm",
+	"EL/Fmq2MCmV00cIuZI0nA+ELNjl+o2yl94iMfeWSyLpIwgherFLDRcLeDwTcz61+hmzPX647XXJuLtEY",
+	"WMbKReelsgA9DrzPWaTaS6oheVbIJdYUjyXUAMpZEjnlCTHfgYv+IgWzLhJrF1HKWw/kQvt6Y1zZKvVQ",
+	"oFsStcjM5d5c3X29LViAqHAt0TSVyzAfwrQ1Kkq+Ixws2oKcAS0ohdU+vjp1m2J/65gNQIUV6g9lMpXT",
+	"FVFsijYahPwP8s7avjWZkzl9z+eLuXsGKRZaSqLmNE07OA4fjOFgr/9jITVV9QYtF1vo9WmSMnrLBmiq",
+	"Kup/+TEIXy1NdZ1ZlbQl2MzAxuETemEnOl0C9/Yge84vLvRUxEYuNBkv4M1JSqdTlvQGYhTU34evewTQ",
+	"a0dY8zHctRJiOmoWAwE4k/m8E5GRm0KPANyjIVnBCquneeVns1DlfgaiFJg6p1AqAbOXzQP4xMzykoob",
+	"MO3gJItxR+AwE4F91VeGxBuIaWYulSa5lHOMg4XtZLndsoGA82hJJCy15hyLMIpHCkBKTCudounSJSvY",
+	"cFh0+1o1NR03BAIwB8JQe0q5sMjHNPECnCopiltQxQSKbZhDOBByoZsi7i8KTrc1QMkjZavUNRagc3bJ",
+	"pvjRoNR2s38/LLf+mSrYfWgo5hMzpYaGyLcOey3qi2CtAah029iDtZTu1ENQQffhS3MYJr9jM2XqMZtb",
+	"eN6t4EERWeHxjRWFPNMvDWQNRXvLrlECOhuVEdPjIiBJh0HjyxnLbTxAwEW546FWyhnWmVMBDgKrfpsO",
+	"8GUtG2s0BRkvu09qZ15ghrphgQ2f2TyQh8yW8byo0TtPRYL1P0IV6cu8w/xOd5INIWM/AR2DQmqUY6vC",
+	"TOVfa3AF1zTiZojV9YwmJjTWUgkEGWiOaNbMwQ1bVLIEDEmszGh06rJVEo6dnExYDhaLNhcV4k5Yjm4G",
+	"SuxUofS0nrF5l7zgKZhlBc1zuSx1p2ZyKYJDboYjJJkb5ZeL6UDgi6Ema9Rb0HQm0Cy+68rvOb7iDvxA",
+	"OP0W9YvEapJWmULNkIwsOxlZaELbZKdLLujUaebjVVkjqE+dq4Ka/m7FtfqlwjLqkOQsY2hxJr4J4FXW",
+	"1YvlarMUisGjFrBLkb+tStaHJWhAkTjFrx4fHFSr2EctpVepreEwbz24bAV7nZF8LG/tAq75h9NWdpDw",
+	"tUlJauhKbHyCLA11A3eGSyqBGVeEtxJ7xyrku73RjhlpO/3AMQfrVunctwJwXNJjgpwyYO71QaDtakxT",
+	"46ggMm8npNfPhDi8TSZtwSy/6AyihrW5d7SkI0FGYRyJE1/oZ6uB8qpidLUlGJXkQitu7/kIQGYugrHM",
+	"GCZ5fAYVpizkCI1zaWObUXHZQpG5C2L4xXqefLmWkLUQYNxWSpUmcoxxYR2fuT0Q41VlWZkgPOmSk/7r",
+	"/nX/pHCO+xR5VCPAeORDTy1SlTXff2c/HjXpAC/MpD8/ZPG/qgaAu7KjCLzCjzYUwSyDb38ZLHhn5Oiv",
+	"jPcPxXh/dOxqO46L8Hy/3IncCfABvvRblkujfJopQwCmmAKkZpecwd1IywVoVAnLmEiYiDmr8cu+ZPqV",
+	"7f0Bz8NrfssEU6rJUhFMhab8lt2vc8v3vsGfBXmYzTuAK8+EDYH0a7oi8YzFNyQDCdsjF1Lpac4UyRmN",
+	"Z6gD4yIMxJxPbZ/OeRSRs6PrKxJLIVisWdIlzw+eEh8LZG/9YKKCbh4hzMEiheTYlbmNQ+8TylMGMahw",
+	"TbcF7qU5M6Wq+/Y4NACHXuISPCAZmB54Ex1A9+DoMtrBJzHE+wTp3DjWI4eJLgVbJwbcju5GmiyabyJK",
+	"+Di/derIIk9bvdY+RHXYD6pE6ug8An8PtF7kctnUC8K1YumkW0jQoNd11eS6CHla4V1hgZF7beCDnS45",
+	"DqNEciyjxsBHD/l1KwKg9Vjal1BNcqYCQGFfuDUiqZxOMYSYxTOJgWcsz2VuY4nXlZq6AVt8fpvGUMXp",
+	"98sQ2WIhNjwwK8fE9wbiA/i/4uEiTz9+QjpklxxZ0Q7Qp6azix+PD0mYUhCCdSalOTqle316AbiU1x16",
+	"IBvfa4Y+3zED6VdeiGLe4Gd0aTlcO+j8xooGuE2GcSh0une65KiM2UKrcBTVzEgIhYwwP4WMV+jnC9BV",
+	"nJvcf+Ddu4dhhFKQ9Q+uUp1LcDs6Gg8SMBEppkt+ss6IEth1QbEDkdL4BhNoYIlpWp3LNKeGUUMQrhGx",
+	"GN7ukgRL21bYJtY37qeZJAnH6O6elSJwhAiNtYsN8Mg/Gg5kRG5YpvFiA6jVJ6fXw8v+df/s+vT8zB5B",
+	"YPad0jggVLNmDHDfIUURb5kpklA1G0vqcM18JEevUvbJG6B5jqEYYJjlDD8rXMTFNFTk1B+cbVgPj1zP",
+	"2AqttaoRb42LvTmby3yFsRthBlJkyXK8MoNJU6gVXtStoYIshJfAJb3RCEiMy4S7KBifBiKhmpI5zc09",
+	"0tweUzYqrSgqax/fffx/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -21,6 +21,9 @@ func (h *handlers) CreateEnvironment(ctx context.Context, req CreateEnvironmentR
 	}
 	reg := registration(req.Params.Id, *req.Body)
 	reg.RegisteredBy = principal(ctx).Subject
+	if reg.Spec.ShareNamespaces {
+		noteAction(ctx, ActionCreateSharingNamespaces)
+	}
 	env, created, err := h.opts.Environments.Register(ctx, reg)
 	if err != nil {
 		return nil, err
@@ -72,6 +75,9 @@ func (h *handlers) UpdateEnvironment(ctx context.Context, req UpdateEnvironmentR
 	patch, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
+	}
+	if share, ok := (*body)["share_namespaces"].(bool); ok && share {
+		noteAction(ctx, ActionUpdateSharingNamespaces)
 	}
 	env, err := h.opts.Environments.Update(ctx, req.EnvironmentId, patch)
 	if err != nil {
@@ -166,6 +172,7 @@ func registration(id string, in EnvironmentInput) environments.Registration {
 			Namespace:         deref(in.Namespace),
 			AllowedNamespaces: deref(in.AllowedNamespaces),
 			DCM:               environments.DCMSettings{Register: true},
+			ShareNamespaces:   deref(in.ShareNamespaces),
 		},
 		Credentials: environments.Credentials{KubeconfigContext: deref(in.KubeconfigContext)},
 	}
@@ -223,6 +230,7 @@ func (h *handlers) toEnvironment(e environments.Environment) Environment {
 		},
 		Dcm:                 DCMSettings{Register: &e.Spec.DCM.Register, ProviderName: &e.Spec.DCM.ProviderName},
 		CapabilityOverrides: sameJSON(e.Spec.CapabilityOverrides, &CapabilityOverrides{}),
+		ShareNamespaces:     e.Spec.ShareNamespaces,
 		Connection: ConnectionInfo{
 			Server:                c.Server,
 			TlsServerName:         optional(c.TLSServerName),
@@ -240,6 +248,7 @@ func (h *handlers) toEnvironment(e environments.Environment) Environment {
 			LastProbeTime:        st.LastProbeTime,
 			LastReadyTime:        st.LastReadyTime,
 			StorageClassCount:    st.StorageClassCount,
+			ClusterId:            optional(st.ClusterID),
 			VolumeCount:          st.VolumeCount,
 			UnadoptedVolumeCount: st.UnadoptedVolumeCount,
 		},

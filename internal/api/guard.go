@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -210,7 +211,7 @@ func (g *guard) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if op.audited && !handled && (admitErr == nil || g.refusals.allowNow(principal.Subject)) {
 			stored = g.audit.Record(c.Request().Context(), auth.AuditEvent{
 				RequestID: logging.RequestID(req.Context()), Subject: principal.Subject, Name: principal.Name,
-				Roles: principal.Roles, AuthMethod: principal.Method, Action: op.id,
+				Roles: principal.Roles, AuthMethod: principal.Method, Action: cmp.Or(note.action, op.id),
 				EnvironmentID: env, VolumeID: note.volume, Status: statusOf(c, err), Peer: peer,
 			})
 		}

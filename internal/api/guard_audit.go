@@ -60,10 +60,32 @@ func (h *heldResponse) discard() {
 }
 
 // auditNote lets a handler name what an audited request created when the
-// request did not (a volume created under an Idempotency-Key).
-type auditNote struct{ volume string }
+// request did not (a volume created under an Idempotency-Key), and mark a
+// request that used an explicit override with an action of its own.
+type auditNote struct{ volume, action string }
 
 type auditNoteKey struct{}
+
+// Actions of their own for requests that override a safeguard, so the
+// audit trail (and `audit --action`) finds them apart from the ordinary
+// ones: a registration or update that lets an environment share its
+// cluster namespaces, an adoption that takes claims over.
+const (
+	ActionCreateSharingNamespaces = "createEnvironmentSharingNamespaces"
+	ActionUpdateSharingNamespaces = "updateEnvironmentSharingNamespaces"
+	ActionAdoptTakingOver         = "adoptVolumesTakingOver"
+)
+
+// OverrideActions are the actions of their own above.
+var OverrideActions = []string{ActionCreateSharingNamespaces, ActionUpdateSharingNamespaces, ActionAdoptTakingOver}
+
+// noteAction records the action a request is audited under, in place of
+// its operation's.
+func noteAction(ctx context.Context, action string) {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok {
+		n.action = action
+	}
+}
 
 // noteVolume records the volume a request created for its audit record.
 func noteVolume(ctx context.Context, id string) {

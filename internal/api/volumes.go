@@ -207,7 +207,10 @@ func (h *handlers) AdoptVolumes(ctx context.Context, req AdoptVolumesRequestObje
 	if req.Body != nil {
 		in = *req.Body
 	}
-	a, err := h.opts.Volumes.Adopt(ctx, req.EnvironmentId, deref(in.Namespace), deref(in.ValidateOnly))
+	if deref(in.TakeOver) && !deref(in.ValidateOnly) {
+		noteAction(ctx, ActionAdoptTakingOver)
+	}
+	a, err := h.opts.Volumes.Adopt(ctx, req.EnvironmentId, deref(in.Namespace), deref(in.ValidateOnly), deref(in.TakeOver))
 	if err != nil {
 		return nil, err
 	}

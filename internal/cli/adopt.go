@@ -14,16 +14,18 @@ import (
 
 func (c *gatewayClient) adoptCommand() *cobra.Command {
 	var namespace string
-	var dryRun bool
+	var dryRun, takeOver bool
 	cmd := &cobra.Command{
 		Use:   "adopt ID",
 		Short: "Adopt the DCM volumes another provider created in an environment (DCM's per-cluster storage SP)",
 		Long: "adopt records as volumes the claims labelled for DCM storage in the environment's namespaces that no volume\n" +
 			"record serves, so the gateway serves, follows and reports them; each adopted volume's status is published once.\n" +
 			"Claims whose labels disagree, whose name is not a valid volume id, that another environment records, or that\n" +
-			"are being deleted are skipped with the reason. Running it again adopts nothing new.",
+			"are being deleted are skipped with the reason, and so are claims another environment or gateway installation\n" +
+			"made unless --take-over (a claim taken over is labelled with the environment). Running it again adopts nothing new.",
 		Example: "  storage-gateway env adopt east --dry-run\n  storage-gateway env adopt east\n" +
-			"  storage-gateway env adopt east --namespace team-a",
+			"  storage-gateway env adopt east --namespace team-a\n" +
+			"  storage-gateway env adopt east2 --take-over   # east registered again as east2 takes east's claims",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: c.completeEnvironments,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -31,7 +33,7 @@ func (c *gatewayClient) adoptCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			body := api.AdoptionRequest{ValidateOnly: &dryRun}
+			body := api.AdoptionRequest{ValidateOnly: &dryRun, TakeOver: &takeOver}
 			if namespace != "" {
 				body.Namespace = &namespace
 			}
@@ -47,7 +49,10 @@ func (c *gatewayClient) adoptCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only this namespace (one of the environment's)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be adopted and what would be skipped; change nothing")
+	cmd.Flags().BoolVar(&takeOver, "take-over", false, "also adopt claims another environment or storage-gateway installation made "+
+		"(the former holder reports them DELETED); recorded in the audit trail")
 	setsFields(cmd, "namespace", "namespace")
+	setsFields(cmd, "take-over", "take_over")
 	return cmd
 }
 

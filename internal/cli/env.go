@@ -125,7 +125,7 @@ type specFlags struct {
 	namespace, region, zone, displayName, desc string
 	storageClass, accessMode, volumeMode       string
 	allowedNamespaces, labels                  []string
-	dcmRegister, noRegister                    bool
+	dcmRegister, noRegister, shareNamespace    bool
 	dcmProviderName                            string
 }
 
@@ -146,11 +146,14 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.noRegister, "no-dcm-register", false, "do not register the environment as a DCM provider")
 	_ = fl.MarkDeprecated("no-dcm-register", "use --dcm-register=false")
 	fl.StringVar(&f.dcmProviderName, "dcm-provider-name", "", "its provider name in DCM, storage-gateway-ID when unset; an existing provider's name takes that provider over")
+	fl.BoolVar(&f.shareNamespace, "share-namespace", false, "serve namespaces another environment on the same cluster serves too, each environment "+
+		"seeing only the claims it made (refused without it); recorded in the audit trail")
 	for flag, field := range map[string]string{
 		"namespace": "namespace", "allowed-namespaces": "allowed_namespaces", "region": "region", "zone": "zone",
 		"display-name": "display_name", "description": "description", "storage-class": "defaults.storage_class",
 		"access-mode": "defaults.access_mode", "volume-mode": "defaults.volume_mode", "label": "labels",
 		"dcm-register": "dcm.register", "dcm-provider-name": "dcm.provider_name", "no-dcm-register": "dcm.register",
+		"share-namespace": "share_namespaces",
 	} {
 		setsFields(cmd, flag, field)
 	}
@@ -181,6 +184,9 @@ func (f *specFlags) input(cmd *cobra.Command, id string) (string, api.Environmen
 	set("description", &in.Description, f.desc)
 	if cmd.Flags().Changed("allowed-namespaces") {
 		in.AllowedNamespaces = &f.allowedNamespaces
+	}
+	if cmd.Flags().Changed("share-namespace") {
+		in.ShareNamespaces = &f.shareNamespace
 	}
 	if err := f.defaults(cmd, &in); err != nil {
 		return "", in, err

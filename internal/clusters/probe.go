@@ -40,15 +40,19 @@ const (
 	HealthUnauthorized HealthState = "UNAUTHORIZED"
 )
 
-// Permission is one access the gateway needs in a cluster.
+// Permission is one access the gateway needs in a cluster: to every
+// object of the resource, or only to the one Name says.
 type Permission struct {
-	Verb, Group, Resource, Namespace string
+	Verb, Group, Resource, Namespace, Name string
 }
 
 func (p Permission) String() string {
 	res := p.Resource
 	if p.Group != "" {
 		res += "." + p.Group
+	}
+	if p.Name != "" {
+		res += " " + p.Name
 	}
 	if p.Namespace == "" {
 		return p.Verb + " " + res
@@ -87,10 +91,11 @@ func RequiredPermissions(namespaces []string) []Permission {
 // its namespaces, for placement's quota headroom, and the cluster's
 // VolumeSnapshotClasses and VolumeAttributesClasses, for which classes can
 // be snapshotted and which performance tiers exist (each unknown without);
-// and the VolumeSnapshots of its namespaces, which the snapshot API makes
-// (refused with the cluster's answer without).
+// the VolumeSnapshots of its namespaces, which the snapshot API makes
+// (refused with the cluster's answer without); and the kube-system
+// namespace, whose uid identifies the cluster (its address does without).
 func OptionalPermissions(namespaces []string) []Permission {
-	perms := make([]Permission, 0, 6*len(namespaces)+2)
+	perms := make([]Permission, 0, 6*len(namespaces)+3)
 	for _, ns := range namespaces {
 		perms = append(perms, Permission{Verb: "list", Resource: "resourcequotas", Namespace: ns})
 		for _, verb := range []string{"create", "get", "list", "watch", "delete"} {
@@ -99,7 +104,8 @@ func OptionalPermissions(namespaces []string) []Permission {
 	}
 	return append(perms,
 		Permission{Verb: "list", Group: "snapshot.storage.k8s.io", Resource: "volumesnapshotclasses"},
-		Permission{Verb: "list", Group: "storage.k8s.io", Resource: "volumeattributesclasses"})
+		Permission{Verb: "list", Group: "storage.k8s.io", Resource: "volumeattributesclasses"},
+		Permission{Verb: "get", Resource: "namespaces", Name: clusterIdentityNamespace})
 }
 
 // ProbeResult is what one probe learned. Message is written by the gateway
@@ -110,7 +116,10 @@ type ProbeResult struct {
 	KubernetesVersion string
 	// StorageClassCount is nil when the classes could not be listed.
 	StorageClassCount *int
-	Time              time.Time
+	// ClusterID is the cluster's identity (see clusterID); empty when the
+	// probe did not get that far.
+	ClusterID string
+	Time      time.Time
 }
 
 // probeQPS and probeBurst are a probe's rate limit when there are no shared
@@ -220,6 +229,7 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	}
 	n := len(classes.Items)
 	res.StorageClassCount = &n
+	res.ClusterID = clusterID(ctx, client, conn.Server)
 	res.State = HealthReady
 	res.Message = "reachable; all required permissions granted"
 	if res.KubernetesVersion == "" {
@@ -227,6 +237,24 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	}
 	return res
 }
+
+// clusterID names the cluster the credentials reach, the same whichever
+// address or credentials reach it: the uid of its kube-system namespace,
+// which the API server gives that namespace when the cluster is made and
+// never changes. Credentials that may not read it (the permission is
+// optional, see OptionalPermissions) fall back to the API server's
+// address, which tells apart every cluster but not two addresses of one.
+func clusterID(ctx context.Context, client *Client, server string) string {
+	ns, err := client.CoreV1().Namespaces().Get(ctx, clusterIdentityNamespace, metav1.GetOptions{})
+	if err != nil || ns.UID == "" {
+		return "server/" + strings.ToLower(server)
+	}
+	return clusterIdentityNamespace + "/" + string(ns.UID)
+}
+
+// clusterIdentityNamespace is the namespace whose uid identifies a
+// cluster: every cluster has it from its first start.
+const clusterIdentityNamespace = "kube-system"
 
 // validVersion is a Kubernetes gitVersion as real distributions report it
 // (v1.36.3, v1.30.2-eks-1234567, v1.29.4+k3s1); maxVersionLength bounds it.

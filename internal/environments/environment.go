@@ -22,6 +22,11 @@ type Spec struct {
 	// CapabilityOverrides state what the environment's classes support
 	// where the built-in driver table is silent or wrong.
 	CapabilityOverrides capabilities.Overrides `json:"capability_overrides"`
+	// ShareNamespaces lets the environment serve namespaces that another
+	// environment on the same cluster serves: each still serves only the
+	// claims it made (internal/volumes labels every claim with its
+	// environment). Off, such a registration or update is refused.
+	ShareNamespaces bool `json:"share_namespaces"`
 }
 
 // Defaults apply to volumes whose request leaves the setting open.
@@ -98,7 +103,10 @@ type Status struct {
 	LastProbeTime     *time.Time
 	LastReadyTime     *time.Time
 	StorageClassCount *int
-	VolumeCount       int
+	// ClusterID is the cluster's identity as the last probe that reached
+	// it read it (clusters.ProbeResult.ClusterID); empty before.
+	ClusterID   string
+	VolumeCount int
 	// UnadoptedVolumeCount counts the claims labelled for DCM storage that
 	// no volume record serves (internal/volumes counts them; an admin
 	// adopts them).

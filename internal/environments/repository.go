@@ -41,7 +41,7 @@ type repository struct{ db *pgxpool.Pool }
 
 // specColumns are a Spec's columns, in specRow's order.
 const specColumns = `e.display_name, e.description, e.labels, e.region, e.zone, e.namespace,
-	e.allowed_namespaces, e.defaults, e.dcm, e.capability_overrides`
+	e.allowed_namespaces, e.defaults, e.dcm, e.capability_overrides, e.share_namespaces`
 
 const selectColumns = `
 	e.id, ` + specColumns + `, e.create_time, e.update_time,
@@ -49,7 +49,7 @@ const selectColumns = `
 	e.auth_type, e.credentials_key_id, e.credentials, e.credentials_update_time, e.credentials_expire_time,
 	e.state, e.status_message, e.kubernetes_version, e.storage_class_count,
 	e.last_probe_time, e.last_ready_time, e.dcm_registration, e.generation,
-	e.credentials_generation, e.registered_by,
+	e.credentials_generation, e.registered_by, e.cluster_id,
 	(SELECT count(*) FROM volumes v WHERE v.environment_id = e.id AND v.status <> 'DELETED'),
 	COALESCE((SELECT u.count FROM unadopted_claims u WHERE u.environment_id = e.id), 0)`
 
@@ -63,7 +63,7 @@ type specRow struct {
 func (r *specRow) targets() []any {
 	s := r.spec
 	return []any{&s.DisplayName, &s.Description, &r.labels, &s.Region, &s.Zone, &s.Namespace,
-		&s.AllowedNamespaces, &r.defaults, &r.dcm, &r.overrides}
+		&s.AllowedNamespaces, &r.defaults, &r.dcm, &r.overrides, &s.ShareNamespaces}
 }
 
 func (r *specRow) columns() []jsonColumn {
@@ -80,7 +80,7 @@ func scanRecord(row pgx.Row) (record, error) {
 		&r.Connection.AuthType, &r.sealed.KeyID, &r.sealed.Blob, &r.Connection.CredentialsUpdateTime, &r.Connection.CredentialsExpireTime,
 		&state, &r.Status.Message, &r.Status.KubernetesVersion, &r.Status.StorageClassCount,
 		&r.Status.LastProbeTime, &r.Status.LastReadyTime, &reg, &r.generation,
-		&r.sealed.Generation, &r.registeredBy,
+		&r.sealed.Generation, &r.registeredBy, &r.Status.ClusterID,
 		&r.Status.VolumeCount, &r.Status.UnadoptedVolumeCount,
 	)
 	err := row.Scan(targets...)
@@ -155,25 +155,37 @@ func (r *repository) atGeneration(ctx context.Context, id string, generation int
 
 // insert adds rec's row and returns it as stored, as get would read it:
 // the registration answers with it without reading it again.
-func (r *repository) insert(ctx context.Context, rec record) (record, error) {
+// It is refused with admit's error when admit refuses the environments
+// on rec's cluster as the insert's transaction sees them (see onCluster).
+func (r *repository) insert(ctx context.Context, rec record, admit func([]neighbour) error) (record, error) {
 	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
-	stored, err := scanRecord(r.db.QueryRow(ctx, `
+	var stored record
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		if err := onCluster(ctx, tx, rec, admit); err != nil {
+			return err
+		}
+		var err error
+		stored, err = scanRecord(tx.QueryRow(ctx, `
 		INSERT INTO environments AS e (
 			id, display_name, description, labels, region, zone, namespace, allowed_namespaces,
 			defaults, dcm, server, certificate_authority, tls_server_name, insecure_skip_verify,
 			auth_type, credentials_key_id, credentials, credentials_update_time,
 			state, status_message, kubernetes_version, storage_class_count, last_probe_time, last_ready_time,
-			create_time, update_time, capability_overrides, credentials_generation, registered_by, credentials_expire_time)
+			create_time, update_time, capability_overrides, credentials_generation, registered_by, credentials_expire_time,
+			share_namespaces, cluster_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27, $28)
+			$19, $20, $21, $22, $23, $24, $18, $18, $25, $26, $27, $28, $29, $30)
 		RETURNING `+selectColumns,
-		rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
-		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
-		rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
-		rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
-		string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
-		rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides),
-		rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime))
+			rec.ID, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
+			rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm,
+			rec.Connection.Server, rec.caData, rec.Connection.TLSServerName, rec.Connection.Insecure,
+			rec.Connection.AuthType, rec.sealed.KeyID, rec.sealed.Blob, rec.Connection.CredentialsUpdateTime,
+			string(rec.Status.State), rec.Status.Message, rec.Status.KubernetesVersion, rec.Status.StorageClassCount,
+			rec.Status.LastProbeTime, rec.Status.LastReadyTime, mustJSON(rec.Spec.CapabilityOverrides),
+			rec.sealed.Generation, rec.registeredBy, rec.Connection.CredentialsExpireTime,
+			rec.Spec.ShareNamespaces, rec.Status.ClusterID))
+		return err
+	})
 	if postgres.ErrorCode(err) == pgerrcode.UniqueViolation {
 		return record{}, errExists
 	}
@@ -185,12 +197,20 @@ func (r *repository) insert(ctx context.Context, rec record) (record, error) {
 // connection and sealed credentials only when rotated, status only when the
 // PATCH probed — so a concurrent re-seal (keys rewrap) or probe result is
 // never overwritten with what this PATCH read earlier.
-func (r *repository) update(ctx context.Context, rec record, rotated, probed bool) (bool, error) {
+//
+// A non-nil admit refuses the update with its error when it refuses the
+// environments on rec's cluster (see onCluster).
+func (r *repository) update(ctx context.Context, rec record, rotated, probed bool, admit func([]neighbour) error) (bool, error) {
 	labels, defaults, dcm := mustJSON(rec.Spec.Labels), mustJSON(rec.Spec.Defaults), mustJSON(rec.Spec.DCM)
-	tag, err := r.db.Exec(ctx, `
+	var updated bool
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		if err := onCluster(ctx, tx, rec, admit); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
 		UPDATE environments SET
 			display_name = $3, description = $4, labels = $5, region = $6, zone = $7, namespace = $8,
-			allowed_namespaces = $9, defaults = $10, dcm = $11, capability_overrides = $28,
+			allowed_namespaces = $9, defaults = $10, dcm = $11, capability_overrides = $28, share_namespaces = $31,
 			server                  = CASE WHEN $26 THEN $12 ELSE server END,
 			certificate_authority   = CASE WHEN $26 THEN $13 ELSE certificate_authority END,
 			tls_server_name         = CASE WHEN $26 THEN $14 ELSE tls_server_name END,
@@ -207,18 +227,56 @@ func (r *repository) update(ctx context.Context, rec record, rotated, probed boo
 			storage_class_count     = CASE WHEN $27 THEN $23 ELSE storage_class_count END,
 			last_probe_time         = CASE WHEN $27 THEN $24 ELSE last_probe_time END,
 			last_ready_time         = CASE WHEN $27 THEN $25 ELSE last_ready_time END,
+			cluster_id              = CASE WHEN $27 THEN $32 ELSE cluster_id END,
 			update_time = now(), generation = generation + 1
 		WHERE id = $1 AND generation = $2`,
-		rec.ID, rec.generation, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
-		rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm, rec.Connection.Server, rec.caData,
-		rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
-		rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
-		rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime,
-		rotated, probed, mustJSON(rec.Spec.CapabilityOverrides), rec.sealed.Generation, rec.Connection.CredentialsExpireTime)
-	if err != nil {
-		return false, err
+			rec.ID, rec.generation, rec.Spec.DisplayName, rec.Spec.Description, labels, rec.Spec.Region, rec.Spec.Zone,
+			rec.Spec.Namespace, rec.Spec.AllowedNamespaces, defaults, dcm, rec.Connection.Server, rec.caData,
+			rec.Connection.TLSServerName, rec.Connection.Insecure, rec.Connection.AuthType, rec.sealed.KeyID,
+			rec.sealed.Blob, rec.Connection.CredentialsUpdateTime, string(rec.Status.State), rec.Status.Message,
+			rec.Status.KubernetesVersion, rec.Status.StorageClassCount, rec.Status.LastProbeTime, rec.Status.LastReadyTime,
+			rotated, probed, mustJSON(rec.Spec.CapabilityOverrides), rec.sealed.Generation, rec.Connection.CredentialsExpireTime,
+			rec.Spec.ShareNamespaces, rec.Status.ClusterID)
+		updated = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return updated, err
+}
+
+// neighbour is another environment on the same cluster: its id and the
+// namespaces it serves.
+type neighbour struct {
+	ID         string
+	Namespaces []string
+}
+
+// onCluster hands admit the other environments recorded on rec's cluster
+// (by its identity, Status.ClusterID), under a transaction lock on that
+// identity held to the caller's commit: two registrations on one cluster
+// are decided one after the other, each seeing the other's row.
+func onCluster(ctx context.Context, tx pgx.Tx, rec record, admit func([]neighbour) error) error {
+	if rec.Status.ClusterID == "" || admit == nil {
+		return nil
 	}
-	return tag.RowsAffected() == 1, nil
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('environments.cluster_id:' || $1, 0))`, rec.Status.ClusterID); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, `SELECT id, namespace, allowed_namespaces FROM environments
+		WHERE cluster_id = $1 AND id <> $2 ORDER BY id`, rec.Status.ClusterID, rec.ID)
+	if err != nil {
+		return err
+	}
+	var others []neighbour
+	var n neighbour
+	var ns string
+	var allowed []string
+	if _, err := pgx.ForEachRow(rows, []any{&n.ID, &ns, &allowed}, func() error {
+		others = append(others, neighbour{ID: n.ID, Namespaces: append([]string{ns}, allowed...)})
+		return nil
+	}); err != nil {
+		return err
+	}
+	return admit(others)
 }
 
 // credentialsGeneration reads the generation of an environment's stored
@@ -252,12 +310,12 @@ func (r *repository) updateStatus(ctx context.Context, id string, generation int
 	query := `
 		UPDATE environments SET state = $3, status_message = $4, kubernetes_version = $5,
 			storage_class_count = $6, last_probe_time = $7, last_ready_time = $8,
-			credentials_expire_time = COALESCE(credentials_expire_time, $9)
+			credentials_expire_time = COALESCE(credentials_expire_time, $9), cluster_id = $10
 		WHERE id = $1 AND generation = $2`
 	args := []any{id, generation, string(st.State), st.Message, st.KubernetesVersion, st.StorageClassCount,
-		st.LastProbeTime, st.LastReadyTime, expiry}
+		st.LastProbeTime, st.LastReadyTime, expiry, st.ClusterID}
 	if lease != nil {
-		query += ` AND ` + membership.FenceSQL("environments.id", "$10", "$11")
+		query += ` AND ` + membership.FenceSQL("environments.id", "$11", "$12")
 		args = append(args, lease.Epoch, lease.Incarnation)
 	}
 	tag, err := r.db.Exec(ctx, query, args...)

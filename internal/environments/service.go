@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,7 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 	if err != nil {
 		return Environment{}, false, err
 	}
-	stored, err := s.repo.insert(ctx, rec)
+	stored, err := s.repo.insert(ctx, rec, admitNeighbours(spec))
 	if errors.Is(err, errExists) {
 		// A concurrent registration of the same id won the race.
 		existing, err := s.repo.get(ctx, reg.ID)
@@ -140,7 +141,8 @@ func (s *Service) Register(ctx context.Context, reg Registration) (env Environme
 		return Environment{}, false, err
 	}
 	s.sawGeneration(rec.ID, rec.sealed.Generation)
-	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State)
+	s.audit(ctx, "environment registered", rec.ID, "server", conn.Server, "auth_type", conn.AuthType(), "state", result.State,
+		"share_namespaces", spec.ShareNamespaces)
 	s.registered.Store(rec.ID, stored.revision())
 	s.publish(Change{EnvironmentID: rec.ID, Registered: true})
 	return stored.Environment, true, nil
@@ -164,6 +166,34 @@ func (s *Service) replay(ctx context.Context, existing record, reg Registration,
 		return Environment{}, false, exists
 	}
 	return existing.Environment, false, nil
+}
+
+// admitNeighbours refuses an environment of spec on a cluster where
+// another environment serves one of its namespaces, naming that
+// environment and the namespace — two environments on one namespace
+// would each meet the other's claims — unless spec says to share them
+// (ShareNamespaces): each then serves only the claims it made.
+func admitNeighbours(spec Spec) func([]neighbour) error {
+	return func(others []neighbour) error {
+		if spec.ShareNamespaces {
+			return nil
+		}
+		for _, other := range others {
+			for _, ns := range spec.Namespaces() {
+				if !slices.Contains(other.Namespaces, ns) {
+					continue
+				}
+				field := "allowed_namespaces"
+				if ns == spec.Namespace {
+					field = "namespace"
+				}
+				return &fault.Error{Kind: fault.Conflict, Field: field, Detail: fmt.Sprintf(
+					"namespace %s of this cluster is served by environment %q already; to serve it from both, "+
+						"each seeing only the claims it made, set share_namespaces (env add --share-namespace)", ns, other.ID)}
+			}
+		}
+		return nil
+	}
 }
 
 // Get returns one environment.
@@ -428,6 +458,9 @@ func statusFrom(prev Status, r clusters.ProbeResult) Status {
 	}
 	if r.StorageClassCount != nil {
 		st.StorageClassCount = r.StorageClassCount
+	}
+	if r.ClusterID != "" {
+		st.ClusterID = r.ClusterID
 	}
 	t := r.Time
 	st.LastProbeTime = &t

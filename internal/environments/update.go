@@ -92,7 +92,14 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 			return Environment{}, err
 		}
 	}
-	ok, err := s.repo.update(ctx, next, rotate, probe)
+	// Its cluster's other environments are looked at again where the
+	// namespaces or the cluster may have changed, or sharing was turned
+	// off.
+	var admit func([]neighbour) error
+	if probe || rec.Spec.ShareNamespaces && !spec.ShareNamespaces {
+		admit = admitNeighbours(spec)
+	}
+	ok, err := s.repo.update(ctx, next, rotate, probe, admit)
 	if err != nil {
 		return Environment{}, err
 	}
@@ -105,7 +112,7 @@ func (s *Service) Update(ctx context.Context, id string, patch []byte) (Environm
 	if rotate {
 		s.sawGeneration(id, next.sealed.Generation)
 	}
-	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate)
+	s.audit(ctx, "environment updated", id, "credentials_rotated", rotate, "share_namespaces", spec.ShareNamespaces)
 	s.publish(Change{EnvironmentID: id})
 	return s.Get(ctx, id)
 }

@@ -50,7 +50,17 @@ type Skip struct {
 //
 // Adoption never happens implicitly: a labelled claim without a record is
 // only counted (liveCounted), and a create that finds one refuses it.
-func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOnly bool) (Adoption, error) {
+//
+// A claim another environment or installation made (its owner labels, or
+// a gateway's display name without them) is that one's: it is skipped,
+// naming its holder, unless takeOver says to take it (an environment
+// registered again under a new id takes its old claims so). A claim
+// taken over is labelled with the environment before it is recorded
+// (labelOwner): it is no longer its former holder's, whose
+// reconciler reports it DELETED there. Nothing else is written to the
+// cluster: a claim adopted from DCM's storage SP stays as it is, served
+// by the uid its record holds.
+func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOnly, takeOver bool) (Adoption, error) {
 	env, err := s.envs.Get(ctx, envID)
 	if err != nil {
 		return Adoption{}, err
@@ -66,7 +76,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 	if err != nil {
 		return Adoption{}, err
 	}
-	candidates, out, _, err := s.adoptable(ctx, envID, cluster, namespaces)
+	candidates, out, _, err := s.adoptable(ctx, envID, cluster, namespaces, takeOver)
 	if err != nil {
 		return Adoption{}, err
 	}
@@ -84,6 +94,26 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 	if validateOnly || len(recs) == 0 {
 		return out, nil
 	}
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return Adoption{}, err
+	}
+	var takenOver []string
+	for _, pvc := range candidates {
+		if held := o.holderOf(pvc, pvc.Name, ""); held != heldElsewhere && held != heldUnlabelled {
+			continue
+		}
+		takenOver = append(takenOver, pvc.Namespace+"/"+pvc.Name+" from "+o.heldBy(pvc))
+		writeCtx, cancel := s.clusterWrite(ctx)
+		err := s.labelOwner(writeCtx, cluster, o, pvc)
+		cancel()
+		if err != nil {
+			return Adoption{}, kubernetesError(err, "label an adopted claim")
+		}
+	}
+	if len(takenOver) > 0 {
+		s.log.InfoContext(ctx, "claims taken over from their holder", "audit", true, "environment", envID, "claims", takenOver)
+	}
 	if err := s.recordAdopted(ctx, lease, envID, recs, out.Adopted); err != nil {
 		return Adoption{}, err
 	}
@@ -98,7 +128,7 @@ func (s *Service) Adopt(ctx context.Context, envID, namespace string, validateOn
 // envID serves into the ones an adoption takes and the ones it skips
 // (with the reason); it counts the ones a record serves already, and
 // returns envID's records it read, by volume id.
-func (s *Service) adoptable(ctx context.Context, envID string, cluster clusters.Live, namespaces []string) (
+func (s *Service) adoptable(ctx context.Context, envID string, cluster clusters.Live, namespaces []string, takeOver bool) (
 	[]*corev1.PersistentVolumeClaim, Adoption, map[string]recordedAs, error) {
 	recorded, err := s.repo.namespaces(ctx, envID)
 	if err != nil {
@@ -113,7 +143,11 @@ func (s *Service) adoptable(ctx context.Context, envID string, cluster clusters.
 	if err != nil {
 		return nil, Adoption{}, nil, err
 	}
-	take, out := choose(cluster, unrecorded, elsewhere, out)
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return nil, Adoption{}, nil, err
+	}
+	take, out := choose(cluster, o, takeOver, unrecorded, elsewhere, out)
 	return take, out, recorded, nil
 }
 
@@ -142,11 +176,12 @@ func triage(pvcs []*corev1.PersistentVolumeClaim, namespaces []string, recorded 
 	return unrecorded, out
 }
 
-// choose takes the unrecorded claims an adoption can make volumes of and
-// adds the others to out.Skipped: elsewhere names, by claim name, another
-// environment recording a volume of that id. What is taken with a caveat
-// (being deleted, its class gone) is in out.Warnings.
-func choose(cluster clusters.Live, unrecorded []*corev1.PersistentVolumeClaim, elsewhere map[string]string, out Adoption) ([]*corev1.PersistentVolumeClaim, Adoption) {
+// choose takes the unrecorded claims an adoption by o can make volumes of
+// and adds the others to out.Skipped: elsewhere names, by claim name,
+// another environment recording a volume of that id; a claim another
+// environment or installation made is taken only with takeOver. What is
+// taken with a caveat (being deleted, its class gone) is in out.Warnings.
+func choose(cluster clusters.Live, o owner, takeOver bool, unrecorded []*corev1.PersistentVolumeClaim, elsewhere map[string]string, out Adoption) ([]*corev1.PersistentVolumeClaim, Adoption) {
 	seen := map[string]int{}
 	for _, pvc := range unrecorded {
 		seen[pvc.Name]++
@@ -160,6 +195,11 @@ func choose(cluster clusters.Live, unrecorded []*corev1.PersistentVolumeClaim, e
 		}
 		if reason := unadoptable(pvc, elsewhere[pvc.Name]); reason != "" {
 			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name, reason})
+			continue
+		}
+		if held := o.holderOf(pvc, pvc.Name, ""); !takeOver && (held == heldElsewhere || held == heldUnlabelled) {
+			out.Skipped = append(out.Skipped, Skip{pvc.Namespace, pvc.Name,
+				"it is held by " + o.heldBy(pvc) + "; adopting it takes it over from there (take_over)"})
 			continue
 		}
 		// Adopted all the same, so that DCM's record of it ends: a claim
@@ -298,9 +338,13 @@ func (s *Service) liveCounted(ctx context.Context, envID string, cluster cluster
 	for _, rec := range recs {
 		served[rec.ID] = rec.Spec.Namespace
 	}
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
 	n := 0
 	for _, pvc := range cluster.PVCs() {
-		if ns, ok := served[pvc.Name]; storageClaim(pvc) && (!ok || ns != pvc.Namespace) {
+		if ns, ok := served[pvc.Name]; o.unserved(pvc) && (!ok || ns != pvc.Namespace) {
 			n++
 		}
 	}
@@ -351,7 +395,7 @@ func (s *Service) Served(ctx context.Context, envID string, ids []string) (recor
 	if err != nil {
 		return nil, nil, err
 	}
-	take, _, records, err := s.adoptable(ctx, envID, cluster, env.Spec.Namespaces())
+	take, _, records, err := s.adoptable(ctx, envID, cluster, env.Spec.Namespaces(), false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -116,7 +116,7 @@ func TestAnAdoptionChoosesWhatCanBeAVolume(t *testing.T) {
 		labelled("dcm", "west-volume"), deleting, classless,
 	}
 	cluster := clusterstest.New(class("fast", true))
-	take, out := choose(cluster, unrecorded, map[string]string{"west-volume": "west"}, Adoption{Skipped: []Skip{}, Warnings: []Skip{}})
+	take, out := choose(cluster, east, false, unrecorded, map[string]string{"west-volume": "west"}, Adoption{Skipped: []Skip{}, Warnings: []Skip{}})
 	var taken []string
 	for _, pvc := range take {
 		taken = append(taken, pvc.Name)

@@ -93,7 +93,7 @@ func TestRequestsAsTheContractWritesThem(t *testing.T) {
 		if err != nil {
 			t.Errorf("label %s: %v, want accepted", key, err)
 		}
-		if got := specOf(newPVC("v", Spec{Labels: r.Labels, Capacity: "1Gi"})).Labels; got[key] != "x" {
+		if got := specOf(newPVC("v", Spec{Labels: r.Labels, Capacity: "1Gi"}, east)).Labels; got[key] != "x" {
 			t.Errorf("label %s does not come back from the claim: %v", key, got)
 		}
 	}

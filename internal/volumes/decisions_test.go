@@ -95,16 +95,16 @@ func (errTimeout) Temporary() bool { return true }
 // TestAClaimCarriesItsVolume: the claim made for a volume is named by its
 // id, labelled so the gateway and DCM find it, and gives back the spec it
 // was made from; one DCM's storage SP made (no display name) is named by
-// its claim; reserved labels never show as the user's.
+// its claim; reserved and owner labels never show as the user's.
 func TestAClaimCarriesItsVolume(t *testing.T) {
 	spec := Spec{Name: "Orders DB", Namespace: "shop", Capacity: "5Gi", StorageClass: "fast",
 		AccessMode: "ReadWriteOnce", VolumeMode: "Block", Labels: map[string]string{"team": "payments"}}
-	pvc := newPVC("orders-db", spec)
+	pvc := newPVC("orders-db", spec, east)
 	if pvc.Name != "orders-db" || pvc.Namespace != "shop" {
 		t.Fatalf("claim %s/%s, want shop/orders-db", pvc.Namespace, pvc.Name)
 	}
 	for k, v := range map[string]string{clusters.ManagedByLabel: clusters.ManagedByValue, InstanceIDLabel: "orders-db",
-		ServiceTypeLabel: ServiceType, "team": "payments"} {
+		ServiceTypeLabel: ServiceType, "team": "payments", InstallationLabel: east.installation, EnvironmentLabel: "east"} {
 		if pvc.Labels[k] != v {
 			t.Errorf("label %s = %q, want %q", k, pvc.Labels[k], v)
 		}
@@ -179,7 +179,7 @@ func TestWhatBlocksAnAdoption(t *testing.T) {
 func TestTheGatewaysOwnWritesWinOverALateCache(t *testing.T) {
 	now := metav1.Now()
 	cached := func(capacity string, deleting bool) *corev1.PersistentVolumeClaim {
-		pvc := newPVC("v", Spec{Name: "v", Namespace: "ns", Capacity: capacity, StorageClass: "fast", AccessMode: "ReadWriteOnce"})
+		pvc := newPVC("v", Spec{Name: "v", Namespace: "ns", Capacity: capacity, StorageClass: "fast", AccessMode: "ReadWriteOnce"}, east)
 		if deleting {
 			pvc.DeletionTimestamp = &now
 		}

@@ -32,7 +32,11 @@ func (s *Service) Get(ctx context.Context, envID, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, err
 	}
-	return s.view(cluster, rec)
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return Volume{}, err
+	}
+	return s.view(cluster, o, rec)
 }
 
 // live returns a volume's record unless the volume is unknown or gone.
@@ -44,23 +48,35 @@ func (s *Service) live(ctx context.Context, envID, id string) (record, error) {
 	return rec, err
 }
 
-// view merges a record with its cached claim.
-func (s *Service) view(cluster clusters.Live, rec record) (Volume, error) {
-	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
+// view merges a record of o with its cached claim.
+func (s *Service) view(cluster clusters.Live, o owner, rec record) (Volume, error) {
+	if pvc, ok := ownClaim(cluster, o, rec); ok {
 		return s.fromClaim(cluster, rec, pvc), nil
 	}
-	if claimGone(cluster, rec) {
+	if claimGone(cluster, o, rec) {
 		return Volume{}, fault.New(fault.NotFound, "volume %s was deleted", rec.ID)
 	}
 	return fromRecord(rec), nil
 }
 
+// ownClaim returns the cached claim of rec's name if it is o's (see
+// owner.holderOf): a claim of the same name another environment or
+// provider holds is never shown, changed or deleted as o's volume.
+func ownClaim(cluster clusters.Live, o owner, rec record) (*corev1.PersistentVolumeClaim, bool) {
+	pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID)
+	if !ok || o.holderOf(pvc, rec.ID, rec.PVCUID) != heldHere {
+		return nil, false
+	}
+	return pvc, true
+}
+
 // claimGone reports a volume whose claim existed and is no longer in the
-// (synced) cache: deleted through the API, or behind the gateway's back. It
-// is not found any more, even before the reconciler records it as DELETED.
-// A claim created moments ago may not be cached yet, hence the settle time.
-func claimGone(cluster clusters.Live, rec record) bool {
-	if _, exists := cluster.PVC(rec.Spec.Namespace, rec.ID); exists {
+// (synced) cache — deleted through the API, or behind the gateway's back —
+// or whose name another's claim holds now. It is not found any more, even
+// before the reconciler records it as DELETED. A claim created moments ago
+// may not be cached yet, hence the settle time.
+func claimGone(cluster clusters.Live, o owner, rec record) bool {
+	if _, own := ownClaim(cluster, o, rec); own {
 		return false
 	}
 	return rec.Status == status.Deleting || rec.PVCUID != "" && time.Since(rec.UpdateTime) > cacheLag
@@ -96,8 +112,12 @@ func (s *Service) List(ctx context.Context, envID string, maxPageSize int, pageT
 	}
 	var page Page
 	recs, page.NextPageToken = paging.Cut(recs, size, func(r record) string { return r.ID }, envID)
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return Page{}, err
+	}
 	for _, rec := range recs {
-		if v, err := s.view(cluster, rec); err == nil {
+		if v, err := s.view(cluster, o, rec); err == nil {
 			page.Volumes = append(page.Volumes, v)
 		}
 	}
@@ -165,7 +185,11 @@ func (s *Service) claimToChange(ctx context.Context, envID, id, change string) (
 	if err != nil {
 		return record{}, nil, lease, nil, err
 	}
-	pvc, ok := cluster.PVC(rec.Spec.Namespace, id)
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return record{}, nil, lease, nil, err
+	}
+	pvc, ok := ownClaim(cluster, o, rec)
 	if !ok || pvc.DeletionTimestamp != nil {
 		return record{}, nil, lease, nil, NoClaim(id, change)
 	}
@@ -201,12 +225,27 @@ func (s *Service) Delete(ctx context.Context, envID, id string) error {
 	if err != nil {
 		return err
 	}
-	if claimGone(cluster, rec) {
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return err
+	}
+	if claimGone(cluster, o, rec) {
 		return fault.New(fault.NotFound, "volume %s was deleted", id)
+	}
+	// Only the environment's own claim is deleted: the one in the cache,
+	// by its uid (a claim of the name made since is another's). None in
+	// the cache yet (a create under way) deletes whatever of the name the
+	// create makes; the reconciler deletes one made after this.
+	opts := metav1.DeleteOptions{}
+	pvc, cached := ownClaim(cluster, o, rec)
+	if cached {
+		opts.Preconditions = &metav1.Preconditions{UID: &pvc.UID}
+	} else if _, taken := cluster.PVC(rec.Spec.Namespace, id); taken {
+		return fault.New(fault.NotFound, "volume %s has no claim: the claim of its name is not the environment's", id)
 	}
 	writeCtx, cancel := s.clusterWrite(ctx)
 	defer cancel()
-	err = cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Delete(writeCtx, id, metav1.DeleteOptions{})
+	err = cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Delete(writeCtx, id, opts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kubernetesError(err, "delete the claim")
 	}

@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
@@ -94,7 +97,8 @@ func (s *Service) unsettled(ctx context.Context) ([]string, error) {
 			return false // reconcile decides; it is cheap when nothing is writable
 		}
 		epoch, counted := s.counted.zero[envID]
-		return counted && epoch == lease.Epoch && !slices.ContainsFunc(cluster.PVCs(), storageClaim)
+		o := owner{installation: ptr.Deref(s.installation.Load(), ""), environment: envID}
+		return counted && epoch == lease.Epoch && !slices.ContainsFunc(cluster.PVCs(), o.unserved)
 	}), nil
 }
 
@@ -134,8 +138,12 @@ func (s *Service) reconcile(ctx context.Context, envID string) error {
 	if err != nil {
 		return err
 	}
+	o, err := s.owner(ctx, envID)
+	if err != nil {
+		return err
+	}
 	for _, rec := range recs {
-		if err := s.settle(ctx, cluster, lease, rec); err != nil && ctx.Err() == nil {
+		if err := s.settle(ctx, cluster, lease, o, rec); err != nil && ctx.Err() == nil {
 			// One stuck volume must not stop the others.
 			s.log.WarnContext(ctx, "reconcile volume", "environment", envID, "volume", rec.ID, "error", err)
 		}
@@ -152,28 +160,38 @@ type settlement int
 const (
 	settled        settlement = iota // nothing, or nothing yet
 	deleteUnwanted                   // a create finished after the volume was deleted: the claim is unwanted
-	dropForeign                      // another provider's claim of the same name, found by a create that stopped before refusing it
+	dropForeign                      // a claim of the same name not the environment's, found by a create that stopped before refusing it
 	recordClaimUID                   // the claim (a new one of the same name) is not the one recorded
+	labelOwner                       // the claim, made before claims named their owner, gets the owner labels
 	recordDeleted                    // the claim is gone
 	completeCreate                   // a create stopped before its claim existed
 )
 
 // settlementOf decides what rec and its claim (as the cluster's cache
-// shows it; returned, nil when there is none) need. Another provider's
-// claim is never adopted implicitly; a create younger than createSettle
-// may still be under way.
-func settlementOf(cluster clusters.Live, rec record) (settlement, *corev1.PersistentVolumeClaim) {
+// shows it; returned, nil when there is none or it is not rec's) need,
+// for o, the environment of rec. A claim of rec's name that is not o's —
+// another provider's, another environment's, another installation's — is
+// never adopted implicitly: a record that never held a claim is dropped,
+// one whose claim was replaced by another's reports its own as deleted. A
+// create younger than createSettle may still be under way.
+func settlementOf(cluster clusters.Live, o owner, rec record) (settlement, *corev1.PersistentVolumeClaim) {
 	pvc, exists := cluster.PVC(rec.Spec.Namespace, rec.ID)
+	if exists && o.holderOf(pvc, rec.ID, rec.PVCUID) != heldHere {
+		if rec.PVCUID == "" {
+			return dropForeign, pvc
+		}
+		return recordDeleted, nil
+	}
 	switch {
 	case exists && rec.Status == status.Deleting && pvc.DeletionTimestamp == nil:
 		return deleteUnwanted, pvc
-	case exists && rec.PVCUID == "" && !createdByGateway(pvc):
-		return dropForeign, pvc
 	case exists && rec.PVCUID != string(pvc.UID):
 		return recordClaimUID, pvc
+	case exists && createdByGateway(pvc) && pvc.Labels[InstallationLabel] == "":
+		return labelOwner, pvc
 	case exists:
 		return settled, pvc
-	case claimGone(cluster, rec):
+	case claimGone(cluster, o, rec):
 		return recordDeleted, nil
 	case rec.PVCUID == "" && time.Since(rec.CreateTime) > createSettle:
 		return completeCreate, nil
@@ -182,19 +200,25 @@ func settlementOf(cluster clusters.Live, rec record) (settlement, *corev1.Persis
 }
 
 // settle brings one record and its claim into agreement.
-func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membership.Lease, rec record) error {
-	what, pvc := settlementOf(cluster, rec)
+func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membership.Lease, o owner, rec record) error {
+	what, pvc := settlementOf(cluster, o, rec)
 	switch what {
 	case deleteUnwanted:
-		err := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, rec.ID, metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+		err := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace).Delete(ctx, rec.ID, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pvc.UID}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil // gone, or replaced meanwhile: the next pass looks again
 		}
 		return err
 	case dropForeign:
-		s.log.WarnContext(ctx, "a create found another provider's claim of its name; dropping its record",
+		s.log.WarnContext(ctx, "a create found a claim of its name that is not the environment's; dropping its record",
 			"environment", rec.EnvironmentID, "volume", rec.ID, "namespace", rec.Spec.Namespace)
 		s.forget(ctx, lease, rec)
+	case labelOwner:
+		err := s.labelOwner(ctx, cluster, o, pvc)
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // replaced or changed meanwhile: the next pass looks again
+		}
+		return err
 	case recordClaimUID:
 		return pgx.BeginFunc(ctx, s.repo.db, func(tx pgx.Tx) error {
 			if err := membership.Hold(ctx, tx, lease); err != nil {
@@ -216,4 +240,27 @@ func (s *Service) settle(ctx context.Context, cluster clusters.Live, lease membe
 		return err
 	}
 	return nil
+}
+
+// labelOwner writes o's owner labels on pvc: a claim o's record holds
+// that a gateway made before claims named their owner, or one an adoption
+// takes over. (Claims adopted from DCM's storage SP are left as they are,
+// served by the uid o's record holds: adoption writes nothing to them.) Once labelled, it is found as o's by label like every
+// newer claim, and an admin can select it. The patch names the claim's uid
+// and resource version, so a claim replaced or changed meanwhile is
+// refused (Conflict) rather than relabelled unseen.
+func (s *Service) labelOwner(ctx context.Context, cluster clusters.Live, o owner, pvc *corev1.PersistentVolumeClaim) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": pvc.UID, "resourceVersion": pvc.ResourceVersion,
+		"labels": map[string]string{InstallationLabel: o.installation, EnvironmentLabel: o.environment},
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = cluster.Client().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		s.log.InfoContext(ctx, "owner labels written on a claim",
+			"environment", o.environment, "volume", pvc.Name, "namespace", pvc.Namespace)
+	}
+	return err
 }

@@ -187,3 +187,20 @@ func (r *repository) live(ctx context.Context, env string) ([]record, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) { return scanRecord(row) })
 }
+
+// installationID returns this installation's identity, drawn by the first
+// caller (any replica) and the same for every one after it. A caller that
+// lost the race to draw it reads it on its second try: its statement's
+// snapshot predates the winner's row.
+func (r *repository) installationID(ctx context.Context) (string, error) {
+	var id string
+	for range 2 {
+		err := r.db.QueryRow(ctx, `WITH drawn AS (
+				INSERT INTO installation (id) VALUES (gen_random_uuid()) ON CONFLICT (singleton) DO NOTHING RETURNING id)
+			SELECT id::text FROM drawn UNION ALL SELECT id::text FROM installation LIMIT 1`).Scan(&id)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return id, err
+		}
+	}
+	return "", errors.New("the installation's identity could not be drawn")
+}

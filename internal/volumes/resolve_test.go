@@ -99,10 +99,10 @@ func TestAVolumesSpecIsResolvedAgainstItsEnvironment(t *testing.T) {
 // seen (or is being deleted) is gone, and one created moments ago (the cache
 // may lag) is its record.
 func TestAVolumeIsWhatItsClaimAndRecordSay(t *testing.T) {
-	bound := newPVC("bound", Spec{Name: "Bound", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"})
+	bound := newPVC("bound", Spec{Name: "Bound", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"}, east)
 	bound.Status.Phase = corev1.ClaimBound
 	bound.Spec.VolumeName = "pv-1"
-	pending := newPVC("pending", Spec{Name: "Pending", Namespace: "dcm", Capacity: "1Gi", StorageClass: "gone", AccessMode: "ReadWriteOnce"})
+	pending := newPVC("pending", Spec{Name: "Pending", Namespace: "dcm", Capacity: "1Gi", StorageClass: "gone", AccessMode: "ReadWriteOnce"}, east)
 	cluster := clusterstest.New(class("fast", true), bound, pending)
 	old := time.Now().Add(-time.Hour)
 	recorded := func(id string, st status.Status, uid string, updated time.Time) record {
@@ -123,7 +123,7 @@ func TestAVolumeIsWhatItsClaimAndRecordSay(t *testing.T) {
 		{"never had a claim", recorded("intent", status.Provisioning, "", old), status.Provisioning, "", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := (&Service{}).view(cluster, tt.rec)
+			v, err := (&Service{}).view(cluster, east, tt.rec)
 			if tt.notFound {
 				if !fault.Is(err, fault.NotFound) {
 					t.Fatalf("view = %+v, %v; want not found", v, err)
@@ -135,7 +135,7 @@ func TestAVolumeIsWhatItsClaimAndRecordSay(t *testing.T) {
 			}
 		})
 	}
-	v, _ := (&Service{}).view(cluster, recorded("bound", status.Provisioning, "uid-1", old))
+	v, _ := (&Service{}).view(cluster, east, recorded("bound", status.Provisioning, "uid-1", old))
 	if v.VolumeName != "pv-1" || v.Spec.Name != "Bound" || v.Spec.StorageClass != "fast" {
 		t.Errorf("a bound volume reads %+v; want its claim's spec and volume", v)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -80,6 +81,9 @@ type Service struct {
 	log       *slog.Logger
 	// writeTimeout: see Options.WriteTimeout.
 	writeTimeout time.Duration
+	// installation is this installation's identity once read (see
+	// owner).
+	installation atomic.Pointer[string]
 	// counted serializes the unadopted-claim counts and remembers, for
 	// each environment whose last count was zero, the claim epoch it was
 	// written under (liveCounted).
@@ -171,6 +175,21 @@ func (s *Service) environment(ctx context.Context, id string) (environment, erro
 	return environment{ID: id, Spec: v.Spec, Generation: v.Generation}, err
 }
 
+// owner is envID as the owner of the claims it makes: the installation's
+// identity is read once (drawn by the first replica that needs it) and
+// kept, so only the first use costs a round trip.
+func (s *Service) owner(ctx context.Context, envID string) (owner, error) {
+	if id := s.installation.Load(); id != nil {
+		return owner{installation: *id, environment: envID}, nil
+	}
+	id, err := s.repo.installationID(ctx)
+	if err != nil {
+		return owner{}, fmt.Errorf("read the installation's identity: %w", err)
+	}
+	s.installation.Store(&id)
+	return owner{installation: id, environment: envID}, nil
+}
+
 // createNew records a new volume and creates its claim; errExists says the
 // volume has a record already. A request the environment cannot serve is
 // refused only once it is known not to be a replay of an existing volume,
@@ -229,13 +248,17 @@ func (s *Service) replay(ctx context.Context, env environment, cluster clusters.
 	if err := replayRefused(rec, req); err != nil {
 		return Volume{}, false, err
 	}
-	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok {
-		if rec.PVCUID == "" && !createdByGateway(pvc) {
-			return Volume{}, false, s.foreignClaim(ctx, lease, rec)
+	o, err := s.owner(ctx, rec.EnvironmentID)
+	if err != nil {
+		return Volume{}, false, err
+	}
+	if pvc, ok := cluster.PVC(rec.Spec.Namespace, rec.ID); ok && (rec.PVCUID == "" || o.holderOf(pvc, rec.ID, rec.PVCUID) == heldHere) {
+		if err := s.refuseClaim(ctx, lease, o, rec, pvc); err != nil {
+			return Volume{}, false, err
 		}
 		return s.fromClaim(cluster, rec, pvc), false, nil
 	}
-	if claimGone(cluster, rec) {
+	if claimGone(cluster, o, rec) {
 		return Volume{}, false, &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: "the volume with this id has been deleted"}
 	}
 	v, err := s.createClaim(ctx, env, cluster, lease, rec)
@@ -273,19 +296,20 @@ func (s *Service) createClaim(ctx context.Context, env environment, cluster clus
 	var first *status.Observation
 	done := s.tracker.Creating(rec.EnvironmentID, rec.ID)
 	defer func() { done(first) }()
+	o, err := s.owner(ctx, rec.EnvironmentID)
+	if err != nil {
+		return Volume{}, err
+	}
 	claims := cluster.Client().PersistentVolumeClaims(rec.Spec.Namespace)
 	writeCtx, cancel := s.clusterWrite(ctx)
 	defer cancel()
-	pvc, err := claims.Create(writeCtx, newPVC(rec.ID, rec.Spec), metav1.CreateOptions{})
+	pvc, err := claims.Create(writeCtx, newPVC(rec.ID, rec.Spec, o), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		pvc, err = claims.Get(writeCtx, rec.ID, metav1.GetOptions{})
-		switch {
-		case err == nil && !managedAs(pvc, rec.ID):
-			s.forget(ctx, lease, rec)
-			return Volume{}, &fault.Error{Kind: fault.AlreadyExists, Field: "id",
-				Detail: fmt.Sprintf("a PVC named %s that the gateway does not manage exists in namespace %s", rec.ID, rec.Spec.Namespace)}
-		case err == nil && !createdByGateway(pvc):
-			return Volume{}, s.foreignClaim(ctx, lease, rec)
+		if err == nil {
+			if err := s.refuseClaim(ctx, lease, o, rec, pvc); err != nil {
+				return Volume{}, err
+			}
 		}
 	}
 	if err != nil {
@@ -336,13 +360,43 @@ func RefusedForGood(err error) bool {
 	return fault.Is(err, fault.InvalidArgument) || fault.Is(err, fault.Conflict) || fault.Is(err, fault.FailedPrecondition)
 }
 
-// foreignClaim refuses a create whose claim name another provider's claim
-// for DCM holds (never adopted implicitly), dropping the create's record.
-func (s *Service) foreignClaim(ctx context.Context, lease membership.Lease, rec record) error {
-	s.forget(ctx, lease, rec)
-	return &fault.Error{Kind: fault.AlreadyExists, Field: "id",
-		Detail: fmt.Sprintf("a PVC named %s labelled for DCM by another provider exists in namespace %s; an admin adopts it (POST …/environments/%s:adopt)",
-			rec.ID, rec.Spec.Namespace, rec.EnvironmentID)}
+// refuseClaim decides whether a create (of rec, which o records) may
+// answer with pvc, the claim of its name it found, and if not says why
+// (AlreadyExists, naming who holds the claim), dropping the create's
+// record if it never held a claim (one that did is the reconciler's to
+// report DELETED). Only o's own claim serves, and only as what was asked for: a
+// claim o's record did not hold yet (a create meeting a claim o made
+// earlier, whose record was forgotten) is a replay only when its class,
+// modes and capacity are the request's. Nothing is adopted implicitly.
+func (s *Service) refuseClaim(ctx context.Context, lease membership.Lease, o owner, rec record, pvc *corev1.PersistentVolumeClaim) error {
+	refusal := claimRefusal(o, rec, pvc)
+	if refusal != nil && rec.PVCUID == "" {
+		s.forget(ctx, lease, rec)
+	}
+	return refusal
+}
+
+// claimRefusal is refuseClaim's decision (nil: pvc serves rec).
+func claimRefusal(o owner, rec record, pvc *corev1.PersistentVolumeClaim) error {
+	held := func(format string, args ...any) error {
+		return &fault.Error{Kind: fault.AlreadyExists, Field: "id", Detail: fmt.Sprintf(format, args...)}
+	}
+	where := fmt.Sprintf("a PVC named %s in namespace %s", rec.ID, rec.Spec.Namespace)
+	switch o.holderOf(pvc, rec.ID, rec.PVCUID) {
+	case heldByNobody:
+		return held("%s exists that the gateway does not manage", where)
+	case heldByProvider:
+		return held("%s labelled for DCM by another provider exists; an admin adopts it (POST …/environments/%s:adopt)", where, rec.EnvironmentID)
+	case heldElsewhere, heldUnlabelled:
+		return held("%s is held by %s; only an admin's adoption with take_over moves it to environment %s", where, o.heldBy(pvc), rec.EnvironmentID)
+	}
+	if rec.PVCUID == string(pvc.UID) {
+		return nil
+	}
+	if diff := specDifferences(pvc, rec.Spec); len(diff) > 0 {
+		return held("%s made for this environment exists with a different spec: %s", where, strings.Join(diff, ", "))
+	}
+	return nil
 }
 
 // forget drops the record of a volume whose claim the cluster refused.

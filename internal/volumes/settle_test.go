@@ -27,7 +27,7 @@ import (
 func TestTheReconcilerSettlesEachRecordWithItsClaim(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"}
 	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
-		pvc := newPVC("v", spec)
+		pvc := newPVC("v", spec, east)
 		pvc.UID = types.UID(uid)
 		if edit != nil {
 			edit(pvc)
@@ -39,7 +39,12 @@ func TestTheReconcilerSettlesEachRecordWithItsClaim(t *testing.T) {
 		p.DeletionTimestamp = &now
 		p.Finalizers = []string{"kubernetes.io/pvc-protection"}
 	}
-	foreign := func(p *corev1.PersistentVolumeClaim) { delete(p.Annotations, displayNameAnnotation) }
+	foreign := func(p *corev1.PersistentVolumeClaim) {
+		delete(p.Annotations, displayNameAnnotation)
+		unlabelled(p)
+	}
+	west := func(p *corev1.PersistentVolumeClaim) { p.Labels[EnvironmentLabel] = "west" }
+	otherInstallation := func(p *corev1.PersistentVolumeClaim) { p.Labels[InstallationLabel] = "another" }
 	old, fresh := time.Now().Add(-time.Hour), time.Now()
 	rec := func(st status.Status, uid string, created, updated time.Time) record {
 		return record{EnvironmentID: "east", ID: "v", Spec: spec, Status: st, PVCUID: uid, CreateTime: created, UpdateTime: updated}
@@ -57,6 +62,13 @@ func TestTheReconcilerSettlesEachRecordWithItsClaim(t *testing.T) {
 		{"another provider's claim of the name", claim("uid-9", foreign), rec(status.Provisioning, "", old, old), dropForeign},
 		{"a claim replaced behind the gateway's back", claim("uid-2", nil), rec(status.Running, "uid-1", old, old), recordClaimUID},
 		{"an adopted claim (no display name) as recorded", claim("uid-1", foreign), rec(status.Running, "uid-1", old, old), settled},
+		{"a claim made before claims named their owner, as recorded", claim("uid-1", unlabelled), rec(status.Running, "uid-1", old, old), labelOwner},
+		{"such a claim, not the one recorded", claim("uid-2", unlabelled), rec(status.Running, "uid-1", old, old), recordDeleted},
+		{"such a claim met by a create", claim("uid-2", unlabelled), rec(status.Provisioning, "", old, old), dropForeign},
+		{"another environment's claim met by a create", claim("uid-2", west), rec(status.Provisioning, "", old, old), dropForeign},
+		{"another installation's claim met by a create", claim("uid-2", otherInstallation), rec(status.Provisioning, "", old, old), dropForeign},
+		{"the claim replaced by another environment's", claim("uid-2", west), rec(status.Running, "uid-1", old, old), recordDeleted},
+		{"another environment's claim, after a deletion asked", claim("uid-2", west), rec(status.Deleting, "uid-1", old, old), recordDeleted},
 		{"a claim deleted behind the gateway's back", nil, rec(status.Running, "uid-1", old, old), recordDeleted},
 		{"a deletion done", nil, rec(status.Deleting, "uid-1", old, fresh), recordDeleted},
 		{"a claim just created, not cached yet", nil, rec(status.Provisioning, "uid-1", fresh, fresh), settled},
@@ -68,12 +80,12 @@ func TestTheReconcilerSettlesEachRecordWithItsClaim(t *testing.T) {
 			if tt.claim != nil {
 				objects = append(objects, tt.claim)
 			}
-			got, pvc := settlementOf(clusterstest.New(objects...), tt.rec)
+			got, pvc := settlementOf(clusterstest.New(objects...), east, tt.rec)
 			if got != tt.want {
 				t.Fatalf("settlement %d, want %d", got, tt.want)
 			}
-			if (pvc != nil) != (tt.claim != nil) {
-				t.Fatalf("claim returned %v, want it only when cached", pvc)
+			if wantClaim := tt.claim != nil && got != recordDeleted; (pvc != nil) != wantClaim {
+				t.Fatalf("claim returned %v, want it only when cached and the environment's or met by a create", pvc)
 			}
 		})
 	}

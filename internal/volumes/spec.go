@@ -29,6 +29,10 @@ const (
 // any other key, under dcm.project/ too, is the user's.
 var ReservedLabels = []string{clusters.ManagedByLabel, InstanceIDLabel, ServiceTypeLabel}
 
+// ownerLabels are the gateway's own label keys on its claims (see owner):
+// a user setting one could pass a claim off as another environment's.
+var ownerLabels = []string{InstallationLabel, EnvironmentLabel}
+
 // CapacityPattern is how DCM's storage contract writes a capacity: digits,
 // an optional fraction and an optional unit; without one it is bytes. The
 // API contract declares the same pattern (a test keeps them equal).
@@ -108,7 +112,7 @@ func (r Request) validate() error {
 		return err
 	}
 	for k, v := range r.Labels {
-		if slices.Contains(ReservedLabels, k) {
+		if slices.Contains(ReservedLabels, k) || slices.Contains(ownerLabels, k) {
 			return fault.Invalid("spec.metadata.labels", "%q is reserved: the gateway sets it on every claim", k)
 		}
 		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {

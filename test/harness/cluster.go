@@ -298,7 +298,8 @@ func (c *Cluster) applyObjects(ctx context.Context) error {
 // GrantGateway prepares any cluster (harness or kind) for the gateway: the
 // namespaces, a ServiceAccount with least privilege — claims, their events
 // and quotas in the given namespaces; read-only storage classes, CSI drivers,
-// capacities, snapshot classes and attributes classes cluster-wide — and a
+// capacities, snapshot classes and attributes classes cluster-wide, the
+// kube-system namespace (the cluster's identity) — and a
 // token minted through the TokenRequest API, which it returns. It is
 // idempotent.
 func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces []string) (string, error) {
@@ -330,6 +331,11 @@ func GrantGateway(ctx context.Context, client kubernetes.Interface, namespaces [
 			APIGroups: []string{"snapshot.storage.k8s.io"},
 			Resources: []string{"volumesnapshotclasses"},
 			Verbs:     []string{"list"},
+		}, {
+			APIGroups:     []string{""},
+			Resources:     []string{"namespaces"},
+			ResourceNames: []string{"kube-system"},
+			Verbs:         []string{"get"},
 		}},
 	}
 	if err := createIgnoreExisting(ctx, rbac.ClusterRoles().Create, clusterRole); err != nil {
