@@ -139,7 +139,8 @@ func TestEnvironmentLifecycleOverHTTP(t *testing.T) {
 		t.Fatalf("patch: %d %s", rec.Code, rec.Body)
 	}
 	problem(t, call(t, h, http.MethodPatch, base+"/east", "application/merge-patch+json", `{"connection":{}}`), http.StatusBadRequest, api.INVALIDARGUMENT, "connection")
-	problem(t, call(t, h, http.MethodPatch, base+"/east", "text/plain", `x`), http.StatusUnsupportedMediaType, api.INVALIDARGUMENT, "")
+	problem(t, call(t, h, http.MethodPatch, base+"/east", "text/plain", `x`), http.StatusUnsupportedMediaType, api.UNSUPPORTEDMEDIATYPE, "")
+	problem(t, call(t, h, http.MethodPut, base+"/east", "application/json", `{}`), http.StatusMethodNotAllowed, api.METHODNOTALLOWED, "")
 
 	if rec := call(t, h, http.MethodPost, base+"/east:verify", "", nil); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"state":"READY"`) {
 		t.Fatalf("verify: %d %s", rec.Code, rec.Body)

@@ -395,9 +395,13 @@ func TestContractViolationsNameTheFieldAndTheExpectation(t *testing.T) {
 		"wrong service type":    {volumes + "?id=v1", `{"spec":{"service_type":"compute","capacity":"1Gi","metadata":{"name":"a"}}}`, "spec.service_type", `must be one of "storage"`},
 		"unknown hint":          {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"a"},"provider_hints":{"kubernetes":{"colour":"red"}}}}`, "spec.provider_hints.kubernetes.colour", "is not a known field"},
 		"bad access mode":       {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"a"},"provider_hints":{"kubernetes":{"access_mode":"RWX"}}}}`, "spec.provider_hints.kubernetes.access_mode", `must be one of "ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"`},
-		"bad name":              {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"Not A Name"}}}`, "spec.metadata.name", "regular expression"},
+		"bad name":              {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"Not A Name"}}}`, "spec.metadata.name", "must be 1-63 lowercase letters, digits or '-'"},
+		"bad capacity":          {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"10gb","metadata":{"name":"a"}}}`, "spec.capacity", "must be a size: digits, an optional fraction and an optional unit"},
+		"the contract's K":      {volumes + "?id=v1", `{"spec":{"service_type":"storage","capacity":"1K","metadata":{"name":"a"}}}`, "spec.capacity", "must be a size"},
+		"bad id":                {volumes + "?id=Not_OK", `{"spec":{"service_type":"storage","capacity":"1Gi","metadata":{"name":"a"}}}`, "id", "must be 1-63 lowercase letters"},
 		"agent shape, bad type": {volumes, `{"service_type":"compute","capacity":"1Gi","metadata":{"name":"a"}}`, "service_type", `must be one of "storage"`},
-		"array parameter item":  {"/api/v1alpha1/storage-classes?environment=ok&environment=Not_OK", "", "environment[1]", "regular expression"},
+		"array parameter item":  {"/api/v1alpha1/storage-classes?environment=ok&environment=Not_OK", "", "environment[1]", "must be 1-63 lowercase letters"},
+		"bad audit action":      {"/api/v1alpha1/audit-events?action=create-volume", "", "action", "must be an operation id"},
 		"query enum":            {"/api/v1alpha1/environments?state=BROKEN", "", "state", "must be one of"},
 	} {
 		t.Run(name, func(t *testing.T) {

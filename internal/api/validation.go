@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
 
 // describeValidation turns a contract violation into an InvalidArgument that
@@ -144,10 +145,27 @@ var (
 	allowedValues       = regexp.MustCompile(`^value is not one of the allowed values (\[.*\])$`)
 )
 
+// patternRules say in words what each pattern of the contract asks for, so
+// a refusal never repeats a regular expression to a caller (a test keeps
+// every pattern of the contract here).
+var patternRules = map[string]string{
+	volumes.CapacityPattern: volumes.CapacityRule,
+	// AEP-122 ids: environments, volumes, snapshots, names.
+	`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`: "must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit",
+	// Audit actions are operation ids.
+	`^[A-Za-z]{1,64}$`: "must be an operation id: 1-64 letters, e.g. createVolume",
+}
+
 // describeSchemaError returns the path of the value a schema error is about
 // and what was expected of it.
 func describeSchemaError(e *openapi3.SchemaError) (path []string, reason string) {
 	path = e.JSONPointer()
+	if e.SchemaField == "pattern" && e.Schema != nil {
+		if rule, ok := patternRules[e.Schema.Pattern]; ok {
+			return path, rule
+		}
+		return path, "is not in the expected format"
+	}
 	if m := unsupportedProperty.FindStringSubmatch(e.Reason); m != nil {
 		// A client's key is repeated back only if it is plain.
 		if fe := fault.UnknownField(m[1]); fe.Field == "body" {

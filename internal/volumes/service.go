@@ -410,7 +410,7 @@ func (s *Service) forget(ctx context.Context, lease membership.Lease, rec record
 // environment and the storage class (the API contract's createVolume).
 func resolve(env environment, cluster clusters.Live, req Request) (Spec, error) {
 	const hints = "spec.provider_hints.kubernetes."
-	spec := Spec{Name: req.Name, Labels: req.Labels, Capacity: req.Capacity,
+	spec := Spec{Name: req.Name, Labels: req.Labels, Capacity: canonicalCapacity(req.Capacity),
 		Namespace: first(req.Hints.Namespace, env.Spec.Namespace)}
 	if spec.Labels == nil {
 		spec.Labels = map[string]string{}

@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 
@@ -34,9 +35,16 @@ var ReservedLabels = []string{clusters.ManagedByLabel, InstanceIDLabel, ServiceT
 var ownerLabels = []string{InstallationLabel, EnvironmentLabel}
 
 // CapacityPattern is how DCM's storage contract writes a capacity: digits,
-// an optional fraction and an optional unit; without one it is bytes. The
-// API contract declares the same pattern (a test keeps them equal).
-const CapacityPattern = `^[0-9]+(\.[0-9]+)?(Ei|Pi|Ti|Gi|Mi|Ki|E|P|T|G|M|K)?$`
+// an optional fraction and an optional unit; without one it is bytes.
+// DCM's contract also lists a decimal K, which no Kubernetes quantity
+// spells (its kilo is k), so the gateway's does not. The API contract
+// declares the same pattern (a test keeps them equal).
+const CapacityPattern = `^[0-9]+(\.[0-9]+)?(Ei|Pi|Ti|Gi|Mi|Ki|E|P|T|G|M)?$`
+
+// CapacityRule says in words what a capacity must be, for every refusal
+// of one (the API's pattern check included).
+const CapacityRule = "must be a size: digits, an optional fraction and an optional unit " +
+	"(Ki, Mi, Gi, Ti, Pi, Ei, or M, G, T, P, E), e.g. 10Gi, 500M or 1073741824 (bytes)"
 
 var capacityPattern = regexp.MustCompile(CapacityPattern)
 
@@ -89,18 +97,32 @@ func ValidateID(id string) error {
 }
 
 // ParseCapacity checks a requested size: written as CapacityPattern says, a
-// Kubernetes quantity (which "1K" is not: the decimal kilo is k, which the
-// pattern does not take), greater than zero.
+// Kubernetes quantity, greater than zero and less than 8Ei — a claim's size
+// is a 64-bit count of bytes, and Kubernetes silently clamps a larger
+// binary quantity to 2^63-1 rather than refusing it.
 func ParseCapacity(field, s string) (resource.Quantity, error) {
 	q, err := resource.ParseQuantity(s)
 	if err != nil || !capacityPattern.MatchString(s) {
-		return resource.Quantity{}, fault.Invalid(field, "must be a size: digits, an optional fraction and an optional unit "+
-			"(Ki, Mi, Gi, Ti, Pi, Ei, or M, G, T, P, E), e.g. 10Gi, 500M or 1073741824 (bytes)")
+		return resource.Quantity{}, fault.Invalid(field, CapacityRule)
 	}
 	if q.Sign() <= 0 {
 		return resource.Quantity{}, fault.Invalid(field, "must be greater than zero")
 	}
+	if q.CmpInt64(math.MaxInt64) >= 0 {
+		return resource.Quantity{}, fault.Invalid(field, "must be less than 8Ei (%s is larger than any volume can be)", s)
+	}
 	return q, nil
+}
+
+// canonicalCapacity writes a valid capacity as Kubernetes writes it back
+// (1.5Gi as 1536Mi), so the record, the claim, every answer and every
+// event show one form.
+func canonicalCapacity(s string) string {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return s
+	}
+	return q.String()
 }
 
 // validate checks everything that needs no cluster.
