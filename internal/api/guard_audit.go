@@ -5,6 +5,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/labstack/echo/v4"
 )
@@ -78,6 +79,26 @@ const (
 
 // OverrideActions are the actions of their own above.
 var OverrideActions = []string{ActionCreateSharingNamespaces, ActionUpdateSharingNamespaces, ActionAdoptTakingOver}
+
+// AuditedActions lists, sorted, every action an audit event can name: the
+// id of each audited operation of the contract (every write, and every
+// admin-only read) and the override actions.
+func AuditedActions() ([]string, error) {
+	spec, err := Contract()
+	if err != nil {
+		return nil, err
+	}
+	actions := slices.Clone(OverrideActions)
+	for _, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			if describeOperation(method, op).audited {
+				actions = append(actions, op.OperationID)
+			}
+		}
+	}
+	slices.Sort(actions)
+	return actions, nil
+}
 
 // noteAction records the action a request is audited under, in place of
 // its operation's.

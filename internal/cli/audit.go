@@ -3,7 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,9 +31,14 @@ func newAuditCommand() *cobra.Command {
 			"  storage-gateway audit --subject alice --since 2026-11-23T10:00:00Z -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := c.client(cmd.Context())
-			if err != nil {
-				return err
+			if action != "" {
+				actions, err := api.AuditedActions()
+				if err != nil {
+					return err
+				}
+				if !slices.Contains(actions, action) {
+					return fmt.Errorf("--action %q is not an audited operation; one of: %s", action, strings.Join(actions, ", "))
+				}
 			}
 			now := time.Now()
 			for _, f := range []struct {
@@ -58,6 +65,10 @@ func newAuditCommand() *cobra.Command {
 			}
 			if limit < 1 {
 				return errors.New("--limit must be at least 1")
+			}
+			client, err := c.client(cmd.Context())
+			if err != nil {
+				return err
 			}
 			var events []api.AuditEvent
 			for {
@@ -96,9 +107,13 @@ func newAuditCommand() *cobra.Command {
 	return cmd
 }
 
-// timeFlag reads "24h" (that long before now) or an RFC 3339 time.
+// timeFlag reads "24h" (that long before now) or an RFC 3339 time. A
+// negative duration would be a time to come, where no event is yet.
 func timeFlag(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return time.Time{}, errors.New("must be a duration back from now (24h), not a negative one")
+		}
 		return now.Add(-d), nil
 	}
 	t, err := time.Parse(time.RFC3339, v)

@@ -130,9 +130,23 @@ func modeFilters(accessMode, volumeMode string) (*api.KubernetesAccessMode, *api
 	}
 	var volume *api.VolumeMode
 	if volumeMode != "" {
-		volume = ptr.To(api.VolumeMode(volumeMode))
+		mode, err := volumeModeFlag(volumeMode)
+		if err != nil {
+			return nil, nil, err
+		}
+		volume = &mode
 	}
 	return access, volume, nil
+}
+
+// volumeModeFlag reads the --volume-mode flag's value, in any case.
+func volumeModeFlag(v string) (api.VolumeMode, error) {
+	for _, m := range []api.VolumeMode{api.Filesystem, api.Block} {
+		if strings.EqualFold(v, string(m)) {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("--volume-mode %q: want %s or %s", v, api.Filesystem, api.Block)
 }
 
 // accessAbbreviations are the short forms kubectl prints.

@@ -95,10 +95,17 @@ func explainArgumentErrors(cmd *cobra.Command) {
 		needs = append(needs, word)
 	}
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		usage := fmt.Sprintf("usage: %s\nRun '%s --help' for examples", cmd.UseLine(), cmd.CommandPath())
+		// An empty id ('') names nothing: sent, it would address the
+		// collection, or a path the gateway reads otherwise.
+		for i, arg := range args[:min(len(args), len(needs))] {
+			if arg == "" {
+				return fmt.Errorf("%s needs %s: the argument is empty; %s", cmd.CommandPath(), needs[i], usage)
+			}
+		}
 		if check(cmd, args) == nil {
 			return nil
 		}
-		usage := fmt.Sprintf("usage: %s\nRun '%s --help' for examples", cmd.UseLine(), cmd.CommandPath())
 		if len(args) < len(needs) {
 			return fmt.Errorf("%s needs %s; %s", cmd.CommandPath(), strings.Join(needs[len(args):], " "), usage)
 		}

@@ -140,7 +140,7 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.desc, "description", "", "description")
 	fl.StringVar(&f.storageClass, "storage-class", "", "default StorageClass of volumes")
 	fl.StringVar(&f.accessMode, "access-mode", "", "default access mode of volumes: RWO, ROX or RWX (or ReadWriteOnce, ...); not RWOP, which DCM's volume contract lacks")
-	fl.StringVar(&f.volumeMode, "volume-mode", "", "default volume mode of volumes: Filesystem or Block")
+	fl.StringVar(&f.volumeMode, "volume-mode", "", "default volume mode of volumes: Filesystem or Block (in any case)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label key=value (repeatable)")
 	fl.BoolVar(&f.dcmRegister, "dcm-register", true, "register the environment as a DCM provider (--dcm-register=false: do not)")
 	fl.BoolVar(&f.noRegister, "no-dcm-register", false, "do not register the environment as a DCM provider")
@@ -238,7 +238,10 @@ func (f *specFlags) defaults(cmd *cobra.Command, in *api.EnvironmentInput) error
 		in.Defaults.AccessMode = &m
 	}
 	if cmd.Flags().Changed("volume-mode") {
-		m := api.VolumeMode(f.volumeMode)
+		m, err := volumeModeFlag(f.volumeMode)
+		if err != nil {
+			return err
+		}
 		in.Defaults.VolumeMode = &m
 	}
 	return nil

@@ -134,7 +134,7 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	f.StringVar(&namespace, "namespace", "", "namespace of the claim (when empty: the environment's)")
 	f.StringVar(&storageClass, "storage-class", "", "StorageClass (when empty: the environment's default, then the cluster's)")
 	f.StringVar(&accessMode, "access-mode", "", "access mode: RWO, ROX or RWX (or ReadWriteOnce, ...); not RWOP, which DCM's volume contract lacks")
-	f.StringVar(&volumeMode, "volume-mode", "", "volume mode: Filesystem or Block")
+	f.StringVar(&volumeMode, "volume-mode", "", "volume mode: Filesystem or Block (in any case)")
 	f.StringArrayVar(&labels, "label", nil, "label key=value copied to the claim (repeatable)")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the volume to be RUNNING (bound); FAILED ends the wait with an error")
 	f.StringVar(&key, "idempotency-key", "", "key that makes a retried create without an ID safe (when empty: a fresh random one)")
@@ -273,7 +273,10 @@ func kubernetesHints(namespace, storageClass, accessMode, volumeMode string) (*a
 		h.AccessMode = &m
 	}
 	if volumeMode != "" {
-		m := api.VolumeMode(volumeMode)
+		m, err := volumeModeFlag(volumeMode)
+		if err != nil {
+			return nil, err
+		}
 		h.VolumeMode = &m
 	}
 	return h, nil
