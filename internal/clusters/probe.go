@@ -186,8 +186,8 @@ func (p *Prober) Probe(ctx context.Context, environmentID string, conn kubeconfi
 	if p.opts.Limiters != nil {
 		opts.RateLimiter = p.opts.Limiters.forEnvironment(environmentID)
 		// At most: every rules review, an access review per permission,
-		// /version and StorageClasses.
-		timeout += opts.RateLimiter.waitFor(len(namespaces) + len(perms) + 2)
+		// /version, StorageClasses and the cluster's identity.
+		timeout += opts.RateLimiter.waitFor(len(namespaces) + len(perms) + 3)
 	} else if opts.QPS == 0 {
 		opts.QPS, opts.Burst = probeQPS, probeBurst
 	}

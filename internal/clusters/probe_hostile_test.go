@@ -109,8 +109,9 @@ func TestProbeKeepsOnlyAPlausibleVersion(t *testing.T) {
 // environments do not wait for each other.
 func TestProbesOfOneEnvironmentShareItsRateLimit(t *testing.T) {
 	conn, requests := hostileServer(t, versionBody("v1.36.3"), nil)
-	// A rules review, an access review per permission, /version, StorageClasses.
-	perProbe := 1 + len(clusters.RequiredPermissions([]string{"dcm"})) + 2
+	// A rules review, an access review per permission, /version,
+	// StorageClasses, the cluster's identity.
+	perProbe := 1 + len(clusters.RequiredPermissions([]string{"dcm"})) + 3
 	probeTwice := func(ids ...string) time.Duration {
 		p := newProber(clusters.ProberOptions{Limiters: clusters.NewLimiters(10, perProbe)})
 		start := time.Now()

@@ -27,6 +27,10 @@ import (
 )
 
 // registration is a valid registration of the harness cluster.
+//
+// The tests register many environments on the one cluster's namespaces:
+// each shares them (TestASecondEnvironmentOfANamespaceIsRefused shows the
+// refusal without).
 func registration(t testing.TB, id string) environments.Registration {
 	t.Helper()
 	kc, err := cluster.GatewayKubeconfig()
@@ -43,8 +47,41 @@ func registration(t testing.TB, id string) environments.Registration {
 			Zone:              env.Zone,
 			AllowedNamespaces: env.AllowedNamespaces,
 			DCM:               environments.DCMSettings{Register: true},
+			ShareNamespaces:   true,
 		},
 		Credentials: environments.Credentials{Kubeconfig: kc},
+	}
+}
+
+// A second environment of a cluster namespace is refused, naming the
+// first, unless it shares on purpose; so is an update that stops sharing
+// while another serves the namespace. The cluster is known by its
+// kube-system namespace, whichever address reaches it.
+func TestASecondEnvironmentOfANamespaceIsRefused(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	ctx := context.Background()
+	alone := func(id string) environments.Registration {
+		in := registration(t, id)
+		in.Spec.ShareNamespaces = false
+		return in
+	}
+	first, _, err := reg.Registry.Register(ctx, alone("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(first.Status.ClusterID, "kube-system/") {
+		t.Fatalf("cluster id %q, want the kube-system namespace's uid", first.Status.ClusterID)
+	}
+	_, _, err = reg.Registry.Register(ctx, alone("second"))
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.Conflict || !strings.Contains(fe.Detail, `environment "first"`) {
+		t.Fatalf("a second registration of the namespace: %v, want a conflict naming first", err)
+	}
+	if _, _, err := reg.Registry.Register(ctx, registration(t, "second")); err != nil {
+		t.Fatalf("a second registration sharing the namespace: %v", err)
+	}
+	_, err = reg.Registry.Update(ctx, "second", []byte(`{"share_namespaces": false}`))
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.Conflict || !strings.Contains(fe.Detail, `environment "first"`) {
+		t.Fatalf("stopping sharing beside first: %v, want a conflict naming first", err)
 	}
 }
 

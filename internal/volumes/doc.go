@@ -23,8 +23,17 @@
 // of another provider as volumes, each with its first status and event, in
 // one fenced transaction; nothing is adopted implicitly.
 //
+// A claim belongs to one environment of one installation (pvc.go: owner):
+// the gateway labels every claim it makes with both, and acts — shows,
+// changes, deletes, settles, answers a create with — only on the
+// environment's own claim: labelled for it, or, unlabelled (made before
+// claims named their owner, or adopted from DCM's storage SP), the one its
+// record holds by uid. A name match alone never makes a claim the
+// environment's; another's answers 409 naming its holder.
+//
 // Beside DCM's contract, a create may fill the new volume from one of the
-// environment's snapshots or volumes (source.go: checked before anything
-// is written), and a volume's performance tier can be changed (tier.go),
+// environment's snapshots or volumes (source.go: its namespace, class and
+// volume mode are the source's unless asked otherwise, checked before
+// anything is written), and a volume's performance tier can be changed (tier.go),
 // each new tier state reported as an event of its own (tier_events.go).
 package volumes

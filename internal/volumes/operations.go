@@ -158,7 +158,7 @@ func (s *Service) Expand(ctx context.Context, envID, id, capacity string) (Volum
 	if err != nil {
 		return Volume{}, kubernetesError(err, "expand the claim")
 	}
-	if err := s.repo.setCapacity(ctx, envID, id, want.String(), lease); err != nil {
+	if rec.UpdateTime, err = s.repo.setCapacity(ctx, envID, id, want.String(), lease); err != nil {
 		// The claim was patched; the record only lags behind it.
 		s.log.WarnContext(ctx, "record an expansion", "environment", envID, "volume", id, "error", err)
 	}

@@ -200,3 +200,25 @@ func TestUnadoptedCountsLeaveOthersClaimsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestACopyDefaultsToItsSource: a restore or clone that leaves its
+// namespace, class or volume mode open gets its source's, not the
+// environment's defaults (which its source's driver would mostly refuse);
+// what the request names stays.
+func TestACopyDefaultsToItsSource(t *testing.T) {
+	from := record{ID: "db", Spec: Spec{Namespace: "team-a", StorageClass: "snapshots", VolumeMode: "Block"}}
+	f := filling{src: &Source{Volume: "db"}, namespace: "team-a", from: from}
+	got := f.defaults(Request{Name: "copy", Capacity: "1Gi", Hints: Hints{Source: f.src}}).Hints
+	if got.Namespace != "team-a" || got.StorageClass != "snapshots" || got.VolumeMode != "Block" {
+		t.Errorf("open hints became %+v, want the source's namespace, class and volume mode", got)
+	}
+	got = f.defaults(Request{Hints: Hints{StorageClass: "fast", Namespace: "dcm", VolumeMode: "Filesystem"}}).Hints
+	if got.Namespace != "dcm" || got.StorageClass != "fast" || got.VolumeMode != "Filesystem" {
+		t.Errorf("named hints became %+v, want them kept", got)
+	}
+	// A snapshot whose volume was forgotten gives its namespace only.
+	got = filling{namespace: "team-a"}.defaults(Request{}).Hints
+	if got.Namespace != "team-a" || got.StorageClass != "" || got.VolumeMode != "" {
+		t.Errorf("a forgotten volume's snapshot gave %+v", got)
+	}
+}

@@ -141,12 +141,24 @@ func (r *repository) setClaim(ctx context.Context, db execer, env, id, uid strin
 	return tag.RowsAffected() == 1, err
 }
 
-// setCapacity records an expansion while lease holds.
-func (r *repository) setCapacity(ctx context.Context, env, id, capacity string, lease membership.Lease) error {
-	_, err := r.db.Exec(ctx, `UPDATE volumes SET spec = jsonb_set(spec, '{capacity}', to_jsonb($3::text)), update_time = now()
-		WHERE environment_id = $1 AND id = $2 AND `+membership.FenceSQL("environment_id", "$4", "$5"),
-		env, id, capacity, lease.Epoch, lease.Incarnation)
-	return err
+// setCapacity records an expansion while lease holds, and returns the
+// time recorded.
+func (r *repository) setCapacity(ctx context.Context, env, id, capacity string, lease membership.Lease) (time.Time, error) {
+	var at time.Time
+	err := r.db.QueryRow(ctx, `UPDATE volumes SET spec = jsonb_set(spec, '{capacity}', to_jsonb($3::text)), update_time = now()
+		WHERE environment_id = $1 AND id = $2 AND `+membership.FenceSQL("environment_id", "$4", "$5")+` RETURNING update_time`,
+		env, id, capacity, lease.Epoch, lease.Incarnation).Scan(&at)
+	return at, err
+}
+
+// touch records that a volume changed now (its update_time) while lease
+// holds, and returns the time recorded.
+func (r *repository) touch(ctx context.Context, env, id string, lease membership.Lease) (time.Time, error) {
+	var at time.Time
+	err := r.db.QueryRow(ctx, `UPDATE volumes SET update_time = now()
+		WHERE environment_id = $1 AND id = $2 AND `+membership.FenceSQL("environment_id", "$3", "$4")+` RETURNING update_time`,
+		env, id, lease.Epoch, lease.Incarnation).Scan(&at)
+	return at, err
 }
 
 // list returns live (not DELETED) records after id `after`, in id order.

@@ -195,10 +195,7 @@ func (s *Service) owner(ctx context.Context, envID string) (owner, error) {
 // refused only once it is known not to be a replay of an existing volume,
 // which is answered whatever the environment's settings are now.
 func (s *Service) createNew(ctx context.Context, env environment, cluster clusters.Live, lease membership.Lease, id string, key *Key, req Request) (Volume, error) {
-	spec, err := resolve(env, cluster, req)
-	if err == nil {
-		err = s.checkSource(ctx, env, cluster, &spec, req.Hints.Source)
-	}
+	spec, err := s.resolveFilled(ctx, env, cluster, req)
 	if err != nil {
 		if _, getErr := s.repo.get(ctx, env.ID, id); getErr == nil {
 			return Volume{}, errExists
@@ -404,6 +401,24 @@ func (s *Service) forget(ctx context.Context, lease membership.Lease, rec record
 	if err := s.repo.remove(context.WithoutCancel(ctx), rec.EnvironmentID, rec.ID, lease); err != nil {
 		s.log.ErrorContext(ctx, "drop the record of a refused volume", "environment", rec.EnvironmentID, "volume", rec.ID, "error", err)
 	}
+}
+
+// resolveFilled is resolve for a request that may fill the new volume from
+// a source (source.go): the source is looked up first, its settings fill
+// what the request leaves open, and the result is checked against it.
+func (s *Service) resolveFilled(ctx context.Context, env environment, cluster clusters.Live, req Request) (Spec, error) {
+	if req.Hints.Source == nil {
+		return resolve(env, cluster, req)
+	}
+	f, err := s.lookUpSource(ctx, env, req.Hints.Source)
+	if err != nil {
+		return Spec{}, err
+	}
+	spec, err := resolve(env, cluster, f.defaults(req))
+	if err != nil {
+		return Spec{}, err
+	}
+	return spec, f.check(cluster, &spec)
 }
 
 // resolve fills the request's open settings and checks them against the

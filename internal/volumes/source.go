@@ -28,65 +28,92 @@ type SnapshotSource struct {
 	RestoreSize string
 }
 
-// checkSource checks what a new volume is to be filled from against the
-// environment, before anything is written, and records it in spec. A
-// restore lands in its snapshot's namespace, at least as large as its
-// restore size; a clone in its source volume's, at least as large; and
-// either is made by the source's CSI driver, in its volume mode.
-func (s *Service) checkSource(ctx context.Context, env environment, cluster clusters.Live, spec *Spec, src *Source) error {
-	if src == nil {
-		return nil
-	}
+// filling is what a new volume is to be filled from, as the environment
+// records it: a snapshot (restored) or a volume (cloned).
+type filling struct {
+	src         *Source
+	what, field string
+	// namespace and minimum are where the source is and its size.
+	namespace, minimum string
+	// from is the volume the source is of; empty when a snapshot's volume
+	// was forgotten (the cluster then decides what the restore may be).
+	from record
+}
+
+// lookUpSource finds src in the environment, refusing one it does not
+// have or that cannot be restored.
+func (s *Service) lookUpSource(ctx context.Context, env environment, src *Source) (filling, error) {
 	const hints = "spec.provider_hints.kubernetes."
-	spec.Source = src
-	what, field, namespace, minimum := "clone", hints+"source.volume", "", ""
-	var from record
 	if src.Snapshot != "" {
-		what, field = "restore", hints+"source.snapshot"
+		f := filling{src: src, what: "restore", field: hints + "source.snapshot"}
 		snap, found, err := s.snapshots.SnapshotSource(ctx, env.ID, src.Snapshot)
 		switch {
 		case err != nil:
-			return err
+			return filling{}, err
 		case !found:
-			return &fault.Error{Kind: fault.FailedPrecondition, Field: field, Detail: fmt.Sprintf("snapshot %s not found in environment %s", src.Snapshot, env.ID)}
+			return filling{}, &fault.Error{Kind: fault.FailedPrecondition, Field: f.field, Detail: fmt.Sprintf("snapshot %s not found in environment %s", src.Snapshot, env.ID)}
 		case snap.Status == "FAILED" || snap.Status == "DELETING" || snap.Status == "DELETED":
-			return &fault.Error{Kind: fault.FailedPrecondition, Field: field, Detail: fmt.Sprintf("snapshot %s is %s: it cannot be restored", src.Snapshot, snap.Status)}
+			return filling{}, &fault.Error{Kind: fault.FailedPrecondition, Field: f.field, Detail: fmt.Sprintf("snapshot %s is %s: it cannot be restored", src.Snapshot, snap.Status)}
 		}
-		namespace, minimum = snap.Namespace, snap.RestoreSize
-		if from, err = s.repo.get(ctx, env.ID, snap.VolumeID); err != nil && !errors.Is(err, errNotFound) {
-			return err
+		f.namespace, f.minimum = snap.Namespace, snap.RestoreSize
+		if f.from, err = s.repo.get(ctx, env.ID, snap.VolumeID); err != nil && !errors.Is(err, errNotFound) {
+			return filling{}, err
 		}
-	} else {
-		var err error
-		if from, err = s.live(ctx, env.ID, src.Volume); err != nil {
-			if fault.Is(err, fault.NotFound) {
-				return &fault.Error{Kind: fault.FailedPrecondition, Field: field, Detail: fmt.Sprintf("volume %s not found in environment %s", src.Volume, env.ID)}
-			}
-			return err
-		}
-		namespace, minimum = from.Spec.Namespace, from.Spec.Capacity
+		return f, nil
 	}
-	if spec.Namespace != namespace {
+	f := filling{src: src, what: "clone", field: hints + "source.volume"}
+	from, err := s.live(ctx, env.ID, src.Volume)
+	if fault.Is(err, fault.NotFound) {
+		return filling{}, &fault.Error{Kind: fault.FailedPrecondition, Field: f.field, Detail: fmt.Sprintf("volume %s not found in environment %s", src.Volume, env.ID)}
+	} else if err != nil {
+		return filling{}, err
+	}
+	f.from, f.namespace, f.minimum = from, from.Spec.Namespace, from.Spec.Capacity
+	return f, nil
+}
+
+// defaults fills what req leaves open from the source: a restore or clone
+// lands in its source's namespace, in its class and volume mode, unless
+// asked otherwise (the environment's defaults would mostly be refused).
+func (f filling) defaults(req Request) Request {
+	req.Hints.Namespace = first(req.Hints.Namespace, f.namespace)
+	if f.from.ID != "" {
+		req.Hints.StorageClass = first(req.Hints.StorageClass, f.from.Spec.StorageClass)
+		req.Hints.VolumeMode = first(req.Hints.VolumeMode, f.from.Spec.VolumeMode)
+	}
+	return req
+}
+
+// check checks the new volume's resolved spec against its source and
+// records the source in it: a restore lands in its snapshot's namespace,
+// at least as large as its restore size; a clone in its source volume's,
+// at least as large; and either is made by the source's CSI driver, in its
+// volume mode.
+func (f filling) check(cluster clusters.Live, spec *Spec) error {
+	const hints = "spec.provider_hints.kubernetes."
+	spec.Source = f.src
+	if spec.Namespace != f.namespace {
 		return &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "namespace",
-			Detail: fmt.Sprintf("a %s lands in its source's namespace, %s", what, namespace)}
+			Detail: fmt.Sprintf("a %s lands in its source's namespace, %s", f.what, f.namespace)}
 	}
 	size := resource.MustParse(spec.Capacity) // validated
-	if low, err := resource.ParseQuantity(minimum); err == nil && size.Cmp(low) < 0 {
+	if low, err := resource.ParseQuantity(f.minimum); err == nil && size.Cmp(low) < 0 {
 		return &fault.Error{Kind: fault.FailedPrecondition, Field: "spec.capacity",
-			Detail: fmt.Sprintf("a %s must be at least its source's size, %s", what, minimum)}
+			Detail: fmt.Sprintf("a %s must be at least its source's size, %s", f.what, f.minimum)}
 	}
+	from := f.from
 	if from.ID == "" {
 		return nil // the snapshot's volume was forgotten: the cluster decides
 	}
 	if from.Spec.VolumeMode != spec.VolumeMode {
 		return &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "volume_mode",
-			Detail: fmt.Sprintf("a %s keeps its source's volume mode, %s", what, from.Spec.VolumeMode)}
+			Detail: fmt.Sprintf("a %s keeps its source's volume mode, %s", f.what, from.Spec.VolumeMode)}
 	}
 	source, ok1 := cluster.StorageClass(from.Spec.StorageClass)
 	target, ok2 := cluster.StorageClass(spec.StorageClass)
 	if ok1 && ok2 && source.Provisioner != target.Provisioner {
 		return &fault.Error{Kind: fault.FailedPrecondition, Field: hints + "storage_class", Detail: fmt.Sprintf(
-			"a %s is made by its source's driver, %s; storage class %s uses %s", what, source.Provisioner, target.Name, target.Provisioner)}
+			"a %s is made by its source's driver, %s; storage class %s uses %s", f.what, source.Provisioner, target.Name, target.Provisioner)}
 	}
 	return nil
 }

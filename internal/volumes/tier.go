@@ -84,7 +84,7 @@ func (s *Service) Retier(ctx context.Context, envID, id, tier string) (Volume, e
 	if len(validation.IsDNS1123Subdomain(tier)) > 0 {
 		return Volume{}, fault.Invalid("tier", "must be a VolumeAttributesClass name")
 	}
-	rec, cluster, _, pvc, err := s.claimToChange(ctx, envID, id, "retier")
+	rec, cluster, lease, pvc, err := s.claimToChange(ctx, envID, id, "retier")
 	if err != nil {
 		return Volume{}, err
 	}
@@ -100,6 +100,13 @@ func (s *Service) Retier(ctx context.Context, envID, id, tier string) (Volume, e
 		return Volume{}, err
 	}
 	s.log.InfoContext(ctx, "volume tier change requested", "environment", envID, "volume", id, "tier", tier)
+	if previous != tier {
+		// The volume changed: its update_time says when, as an
+		// expansion's does.
+		if rec.UpdateTime, err = s.repo.touch(ctx, envID, id, lease); err != nil {
+			s.log.WarnContext(ctx, "record a tier change's time", "environment", envID, "volume", id, "error", err)
+		}
+	}
 	if previous == tier {
 		return s.fromClaim(cluster, rec, patched), nil
 	}

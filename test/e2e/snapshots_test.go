@@ -267,6 +267,21 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 			c.want(http.StatusNoContent, code, body)
 			c.eventually(time.Minute, "the copy's claim gone", func() bool { return claims(t, east, ns, id) == 0 })
 		}
+		// Left open, the class is the source's, not the environment's
+		// default (whose driver cannot copy it).
+		for _, source := range []map[string]any{{"snapshot": first}, {"volume": vol}} {
+			id, code, body := create("1Gi", map[string]any{"source": source})
+			c.want(http.StatusCreated, code, body)
+			pvc, err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), id, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if class := ptr.Deref(pvc.Spec.StorageClassName, ""); class != "snapshots" {
+				t.Fatalf("a copy of %v without a class is in class %q, want its source's", source, class)
+			}
+			code, body = c.do(http.MethodDelete, volumesPath(eastID)+"/"+id, nil)
+			c.want(http.StatusNoContent, code, body)
+		}
 	})
 
 	t.Run("the driver's default class when none is named", func(t *testing.T) {

@@ -84,8 +84,25 @@ func TestRetierVolumes(t *testing.T) {
 	})
 
 	t.Run("onto a tier", func(t *testing.T) {
+		_, before := c.do(http.MethodGet, volumesPath(envID)+"/"+vol, nil)
 		code, body := retier(c, vol, "gold")
 		c.want(http.StatusOK, code, body)
+		// A change of tier is a change of the volume: update_time moves,
+		// in the answer and in what is read after.
+		_, after := c.do(http.MethodGet, volumesPath(envID)+"/"+vol, nil)
+		at := func(v map[string]any) time.Time {
+			t.Helper()
+			ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(v["update_time"]))
+			if err != nil {
+				t.Fatalf("update_time of %v: %v", v, err)
+			}
+			return ts
+		}
+		for _, v := range []map[string]any{body, after} {
+			if !at(v).After(at(before)) {
+				t.Fatalf("update_time %v after the tier change, %v before", v["update_time"], before["update_time"])
+			}
+		}
 		waitTier("volume on gold", func(tier map[string]any) bool { return tier["current"] == "gold" && tier["status"] == nil })
 		e := reported("on gold", func(e natstest.Event) bool {
 			return e.Data.Requested == "gold" && e.Data.Current == "gold" && e.Data.Status == ""
