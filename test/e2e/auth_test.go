@@ -90,7 +90,8 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 	newEnvironment := func() string {
 		registrations++
 		id := fmt.Sprintf("walk-%d", registrations)
-		code, body := admin.do(http.MethodPost, "/api/v1alpha1/environments?id="+id, map[string]any{"kubeconfig": string(kubeconfig)})
+		// Beside east, on its namespace: shared on purpose.
+		code, body := admin.do(http.MethodPost, "/api/v1alpha1/environments?id="+id, map[string]any{"kubeconfig": string(kubeconfig), "share_namespaces": true})
 		admin.want(http.StatusCreated, code, body)
 		return id
 	}
@@ -124,7 +125,7 @@ func TestEveryOperationEnforcesItsRoles(t *testing.T) {
 		"createEnvironment": func() call {
 			registrations++
 			return call{method: "POST", path: fmt.Sprintf("/api/v1alpha1/environments?id=walk-%d", registrations),
-				body: map[string]any{"kubeconfig": string(kubeconfig)}, want: 201}
+				body: map[string]any{"kubeconfig": string(kubeconfig), "share_namespaces": true}, want: 201}
 		},
 		"listEnvironments": func() call { return call{method: "GET", path: "/api/v1alpha1/environments", want: 200} },
 		"getEnvironment":   func() call { return call{method: "GET", path: envPath, want: 200} },

@@ -77,6 +77,7 @@ func TestInvalidRequestsAreRefusedNeverFailed(t *testing.T) {
 			"kubeconfig": string(kubeconfig), "display_name": "Fuzzed", "description": "d", "labels": map[string]any{"tier": "dev"},
 			"region": "r", "zone": "z", "namespace": "dcm-volumes", "allowed_namespaces": []any{"dcm-scratch"},
 			"defaults": defaults, "dcm": map[string]any{"register": false, "provider_name": "fuzzed"}, "capability_overrides": overrides,
+			"share_namespaces": true,
 		}},
 		"listEnvironments": {query: url.Values{"max_page_size": {"5"}, "label_selector": {"tier=dev"}, "region": {"local"}, "state": {"READY"}}},
 		"getEnvironment":   {path: env},
