@@ -307,6 +307,24 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	if out := mustRun(t, cli, "volume", "snapshot", "list", "-e", "local-east", "--volume", "snap-src", "-o", "name"); out != "snapshot/local-east/nightly\n" {
 		t.Fatalf("volume snapshot list -o name: %q", out)
 	}
+	// Shell completion offers the environment's volumes, snapshots,
+	// classes and tiers where a command names one.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"volume", "get", "-e", "local-east", ""}, "snap-src\tRUNNING"},
+		{[]string{"volume", "snapshot", "create", "x", "-e", "local-east", "--volume", ""}, "snap-src\tRUNNING"},
+		{[]string{"volume", "create", "x", "-e", "local-east", "--clone", ""}, "snap-src\tRUNNING"},
+		{[]string{"volume", "snapshot", "get", "-e", "local-east", "--volume", "snap-src", ""}, "nightly\tREADY"},
+		{[]string{"volume", "create", "x", "-e", "local-east", "--from-snapshot", ""}, "nightly\tREADY of snap-src"},
+		{[]string{"volume", "create", "x", "-e", "local-east", "--storage-class", ""}, "snapshots\t"},
+		{[]string{"volume", "retier", "snap-src", "-e", "local-east", "--class", ""}, "gold\tsnapshots"},
+	} {
+		if out := mustRun(t, cli, append([]string{"__complete"}, tc.args...)...); !strings.Contains(out, tc.want) {
+			t.Fatalf("completion of %v offers no %q:\n%s", tc.args, tc.want, out)
+		}
+	}
 	// Restore and clone through volume create.
 	if out, err := run(t, cli, "volume", "create", "too-small", "-e", "local-east", "--capacity", "512Mi", "--storage-class", "snapshots",
 		"--from-snapshot", "nightly"); err == nil || !strings.Contains(out, "--capacity") || !strings.Contains(out, "1Gi") {

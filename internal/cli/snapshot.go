@@ -32,6 +32,7 @@ func (c *volumeClient) snapshotCommand() *cobra.Command {
 		c.environmentFlag(cmd, true)
 		cmd.Flags().StringVar(&volume, "volume", "", "the volume's id")
 		_ = cmd.MarkFlagRequired("volume")
+		_ = cmd.RegisterFlagCompletionFunc("volume", c.completeVolumes)
 		setsFields(cmd, "environment", "environment_id")
 		setsFields(cmd, "volume", "volume_id")
 	}
@@ -150,10 +151,11 @@ func (c *volumeClient) snapshotList(volume *string) *cobra.Command {
 
 func (c *volumeClient) snapshotGet(volume *string) *cobra.Command {
 	return &cobra.Command{
-		Use:     "get ID",
-		Short:   "Show one snapshot",
-		Example: "  storage-gateway volume snapshot get nightly-1 -e local-east --volume db-1",
-		Args:    cobra.ExactArgs(1),
+		Use:               "get ID",
+		Short:             "Show one snapshot",
+		Example:           "  storage-gateway volume snapshot get nightly-1 -e local-east --volume db-1",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeSnapshotArgument(volume),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -171,11 +173,12 @@ func (c *volumeClient) snapshotGet(volume *string) *cobra.Command {
 func (c *volumeClient) snapshotDelete(volume *string) *cobra.Command {
 	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:     "delete ID",
-		Aliases: []string{"rm"},
-		Short:   "Delete a snapshot: its VolumeSnapshot is deleted (the driver's copy as its class's deletion policy says)",
-		Example: "  storage-gateway volume snapshot delete nightly-1 -e local-east --volume db-1 --wait 1m",
-		Args:    cobra.ExactArgs(1),
+		Use:               "delete ID",
+		Aliases:           []string{"rm"},
+		Short:             "Delete a snapshot: its VolumeSnapshot is deleted (the driver's copy as its class's deletion policy says)",
+		Example:           "  storage-gateway volume snapshot delete nightly-1 -e local-east --volume db-1 --wait 1m",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeSnapshotArgument(volume),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {

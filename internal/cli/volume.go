@@ -141,6 +141,9 @@ func (c *volumeClient) createCommand() *cobra.Command {
 	f.StringVar(&fromSnapshot, "from-snapshot", "", "restore this snapshot of the environment into the new volume (not part of DCM's contract)")
 	f.StringVar(&clone, "clone", "", "fill the new volume with a copy of this volume of the environment (not part of DCM's contract)")
 	cmd.MarkFlagsMutuallyExclusive("from-snapshot", "clone")
+	_ = cmd.RegisterFlagCompletionFunc("storage-class", c.completeClasses)
+	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", c.completeSnapshots(nil))
+	_ = cmd.RegisterFlagCompletionFunc("clone", c.completeVolumes)
 	_ = cmd.MarkFlagRequired("capacity")
 	for flag, field := range map[string][]string{
 		"capacity": {"capacity", "spec.capacity"}, "name": {"metadata.name", "spec.metadata.name"},
@@ -355,10 +358,11 @@ func (c *volumeClient) listCommand() *cobra.Command {
 
 func (c *volumeClient) getCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "get ID",
-		Short:   "Show one volume",
-		Example: "  storage-gateway volume get db-1 -e local-east\n  storage-gateway volume get db-1 -e local-east -o yaml",
-		Args:    cobra.ExactArgs(1),
+		Use:               "get ID",
+		Short:             "Show one volume",
+		Example:           "  storage-gateway volume get db-1 -e local-east\n  storage-gateway volume get db-1 -e local-east -o yaml",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeVolumeArgument,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -384,7 +388,8 @@ func (c *volumeClient) expandCommand() *cobra.Command {
 		Short: "Grow a volume (its class must allow expansion; volumes never shrink)",
 		Example: "  storage-gateway volume expand db-1 -e local-east --capacity 40Gi\n" +
 			"  storage-gateway volume expand db-1 -e local-east --capacity 40Gi --wait 2m",
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeVolumeArgument,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -419,7 +424,8 @@ func (c *volumeClient) retierCommand() *cobra.Command {
 		Short: "Move a volume to another performance tier, a VolumeAttributesClass of its driver (not part of DCM's contract)",
 		Example: "  storage-gateway volume retier db-1 -e local-east --class gold\n" +
 			"  storage-gateway volume retier db-1 -e local-east --class gold --wait 1m",
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeVolumeArgument,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
@@ -456,6 +462,7 @@ func (c *volumeClient) retierCommand() *cobra.Command {
 	cmd.Flags().StringVar(&class, "class", "", "the VolumeAttributesClass: classes lists each class's tiers")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the volume to be on the tier; a refusal ends the wait with its reason")
 	_ = cmd.MarkFlagRequired("class")
+	_ = cmd.RegisterFlagCompletionFunc("class", c.completeTiers)
 	setsFields(cmd, "class", "tier")
 	setsFields(cmd, "environment", "environment_id")
 	return cmd
@@ -464,11 +471,12 @@ func (c *volumeClient) retierCommand() *cobra.Command {
 func (c *volumeClient) deleteCommand() *cobra.Command {
 	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:     "delete ID",
-		Aliases: []string{"rm"},
-		Short:   "Delete a volume: its PersistentVolumeClaim is deleted",
-		Example: "  storage-gateway volume delete db-1 -e local-east\n  storage-gateway volume delete db-1 -e local-east --wait 1m",
-		Args:    cobra.ExactArgs(1),
+		Use:               "delete ID",
+		Aliases:           []string{"rm"},
+		Short:             "Delete a volume: its PersistentVolumeClaim is deleted",
+		Example:           "  storage-gateway volume delete db-1 -e local-east\n  storage-gateway volume delete db-1 -e local-east --wait 1m",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: c.completeVolumeArgument,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, err := c.client(cmd.Context())
 			if err != nil {
