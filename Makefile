@@ -33,8 +33,9 @@ BIN       := bin/storage-gateway
 DEV_CLUSTER_CIDRS := 127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7
 LISTEN_ADDR := $(or $(SG_LISTEN_ADDR),:8080)
 GATEWAY_URL := http://127.0.0.1:$(lastword $(subst :, ,$(LISTEN_ADDR)))
-# make run DCM=1: DCM's service-provider-manager beside the gateway, on the
-# gateway's embedded NATS.
+# make run DCM=1: DCM's service-provider-manager beside the gateway, started
+# before it (so the gateway's first registrations reach it), both on a NATS
+# server local-clusters runs on the embedded server's address.
 DCM_ADDR      ?= 127.0.0.1:8081
 DCM_DATABASE  ?= service_provider
 EMBEDDED_NATS := $(or $(SG_EMBEDDED_NATS_LISTEN),127.0.0.1:4223)
@@ -92,11 +93,12 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \
 	SG_AUTH_MODE=static SG_AUTH_TOKEN_FILE=$(STATE_DIR)/tokens.json \
 	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
-	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8) \
+	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8 SG_NATS_URL=nats://$(EMBEDDED_NATS)) \
 	exec bin/local-clusters -out $(STATE_DIR)/clusters \
 		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -note-env MAKE_RUN_NOTE \
 		-reset-hint "make run-reset$(if $(INSTANCE), INSTANCE=$(INSTANCE)) (with make run stopped) drops the local database and state to start afresh" \
-		$(if $(DCM),-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
+		$(if $(DCM),-nats $(EMBEDDED_NATS) -also-ready http://$(DCM_ADDR)/api/v1alpha1/health \
+			-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
 
 run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state (INSTANCE=n: that instance's)
 	$(GO) run ./cmd/local-reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE) -gateway $(GATEWAY_URL)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/dcm-project/storage-gateway/internal/api"
 	"github.com/dcm-project/storage-gateway/internal/dcm"
+	"github.com/dcm-project/storage-gateway/internal/outbox"
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
@@ -51,6 +53,10 @@ func run() (int, error) {
 	gateway := flag.String("gateway", "http://127.0.0.1:8080", "base URL of the gateway the command serves (for -register)")
 	register := flag.String("register", "", `command that registers one cluster, called as CMD ID -f MANIFEST --kubeconfig FILE once the gateway is ready (e.g. "storage-gateway env apply")`)
 	also := flag.String("also", "", "a command to run beside the main one for as long as it runs (e.g. DCM's service-provider-manager)")
+	alsoReady := flag.String("also-ready", "", "with -also: start the -also command first and the main one once this URL answers 200 "+
+		"(DCM's manager before the gateway that registers with it); otherwise it starts once the gateway is ready")
+	natsListen := flag.String("nats", "", "run a NATS server with JetStream on this address (its store under -out) for the commands, "+
+		"so a companion that needs NATS can start before the gateway")
 	resetHint := flag.String("reset-hint", "", "how to start afresh, printed when the gateway had environments from before")
 	noteEnv := flag.String("note-env", "", "an environment variable whose text is printed once the gateway is ready and the clusters are registered "+
 		"(how to call it; an environment variable, not an argument, since it may hold a token and arguments are visible to every local user)")
@@ -113,8 +119,32 @@ func run() (int, error) {
 		<-ctx.Done()
 		return 0, nil
 	}
+	if *natsListen != "" {
+		n, err := outbox.ConnectNATS(outbox.NATSOptions{EmbeddedListen: *natsListen, EmbeddedStoreDir: filepath.Join(*out, "nats")},
+			slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		if err != nil {
+			return 1, err
+		}
+		defer n.Close(context.WithoutCancel(ctx))
+		fmt.Fprintf(os.Stderr, "local-clusters: NATS with JetStream on nats://%s\n", *natsListen)
+	}
 	if *also != "" {
-		defer inBackground(ctx, func(ctx context.Context) { runCompanion(ctx, *gateway, strings.Fields(*also)) })()
+		// The companion waits for the gateway's readiness, or (-also-ready)
+		// the gateway for the companion's.
+		ready := *gateway + "/readyz"
+		if *alsoReady != "" {
+			ready = ""
+		}
+		defer inBackground(ctx, func(ctx context.Context) { runCompanion(ctx, ready, strings.Fields(*also)) })()
+		if *alsoReady != "" {
+			fmt.Fprintln(os.Stderr, "local-clusters: waiting for", *alsoReady, "before starting the gateway")
+			if err := waitReady(ctx, *alsoReady); err != nil {
+				if ctx.Err() != nil {
+					return 0, nil
+				}
+				return 1, fmt.Errorf("the -also command did not become ready at %s: %w", *alsoReady, err)
+			}
+		}
 	}
 	if *register != "" {
 		defer inBackground(ctx, func(ctx context.Context) {
@@ -147,12 +177,15 @@ func childProcess(ctx context.Context, command, env []string, grace time.Duratio
 	return cmd, harness.BindToParent(cmd, syscall.SIGTERM)
 }
 
-// runCompanion runs a command beside the main one once the gateway is ready
-// (a companion such as DCM's manager needs its NATS), its output on the
-// terminal, until ctx ends; it dies with local-clusters.
-func runCompanion(ctx context.Context, gateway string, command []string) {
-	if err := waitReady(ctx, gateway+"/readyz"); err != nil {
-		return
+// runCompanion runs a command beside the main one, once ready answers
+// (the gateway's readiness, when the companion needs its embedded NATS;
+// at once when empty), its output on the terminal, until ctx ends; it dies
+// with local-clusters.
+func runCompanion(ctx context.Context, ready string, command []string) {
+	if ready != "" {
+		if err := waitReady(ctx, ready); err != nil {
+			return
+		}
 	}
 	cmd, err := childProcess(ctx, command, nil, 10*time.Second)
 	if err == nil {

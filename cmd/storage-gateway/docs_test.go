@@ -101,3 +101,35 @@ func checkCommandLine(line string) error {
 	}
 	return cmd.ParseFlags(rest)
 }
+
+// The operator's manual opens with its contents: one entry per section, in
+// order, each linking to its heading's anchor as GitHub makes it.
+func TestTheOperatorsManualListsItsSections(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	var headings []string
+	for _, line := range strings.Split(text, "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			headings = append(headings, h)
+		}
+	}
+	entries := regexp.MustCompile(`(?m)^- \[(.+)\]\(#([a-z0-9_-]+)\)$`).FindAllStringSubmatch(text[:strings.Index(text, "\n## ")], -1)
+	if len(entries) != len(headings) {
+		t.Fatalf("the contents list %d entries, the manual has %d sections: %v", len(entries), len(headings), headings)
+	}
+	for i, e := range entries {
+		if e[1] != headings[i] || e[2] != anchor(headings[i]) {
+			t.Errorf("contents entry %d is [%s](#%s), want [%s](#%s)", i+1, e[1], e[2], headings[i], anchor(headings[i]))
+		}
+	}
+}
+
+// anchor is the anchor GitHub gives a heading: lower case, punctuation
+// dropped, spaces as hyphens.
+func anchor(heading string) string {
+	a := regexp.MustCompile(`[^a-z0-9 _-]`).ReplaceAllString(strings.ToLower(heading), "")
+	return strings.ReplaceAll(a, " ", "-")
+}

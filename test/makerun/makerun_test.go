@@ -101,6 +101,12 @@ func TestMakeRunFirstDay(t *testing.T) {
 	second := startMakeRun(t, root, append(base, "DCM_ADDR=127.0.0.1:"+strconv.Itoa(ports.Free(t)),
 		"DCM_DATABASE="+dcmDB.Name, "SG_EMBEDDED_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(ports.Free(t))), "DCM=1")
 	second.waitFor(t, readyLine, 5*time.Minute)
+	// DCM's manager is up before the gateway starts, so the gateway's
+	// first registrations reach it.
+	if out := second.out.String(); !(strings.Index(out, "spm: DCM service-provider-manager on http://") < strings.Index(out, `"msg":"starting"`) &&
+		strings.Contains(out, "before starting the gateway")) {
+		t.Fatalf("DCM's manager did not start before the gateway:\n%s", out)
+	}
 	if out := second.out.String(); !strings.Contains(out, "restored from an earlier run (kept in the database): local-east (now this run's cluster)") ||
 		!strings.Contains(out, "make run-reset") {
 		t.Fatalf("second run does not say what it restored:\n%s", out)
