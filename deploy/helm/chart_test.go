@@ -471,8 +471,8 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		"an Ingress without a host":             {map[string]any{"ingress": map[string]any{"enabled": true}}, "hosts"},
 		"an Ingress with no hosts":              {map[string]any{"ingress": map[string]any{"enabled": true, "hosts": []any{}}}, "hosts"},
 		"a CIDR that is not":                    {map[string]any{"allowedClusterCIDRs": []any{"10.0.0.0"}}, "allowedClusterCIDRs"},
-		"no database secret":    {map[string]any{"database": map[string]any{"existingSecret": ""}}, "existingSecret"},
-		"a NATS URL with space": {map[string]any{"nats": map[string]any{"url": "nats://a b"}}, "url"},
+		"no database secret":                    {map[string]any{"database": map[string]any{"existingSecret": ""}}, "existingSecret"},
+		"a NATS URL with space":                 {map[string]any{"nats": map[string]any{"url": "nats://a b"}}, "url"},
 		"a dashboard namespace that is not": {map[string]any{"metrics": map[string]any{"grafanaDashboard": map[string]any{
 			"enabled": true, "namespace": "Monitoring!"}}}, "namespace"},
 		"a rule label that is not a string": {map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{
@@ -512,7 +512,7 @@ func TestChartSchemaKnowsEverySetting(t *testing.T) {
 	}
 	rendered := map[string]bool{}
 	dcm := map[string]any{"registrationURL": "https://dcm.example.com/api/v1alpha1", "registrationInterval": "1m",
-		"token": map[string]any{"existingSecret": "dcm-token", "key": "token"},
+		"token":             map[string]any{"existingSecret": "dcm-token", "key": "token"},
 		"clientCredentials": map[string]any{"clientID": "sg", "tokenURL": "https://sso.example.com/token", "existingSecret": "dcm-client", "key": "secret"}}
 	for _, auth := range []map[string]any{
 		{"mode": "oidc", "oidc": map[string]any{"issuerURL": "https://sso.example.com/realms/dcm", "roleClaims": "roles",

@@ -1,7 +1,9 @@
-// Package docs reads the shell blocks of the repository's Markdown files
-// that tests run verbatim: a block whose info string is "sh TAG" (```sh
-// walkthrough) is one a test runs, so the documentation's commands stay
-// true. It must never be imported by production code.
+// Package docs reads the blocks of the repository's Markdown files that
+// tests run verbatim: a block whose info string is "sh TAG" (```sh
+// walkthrough) is one a test runs, and one whose info string is "console
+// TAG" is a command ("$ …") and what it prints, which a test runs and
+// compares, so the documentation's commands and samples stay true. It
+// must never be imported by production code.
 package docs
 
 import (
@@ -20,6 +22,57 @@ import (
 // repository's root), in order; none fails t.
 func Blocks(t testing.TB, file, tag string) []string {
 	t.Helper()
+	return blocks(t, file, "sh "+tag)
+}
+
+// Sample is a console block: a command and what it prints.
+type Sample struct {
+	Command string
+	Output  []string
+}
+
+// Samples returns the console blocks tagged tag in file, in order: each
+// block's first line is the command ("$ " and the command), the rest what
+// it prints; none fails t.
+func Samples(t testing.TB, file, tag string) []Sample {
+	t.Helper()
+	var out []Sample
+	for _, b := range blocks(t, file, "console "+tag) {
+		first, rest, _ := strings.Cut(b, "\n")
+		command, ok := strings.CutPrefix(first, "$ ")
+		if !ok {
+			t.Fatalf("%s: a ```console %s block starts with %q, not \"$ \" and a command", file, tag, first)
+		}
+		out = append(out, Sample{Command: command, Output: strings.Split(rest, "\n")})
+	}
+	return out
+}
+
+// Matches reports whether output is what s shows: line by line, trailing
+// spaces aside; a last line "..." stands for any further lines.
+func (s Sample) Matches(output string) bool {
+	got := strings.Split(strings.TrimRight(output, "\n"), "\n")
+	want := s.Output
+	if n := len(want); n > 0 && want[n-1] == "..." {
+		want = want[:n-1]
+		if len(got) > len(want) {
+			got = got[:len(want)]
+		}
+	}
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range want {
+		if strings.TrimRight(got[i], " ") != strings.TrimRight(want[i], " ") {
+			return false
+		}
+	}
+	return true
+}
+
+// blocks returns the blocks of file whose info string is info.
+func blocks(t testing.TB, file, info string) []string {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), file))
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +82,7 @@ func Blocks(t testing.TB, file, tag string) []string {
 	in := false
 	for _, line := range strings.Split(string(data), "\n") {
 		switch {
-		case !in && line == "```sh "+tag:
+		case !in && line == "```"+info:
 			in, current = true, nil
 		case in && line == "```":
 			in = false
@@ -39,7 +92,7 @@ func Blocks(t testing.TB, file, tag string) []string {
 		}
 	}
 	if len(blocks) == 0 {
-		t.Fatalf("%s has no ```sh %s block", file, tag)
+		t.Fatalf("%s has no ```%s block", file, info)
 	}
 	return blocks
 }

@@ -91,6 +91,13 @@ func TestMakeRunFirstDay(t *testing.T) {
 			}
 		}
 	}
+	// The operator's manual shows what make run's clusters show.
+	for _, sample := range docs.Samples(t, "deploy/README.md", "make-run") {
+		out := runBlock(t, root, append(base, exports...), sample.Command, first)
+		if !sample.Matches(out) {
+			t.Errorf("deploy/README.md shows for %s:\n%s\nmake run prints:\n%s", sample.Command, strings.Join(sample.Output, "\n"), out)
+		}
+	}
 	checkSecondRunRefused(t, root, base, state)
 	first.signal(t, syscall.SIGHUP)
 	first.wait(t)
@@ -103,8 +110,9 @@ func TestMakeRunFirstDay(t *testing.T) {
 	second.waitFor(t, readyLine, 5*time.Minute)
 	// DCM's manager is up before the gateway starts, so the gateway's
 	// first registrations reach it.
-	if out := second.out.String(); !(strings.Index(out, "spm: DCM service-provider-manager on http://") < strings.Index(out, `"msg":"starting"`) &&
-		strings.Contains(out, "before starting the gateway")) {
+	out := second.out.String()
+	dcmAt, gatewayAt := strings.Index(out, "spm: DCM service-provider-manager on http://"), strings.Index(out, `"msg":"starting"`)
+	if dcmAt < 0 || gatewayAt < dcmAt || !strings.Contains(out, "before starting the gateway") {
 		t.Fatalf("DCM's manager did not start before the gateway:\n%s", out)
 	}
 	if out := second.out.String(); !strings.Contains(out, "restored from an earlier run (kept in the database): local-east (now this run's cluster)") ||
