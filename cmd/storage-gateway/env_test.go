@@ -190,7 +190,7 @@ func volumeCommands(t *testing.T, cli []string, addr string) {
 	// The detailed view, not the list row.
 	out := mustRun(t, cli, "env", "get", "local-east")
 	for _, want := range []string{"Labels:", "site=east,tier=dev", "Allowed namespaces:", "dcm-scratch", "Zone:", "east-a",
-		"Server:", "State:", "READY", "DCM registration:", "OFF: this gateway does not register environments with DCM"} {
+		"Server:", "State:", "READY", "DCM registration:", "OFF: this gateway does not register environments with DCM", "Cluster:", "kube-system/"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("env get lacks %q:\n%s", want, out)
 		}

@@ -671,6 +671,10 @@ func describeEnvironment(w io.Writer, e api.Environment) error {
 	d.add("Zone", e.Zone)
 	d.add("Namespace", e.Namespace)
 	d.add("Allowed namespaces", strings.Join(e.AllowedNamespaces, ", "))
+	if e.ShareNamespaces {
+		d.add("Shares namespaces", "yes: another environment of its cluster may serve them; each serves only its own claims")
+	}
+	d.add("Cluster", ptr.Deref(e.Status.ClusterId, ""))
 	d.add("State", string(e.Status.State))
 	d.add("Message", e.Status.Message)
 	d.add("Kubernetes", ptr.Deref(e.Status.KubernetesVersion, ""))

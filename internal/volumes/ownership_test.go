@@ -23,6 +23,17 @@ func unlabelled(p *corev1.PersistentVolumeClaim) {
 	delete(p.Labels, EnvironmentLabel)
 }
 
+// claimFor is east's claim for volume v of spec, of uid, changed by edit
+// (when set).
+func claimFor(spec Spec, uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+	pvc := newPVC("v", spec, east)
+	pvc.UID = types.UID(uid)
+	if edit != nil {
+		edit(pvc)
+	}
+	return pvc
+}
+
 // TestWhoseAClaimIs: a claim is an environment's own only when its owner
 // labels name both the environment and the installation, or — a claim
 // from before claims named their owner, or an adopted one — when the
@@ -30,12 +41,7 @@ func unlabelled(p *corev1.PersistentVolumeClaim) {
 // so.
 func TestWhoseAClaimIs(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"}
-	claim := func(edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
-		pvc := newPVC("v", spec, east)
-		pvc.UID = "uid-1"
-		edit(pvc)
-		return pvc
-	}
+	claim := func(edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim { return claimFor(spec, "uid-1", edit) }
 	keep := func(*corev1.PersistentVolumeClaim) {}
 	provider := func(p *corev1.PersistentVolumeClaim) {
 		unlabelled(p)
@@ -74,14 +80,7 @@ func TestWhoseAClaimIs(t *testing.T) {
 // naming who holds it or the field that differs.
 func TestACreateMeetingAClaimOfItsName(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "gp3", AccessMode: "ReadWriteOnce", VolumeMode: "Filesystem"}
-	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
-		pvc := newPVC("v", spec, east)
-		pvc.UID = types.UID(uid)
-		if edit != nil {
-			edit(pvc)
-		}
-		return pvc
-	}
+	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim { return claimFor(spec, uid, edit) }
 	wants := func(edit func(*Spec)) record {
 		s := spec
 		edit(&s)

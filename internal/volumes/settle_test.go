@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters/clusterstest"
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -26,14 +25,7 @@ import (
 // name.
 func TestTheReconcilerSettlesEachRecordWithItsClaim(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"}
-	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
-		pvc := newPVC("v", spec, east)
-		pvc.UID = types.UID(uid)
-		if edit != nil {
-			edit(pvc)
-		}
-		return pvc
-	}
+	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim { return claimFor(spec, uid, edit) }
 	now := metav1.Now()
 	deleting := func(p *corev1.PersistentVolumeClaim) {
 		p.DeletionTimestamp = &now

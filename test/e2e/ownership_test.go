@@ -55,6 +55,18 @@ func TestAClaimBelongsToOneEnvironment(t *testing.T) {
 			return h["status"] == "healthy"
 		})
 	}
+	// reRegister forgets the environments of ids (their claims stay) and
+	// registers id on the namespace again.
+	reRegister := func(id string, forget ...string) {
+		t.Helper()
+		for _, old := range forget {
+			code, body := c.do(http.MethodDelete, "/api/v1alpha1/environments/"+old+"?force=true", nil)
+			c.want(http.StatusNoContent, code, body)
+		}
+		code, body := register(c, id, proxied, false)
+		c.want(http.StatusCreated, code, body)
+		healthy(c, id)
+	}
 	create := func(c client, envID, id, capacity string) (int, map[string]any) {
 		c.t.Helper()
 		return c.do(http.MethodPost, volumesPath(envID)+"?id="+id, map[string]any{"spec": storageSpec(id, capacity, nil)})
@@ -150,13 +162,7 @@ func TestAClaimBelongsToOneEnvironment(t *testing.T) {
 
 	// The same id registered again after a forced removal: its claim is
 	// its own again, and a create is a replay only with the same spec.
-	code, body = c.do(http.MethodDelete, "/api/v1alpha1/environments/second", nil)
-	c.want(http.StatusNoContent, code, body)
-	code, body = c.do(http.MethodDelete, "/api/v1alpha1/environments/first?force=true", nil)
-	c.want(http.StatusNoContent, code, body)
-	code, body = register(c, "first", proxied, false)
-	c.want(http.StatusCreated, code, body)
-	healthy(c, "first")
+	reRegister("first", "second", "first")
 	code, body = create(c, "first", "shared1", "5Gi")
 	c.want(http.StatusConflict, code, body, "different spec", "spec.capacity")
 	code, body = create(c, "first", "shared1", "1Gi")
@@ -166,11 +172,7 @@ func TestAClaimBelongsToOneEnvironment(t *testing.T) {
 	// Registered again under a new id, the environment finds its old
 	// claims held by the old id: only an adoption that takes over moves
 	// them.
-	code, body = c.do(http.MethodDelete, "/api/v1alpha1/environments/first?force=true", nil)
-	c.want(http.StatusNoContent, code, body)
-	code, body = register(c, "third", proxied, false)
-	c.want(http.StatusCreated, code, body)
-	healthy(c, "third")
+	reRegister("third", "first")
 	code, body = create(c, "third", "shared1", "1Gi")
 	c.want(http.StatusConflict, code, body, `environment "first" of this gateway`)
 	code, body = c.do(http.MethodPost, "/api/v1alpha1/environments/third:adopt", nil)
