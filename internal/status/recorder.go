@@ -58,11 +58,21 @@ type Recorder struct {
 	Leases membership.Leases
 }
 
-// eventData is the CloudEvent's data.
+// eventData is the CloudEvent's data. OutputSpec names what the volume
+// provisioned once it is bound: DCM's control plane stores it with the
+// instance (its status consumer reads data.output_spec); DCM's
+// service-provider-manager ignores it.
 type eventData struct {
-	ID      string `json:"id"`
-	Status  Status `json:"status"`
-	Message string `json:"message"`
+	ID         string      `json:"id"`
+	Status     Status      `json:"status"`
+	Message    string      `json:"message"`
+	OutputSpec *outputSpec `json:"output_spec,omitempty"`
+}
+
+// outputSpec is what a volume provisioned: the PersistentVolume bound to
+// its claim.
+type outputSpec struct {
+	VolumeName string `json:"volume_name"`
 }
 
 // ErrGone says an observation was refused because its volume is gone: it
@@ -316,8 +326,12 @@ func reportable(last, now Observation) bool {
 // reused after its record was forgotten starts a new sequence of ids.
 func (r Recorder) event(o Observation, provider string, created time.Time, transition int64) ([]byte, string, error) {
 	id := uuid.NewSHA1(eventIDSpace, fmt.Appendf(nil, "%s/%s/%d/%d/%s", o.EnvironmentID, o.VolumeID, created.UnixMicro(), transition, o.Status)).String()
-	data, err := NewEvent(id, provider, o.EnvironmentID, EventType, EventSubject, eventData{ID: o.VolumeID, Status: o.Status, Message: o.Message})
-	return data, id, err
+	data := eventData{ID: o.VolumeID, Status: o.Status, Message: o.Message}
+	if o.VolumeName != "" && o.Status != Deleted {
+		data.OutputSpec = &outputSpec{VolumeName: o.VolumeName}
+	}
+	event, err := NewEvent(id, provider, o.EnvironmentID, EventType, EventSubject, data)
+	return event, id, err
 }
 
 // NewEvent builds one of the gateway's structured-mode CloudEvents — the

@@ -91,6 +91,18 @@ func TestStatusEventsFollowTheVolumeLifecycle(t *testing.T) {
 		if e.MsgID != e.ID {
 			t.Fatalf("message id %q for event %q", e.MsgID, e.ID)
 		}
+		// A bound volume's events name what it provisioned, as DCM's
+		// control plane reads them (data.output_spec.volume_name).
+		switch spec := e.Data.OutputSpec; e.Data.Status {
+		case "RUNNING":
+			if spec == nil || !strings.HasPrefix(spec.VolumeName, "pvc-") {
+				t.Fatalf("a RUNNING event without the bound volume in output_spec: %+v", e)
+			}
+		case "DELETED":
+			if spec != nil {
+				t.Fatalf("a DELETED event names a volume: %+v", e)
+			}
+		}
 	}
 }
 

@@ -89,6 +89,10 @@ type Event struct {
 		// Requested and Current are a tier event's.
 		Requested string `json:"requested"`
 		Current   string `json:"current"`
+		// OutputSpec is what a bound volume provisioned.
+		OutputSpec *struct {
+			VolumeName string `json:"volume_name"`
+		} `json:"output_spec"`
 	} `json:"data"`
 }
 
