@@ -68,23 +68,22 @@ func problemHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
-// faultStatus maps a use case's error kind to its HTTP status and problem type.
-var faultStatus = map[fault.Kind]struct {
-	status int
-	typ    ProblemType
-}{
-	fault.InvalidArgument:    {http.StatusBadRequest, INVALIDARGUMENT},
-	fault.NotFound:           {http.StatusNotFound, NOTFOUND},
-	fault.AlreadyExists:      {http.StatusConflict, ALREADYEXISTS},
-	fault.Conflict:           {http.StatusConflict, FAILEDPRECONDITION},
-	fault.FailedPrecondition: {http.StatusUnprocessableEntity, FAILEDPRECONDITION},
-	fault.Unavailable:        {http.StatusServiceUnavailable, UNAVAILABLE},
+// faultTypes maps a use case's error kind to its problem type (its status
+// is the kind's, fault.Kind.HTTPStatus).
+var faultTypes = map[fault.Kind]ProblemType{
+	fault.InvalidArgument:    INVALIDARGUMENT,
+	fault.NotFound:           NOTFOUND,
+	fault.AlreadyExists:      ALREADYEXISTS,
+	fault.Conflict:           FAILEDPRECONDITION,
+	fault.FailedPrecondition: FAILEDPRECONDITION,
+	fault.Unavailable:        UNAVAILABLE,
 }
 
 func toProblem(err error) Problem {
 	if fe, ok := fault.As(err); ok {
-		if m, ok := faultStatus[fe.Kind]; ok {
-			p := Problem{Type: m.typ, Title: http.StatusText(m.status), Status: m.status, Detail: &fe.Detail}
+		if typ, ok := faultTypes[fe.Kind]; ok {
+			status := fe.Kind.HTTPStatus()
+			p := Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: &fe.Detail}
 			if fe.Field != "" {
 				field := fe.Field
 				p.Field = &field

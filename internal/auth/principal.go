@@ -52,6 +52,9 @@ const (
 	// MethodGateway records what the gateway did on its own (taking a DCM
 	// provider name back), with no caller.
 	MethodGateway Method = "gateway"
+	// MethodAgentDispatch records a request DCM's control plane placed on
+	// an environment's agent (over NATS, as the environment's agent).
+	MethodAgentDispatch Method = "agent-dispatch"
 )
 
 // Principal is an authenticated caller.

@@ -122,6 +122,15 @@ type Config struct {
 	DCMClientID         string `env:"SG_DCM_CLIENT_ID"`
 	DCMClientSecretFile string `env:"SG_DCM_CLIENT_SECRET_FILE"`
 	DCMTokenURL         string `env:"SG_DCM_TOKEN_URL"`
+	// DCMAgentAPIURL is the agent API of DCM's control plane; set, every
+	// environment is DCM's storage agent (its requests come over NATS);
+	// empty turns the agent dispatch off. It uses the DCM credentials
+	// above.
+	DCMAgentAPIURL string `env:"SG_DCM_AGENT_API_URL"`
+	// DCMAgentHeartbeat is how often each agent heartbeats.
+	DCMAgentHeartbeat time.Duration `env:"SG_DCM_AGENT_HEARTBEAT_INTERVAL" envDefault:"30s"`
+	// DCMAgentCost is the cost the agents advertise.
+	DCMAgentCost string `env:"SG_DCM_AGENT_COST" envDefault:"medium"`
 
 	// AuthMode is how API callers are authenticated: oidc, static or
 	// disabled.
@@ -316,6 +325,17 @@ func (c Config) Validate() error {
 		}
 		if c.DCMRegistrationInterval < time.Second {
 			add("SG_DCM_REGISTRATION_INTERVAL", "must be at least 1s, e.g. 5m")
+		}
+	}
+	if c.DCMAgentAPIURL != "" {
+		if !httpURL(c.DCMAgentAPIURL) {
+			add("SG_DCM_AGENT_API_URL", "must be an http(s) URL, e.g. http://dcm:8080/api/v1alpha1")
+		}
+		if c.DCMAgentHeartbeat < time.Second {
+			add("SG_DCM_AGENT_HEARTBEAT_INTERVAL", "must be at least 1s, e.g. 30s")
+		}
+		if !slices.Contains([]string{"low", "medium-low", "medium", "medium-high", "high"}, c.DCMAgentCost) {
+			add("SG_DCM_AGENT_COST", "must be low, medium-low, medium, medium-high or high")
 		}
 	}
 	if c.HealthUnhealthyCode != 200 && c.HealthUnhealthyCode != 503 {

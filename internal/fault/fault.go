@@ -31,6 +31,24 @@ const (
 	Unavailable
 )
 
+// HTTPStatus is the status a request refused with k is answered (or, for
+// a request that came another way, audited) with.
+func (k Kind) HTTPStatus() int {
+	switch k {
+	case InvalidArgument:
+		return 400
+	case NotFound:
+		return 404
+	case AlreadyExists, Conflict:
+		return 409
+	case FailedPrecondition:
+		return 422
+	case Unavailable:
+		return 503
+	}
+	return 500
+}
+
 // Error is a classified error. Detail is shown to the client, so it must never
 // carry secrets or raw upstream responses; Field names the offending request
 // field (dotted JSON path) when there is one; RetryAfter, when set, is how

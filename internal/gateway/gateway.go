@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -116,6 +117,7 @@ type Gateway struct {
 	connector  *environments.Connector
 	probes     *controller.Controller
 	registrar  *dcm.Registrar // nil when DCM registration is off
+	agents     *dcm.Agents    // nil when DCM's agent dispatch is off
 	member     string         // this replica's member id
 	membership *membership.Membership
 	// registrations has the membership rebalance at once when an
@@ -227,6 +229,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Gateway, err 
 	if err := g.newRegistrar(); err != nil {
 		return nil, err
 	}
+	if err := g.newAgents(); err != nil {
+		return nil, err
+	}
 	g.background = g.workers()
 	if err := g.newServer(ctx, metrics); err != nil {
 		return nil, err
@@ -279,6 +284,26 @@ func (g *Gateway) newRegistrar() error {
 		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
 			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL},
 		Served: g.volumes.Served, Repeat: g.volumes.RepeatStatus, CheckInterval: g.opts.Intervals.DCMCheck, Audit: g.audit})
+	return err
+}
+
+// newAgents builds DCM's agent dispatch when SG_DCM_AGENT_API_URL is set:
+// each environment is DCM's storage agent, its requests coming over the
+// gateway's NATS (DCM's).
+func (g *Gateway) newAgents() error {
+	cfg := g.cfg
+	if cfg.DCMAgentAPIURL == "" {
+		g.log.Info("DCM agent dispatch off (SG_DCM_AGENT_API_URL is unset)")
+		return nil
+	}
+	js, err := jetstream.New(g.nats.Conn)
+	if err != nil {
+		return err
+	}
+	g.agents, err = dcm.NewAgents(dcm.AgentOptions{URL: cfg.DCMAgentAPIURL, Environments: g.registry, Owned: g.membership,
+		Volumes: g.volumes, JetStream: js, Heartbeat: cfg.DCMAgentHeartbeat, Cost: cfg.DCMAgentCost, Audit: g.audit, Logger: g.log,
+		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
+			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}})
 	return err
 }
 

@@ -115,6 +115,9 @@ func (g *Gateway) workers() []*worker {
 	if g.registrar != nil {
 		ws = append(ws, &worker{name: "DCM registrar", run: g.registrar.Run, started: g.registrar.Started})
 	}
+	if g.agents != nil {
+		ws = append(ws, &worker{name: "DCM agents", run: g.agents.Run, started: g.agents.Started})
+	}
 	return ws
 }
 

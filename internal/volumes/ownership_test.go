@@ -41,7 +41,9 @@ func claimFor(spec Spec, uid string, edit func(*corev1.PersistentVolumeClaim)) *
 // so.
 func TestWhoseAClaimIs(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"}
-	claim := func(edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim { return claimFor(spec, "uid-1", edit) }
+	claim := func(edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		return claimFor(spec, "uid-1", edit)
+	}
 	keep := func(*corev1.PersistentVolumeClaim) {}
 	provider := func(p *corev1.PersistentVolumeClaim) {
 		unlabelled(p)
@@ -80,7 +82,9 @@ func TestWhoseAClaimIs(t *testing.T) {
 // naming who holds it or the field that differs.
 func TestACreateMeetingAClaimOfItsName(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "gp3", AccessMode: "ReadWriteOnce", VolumeMode: "Filesystem"}
-	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim { return claimFor(spec, uid, edit) }
+	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		return claimFor(spec, uid, edit)
+	}
 	wants := func(edit func(*Spec)) record {
 		s := spec
 		edit(&s)

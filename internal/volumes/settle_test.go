@@ -25,7 +25,9 @@ import (
 // name.
 func TestTheReconcilerSettlesEachRecordWithItsClaim(t *testing.T) {
 	spec := Spec{Name: "v", Namespace: "dcm", Capacity: "1Gi", StorageClass: "fast", AccessMode: "ReadWriteOnce"}
-	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim { return claimFor(spec, uid, edit) }
+	claim := func(uid string, edit func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		return claimFor(spec, uid, edit)
+	}
 	now := metav1.Now()
 	deleting := func(p *corev1.PersistentVolumeClaim) {
 		p.DeletionTimestamp = &now

@@ -1,0 +1,183 @@
+package dcm
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"strconv"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
+)
+
+// request is a request CloudEvent as the control plane publishes it: its
+// id, type and data (CreatePayload, DeletePayload in
+// internal/sp/messaging/types.go).
+type request struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	Data struct {
+		ResourceID  string          `json:"resource_id"`
+		ServiceType string          `json:"service_type"`
+		Spec        json.RawMessage `json:"spec"`
+	} `json:"data"`
+}
+
+// storageSpec is DCM's StorageSpec as a create request carries it.
+type storageSpec struct {
+	Capacity string `json:"capacity"`
+	Metadata struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	ProviderHints struct {
+		Kubernetes volumes.Hints `json:"kubernetes"`
+	} `json:"provider_hints"`
+}
+
+// answer is what the gateway answers a request with: a response type and
+// its data beyond the resource and the agent (status; error and details);
+// retry says there is no answer yet (the request comes back later).
+type answer struct {
+	typ   string
+	data  map[string]any
+	retry bool
+}
+
+func refusal(code, details string) answer {
+	return answer{typ: typeError, data: map[string]any{"error": code, "details": details}}
+}
+
+// handle carries out one request placed on environment envID's agent ag
+// (within ctx, the consumers' context), answers it, and acks it once the
+// answer is published; a request it cannot carry out now comes back
+// later, and one past its last delivery is answered with an error and
+// terminated.
+func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
+	defer cancel()
+	var req request
+	var out answer
+	switch err := json.Unmarshal(msg.Data(), &req); {
+	case err != nil || req.Data.ResourceID == "":
+		out = refusal(errInvalidPayload, "the request is not a CloudEvent with data.resource_id")
+	case req.Type != typeCreate && req.Type != typeDelete:
+		_ = msg.Ack() // not a request an agent carries out (cancels come on their own topic)
+		return
+	case req.Data.ServiceType != volumes.ServiceType:
+		out = refusal(errUnsupportedServiceType, "this agent serves "+volumes.ServiceType+", not "+req.Data.ServiceType)
+	case req.Type == typeCreate:
+		out = a.create(ctx, envID, ag, req)
+	default:
+		out = a.delete(ctx, envID, ag, req)
+	}
+	last := false
+	if meta, err := msg.Metadata(); err == nil {
+		last = meta.NumDelivered >= maxDeliver
+	}
+	if out.retry && !last {
+		_ = msg.NakWithDelay(retryDelay)
+		return
+	}
+	if out.retry {
+		out = refusal(errMaxDelivery, "the request could not be carried out in "+strconv.Itoa(maxDeliver)+" deliveries")
+	}
+	if err := a.respond(ctx, ag, req, out); err != nil {
+		a.log.WarnContext(ctx, "answer a DCM request", "environment", envID, "volume", req.Data.ResourceID, "error", err)
+		_ = msg.NakWithDelay(retryDelay)
+		return
+	}
+	if out.data["error"] == errMaxDelivery {
+		_ = msg.Term()
+		return
+	}
+	_ = msg.Ack()
+}
+
+// create creates the volume a create request asks for, as the API's create
+// with the resource id as the volume id does: a redelivered or re-placed
+// request finds the volume and answers the same.
+func (a *Agents) create(ctx context.Context, envID string, ag *agent, req request) answer {
+	var spec storageSpec
+	if err := json.Unmarshal(req.Data.Spec, &spec); err != nil {
+		return refusal(errInvalidPayload, "spec: not DCM's StorageSpec")
+	}
+	_, created, err := a.opts.Volumes.Create(ctx, envID, req.Data.ResourceID, "", volumes.Request{Name: spec.Metadata.Name,
+		Labels: spec.Metadata.Labels, Capacity: spec.Capacity, Hints: spec.ProviderHints.Kubernetes})
+	done := http.StatusOK
+	if created {
+		done = http.StatusCreated
+	}
+	return a.audited(ctx, envID, ag, req, "createVolume", err, done, answer{typ: typeCreationAck, data: map[string]any{"status": "PROVISIONING"}})
+}
+
+// delete deletes the volume a delete request names; one the environment
+// does not have (never created, or gone) is acknowledged as deleted.
+func (a *Agents) delete(ctx context.Context, envID string, ag *agent, req request) answer {
+	err := a.opts.Volumes.Delete(ctx, envID, req.Data.ResourceID)
+	if fault.Is(err, fault.NotFound) {
+		return answer{typ: typeDeletionAck, data: map[string]any{"status": "DELETED"}}
+	}
+	return a.audited(ctx, envID, ag, req, "deleteVolume", err, http.StatusNoContent, answer{typ: typeDeletionAck, data: map[string]any{"status": "DELETING"}})
+}
+
+// audited answers a create or delete that ended with err: done when it
+// succeeded (audited with status), a refusal naming the field when the
+// gateway refused it, no answer yet when it could not be carried out now.
+// What was done or refused is audited before it is answered.
+func (a *Agents) audited(ctx context.Context, envID string, ag *agent, req request, action string, err error, status int, done answer) answer {
+	out := done
+	if err != nil {
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind == fault.Unavailable {
+			return answer{retry: true}
+		}
+		out, status = refusal(errRefused, fe.Error()), fe.Kind.HTTPStatus()
+	}
+	if a.opts.Audit == nil {
+		return out
+	}
+	if err := a.opts.Audit.Record(ctx, auth.AuditEvent{RequestID: req.ID, Subject: "dcm", Name: ag.name, Roles: []auth.Role{auth.RoleDCM},
+		AuthMethod: auth.MethodAgentDispatch, Action: action, EnvironmentID: envID, VolumeID: req.Data.ResourceID, Status: status}); err != nil {
+		return answer{retry: true} // never answered before its audit record is stored
+	}
+	return out
+}
+
+// respond publishes the answer to req on the response subject: a
+// CloudEvent from the agent (source dcm/agents/NAME) whose data names the
+// resource, the agent and its topic — the control plane drops an answer
+// without agent_name — and whose id, also its Nats-Msg-Id, derives from
+// the request's, so a redelivered request's answer is deduplicated.
+func (a *Agents) respond(ctx context.Context, ag *agent, req request, out answer) error {
+	data := map[string]any{"resource_id": req.Data.ResourceID, "agent_name": ag.name, "topic_name": ag.topic}
+	maps.Copy(data, out.data)
+	e := cloudevents.NewEvent()
+	e.SetID(uuid.NewSHA1(responseIDSpace, []byte(req.ID+"/"+out.typ)).String())
+	e.SetSource("dcm/agents/" + ag.name)
+	e.SetType(out.typ)
+	e.SetSubject(responseSubject)
+	e.SetTime(time.Now())
+	if err := e.SetData(cloudevents.ApplicationJSON, data); err != nil {
+		return err
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: responseSubject, Data: body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, e.ID())
+	_, err = a.opts.JetStream.PublishMsg(ctx, msg)
+	return err
+}
+
+// responseIDSpace makes answers' ids deterministic per request and answer.
+var responseIDSpace = uuid.MustParse("0b1e7f4c-3d52-4a8e-b0c9-5f6a2d8e1c37")

@@ -1,0 +1,343 @@
+package dcm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/controller"
+	"github.com/dcm-project/storage-gateway/internal/environments"
+	"github.com/dcm-project/storage-gateway/internal/fault"
+	"github.com/dcm-project/storage-gateway/internal/membership"
+	"github.com/dcm-project/storage-gateway/internal/volumes"
+)
+
+// Wire names of DCM's agent dispatch (dcm-project/control-plane
+// internal/sp/messaging/types.go; dcm-project/environment-agent
+// internal/messaging and internal/routing/types.go).
+const (
+	// requestStream is the control plane's stream of requests (it owns
+	// it; agents only add consumers, filtered on their topics).
+	requestStream = "dcm-agent-requests"
+	// responseSubject is where agents answer (the control plane's
+	// dcm-agent-responses stream, never created by an agent).
+	responseSubject = "dcm.agents.responses"
+	// topicPrefix starts every agent's request topic.
+	topicPrefix = "dcm.agent."
+
+	typeCreate      = "dcm.request.create"
+	typeDelete      = "dcm.request.delete"
+	typeCreationAck = "dcm.agent.creation-acknowledged"
+	typeDeletionAck = "dcm.agent.deletion-acknowledged"
+	typeError       = "dcm.agent.error"
+)
+
+// Error codes of dcm.agent.error (environment-agent internal/routing).
+const (
+	errUnsupportedServiceType = "UNSUPPORTED_SERVICE_TYPE"
+	errInvalidPayload         = "INVALID_PAYLOAD"
+	errRefused                = "NON_RETRYABLE_SP_ERROR"
+	errMaxDelivery            = "MAX_DELIVERY_EXCEEDED"
+)
+
+// Consumer settings an agent uses (environment-agent internal/messaging):
+// a request is redelivered after ackWait unless acked, at most maxDeliver
+// times; handlerTimeout bounds one request's work, well inside ackWait.
+const (
+	ackWait        = 2 * time.Minute
+	maxDeliver     = 10
+	handlerTimeout = time.Minute
+	// retryDelay is how soon a request the gateway could not carry out
+	// now (the environment not connected yet, the database away) comes
+	// back.
+	retryDelay = 5 * time.Second
+)
+
+// AgentVolumes are the volume use cases DCM's requests go through — the
+// same as the API's (a *volumes.Service).
+type AgentVolumes interface {
+	Create(ctx context.Context, envID, id, idempotencyKey string, req volumes.Request) (volumes.Volume, bool, error)
+	Delete(ctx context.Context, envID, id string) error
+}
+
+// AgentOptions configure the agent dispatch.
+type AgentOptions struct {
+	// URL is the control plane's agent API, e.g. http://dcm:8080/api/v1alpha1.
+	URL          string
+	Environments *environments.Service
+	// Owned are the environments this replica serves as agents: an
+	// environment's agent is its owner's.
+	Owned     membership.Ownership
+	Volumes   AgentVolumes
+	JetStream jetstream.JetStream
+	// Credentials authenticate the calls to the agent API.
+	Credentials Credentials
+	// Heartbeat is how often each agent tells the control plane it lives.
+	Heartbeat time.Duration
+	// Cost is what the agents advertise (low, medium-low, medium,
+	// medium-high, high).
+	Cost string
+	// Audit records every volume DCM's requests create or delete, before
+	// the answer.
+	Audit  *auth.AuditLog
+	Logger *slog.Logger
+}
+
+// Agents serve each environment this replica owns, with dcm.register on,
+// as its storage agent for DCM's control plane: registered in the agent
+// API under the environment's provider name, heartbeated with the
+// requests it has not acked yet as its lag, and consuming the requests
+// the control plane places on it (a durable consumer of the request
+// stream filtered on its topic, so a hand-over resumes where the former
+// owner stopped). A create or delete goes through the volume use cases
+// the API uses, is audited, and is answered on dcm.agents.responses; the
+// request is acked only once its answer is published, so a crash before
+// redelivers it, and the redelivery answers the same (creates are
+// idempotent by resource_id, a delete of what is gone is acknowledged).
+// A request the gateway cannot carry out now is redelivered later.
+//
+// Registering and heartbeating is a reconciler (internal/controller) keyed
+// by environment: looked at when it is registered, changed, gained or
+// lost, and again every heartbeat.
+type Agents struct {
+	opts AgentOptions
+	http *http.Client
+	log  *slog.Logger
+	ctl  *controller.Controller
+
+	mu sync.Mutex
+	// running are the agents this replica serves, by environment.
+	running map[string]*agent
+	// consumeCtx ends the consumers; set by Run.
+	consumeCtx context.Context
+}
+
+// agent is one environment's agent as this replica serves it.
+type agent struct {
+	name, topic string
+	// id is the control plane's id of the agent, once registered, and
+	// registered the fields it was registered with.
+	id, registered string
+	consumer       jetstream.Consumer
+	stop           func()
+}
+
+// NewAgents returns the agent dispatch; Run starts it.
+func NewAgents(opts AgentOptions) (*Agents, error) {
+	httpClient, err := opts.Credentials.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 30 * time.Second
+	}
+	a := &Agents{opts: opts, http: httpClient, log: opts.Logger.With("component", "dcm agents"), running: map[string]*agent{}}
+	a.ctl = controller.New(controller.Options{Name: "dcm agents", Logger: a.log, Reconcile: a.reconcile,
+		List: opts.Environments.IDs, Owns: func(id string) bool { return opts.Owned.Owns(id) || a.serving(id) },
+		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)})
+	controller.Watch(a.ctl, opts.Environments.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
+	controller.Watch(a.ctl, opts.Owned.Subscribe(), func(c membership.Change) []string { return []string{c.EnvironmentID} })
+	return a, nil
+}
+
+// Started reports whether the reconciler runs (readiness).
+func (a *Agents) Started() bool { return a.ctl.Started() }
+
+// Run serves the agents until ctx ends; their consumers stop with it.
+func (a *Agents) Run(ctx context.Context) {
+	a.mu.Lock()
+	a.consumeCtx = ctx
+	a.mu.Unlock()
+	a.ctl.Run(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, ag := range a.running {
+		ag.stop()
+		delete(a.running, id)
+	}
+}
+
+func (a *Agents) serving(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running[id] != nil
+}
+
+// reconcile serves environment id as an agent if this replica owns it and
+// it registers with DCM, and stops serving it otherwise; a served one is
+// registered when it is not yet, or with other fields, and heartbeated.
+func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error) {
+	env, err := a.opts.Environments.Get(ctx, id)
+	switch {
+	case fault.Is(err, fault.NotFound):
+		a.leave(id)
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case !a.opts.Owned.Owns(id) || !env.Spec.DCM.Register:
+		a.leave(id)
+		return 0, nil
+	}
+	ag, err := a.serve(ctx, env)
+	if err != nil {
+		return 0, err
+	}
+	body := a.registration(env, ag)
+	if fields := string(mustJSONBytes(body)); ag.id == "" || ag.registered != fields {
+		if ag.id, err = a.register(ctx, body); err != nil {
+			return 0, err
+		}
+		ag.registered = fields
+		a.log.InfoContext(ctx, "registered as DCM's agent", "environment", id, "agent", ag.name, "agent_id", ag.id)
+		return a.opts.Heartbeat, nil
+	}
+	switch err := a.heartbeat(ctx, ag); {
+	case errors.Is(err, errUnknownAgent):
+		ag.id = "" // the control plane lost it: register again now
+		return time.Millisecond, nil
+	case err != nil:
+		return 0, err
+	}
+	return a.opts.Heartbeat, nil
+}
+
+// leave stops serving environment id here (lost, deleted, or no longer
+// registering). The control plane's agent API has no removal: the agent
+// turns unavailable there once its heartbeats stop, and its durable
+// consumer keeps the requests for its next owner.
+func (a *Agents) leave(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ag := a.running[id]; ag != nil {
+		ag.stop()
+		delete(a.running, id)
+		a.log.Info("no longer DCM's agent here", "environment", id, "agent", ag.name)
+	}
+}
+
+// serve returns env's agent, starting its consumer if it has none yet.
+func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agent, error) {
+	name := env.Spec.DCM.ProviderName
+	if name == "" {
+		name = environments.DefaultProviderName(env.ID)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ag := a.running[env.ID]; ag != nil && ag.name == name {
+		return ag, nil
+	} else if ag != nil {
+		ag.stop() // renamed: another topic
+		delete(a.running, env.ID)
+	}
+	if a.consumeCtx == nil {
+		return nil, errors.New("the agents are not running")
+	}
+	ag := &agent{name: name, topic: topicPrefix + name}
+	var err error
+	ag.consumer, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
+		Durable: name + "-consumer", FilterSubject: ag.topic, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: ackWait, MaxDeliver: maxDeliver})
+	if err != nil {
+		return nil, fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", ag.topic, err)
+	}
+	envID, consumeCtx := env.ID, a.consumeCtx
+	cc, err := ag.consumer.Consume(func(msg jetstream.Msg) { a.handle(consumeCtx, envID, ag, msg) })
+	if err != nil {
+		return nil, err
+	}
+	ag.stop = cc.Stop
+	a.running[env.ID] = ag
+	return ag, nil
+}
+
+// agentRegistration is the agent API's AgentRegistrationRequest.
+type agentRegistration struct {
+	Name         string   `json:"name"`
+	Environment  string   `json:"environment"`
+	TopicName    string   `json:"topic_name"`
+	ServiceTypes []string `json:"service_types"`
+	Cost         string   `json:"cost"`
+}
+
+func (a *Agents) registration(env environments.Environment, ag *agent) agentRegistration {
+	return agentRegistration{Name: ag.name, Environment: env.ID, TopicName: ag.topic,
+		ServiceTypes: []string{volumes.ServiceType}, Cost: a.opts.Cost}
+}
+
+// register registers (or updates: the agent API is idempotent by name) an
+// agent and returns its id.
+func (a *Agents) register(ctx context.Context, body agentRegistration) (string, error) {
+	var out struct {
+		ID string `json:"agent_id"`
+	}
+	if err := a.call(ctx, http.MethodPost, "/agents", body, &out); err != nil {
+		return "", err
+	}
+	if out.ID == "" {
+		return "", errors.New("the agent API answered a registration without an agent_id")
+	}
+	return out.ID, nil
+}
+
+// errUnknownAgent is the agent API's 404 for an agent it does not know (it
+// lost its state): the agent registers again.
+var errUnknownAgent = errors.New("the control plane does not know the agent")
+
+// heartbeat tells the control plane ag lives, with the requests it holds
+// unacked as its lag (errUnknownAgent: it no longer knows the agent).
+func (a *Agents) heartbeat(ctx context.Context, ag *agent) error {
+	info, err := ag.consumer.Info(ctx)
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"timestamp": time.Now().UTC(), "consumer_lag": info.NumPending + uint64(info.NumAckPending)}
+	return a.call(ctx, http.MethodPut, "/agents/"+ag.id+"/heartbeat", body, nil)
+}
+
+// call sends one request to the agent API.
+func (a *Agents) call(ctx context.Context, method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(a.opts.URL, "/")+path, bytes.NewReader(mustJSONBytes(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return errUnknownAgent
+	case resp.StatusCode >= 300:
+		var p struct {
+			Type, Detail string
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		return fmt.Errorf("the agent API answered %s %s: %d %s: %s", method, path, resp.StatusCode, p.Type, p.Detail)
+	case out != nil:
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+func mustJSONBytes(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("dcm: marshal %T: %v", v, err))
+	}
+	return b
+}
