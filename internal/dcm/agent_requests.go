@@ -66,6 +66,7 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 	defer cancel()
 	var req request
 	var out answer
+	meta, _ := msg.Metadata()
 	switch err := json.Unmarshal(msg.Data(), &req); {
 	case err != nil || req.Data.ResourceID == "":
 		out = refusal(errInvalidPayload, "the request is not a CloudEvent with data.resource_id")
@@ -74,17 +75,31 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 		return
 	case req.Data.ServiceType != volumes.ServiceType:
 		out = refusal(errUnsupportedServiceType, "this agent serves "+volumes.ServiceType+", not "+req.Data.ServiceType)
-	case req.Type == typeCreate:
-		out = a.create(ctx, envID, ag, req)
 	default:
-		out = a.delete(ctx, envID, ag, req)
+		ag.begin(req.Data.ResourceID)
+		if req.Type == typeCreate {
+			out = a.create(ctx, envID, ag, req)
+		} else {
+			out = a.delete(ctx, envID, ag, req)
+		}
+		ag.end(req.Data.ResourceID, req.Type == typeCreate && out.retry, meta)
 	}
-	last := false
-	if meta, err := msg.Metadata(); err == nil {
-		last = meta.NumDelivered >= maxDeliver
-	}
+	last := meta != nil && meta.NumDelivered >= maxDeliver
 	if out.retry && !last {
-		_ = msg.NakWithDelay(retryDelay)
+		// Waiting for its environment: the control plane hears it is
+		// queued (once: the answer's id is the request's), and may
+		// cancel it meanwhile.
+		if req.Type == typeCreate && meta != nil && meta.NumDelivered == 1 {
+			if err := a.respond(ctx, ag, req, answer{typ: typeRequestQueued,
+				data: map[string]any{"service_type": req.Data.ServiceType, "status": "QUEUED"}}); err != nil {
+				a.log.WarnContext(ctx, "tell DCM a request is queued", "environment", envID, "volume", req.Data.ResourceID, "error", err)
+			}
+		}
+		delay := retryDelay
+		if meta != nil && meta.NumDelivered > 1 {
+			delay = queuedDelay
+		}
+		_ = msg.NakWithDelay(delay)
 		return
 	}
 	if out.retry {
@@ -99,6 +114,62 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 		_ = msg.Term()
 		return
 	}
+	_ = msg.Ack()
+}
+
+// begin marks resource's request as being carried out: a cancel meanwhile
+// is rejected.
+func (ag *agent) begin(resource string) {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	ag.working[resource] = true
+}
+
+// end marks resource's request done, or (queued) waiting in the stream at
+// meta's sequence, where a cancel removes it.
+func (ag *agent) end(resource string, queued bool, meta *jetstream.MsgMetadata) {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	delete(ag.working, resource)
+	delete(ag.queued, resource)
+	if queued && meta != nil {
+		ag.queued[resource] = meta.Sequence.Stream
+	}
+}
+
+// cancel answers a cancel of a request placed on ag: a create still
+// waiting for its environment is removed from the stream — it never
+// happens — and the cancel acknowledged; one being or already carried
+// out (or unknown here) is rejected, and the control plane deletes what
+// it made.
+func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
+	defer cancel()
+	var req request
+	if err := json.Unmarshal(msg.Data(), &req); err != nil || req.Type != typeCancel || req.Data.ResourceID == "" {
+		_ = msg.Term()
+		return
+	}
+	out := answer{typ: typeCancelReject, data: map[string]any{"reason": "resource already claimed"}}
+	ag.mu.Lock()
+	seq, queued := ag.queued[req.Data.ResourceID]
+	if queued && !ag.working[req.Data.ResourceID] {
+		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
+		if err == nil {
+			err = stream.DeleteMsg(ctx, seq)
+		}
+		if err == nil {
+			delete(ag.queued, req.Data.ResourceID)
+			out = answer{typ: typeCancelAck, data: map[string]any{"service_type": req.Data.ServiceType}}
+		}
+	}
+	ag.mu.Unlock()
+	if err := a.respond(ctx, ag, req, out); err != nil {
+		a.log.WarnContext(ctx, "answer a DCM cancel", "environment", envID, "volume", req.Data.ResourceID, "error", err)
+		_ = msg.Nak()
+		return
+	}
+	a.log.InfoContext(ctx, "DCM cancelled a request", "environment", envID, "volume", req.Data.ResourceID, "answer", out.typ)
 	_ = msg.Ack()
 }
 

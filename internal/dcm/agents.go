@@ -36,11 +36,15 @@ const (
 	// topicPrefix starts every agent's request topic.
 	topicPrefix = "dcm.agent."
 
-	typeCreate      = "dcm.request.create"
-	typeDelete      = "dcm.request.delete"
-	typeCreationAck = "dcm.agent.creation-acknowledged"
-	typeDeletionAck = "dcm.agent.deletion-acknowledged"
-	typeError       = "dcm.agent.error"
+	typeCreate        = "dcm.request.create"
+	typeDelete        = "dcm.request.delete"
+	typeCancel        = "dcm.request.cancel"
+	typeCreationAck   = "dcm.agent.creation-acknowledged"
+	typeDeletionAck   = "dcm.agent.deletion-acknowledged"
+	typeRequestQueued = "dcm.agent.request-queued"
+	typeCancelAck     = "dcm.agent.cancel-acknowledged"
+	typeCancelReject  = "dcm.agent.cancel-rejected"
+	typeError         = "dcm.agent.error"
 )
 
 // Error codes of dcm.agent.error (environment-agent internal/routing).
@@ -60,8 +64,14 @@ const (
 	handlerTimeout = time.Minute
 	// retryDelay is how soon a request the gateway could not carry out
 	// now (the environment not connected yet, the database away) comes
-	// back.
-	retryDelay = 5 * time.Second
+	// back the first time, queuedDelay every time after: its deliveries
+	// then span about the control plane's queued timeout (5 min), after
+	// which it cancels the request and places it elsewhere.
+	retryDelay  = 5 * time.Second
+	queuedDelay = 30 * time.Second
+	// cancelAckWait is the cancel consumer's (environment-agent's
+	// AGENT_MESSAGING_CANCEL_ACK_WAIT).
+	cancelAckWait = 10 * time.Second
 )
 
 // AgentVolumes are the volume use cases DCM's requests go through — the
@@ -131,6 +141,14 @@ type agent struct {
 	id, registered string
 	consumer       jetstream.Consumer
 	stop           func()
+
+	// mu orders a create and a cancel of one resource: working are the
+	// resources whose request is being carried out now, queued the
+	// stream sequence of each create waiting for its environment (a
+	// cancel removes it from the stream).
+	mu      sync.Mutex
+	working map[string]bool
+	queued  map[string]uint64
 }
 
 // NewAgents returns the agent dispatch; Run starts it.
@@ -243,7 +261,7 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agen
 	if a.consumeCtx == nil {
 		return nil, errors.New("the agents are not running")
 	}
-	ag := &agent{name: name, topic: topicPrefix + name}
+	ag := &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, queued: map[string]uint64{}}
 	var err error
 	ag.consumer, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
 		Durable: name + "-consumer", FilterSubject: ag.topic, AckPolicy: jetstream.AckExplicitPolicy,
@@ -251,12 +269,23 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agen
 	if err != nil {
 		return nil, fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", ag.topic, err)
 	}
-	envID, consumeCtx := env.ID, a.consumeCtx
-	cc, err := ag.consumer.Consume(func(msg jetstream.Msg) { a.handle(consumeCtx, envID, ag, msg) })
+	cancels, err := a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
+		Durable: name + "-cancel-consumer", FilterSubject: ag.topic + ".cancel", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cancelAckWait})
 	if err != nil {
 		return nil, err
 	}
-	ag.stop = cc.Stop
+	envID, consumeCtx := env.ID, a.consumeCtx
+	requests, err := ag.consumer.Consume(func(msg jetstream.Msg) { a.handle(consumeCtx, envID, ag, msg) })
+	if err != nil {
+		return nil, err
+	}
+	cancelling, err := cancels.Consume(func(msg jetstream.Msg) { a.cancel(consumeCtx, envID, ag, msg) })
+	if err != nil {
+		requests.Stop()
+		return nil, err
+	}
+	ag.stop = func() { requests.Stop(); cancelling.Stop() }
 	a.running[env.ID] = ag
 	return ag, nil
 }

@@ -40,6 +40,9 @@ type Instance struct {
 	Since time.Time
 	// Excluded are the agents it was placed on before.
 	Excluded []string
+	// Heard are the types of the responses its agent sent, applied or
+	// not, in order.
+	Heard []string
 }
 
 // Envelope is a CloudEvent as the control plane publishes one
@@ -206,6 +209,7 @@ func (cp *ControlPlane) apply(data []byte) (subject string, del Request) {
 		cp.drop(r.Type + " from agent " + r.Data.AgentName + ", not the instance's " + in.AgentName)
 		return "", Request{}
 	}
+	in.Heard = append(in.Heard, r.Type)
 	switch r.Type {
 	case TypeDeletionAck:
 		// A deletion asked, or one the cancel-rejected path scheduled,
@@ -271,6 +275,35 @@ func (cp *ControlPlane) onStatus(msg jetstream.Msg) {
 	}
 }
 
+// cancelling marks in, a queued instance, cancelled and returns the cancel
+// topic of its agent when the agent is ready to hear the cancel (the
+// sweep's claimCancel and PublishCancel); the caller holds cp.mu.
+func (cp *ControlPlane) cancelling(in *Instance) string {
+	in.Status = StatusCancelled
+	if a, ok := cp.agentNamed(in.AgentName); ok && a.HealthStatus == HealthReady {
+		return a.TopicName + ".cancel"
+	}
+	return ""
+}
+
+// Cancel cancels a queued instance now, as the sweep does once it has
+// been queued too long (without placing it elsewhere): what a test
+// drives instead of waiting out the queued timeout.
+func (cp *ControlPlane) Cancel(ctx context.Context, resourceID string) error {
+	cp.mu.Lock()
+	in, ok := cp.instances[resourceID]
+	if !ok || in.Status != StatusQueued {
+		cp.mu.Unlock()
+		return fmt.Errorf("instance %s is not queued", resourceID)
+	}
+	subject, st := cp.cancelling(in), in.ServiceType
+	cp.mu.Unlock()
+	if subject == "" {
+		return fmt.Errorf("the agent of %s is not ready", resourceID)
+	}
+	return cp.publish(ctx, subject, TypeCancel, Request{ResourceID: resourceID, ServiceType: st})
+}
+
 // sweepEvery runs the pending sweep every SweepInterval until ctx ends.
 func (cp *ControlPlane) sweepEvery(ctx context.Context) {
 	tick := time.NewTicker(cp.opts.SweepInterval)
@@ -319,10 +352,9 @@ func (cp *ControlPlane) sweep(ctx context.Context) {
 			continue
 		}
 		if in.Status == StatusQueued {
-			if a, ok := cp.agentNamed(in.AgentName); ok && a.HealthStatus == HealthReady {
-				sends = append(sends, send{a.TopicName + ".cancel", TypeCancel, Request{ResourceID: in.ResourceID, ServiceType: in.ServiceType}})
+			if subject := cp.cancelling(in); subject != "" {
+				sends = append(sends, send{subject, TypeCancel, Request{ResourceID: in.ResourceID, ServiceType: in.ServiceType}})
 			}
-			in.Status = StatusCancelled
 		}
 		in.RetryCount++
 		if in.RetryCount > cp.opts.MaxRetries {

@@ -107,3 +107,59 @@ func TestVolumesThroughDCMsAgentDispatch(t *testing.T) {
 		}
 	}
 }
+
+// TestDCMsRequestsWaitForAnUnreachableEnvironment: a create placed on the
+// agent of an environment whose cluster is cut is answered
+// request-queued and carried out once the cluster is back; one the
+// control plane cancels meanwhile is acknowledged as cancelled and never
+// happens.
+func TestDCMsRequestsWaitForAnUnreachableEnvironment(t *testing.T) {
+	srv := natstest.Start(t)
+	cp := controlplane.Start(t, controlplane.Options{NATSURL: srv.URL})
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: srv.URL, Settings: map[string]string{"SG_DCM_AGENT_API_URL": cp.URL}})
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	west := clusters[1]
+	c.register(west)
+	envID, ns := west.Spec.Environment.ID, west.Spec.Environment.Namespace
+	c.eventually(30*time.Second, "the environment registered as DCM's agent", func() bool { return len(cp.Agents()) == 1 })
+	heard := func(id, typ string) bool {
+		in, _ := cp.Instance(id)
+		return slices.Contains(in.Heard, typ)
+	}
+
+	west.SetReachable(false)
+	t.Cleanup(func() { west.SetReachable(true) })
+	c.eventually(time.Minute, "the environment unhealthy", func() bool {
+		_, h := c.do(http.MethodGet, volumesPath(envID)+"/health", nil)
+		return h["status"] == "unhealthy"
+	})
+	waiting, cancelled := uuid.NewString(), uuid.NewString()
+	for _, id := range []string{waiting, cancelled} {
+		if err := cp.Create(t.Context(), id, "storage", map[string]any{"service_type": "storage", "capacity": "1Gi",
+			"metadata": map[string]any{"name": "waiting"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually(30*time.Second, "both requests queued", func() bool {
+		return heard(waiting, controlplane.TypeRequestQueued) && heard(cancelled, controlplane.TypeRequestQueued)
+	})
+	if err := cp.Cancel(t.Context(), cancelled); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(30*time.Second, "the cancel acknowledged", func() bool { return heard(cancelled, controlplane.TypeCancelAck) })
+
+	west.SetReachable(true)
+	c.eventually(2*time.Minute, "the queued create carried out once the cluster is back", func() bool {
+		in, _ := cp.Instance(waiting)
+		return in.Status == controlplane.StatusRunning
+	})
+	if n := claims(t, west, ns, waiting); n != 1 {
+		t.Fatalf("%d claims for the queued create", n)
+	}
+	if n := claims(t, west, ns, cancelled); n != 0 || heard(cancelled, controlplane.TypeCreationAck) {
+		t.Fatalf("the cancelled create was carried out: %d claims, heard %v", n, func() []string { in, _ := cp.Instance(cancelled); return in.Heard }())
+	}
+	if in, _ := cp.Instance(cancelled); in.Status != controlplane.StatusCancelled {
+		t.Fatalf("the cancelled instance is %s", in.Status)
+	}
+}
