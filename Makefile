@@ -39,6 +39,20 @@ GATEWAY_URL := http://127.0.0.1:$(lastword $(subst :, ,$(LISTEN_ADDR)))
 DCM_ADDR      ?= 127.0.0.1:8081
 DCM_DATABASE  ?= service_provider
 EMBEDDED_NATS := $(or $(SG_EMBEDDED_NATS_LISTEN),127.0.0.1:4223)
+# make run DCM=agents: the stand-in for DCM's control plane (its agent
+# dispatch, test/controlplane) in its place: each environment is its
+# storage agent.
+ifeq ($(DCM),agents)
+DCM_BUILD := $(GO) build -o bin/dcm-controlplane ./test/controlplane/cmd/controlplane
+DCM_RUN   := bin/dcm-controlplane -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS)
+DCM_READY := http://$(DCM_ADDR)/api/v1alpha1/agents
+DCM_ENV   := SG_DCM_AGENT_API_URL=http://$(DCM_ADDR)/api/v1alpha1
+else ifdef DCM
+DCM_BUILD := $(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm
+DCM_RUN   := bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)
+DCM_READY := http://$(DCM_ADDR)/api/v1alpha1/health
+DCM_ENV   := SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8
+endif
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT    ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; })
 LDFLAGS   := -s -w -X github.com/dcm-project/storage-gateway/internal/version.Version=$(VERSION) \
@@ -73,10 +87,10 @@ control-plane: ## build and cache etcd, kube-apiserver, kube-controller-manager 
 # runs in place of the recipe's shell, so a signal from the terminal
 # (Ctrl-C, or SIGHUP when it is closed) reaches it directly: it stops the
 # gateway and every cluster process and exits 0.
-run: build ## run the gateway (embedded NATS) with two local clusters, registered; DCM=1 adds DCM's service-provider-manager; INSTANCE=n another one beside it
+run: build ## run the gateway (embedded NATS) with two local clusters, registered; DCM=1 adds DCM's service-provider-manager, DCM=agents a stand-in for DCM's control plane; INSTANCE=n another one beside it
 	@mkdir -p $(STATE_DIR)
 	$(GO) build -o bin/local-clusters ./cmd/local-clusters
-	$(if $(DCM),$(GO) build -o bin/dcm-spm ./test/dcmtest/cmd/spm)
+	$(DCM_BUILD)
 	@exec 9>>$(STATE_DIR)/make-run.lock; \
 	bin/local-clusters -preflight -lock-fd 9 -state $(STATE_DIR) \
 		-addresses $(LISTEN_ADDR),$(if $(filter off,$(EMBEDDED_NATS)),,$(EMBEDDED_NATS))$(if $(DCM),$(comma)$(DCM_ADDR)) || exit 1; \
@@ -93,12 +107,11 @@ run: build ## run the gateway (embedded NATS) with two local clusters, registere
 	SG_K8S_BIN_DIR=$(CONTROL_PLANE) SG_KEY_RING_FILE=$(STATE_DIR)/keyring.json \
 	SG_AUTH_MODE=static SG_AUTH_TOKEN_FILE=$(STATE_DIR)/tokens.json \
 	SG_ALLOWED_CLUSTER_CIDRS=$(DEV_CLUSTER_CIDRS) \
-	$(if $(DCM),SG_DCM_REGISTRATION_URL=http://$(DCM_ADDR)/api/v1alpha1 SG_PUBLIC_URL=$(GATEWAY_URL) SG_HEALTH_UNHEALTHY_CODE=503 SG_AUTH_DCM_TRUSTED_NETWORKS=127.0.0.0/8 SG_NATS_URL=nats://$(EMBEDDED_NATS)) \
+	$(if $(DCM),$(DCM_ENV) SG_NATS_URL=nats://$(EMBEDDED_NATS)) \
 	exec bin/local-clusters -out $(STATE_DIR)/clusters \
 		-gateway $(GATEWAY_URL) -register "$(BIN) env apply" -note-env MAKE_RUN_NOTE \
 		-reset-hint "make run-reset$(if $(INSTANCE), INSTANCE=$(INSTANCE)) (with make run stopped) drops the local database and state to start afresh" \
-		$(if $(DCM),-nats $(EMBEDDED_NATS) -also-ready http://$(DCM_ADDR)/api/v1alpha1/health \
-			-also "bin/dcm-spm -listen $(DCM_ADDR) -nats nats://$(EMBEDDED_NATS) -database $(DCM_DATABASE)") -- $(BIN) serve
+		$(if $(DCM),-nats $(EMBEDDED_NATS) -also-ready $(DCM_READY) -also "$(DCM_RUN)") -- $(BIN) serve
 
 run-reset: ## drop what make run keeps between runs: the local database (and DCM's), key ring, tokens, state (INSTANCE=n: that instance's)
 	$(GO) run ./cmd/local-reset -state $(STATE_DIR) -dcm-database $(DCM_DATABASE) -gateway $(GATEWAY_URL)

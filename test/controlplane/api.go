@@ -63,7 +63,57 @@ func (cp *ControlPlane) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1alpha1/agents", cp.listAgents)
 	mux.HandleFunc("GET /api/v1alpha1/agents/{agentId}", cp.getAgent)
 	mux.HandleFunc("PUT /api/v1alpha1/agents/{agentId}/heartbeat", cp.heartbeat)
+	// The stand-in's own way to ask for instances (the real control plane
+	// places them through its catalog): what make run's walkthrough calls.
+	mux.HandleFunc("POST /api/v1alpha1/service-type-instances", cp.createInstance)
+	mux.HandleFunc("GET /api/v1alpha1/service-type-instances/{id}", cp.getInstance)
+	mux.HandleFunc("DELETE /api/v1alpha1/service-type-instances/{id}", cp.deleteInstance)
 	return mux
+}
+
+// instanceView is an instance as the stand-in's instance API shows it.
+type instanceView struct {
+	ID         string         `json:"id"`
+	Agent      string         `json:"agent_name"`
+	Status     string         `json:"status"`
+	Message    string         `json:"message,omitempty"`
+	OutputSpec map[string]any `json:"output_spec,omitempty"`
+}
+
+func (cp *ControlPlane) createInstance(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		ServiceType string         `json:"service_type"`
+		Spec        map[string]any `json:"spec"`
+	}
+	id := r.URL.Query().Get("id")
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || id == "" || in.ServiceType == "" {
+		problem(w, http.StatusBadRequest, "validation-error", "Invalid request", "?id= and a body {service_type, spec} are required")
+		return
+	}
+	if err := cp.Create(r.Context(), id, in.ServiceType, in.Spec); err != nil {
+		problem(w, http.StatusUnprocessableEntity, "placement-error", "Not placed", err.Error())
+		return
+	}
+	cp.showInstance(w, id)
+}
+
+func (cp *ControlPlane) getInstance(w http.ResponseWriter, r *http.Request) { cp.showInstance(w, r.PathValue("id")) }
+
+func (cp *ControlPlane) showInstance(w http.ResponseWriter, id string) {
+	in, ok := cp.Instance(id)
+	if !ok {
+		problem(w, http.StatusNotFound, "not-found", "Instance not found", "no instance of this id")
+		return
+	}
+	writeJSON(w, http.StatusOK, instanceView{ID: in.ResourceID, Agent: in.AgentName, Status: in.Status, Message: in.Message, OutputSpec: in.OutputSpec})
+}
+
+func (cp *ControlPlane) deleteInstance(w http.ResponseWriter, r *http.Request) {
+	if err := cp.Delete(r.Context(), r.PathValue("id")); err != nil {
+		problem(w, http.StatusNotFound, "not-found", "Instance not found", err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
 }
 
 // register registers an agent, or updates the one of that name (200, its

@@ -13,6 +13,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -56,6 +57,8 @@ const (
 type Options struct {
 	// NATSURL is the NATS server with JetStream it publishes to and reads.
 	NATSURL string
+	// Listen is the agent API's address (default: a free loopback port).
+	Listen string
 	// PendingTimeout re-places a request no agent acknowledged
 	// (AGENT_PENDING_REQUEST_TIMEOUT, 2m); QueuedTimeout cancels and
 	// re-places one an agent queued (AGENT_QUEUED_REQUEST_TIMEOUT, 5m);
@@ -94,6 +97,9 @@ type ControlPlane struct {
 	URL  string
 	opts Options
 	js   jetstream.JetStream
+	// wg holds its API server and sweep; close stops them and NATS.
+	wg    sync.WaitGroup
+	close func() error
 
 	mu            sync.Mutex
 	agents        map[string]*Agent
@@ -104,40 +110,59 @@ type ControlPlane struct {
 	dropped []string
 }
 
-// Start runs a control plane until the test ends: its agent API on a free
-// loopback port, its streams, its consumers and its sweep.
+// Start runs a control plane until the test ends.
 func Start(t testing.TB, opts Options) *ControlPlane {
 	t.Helper()
+	cp, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Close(); err != nil {
+			t.Errorf("control plane: %v", err)
+		}
+	})
+	return cp
+}
+
+// Run starts a control plane — its agent API, its streams, its consumers
+// and its sweep — until Close.
+func Run(ctx context.Context, opts Options) (*ControlPlane, error) {
 	cp := &ControlPlane{opts: opts.withDefaults(), agents: map[string]*Agent{}, instances: map[string]*Instance{}}
-	nc, err := nats.Connect(opts.NATSURL, nats.MaxReconnects(-1))
+	nc, err := nats.Connect(opts.NATSURL, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithCancel(ctx)
+	cp.close = func() error { cancel(); cp.wg.Wait(); nc.Close(); return nil }
+	fail := func(err error) (*ControlPlane, error) { _ = cp.close(); return nil, err }
 	if cp.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	if err := cp.consume(ctx); err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	listen := cmp.Or(opts.Listen, "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
 	if err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
 	srv := &http.Server{Handler: cp.routes(), ReadHeaderTimeout: 10 * time.Second}
 	cp.URL = "http://" + ln.Addr().String() + "/api/v1alpha1"
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("control plane API: %v", err)
+	var served error
+	cp.wg.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			served = err
 		}
 	})
-	t.Cleanup(func() { _ = srv.Close() })
-	wg.Go(func() { cp.sweepEvery(ctx) })
-	return cp
+	cp.wg.Go(func() { cp.sweepEvery(ctx) })
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	cp.close = func() error { cancel(); cp.wg.Wait(); nc.Close(); return served }
+	return cp, nil
 }
+
+// Close stops the control plane and returns what stopped its API early.
+func (cp *ControlPlane) Close() error { return cp.close() }
 
 // Agents are the registered agents.
 func (cp *ControlPlane) Agents() []Agent {

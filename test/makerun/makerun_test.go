@@ -142,6 +142,26 @@ func TestMakeRunFirstDay(t *testing.T) {
 	second.wait(t)
 	second.checkCleanExit(t, tmp, second.exports(t), syscall.SIGINT)
 
+	// A third run, with the stand-in for DCM's control plane: the
+	// environments are its agents, and a volume asked of it is made,
+	// reported running with its bound volume, and deleted.
+	third := startMakeRun(t, root, append(base, "DCM_ADDR=127.0.0.1:"+strconv.Itoa(ports.Free(t)),
+		"SG_EMBEDDED_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(ports.Free(t))), "DCM=agents")
+	third.waitFor(t, readyLine, 5*time.Minute)
+	for _, block := range docs.Blocks(t, "README.md", "walkthrough-dcm-agents") {
+		out := runBlock(t, root, append(base, third.exports(t)...), block, third)
+		t.Logf("DCM agents walkthrough:\n%s", out)
+		for _, want := range []string{`"name":"storage-gateway-local-east"`, `"name":"storage-gateway-local-west"`,
+			`"agent_name":"storage-gateway-local-east","status":"running"`, `"volume_name":"pvc-`, "Environment:    local-east"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("the agents walkthrough printed no %q:\n%s", want, out)
+			}
+		}
+	}
+	third.signal(t, syscall.SIGINT)
+	third.wait(t)
+	third.checkCleanExit(t, tmp, third.exports(t), syscall.SIGINT)
+
 	// make run-reset: the databases and the state are gone.
 	if out, err := reset(); err != nil {
 		t.Fatalf("make run-reset: %v\n%s", err, out)
