@@ -231,11 +231,17 @@ func (a *Agents) audited(ctx context.Context, envID string, ag *agent, req reque
 func (a *Agents) respond(ctx context.Context, ag *agent, req request, out answer) error {
 	data := map[string]any{"resource_id": req.Data.ResourceID, "agent_name": ag.name, "topic_name": ag.topic}
 	maps.Copy(data, out.data)
+	return a.publish(ctx, responseSubject, uuid.NewSHA1(responseIDSpace, []byte(req.ID+"/"+out.typ)).String(), out.typ, ag.name, data)
+}
+
+// publish publishes an agent's CloudEvent (source dcm/agents/NAME, its id
+// also its Nats-Msg-Id) on subject through JetStream.
+func (a *Agents) publish(ctx context.Context, subject, id, typ, agentName string, data map[string]any) error {
 	e := cloudevents.NewEvent()
-	e.SetID(uuid.NewSHA1(responseIDSpace, []byte(req.ID+"/"+out.typ)).String())
-	e.SetSource("dcm/agents/" + ag.name)
-	e.SetType(out.typ)
-	e.SetSubject(responseSubject)
+	e.SetID(id)
+	e.SetSource("dcm/agents/" + agentName)
+	e.SetType(typ)
+	e.SetSubject(subject)
 	e.SetTime(time.Now())
 	if err := e.SetData(cloudevents.ApplicationJSON, data); err != nil {
 		return err
@@ -244,8 +250,8 @@ func (a *Agents) respond(ctx context.Context, ag *agent, req request, out answer
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: responseSubject, Data: body, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, e.ID())
+	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
 	_, err = a.opts.JetStream.PublishMsg(ctx, msg)
 	return err
 }

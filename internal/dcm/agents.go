@@ -2,6 +2,7 @@ package dcm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,10 +13,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/changes"
+	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -45,6 +49,15 @@ const (
 	typeCancelAck     = "dcm.agent.cancel-acknowledged"
 	typeCancelReject  = "dcm.agent.cancel-rejected"
 	typeError         = "dcm.agent.error"
+
+	// healthSubject and healthStream carry agents' health events
+	// (environment-agent internal/messaging creates the stream);
+	// typeHealthDegraded and typeHealthUnavailable are the events of a
+	// service type turning degraded or unavailable (internal/cloudevent).
+	healthSubject         = "dcm.agents.health"
+	healthStream          = "dcm-health"
+	typeHealthDegraded    = "dcm.agent.health.service-type-degraded"
+	typeHealthUnavailable = "dcm.agent.health.service-type-unavailable"
 )
 
 // Error codes of dcm.agent.error (environment-agent internal/routing).
@@ -81,6 +94,12 @@ type AgentVolumes interface {
 	Delete(ctx context.Context, envID, id string) error
 }
 
+// AgentClusters are the live clusters' health (a *clusters.Pool).
+type AgentClusters interface {
+	Health(environmentID string) (clusters.Health, bool)
+	Subscribe() *changes.Subscription[clusters.Change]
+}
+
 // AgentOptions configure the agent dispatch.
 type AgentOptions struct {
 	// URL is the control plane's agent API, e.g. http://dcm:8080/api/v1alpha1.
@@ -88,8 +107,11 @@ type AgentOptions struct {
 	Environments *environments.Service
 	// Owned are the environments this replica serves as agents: an
 	// environment's agent is its owner's.
-	Owned     membership.Ownership
-	Volumes   AgentVolumes
+	Owned   membership.Ownership
+	Volumes AgentVolumes
+	// Clusters tell each environment's cluster health: a cluster turning
+	// degraded or unreachable is an agent health event.
+	Clusters  AgentClusters
 	JetStream jetstream.JetStream
 	// Credentials authenticate the calls to the agent API.
 	Credentials Credentials
@@ -141,6 +163,8 @@ type agent struct {
 	id, registered string
 	consumer       jetstream.Consumer
 	stop           func()
+	// health is the cluster health last told to DCM.
+	health clusters.HealthState
 
 	// mu orders a create and a cancel of one resource: working are the
 	// resources whose request is being carried out now, queued the
@@ -166,6 +190,12 @@ func NewAgents(opts AgentOptions) (*Agents, error) {
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)})
 	controller.Watch(a.ctl, opts.Environments.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Owned.Subscribe(), func(c membership.Change) []string { return []string{c.EnvironmentID} })
+	controller.Watch(a.ctl, opts.Clusters.Subscribe(), func(c clusters.Change) []string {
+		if c.Kind == clusters.HealthChanged {
+			return []string{c.EnvironmentID}
+		}
+		return nil
+	})
 	return a, nil
 }
 
@@ -209,6 +239,9 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 	}
 	ag, err := a.serve(ctx, env)
 	if err != nil {
+		return 0, err
+	}
+	if err := a.tellHealth(ctx, env.ID, ag); err != nil {
 		return 0, err
 	}
 	body := a.registration(env, ag)
@@ -269,6 +302,10 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agen
 	if err != nil {
 		return nil, fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", ag.topic, err)
 	}
+	// Agents own the health stream (the control plane does not create it).
+	if _, err := a.opts.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: healthStream, Subjects: []string{healthSubject}}); err != nil {
+		return nil, err
+	}
 	cancels, err := a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
 		Durable: name + "-cancel-consumer", FilterSubject: ag.topic + ".cancel", AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: cancelAckWait})
@@ -288,6 +325,33 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agen
 	ag.stop = func() { requests.Stop(); cancelling.Stop() }
 	a.running[env.ID] = ag
 	return ag, nil
+}
+
+// tellHealth publishes an agent health event when env's cluster turned
+// degraded or unreachable since DCM was last told, as an agent does for
+// its service providers (environment-agent internal/health); recovery
+// shows in the requests it carries out again.
+func (a *Agents) tellHealth(ctx context.Context, envID string, ag *agent) error {
+	h, ok := a.opts.Clusters.Health(envID)
+	if !ok || h.State == ag.health {
+		return nil
+	}
+	typ, reason := "", ""
+	switch h.State {
+	case clusters.HealthUnreachable:
+		typ, reason = typeHealthUnavailable, "the environment's cluster is unreachable: "+h.Message
+	case clusters.HealthDegraded:
+		typ, reason = typeHealthDegraded, "the environment's cluster is degraded: "+h.Message
+	}
+	if typ != "" {
+		data := map[string]any{"agent_id": cmp.Or(ag.id, ag.name), "agent_name": ag.name, "topic_name": ag.topic,
+			"service_type": volumes.ServiceType, "reason": reason, "affected_provider": ag.name}
+		if err := a.publish(ctx, healthSubject, uuid.NewString(), typ, ag.name, data); err != nil {
+			return err
+		}
+	}
+	ag.health = h.State
+	return nil
 }
 
 // agentRegistration is the agent API's AgentRegistrationRequest.

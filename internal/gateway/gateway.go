@@ -301,7 +301,7 @@ func (g *Gateway) newAgents() error {
 		return err
 	}
 	g.agents, err = dcm.NewAgents(dcm.AgentOptions{URL: cfg.DCMAgentAPIURL, Environments: g.registry, Owned: g.membership,
-		Volumes: g.volumes, JetStream: js, Heartbeat: cfg.DCMAgentHeartbeat, Cost: cfg.DCMAgentCost, Audit: g.audit, Logger: g.log,
+		Volumes: g.volumes, Clusters: g.clusters, JetStream: js, Heartbeat: cfg.DCMAgentHeartbeat, Cost: cfg.DCMAgentCost, Audit: g.audit, Logger: g.log,
 		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
 			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}})
 	return err

@@ -97,7 +97,9 @@ func (cp *ControlPlane) createInstance(w http.ResponseWriter, r *http.Request) {
 	cp.showInstance(w, id)
 }
 
-func (cp *ControlPlane) getInstance(w http.ResponseWriter, r *http.Request) { cp.showInstance(w, r.PathValue("id")) }
+func (cp *ControlPlane) getInstance(w http.ResponseWriter, r *http.Request) {
+	cp.showInstance(w, r.PathValue("id"))
+}
 
 func (cp *ControlPlane) showInstance(w http.ResponseWriter, id string) {
 	in, ok := cp.Instance(id)

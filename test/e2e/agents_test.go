@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/dcm-project/storage-gateway/test/controlplane"
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
@@ -127,12 +129,37 @@ func TestDCMsRequestsWaitForAnUnreachableEnvironment(t *testing.T) {
 		return slices.Contains(in.Heard, typ)
 	}
 
+	health := make(chan *nats.Msg, 16)
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.ChanSubscribe("dcm.agents.health", health); err != nil {
+		t.Fatal(err)
+	}
 	west.SetReachable(false)
 	t.Cleanup(func() { west.SetReachable(true) })
 	c.eventually(time.Minute, "the environment unhealthy", func() bool {
 		_, h := c.do(http.MethodGet, volumesPath(envID)+"/health", nil)
 		return h["status"] == "unhealthy"
 	})
+	// The agent tells DCM its service type is unavailable, as an agent
+	// does for a service provider that is.
+	select {
+	case msg := <-health:
+		var e struct {
+			Type, Source string
+			Data         map[string]any
+		}
+		if err := json.Unmarshal(msg.Data, &e); err != nil || e.Type != "dcm.agent.health.service-type-unavailable" ||
+			e.Source != "dcm/agents/storage-gateway-"+envID || e.Data["agent_name"] != "storage-gateway-"+envID ||
+			e.Data["service_type"] != "storage" || msg.Header.Get("Nats-Msg-Id") == "" {
+			t.Fatalf("health event %s (%v)", msg.Data, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no health event for the unreachable environment")
+	}
 	waiting, cancelled := uuid.NewString(), uuid.NewString()
 	for _, id := range []string{waiting, cancelled} {
 		if err := cp.Create(t.Context(), id, "storage", map[string]any{"service_type": "storage", "capacity": "1Gi",
