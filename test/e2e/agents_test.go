@@ -190,3 +190,51 @@ func TestDCMsRequestsWaitForAnUnreachableEnvironment(t *testing.T) {
 		t.Fatalf("the cancelled instance is %s", in.Status)
 	}
 }
+
+// TestDCMReplacesARequestNoAgentAnswers: an environment that stops
+// registering with DCM stops consuming its agent's requests; one the
+// control plane places on it meanwhile is re-placed by its pending sweep
+// on the other environment's agent, which carries it out.
+func TestDCMReplacesARequestNoAgentAnswers(t *testing.T) {
+	srv := natstest.Start(t)
+	cp := controlplane.Start(t, controlplane.Options{NATSURL: srv.URL, PendingTimeout: 3 * time.Second, SweepInterval: 500 * time.Millisecond})
+	g := gatewaytest.Start(t, gatewaytest.Options{NATSURL: srv.URL,
+		Settings: map[string]string{"SG_DCM_AGENT_API_URL": cp.URL, "SG_DCM_AGENT_HEARTBEAT_INTERVAL": "1s"}})
+	c := client{t: t, base: g.URL, token: g.Tokens.Admin}
+	east, west := clusters[0], clusters[1]
+	c.register(east)
+	c.register(west)
+	c.eventually(30*time.Second, "both environments registered as agents", func() bool { return len(cp.Agents()) == 2 })
+	eastID := east.Spec.Environment.ID
+	code, body := c.do(http.MethodPatch, "/api/v1alpha1/environments/"+eastID, map[string]any{"dcm": map[string]any{"register": false}})
+	c.want(http.StatusOK, code, body)
+	// The gateway no longer serves east's agent (its heartbeats stop), which
+	// stays ready in DCM until they are missed for a minute: the create is
+	// placed on it (the first by name) and nobody answers.
+	c.eventually(30*time.Second, "east's heartbeats stopped", func() bool {
+		for _, a := range cp.Agents() {
+			if a.Name == "storage-gateway-"+eastID {
+				return time.Since(a.LastHeartbeat) > 3*time.Second
+			}
+		}
+		return false
+	})
+	id := uuid.NewString()
+	if err := cp.Create(t.Context(), id, "storage", map[string]any{"service_type": "storage", "capacity": "1Gi",
+		"metadata": map[string]any{"name": "replaced"}}); err != nil {
+		t.Fatal(err)
+	}
+	if in, _ := cp.Instance(id); in.AgentName != "storage-gateway-"+eastID {
+		t.Fatalf("placed on %s", in.AgentName)
+	}
+	c.eventually(time.Minute, "re-placed on west's agent and running", func() bool {
+		in, _ := cp.Instance(id)
+		return in.AgentName == "storage-gateway-"+west.Spec.Environment.ID && in.Status == controlplane.StatusRunning && in.RetryCount == 1
+	})
+	if n := claims(t, west, west.Spec.Environment.Namespace, id); n != 1 {
+		t.Fatalf("%d claims in west", n)
+	}
+	if n := claims(t, east, east.Spec.Environment.Namespace, id); n != 0 {
+		t.Fatalf("%d claims in east, whose agent no longer serves", n)
+	}
+}
