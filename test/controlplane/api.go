@@ -199,12 +199,19 @@ func (cp *ControlPlane) listAgents(w http.ResponseWriter, r *http.Request) {
 func (cp *ControlPlane) getAgent(w http.ResponseWriter, r *http.Request) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	if a, ok := cp.agentOf(w, r); ok {
+		writeJSON(w, http.StatusOK, a)
+	}
+}
+
+// agentOf returns the agent the request's path names, or answers 404; the
+// caller holds cp.mu.
+func (cp *ControlPlane) agentOf(w http.ResponseWriter, r *http.Request) (*Agent, bool) {
 	a, ok := cp.agents[r.PathValue("agentId")]
 	if !ok {
 		problem(w, http.StatusNotFound, "not-found", "Agent not found", "no agent of this id")
-		return
 	}
-	writeJSON(w, http.StatusOK, a)
+	return a, ok
 }
 
 // heartbeat records an agent's heartbeat: a timestamp older than the last
@@ -219,9 +226,8 @@ func (cp *ControlPlane) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	a, ok := cp.agents[r.PathValue("agentId")]
+	a, ok := cp.agentOf(w, r)
 	if !ok {
-		problem(w, http.StatusNotFound, "not-found", "Agent not found", "no agent of this id")
 		return
 	}
 	cp.heartbeats++
