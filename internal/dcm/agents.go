@@ -394,7 +394,8 @@ func (a *Agents) heartbeat(ctx context.Context, ag *agent) error {
 	if err != nil {
 		return err
 	}
-	body := map[string]any{"timestamp": time.Now().UTC(), "consumer_lag": info.NumPending + uint64(info.NumAckPending)}
+	lag := info.NumPending + uint64(max(info.NumAckPending, 0)) // a count of messages: never negative
+	body := map[string]any{"timestamp": time.Now().UTC(), "consumer_lag": lag}
 	return a.call(ctx, http.MethodPut, "/agents/"+ag.id+"/heartbeat", body, nil)
 }
 

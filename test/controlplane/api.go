@@ -161,7 +161,7 @@ func (in registration) validate() error {
 	case in.Environment == nil:
 		return errors.New("environment is required")
 	case in.TopicName == nil || !topicPattern.MatchString(*in.TopicName) || !strings.HasPrefix(*in.TopicName, "dcm.agent."):
-		return errors.New("topic_name must start with dcm.agent.")
+		return errors.New("topic_name must be dcm.agent.NAME")
 	case in.ServiceTypes == nil:
 		return errors.New("service_types is required")
 	case in.Cost == nil || !slices.Contains(costs, *in.Cost):

@@ -167,9 +167,10 @@ func (a *agent) respond(typ string, data map[string]any) {
 	}
 }
 
-func (a *agent) answer(typ, resourceID string) {
+// answer answers for the tests' instance, vol-1, as the agent.
+func (a *agent) answer(typ string) {
 	a.t.Helper()
-	a.respond(typ, map[string]any{"resource_id": resourceID, "agent_name": a.name, "topic_name": "dcm.agent." + a.name})
+	a.respond(typ, map[string]any{"resource_id": "vol-1", "agent_name": a.name, "topic_name": "dcm.agent." + a.name})
 }
 
 // The requests carry what the control plane sends, as its messaging types
@@ -216,14 +217,14 @@ func TestRequestsAndResponsesFollowTheControlPlanesRules(t *testing.T) {
 	}
 	a1.respond(controlplane.TypeCreationAck, map[string]any{"resource_id": "vol-1", "topic_name": "dcm.agent.a1"})
 	dropped(1, "without agent_name")
-	a2.answer(controlplane.TypeCreationAck, "vol-1")
+	a2.answer(controlplane.TypeCreationAck)
 	dropped(2, "not the instance's a1")
 	if got := status(); got != controlplane.StatusPending {
 		t.Fatalf("after the dropped responses: %s, want pending", got)
 	}
-	a1.answer(controlplane.TypeCreationAck, "vol-1")
+	a1.answer(controlplane.TypeCreationAck)
 	poll.Until(t, 5*time.Second, "provisioning", func() bool { return status() == controlplane.StatusProvisioning })
-	a1.answer(controlplane.TypeCreationAck, "vol-1")
+	a1.answer(controlplane.TypeCreationAck)
 	dropped(3, "stale or duplicate")
 
 	status1 := map[string]any{"specversion": "1.0", "type": "dcm.status.storage", "source": "dcm/providers/x", "id": "s1",
@@ -243,7 +244,7 @@ func TestRequestsAndResponsesFollowTheControlPlanesRules(t *testing.T) {
 	if e.Type != "dcm.request.delete" || req.ResourceID != "vol-1" || req.Spec != nil {
 		t.Fatalf("delete request %+v %s", e, e.Data)
 	}
-	a1.answer(controlplane.TypeDeletionAck, "vol-1")
+	a1.answer(controlplane.TypeDeletionAck)
 	poll.Until(t, 5*time.Second, "the instance forgotten", func() bool { return status() == "gone" })
 }
 
