@@ -714,7 +714,7 @@ func TestEnsureRefusesUnusableTargets(t *testing.T) {
 // environment id is served at once.
 func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 	namespaces := east.Spec.Environment.Namespaces()
-	perProbe := len(namespaces) + 2 // a rules review per namespace, /version, StorageClasses
+	perProbe := len(namespaces) + 3 // a rules review per namespace, /version, StorageClasses, the cluster's identity
 	// The pool lists its facts when it connects: CSIDrivers,
 	// CSIStorageCapacities, ResourceQuotas, VolumeSnapshotClasses and
 	// VolumeAttributesClasses.
