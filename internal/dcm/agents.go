@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -160,9 +161,10 @@ type agent struct {
 	name, topic string
 	// id is the control plane's id of the agent, once registered, and
 	// registered the fields it was registered with.
-	id, registered string
-	consumer       jetstream.Consumer
-	stop           func()
+	id         string
+	registered agentRegistration
+	consumer   jetstream.Consumer
+	stop       func()
 	// health is the cluster health last told to DCM.
 	health clusters.HealthState
 
@@ -245,11 +247,11 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		return 0, err
 	}
 	body := a.registration(env, ag)
-	if fields := string(mustJSONBytes(body)); ag.id == "" || ag.registered != fields {
+	if ag.id == "" || !reflect.DeepEqual(ag.registered, body) {
 		if ag.id, err = a.register(ctx, body); err != nil {
 			return 0, err
 		}
-		ag.registered = fields
+		ag.registered = body
 		a.log.InfoContext(ctx, "registered as DCM's agent", "environment", id, "agent", ag.name, "agent_id", ag.id)
 		return a.opts.Heartbeat, nil
 	}
@@ -403,7 +405,11 @@ func (a *Agents) heartbeat(ctx context.Context, ag *agent) error {
 func (a *Agents) call(ctx context.Context, method, path string, body, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(a.opts.URL, "/")+path, bytes.NewReader(mustJSONBytes(body)))
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(a.opts.URL, "/")+path, bytes.NewReader(payload))
 	if err != nil {
 		return err
 	}
@@ -426,12 +432,4 @@ func (a *Agents) call(ctx context.Context, method, path string, body, out any) e
 		return json.NewDecoder(resp.Body).Decode(out)
 	}
 	return nil
-}
-
-func mustJSONBytes(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("dcm: marshal %T: %v", v, err))
-	}
-	return b
 }

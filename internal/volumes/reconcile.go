@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/dcm-project/storage-gateway/internal/clusters"
 	"github.com/dcm-project/storage-gateway/internal/controller"
@@ -97,8 +96,12 @@ func (s *Service) unsettled(ctx context.Context) ([]string, error) {
 			return false // reconcile decides; it is cheap when nothing is writable
 		}
 		epoch, counted := s.counted.zero[envID]
-		o := owner{installation: ptr.Deref(s.installation.Load(), ""), environment: envID}
-		return counted && epoch == lease.Epoch && !slices.ContainsFunc(cluster.PVCs(), o.unserved)
+		if !counted || epoch != lease.Epoch {
+			return false
+		}
+		// Counted, so the reconciler read the installation's identity.
+		o, err := s.owner(ctx, envID)
+		return err == nil && !slices.ContainsFunc(cluster.PVCs(), o.unserved)
 	}), nil
 }
 
