@@ -218,3 +218,35 @@ func jsonPath(segments []string) string {
 	}
 	return b.String()
 }
+
+// StorageSpecRules returns the check a DCM StorageSpec that arrives another
+// way than the API (DCM's agent dispatch carries it on NATS) is held to: the
+// contract's StorageSpec schema, as the API checks a create's body — an
+// unknown provider_hints.kubernetes key or a name out of pattern is refused
+// the same way, the field named under spec.
+func StorageSpecRules() (func(spec json.RawMessage) error, error) {
+	doc, err := Contract()
+	if err != nil {
+		return nil, err
+	}
+	ref := doc.Components.Schemas["StorageSpec"]
+	if ref == nil || ref.Value == nil {
+		return nil, errors.New("the contract has no StorageSpec schema")
+	}
+	schema := ref.Value
+	return func(spec json.RawMessage) error {
+		var value any
+		if err := json.Unmarshal(spec, &value); err != nil {
+			return fault.Invalid("spec", "is not JSON")
+		}
+		err := schema.VisitJSON(value, openapi3.VisitAsRequest())
+		if err == nil {
+			return nil
+		}
+		if leaf := mostSpecific(err); leaf != nil {
+			path, reason := describeSchemaError(leaf)
+			return fault.Invalid(jsonPath(append([]string{"spec"}, path...)), "%s", reason)
+		}
+		return fault.Invalid("spec", "does not match DCM's StorageSpec")
+	}, nil
+}

@@ -131,6 +131,11 @@ type Config struct {
 	DCMAgentHeartbeat time.Duration `env:"SG_DCM_AGENT_HEARTBEAT_INTERVAL" envDefault:"30s"`
 	// DCMAgentCost is the cost the agents advertise.
 	DCMAgentCost string `env:"SG_DCM_AGENT_COST" envDefault:"medium"`
+	// DCMAgentAckWait is how long a request delivered to an agent may stay
+	// unanswered before NATS delivers it again (to the environment's
+	// owner then): the bound on how late a request held by a replica that
+	// died is carried out.
+	DCMAgentAckWait time.Duration `env:"SG_DCM_AGENT_ACK_WAIT" envDefault:"2m"`
 
 	// AuthMode is how API callers are authenticated: oidc, static or
 	// disabled.
@@ -333,6 +338,9 @@ func (c Config) Validate() error {
 		}
 		if c.DCMAgentHeartbeat < time.Second {
 			add("SG_DCM_AGENT_HEARTBEAT_INTERVAL", "must be at least 1s, e.g. 30s")
+		}
+		if c.DCMAgentAckWait < 10*time.Second {
+			add("SG_DCM_AGENT_ACK_WAIT", "must be at least 10s, e.g. 2m")
 		}
 		if !slices.Contains([]string{"low", "medium-low", "medium", "medium-high", "high"}, c.DCMAgentCost) {
 			add("SG_DCM_AGENT_COST", "must be low, medium-low, medium, medium-high or high")

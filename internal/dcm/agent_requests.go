@@ -3,9 +3,12 @@ package dcm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -52,29 +55,141 @@ type answer struct {
 	retry bool
 }
 
-func refusal(code, details string) answer {
-	return answer{typ: typeError, data: map[string]any{"error": code, "details": details}}
+// refusal is a dcm.agent.error answer: the agent's error code and details
+// as DCM's control plane reads them, and the same as an RFC 9457 problem
+// whose type is DCM's problem URI for the code (for a refusal of the
+// gateway's, its kind: invalid-argument, already-exists, ...) and which
+// names the field at fault.
+func refusal(code, details string, fe *fault.Error) answer {
+	problem := map[string]any{"type": problemTypeBase + slug(code), "title": "Request refused", "status": http.StatusBadRequest, "detail": details}
+	if fe != nil {
+		status := fe.Kind.HTTPStatus()
+		problem["type"], problem["title"], problem["status"] = problemTypeBase+kindSlugs[fe.Kind], http.StatusText(status), status
+		if fe.Field != "" {
+			problem["field"] = fe.Field
+		}
+	}
+	return answer{typ: typeError, data: map[string]any{"error": code, "details": details, "problem": problem}}
+}
+
+// kindSlugs are the problem slugs of the gateway's refusals, the API's
+// problem types in DCM's URI form.
+var kindSlugs = map[fault.Kind]string{
+	fault.InvalidArgument:    "invalid-argument",
+	fault.NotFound:           "not-found",
+	fault.AlreadyExists:      "already-exists",
+	fault.Conflict:           "failed-precondition",
+	fault.FailedPrecondition: "failed-precondition",
+	fault.Unavailable:        "unavailable",
+}
+
+// slug writes an error code as a problem slug: MAX_DELIVERY_EXCEEDED is
+// max-delivery-exceeded.
+func slug(code string) string { return strings.ToLower(strings.ReplaceAll(code, "_", "-")) }
+
+// doorbell rings the agents' pulls while ctx lasts: one core NATS
+// subscription to every agent topic hears each request the control plane
+// publishes, and the agent it is for, if this replica serves it, is
+// pulled now and once more a moment later (the stream may store the
+// request just after the doorbell rang). One subscription for all the
+// agents, where a consumer pushing to each would hold a subscription and
+// three goroutines per agent, two agents' worth per environment.
+func (a *Agents) doorbell(ctx context.Context) {
+	sub, err := a.opts.JetStream.Conn().Subscribe(topicPrefix+">", func(m *nats.Msg) {
+		if id, ok := a.servedTopic(strings.TrimSuffix(m.Subject, cancelSuffix)); ok {
+			a.pulls.Add(id)
+			a.pulls.AddAfter(id, doorbellAgain)
+		}
+	})
+	if err != nil {
+		a.log.ErrorContext(ctx, "listen for DCM's requests: they are pulled at each heartbeat only", "error", err)
+		return
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+}
+
+// servedTopic is the environment whose agent this replica serves on topic.
+func (a *Agents) servedTopic(topic string) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id, ok := a.byTopic[topic]
+	return id, ok
+}
+
+// pull carries out what waits for environment id's agent: its cancels
+// first (a cancel of a create queued here removes it before it is pulled
+// again), then up to pullBatch requests — those of different resources at
+// once, those of one resource in the order DCM sent them. A full batch is
+// pulled again at once; a request put back is pulled again when it is due.
+func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
+	a.mu.Lock()
+	ag := a.running[id]
+	a.mu.Unlock()
+	if ag == nil {
+		return 0, nil
+	}
+	cancels, err := ag.cancels.FetchNoWait(pullBatch)
+	if err != nil {
+		return 0, err
+	}
+	var mu sync.Mutex
+	var again time.Duration
+	later := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d > 0 && (again == 0 || d < again) {
+			again = d
+		}
+	}
+	for msg := range cancels.Messages() {
+		later(a.cancel(ctx, id, ag, msg))
+	}
+	requests, err := ag.requests.FetchNoWait(pullBatch)
+	if err != nil {
+		return again, err
+	}
+	byResource, n := map[string][]jetstream.Msg{}, 0
+	for msg := range requests.Messages() {
+		var req request
+		_ = json.Unmarshal(msg.Data(), &req) // one that does not parse is refused by handle
+		byResource[req.Data.ResourceID] = append(byResource[req.Data.ResourceID], msg)
+		n++
+	}
+	var wg sync.WaitGroup
+	for _, msgs := range byResource {
+		wg.Go(func() {
+			for _, msg := range msgs {
+				later(a.handle(ctx, id, ag, msg))
+			}
+		})
+	}
+	wg.Wait()
+	if n == pullBatch {
+		later(time.Millisecond) // more may wait
+	}
+	return again, errors.Join(cancels.Error(), requests.Error())
 }
 
 // handle carries out one request placed on environment envID's agent ag
-// (within ctx, the consumers' context), answers it, and acks it once the
-// answer is published; a request it cannot carry out now comes back
-// later, and one past its last delivery is answered with an error and
-// terminated.
-func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
+// (within ctx, the pulls' context), answers it, and acks it once the
+// answer is published; a request it cannot carry out now is put back, to
+// be delivered again after the delay it returns, and one past its last
+// delivery is answered with an error and terminated.
+func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, min(handlerTimeout, a.opts.AckWait/2))
 	defer cancel()
 	var req request
 	var out answer
 	meta, _ := msg.Metadata()
 	switch err := json.Unmarshal(msg.Data(), &req); {
 	case err != nil || req.Data.ResourceID == "":
-		out = refusal(errInvalidPayload, "the request is not a CloudEvent with data.resource_id")
+		out = refusal(errInvalidPayload, "the request is not a CloudEvent with data.resource_id", nil)
 	case req.Type != typeCreate && req.Type != typeDelete:
 		_ = msg.Ack() // not a request an agent carries out (cancels come on their own topic)
-		return
+		return 0
 	case req.Data.ServiceType != volumes.ServiceType:
-		out = refusal(errUnsupportedServiceType, "this agent serves "+volumes.ServiceType+", not "+req.Data.ServiceType)
+		out = refusal(errUnsupportedServiceType, "this agent serves "+volumes.ServiceType+", not "+req.Data.ServiceType, nil)
 	default:
 		ag.begin(req.Data.ResourceID)
 		if req.Type == typeCreate {
@@ -100,21 +215,29 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 			delay = queuedDelay
 		}
 		_ = msg.NakWithDelay(delay)
-		return
+		return delay
 	}
 	if out.retry {
-		out = refusal(errMaxDelivery, "the request could not be carried out in "+strconv.Itoa(maxDeliver)+" deliveries")
+		out = refusal(errMaxDelivery, "the request could not be carried out in "+strconv.Itoa(maxDeliver)+" deliveries", nil)
 	}
 	if err := a.respond(ctx, ag, req, out); err != nil {
 		a.log.WarnContext(ctx, "answer a DCM request", "environment", envID, "volume", req.Data.ResourceID, "error", err)
 		_ = msg.NakWithDelay(retryDelay)
-		return
+		return retryDelay
 	}
 	if out.data["error"] == errMaxDelivery {
 		_ = msg.Term()
-		return
+		return 0
 	}
 	_ = msg.Ack()
+	return 0
+}
+
+// waiting reports whether a create waits here for its environment.
+func (ag *agent) waiting() bool {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	return len(ag.queued) > 0
 }
 
 // begin marks resource's request as being carried out: a cancel meanwhile
@@ -141,14 +264,15 @@ func (ag *agent) end(resource string, queued bool, meta *jetstream.MsgMetadata) 
 // waiting for its environment is removed from the stream — it never
 // happens — and the cancel acknowledged; one being or already carried
 // out (or unknown here) is rejected, and the control plane deletes what
-// it made.
-func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) {
+// it made. A cancel it could not answer is put back, to be delivered again
+// after the delay it returns.
+func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
 	defer cancel()
 	var req request
 	if err := json.Unmarshal(msg.Data(), &req); err != nil || req.Type != typeCancel || req.Data.ResourceID == "" {
 		_ = msg.Term()
-		return
+		return 0
 	}
 	out := answer{typ: typeCancelReject, data: map[string]any{"reason": "resource already claimed"}}
 	ag.mu.Lock()
@@ -166,11 +290,12 @@ func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstr
 	ag.mu.Unlock()
 	if err := a.respond(ctx, ag, req, out); err != nil {
 		a.log.WarnContext(ctx, "answer a DCM cancel", "environment", envID, "volume", req.Data.ResourceID, "error", err)
-		_ = msg.Nak()
-		return
+		_ = msg.NakWithDelay(retryDelay)
+		return retryDelay
 	}
 	a.log.InfoContext(ctx, "DCM cancelled a request", "environment", envID, "volume", req.Data.ResourceID, "answer", out.typ)
 	_ = msg.Ack()
+	return 0
 }
 
 // create creates the volume a create request asks for, as the API's create
@@ -178,11 +303,15 @@ func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstr
 // request finds the volume and answers the same.
 func (a *Agents) create(ctx context.Context, envID string, ag *agent, req request) answer {
 	var spec storageSpec
-	if err := json.Unmarshal(req.Data.Spec, &spec); err != nil {
-		return refusal(errInvalidPayload, "spec: not DCM's StorageSpec")
+	err := a.opts.CheckSpec(req.Data.Spec)
+	if err == nil && json.Unmarshal(req.Data.Spec, &spec) != nil {
+		err = fault.Invalid("spec", "is not DCM's StorageSpec")
 	}
-	_, created, err := a.opts.Volumes.Create(ctx, envID, req.Data.ResourceID, "", volumes.Request{Name: spec.Metadata.Name,
-		Labels: spec.Metadata.Labels, Capacity: spec.Capacity, Hints: spec.ProviderHints.Kubernetes})
+	created := false
+	if err == nil {
+		_, created, err = a.opts.Volumes.Create(ctx, envID, req.Data.ResourceID, "", volumes.Request{Name: spec.Metadata.Name,
+			Labels: spec.Metadata.Labels, Capacity: spec.Capacity, Hints: spec.ProviderHints.Kubernetes})
+	}
 	done := http.StatusOK
 	if created {
 		done = http.StatusCreated
@@ -211,7 +340,7 @@ func (a *Agents) audited(ctx context.Context, envID string, ag *agent, req reque
 		if !ok || fe.Kind == fault.Unavailable {
 			return answer{retry: true}
 		}
-		out, status = refusal(errRefused, fe.Error()), fe.Kind.HTTPStatus()
+		out, status = refusal(errRefused, fe.Error(), fe), fe.Kind.HTTPStatus()
 	}
 	if a.opts.Audit == nil {
 		return out

@@ -69,11 +69,16 @@ const (
 	errMaxDelivery            = "MAX_DELIVERY_EXCEEDED"
 )
 
+// problemTypeBase starts the RFC 9457 problem type of every error the
+// agents answer DCM with (DCM's problem type URIs: the slug is the error's
+// code in lower case, words joined by '-').
+const problemTypeBase = "https://dcm-project.github.io/problems/"
+
 // Consumer settings an agent uses (environment-agent internal/messaging):
-// a request is redelivered after ackWait unless acked, at most maxDeliver
-// times; handlerTimeout bounds one request's work, well inside ackWait.
+// a request is redelivered after AgentOptions.AckWait unless acked, at
+// most maxDeliver times; one request's work is bounded by handlerTimeout,
+// and by half the ack wait where that is shorter.
 const (
-	ackWait        = 2 * time.Minute
 	maxDeliver     = 10
 	handlerTimeout = time.Minute
 	// retryDelay is how soon a request the gateway could not carry out
@@ -86,6 +91,18 @@ const (
 	// cancelAckWait is the cancel consumer's (environment-agent's
 	// AGENT_MESSAGING_CANCEL_ACK_WAIT).
 	cancelAckWait = 10 * time.Second
+	// cancelSuffix ends an agent's cancel topic (its topic + ".cancel").
+	cancelSuffix = ".cancel"
+
+	// pullBatch is the most requests one pull takes; doorbellAgain is when
+	// a rung agent is pulled the second time.
+	pullBatch     = 16
+	doorbellAgain = time.Second
+	// registrationWorkers register and heartbeat agents at once (10,000
+	// environments heartbeating every 30 s are 333 a second);
+	// requestWorkers carry out different environments' requests at once.
+	registrationWorkers = 4
+	requestWorkers      = 8
 )
 
 // AgentVolumes are the volume use cases DCM's requests go through — the
@@ -110,6 +127,10 @@ type AgentOptions struct {
 	// environment's agent is its owner's.
 	Owned   membership.Ownership
 	Volumes AgentVolumes
+	// CheckSpec holds a create's StorageSpec to the rules the API holds
+	// a create's body to (the contract's schema), before it is carried
+	// out.
+	CheckSpec func(spec json.RawMessage) error
 	// Clusters tell each environment's cluster health: a cluster turning
 	// degraded or unreachable is an agent health event.
 	Clusters  AgentClusters
@@ -118,6 +139,9 @@ type AgentOptions struct {
 	Credentials Credentials
 	// Heartbeat is how often each agent tells the control plane it lives.
 	Heartbeat time.Duration
+	// AckWait is how long a request delivered may stay unanswered before
+	// it is delivered again (default 2m, environment-agent's).
+	AckWait time.Duration
 	// Cost is what the agents advertise (low, medium-low, medium,
 	// medium-high, high).
 	Cost string
@@ -130,30 +154,41 @@ type AgentOptions struct {
 // Agents serve each environment this replica owns, with dcm.register on,
 // as its storage agent for DCM's control plane: registered in the agent
 // API under the environment's provider name, heartbeated with the
-// requests it has not acked yet as its lag, and consuming the requests
-// the control plane places on it (a durable consumer of the request
-// stream filtered on its topic, so a hand-over resumes where the former
-// owner stopped). A create or delete goes through the volume use cases
-// the API uses, is audited, and is answered on dcm.agents.responses; the
-// request is acked only once its answer is published, so a crash before
-// redelivers it, and the redelivery answers the same (creates are
-// idempotent by resource_id, a delete of what is gone is acknowledged).
-// A request the gateway cannot carry out now is redelivered later.
+// requests it has not acked yet as its lag, and carrying out the requests
+// the control plane places on it. Each agent has the two durable
+// consumers an agent has (its topic's requests, its cancels), so a
+// hand-over resumes where the former owner stopped, and a request a dead
+// replica held is delivered again to the next owner after the ack wait.
+// A create or delete goes through the volume use cases the API uses, is
+// audited, and is answered on dcm.agents.responses; the request is acked
+// only once its answer is published, so a crash before redelivers it,
+// and the redelivery answers the same (creates are idempotent by
+// resource_id, a delete of what is gone is acknowledged). A request the
+// gateway cannot carry out now is put back and comes again later.
 //
-// Registering and heartbeating is a reconciler (internal/controller) keyed
-// by environment: looked at when it is registered, changed, gained or
-// lost, and again every heartbeat.
+// Two reconcilers keyed by environment (internal/controller) do the work.
+// One registers and heartbeats: looked at when the environment is
+// registered, changed, gained or lost, and every heartbeat. The other
+// pulls and carries out requests: the consumers are pulled from, never
+// pushed to, so an idle agent holds no subscription and no goroutine — at
+// 10,000 environments a push consumer per agent would be 20,000
+// subscriptions and 60,000 goroutines. It is rung by one subscription to
+// every agent topic (the doorbell), by the start of serving, and by a
+// heartbeat that finds requests waiting (delivered again, or published
+// while the doorbell was away).
 type Agents struct {
 	opts AgentOptions
 	http *http.Client
 	log  *slog.Logger
-	ctl  *controller.Controller
+	// ctl registers and heartbeats the agents; pulls carries out their
+	// requests.
+	ctl, pulls *controller.Controller
 
 	mu sync.Mutex
-	// running are the agents this replica serves, by environment.
+	// running are the agents this replica serves, by environment, and
+	// byTopic their environments by topic.
 	running map[string]*agent
-	// consumeCtx ends the consumers; set by Run.
-	consumeCtx context.Context
+	byTopic map[string]string
 }
 
 // agent is one environment's agent as this replica serves it.
@@ -163,8 +198,9 @@ type agent struct {
 	// registered the fields it was registered with.
 	id         string
 	registered agentRegistration
-	consumer   jetstream.Consumer
-	stop       func()
+	// requests and cancels are its durable consumers of the request
+	// stream, pulled from (never pushed: see pull).
+	requests, cancels jetstream.Consumer
 	// health is the cluster health last told to DCM.
 	health clusters.HealthState
 
@@ -186,10 +222,16 @@ func NewAgents(opts AgentOptions) (*Agents, error) {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = 30 * time.Second
 	}
-	a := &Agents{opts: opts, http: httpClient, log: opts.Logger.With("component", "dcm agents"), running: map[string]*agent{}}
-	a.ctl = controller.New(controller.Options{Name: "dcm agents", Logger: a.log, Reconcile: a.reconcile,
+	if opts.AckWait <= 0 {
+		opts.AckWait = 2 * time.Minute
+	}
+	a := &Agents{opts: opts, http: httpClient, log: opts.Logger.With("component", "dcm agents"), running: map[string]*agent{}, byTopic: map[string]string{}}
+	a.ctl = controller.New(controller.Options{Name: "dcm agents", Logger: a.log, Reconcile: a.reconcile, Workers: registrationWorkers,
 		List: opts.Environments.IDs, Owns: func(id string) bool { return opts.Owned.Owns(id) || a.serving(id) },
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)})
+	a.pulls = controller.New(controller.Options{Name: "dcm agent requests", Logger: a.log, Reconcile: a.pull, Workers: requestWorkers,
+		Owns: a.serving})
+	a.pulls.Source(a.doorbell)
 	controller.Watch(a.ctl, opts.Environments.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Owned.Subscribe(), func(c membership.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Clusters.Subscribe(), func(c clusters.Change) []string {
@@ -204,18 +246,13 @@ func NewAgents(opts AgentOptions) (*Agents, error) {
 // Started reports whether the reconciler runs (readiness).
 func (a *Agents) Started() bool { return a.ctl.Started() }
 
-// Run serves the agents until ctx ends; their consumers stop with it.
+// Run serves the agents until ctx ends, and returns once no request is
+// being carried out.
 func (a *Agents) Run(ctx context.Context) {
-	a.mu.Lock()
-	a.consumeCtx = ctx
-	a.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() { a.pulls.Run(ctx) })
 	a.ctl.Run(ctx)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, ag := range a.running {
-		ag.stop()
-		delete(a.running, id)
-	}
+	wg.Wait()
 }
 
 func (a *Agents) serving(id string) bool {
@@ -239,9 +276,12 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		a.leave(id)
 		return 0, nil
 	}
-	ag, err := a.serve(ctx, env)
+	ag, started, err := a.serve(ctx, env)
 	if err != nil {
 		return 0, err
+	}
+	if started {
+		a.pulls.Add(id) // what waits for it
 	}
 	if err := a.tellHealth(ctx, env.ID, ag); err != nil {
 		return 0, err
@@ -255,12 +295,19 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		a.log.InfoContext(ctx, "registered as DCM's agent", "environment", id, "agent", ag.name, "agent_id", ag.id)
 		return a.opts.Heartbeat, nil
 	}
-	switch err := a.heartbeat(ctx, ag); {
+	lag, err := a.heartbeat(ctx, ag)
+	switch {
 	case errors.Is(err, errUnknownAgent):
 		ag.id = "" // the control plane lost it: register again now
 		return time.Millisecond, nil
 	case err != nil:
 		return 0, err
+	}
+	if lag > 0 || ag.waiting() {
+		// Requests wait that no doorbell announced: delivered again
+		// after a replica that held them died, or published while the
+		// doorbell was away.
+		a.pulls.Add(id)
 	}
 	return a.opts.Heartbeat, nil
 }
@@ -273,14 +320,20 @@ func (a *Agents) leave(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ag := a.running[id]; ag != nil {
-		ag.stop()
-		delete(a.running, id)
+		a.forget(id, ag)
 		a.log.Info("no longer DCM's agent here", "environment", id, "agent", ag.name)
 	}
 }
 
-// serve returns env's agent, starting its consumer if it has none yet.
-func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agent, error) {
+// forget stops serving environment id's agent ag; the caller holds a.mu.
+func (a *Agents) forget(id string, ag *agent) {
+	delete(a.running, id)
+	delete(a.byTopic, ag.topic)
+}
+
+// serve returns env's agent, creating its consumers if it has none yet
+// (started).
+func (a *Agents) serve(ctx context.Context, env environments.Environment) (ag *agent, started bool, err error) {
 	name := env.Spec.DCM.ProviderName
 	if name == "" {
 		name = environments.DefaultProviderName(env.ID)
@@ -288,45 +341,30 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (*agen
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ag := a.running[env.ID]; ag != nil && ag.name == name {
-		return ag, nil
+		return ag, false, nil
 	} else if ag != nil {
-		ag.stop() // renamed: another topic
-		delete(a.running, env.ID)
+		a.forget(env.ID, ag) // renamed: another topic
 	}
-	if a.consumeCtx == nil {
-		return nil, errors.New("the agents are not running")
-	}
-	ag := &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, queued: map[string]uint64{}}
-	var err error
-	ag.consumer, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
+	ag = &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, queued: map[string]uint64{}}
+	ag.requests, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
 		Durable: name + "-consumer", FilterSubject: ag.topic, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: ackWait, MaxDeliver: maxDeliver})
+		AckWait: a.opts.AckWait, MaxDeliver: maxDeliver})
 	if err != nil {
-		return nil, fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", ag.topic, err)
+		return nil, false, fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", ag.topic, err)
 	}
 	// Agents own the health stream (the control plane does not create it).
 	if _, err := a.opts.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: healthStream, Subjects: []string{healthSubject}}); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	cancels, err := a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
-		Durable: name + "-cancel-consumer", FilterSubject: ag.topic + ".cancel", AckPolicy: jetstream.AckExplicitPolicy,
+	ag.cancels, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
+		Durable: name + "-cancel-consumer", FilterSubject: ag.topic + cancelSuffix, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: cancelAckWait})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	envID, consumeCtx := env.ID, a.consumeCtx
-	requests, err := ag.consumer.Consume(func(msg jetstream.Msg) { a.handle(consumeCtx, envID, ag, msg) })
-	if err != nil {
-		return nil, err
-	}
-	cancelling, err := cancels.Consume(func(msg jetstream.Msg) { a.cancel(consumeCtx, envID, ag, msg) })
-	if err != nil {
-		requests.Stop()
-		return nil, err
-	}
-	ag.stop = func() { requests.Stop(); cancelling.Stop() }
 	a.running[env.ID] = ag
-	return ag, nil
+	a.byTopic[ag.topic] = env.ID
+	return ag, true, nil
 }
 
 // tellHealth publishes an agent health event when env's cluster turned
@@ -389,16 +427,17 @@ func (a *Agents) register(ctx context.Context, body agentRegistration) (string, 
 // lost its state): the agent registers again.
 var errUnknownAgent = errors.New("the control plane does not know the agent")
 
-// heartbeat tells the control plane ag lives, with the requests it holds
-// unacked as its lag (errUnknownAgent: it no longer knows the agent).
-func (a *Agents) heartbeat(ctx context.Context, ag *agent) error {
-	info, err := ag.consumer.Info(ctx)
+// heartbeat tells the control plane ag lives, with the requests not acked
+// yet as its lag, and returns the lag (errUnknownAgent: the control plane
+// no longer knows the agent).
+func (a *Agents) heartbeat(ctx context.Context, ag *agent) (uint64, error) {
+	info, err := ag.requests.Info(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	lag := info.NumPending + uint64(max(info.NumAckPending, 0)) // a count of messages: never negative
 	body := map[string]any{"timestamp": time.Now().UTC(), "consumer_lag": lag}
-	return a.call(ctx, http.MethodPut, "/agents/"+ag.id+"/heartbeat", body, nil)
+	return lag, a.call(ctx, http.MethodPut, "/agents/"+ag.id+"/heartbeat", body, nil)
 }
 
 // call sends one request to the agent API.

@@ -108,7 +108,52 @@ type ControlPlane struct {
 	instances     map[string]*Instance
 	// dropped are the responses and status events it discarded, and why.
 	dropped []string
+	// responsesHeld and statusesHeld hold its consumers (HoldResponses,
+	// HoldStatuses).
+	responsesHeld, statusesHeld gate
 }
+
+// gate holds whoever waits at it while it is shut.
+type gate struct {
+	mu sync.Mutex
+	// open is closed while the gate is open; nil is open.
+	open chan struct{}
+}
+
+func (g *gate) set(held bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case held && g.open == nil:
+		g.open = make(chan struct{})
+	case !held && g.open != nil:
+		close(g.open)
+		g.open = nil
+	}
+}
+
+// wait returns once the gate is open, or ctx ends.
+func (g *gate) wait(ctx context.Context) {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	if open != nil {
+		select {
+		case <-open:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// HoldResponses makes the response consumer wait (true) before it applies
+// the next response, until released (false); HoldStatuses the same for
+// the status consumer. A control plane whose consumers lag behind its
+// agents meets the same orderings; a test drives them on purpose. Each
+// hold must stay inside the consumer's ack wait (30 s).
+func (cp *ControlPlane) HoldResponses(held bool) { cp.responsesHeld.set(held) }
+
+// HoldStatuses: see HoldResponses.
+func (cp *ControlPlane) HoldStatuses(held bool) { cp.statusesHeld.set(held) }
 
 // Start runs a control plane until the test ends.
 func Start(t testing.TB, opts Options) *ControlPlane {
@@ -215,7 +260,10 @@ func (cp *ControlPlane) consume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for consumer, handle := range map[jetstream.Consumer]func(jetstream.Msg){responses: cp.onResponse, statuses: cp.onStatus} {
+	for consumer, handle := range map[jetstream.Consumer]func(jetstream.Msg){
+		responses: func(msg jetstream.Msg) { cp.responsesHeld.wait(ctx); cp.onResponse(msg) },
+		statuses:  func(msg jetstream.Msg) { cp.statusesHeld.wait(ctx); cp.onStatus(msg) },
+	} {
 		cc, err := consumer.Consume(handle)
 		if err != nil {
 			return err

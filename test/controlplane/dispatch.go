@@ -41,8 +41,11 @@ type Instance struct {
 	// Excluded are the agents it was placed on before.
 	Excluded []string
 	// Heard are the types of the responses its agent sent, applied or
-	// not, in order.
-	Heard []string
+	// not, in order; Errors the data of its dcm.agent.error responses
+	// (the control plane fails the instance and keeps none of it: a test
+	// reads what the agent said).
+	Heard  []string
+	Errors []map[string]any
 }
 
 // Envelope is a CloudEvent as the control plane publishes one
@@ -73,18 +76,26 @@ func (cp *ControlPlane) Instance(resourceID string) (Instance, bool) {
 	if !ok {
 		return Instance{}, false
 	}
-	return *in, true
+	out := *in
+	out.Heard, out.Errors = slices.Clone(in.Heard), slices.Clone(in.Errors)
+	return out, true
 }
 
 // Create places a new instance of serviceType on a ready agent serving it
 // and publishes the create to the agent's topic.
 func (cp *ControlPlane) Create(ctx context.Context, resourceID, serviceType string, spec map[string]any) error {
+	return cp.CreateOn(ctx, resourceID, "", serviceType, spec)
+}
+
+// CreateOn is Create on the agent named agentName (any, when empty), as
+// a placement policy that selects that agent places it.
+func (cp *ControlPlane) CreateOn(ctx context.Context, resourceID, agentName, serviceType string, spec map[string]any) error {
 	cp.mu.Lock()
 	in := &Instance{ResourceID: resourceID, ServiceType: serviceType, Spec: spec}
-	agent, ok := cp.place(in)
+	agent, ok := cp.place(in, agentName)
 	if !ok {
 		cp.mu.Unlock()
-		return fmt.Errorf("no ready agent serves %s", serviceType)
+		return fmt.Errorf("no ready agent %q serves %s", agentName, serviceType)
 	}
 	cp.instances[resourceID] = in
 	cp.mu.Unlock()
@@ -107,11 +118,12 @@ func (cp *ControlPlane) Delete(ctx context.Context, resourceID string) error {
 }
 
 // place puts in on a ready agent serving its service type that it was not
-// placed on before, first by name, as pending; the caller holds cp.mu.
-func (cp *ControlPlane) place(in *Instance) (Agent, bool) {
+// placed on before (only the agent named only, when given), first by
+// name, as pending; the caller holds cp.mu.
+func (cp *ControlPlane) place(in *Instance, only string) (Agent, bool) {
 	var candidates []Agent
 	for _, a := range cp.agents {
-		if a.HealthStatus == HealthReady && slices.Contains(a.ServiceTypes, in.ServiceType) && !slices.Contains(in.Excluded, a.Name) {
+		if (only == "" || a.Name == only) && a.HealthStatus == HealthReady && slices.Contains(a.ServiceTypes, in.ServiceType) && !slices.Contains(in.Excluded, a.Name) {
 			candidates = append(candidates, *a)
 		}
 	}
@@ -157,6 +169,11 @@ type response struct {
 		ResourceID string `json:"resource_id"`
 		AgentName  string `json:"agent_name"`
 	} `json:"data"`
+}
+
+// errorData is a dcm.agent.error's data, as a test reads it.
+type errorData struct {
+	Data map[string]any `json:"data"`
 }
 
 // transitions are the statuses each response moves an instance from, and
@@ -210,6 +227,11 @@ func (cp *ControlPlane) apply(data []byte) (subject string, del Request) {
 		return "", Request{}
 	}
 	in.Heard = append(in.Heard, r.Type)
+	if r.Type == TypeError {
+		var e errorData
+		_ = json.Unmarshal(data, &e)
+		in.Errors = append(in.Errors, e.Data)
+	}
 	switch r.Type {
 	case TypeDeletionAck:
 		// A deletion asked, or one the cancel-rejected path scheduled,
@@ -362,7 +384,7 @@ func (cp *ControlPlane) sweep(ctx context.Context) {
 			continue
 		}
 		in.Excluded = append(in.Excluded, in.AgentName)
-		agent, ok := cp.place(in)
+		agent, ok := cp.place(in, "")
 		if !ok {
 			// No other agent: it waits on its own again.
 			in.Status, in.Since = StatusPending, now

@@ -71,15 +71,30 @@ func TestVolumesThroughDCMsAgentDispatch(t *testing.T) {
 		t.Fatalf("%d claims after the create was placed again", n)
 	}
 
-	refused := uuid.NewString()
-	if err := cp.Create(t.Context(), refused, "storage", spec("99999999Ei")); err != nil {
-		t.Fatal(err)
-	}
-	c.eventually(30*time.Second, "the refused instance failed", func() bool {
-		return instance(refused).Status == controlplane.StatusFailed
-	})
-	if n := claims(t, east, ns, refused); n != 0 {
-		t.Fatalf("a refused create made %d claims", n)
+	// Refused specs: by the gateway's rules (too large) and by the
+	// contract's, as the API refuses them (an unknown hint). Each fails
+	// its instance with the field named in a problem of DCM's type URIs.
+	hinted := spec("1Gi")
+	hinted["provider_hints"] = map[string]any{"kubernetes": map[string]any{"storageClassName": "standard"}}
+	for field, s := range map[string]map[string]any{"spec.capacity": spec("99999999Ei"), "spec.provider_hints.kubernetes.storageClassName": hinted} {
+		refused := uuid.NewString()
+		if err := cp.Create(t.Context(), refused, "storage", s); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(30*time.Second, "the refused instance failed", func() bool {
+			return instance(refused).Status == controlplane.StatusFailed
+		})
+		if n := claims(t, east, ns, refused); n != 0 {
+			t.Fatalf("a refused create made %d claims", n)
+		}
+		errs := instance(refused).Errors
+		if len(errs) != 1 || errs[0]["error"] != "NON_RETRYABLE_SP_ERROR" || !strings.HasPrefix(errs[0]["details"].(string), field+": ") {
+			t.Fatalf("refused %s with %v", field, errs)
+		}
+		if p, _ := errs[0]["problem"].(map[string]any); p["type"] != "https://dcm-project.github.io/problems/invalid-argument" ||
+			p["field"] != field || p["status"] != float64(http.StatusBadRequest) {
+			t.Fatalf("the refusal's problem %v, want DCM's invalid-argument naming %s", p, field)
+		}
 	}
 
 	if err := cp.Delete(t.Context(), id); err != nil {
@@ -114,7 +129,8 @@ func TestVolumesThroughDCMsAgentDispatch(t *testing.T) {
 // agent of an environment whose cluster is cut is answered
 // request-queued and carried out once the cluster is back; one the
 // control plane cancels meanwhile is acknowledged as cancelled and never
-// happens.
+// happens; one it cancels after it was carried out is rejected, and
+// deleted.
 func TestDCMsRequestsWaitForAnUnreachableEnvironment(t *testing.T) {
 	srv := natstest.Start(t)
 	cp := controlplane.Start(t, controlplane.Options{NATSURL: srv.URL})
@@ -160,25 +176,52 @@ func TestDCMsRequestsWaitForAnUnreachableEnvironment(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no health event for the unreachable environment")
 	}
-	waiting, cancelled := uuid.NewString(), uuid.NewString()
-	for _, id := range []string{waiting, cancelled} {
+	waiting, cancelled, started := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	for _, id := range []string{waiting, cancelled, started} {
 		if err := cp.Create(t.Context(), id, "storage", map[string]any{"service_type": "storage", "capacity": "1Gi",
 			"metadata": map[string]any{"name": "waiting"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.eventually(30*time.Second, "both requests queued", func() bool {
-		return heard(waiting, controlplane.TypeRequestQueued) && heard(cancelled, controlplane.TypeRequestQueued)
+	c.eventually(30*time.Second, "the requests queued", func() bool {
+		return heard(waiting, controlplane.TypeRequestQueued) && heard(cancelled, controlplane.TypeRequestQueued) &&
+			heard(started, controlplane.TypeRequestQueued)
 	})
 	if err := cp.Cancel(t.Context(), cancelled); err != nil {
 		t.Fatal(err)
 	}
 	c.eventually(30*time.Second, "the cancel acknowledged", func() bool { return heard(cancelled, controlplane.TypeCancelAck) })
 
+	// The cluster back, the queued creates are carried out. The control
+	// plane reads nothing meanwhile (its consumers lag), so one of them
+	// is still queued there when its sweep cancels it: the agent, whose
+	// work is done, rejects the cancel, and the control plane deletes the
+	// instance through it instead.
+	cp.HoldResponses(true)
+	cp.HoldStatuses(true)
 	west.SetReachable(true)
-	c.eventually(2*time.Minute, "the queued create carried out once the cluster is back", func() bool {
+	c.eventually(2*time.Minute, "the queued creates carried out once the cluster is back", func() bool {
+		return claims(t, west, ns, waiting) == 1 && claims(t, west, ns, started) == 1
+	})
+	if err := cp.Cancel(t.Context(), started); err != nil {
+		t.Fatal(err)
+	}
+	cp.HoldResponses(false)
+	c.eventually(time.Minute, "the instance whose cancel came too late deleted, and its claim", func() bool {
+		_, known := cp.Instance(started)
+		return !known && claims(t, west, ns, started) == 0
+	})
+	cp.HoldStatuses(false)
+	code, page := c.do(http.MethodGet, "/api/v1alpha1/audit-events?action=deleteVolume&environment="+envID, nil)
+	c.want(http.StatusOK, code, page)
+	if !slices.ContainsFunc(page["audit_events"].([]any), func(e any) bool {
+		return e.(map[string]any)["volume_id"] == started && e.(map[string]any)["auth_method"] == "agent-dispatch"
+	}) {
+		t.Fatalf("no delete of %s through the agent after its cancel was rejected: %v", started, page["audit_events"])
+	}
+	c.eventually(time.Minute, "the other queued create running", func() bool {
 		in, _ := cp.Instance(waiting)
-		return in.Status == controlplane.StatusRunning
+		return in.Status == controlplane.StatusRunning && slices.Contains(in.Heard, controlplane.TypeCreationAck)
 	})
 	if n := claims(t, west, ns, waiting); n != 1 {
 		t.Fatalf("%d claims for the queued create", n)
