@@ -118,10 +118,11 @@ func (a *Agents) servedTopic(topic string) (string, bool) {
 }
 
 // pull carries out what waits for environment id's agent: its cancels
-// first (a cancel of a create queued here removes it before it is pulled
-// again), then up to pullBatch requests — those of different resources at
-// once, those of one resource in the order DCM sent them. A full batch is
-// pulled again at once; a request put back is pulled again when it is due.
+// first (a cancel of a create held here removes it before it is tried
+// again), then the held requests that are due and up to pullBatch new
+// ones — those of different resources at once, those of one resource in
+// the order DCM sent them. A full batch is pulled again at once; held
+// requests when they are due.
 func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 	a.mu.Lock()
 	ag := a.running[id]
@@ -150,6 +151,11 @@ func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 		return again, err
 	}
 	byResource, n := map[string][]jetstream.Msg{}, 0
+	for _, msg := range ag.due(time.Now()) {
+		var req request
+		_ = json.Unmarshal(msg.Data(), &req)
+		byResource[req.Data.ResourceID] = append(byResource[req.Data.ResourceID], msg)
+	}
 	for msg := range requests.Messages() {
 		var req request
 		_ = json.Unmarshal(msg.Data(), &req) // one that does not parse is refused by handle
@@ -181,7 +187,6 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 	defer cancel()
 	var req request
 	var out answer
-	meta, _ := msg.Metadata()
 	switch err := json.Unmarshal(msg.Data(), &req); {
 	case err != nil || req.Data.ResourceID == "":
 		out = refusal(errInvalidPayload, "the request is not a CloudEvent with data.resource_id", nil)
@@ -197,47 +202,111 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 		} else {
 			out = a.delete(ctx, envID, ag, req)
 		}
-		ag.end(req.Data.ResourceID, req.Type == typeCreate && out.retry, meta)
-	}
-	last := meta != nil && meta.NumDelivered >= maxDeliver
-	if out.retry && !last {
-		// Waiting for its environment: the control plane hears it is
-		// queued (once: the answer's id is the request's), and may
-		// cancel it meanwhile.
-		if req.Type == typeCreate && meta != nil && meta.NumDelivered == 1 {
-			if err := a.respond(ctx, ag, req, answer{typ: typeRequestQueued,
-				data: map[string]any{"service_type": req.Data.ServiceType, "status": "QUEUED"}}); err != nil {
-				a.log.WarnContext(ctx, "tell DCM a request is queued", "environment", envID, "volume", req.Data.ResourceID, "error", err)
-			}
+		if out.retry {
+			return a.hold(ctx, envID, ag, msg, req)
 		}
-		delay := retryDelay
-		if meta != nil && meta.NumDelivered > 1 {
-			delay = queuedDelay
-		}
-		_ = msg.NakWithDelay(delay)
-		return delay
-	}
-	if out.retry {
-		out = refusal(errMaxDelivery, "the request could not be carried out in "+strconv.Itoa(maxDeliver)+" deliveries", nil)
+		ag.end(req.Data.ResourceID, nil)
 	}
 	if err := a.respond(ctx, ag, req, out); err != nil {
 		a.log.WarnContext(ctx, "answer a DCM request", "environment", envID, "volume", req.Data.ResourceID, "error", err)
 		_ = msg.NakWithDelay(retryDelay)
 		return retryDelay
 	}
-	if out.data["error"] == errMaxDelivery {
-		_ = msg.Term()
-		return 0
-	}
 	_ = msg.Ack()
 	return 0
 }
 
-// waiting reports whether a create waits here for its environment.
+// heldRequest is a request that waits here for its environment (its
+// cluster unreachable or not connected yet, the database away): its
+// message stays unacked, kept in progress, and is carried out when due.
+type heldRequest struct {
+	msg    jetstream.Msg
+	create bool
+	// seq is its place in the request stream, where a cancel removes it.
+	seq uint64
+	// tries counts the attempts so far; due is when the next one is.
+	tries int
+	due   time.Time
+}
+
+// hold keeps req, which the gateway could not carry out now, for another
+// try: when its environment's cluster turns READY again (retryHeld), and
+// otherwise after retryDelay, then every queuedDelay (within the ack
+// wait: its message is kept in progress). The control plane hears once
+// that a create is queued, and may cancel it meanwhile. Past maxDeliver
+// tries it is answered MAX_DELIVERY_EXCEEDED and terminated. It returns
+// the delay to the next try.
+func (a *Agents) hold(ctx context.Context, envID string, ag *agent, msg jetstream.Msg, req request) time.Duration {
+	resource := req.Data.ResourceID
+	ag.mu.Lock()
+	h := ag.held[resource]
+	first := h == nil
+	if first {
+		h = &heldRequest{create: req.Type == typeCreate}
+	}
+	h.msg, h.tries = msg, h.tries+1
+	if meta, err := msg.Metadata(); err == nil {
+		h.seq = meta.Sequence.Stream
+	}
+	delay := queuedDelay
+	if h.tries == 1 {
+		delay = retryDelay
+	}
+	delay = min(delay, a.opts.AckWait/2)
+	h.due = time.Now().Add(delay)
+	tries := h.tries
+	ag.mu.Unlock()
+	ag.end(resource, h)
+	if tries >= maxDeliver {
+		ag.end(resource, nil)
+		out := refusal(errMaxDelivery, "the request could not be carried out in "+strconv.Itoa(maxDeliver)+" tries", nil)
+		if err := a.respond(ctx, ag, req, out); err != nil {
+			a.log.WarnContext(ctx, "answer a DCM request", "environment", envID, "volume", resource, "error", err)
+			_ = msg.NakWithDelay(retryDelay)
+			return retryDelay
+		}
+		_ = msg.Term()
+		return 0
+	}
+	if first && h.create {
+		if err := a.respond(ctx, ag, req, answer{typ: typeRequestQueued,
+			data: map[string]any{"service_type": req.Data.ServiceType, "status": "QUEUED"}}); err != nil {
+			a.log.WarnContext(ctx, "tell DCM a request is queued", "environment", envID, "volume", resource, "error", err)
+		}
+	}
+	_ = msg.InProgress()
+	return delay
+}
+
+// due returns the held requests whose next try is due at now.
+func (ag *agent) due(now time.Time) []jetstream.Msg {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	var out []jetstream.Msg
+	for _, h := range ag.held {
+		if !h.due.After(now) {
+			out = append(out, h.msg)
+		}
+	}
+	return out
+}
+
+// retryHeld makes every held request due now, and reports whether there
+// was one.
+func (ag *agent) retryHeld() bool {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	for _, h := range ag.held {
+		h.due = time.Time{}
+	}
+	return len(ag.held) > 0
+}
+
+// waiting reports whether a request is held here.
 func (ag *agent) waiting() bool {
 	ag.mu.Lock()
 	defer ag.mu.Unlock()
-	return len(ag.queued) > 0
+	return len(ag.held) > 0
 }
 
 // begin marks resource's request as being carried out: a cancel meanwhile
@@ -248,15 +317,15 @@ func (ag *agent) begin(resource string) {
 	ag.working[resource] = true
 }
 
-// end marks resource's request done, or (queued) waiting in the stream at
-// meta's sequence, where a cancel removes it.
-func (ag *agent) end(resource string, queued bool, meta *jetstream.MsgMetadata) {
+// end marks resource's request no longer being carried out: done (held
+// nil), or held for another try.
+func (ag *agent) end(resource string, held *heldRequest) {
 	ag.mu.Lock()
 	defer ag.mu.Unlock()
 	delete(ag.working, resource)
-	delete(ag.queued, resource)
-	if queued && meta != nil {
-		ag.queued[resource] = meta.Sequence.Stream
+	delete(ag.held, resource)
+	if held != nil {
+		ag.held[resource] = held
 	}
 }
 
@@ -276,14 +345,14 @@ func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstr
 	}
 	out := answer{typ: typeCancelReject, data: map[string]any{"reason": "resource already claimed"}}
 	ag.mu.Lock()
-	seq, queued := ag.queued[req.Data.ResourceID]
-	if queued && !ag.working[req.Data.ResourceID] {
+	h := ag.held[req.Data.ResourceID]
+	if h != nil && h.create && !ag.working[req.Data.ResourceID] {
 		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
 		if err == nil {
-			err = stream.DeleteMsg(ctx, seq)
+			err = stream.DeleteMsg(ctx, h.seq)
 		}
 		if err == nil {
-			delete(ag.queued, req.Data.ResourceID)
+			delete(ag.held, req.Data.ResourceID)
 			out = answer{typ: typeCancelAck, data: map[string]any{"service_type": req.Data.ServiceType}}
 		}
 	}

@@ -82,10 +82,11 @@ const (
 	maxDeliver     = 10
 	handlerTimeout = time.Minute
 	// retryDelay is how soon a request the gateway could not carry out
-	// now (the environment not connected yet, the database away) comes
-	// back the first time, queuedDelay every time after: its deliveries
-	// then span about the control plane's queued timeout (5 min), after
-	// which it cancels the request and places it elsewhere.
+	// now (the environment not connected yet, the database away) is
+	// tried again the first time, queuedDelay every time after (sooner
+	// when its cluster turns READY): its tries then span about the
+	// control plane's queued timeout (5 min), after which it cancels the
+	// request and places it elsewhere.
 	retryDelay  = 5 * time.Second
 	queuedDelay = 30 * time.Second
 	// cancelAckWait is the cancel consumer's (environment-agent's
@@ -205,12 +206,12 @@ type agent struct {
 	health clusters.HealthState
 
 	// mu orders a create and a cancel of one resource: working are the
-	// resources whose request is being carried out now, queued the
-	// stream sequence of each create waiting for its environment (a
-	// cancel removes it from the stream).
+	// resources whose request is being carried out now, held the
+	// requests waiting here for their environment (a cancel removes a
+	// held create from the stream).
 	mu      sync.Mutex
 	working map[string]bool
-	queued  map[string]uint64
+	held    map[string]*heldRequest
 }
 
 // NewAgents returns the agent dispatch; Run starts it.
@@ -345,12 +346,12 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (ag *a
 	} else if ag != nil {
 		a.forget(env.ID, ag) // renamed: another topic
 	}
-	ag = &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, queued: map[string]uint64{}}
+	ag = &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, held: map[string]*heldRequest{}}
 	ag.requests, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
 		Durable: name + "-consumer", FilterSubject: ag.topic, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: a.opts.AckWait, MaxDeliver: maxDeliver})
 	if err != nil {
-		return nil, false, fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", ag.topic, err)
+		return nil, false, consumerRefused(ag.topic, err)
 	}
 	// Agents own the health stream (the control plane does not create it).
 	if _, err := a.opts.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: healthStream, Subjects: []string{healthSubject}}); err != nil {
@@ -360,19 +361,35 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (ag *a
 		Durable: name + "-cancel-consumer", FilterSubject: ag.topic + cancelSuffix, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: cancelAckWait})
 	if err != nil {
-		return nil, false, err
+		return nil, false, consumerRefused(ag.topic+cancelSuffix, err)
 	}
 	a.running[env.ID] = ag
 	a.byTopic[ag.topic] = env.ID
 	return ag, true, nil
 }
 
+// consumerRefused says why NATS refused an agent's consumer of topic: a
+// stream's consumer limit is an operator's setting to raise (NATS 2.15
+// and later allow a stream 1,000 by default; an agent takes two).
+func consumerRefused(topic string, err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
+		return fmt.Errorf("consume the requests on %s: NATS allows no more consumers on %s "+
+			"(each agent takes two: raise the NATS server's jetstream limits default_max_consumers, e.g. to -1): %w", topic, requestStream, err)
+	}
+	return fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", topic, err)
+}
+
 // tellHealth publishes an agent health event when env's cluster turned
 // degraded or unreachable since DCM was last told, as an agent does for
 // its service providers (environment-agent internal/health); recovery
-// shows in the requests it carries out again.
+// shows in the requests it carries out again — those held for the
+// cluster at once.
 func (a *Agents) tellHealth(ctx context.Context, envID string, ag *agent) error {
 	h, ok := a.opts.Clusters.Health(envID)
+	if ok && h.State == clusters.HealthReady && h.Synced && ag.retryHeld() {
+		a.pulls.Add(envID) // what waited for the cluster is carried out now
+	}
 	if !ok || h.State == ag.health {
 		return nil
 	}

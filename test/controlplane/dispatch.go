@@ -23,6 +23,9 @@ const (
 	StatusCancelled       = "cancelled"
 	StatusFailed          = "failed"
 	StatusPendingDeletion = "pending_deletion"
+	// StatusDeleted is a provider's DELETED status event as the status
+	// consumer stores it (lower-cased, whatever the instance's status).
+	StatusDeleted = "deleted"
 )
 
 // Instance is one service-type instance as the control plane records it.

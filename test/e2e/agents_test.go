@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -100,9 +101,20 @@ func TestVolumesThroughDCMsAgentDispatch(t *testing.T) {
 	if err := cp.Delete(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log("last seen:", last)
+		}
+	})
+	// Gone from the control plane, or DELETED there when the volume's
+	// DELETED status was read before the deletion's answer (which the
+	// control plane then ignores as stale).
 	c.eventually(time.Minute, "the instance and its claim gone", func() bool {
-		_, known := cp.Instance(id)
-		return !known && claims(t, east, ns, id) == 0
+		in, known := cp.Instance(id)
+		n := claims(t, east, ns, id)
+		last = fmt.Sprintf("instance %q known %v (heard %v), %d claims; dropped %v", in.Status, known, in.Heard, n, cp.Dropped())
+		return (!known || in.Status == controlplane.StatusDeleted) && n == 0
 	})
 	for _, why := range cp.Dropped() {
 		if strings.Contains(why, "agent_name") || strings.Contains(why, "not the instance's") || strings.Contains(why, "resource_id") {
@@ -200,9 +212,18 @@ func TestDCMsRequestsWaitForAnUnreachableEnvironment(t *testing.T) {
 	cp.HoldResponses(true)
 	cp.HoldStatuses(true)
 	west.SetReachable(true)
-	c.eventually(2*time.Minute, "the queued creates carried out once the cluster is back", func() bool {
+	c.eventually(time.Minute, "the environment healthy again", func() bool {
+		_, h := c.do(http.MethodGet, volumesPath(envID)+"/health", nil)
+		return h["status"] == "healthy"
+	})
+	back := time.Now()
+	c.eventually(time.Minute, "the queued creates carried out once the cluster is back", func() bool {
 		return claims(t, west, ns, waiting) == 1 && claims(t, west, ns, started) == 1
 	})
+	// At once, not at their next try (30 s apart).
+	if took := time.Since(back); took > 10*time.Second {
+		t.Fatalf("the queued creates were carried out %s after the cluster was back", took.Round(time.Millisecond))
+	}
 	if err := cp.Cancel(t.Context(), started); err != nil {
 		t.Fatal(err)
 	}

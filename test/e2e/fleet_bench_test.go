@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/dcm-project/storage-gateway/test/controlplane"
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/natstest"
+	"github.com/dcm-project/storage-gateway/test/poll"
 )
 
 // probeReadyInterval is SG_PROBE_READY_INTERVAL's default, at which the
@@ -47,6 +49,11 @@ func fleetSize(b *testing.B) int {
 // replicaCount is how many replicas BenchmarkIdleFleet runs
 // (SG_BENCH_REPLICAS, default 1).
 func replicaCount(b *testing.B) int { return benchSetting(b, "SG_BENCH_REPLICAS", 1, 1) }
+
+// agentsServed says whether BenchmarkIdleFleet serves every environment as
+// DCM's agent, through the control plane's stand-in (SG_BENCH_AGENTS,
+// default 1; 0 measures the gateway without).
+func agentsServed(b *testing.B) bool { return benchSetting(b, "SG_BENCH_AGENTS", 1, 0) != 0 }
 
 func benchSetting(b *testing.B, name string, def, least int) int {
 	v := os.Getenv(name)
@@ -90,10 +97,12 @@ type replicaSample struct {
 // BenchmarkIdleFleet: the real binary at production settings, as
 // SG_BENCH_REPLICAS replicas (default 1) over SG_BENCH_ENVIRONMENTS
 // environments (default 1,000) — tenants of the two harness API servers,
-// each its own namespace and least-privilege token — registered through
-// one replica, measured against the same replicas with none, in the same
-// run: the registration rate and the time from the last registration to
-// every environment owned, connected and synced; per replica (the most of
+// each its own namespace and least-privilege token — each one DCM's agent
+// too (the control plane's stand-in; SG_BENCH_AGENTS=0 leaves the agents
+// out), registered through one replica, measured against the same replicas
+// with none, in the same run: the registration rate and the time from the
+// last registration to every environment owned, connected and synced (and
+// a ready agent); per replica (the most of
 // any), goroutines and RSS per environment it owns and its CPU while
 // nothing happens; API requests per environment per minute while idle;
 // the time from a restart of every replica to every connection synced; and
@@ -111,7 +120,17 @@ func BenchmarkIdleFleet(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	set := newReplicaSet(b, "SG_NATS_URL="+natstest.Start(b).URL)
+	// Two consumers of DCM's request stream per agent: more than a NATS
+	// server allows a stream by default (1,000), as DCM's NATS must too
+	// for a fleet this size (deploy/README.md).
+	natsURL := natstest.Start(b, natstest.ConsumersPerStream(-1)).URL
+	settings := []string{"SG_NATS_URL=" + natsURL}
+	var cp *controlplane.ControlPlane
+	if agentsServed(b) {
+		cp = controlplane.Start(b, controlplane.Options{NATSURL: natsURL})
+		settings = append(settings, "SG_DCM_AGENT_API_URL="+cp.URL)
+	}
+	set := newReplicaSet(b, settings...)
 	ids := make([]string, replicas)
 	for i := range ids {
 		ids[i] = string(rune('a' + i))
@@ -150,6 +169,13 @@ func BenchmarkIdleFleet(b *testing.B) {
 	registered := time.Since(start)
 	owners := set.settled(10 * time.Minute)
 	synced := time.Since(start) - registered
+	if cp != nil {
+		// Every environment DCM's agent too: registered and heartbeating.
+		poll.UntilEvery(b, time.Second, 10*time.Minute, "every environment DCM's ready agent", func() bool { return readyAgents(cp) == n })
+		agents := time.Since(start) - registered
+		b.Logf("every environment DCM's ready agent %s after the last registration", agents.Round(time.Millisecond))
+		b.ReportMetric(agents.Seconds(), "agents-ready-after-registration-s")
+	}
 	cpuSpent(registration, cpu0, cpuByProgram(b))
 	owned := map[string]float64{}
 	for _, m := range owners {
@@ -163,7 +189,16 @@ func BenchmarkIdleFleet(b *testing.B) {
 		n, replicas, registered.Round(time.Millisecond), float64(n)/registered.Seconds(), synced.Round(time.Millisecond))
 
 	// Idle: whatever registration set off (the first probe round) is over.
+	heartbeats := 0
+	if cp != nil {
+		heartbeats = -cp.Heartbeats()
+	}
 	before, after, elapsed := idle(30*time.Second, window)
+	if cp != nil {
+		heartbeats += cp.Heartbeats()
+		b.Logf("idle agents: %.1f heartbeats/s (%d environments every %s: %.1f/s)", float64(heartbeats)/elapsed.Seconds(), n, agentHeartbeat, float64(n)/agentHeartbeat.Seconds())
+		b.ReportMetric(float64(heartbeats)/elapsed.Seconds(), "agent-heartbeats/s")
+	}
 	var goroutines, rss, cpu, emptyCPU []float64
 	var lines []string
 	for _, id := range ids {
@@ -241,6 +276,20 @@ func BenchmarkIdleFleet(b *testing.B) {
 	// Probes and listings are rarer than the idle window: added at their
 	// own rates (test/benchreport holds the targets).
 	b.ReportMetric(requests+perProbe/probeReadyInterval.Minutes()+factsListings/factsInterval.Minutes(), "steady-requests/env/min")
+}
+
+// agentHeartbeat is SG_DCM_AGENT_HEARTBEAT_INTERVAL's default.
+const agentHeartbeat = 30 * time.Second
+
+// readyAgents counts the control plane's ready agents.
+func readyAgents(cp *controlplane.ControlPlane) int {
+	n := 0
+	for _, a := range cp.Agents() {
+		if a.HealthStatus == controlplane.HealthReady {
+			n++
+		}
+	}
+	return n
 }
 
 // fleetQueryTimes asks c for path times times and returns how long each
