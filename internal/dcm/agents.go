@@ -99,6 +99,8 @@ const (
 	// a rung agent is pulled the second time.
 	pullBatch     = 16
 	doorbellAgain = time.Second
+	// lagRefresh is how old the agents' lags told in heartbeats may be.
+	lagRefresh = 5 * time.Second
 	// registrationWorkers register and heartbeat agents at once (10,000
 	// environments heartbeating every 30 s are 333 a second);
 	// requestWorkers carry out different environments' requests at once.
@@ -190,6 +192,13 @@ type Agents struct {
 	// byTopic their environments by topic.
 	running map[string]*agent
 	byTopic map[string]string
+
+	// lags are the request stream's messages by subject, read at.
+	lags struct {
+		mu     sync.Mutex
+		at     time.Time
+		counts map[string]uint64
+	}
 }
 
 // agent is one environment's agent as this replica serves it.
@@ -199,6 +208,8 @@ type agent struct {
 	// registered the fields it was registered with.
 	id         string
 	registered agentRegistration
+	// beat is when the control plane last heard it live.
+	beat time.Time
 	// requests and cancels are its durable consumers of the request
 	// stream, pulled from (never pushed: see pull).
 	requests, cancels jetstream.Consumer
@@ -266,7 +277,8 @@ func (a *Agents) serving(id string) bool {
 // it registers with DCM, and stops serving it otherwise; a served one is
 // registered when it is not yet, or with other fields, and heartbeated.
 func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error) {
-	env, err := a.opts.Environments.Get(ctx, id)
+	// The spec alone, from memory: a heartbeat reads no row.
+	env, err := a.opts.Environments.Spec(ctx, id)
 	switch {
 	case fault.Is(err, fault.NotFound):
 		a.leave(id)
@@ -277,24 +289,27 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		a.leave(id)
 		return 0, nil
 	}
-	ag, started, err := a.serve(ctx, env)
+	ag, started, err := a.serve(ctx, id, env.Spec.DCM.ProviderName)
 	if err != nil {
 		return 0, err
 	}
 	if started {
 		a.pulls.Add(id) // what waits for it
 	}
-	if err := a.tellHealth(ctx, env.ID, ag); err != nil {
+	if err := a.tellHealth(ctx, id, ag); err != nil {
 		return 0, err
 	}
-	body := a.registration(env, ag)
+	body := a.registration(id, ag)
 	if ag.id == "" || !reflect.DeepEqual(ag.registered, body) {
 		if ag.id, err = a.register(ctx, body); err != nil {
 			return 0, err
 		}
-		ag.registered = body
+		ag.registered, ag.beat = body, time.Now() // a registration is a heartbeat
 		a.log.InfoContext(ctx, "registered as DCM's agent", "environment", id, "agent", ag.name, "agent_id", ag.id)
 		return a.opts.Heartbeat, nil
+	}
+	if since := time.Since(ag.beat); since < a.opts.Heartbeat {
+		return a.opts.Heartbeat - since, nil // looked at for another reason: not due yet
 	}
 	lag, err := a.heartbeat(ctx, ag)
 	switch {
@@ -304,6 +319,7 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 	case err != nil:
 		return 0, err
 	}
+	ag.beat = time.Now()
 	if lag > 0 || ag.waiting() {
 		// Requests wait that no doorbell announced: delivered again
 		// after a replica that held them died, or published while the
@@ -334,17 +350,16 @@ func (a *Agents) forget(id string, ag *agent) {
 
 // serve returns env's agent, creating its consumers if it has none yet
 // (started).
-func (a *Agents) serve(ctx context.Context, env environments.Environment) (ag *agent, started bool, err error) {
-	name := env.Spec.DCM.ProviderName
+func (a *Agents) serve(ctx context.Context, envID, name string) (ag *agent, started bool, err error) {
 	if name == "" {
-		name = environments.DefaultProviderName(env.ID)
+		name = environments.DefaultProviderName(envID)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ag := a.running[env.ID]; ag != nil && ag.name == name {
+	if ag := a.running[envID]; ag != nil && ag.name == name {
 		return ag, false, nil
 	} else if ag != nil {
-		a.forget(env.ID, ag) // renamed: another topic
+		a.forget(envID, ag) // renamed: another topic
 	}
 	ag = &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, held: map[string]*heldRequest{}}
 	ag.requests, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
@@ -363,8 +378,8 @@ func (a *Agents) serve(ctx context.Context, env environments.Environment) (ag *a
 	if err != nil {
 		return nil, false, consumerRefused(ag.topic+cancelSuffix, err)
 	}
-	a.running[env.ID] = ag
-	a.byTopic[ag.topic] = env.ID
+	a.running[envID] = ag
+	a.byTopic[ag.topic] = envID
 	return ag, true, nil
 }
 
@@ -420,8 +435,8 @@ type agentRegistration struct {
 	Cost         string   `json:"cost"`
 }
 
-func (a *Agents) registration(env environments.Environment, ag *agent) agentRegistration {
-	return agentRegistration{Name: ag.name, Environment: env.ID, TopicName: ag.topic,
+func (a *Agents) registration(envID string, ag *agent) agentRegistration {
+	return agentRegistration{Name: ag.name, Environment: envID, TopicName: ag.topic,
 		ServiceTypes: []string{volumes.ServiceType}, Cost: a.opts.Cost}
 }
 
@@ -448,13 +463,34 @@ var errUnknownAgent = errors.New("the control plane does not know the agent")
 // yet as its lag, and returns the lag (errUnknownAgent: the control plane
 // no longer knows the agent).
 func (a *Agents) heartbeat(ctx context.Context, ag *agent) (uint64, error) {
-	info, err := ag.requests.Info(ctx)
+	lag, err := a.lag(ctx, ag.topic)
 	if err != nil {
 		return 0, err
 	}
-	lag := info.NumPending + uint64(max(info.NumAckPending, 0)) // a count of messages: never negative
 	body := map[string]any{"timestamp": time.Now().UTC(), "consumer_lag": lag}
 	return lag, a.call(ctx, http.MethodPut, "/agents/"+ag.id+"/heartbeat", body, nil)
+}
+
+// lag is how many requests on topic are not acked yet. The request stream
+// is a work queue, which keeps a request until its agent acks it, so its
+// count of messages per subject is every agent's lag at once: read for
+// all of them, at most every lagRefresh, instead of one consumer's info
+// per heartbeat.
+func (a *Agents) lag(ctx context.Context, topic string) (uint64, error) {
+	a.lags.mu.Lock()
+	defer a.lags.mu.Unlock()
+	if time.Since(a.lags.at) >= lagRefresh {
+		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
+		if err != nil {
+			return 0, err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(topicPrefix+">"))
+		if err != nil {
+			return 0, err
+		}
+		a.lags.counts, a.lags.at = info.State.Subjects, time.Now()
+	}
+	return a.lags.counts[topic], nil
 }
 
 // call sends one request to the agent API.

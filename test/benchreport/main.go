@@ -50,6 +50,7 @@ var targets = []target{
 	{bench: "FlappingClaim", unit: "max-events/burst", limit: 3, what: "events per burst of 10 flips, most"},
 	{bench: "IdleFleet", unit: "registrations/s", atLeast: true, limit: 200, what: "registrations per second through one replica"},
 	{bench: "IdleFleet", unit: "synced-after-registration-s", limit: 60, what: "every environment owned and synced after the last registration, s"},
+	{bench: "IdleFleet", unit: "agents-ready-after-registration-s", limit: 60, what: "every environment DCM's ready agent after the last registration, s"},
 	{bench: "IdleFleet", unit: "goroutines/env", limit: 12, what: "goroutines per environment, most of any replica"},
 	{bench: "IdleFleet", unit: "rss-MiB/env", limit: 0.5, what: "RSS per environment, MiB, most of any replica"},
 	{bench: "IdleFleet", unit: "idle-cpu-%core", limit: 5, what: "idle CPU, % of a core, most of any replica"},

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dcm-project/storage-gateway/test/controlplane"
@@ -113,20 +112,12 @@ type agent struct {
 // newAgent registers name and subscribes to its topic (and its cancel
 // topic) as an agent does: a durable consumer of the request stream
 // filtered on each.
-func newAgent(t *testing.T, cp *controlplane.ControlPlane, url, name string) *agent {
+func newAgent(t *testing.T, cp *controlplane.ControlPlane, srv *natstest.Server, name string) *agent {
 	t.Helper()
 	if code, body := call(t, http.MethodPost, cp.URL+"/agents", registration(name, "dcm.agent."+name)); code != http.StatusCreated {
 		t.Fatalf("register %s: %d %v", name, code, body)
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := srv.JetStream()
 	c, err := js.CreateOrUpdateConsumer(t.Context(), controlplane.RequestStream, jetstream.ConsumerConfig{
 		Durable: name + "-consumer", FilterSubjects: []string{"dcm.agent." + name, "dcm.agent." + name + ".cancel"}, AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
@@ -182,7 +173,7 @@ func (a *agent) answer(typ string) {
 func TestRequestsAndResponsesFollowTheControlPlanesRules(t *testing.T) {
 	srv := natstest.Start(t)
 	cp := controlplane.Start(t, controlplane.Options{NATSURL: srv.URL})
-	a1, a2 := newAgent(t, cp, srv.URL, "a1"), newAgent(t, cp, srv.URL, "a2")
+	a1, a2 := newAgent(t, cp, srv, "a1"), newAgent(t, cp, srv, "a2")
 	spec := map[string]any{"service_type": "storage", "capacity": "1Gi", "metadata": map[string]any{"name": "data"}}
 	if err := cp.Create(t.Context(), "vol-1", "storage", spec); err != nil {
 		t.Fatal(err)
@@ -255,7 +246,7 @@ func TestTheSweepReplacesWhatAgentsLeave(t *testing.T) {
 	srv := natstest.Start(t)
 	cp := controlplane.Start(t, controlplane.Options{NATSURL: srv.URL, PendingTimeout: 300 * time.Millisecond,
 		QueuedTimeout: 300 * time.Millisecond, SweepInterval: 50 * time.Millisecond, MaxRetries: 2})
-	a1, a2 := newAgent(t, cp, srv.URL, "a1"), newAgent(t, cp, srv.URL, "a2")
+	a1, a2 := newAgent(t, cp, srv, "a1"), newAgent(t, cp, srv, "a2")
 	if err := cp.Create(context.Background(), "vol-1", "storage", map[string]any{"capacity": "1Gi"}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dcm-project/storage-gateway/test/controlplane"
 	"github.com/dcm-project/storage-gateway/test/harness"
@@ -110,7 +108,7 @@ func TestDCMsRequestsReachEveryEnvironmentsOwner(t *testing.T) {
 
 	// The owner of heldEnv dies while it carries out a create: its record
 	// is written and its claim's write held on the frozen path.
-	js := jetStream(t, srv.URL)
+	js := srv.JetStream()
 	victim, id := owners[heldEnv], uuid.NewString()
 	east.SetFrozen(true)
 	t.Cleanup(func() { east.SetFrozen(false) })
@@ -156,19 +154,4 @@ func TestDCMsRequestsReachEveryEnvironmentsOwner(t *testing.T) {
 	if !slices.Equal(statuses, []any{float64(http.StatusOK)}) {
 		t.Fatalf("the create's audit statuses %v, want one replay (200) by the new owner", statuses)
 	}
-}
-
-// jetStream is a JetStream client of the NATS at url, until the test ends.
-func jetStream(t *testing.T, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }

@@ -130,8 +130,8 @@ func (s *Server) DCMStream() *Stream {
 	return s.Stream("dcm-status", "dcm.*")
 }
 
-// Stream creates a file-backed stream of subjects.
-func (s *Server) Stream(name string, subjects ...string) *Stream {
+// JetStream is a JetStream client of the server until the test ends.
+func (s *Server) JetStream() jetstream.JetStream {
 	s.t.Helper()
 	nc, err := nats.Connect(s.URL)
 	if err != nil {
@@ -142,7 +142,13 @@ func (s *Server) Stream(name string, subjects ...string) *Stream {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage})
+	return js
+}
+
+// Stream creates a file-backed stream of subjects.
+func (s *Server) Stream(name string, subjects ...string) *Stream {
+	s.t.Helper()
+	stream, err := s.JetStream().CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage})
 	if err != nil {
 		s.t.Fatal(err)
 	}
