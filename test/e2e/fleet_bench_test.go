@@ -144,12 +144,18 @@ func BenchmarkIdleFleet(b *testing.B) {
 		return out
 	}
 	// idle lets the replicas settle (what set them working is over), then
-	// watches them idle for window.
-	idle := func(settle, window time.Duration) (before, after map[string]replicaSample, elapsed time.Duration) {
+	// watches them idle for window, and counts the agents' heartbeats.
+	heartbeats := func() int {
+		if cp == nil {
+			return 0
+		}
+		return cp.Heartbeats()
+	}
+	idle := func(settle, window time.Duration) (before, after map[string]replicaSample, elapsed time.Duration, beats int) {
 		time.Sleep(settle)
-		before, t0 := sample(), time.Now()
+		before, t0, beats0 := sample(), time.Now(), heartbeats()
 		time.Sleep(window)
-		return before, sample(), time.Since(t0)
+		return before, sample(), time.Since(t0), heartbeats() - beats0
 	}
 	cpuShare := func(before, after map[string]replicaSample, id string, elapsed time.Duration) float64 {
 		return (after[id].cpu - before[id].cpu).Seconds() / elapsed.Seconds()
@@ -161,7 +167,7 @@ func BenchmarkIdleFleet(b *testing.B) {
 		}
 		return total
 	}
-	emptyBefore, empty, emptyElapsed := idle(5*time.Second, 20*time.Second) // no environment: start-up work done
+	emptyBefore, empty, emptyElapsed, _ := idle(5*time.Second, 20*time.Second) // no environment: start-up work done
 
 	registration := map[string]time.Duration{}
 	cpu0, start := cpuByProgram(b), time.Now()
@@ -189,15 +195,10 @@ func BenchmarkIdleFleet(b *testing.B) {
 		n, replicas, registered.Round(time.Millisecond), float64(n)/registered.Seconds(), synced.Round(time.Millisecond))
 
 	// Idle: whatever registration set off (the first probe round) is over.
-	heartbeats := 0
+	before, after, elapsed, beats := idle(30*time.Second, window)
 	if cp != nil {
-		heartbeats = -cp.Heartbeats()
-	}
-	before, after, elapsed := idle(30*time.Second, window)
-	if cp != nil {
-		heartbeats += cp.Heartbeats()
-		b.Logf("idle agents: %.1f heartbeats/s (%d environments every %s: %.1f/s)", float64(heartbeats)/elapsed.Seconds(), n, agentHeartbeat, float64(n)/agentHeartbeat.Seconds())
-		b.ReportMetric(float64(heartbeats)/elapsed.Seconds(), "agent-heartbeats/s")
+		b.Logf("idle agents: %.1f heartbeats/s (%d environments every %s: %.1f/s)", float64(beats)/elapsed.Seconds(), n, agentHeartbeat, float64(n)/agentHeartbeat.Seconds())
+		b.ReportMetric(float64(beats)/elapsed.Seconds(), "agent-heartbeats/s")
 	}
 	var goroutines, rss, cpu, emptyCPU []float64
 	var lines []string
