@@ -1,6 +1,11 @@
 package dcm
 
 import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dcm-project/storage-gateway/internal/fault"
@@ -37,5 +42,41 @@ func TestRefusalsAreProblemsOfDCMsTypes(t *testing.T) {
 		if field, named := p["field"]; named != (tc.field != "") || named && field != tc.field {
 			t.Errorf("%s %v: problem field %v, want %q", tc.code, tc.fe, field, tc.field)
 		}
+	}
+}
+
+// Heartbeats reuse one connection to the agent API: an answer the agents
+// do not read (a heartbeat's) is read to its end all the same, or every
+// heartbeat of every agent would open and close a connection.
+func TestAgentAPICallsKeepTheirConnection(t *testing.T) {
+	var mu sync.Mutex
+	opened := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"agent_id":"a1","name":"storage-gateway-east","health_status":"ready","padding":"` + strings.Repeat("x", 8<<10) + `"}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			mu.Lock()
+			opened++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client, err := Credentials{}.httpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agents{opts: AgentOptions{URL: srv.URL}, http: client}
+	for range 20 {
+		if err := a.call(t.Context(), http.MethodPut, "/agents/a1/heartbeat", map[string]any{"consumer_lag": 0}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if opened != 1 {
+		t.Fatalf("20 heartbeats opened %d connections", opened)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -99,6 +100,10 @@ const (
 	// a rung agent is pulled the second time.
 	pullBatch     = 16
 	doorbellAgain = time.Second
+	// maxAnswer is the most of an agent API answer read.
+	maxAnswer = 1 << 20
+	// beatGrid is the grid heartbeats are aligned on (onBeat).
+	beatGrid = time.Second
 	// lagRefresh is how old the agents' lags told in heartbeats may be.
 	lagRefresh = 5 * time.Second
 	// registrationWorkers register and heartbeat agents at once (10,000
@@ -306,10 +311,10 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		}
 		ag.registered, ag.beat = body, time.Now() // a registration is a heartbeat
 		a.log.InfoContext(ctx, "registered as DCM's agent", "environment", id, "agent", ag.name, "agent_id", ag.id)
-		return a.opts.Heartbeat, nil
+		return onBeat(a.opts.Heartbeat), nil
 	}
 	if since := time.Since(ag.beat); since < a.opts.Heartbeat {
-		return a.opts.Heartbeat - since, nil // looked at for another reason: not due yet
+		return onBeat(a.opts.Heartbeat - since), nil // looked at for another reason: not due yet
 	}
 	lag, err := a.heartbeat(ctx, ag)
 	switch {
@@ -326,7 +331,16 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		// doorbell was away.
 		a.pulls.Add(id)
 	}
-	return a.opts.Heartbeat, nil
+	return onBeat(a.opts.Heartbeat), nil
+}
+
+// onBeat is d, stretched to the next whole beatGrid: the agents' heartbeats
+// come in bursts, a few wake-ups a second for thousands of agents instead
+// of one each (the wake-ups, not the calls, were most of an idle fleet's
+// cost).
+func onBeat(d time.Duration) time.Duration {
+	at := time.Now().Add(d)
+	return time.Until(at.Truncate(beatGrid).Add(beatGrid))
 }
 
 // leave stops serving environment id here (lost, deleted, or no longer
@@ -510,7 +524,13 @@ func (a *Agents) call(ctx context.Context, method, path string, body, out any) e
 	if err != nil {
 		return err
 	}
-	defer func() { _ = resp.Body.Close() }()
+	reply := io.LimitReader(resp.Body, maxAnswer)
+	defer func() {
+		// Read to the end, so the connection serves the next call (a
+		// heartbeat's answer is not read otherwise).
+		_, _ = io.Copy(io.Discard, reply)
+		_ = resp.Body.Close()
+	}()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return errUnknownAgent
@@ -518,10 +538,10 @@ func (a *Agents) call(ctx context.Context, method, path string, body, out any) e
 		var p struct {
 			Type, Detail string
 		}
-		_ = json.NewDecoder(resp.Body).Decode(&p)
+		_ = json.NewDecoder(reply).Decode(&p)
 		return fmt.Errorf("the agent API answered %s %s: %d %s: %s", method, path, resp.StatusCode, p.Type, p.Detail)
 	case out != nil:
-		return json.NewDecoder(resp.Body).Decode(out)
+		return json.NewDecoder(reply).Decode(out)
 	}
 	return nil
 }
