@@ -357,6 +357,12 @@ func TestSnapshotsOfVolumes(t *testing.T) {
 		if _, err := east.AdminClient().CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), spClaim, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// Adoption reads the gateway's cache of the cluster's claims: a
+		// dry run shows when the new claim is in it.
+		c.eventually(30*time.Second, "the storage SP's claim seen by the gateway", func() bool {
+			code, body := c.do(http.MethodPost, "/api/v1alpha1/environments/"+eastID+":adopt", map[string]any{"namespace": ns, "validate_only": true})
+			return code == http.StatusOK && slices.Contains(adoptedIDs(body), id)
+		})
 		code, body := c.do(http.MethodPost, "/api/v1alpha1/environments/"+eastID+":adopt", map[string]any{"namespace": ns})
 		c.want(http.StatusOK, code, body)
 		if !slices.Contains(adoptedIDs(body), id) {
