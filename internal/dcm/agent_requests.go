@@ -150,23 +150,20 @@ func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 	if err != nil {
 		return again, err
 	}
-	byResource, n := map[string][]jetstream.Msg{}, 0
-	for _, msg := range ag.due(time.Now()) {
-		var req request
-		_ = json.Unmarshal(msg.Data(), &req)
-		byResource[req.Data.ResourceID] = append(byResource[req.Data.ResourceID], msg)
+	byResource, n := map[string][]delivery{}, 0
+	for _, d := range ag.due(time.Now()) {
+		byResource[d.req.Data.ResourceID] = append(byResource[d.req.Data.ResourceID], d)
 	}
 	for msg := range requests.Messages() {
-		var req request
-		_ = json.Unmarshal(msg.Data(), &req) // one that does not parse is refused by handle
-		byResource[req.Data.ResourceID] = append(byResource[req.Data.ResourceID], msg)
+		d := read(msg)
+		byResource[d.req.Data.ResourceID] = append(byResource[d.req.Data.ResourceID], d)
 		n++
 	}
 	var wg sync.WaitGroup
-	for _, msgs := range byResource {
+	for _, ds := range byResource {
 		wg.Go(func() {
-			for _, msg := range msgs {
-				later(a.handle(ctx, id, ag, msg))
+			for _, d := range ds {
+				later(a.handle(ctx, id, ag, d))
 			}
 		})
 	}
@@ -177,18 +174,32 @@ func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 	return again, errors.Join(cancels.Error(), requests.Error())
 }
 
+// delivery is a request message and what it says, read once; readable
+// says whether it is a request CloudEvent naming its resource.
+type delivery struct {
+	msg      jetstream.Msg
+	req      request
+	readable bool
+}
+
+func read(msg jetstream.Msg) delivery {
+	d := delivery{msg: msg}
+	d.readable = json.Unmarshal(msg.Data(), &d.req) == nil && d.req.Data.ResourceID != ""
+	return d
+}
+
 // handle carries out one request placed on environment envID's agent ag
 // (within ctx, the pulls' context), answers it, and acks it once the
 // answer is published; a request it cannot carry out now is put back, to
 // be delivered again after the delay it returns, and one past its last
 // delivery is answered with an error and terminated.
-func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) time.Duration {
+func (a *Agents) handle(ctx context.Context, envID string, ag *agent, d delivery) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, min(handlerTimeout, a.opts.AckWait/2))
 	defer cancel()
-	var req request
+	msg, req := d.msg, d.req
 	var out answer
-	switch err := json.Unmarshal(msg.Data(), &req); {
-	case err != nil || req.Data.ResourceID == "":
+	switch {
+	case !d.readable:
 		out = refusal(errInvalidPayload, "the request is not a CloudEvent with data.resource_id", nil)
 	case req.Type != typeCreate && req.Type != typeDelete:
 		_ = msg.Ack() // not a request an agent carries out (cancels come on their own topic)
@@ -203,7 +214,7 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 			out = a.delete(ctx, envID, ag, req)
 		}
 		if out.retry {
-			return a.hold(ctx, envID, ag, msg, req)
+			return a.hold(ctx, envID, ag, d)
 		}
 		ag.end(req.Data.ResourceID, nil)
 	}
@@ -220,7 +231,7 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, msg jetstr
 // cluster unreachable or not connected yet, the database away): its
 // message stays unacked, kept in progress, and is carried out when due.
 type heldRequest struct {
-	msg    jetstream.Msg
+	delivery
 	create bool
 	// seq is its place in the request stream, where a cancel removes it.
 	seq uint64
@@ -236,7 +247,8 @@ type heldRequest struct {
 // that a create is queued, and may cancel it meanwhile. Past maxDeliver
 // tries it is answered MAX_DELIVERY_EXCEEDED and terminated. It returns
 // the delay to the next try.
-func (a *Agents) hold(ctx context.Context, envID string, ag *agent, msg jetstream.Msg, req request) time.Duration {
+func (a *Agents) hold(ctx context.Context, envID string, ag *agent, d delivery) time.Duration {
+	msg, req := d.msg, d.req
 	resource := req.Data.ResourceID
 	ag.mu.Lock()
 	h := ag.held[resource]
@@ -244,7 +256,7 @@ func (a *Agents) hold(ctx context.Context, envID string, ag *agent, msg jetstrea
 	if first {
 		h = &heldRequest{create: req.Type == typeCreate}
 	}
-	h.msg, h.tries = msg, h.tries+1
+	h.delivery, h.tries = d, h.tries+1
 	if meta, err := msg.Metadata(); err == nil {
 		h.seq = meta.Sequence.Stream
 	}
@@ -279,13 +291,13 @@ func (a *Agents) hold(ctx context.Context, envID string, ag *agent, msg jetstrea
 }
 
 // due returns the held requests whose next try is due at now.
-func (ag *agent) due(now time.Time) []jetstream.Msg {
+func (ag *agent) due(now time.Time) []delivery {
 	ag.mu.Lock()
 	defer ag.mu.Unlock()
-	var out []jetstream.Msg
+	var out []delivery
 	for _, h := range ag.held {
 		if !h.due.After(now) {
-			out = append(out, h.msg)
+			out = append(out, h.delivery)
 		}
 	}
 	return out
@@ -347,7 +359,7 @@ func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstr
 	ag.mu.Lock()
 	h := ag.held[req.Data.ResourceID]
 	if h != nil && h.create && !ag.working[req.Data.ResourceID] {
-		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
+		stream, err := a.requestStream(ctx)
 		if err == nil {
 			err = stream.DeleteMsg(ctx, h.seq)
 		}

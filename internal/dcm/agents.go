@@ -204,6 +204,15 @@ type Agents struct {
 		at     time.Time
 		counts map[string]uint64
 	}
+
+	// streams holds the request stream's handle once looked up, and
+	// whether the health stream exists (both are the same for every agent:
+	// looked at once, not per agent or per call).
+	streams struct {
+		mu       sync.Mutex
+		requests jetstream.Stream
+		health   bool
+	}
 }
 
 // agent is one environment's agent as this replica serves it.
@@ -218,8 +227,10 @@ type agent struct {
 	// requests and cancels are its durable consumers of the request
 	// stream, pulled from (never pushed: see pull).
 	requests, cancels jetstream.Consumer
-	// health is the cluster health last told to DCM.
+	// health is the cluster health last told to DCM; ready whether the
+	// cluster was READY and synced when last looked at.
 	health clusters.HealthState
+	ready  bool
 
 	// mu orders a create and a cancel of one resource: working are the
 	// resources whose request is being carried out now, held the
@@ -382,8 +393,7 @@ func (a *Agents) serve(ctx context.Context, envID, name string) (ag *agent, star
 	if err != nil {
 		return nil, false, consumerRefused(ag.topic, err)
 	}
-	// Agents own the health stream (the control plane does not create it).
-	if _, err := a.opts.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: healthStream, Subjects: []string{healthSubject}}); err != nil {
+	if err := a.ensureHealthStream(ctx); err != nil {
 		return nil, false, err
 	}
 	ag.cancels, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
@@ -395,6 +405,35 @@ func (a *Agents) serve(ctx context.Context, envID, name string) (ag *agent, star
 	a.running[envID] = ag
 	a.byTopic[ag.topic] = envID
 	return ag, true, nil
+}
+
+// requestStream is the control plane's request stream, looked up once.
+func (a *Agents) requestStream(ctx context.Context) (jetstream.Stream, error) {
+	a.streams.mu.Lock()
+	defer a.streams.mu.Unlock()
+	if a.streams.requests == nil {
+		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
+		if err != nil {
+			return nil, err
+		}
+		a.streams.requests = stream
+	}
+	return a.streams.requests, nil
+}
+
+// ensureHealthStream makes sure the health stream exists: agents own it (the
+// control plane does not create it).
+func (a *Agents) ensureHealthStream(ctx context.Context) error {
+	a.streams.mu.Lock()
+	defer a.streams.mu.Unlock()
+	if a.streams.health {
+		return nil
+	}
+	if _, err := a.opts.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: healthStream, Subjects: []string{healthSubject}}); err != nil {
+		return err
+	}
+	a.streams.health = true
+	return nil
 }
 
 // consumerRefused says why NATS refused an agent's consumer of topic: a
@@ -416,9 +455,11 @@ func consumerRefused(topic string, err error) error {
 // cluster at once.
 func (a *Agents) tellHealth(ctx context.Context, envID string, ag *agent) error {
 	h, ok := a.opts.Clusters.Health(envID)
-	if ok && h.State == clusters.HealthReady && h.Synced && ag.retryHeld() {
+	ready := ok && h.State == clusters.HealthReady && h.Synced
+	if ready && !ag.ready && ag.retryHeld() {
 		a.pulls.Add(envID) // what waited for the cluster is carried out now
 	}
+	ag.ready = ready
 	if !ok || h.State == ag.health {
 		return nil
 	}
@@ -494,7 +535,7 @@ func (a *Agents) lag(ctx context.Context, topic string) (uint64, error) {
 	a.lags.mu.Lock()
 	defer a.lags.mu.Unlock()
 	if time.Since(a.lags.at) >= lagRefresh {
-		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
+		stream, err := a.requestStream(ctx)
 		if err != nil {
 			return 0, err
 		}
