@@ -1,11 +1,13 @@
 package dcm
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dcm-project/storage-gateway/internal/auth"
+	"github.com/dcm-project/storage-gateway/internal/environments"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/volumes"
 )
@@ -87,22 +90,21 @@ var kindSlugs = map[fault.Kind]string{
 // max-delivery-exceeded.
 func slug(code string) string { return strings.ToLower(strings.ReplaceAll(code, "_", "-")) }
 
-// doorbell rings the agents' pulls while ctx lasts: one core NATS
-// subscription to every agent topic hears each request the control plane
-// publishes, and the agent it is for, if this replica serves it, is
-// pulled now and once more a moment later (the stream may store the
-// request just after the doorbell rang). One subscription for all the
-// agents, where a consumer pushing to each would hold a subscription and
-// three goroutines per agent, two agents' worth per environment.
+// doorbell rings the fetches while ctx lasts: one core NATS subscription
+// to every agent topic hears each request the control plane publishes,
+// and if it is for an agent this replica serves, the consumers are
+// fetched from now and once more a moment later (the stream may store
+// the request just after the doorbell rang). Only the owner rings, so a
+// request is mostly fetched by the replica that carries it out.
 func (a *Agents) doorbell(ctx context.Context) {
 	sub, err := a.opts.JetStream.Conn().Subscribe(topicPrefix+">", func(m *nats.Msg) {
-		if id, ok := a.servedTopic(strings.TrimSuffix(m.Subject, cancelSuffix)); ok {
-			a.pulls.Add(id)
-			a.pulls.AddAfter(id, doorbellAgain)
+		if _, ok := a.servedTopic(strings.TrimSuffix(m.Subject, cancelSuffix)); ok {
+			a.fetches.Add(fetchKey)
+			a.fetches.AddAfter(fetchKey, doorbellAgain)
 		}
 	})
 	if err != nil {
-		a.log.ErrorContext(ctx, "listen for DCM's requests: they are pulled at each heartbeat only", "error", err)
+		a.log.ErrorContext(ctx, "listen for DCM's requests: they are fetched at each heartbeat only", "error", err)
 		return
 	}
 	<-ctx.Done()
@@ -117,22 +119,201 @@ func (a *Agents) servedTopic(topic string) (string, bool) {
 	return id, ok
 }
 
+// fetch takes what waits on the installation's consumers, cancels first,
+// up to pullBatch of each, and passes every request to its environment's
+// agent: here, or handed to the replica that owns it. A full batch is
+// fetched again at once.
+func (a *Agents) fetch(ctx context.Context, _ string) (time.Duration, error) {
+	requests, cancels, err := a.consumers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	root, err := a.root(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// Hand-offs go at once (one owner slow to take its request holds up
+	// no other); what is served here goes in the stream's order.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	full := false
+	for _, c := range []jetstream.Consumer{cancels, requests} {
+		batch, err := c.FetchNoWait(pullBatch)
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			a.dispatch(ctx, root, msg, &wg)
+			n++
+		}
+		if err := batch.Error(); err != nil {
+			return 0, err
+		}
+		full = full || n == pullBatch
+	}
+	if full {
+		return time.Millisecond, nil // more may wait
+	}
+	return 0, nil
+}
+
+// dispatch passes msg, fetched from the consumers of the installation
+// whose topic root is root, to its environment's agent: at once if it is
+// served here, else handed to its owner in a goroutine of handOffs.
+func (a *Agents) dispatch(ctx context.Context, root string, msg jetstream.Msg, handOffs *sync.WaitGroup) {
+	topic, cancel := strings.CutSuffix(msg.Subject(), cancelSuffix)
+	env, ok := strings.CutPrefix(topic, root+".")
+	meta, err := msg.Metadata()
+	if !ok || env == "" || strings.Contains(env, ".") || err != nil {
+		a.log.WarnContext(ctx, "drop a request on no agent's topic", "subject", msg.Subject())
+		_ = msg.Term()
+		return
+	}
+	d := read(msg, meta.Sequence.Stream, cancel)
+	if a.deliver(env, d) {
+		return
+	}
+	handOffs.Go(func() {
+		err := a.handOff(ctx, env, msg)
+		switch {
+		case err == nil:
+		case meta.NumDelivered >= maxDeliver:
+			a.log.WarnContext(ctx, "no replica took a DCM request in its last delivery", "environment", env, "error", err)
+			a.unserved(ctx, env, d)
+		default:
+			a.log.InfoContext(ctx, "a DCM request waits for its environment's owner", "environment", env, "error", err)
+			_ = msg.NakWithDelay(retryDelay)
+		}
+	})
+}
+
+// deliver gives d to environment env's agent, if this replica serves it,
+// to be carried out by the pulls.
+func (a *Agents) deliver(env string, d delivery) bool {
+	a.mu.Lock()
+	ag := a.running[env]
+	a.mu.Unlock()
+	if ag == nil {
+		return false
+	}
+	ag.mu.Lock()
+	ag.inbox = append(ag.inbox, d)
+	ag.mu.Unlock()
+	a.pulls.Add(env)
+	return true
+}
+
+// Headers of a request handed to its environment's owner: the
+// environment, the subject it was published on and the ack subject of
+// its delivery; handOffRefused in the owner's answer says it does not
+// serve the environment.
+const (
+	handOffEnvironment = "Storage-Gateway-Environment"
+	handOffSubject     = "Storage-Gateway-Subject"
+	handOffAck         = "Storage-Gateway-Ack"
+	handOffRefused     = "Storage-Gateway-Refused"
+)
+
+// handOff hands msg, a request for environment env fetched here, to the
+// replica that owns env, which carries it out and acks it.
+func (a *Agents) handOff(ctx context.Context, env string, msg jetstream.Msg) error {
+	owner, err := a.opts.Owners.Owner(ctx, env)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, handOffTimeout)
+	defer cancel()
+	out := &nats.Msg{Subject: handOffPrefix + owner.Incarnation.String(), Data: msg.Data(), Header: nats.Header{}}
+	out.Header.Set(handOffEnvironment, env)
+	out.Header.Set(handOffSubject, msg.Subject())
+	out.Header.Set(handOffAck, msg.Reply())
+	reply, err := a.opts.JetStream.Conn().RequestMsgWithContext(ctx, out)
+	if err != nil {
+		return fmt.Errorf("hand it to replica %s: %w", owner.ID, err)
+	}
+	if why := reply.Header.Get(handOffRefused); why != "" {
+		return fmt.Errorf("replica %s did not take it: %s", owner.ID, why)
+	}
+	return nil
+}
+
+// handOffs takes, while ctx lasts, the requests other replicas fetched for
+// the environments whose agents this replica serves: each is acked on the
+// ack subject of its delivery, as if fetched here.
+func (a *Agents) handOffs(ctx context.Context) {
+	nc := a.opts.JetStream.Conn()
+	sub, err := nc.Subscribe(handOffPrefix+a.opts.Owners.Incarnation().String(), func(m *nats.Msg) {
+		reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
+		fetched := &nats.Msg{Subject: m.Header.Get(handOffSubject), Reply: m.Header.Get(handOffAck), Data: m.Data, Sub: m.Sub}
+		meta, err := fetched.Metadata()
+		switch {
+		case err != nil:
+			reply.Header.Set(handOffRefused, "no request delivery: "+err.Error())
+		case !a.deliver(m.Header.Get(handOffEnvironment), read(handedOff{fetched}, meta.Sequence.Stream, strings.HasSuffix(fetched.Subject, cancelSuffix))):
+			reply.Header.Set(handOffRefused, "not its agent here")
+		}
+		_ = nc.PublishMsg(reply)
+	})
+	if err != nil {
+		a.log.ErrorContext(ctx, "take DCM requests other replicas fetched: they wait to be delivered again", "error", err)
+		return
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+}
+
+// requestMsg is a delivery of a request from the installation's
+// consumers, fetched here (a jetstream.Msg) or by another replica
+// (handedOff).
+type requestMsg interface {
+	Data() []byte
+	Ack() error
+	NakWithDelay(delay time.Duration) error
+	InProgress() error
+	Term() error
+}
+
+// handedOff is a delivery another replica fetched: acked through its
+// delivery's ack subject, on this replica's connection.
+type handedOff struct{ m *nats.Msg }
+
+func (h handedOff) Data() []byte                           { return h.m.Data }
+func (h handedOff) Ack() error                             { return h.m.Ack() }
+func (h handedOff) NakWithDelay(delay time.Duration) error { return h.m.NakWithDelay(delay) }
+func (h handedOff) InProgress() error                      { return h.m.InProgress() }
+func (h handedOff) Term() error                            { return h.m.Term() }
+
+// unserved answers a request that no replica took in its last delivery
+// (its environment gone, or no longer DCM's agent) with
+// MAX_DELIVERY_EXCEEDED, from the agent's default name, and ends it; a
+// cancel is ended unanswered.
+func (a *Agents) unserved(ctx context.Context, env string, d delivery) {
+	root, err := a.root(ctx)
+	if err != nil || !d.readable || d.cancel {
+		_ = d.msg.Term()
+		return
+	}
+	ag := &agent{name: environments.DefaultProviderName(env), topic: root + "." + env}
+	out := refusal(errMaxDelivery, "no replica serves environment "+env+" as DCM's agent", nil)
+	if err := a.respond(ctx, ag, d.req, out); err != nil {
+		_ = d.msg.NakWithDelay(retryDelay)
+		return
+	}
+	_ = d.msg.Term()
+}
+
 // pull carries out what waits for environment id's agent: its cancels
 // first (a cancel of a create held here removes it before it is tried
-// again), then the held requests that are due and up to pullBatch new
-// ones — those of different resources at once, those of one resource in
-// the order DCM sent them. A full batch is pulled again at once; held
-// requests when they are due.
+// again), then the held requests that are due and what was fetched for it
+// — those of different resources at once, those of one resource in the
+// order DCM sent them. Held requests are pulled again when they are due.
 func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 	a.mu.Lock()
 	ag := a.running[id]
 	a.mu.Unlock()
 	if ag == nil {
 		return 0, nil
-	}
-	cancels, err := ag.cancels.FetchNoWait(pullBatch)
-	if err != nil {
-		return 0, err
 	}
 	var mu sync.Mutex
 	var again time.Duration
@@ -143,21 +324,27 @@ func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 			again = d
 		}
 	}
-	for msg := range cancels.Messages() {
-		later(a.cancel(ctx, id, ag, msg))
+	inbox := ag.take()
+	for _, d := range inbox {
+		if d.cancel {
+			later(a.cancel(ctx, id, ag, d))
+		}
 	}
-	requests, err := ag.requests.FetchNoWait(pullBatch)
-	if err != nil {
-		return again, err
+	// Held requests due now, then the new ones, in the stream's order; a
+	// held request delivered again is tried once.
+	deliveries, seen := ag.due(time.Now()), map[uint64]bool{}
+	for _, d := range deliveries {
+		seen[d.seq] = true
 	}
-	byResource, n := map[string][]delivery{}, 0
-	for _, d := range ag.due(time.Now()) {
+	for _, d := range inbox {
+		if !d.cancel && !seen[d.seq] {
+			deliveries = append(deliveries, d)
+		}
+	}
+	slices.SortFunc(deliveries, func(x, y delivery) int { return cmp.Compare(x.seq, y.seq) })
+	byResource := map[string][]delivery{}
+	for _, d := range deliveries {
 		byResource[d.req.Data.ResourceID] = append(byResource[d.req.Data.ResourceID], d)
-	}
-	for msg := range requests.Messages() {
-		d := read(msg)
-		byResource[d.req.Data.ResourceID] = append(byResource[d.req.Data.ResourceID], d)
-		n++
 	}
 	var wg sync.WaitGroup
 	for _, ds := range byResource {
@@ -168,22 +355,31 @@ func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 		})
 	}
 	wg.Wait()
-	if n == pullBatch {
-		later(time.Millisecond) // more may wait
-	}
-	return again, errors.Join(cancels.Error(), requests.Error())
+	return again, nil
 }
 
-// delivery is a request message and what it says, read once; readable
-// says whether it is a request CloudEvent naming its resource.
+// take empties ag's inbox and returns what it held.
+func (ag *agent) take() []delivery {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	inbox := ag.inbox
+	ag.inbox = nil
+	return inbox
+}
+
+// delivery is a request message and what it says, read once: its place in
+// the request stream, whether it is a cancel, and whether it is a request
+// CloudEvent naming its resource.
 type delivery struct {
-	msg      jetstream.Msg
+	msg      requestMsg
 	req      request
+	seq      uint64
+	cancel   bool
 	readable bool
 }
 
-func read(msg jetstream.Msg) delivery {
-	d := delivery{msg: msg}
+func read(msg requestMsg, seq uint64, cancel bool) delivery {
+	d := delivery{msg: msg, seq: seq, cancel: cancel}
 	d.readable = json.Unmarshal(msg.Data(), &d.req) == nil && d.req.Data.ResourceID != ""
 	return d
 }
@@ -231,10 +427,10 @@ func (a *Agents) handle(ctx context.Context, envID string, ag *agent, d delivery
 // cluster unreachable or not connected yet, the database away): its
 // message stays unacked, kept in progress, and is carried out when due.
 type heldRequest struct {
+	// delivery's seq is its place in the request stream, where a cancel
+	// removes it.
 	delivery
 	create bool
-	// seq is its place in the request stream, where a cancel removes it.
-	seq uint64
 	// tries counts the attempts so far; due is when the next one is.
 	tries int
 	due   time.Time
@@ -257,9 +453,6 @@ func (a *Agents) hold(ctx context.Context, envID string, ag *agent, d delivery) 
 		h = &heldRequest{create: req.Type == typeCreate}
 	}
 	h.delivery, h.tries = d, h.tries+1
-	if meta, err := msg.Metadata(); err == nil {
-		h.seq = meta.Sequence.Stream
-	}
 	delay := queuedDelay
 	if h.tries == 1 {
 		delay = retryDelay
@@ -314,13 +507,6 @@ func (ag *agent) retryHeld() bool {
 	return len(ag.held) > 0
 }
 
-// waiting reports whether a request is held here.
-func (ag *agent) waiting() bool {
-	ag.mu.Lock()
-	defer ag.mu.Unlock()
-	return len(ag.held) > 0
-}
-
 // begin marks resource's request as being carried out: a cancel meanwhile
 // is rejected.
 func (ag *agent) begin(resource string) {
@@ -347,11 +533,11 @@ func (ag *agent) end(resource string, held *heldRequest) {
 // out (or unknown here) is rejected, and the control plane deletes what
 // it made. A cancel it could not answer is put back, to be delivered again
 // after the delay it returns.
-func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, msg jetstream.Msg) time.Duration {
+func (a *Agents) cancel(ctx context.Context, envID string, ag *agent, d delivery) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
 	defer cancel()
-	var req request
-	if err := json.Unmarshal(msg.Data(), &req); err != nil || req.Type != typeCancel || req.Data.ResourceID == "" {
+	msg, req := d.msg, d.req
+	if !d.readable || req.Type != typeCancel {
 		_ = msg.Term()
 		return 0
 	}

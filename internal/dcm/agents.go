@@ -41,6 +41,16 @@ const (
 	responseSubject = "dcm.agents.responses"
 	// topicPrefix starts every agent's request topic.
 	topicPrefix = "dcm.agent."
+	// installationPrefix names what belongs to one installation of the
+	// gateway on DCM's NATS: its agents' topics are
+	// dcm.agent.storage-gateway-INSTALLATION.ENVIRONMENT, and its two
+	// consumers storage-gateway-INSTALLATION-consumer and
+	// -cancel-consumer.
+	installationPrefix = "storage-gateway-"
+	// handOffPrefix starts the subject on which a replica takes the
+	// requests another replica fetched for the environments it owns
+	// (followed by its incarnation).
+	handOffPrefix = "storage-gateway.agents."
 
 	typeCreate        = "dcm.request.create"
 	typeDelete        = "dcm.request.delete"
@@ -96,10 +106,12 @@ const (
 	// cancelSuffix ends an agent's cancel topic (its topic + ".cancel").
 	cancelSuffix = ".cancel"
 
-	// pullBatch is the most requests one pull takes; doorbellAgain is when
-	// a rung agent is pulled the second time.
-	pullBatch     = 16
-	doorbellAgain = time.Second
+	// pullBatch is the most requests one fetch takes; doorbellAgain is
+	// when the consumers are fetched from the second time after a
+	// doorbell; handOffTimeout bounds handing a request to its owner.
+	pullBatch      = 16
+	doorbellAgain  = time.Second
+	handOffTimeout = 5 * time.Second
 	// maxAnswer is the most of an agent API answer read.
 	maxAnswer = 1 << 20
 	// beatGrid is the grid heartbeats are aligned on (onBeat).
@@ -111,6 +123,9 @@ const (
 	// requestWorkers carry out different environments' requests at once.
 	registrationWorkers = 4
 	requestWorkers      = 8
+	// fetchKey is the one key of the fetches: the installation's
+	// consumers.
+	fetchKey = "consumers"
 )
 
 // AgentVolumes are the volume use cases DCM's requests go through — the
@@ -118,6 +133,18 @@ const (
 type AgentVolumes interface {
 	Create(ctx context.Context, envID, id, idempotencyKey string, req volumes.Request) (volumes.Volume, bool, error)
 	Delete(ctx context.Context, envID, id string) error
+	// Installation is the installation's identity, which names its
+	// agents' topics and its consumers.
+	Installation(ctx context.Context) (string, error)
+}
+
+// AgentOwners tell which replica owns an environment (a
+// *membership.Membership): a request fetched here for an environment
+// another replica owns is handed to that replica, on the subject of its
+// incarnation.
+type AgentOwners interface {
+	Owner(ctx context.Context, env string) (membership.Peer, error)
+	Incarnation() uuid.UUID
 }
 
 // AgentClusters are the live clusters' health (a *clusters.Pool).
@@ -132,8 +159,10 @@ type AgentOptions struct {
 	URL          string
 	Environments *environments.Service
 	// Owned are the environments this replica serves as agents: an
-	// environment's agent is its owner's.
+	// environment's agent is its owner's. Owners tell who owns the
+	// others.
 	Owned   membership.Ownership
+	Owners  AgentOwners
 	Volumes AgentVolumes
 	// CheckSpec holds a create's StorageSpec to the rules the API holds
 	// a create's body to (the contract's schema), before it is carried
@@ -163,34 +192,45 @@ type AgentOptions struct {
 // as its storage agent for DCM's control plane: registered in the agent
 // API under the environment's provider name, heartbeated with the
 // requests it has not acked yet as its lag, and carrying out the requests
-// the control plane places on it. Each agent has the two durable
-// consumers an agent has (its topic's requests, its cancels), so a
-// hand-over resumes where the former owner stopped, and a request a dead
-// replica held is delivered again to the next owner after the ack wait.
-// A create or delete goes through the volume use cases the API uses, is
-// audited, and is answered on dcm.agents.responses; the request is acked
-// only once its answer is published, so a crash before redelivers it,
-// and the redelivery answers the same (creates are idempotent by
-// resource_id, a delete of what is gone is acknowledged). A request the
-// gateway cannot carry out now is put back and comes again later.
+// the control plane places on it. A create or delete goes through the
+// volume use cases the API uses, is audited, and is answered on
+// dcm.agents.responses; the request is acked only once its answer is
+// published, so a crash before redelivers it, and the redelivery answers
+// the same (creates are idempotent by resource_id, a delete of what is
+// gone is acknowledged). A request the gateway cannot carry out now is
+// held and tried again later.
 //
-// Two reconcilers keyed by environment (internal/controller) do the work.
-// One registers and heartbeats: looked at when the environment is
-// registered, changed, gained or lost, and every heartbeat. The other
-// pulls and carries out requests: the consumers are pulled from, never
-// pushed to, so an idle agent holds no subscription and no goroutine — at
-// 10,000 environments a push consumer per agent would be 20,000
-// subscriptions and 60,000 goroutines. It is rung by one subscription to
-// every agent topic (the doorbell), by the start of serving, and by a
-// heartbeat that finds requests waiting (delivered again, or published
-// while the doorbell was away).
+// The installation's agents share two durable consumers of DCM's request
+// stream, whatever the fleet's size: every agent's topic is
+// dcm.agent.storage-gateway-INSTALLATION.ENVIRONMENT, one consumer takes
+// them all (…INSTALLATION.*) and one their cancels (…INSTALLATION.*.cancel).
+// A consumer per agent, as environment-agent has, would be 20,000
+// consumers on one stream at 10,000 environments — beyond what a NATS
+// server allows a stream by default (1,000). Every replica fetches from
+// the two; a request fetched for an environment another replica owns is
+// handed to that replica (a core NATS request to its incarnation's
+// subject, carrying the request's ack subject), which carries it out and
+// acks it as if it had fetched it: held requests and cancels stay with
+// the owner. An owner that cannot be reached leaves the request to be
+// delivered again a moment later, when ownership has settled.
+//
+// Three reconcilers (internal/controller) do the work. One, keyed by
+// environment, registers and heartbeats: looked at when the environment
+// is registered, changed, gained or lost, and every heartbeat. One fetches
+// from the consumers: rung by one core subscription to every agent topic
+// (the doorbell) when a request for an agent served here is published, at
+// the start of serving, and by a heartbeat that finds requests waiting
+// (delivered again, or published while the doorbell was away) — nothing
+// is pushed, so an idle fleet holds no subscription per agent and no
+// goroutine. One, keyed by environment, carries out what was fetched or
+// handed over for an agent, and its held requests when due.
 type Agents struct {
 	opts AgentOptions
 	http *http.Client
 	log  *slog.Logger
-	// ctl registers and heartbeats the agents; pulls carries out their
-	// requests.
-	ctl, pulls *controller.Controller
+	// ctl registers and heartbeats the agents; fetches takes requests
+	// from the consumers; pulls carries them out.
+	ctl, fetches, pulls *controller.Controller
 
 	mu sync.Mutex
 	// running are the agents this replica serves, by environment, and
@@ -205,13 +245,15 @@ type Agents struct {
 		counts map[string]uint64
 	}
 
-	// streams holds the request stream's handle once looked up, and
-	// whether the health stream exists (both are the same for every agent:
-	// looked at once, not per agent or per call).
+	// streams holds what is the same for every agent, looked at once: the
+	// installation's topic root and consumers, the request stream's
+	// handle, and whether the health stream exists.
 	streams struct {
-		mu       sync.Mutex
-		requests jetstream.Stream
-		health   bool
+		mu                sync.Mutex
+		root              string
+		requests, cancels jetstream.Consumer
+		stream            jetstream.Stream
+		health            bool
 	}
 }
 
@@ -224,19 +266,18 @@ type agent struct {
 	registered agentRegistration
 	// beat is when the control plane last heard it live.
 	beat time.Time
-	// requests and cancels are its durable consumers of the request
-	// stream, pulled from (never pushed: see pull).
-	requests, cancels jetstream.Consumer
 	// health is the cluster health last told to DCM; ready whether the
 	// cluster was READY and synced when last looked at.
 	health clusters.HealthState
 	ready  bool
 
-	// mu orders a create and a cancel of one resource: working are the
-	// resources whose request is being carried out now, held the
-	// requests waiting here for their environment (a cancel removes a
-	// held create from the stream).
+	// mu guards inbox, the requests and cancels fetched or handed over
+	// for it and not looked at yet, and orders a create and a cancel of
+	// one resource: working are the resources whose request is being
+	// carried out now, held the requests waiting here for their
+	// environment (a cancel removes a held create from the stream).
 	mu      sync.Mutex
+	inbox   []delivery
 	working map[string]bool
 	held    map[string]*heldRequest
 }
@@ -257,9 +298,11 @@ func NewAgents(opts AgentOptions) (*Agents, error) {
 	a.ctl = controller.New(controller.Options{Name: "dcm agents", Logger: a.log, Reconcile: a.reconcile, Workers: registrationWorkers,
 		List: opts.Environments.IDs, Owns: func(id string) bool { return opts.Owned.Owns(id) || a.serving(id) },
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)})
+	a.fetches = controller.New(controller.Options{Name: "dcm agent fetches", Logger: a.log, Reconcile: a.fetch, Workers: 1})
+	a.fetches.Source(a.doorbell)
 	a.pulls = controller.New(controller.Options{Name: "dcm agent requests", Logger: a.log, Reconcile: a.pull, Workers: requestWorkers,
 		Owns: a.serving})
-	a.pulls.Source(a.doorbell)
+	a.pulls.Source(a.handOffs)
 	controller.Watch(a.ctl, opts.Environments.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Owned.Subscribe(), func(c membership.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Clusters.Subscribe(), func(c clusters.Change) []string {
@@ -279,6 +322,7 @@ func (a *Agents) Started() bool { return a.ctl.Started() }
 func (a *Agents) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.pulls.Run(ctx) })
+	wg.Go(func() { a.fetches.Run(ctx) })
 	a.ctl.Run(ctx)
 	wg.Wait()
 }
@@ -310,7 +354,7 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		return 0, err
 	}
 	if started {
-		a.pulls.Add(id) // what waits for it
+		a.fetches.Add(fetchKey) // what waits for it
 	}
 	if err := a.tellHealth(ctx, id, ag); err != nil {
 		return 0, err
@@ -336,11 +380,12 @@ func (a *Agents) reconcile(ctx context.Context, id string) (time.Duration, error
 		return 0, err
 	}
 	ag.beat = time.Now()
-	if lag > 0 || ag.waiting() {
+	if lag > 0 {
 		// Requests wait that no doorbell announced: delivered again
 		// after a replica that held them died, or published while the
-		// doorbell was away.
-		a.pulls.Add(id)
+		// doorbell was away (those held here count too: fetching finds
+		// nothing new then).
+		a.fetches.Add(fetchKey)
 	}
 	return onBeat(a.opts.Heartbeat), nil
 }
@@ -356,8 +401,8 @@ func onBeat(d time.Duration) time.Duration {
 
 // leave stops serving environment id here (lost, deleted, or no longer
 // registering). The control plane's agent API has no removal: the agent
-// turns unavailable there once its heartbeats stop, and its durable
-// consumer keeps the requests for its next owner.
+// turns unavailable there once its heartbeats stop, and the requests it
+// has not acked are delivered again, to its next owner.
 func (a *Agents) leave(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -373,52 +418,89 @@ func (a *Agents) forget(id string, ag *agent) {
 	delete(a.byTopic, ag.topic)
 }
 
-// serve returns env's agent, creating its consumers if it has none yet
-// (started).
+// serve returns env's agent, creating it if it is not served yet
+// (started), or was under another name.
 func (a *Agents) serve(ctx context.Context, envID, name string) (ag *agent, started bool, err error) {
 	if name == "" {
 		name = environments.DefaultProviderName(envID)
+	}
+	root, err := a.root(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := a.ensureHealthStream(ctx); err != nil {
+		return nil, false, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ag := a.running[envID]; ag != nil && ag.name == name {
 		return ag, false, nil
 	} else if ag != nil {
-		a.forget(envID, ag) // renamed: another topic
+		a.forget(envID, ag) // renamed: registered again under the new name
 	}
-	ag = &agent{name: name, topic: topicPrefix + name, working: map[string]bool{}, held: map[string]*heldRequest{}}
-	ag.requests, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
-		Durable: name + "-consumer", FilterSubject: ag.topic, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: a.opts.AckWait, MaxDeliver: maxDeliver})
-	if err != nil {
-		return nil, false, consumerRefused(ag.topic, err)
-	}
-	if err := a.ensureHealthStream(ctx); err != nil {
-		return nil, false, err
-	}
-	ag.cancels, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
-		Durable: name + "-cancel-consumer", FilterSubject: ag.topic + cancelSuffix, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: cancelAckWait})
-	if err != nil {
-		return nil, false, consumerRefused(ag.topic+cancelSuffix, err)
-	}
+	ag = &agent{name: name, topic: root + "." + envID, working: map[string]bool{}, held: map[string]*heldRequest{}}
 	a.running[envID] = ag
 	a.byTopic[ag.topic] = envID
 	return ag, true, nil
+}
+
+// root is the installation's topic root, which every agent topic of it
+// extends by its environment's id.
+func (a *Agents) root(ctx context.Context) (string, error) {
+	a.streams.mu.Lock()
+	defer a.streams.mu.Unlock()
+	if a.streams.root == "" {
+		id, err := a.opts.Volumes.Installation(ctx)
+		if err != nil {
+			return "", err
+		}
+		a.streams.root = topicPrefix + installationPrefix + id
+	}
+	return a.streams.root, nil
+}
+
+// consumers are the installation's two durable consumers of the request
+// stream, created (or brought to these settings) once: one of every
+// agent's requests, one of their cancels.
+func (a *Agents) consumers(ctx context.Context) (requests, cancels jetstream.Consumer, err error) {
+	root, err := a.root(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.streams.mu.Lock()
+	defer a.streams.mu.Unlock()
+	if a.streams.requests != nil {
+		return a.streams.requests, a.streams.cancels, nil
+	}
+	name := strings.TrimPrefix(root, topicPrefix)
+	requests, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
+		Durable: name + "-consumer", FilterSubject: root + ".*", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: a.opts.AckWait, MaxDeliver: maxDeliver})
+	if err != nil {
+		return nil, nil, consumerRefused(root+".*", err)
+	}
+	cancels, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
+		Durable: name + "-cancel-consumer", FilterSubject: root + ".*" + cancelSuffix, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cancelAckWait})
+	if err != nil {
+		return nil, nil, consumerRefused(root+".*"+cancelSuffix, err)
+	}
+	a.streams.requests, a.streams.cancels = requests, cancels
+	return requests, cancels, nil
 }
 
 // requestStream is the control plane's request stream, looked up once.
 func (a *Agents) requestStream(ctx context.Context) (jetstream.Stream, error) {
 	a.streams.mu.Lock()
 	defer a.streams.mu.Unlock()
-	if a.streams.requests == nil {
+	if a.streams.stream == nil {
 		stream, err := a.opts.JetStream.Stream(ctx, requestStream)
 		if err != nil {
 			return nil, err
 		}
-		a.streams.requests = stream
+		a.streams.stream = stream
 	}
-	return a.streams.requests, nil
+	return a.streams.stream, nil
 }
 
 // ensureHealthStream makes sure the health stream exists: agents own it (the
@@ -436,16 +518,10 @@ func (a *Agents) ensureHealthStream(ctx context.Context) error {
 	return nil
 }
 
-// consumerRefused says why NATS refused an agent's consumer of topic: a
-// stream's consumer limit is an operator's setting to raise (NATS 2.15
-// and later allow a stream 1,000 by default; an agent takes two).
-func consumerRefused(topic string, err error) error {
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
-		return fmt.Errorf("consume the requests on %s: NATS allows no more consumers on %s "+
-			"(each agent takes two: raise the NATS server's jetstream limits default_max_consumers, e.g. to -1): %w", topic, requestStream, err)
-	}
-	return fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", topic, err)
+// consumerRefused says why NATS refused the installation's consumer of
+// filter.
+func consumerRefused(filter string, err error) error {
+	return fmt.Errorf("consume the requests on %s (does DCM's control plane run on this NATS?): %w", filter, err)
 }
 
 // tellHealth publishes an agent health event when env's cluster turned
@@ -539,7 +615,11 @@ func (a *Agents) lag(ctx context.Context, topic string) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(topicPrefix+">"))
+		root, err := a.root(ctx)
+		if err != nil {
+			return 0, err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(root+".>"))
 		if err != nil {
 			return 0, err
 		}

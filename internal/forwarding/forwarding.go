@@ -180,6 +180,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, env string, 
 		return err
 	}
 	member := owner.ID
+	if owner.AdvertiseURL == "" {
+		return fault.New(fault.Unavailable, "environment %s is owned by replica %s, which has no SG_ADVERTISE_URL to forward to", env, member)
+	}
 	target, err := url.Parse(owner.AdvertiseURL)
 	if err != nil {
 		return fault.New(fault.Unavailable, "replica %s advertises an unusable address", member)

@@ -305,7 +305,7 @@ func (g *Gateway) newAgents() error {
 		return err
 	}
 	g.agents, err = dcm.NewAgents(dcm.AgentOptions{URL: cfg.DCMAgentAPIURL, Environments: g.registry, Owned: g.membership,
-		Volumes: g.volumes, CheckSpec: checkSpec, Clusters: g.clusters, JetStream: js, Heartbeat: cfg.DCMAgentHeartbeat, AckWait: cfg.DCMAgentAckWait, Cost: cfg.DCMAgentCost, Audit: g.audit, Logger: g.log,
+		Owners: g.membership, Volumes: g.volumes, CheckSpec: checkSpec, Clusters: g.clusters, JetStream: js, Heartbeat: cfg.DCMAgentHeartbeat, AckWait: cfg.DCMAgentAckWait, Cost: cfg.DCMAgentCost, Audit: g.audit, Logger: g.log,
 		Credentials: dcm.Credentials{TokenFile: cfg.DCMTokenFile, ClientID: cfg.DCMClientID,
 			ClientSecretFile: cfg.DCMClientSecretFile, TokenURL: cfg.DCMTokenURL}})
 	return err

@@ -86,7 +86,8 @@ type Peer struct {
 }
 
 // Owner returns the member that owns env now, and where it is reached: a
-// live member in the incarnation that claimed it. An environment without
+// live member in the incarnation that claimed it (AdvertiseURL empty when
+// it advertises none: reached over NATS only). An environment without
 // one (being handed over), or owned by this member by the database's
 // account but not yet by its own (a claim in flight), is NotOwned; one
 // that is not registered is NotFound.
@@ -105,8 +106,6 @@ func (m *Membership) Owner(ctx context.Context, env string) (Peer, error) {
 		return Peer{}, err
 	case member == nil || *member == m.opts.ID:
 		return Peer{}, NotOwned(env, m.interval())
-	case *advertised == "":
-		return Peer{}, fault.New(fault.Unavailable, "environment %s is owned by replica %s, which has no SG_ADVERTISE_URL to forward to", env, *member)
 	}
 	return Peer{ID: *member, Incarnation: *incarnation, AdvertiseURL: *advertised}, nil
 }

@@ -80,9 +80,6 @@ func startEmbedded(opts NATSOptions, logger *slog.Logger) (*server.Server, error
 		StoreDir:   opts.EmbeddedStoreDir,
 		NoSigs:     true,
 		DontListen: opts.EmbeddedListen == "",
-		// DCM's agent dispatch takes two consumers of one stream per
-		// environment: no cap of its own (the server's default is 1,000).
-		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
 	}
 	if opts.EmbeddedListen != "" {
 		host, portStr, err := net.SplitHostPort(opts.EmbeddedListen)

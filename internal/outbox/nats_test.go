@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,28 +153,5 @@ func TestUnreachableExternalServerIsNotReadyButNotFatal(t *testing.T) {
 	n := connect(t, outbox.NATSOptions{URL: "nats://" + addr})
 	if err := n.Check(t.Context()); err == nil {
 		t.Fatal("Check passed with no server")
-	}
-}
-
-// The embedded server lets a stream hold more consumers than a NATS
-// server's default 1,000: DCM's agent dispatch takes two per environment
-// on one stream.
-func TestEmbeddedStreamTakesMoreThanAThousandConsumers(t *testing.T) {
-	n := connect(t, outbox.NATSOptions{EmbeddedStoreDir: t.TempDir()})
-	js, err := jetstream.New(n.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.CreateOrUpdateStream(t.Context(), jetstream.StreamConfig{Name: "requests", Subjects: []string{"requests.>"},
-		Retention: jetstream.WorkQueuePolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 1001 {
-		name := "agent-" + strconv.Itoa(i)
-		if _, err := stream.CreateOrUpdateConsumer(t.Context(), jetstream.ConsumerConfig{Durable: name, FilterSubject: "requests." + name,
-			AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-			t.Fatalf("consumer %d: %v", i+1, err)
-		}
 	}
 }

@@ -179,15 +179,22 @@ func (s *Service) environment(ctx context.Context, id string) (environment, erro
 // identity is read once (drawn by the first replica that needs it) and
 // kept, so only the first use costs a round trip.
 func (s *Service) owner(ctx context.Context, envID string) (owner, error) {
+	id, err := s.Installation(ctx)
+	return owner{installation: id, environment: envID}, err
+}
+
+// Installation is this installation's identity (the same for every
+// replica on one database), read once and kept.
+func (s *Service) Installation(ctx context.Context) (string, error) {
 	if id := s.installation.Load(); id != nil {
-		return owner{installation: *id, environment: envID}, nil
+		return *id, nil
 	}
 	id, err := s.repo.installationID(ctx)
 	if err != nil {
-		return owner{}, fmt.Errorf("read the installation's identity: %w", err)
+		return "", fmt.Errorf("read the installation's identity: %w", err)
 	}
 	s.installation.Store(&id)
-	return owner{installation: id, environment: envID}, nil
+	return id, nil
 }
 
 // createNew records a new volume and creates its claim; errExists says the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dcm-project/storage-gateway/test/controlplane"
 	"github.com/dcm-project/storage-gateway/test/harness"
@@ -105,10 +106,55 @@ func TestDCMsRequestsReachEveryEnvironmentsOwner(t *testing.T) {
 			t.Fatalf("environment %s (owned by %s) has %d claims for its request", env, owners[env], claims(t, cluster, ns, id))
 		}
 	}
+	// The whole fleet's agents take two consumers of DCM's request stream.
+	js := srv.JetStream()
+	requests := installationConsumers(t, js, set)
+
+	// A request fetched by a replica that does not own its environment is
+	// handed to the owner, which carries it out: the owner of x is frozen
+	// while requests for x and then y (another replica's) are published,
+	// so y's owner fetches both; x's is carried out once its owner thaws,
+	// with no delivery beyond the first.
+	x, y := "", ""
+	for env := range ids {
+		for other := range ids {
+			if owners[env] != owners[other] {
+				x, y = env, other
+			}
+		}
+	}
+	before := requests.info().Delivered.Consumer
+	handedOff := map[string]string{x: uuid.NewString(), y: uuid.NewString()}
+	set.pause(owners[x], true)
+	for _, env := range []string{x, y} {
+		if err := cp.CreateOn(t.Context(), handedOff[env], "storage-gateway-"+env, "storage", spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually(10*time.Second, "both requests fetched by "+owners[y], func() bool {
+		ci := requests.info()
+		return ci.NumPending == 0 && ci.Delivered.Consumer == before+2
+	})
+	set.pause(owners[x], false)
+	c.eventually(time.Minute, "both requests carried out", func() bool {
+		for _, id := range handedOff {
+			if in, _ := cp.Instance(id); in.Status != controlplane.StatusRunning {
+				return false
+			}
+		}
+		return true
+	})
+	if ci := requests.info(); ci.Delivered.Consumer != before+2 || ci.NumAckPending != 0 {
+		t.Fatalf("the handed-off request was delivered again: %d deliveries for 2 requests, %d unacked", ci.Delivered.Consumer-before, ci.NumAckPending)
+	}
+	for env, id := range handedOff {
+		if cluster, ns := namespaceOf(env); claims(t, cluster, ns, id) != 1 {
+			t.Fatalf("environment %s has %d claims for its handed-off request", env, claims(t, cluster, ns, id))
+		}
+	}
 
 	// The owner of heldEnv dies while it carries out a create: its record
 	// is written and its claim's write held on the frozen path.
-	js := srv.JetStream()
 	victim, id := owners[heldEnv], uuid.NewString()
 	east.SetFrozen(true)
 	t.Cleanup(func() { east.SetFrozen(false) })
@@ -131,12 +177,8 @@ func TestDCMsRequestsReachEveryEnvironmentsOwner(t *testing.T) {
 	if n := claims(t, east, held[0].Namespace, id); n != 1 {
 		t.Fatalf("%d claims for the create whose replica died", n)
 	}
-	info, err := js.Consumer(t.Context(), controlplane.RequestStream, "storage-gateway-"+heldEnv+"-consumer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ci, err := info.Info(t.Context()); err != nil || ci.NumAckPending != 0 || ci.NumPending != 0 || ci.NumRedelivered != 0 {
-		t.Fatalf("the request is still held: %+v (%v)", ci, err)
+	if ci := requests.info(); ci.NumAckPending != 0 || ci.NumPending != 0 || ci.NumRedelivered != 0 {
+		t.Fatalf("the request is still held: %+v", ci)
 	}
 	if in, _ := cp.Instance(id); slices.Contains(in.Heard, controlplane.TypeError) {
 		t.Fatalf("the create was answered with an error: %v", in.Errors)
@@ -154,4 +196,47 @@ func TestDCMsRequestsReachEveryEnvironmentsOwner(t *testing.T) {
 	if !slices.Equal(statuses, []any{float64(http.StatusOK)}) {
 		t.Fatalf("the create's audit statuses %v, want one replay (200) by the new owner", statuses)
 	}
+}
+
+// consumer reads one consumer's state.
+type consumer struct {
+	t *testing.T
+	c jetstream.Consumer
+}
+
+func (c consumer) info() *jetstream.ConsumerInfo {
+	c.t.Helper()
+	ci, err := c.c.Info(c.t.Context())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return ci
+}
+
+// installationConsumers checks that DCM's request stream has the two
+// consumers of set's installation and no other, and returns the one of
+// its requests.
+func installationConsumers(t *testing.T, js jetstream.JetStream, set *replicaSet) consumer {
+	t.Helper()
+	var installation string
+	if err := set.db.QueryRow(t.Context(), `SELECT id::text FROM installation`).Scan(&installation); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), controlplane.RequestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range stream.ConsumerNames(t.Context()).Name() {
+		names = append(names, name)
+	}
+	want := []string{"storage-gateway-" + installation + "-cancel-consumer", "storage-gateway-" + installation + "-consumer"}
+	if slices.Sort(names); !slices.Equal(names, want) {
+		t.Fatalf("DCM's request stream has the consumers %v, want %v", names, want)
+	}
+	c, err := stream.Consumer(t.Context(), want[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return consumer{t, c}
 }

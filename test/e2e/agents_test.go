@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,10 @@ import (
 	"github.com/dcm-project/storage-gateway/test/gatewaytest"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 )
+
+// agentTopic is the form of an agent's topic: the installation's root,
+// then the environment's id.
+var agentTopic = regexp.MustCompile(`^dcm\.agent\.storage-gateway-[0-9a-f-]{36}\.[a-z0-9-]+$`)
 
 // TestVolumesThroughDCMsAgentDispatch: with only DCM's agent dispatch
 // configured, an environment is registered as DCM's storage agent and
@@ -38,7 +43,7 @@ func TestVolumesThroughDCMsAgentDispatch(t *testing.T) {
 	name := "storage-gateway-" + envID
 	c.eventually(30*time.Second, "the environment registered as DCM's agent, heartbeating", func() bool {
 		return slices.ContainsFunc(cp.Agents(), func(a controlplane.Agent) bool {
-			return a.Name == name && a.TopicName == "dcm.agent."+name && a.Environment == envID &&
+			return a.Name == name && agentTopic.MatchString(a.TopicName) && strings.HasSuffix(a.TopicName, "."+envID) && a.Environment == envID &&
 				slices.Equal(a.ServiceTypes, []string{"storage"}) && a.HealthStatus == controlplane.HealthReady
 		}) && cp.Heartbeats() > 0
 	})

@@ -120,10 +120,9 @@ func BenchmarkIdleFleet(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	// Two consumers of DCM's request stream per agent: more than a NATS
-	// server allows a stream by default (1,000), as DCM's NATS must too
-	// for a fleet this size (deploy/README.md).
-	natsURL := natstest.Start(b, natstest.ConsumersPerStream(-1)).URL
+	// A NATS server as DCM's runs by default: the fleet's agents take two
+	// consumers of its request stream, whatever the fleet's size.
+	natsURL := natstest.Start(b).URL
 	settings := []string{"SG_NATS_URL=" + natsURL}
 	var cp *controlplane.ControlPlane
 	if agentsServed(b) {

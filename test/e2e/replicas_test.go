@@ -114,6 +114,25 @@ func (s *replicaSet) kill(sig syscall.Signal, ids ...string) {
 	}
 }
 
+// pause freezes replica id (SIGSTOP) until every thread of it stopped,
+// or thaws it.
+func (s *replicaSet) pause(id string, frozen bool) {
+	s.t.Helper()
+	sig := syscall.SIGCONT
+	if frozen {
+		sig = syscall.SIGSTOP
+	}
+	p := s.procs[id]
+	if err := p.Cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+	if frozen {
+		// The stop takes effect thread by thread: a request sent before
+		// the last one stopped could still be served.
+		poll.Until(s.t, 5*time.Second, "every thread of replica "+id+" stopped", func() bool { return allStopped(p.Cmd.Process.Pid) })
+	}
+}
+
 // owners reads who owns each environment, counting only live owners (a
 // member whose heartbeat is within the lease, in the incarnation that
 // claimed it); an environment without one maps to "".
@@ -628,12 +647,7 @@ func fencedAfterFreeze(t *testing.T, set *replicaSet, stream *natstest.Stream, v
 		t.Fatalf("no live volume in an environment of %s", frozen)
 	}
 	p := set.procs[frozen]
-	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	// The stop takes effect thread by thread: a request sent before the
-	// last one stopped could still be served.
-	poll.Until(t, 5*time.Second, "every thread of replica "+frozen+" stopped", func() bool { return allStopped(p.Cmd.Process.Pid) })
+	set.pause(frozen, true)
 	resumed := false
 	resume := func() {
 		if !resumed {

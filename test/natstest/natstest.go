@@ -29,26 +29,13 @@ type Server struct {
 	srv  *natsserver.Server
 }
 
-// Option adjusts a server's settings.
-type Option func(*natsserver.Options)
-
-// ConsumersPerStream sets how many consumers a stream may have when
-// neither the stream nor the account says (the server's jetstream
-// limits' default_max_consumers: 1,000 unless set, -1 unlimited).
-func ConsumersPerStream(n int) Option {
-	return func(o *natsserver.Options) { o.JetStreamLimits.DefaultMaxConsumers = n }
-}
-
 // Start runs a server until the test ends.
-func Start(t testing.TB, options ...Option) *Server {
+func Start(t testing.TB) *Server {
 	t.Helper()
 	port := ports.Free(t)
 	s := &Server{
 		URL: fmt.Sprintf("nats://127.0.0.1:%d", port), t: t,
 		opts: &natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true},
-	}
-	for _, o := range options {
-		o(s.opts)
 	}
 	s.Restart()
 	t.Cleanup(s.Stop)
