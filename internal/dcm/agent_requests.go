@@ -140,6 +140,7 @@ func (a *Agents) fetch(ctx context.Context, _ string) (time.Duration, error) {
 	for _, c := range []jetstream.Consumer{cancels, requests} {
 		batch, err := c.FetchNoWait(pullBatch)
 		if err != nil {
+			a.dropConsumers() // looked up again at the next try: gone with a NATS that lost its state?
 			return 0, err
 		}
 		n := 0
@@ -148,6 +149,7 @@ func (a *Agents) fetch(ctx context.Context, _ string) (time.Duration, error) {
 			n++
 		}
 		if err := batch.Error(); err != nil {
+			a.dropConsumers()
 			return 0, err
 		}
 		full = full || n == pullBatch

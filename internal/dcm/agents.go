@@ -489,6 +489,14 @@ func (a *Agents) consumers(ctx context.Context) (requests, cancels jetstream.Con
 	return requests, cancels, nil
 }
 
+// dropConsumers forgets the consumers, to be created again when next
+// needed.
+func (a *Agents) dropConsumers() {
+	a.streams.mu.Lock()
+	defer a.streams.mu.Unlock()
+	a.streams.requests, a.streams.cancels = nil, nil
+}
+
 // requestStream is the control plane's request stream, looked up once.
 func (a *Agents) requestStream(ctx context.Context) (jetstream.Stream, error) {
 	a.streams.mu.Lock()
