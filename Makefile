@@ -10,6 +10,12 @@ comma := ,
 .DEFAULT_GOAL := help
 
 GO        ?= go
+# One build configuration for all that make builds — the tests, the binaries
+# they start, make build and run, and the image test's reproduction of the
+# Containerfile's build (static, paths trimmed) — so that each package
+# compiles once, not once per configuration.
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/storage-gateway
 # make run INSTANCE=n runs another instance beside the first: its own state
 # directory, ports (8080 + 10n and so on) and databases, each derived from n
@@ -64,7 +70,10 @@ GOLANGCI_LINT := $(CACHE_DIR)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golan
 # The control plane the harness runs; prints its directory (builds it once).
 CONTROL_PLANE = $$(bash test/tools/build-control-plane.sh)
 
-GO_TEST_FLAGS ?= -count=1 -timeout 45m
+# Locally a package whose code and inputs did not change is not run again
+# (go's test cache); CI (CI set, as .ci/run does) runs everything. Tests
+# marked parallel mostly wait (an outage, a timeout): four at once.
+GO_TEST_FLAGS ?= -timeout 45m -parallel 4 $(if $(CI),-count=1)
 
 .PHONY: help build run run-reset test bench lint fmt generate check-generated control-plane kind-up clean
 
@@ -72,7 +81,7 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build bin/storage-gateway
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/storage-gateway
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/storage-gateway
 
 control-plane: ## build and cache etcd, kube-apiserver, kube-controller-manager (once)
 	@echo "control plane: $(CONTROL_PLANE)"
@@ -119,9 +128,18 @@ run-reset: ## drop what make run keeps between runs: the local database (and DCM
 kind-up: ## create kind clusters from environments/kind (laptops with a container engine)
 	$(GO) run ./test/kind/cmd/kind-up -out $(STATE_DIR)/kind
 
-test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2e)
+# gotestsum runs make test's tests (test/tools/gotestsum); it prints how
+# many ran, and then the slowest, so that the next slow test is seen.
+GOTESTSUM = $$(bash test/tools/build-tool.sh gotestsum gotest.tools/gotestsum)
+SLOW_TEST ?= 20s
+
+test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2e); then the count run and the slowest
 	bash test/tools/build-tools.sh
-	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GO) test $(GO_TEST_FLAGS) ./...
+	@json=$$(mktemp); trap 'rm -f "$$json"' EXIT; status=0; \
+	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile "$$json" -- $(GO_TEST_FLAGS) ./... || status=$$?; \
+	echo "tests slower than $(SLOW_TEST), slowest first:"; \
+	$(GOTESTSUM) tool slowest --jsonfile "$$json" --threshold $(SLOW_TEST); \
+	exit $$status
 
 # make bench: the product's figures against harness clusters, each beside
 # its baseline of the same run (client-go straight to the cluster, a bare
@@ -149,8 +167,18 @@ bench: ## run the benchmarks (README, Benchmarks); print each target beside its 
 	$(GO) run ./test/benchreport -q < "$$out" || failed=1; \
 	exit $$failed
 
-lint: $(GOLANGCI_LINT) ## run golangci-lint (installed at a pinned version)
+# make run and make test work on macOS too: lint checks that the launcher
+# behind make run, the dev commands, the gateway and every package with its
+# tests build for darwin (only a Linux kernel has a parent-death signal;
+# elsewhere the launcher kills its programs' process group when its parent
+# dies: test/harness/lifetime_other.go). Here, not in make test, whose
+# build of the tree it would double.
+DARWIN := GOOS=darwin GOARCH=arm64
+
+lint: $(GOLANGCI_LINT) ## run golangci-lint (installed at a pinned version); check the macOS build
 	$(GOLANGCI_LINT) run ./...
+	$(DARWIN) $(GO) build ./cmd/... ./test/dcmtest/cmd/spm
+	$(DARWIN) $(GO) vet ./...
 
 fmt: $(GOLANGCI_LINT) ## format the code (gofmt, goimports)
 	$(GOLANGCI_LINT) fmt ./...

@@ -20,11 +20,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/dcm-project/storage-gateway/internal/config"
 	"github.com/dcm-project/storage-gateway/test/gatewayproc"
-	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/natstest"
 	"github.com/dcm-project/storage-gateway/test/pgtest"
 )
@@ -118,7 +119,7 @@ var buildOnce = sync.OnceValue(func() *built {
 // engine does, minus the container. An instruction it does not know fails
 // the test rather than being skipped: teach it first.
 func (b *built) reproduce() error {
-	root := harness.RepoRoot()
+	root := repo.Root()
 	file := filepath.Join(root, "deploy", "Containerfile")
 	var err error
 	if b.stages, err = parseContainerfile(file); err != nil {
@@ -354,7 +355,7 @@ func TestComposeRunsTheImageAsWritten(t *testing.T) {
 	b := image(t)
 	f := b.final(t)
 	bin := f.binary(t)
-	raw, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "compose.yaml"))
+	raw, err := os.ReadFile(filepath.Join(repo.Root(), "compose.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

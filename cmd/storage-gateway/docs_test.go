@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/repo"
 )
 
 // Every storage-gateway command the READMEs show — in shell blocks and in
@@ -18,7 +18,7 @@ import (
 func TestDocumentedCommandsExist(t *testing.T) {
 	seen := 0
 	for _, doc := range []string{"README.md", filepath.Join("deploy", "README.md")} {
-		data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), doc))
+		data, err := os.ReadFile(filepath.Join(repo.Root(), doc))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func checkCommandLine(line string) error {
 // The operator's manual opens with its contents: one entry per section, in
 // order, each linking to its heading's anchor as GitHub makes it.
 func TestTheOperatorsManualListsItsSections(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "deploy", "README.md"))
+	data, err := os.ReadFile(filepath.Join(repo.Root(), "deploy", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

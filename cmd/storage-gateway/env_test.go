@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,7 +49,7 @@ func TestEnvCommands(t *testing.T) {
 	}
 	writeFile(t, kubeconfig, kc)
 	cli := []string{"SG_GATEWAY_URL=http://" + g.Addr, "SG_GATEWAY_TOKEN=" + g.Token()}
-	manifest := filepath.Join(harness.RepoRoot(), "environments", "local-east.yaml")
+	manifest := filepath.Join(repo.Root(), "environments", "local-east.yaml")
 
 	// A claim DCM's per-cluster storage provider made before the gateway came.
 	peerMade := &corev1.PersistentVolumeClaim{

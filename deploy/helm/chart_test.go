@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/common/util"
@@ -57,7 +59,7 @@ func TestMain(m *testing.M) {
 
 const namespace = "storage-gateway"
 
-var chartDir = filepath.Join(harness.RepoRoot(), "deploy", "helm", "storage-gateway")
+var chartDir = filepath.Join(repo.Root(), "deploy", "helm", "storage-gateway")
 
 // renderFiles renders the chart with values over its defaults, for a
 // cluster with the given capabilities, as `helm install sg` into namespace
@@ -154,7 +156,7 @@ func installCRDs(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command("go", "mod", "download", "-json",
 		"github.com/prometheus-operator/prometheus-operator", "github.com/openshift/api")
-	cmd.Dir = filepath.Join(harness.RepoRoot(), "test", "tools", "crds")
+	cmd.Dir = filepath.Join(repo.Root(), "test", "tools", "crds")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go mod download in test/tools/crds: %v", err)
@@ -606,7 +608,7 @@ func TestInstallWithHelmAsWritten(t *testing.T) {
 			const ns, release = "storage-gateway", "storage-gateway"
 			cluster.RemoveNamespace(t, ns)
 			dir := t.TempDir()
-			if err := os.Symlink(filepath.Join(harness.RepoRoot(), "deploy"), filepath.Join(dir, "deploy")); err != nil {
+			if err := os.Symlink(filepath.Join(repo.Root(), "deploy"), filepath.Join(dir, "deploy")); err != nil {
 				t.Fatal(err)
 			}
 			env := append(os.Environ(), "KUBECONFIG="+kubeconfig, "HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir(),

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dcm-project/storage-gateway/test/harness"
+	"github.com/dcm-project/storage-gateway/test/repo"
 )
 
 // Blocks returns the shell blocks tagged tag in file (relative to the
@@ -73,7 +73,7 @@ func (s Sample) Matches(output string) bool {
 // blocks returns the blocks of file whose info string is info.
 func blocks(t testing.TB, file, info string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(harness.RepoRoot(), file))
+	data, err := os.ReadFile(filepath.Join(repo.Root(), file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ import (
 //   - the provider comes back and registers its name again: the gateway
 //     takes it back within a minute, saying who held it and since when.
 func TestMigrateFromTheStorageSP(t *testing.T) {
+	t.Parallel()
 	site := startDCMSite(t, gatewaytest.Options{})
 	c, g, providers, instances := site.client, site.gateway, site.providers, site.instances
 	east := clusters[0]

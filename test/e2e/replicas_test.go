@@ -261,6 +261,7 @@ type tenantVolume struct {
 // nothing once resumed; and every replica stopped at once and started
 // again owns and connects the whole fleet again.
 func TestReplicasShareTheFleet(t *testing.T) {
+	t.Parallel()
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
 	set := newReplicaSet(t, "SG_NATS_URL="+natsServer.URL, "SG_LOG_LEVEL=debug")

@@ -25,6 +25,7 @@ import (
 // is down. After a restart every transition arrives, none twice, and the
 // vanished claim is reported DELETED.
 func TestGatewayKilledAndRestarted(t *testing.T) {
+	t.Parallel()
 	binary := gatewayproc.Binary(t)
 	natsServer := natstest.Start(t)
 	stream := natsServer.DCMStream()
@@ -70,6 +71,7 @@ func TestGatewayKilledAndRestarted(t *testing.T) {
 // unreachable, with "stopped" logged last; and the events it could not
 // publish reach DCM after the next start.
 func TestShutdownFlushesAndKeepsItsDeadline(t *testing.T) {
+	t.Parallel()
 	const budget = 5 * time.Second
 	binary := gatewayproc.Binary(t)
 	natsServer := natstest.Start(t)

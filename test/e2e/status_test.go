@@ -126,6 +126,7 @@ func TestWaitingForFirstConsumerIsReported(t *testing.T) {
 // TestNATSOutageLosesNothing: with NATS down for 30 s while volumes change,
 // every transition arrives once it is back, none twice.
 func TestNATSOutageLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := startReporting(t, gatewaytest.Options{})
 	c, stream, east := r.client, r.stream, clusters[0]
 	path := volumesPath(east.Spec.Environment.ID)
@@ -188,6 +189,7 @@ func stillExactlyAfter(t *testing.T, stream *natstest.Stream, want map[string][]
 // provisioner always fails reports PROVISIONING with the warning, and
 // FAILED once provisioning kept failing for the environment's timeout.
 func TestProvisioningFailuresTurnFailedOnlyAfterTheTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 5 * time.Second
 	r := startReporting(t, gatewaytest.Options{ProvisioningTimeout: timeout})
 	c, stream, east := r.client, r.stream, clusters[0]

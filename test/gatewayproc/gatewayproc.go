@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"github.com/dcm-project/storage-gateway/test/harness"
 	"github.com/dcm-project/storage-gateway/test/poll"
 )
@@ -50,7 +52,7 @@ func Build() (string, error) {
 		}
 		build.path = filepath.Join(dir, "storage-gateway")
 		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", build.path, "./cmd/storage-gateway")
-		cmd.Dir = harness.RepoRoot()
+		cmd.Dir = repo.Root()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = &buildError{out: string(out), err: err}
 		}

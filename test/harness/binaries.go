@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/dcm-project/storage-gateway/test/repo"
 )
 
 // binDirEnv names a directory that already holds etcd, kube-apiserver and
@@ -36,7 +38,7 @@ func findOrBuild(ctx context.Context) (string, error) {
 		}
 		return dir, nil
 	}
-	script := filepath.Join(RepoRoot(), "test", "tools", "build-control-plane.sh")
+	script := filepath.Join(repo.Root(), "test", "tools", "build-control-plane.sh")
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -67,7 +69,7 @@ func Tool(ctx context.Context, module, pkg string) (string, error) {
 		return "", err
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(RepoRoot(), "test", "tools", "build-tool.sh"), module, pkg)
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo.Root(), "test", "tools", "build-tool.sh"), module, pkg)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("build %s from test/tools/%s: %w\n%s", pkg, module, err, stderr.String())
@@ -77,7 +79,7 @@ func Tool(ctx context.Context, module, pkg string) (string, error) {
 
 // listedTool reports whether test/tools/programs lists pkg from module.
 func listedTool(module, pkg string) error {
-	list := filepath.Join(RepoRoot(), "test", "tools", "programs")
+	list := filepath.Join(repo.Root(), "test", "tools", "programs")
 	b, err := os.ReadFile(list)
 	if err != nil {
 		return err

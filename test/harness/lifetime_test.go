@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"github.com/dcm-project/storage-gateway/test/poll"
 	"github.com/dcm-project/storage-gateway/test/syncbuf"
 )
@@ -20,12 +22,12 @@ func TestControlPlaneDiesWithAKilledHarness(t *testing.T) {
 	tmp := t.TempDir()
 	launcher := filepath.Join(t.TempDir(), "local-clusters")
 	build := exec.Command("go", "build", "-o", launcher, "./cmd/local-clusters")
-	build.Dir = RepoRoot()
+	build.Dir = repo.Root()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build local-clusters: %v\n%s", err, out)
 	}
 	out := &syncbuf.Buffer{}
-	cmd := exec.Command(launcher, "-out", filepath.Join(tmp, "out"), filepath.Join(RepoRoot(), "environments", "local-east.yaml"))
+	cmd := exec.Command(launcher, "-out", filepath.Join(tmp, "out"), filepath.Join(repo.Root(), "environments", "local-east.yaml"))
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+
+	"github.com/dcm-project/storage-gateway/test/repo"
 )
 
 // The Kubernetes CSI project's programs the harness runs beside a plugin
@@ -50,7 +52,7 @@ func snapshotCRDPaths(ctx context.Context) ([]string, error) {
 	crdOnce.Do(func() {
 		const module = "github.com/kubernetes-csi/external-snapshotter/client/v8"
 		cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
-		cmd.Dir = filepath.Join(RepoRoot(), "test", "tools", snapshotController.module)
+		cmd.Dir = filepath.Join(repo.Root(), "test", "tools", snapshotController.module)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

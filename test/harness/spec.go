@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
+
+	"github.com/dcm-project/storage-gateway/test/repo"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -106,7 +107,7 @@ func (s Spec) validate() error {
 // LocalSpecs loads every environments/local-*.yaml file of the repository,
 // sorted by file name.
 func LocalSpecs() ([]Spec, error) {
-	paths, err := filepath.Glob(filepath.Join(RepoRoot(), "environments", "local-*.yaml"))
+	paths, err := filepath.Glob(filepath.Join(repo.Root(), "environments", "local-*.yaml"))
 	if err != nil {
 		return nil, err
 	}
@@ -120,13 +121,7 @@ func LocalSpecs() ([]Spec, error) {
 		specs = append(specs, s)
 	}
 	if len(specs) == 0 {
-		return nil, fmt.Errorf("no environments/local-*.yaml files in %s", RepoRoot())
+		return nil, fmt.Errorf("no environments/local-*.yaml files in %s", repo.Root())
 	}
 	return specs, nil
-}
-
-// RepoRoot is the repository checkout this package was compiled from.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }

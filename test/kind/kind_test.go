@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"github.com/dcm-project/storage-gateway/test/harness"
 )
 
 func TestRepositoryKindFilesLoad(t *testing.T) {
-	specs, err := LoadSpecs(filepath.Join(harness.RepoRoot(), "environments", "kind"))
+	specs, err := LoadSpecs(filepath.Join(repo.Root(), "environments", "kind"))
 	if err != nil {
 		t.Fatal(err)
 	}

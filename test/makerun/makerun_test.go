@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +47,7 @@ const readyLine = "make run: the gateway is ready"
 var exportLine = regexp.MustCompile(`(?m)^  export (SG_GATEWAY_TOKEN=\S+ SG_GATEWAY_URL=\S+(?: DCM_URL=\S+)?)$`)
 
 func TestMakeRunFirstDay(t *testing.T) {
-	root := harness.RepoRoot()
+	root := repo.Root()
 	dir := t.TempDir()
 	tmp := filepath.Join(dir, "tmp")
 	state := filepath.Join(dir, "state")

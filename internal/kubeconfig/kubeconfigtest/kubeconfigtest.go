@@ -17,11 +17,12 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dcm-project/storage-gateway/test/repo"
 )
 
 // PKI is the key material substituted for {{CA}}, {{CERT}}, {{KEY}} and
@@ -160,8 +161,7 @@ type File struct {
 // or "valid").
 func Files(t testing.TB, set string) []File {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	paths, err := filepath.Glob(filepath.Join(filepath.Dir(self), "..", "testdata", set, "*.yaml"))
+	paths, err := filepath.Glob(filepath.Join(repo.Root(), "internal", "kubeconfig", "testdata", set, "*.yaml"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no testdata in %s: %v", set, err)
 	}

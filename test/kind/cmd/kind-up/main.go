@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dcm-project/storage-gateway/test/repo"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/cluster"
@@ -24,7 +26,7 @@ import (
 )
 
 func main() {
-	dir := flag.String("specs", filepath.Join(harness.RepoRoot(), "environments", "kind"), "directory of kind cluster files")
+	dir := flag.String("specs", filepath.Join(repo.Root(), "environments", "kind"), "directory of kind cluster files")
 	out := flag.String("out", filepath.Join(os.TempDir(), "storage-gateway-kind"), "directory for the gateway kubeconfigs")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
