@@ -71,9 +71,11 @@ GOLANGCI_LINT := $(CACHE_DIR)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golan
 CONTROL_PLANE = $$(bash test/tools/build-control-plane.sh)
 
 # Locally a package whose code and inputs did not change is not run again
-# (go's test cache); CI (CI set, as .ci/run does) runs everything. Tests
-# marked parallel mostly wait (an outage, a timeout): four at once.
-GO_TEST_FLAGS ?= -timeout 45m -parallel 4 $(if $(CI),-count=1)
+# (go's test cache); CI (CI set, as .ci/run does) runs everything. The
+# tests mostly wait (on clusters, outages, timeouts; make test kept two
+# cores a third busy with two packages at once): four packages at once,
+# and four tests marked parallel.
+GO_TEST_FLAGS ?= -timeout 45m -p 4 -parallel 4 $(if $(CI),-count=1)
 
 .PHONY: help build run run-reset test bench lint fmt generate check-generated control-plane kind-up clean
 
@@ -132,11 +134,14 @@ kind-up: ## create kind clusters from environments/kind (laptops with a containe
 # many ran, and then the slowest, so that the next slow test is seen.
 GOTESTSUM = $$(bash test/tools/build-tool.sh gotestsum gotest.tools/gotestsum)
 SLOW_TEST ?= 20s
+# The longest packages first: go starts them before the short ones, which
+# then run beside them, instead of after.
+TEST_PACKAGES ?= ./test/e2e ./internal/clusters ./cmd/storage-gateway ./test/makerun ./...
 
 test: check-generated ## run every test (unit, Postgres, NATS, real clusters, e2e); then the count run and the slowest
 	bash test/tools/build-tools.sh
 	@json=$$(mktemp); trap 'rm -f "$$json"' EXIT; status=0; \
-	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile "$$json" -- $(GO_TEST_FLAGS) ./... || status=$$?; \
+	SG_K8S_BIN_DIR=$(CONTROL_PLANE) $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile "$$json" -- $(GO_TEST_FLAGS) $(TEST_PACKAGES) || status=$$?; \
 	echo "tests slower than $(SLOW_TEST), slowest first:"; \
 	$(GOTESTSUM) tool slowest --jsonfile "$$json" --threshold $(SLOW_TEST); \
 	exit $$status

@@ -709,7 +709,7 @@ func TestEnsureRefusesUnusableTargets(t *testing.T) {
 }
 
 // The pool's connection to an environment and every probe of it draw on one
-// rate limiter: once a probe has spent the environment's burst, the pool's
+// rate limiter: once probes have spent the environment's burst, the pool's
 // requests for it wait for tokens, while the same cluster under another
 // environment id is served at once.
 func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
@@ -719,11 +719,17 @@ func TestPoolAndProbesShareTheEnvironmentsLimiter(t *testing.T) {
 	// CSIStorageCapacities, ResourceQuotas, VolumeSnapshotClasses and
 	// VolumeAttributesClasses.
 	const factsLists = 5
-	limiters := clusters.NewLimiters(0.2, perProbe+factsLists) // one token every 5 s after the burst
+	// A burst of several probes' requests: the other environment's health
+	// checks (every 500 ms here) draw on its own burst while it connects,
+	// which takes seconds on a busy machine.
+	const probes = 4
+	limiters := clusters.NewLimiters(0.2, probes*perProbe+factsLists) // one token every 5 s after the burst
 	conn := eastTarget("spent").Connection
-	res := newProber(clusters.ProberOptions{Limiters: limiters}).Probe(t.Context(), "spent", conn, namespaces)
-	if res.State != clusters.HealthReady {
-		t.Fatalf("probe: %+v", res)
+	prober := newProber(clusters.ProberOptions{Limiters: limiters})
+	for range probes {
+		if res := prober.Probe(t.Context(), "spent", conn, namespaces); res.State != clusters.HealthReady {
+			t.Fatalf("probe: %+v", res)
+		}
 	}
 	opts := fast
 	opts.Limiters = limiters
