@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dcm-project/storage-gateway/internal/controller"
 	"github.com/dcm-project/storage-gateway/internal/fault"
 	"github.com/dcm-project/storage-gateway/internal/membership"
 	"github.com/dcm-project/storage-gateway/test/natstest"
@@ -68,7 +69,7 @@ func TestARequestNoReplicaServesIsAnsweredOnItsLastDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &Agents{opts: AgentOptions{JetStream: js, Owners: noOwners{}, Volumes: oneInstallation{}},
-		log: slog.New(slog.DiscardHandler)}
+		log: slog.New(slog.DiscardHandler), fetches: controller.New(controller.Options{Name: "fetches"})}
 	root := topicPrefix + installationPrefix + "inst"
 	request := []byte(`{"id":"r1","type":"dcm.request.create","data":{"resource_id":"vol-1","service_type":"storage","spec":{}}}`)
 	for _, tc := range []struct {
@@ -77,9 +78,11 @@ func TestARequestNoReplicaServesIsAnsweredOnItsLastDelivery(t *testing.T) {
 		answers uint64
 	}{{1, "nak 5s", 0}, {maxDeliver - 1, "nak 5s", 0}, {maxDeliver, "term", 1}} {
 		msg := &delivered{subject: root + ".gone", data: request, count: tc.count}
-		var wg sync.WaitGroup
-		a.dispatch(t.Context(), root, msg, &wg)
-		wg.Wait()
+		h, handed := a.dispatch(t.Context(), root, msg)
+		if !handed {
+			t.Fatalf("delivery %d: not to be handed to the owner", tc.count)
+		}
+		a.handOver(t.Context(), h)
 		info, err := responses.Info(t.Context())
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -132,10 +133,22 @@ func (a *Agents) fetch(ctx context.Context, _ string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Hand-offs go at once (one owner slow to take its request holds up
-	// no other); what is served here goes in the stream's order.
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// What is served here goes to its agent in the stream's order; what
+	// another replica owns is handed over after the batch, each
+	// environment's in the stream's order, different environments' at once
+	// (one owner slow to take its requests holds up no other).
+	handOffs := map[string][]handOff{}
+	defer func() {
+		var wg sync.WaitGroup
+		for _, hs := range handOffs {
+			wg.Go(func() {
+				for _, h := range hs {
+					a.handOver(ctx, h)
+				}
+			})
+		}
+		wg.Wait()
+	}()
 	full := false
 	for _, c := range []jetstream.Consumer{cancels, requests} {
 		batch, err := c.FetchNoWait(pullBatch)
@@ -145,7 +158,9 @@ func (a *Agents) fetch(ctx context.Context, _ string) (time.Duration, error) {
 		}
 		n := 0
 		for msg := range batch.Messages() {
-			a.dispatch(ctx, root, msg, &wg)
+			if h, ok := a.dispatch(ctx, root, msg); ok {
+				handOffs[h.env] = append(handOffs[h.env], h)
+			}
 			n++
 		}
 		if err := batch.Error(); err != nil {
@@ -160,34 +175,54 @@ func (a *Agents) fetch(ctx context.Context, _ string) (time.Duration, error) {
 	return 0, nil
 }
 
+// handOff is a request fetched here for environment env, which another
+// replica owns.
+type handOff struct {
+	env  string
+	msg  jetstream.Msg
+	meta *jetstream.MsgMetadata
+	d    delivery
+}
+
 // dispatch passes msg, fetched from the consumers of the installation
-// whose topic root is root, to its environment's agent: at once if it is
-// served here, else handed to its owner in a goroutine of handOffs.
-func (a *Agents) dispatch(ctx context.Context, root string, msg jetstream.Msg, handOffs *sync.WaitGroup) {
+// whose topic root is root, to its environment's agent if this replica
+// serves it, and otherwise returns it to be handed over.
+func (a *Agents) dispatch(ctx context.Context, root string, msg jetstream.Msg) (handOff, bool) {
 	topic, cancel := strings.CutSuffix(msg.Subject(), cancelSuffix)
 	env, ok := strings.CutPrefix(topic, root+".")
 	meta, err := msg.Metadata()
 	if !ok || env == "" || strings.Contains(env, ".") || err != nil {
 		a.log.WarnContext(ctx, "drop a request on no agent's topic", "subject", msg.Subject())
 		_ = msg.Term()
-		return
+		return handOff{}, false
 	}
 	d := read(msg, meta.Sequence.Stream, cancel)
 	if a.deliver(env, d) {
-		return
+		return handOff{}, false
 	}
-	handOffs.Go(func() {
-		err := a.handOff(ctx, env, msg)
-		switch {
-		case err == nil:
-		case meta.NumDelivered >= maxDeliver:
-			a.log.WarnContext(ctx, "no replica took a DCM request in its last delivery", "environment", env, "error", err)
-			a.unserved(ctx, env, d)
-		default:
-			a.log.InfoContext(ctx, "a DCM request waits for its environment's owner", "environment", env, "error", err)
-			_ = msg.NakWithDelay(retryDelay)
-		}
-	})
+	return handOff{env: env, msg: msg, meta: meta, d: d}, true
+}
+
+// handOver hands h to its environment's owner. An owner that did not
+// answer in time may have taken it: it is left to come back after the ack
+// wait if not, rather than delivered again while the owner carries it
+// out. One no owner took is delivered again shortly (and fetched again
+// here), and answered as unserved at its last delivery.
+func (a *Agents) handOver(ctx context.Context, h handOff) {
+	err := a.handOff(ctx, h.env, h.msg)
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		a.log.WarnContext(ctx, "a DCM request's owner did not say whether it took it: it comes back after the ack wait if not",
+			"environment", h.env, "error", err)
+	case h.meta.NumDelivered >= maxDeliver:
+		a.log.WarnContext(ctx, "no replica took a DCM request in its last delivery", "environment", h.env, "error", err)
+		a.unserved(ctx, h.env, h.d)
+	default:
+		a.log.InfoContext(ctx, "a DCM request waits for its environment's owner", "environment", h.env, "error", err)
+		_ = h.msg.NakWithDelay(retryDelay)
+		a.fetches.AddAfter(fetchKey, retryDelay)
+	}
 }
 
 // deliver gives d to environment env's agent, if this replica serves it,
@@ -199,9 +234,9 @@ func (a *Agents) deliver(env string, d delivery) bool {
 	if ag == nil {
 		return false
 	}
-	ag.mu.Lock()
+	ag.inboxMu.Lock()
 	ag.inbox = append(ag.inbox, d)
-	ag.mu.Unlock()
+	ag.inboxMu.Unlock()
 	a.pulls.Add(env)
 	return true
 }
@@ -308,8 +343,11 @@ func (a *Agents) unserved(ctx context.Context, env string, d delivery) {
 // pull carries out what waits for environment id's agent: its cancels
 // first (a cancel of a create held here removes it before it is tried
 // again), then the held requests that are due and what was fetched for it
-// — those of different resources at once, those of one resource in the
-// order DCM sent them. Held requests are pulled again when they are due.
+// — those of different resources at once, those of one resource one after
+// another in the stream's order. (Two requests of one resource fetched by
+// different replicas at the same moment may reach the owner the other way
+// round.)
+// Held requests are pulled again when they are due.
 func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 	a.mu.Lock()
 	ag := a.running[id]
@@ -362,8 +400,8 @@ func (a *Agents) pull(ctx context.Context, id string) (time.Duration, error) {
 
 // take empties ag's inbox and returns what it held.
 func (ag *agent) take() []delivery {
-	ag.mu.Lock()
-	defer ag.mu.Unlock()
+	ag.inboxMu.Lock()
+	defer ag.inboxMu.Unlock()
 	inbox := ag.inbox
 	ag.inbox = nil
 	return inbox

@@ -271,13 +271,17 @@ type agent struct {
 	health clusters.HealthState
 	ready  bool
 
-	// mu guards inbox, the requests and cancels fetched or handed over
-	// for it and not looked at yet, and orders a create and a cancel of
-	// one resource: working are the resources whose request is being
-	// carried out now, held the requests waiting here for their
-	// environment (a cancel removes a held create from the stream).
-	mu      sync.Mutex
+	// inbox are the requests and cancels fetched or handed over for it
+	// and not looked at yet (its own lock: a hand-off never waits for a
+	// cancel's calls to NATS).
+	inboxMu sync.Mutex
 	inbox   []delivery
+
+	// mu orders a create and a cancel of one resource: working are the
+	// resources whose request is being carried out now, held the requests
+	// waiting here for their environment (a cancel removes a held create
+	// from the stream).
+	mu      sync.Mutex
 	working map[string]bool
 	held    map[string]*heldRequest
 }
@@ -413,9 +417,14 @@ func (a *Agents) leave(id string) {
 }
 
 // forget stops serving environment id's agent ag; the caller holds a.mu.
+// What was fetched for it and not begun is delivered again at once, to its
+// next owner (what is held here comes back after the ack wait).
 func (a *Agents) forget(id string, ag *agent) {
 	delete(a.running, id)
 	delete(a.byTopic, ag.topic)
+	for _, d := range ag.take() {
+		_ = d.msg.NakWithDelay(0)
+	}
 }
 
 // serve returns env's agent, creating it if it is not served yet
@@ -461,7 +470,10 @@ func (a *Agents) root(ctx context.Context) (string, error) {
 
 // consumers are the installation's two durable consumers of the request
 // stream, created (or brought to these settings) once: one of every
-// agent's requests, one of their cancels.
+// agent's requests, one of their cancels. Neither caps the requests
+// delivered and not acked (NATS's default is 1,000): the whole fleet's
+// held requests count there, and an outage holding that many would stop
+// every agent's deliveries.
 func (a *Agents) consumers(ctx context.Context) (requests, cancels jetstream.Consumer, err error) {
 	root, err := a.root(ctx)
 	if err != nil {
@@ -475,13 +487,13 @@ func (a *Agents) consumers(ctx context.Context) (requests, cancels jetstream.Con
 	name := strings.TrimPrefix(root, topicPrefix)
 	requests, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
 		Durable: name + "-consumer", FilterSubject: root + ".*", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: a.opts.AckWait, MaxDeliver: maxDeliver})
+		AckWait: a.opts.AckWait, MaxDeliver: maxDeliver, MaxAckPending: -1})
 	if err != nil {
 		return nil, nil, consumerRefused(root+".*", err)
 	}
 	cancels, err = a.opts.JetStream.CreateOrUpdateConsumer(ctx, requestStream, jetstream.ConsumerConfig{
 		Durable: name + "-cancel-consumer", FilterSubject: root + ".*" + cancelSuffix, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: cancelAckWait})
+		AckWait: cancelAckWait, MaxAckPending: -1})
 	if err != nil {
 		return nil, nil, consumerRefused(root+".*"+cancelSuffix, err)
 	}
