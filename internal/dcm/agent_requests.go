@@ -99,7 +99,7 @@ func slug(code string) string { return strings.ToLower(strings.ReplaceAll(code, 
 // request is mostly fetched by the replica that carries it out.
 func (a *Agents) doorbell(ctx context.Context) {
 	sub, err := a.opts.JetStream.Conn().Subscribe(topicPrefix+">", func(m *nats.Msg) {
-		if _, ok := a.servedTopic(strings.TrimSuffix(m.Subject, cancelSuffix)); ok {
+		if env, _, ok := agentOf(a.knownRoot(), m.Subject); ok && a.serving(env) {
 			a.fetches.Add(fetchKey)
 			a.fetches.AddAfter(fetchKey, doorbellAgain)
 		}
@@ -112,12 +112,13 @@ func (a *Agents) doorbell(ctx context.Context) {
 	_ = sub.Unsubscribe()
 }
 
-// servedTopic is the environment whose agent this replica serves on topic.
-func (a *Agents) servedTopic(topic string) (string, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	id, ok := a.byTopic[topic]
-	return id, ok
+// agentOf is the environment whose agent a request on subject is for, and
+// whether it is a cancel, if subject is an agent topic under root (an
+// installation's topic root).
+func agentOf(root, subject string) (env string, cancel bool, ok bool) {
+	topic, cancel := strings.CutSuffix(subject, cancelSuffix)
+	env, ok = strings.CutPrefix(topic, root+".")
+	return env, cancel, ok && root != "" && env != "" && !strings.Contains(env, ".")
 }
 
 // fetch takes what waits on the installation's consumers, cancels first,
@@ -188,10 +189,9 @@ type handOff struct {
 // whose topic root is root, to its environment's agent if this replica
 // serves it, and otherwise returns it to be handed over.
 func (a *Agents) dispatch(ctx context.Context, root string, msg jetstream.Msg) (handOff, bool) {
-	topic, cancel := strings.CutSuffix(msg.Subject(), cancelSuffix)
-	env, ok := strings.CutPrefix(topic, root+".")
+	env, cancel, ok := agentOf(root, msg.Subject())
 	meta, err := msg.Metadata()
-	if !ok || env == "" || strings.Contains(env, ".") || err != nil {
+	if !ok || err != nil {
 		a.log.WarnContext(ctx, "drop a request on no agent's topic", "subject", msg.Subject())
 		_ = msg.Term()
 		return handOff{}, false
@@ -209,7 +209,7 @@ func (a *Agents) dispatch(ctx context.Context, root string, msg jetstream.Msg) (
 // out. One no owner took is delivered again shortly (and fetched again
 // here), and answered as unserved at its last delivery.
 func (a *Agents) handOver(ctx context.Context, h handOff) {
-	err := a.handOff(ctx, h.env, h.msg)
+	err := a.sendToOwner(ctx, h.env, h.msg)
 	switch {
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
@@ -252,9 +252,9 @@ const (
 	handOffRefused     = "Storage-Gateway-Refused"
 )
 
-// handOff hands msg, a request for environment env fetched here, to the
-// replica that owns env, which carries it out and acks it.
-func (a *Agents) handOff(ctx context.Context, env string, msg jetstream.Msg) error {
+// sendToOwner hands msg, a request for environment env fetched here, to
+// the replica that owns env, which carries it out and acks it.
+func (a *Agents) sendToOwner(ctx context.Context, env string, msg jetstream.Msg) error {
 	owner, err := a.opts.Owners.Owner(ctx, env)
 	if err != nil {
 		return err
@@ -275,10 +275,10 @@ func (a *Agents) handOff(ctx context.Context, env string, msg jetstream.Msg) err
 	return nil
 }
 
-// handOffs takes, while ctx lasts, the requests other replicas fetched for
-// the environments whose agents this replica serves: each is acked on the
-// ack subject of its delivery, as if fetched here.
-func (a *Agents) handOffs(ctx context.Context) {
+// takeHandOffs takes, while ctx lasts, the requests other replicas fetched
+// for the environments whose agents this replica serves: each is acked on
+// the ack subject of its delivery, as if fetched here.
+func (a *Agents) takeHandOffs(ctx context.Context) {
 	nc := a.opts.JetStream.Conn()
 	sub, err := nc.Subscribe(handOffPrefix+a.opts.Owners.Incarnation().String(), func(m *nats.Msg) {
 		reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}

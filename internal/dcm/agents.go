@@ -233,10 +233,8 @@ type Agents struct {
 	ctl, fetches, pulls *controller.Controller
 
 	mu sync.Mutex
-	// running are the agents this replica serves, by environment, and
-	// byTopic their environments by topic.
+	// running are the agents this replica serves, by environment.
 	running map[string]*agent
-	byTopic map[string]string
 
 	// lags are the request stream's messages by subject, read at.
 	lags struct {
@@ -298,7 +296,7 @@ func NewAgents(opts AgentOptions) (*Agents, error) {
 	if opts.AckWait <= 0 {
 		opts.AckWait = 2 * time.Minute
 	}
-	a := &Agents{opts: opts, http: httpClient, log: opts.Logger.With("component", "dcm agents"), running: map[string]*agent{}, byTopic: map[string]string{}}
+	a := &Agents{opts: opts, http: httpClient, log: opts.Logger.With("component", "dcm agents"), running: map[string]*agent{}}
 	a.ctl = controller.New(controller.Options{Name: "dcm agents", Logger: a.log, Reconcile: a.reconcile, Workers: registrationWorkers,
 		List: opts.Environments.IDs, Owns: func(id string) bool { return opts.Owned.Owns(id) || a.serving(id) },
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute)})
@@ -306,7 +304,7 @@ func NewAgents(opts AgentOptions) (*Agents, error) {
 	a.fetches.Source(a.doorbell)
 	a.pulls = controller.New(controller.Options{Name: "dcm agent requests", Logger: a.log, Reconcile: a.pull, Workers: requestWorkers,
 		Owns: a.serving})
-	a.pulls.Source(a.handOffs)
+	a.pulls.Source(a.takeHandOffs)
 	controller.Watch(a.ctl, opts.Environments.Subscribe(), func(c environments.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Owned.Subscribe(), func(c membership.Change) []string { return []string{c.EnvironmentID} })
 	controller.Watch(a.ctl, opts.Clusters.Subscribe(), func(c clusters.Change) []string {
@@ -421,7 +419,6 @@ func (a *Agents) leave(id string) {
 // next owner (what is held here comes back after the ack wait).
 func (a *Agents) forget(id string, ag *agent) {
 	delete(a.running, id)
-	delete(a.byTopic, ag.topic)
 	for _, d := range ag.take() {
 		_ = d.msg.NakWithDelay(0)
 	}
@@ -449,7 +446,6 @@ func (a *Agents) serve(ctx context.Context, envID, name string) (ag *agent, star
 	}
 	ag = &agent{name: name, topic: root + "." + envID, working: map[string]bool{}, held: map[string]*heldRequest{}}
 	a.running[envID] = ag
-	a.byTopic[ag.topic] = envID
 	return ag, true, nil
 }
 
@@ -466,6 +462,14 @@ func (a *Agents) root(ctx context.Context) (string, error) {
 		a.streams.root = topicPrefix + installationPrefix + id
 	}
 	return a.streams.root, nil
+}
+
+// knownRoot is the installation's topic root if it was read already
+// (every agent served here has read it), or "".
+func (a *Agents) knownRoot() string {
+	a.streams.mu.Lock()
+	defer a.streams.mu.Unlock()
+	return a.streams.root
 }
 
 // consumers are the installation's two durable consumers of the request
